@@ -1,0 +1,1 @@
+"""promptcache lint: static checks for code that busts prompt caches."""

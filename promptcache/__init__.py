@@ -1,0 +1,53 @@
+"""promptcache: structure LLM prompts so provider prompt caches hit, and measure what they did.
+
+Public names (contracts in DESIGN.md):
+
+- ``build(...) -> Prompt``, ``Prompt``, ``VolatilePrefixError``, ``PromptCacheWarning``
+- ``normalize_usage(provider, usage) -> Usage``, ``Usage``
+- ``cost(usage, model=None, price=None) -> Cost``, ``Cost``, ``Price``
+- ``check(payload, provider)``, ``Conversation``, ``PrefixMonitor``
+- ``Tracker(path=None)``, ``wrap(client, tracker=None)``
+
+The SDK never imports torch or ``local_engine``; attributes are resolved lazily so that
+``import promptcache`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "build": "promptcache.build",
+    "Prompt": "promptcache.build",
+    "VolatilePrefixError": "promptcache.errors",
+    "PromptCacheWarning": "promptcache.errors",
+    "normalize_usage": "promptcache.usage",
+    "Usage": "promptcache.usage",
+    "cost": "promptcache.pricing",
+    "Cost": "promptcache.pricing",
+    "Price": "promptcache.pricing",
+    "check": "promptcache.check",
+    "Conversation": "promptcache.conversation",
+    "PrefixMonitor": "promptcache.monitor",
+    "Tracker": "promptcache.ledger",
+    "wrap": "promptcache.clients",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'promptcache' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,70 @@
+"""The ``promptcache`` command line: ``lint``, ``report``, ``serve``, ``demo``, ``simulate``,
+``kv-plan``.
+
+Each subcommand lives in its own module that exposes ``add_arguments(parser)`` and
+``run(args) -> int``; this module only dispatches, importing the chosen module lazily so
+that ``promptcache lint`` never imports torch. Exit codes: 0 success, 1 findings (lint) or
+failure, 2 usage error (one line on stderr saying what to fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "lint": ("linters.cli", "check Python code for patterns that bust prompt caches"),
+    "report": ("promptcache.report", "summarize the ledger: hit rate, cost and saving"),
+    "simulate": ("promptcache.simulate", "replay a request trace under a provider's cache rules"),
+    "serve": ("local_engine.server.cli", "start the local engine's OpenAI/Anthropic-compatible server"),
+    "demo": ("promptcache.demo", "run the naive vs promptcache.build workload against the local engine"),
+    "kv-plan": ("local_engine.kv_plan", "KV-cache capacity planning for a model, context and batch"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that prints one line and exits 2 on a usage error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="promptcache",
+        description="Make LLM prompt caches hit: lint, serve a local engine, report cost.",
+    )
+    from promptcache import __version__
+
+    parser.add_argument("--version", action="version", version=f"promptcache {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    argv_cmd = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        # Only import the module whose arguments are needed (keeps `lint` free of torch).
+        if argv_cmd == name:
+            mod = importlib.import_module(module)
+            mod.add_arguments(p)
+            p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    parser = build_parser()
+    args = parser.parse_args()
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

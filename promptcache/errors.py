@@ -1,0 +1,26 @@
+"""Exceptions and warnings raised by the SDK."""
+
+from __future__ import annotations
+
+
+class PromptCacheError(Exception):
+    """Base class of every error the SDK raises."""
+
+
+class VolatilePrefixError(PromptCacheError, ValueError):
+    """A volatile value (timestamp, date, UUID, request id) was found in a frozen or
+    semi-stable layer under ``strict=True``; the message names the layer, the character
+    offset and the matched text."""
+
+
+class PromptCacheWarning(UserWarning):
+    """Warned instead of raising :class:`VolatilePrefixError` when ``strict=False``, and for
+    other cache-hostile structure the SDK can still render."""
+
+
+class UsageError(PromptCacheError, ValueError):
+    """A usage payload is malformed or inconsistent (negative counts, cached > total)."""
+
+
+class PricingError(PromptCacheError, LookupError):
+    """No price is known for a model, or a needed price (such as a 1h write) is missing."""

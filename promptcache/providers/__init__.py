@@ -1,0 +1,1 @@
+"""One module per provider: request rendering and usage parsing."""
