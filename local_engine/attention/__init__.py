@@ -1,0 +1,91 @@
+"""Paged attention: one entry point for prefill (over a cached prefix), chunked prefill and
+decode, plus the KV-cache write through the slot mapping.
+
+Backends:
+- ``"torch"``: the reference (:mod:`local_engine.attention.torch_ref`), any device.
+- ``"triton"``: GPU kernels (:mod:`local_engine.attention.triton_backend`); on the CPU they run
+  only under ``TRITON_INTERPRET=1`` (tests).
+
+``backend=None`` picks ``"triton"`` for CUDA tensors and ``"torch"`` otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Optional
+
+import torch
+
+BACKENDS = ("torch", "triton")
+
+
+def _module(backend: Optional[str], t: torch.Tensor):
+    if backend is None:
+        backend = "triton" if t.is_cuda else "torch"
+    if backend == "torch":
+        return importlib.import_module("local_engine.attention.torch_ref")
+    if backend == "triton":
+        return importlib.import_module("local_engine.attention.triton_backend")
+    raise ValueError(f"unknown attention backend {backend!r}; expected one of {BACKENDS}")
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: Optional[float] = None,
+    backend: Optional[str] = None,
+) -> torch.Tensor:
+    """Causal attention of each sequence's new query tokens over its whole paged context.
+
+    Args:
+        q: ``[num_tokens, num_heads, head_dim]``, the new tokens of all sequences packed in
+            order (sequence ``i`` owns rows ``cu_seqlens_q[i]:cu_seqlens_q[i+1]``).
+        k_cache, v_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``; the new
+            tokens' K/V must already be written (see :func:`write_kv_cache`).
+        block_tables: int32 ``[num_seqs, max_blocks]``; row ``i`` lists sequence ``i``'s
+            physical blocks in logical order (entries past its length are ignored).
+        cu_seqlens_q: int32 ``[num_seqs + 1]``, cumulative new-token counts (starts at 0).
+        seq_lens: int32 ``[num_seqs]``, each sequence's whole context length (cached + new).
+            The new tokens are the last ``q_len`` positions of the context, so query ``j`` of
+            sequence ``i`` sits at position ``seq_lens[i] - q_len_i + j`` and attends to
+            positions ``0..`` that one (causal).
+        scale: softmax scale; default ``head_dim ** -0.5``.
+        backend: ``"torch"``, ``"triton"`` or None (by device).
+
+    Returns:
+        ``[num_tokens, num_heads, head_dim]`` in ``q``'s dtype.
+
+    Raises:
+        ValueError: unknown backend, or ``num_heads`` not a multiple of ``num_kv_heads``.
+    """
+    return _module(backend, q).paged_attention(
+        q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale
+    )
+
+
+def write_kv_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    backend: Optional[str] = None,
+) -> None:
+    """Write new tokens' K/V into the paged cache, in place.
+
+    Args:
+        key, value: ``[num_tokens, num_kv_heads, head_dim]``.
+        k_cache, v_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``.
+        slot_mapping: int64 or int32 ``[num_tokens]``; token ``t`` goes to flat slot
+            ``slot_mapping[t] = block * block_size + offset``; a negative slot skips the token
+            (padding).
+        backend: as for :func:`paged_attention`.
+    """
+    _module(backend, key).write_kv_cache(key, value, k_cache, v_cache, slot_mapping)
+
+
+__all__ = ["paged_attention", "write_kv_cache", "BACKENDS"]
