@@ -31,7 +31,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """The top-level parser; only the subcommand named in ``argv`` has its module imported."""
     parser = _Parser(
         prog="promptcache",
         description="Make LLM prompt caches hit: lint, serve a local engine, report cost.",
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"promptcache {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    argv_cmd = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    argv_cmd = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         # Only import the module whose arguments are needed (keeps `lint` free of torch).
@@ -52,10 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is not None:
-        sys.argv = [sys.argv[0], *argv]
-    parser = build_parser()
-    args = parser.parse_args()
+    """Entry point of the ``promptcache`` console script; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
