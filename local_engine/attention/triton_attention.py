@@ -1,0 +1,212 @@
+"""Triton kernels for paged attention (one kernel for prefill, chunked prefill and decode).
+
+Layout of the work: program ``(qb, kvh, seg)`` takes ``BLOCK_Q`` consecutive new tokens of one
+sequence together with all ``G = num_heads // num_kv_heads`` query heads that share KV head
+``kvh``: its ``BLOCK_M = BLOCK_Q * G`` query rows (row ``r`` is token ``r // G``, head
+``kvh * G + r % G``) go through one ``tl.dot`` per key tile, so every K/V tile read through the
+block table serves the whole group (grouped-query attention reads each KV block once per
+q-block). Keys are visited in tiles of ``TILE_N`` tokens; each token's physical block comes from
+the block table (``block_tables[seq, pos // block_size]``), so a tile may span several
+blocks and blocks may sit anywhere in the pool. Online softmax in float32 (base-2 exponent,
+the scale folded into ``qk_scale = scale * log2(e)``). ``DOT_MODE``: 0 = matrix products in the
+input dtype (fp16/bf16, fp32 accumulate), 1 = fp32 inputs in IEEE precision (no tf32), 2 = the
+interpreter with bf16 inputs (its bf16 ``tl.dot`` is wrong as of triton 3.9): operands rounded
+to bf16 exactly as on the GPU, then multiplied in fp32.
+
+The q-blocks of all sequences are laid out without a host sync (the same trick as vLLM's
+unified Triton attention): sequence ``i`` owns program ids from
+``cu_seqlens_q[i] // BLOCK_Q + i`` on, so ``num_tokens // BLOCK_Q + num_seqs`` programs always
+suffice; a program finds its sequence by binary search and exits when it has no rows. That keeps
+the launch grid a function of tensor shapes alone, so the kernel can be captured in CUDA graphs.
+
+Split-K (flash-decoding): with ``NUM_SEGMENTS > 1`` the key range of each sequence is cut into
+that many segments (program axis 2); each writes its normalised partial output with its row max
+and sum of exponentials, and :func:`_reduce_segments_kernel` merges them.
+
+Per key tile, the tiles wholly below the earliest query position of the q-block are visited
+without the causal mask; only the last few tiles (the diagonal) compute it.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# Finite stand-in for -inf as the running max: exp2(-inf - NEG_BIG) == 0 and no inf - inf.
+NEG_BIG = -1.0e30
+
+
+@triton.jit
+def _find_seq(cu_q_ptr, target, num_seqs, BLOCK_Q: tl.constexpr):
+    """Largest ``i`` in ``[0, num_seqs)`` with ``cu_q[i] // BLOCK_Q + i <= target``."""
+    lo = tl.full((), 0, tl.int32)
+    hi = tl.full((), 0, tl.int32) + num_seqs - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        start = tl.load(cu_q_ptr + mid) // BLOCK_Q + mid
+        if start <= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@triton.jit
+def _attend_tile(
+    acc, l_i, m_i, q, t, bt_row, k_ptr, v_ptr, kv_head_off_k, kv_head_off_v,
+    ctx, pos, qk_scale,
+    stride_kb, stride_kt, stride_vb, stride_vt,
+    offs_d,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    TILE_N: tl.constexpr, MASKED: tl.constexpr, DOT_MODE: tl.constexpr,
+):
+    n = t * TILE_N + tl.arange(0, TILE_N)
+    if MASKED:
+        n_ok = n < ctx
+        blk = tl.load(bt_row + n // BLOCK_SIZE, mask=n_ok, other=0).to(tl.int64)
+    else:
+        blk = tl.load(bt_row + n // BLOCK_SIZE).to(tl.int64)
+    slot_in_blk = n % BLOCK_SIZE
+    k_off = blk * stride_kb + slot_in_blk * stride_kt + kv_head_off_k  # [TILE_N]
+    v_off = blk * stride_vb + slot_in_blk * stride_vt + kv_head_off_v
+    # K^T tile [HEAD_DIM_PAD, TILE_N], V tile [TILE_N, HEAD_DIM_PAD]
+    if HEAD_DIM_PAD == HEAD_DIM:
+        if MASKED:
+            k = tl.load(k_ptr + k_off[None, :] + offs_d[:, None], mask=n_ok[None, :], other=0.0)
+            v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        else:
+            k = tl.load(k_ptr + k_off[None, :] + offs_d[:, None])
+            v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
+    else:
+        d_ok = offs_d < HEAD_DIM
+        if MASKED:
+            k = tl.load(k_ptr + k_off[None, :] + offs_d[:, None],
+                        mask=d_ok[:, None] & n_ok[None, :], other=0.0)
+            v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :],
+                        mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        else:
+            k = tl.load(k_ptr + k_off[None, :] + offs_d[:, None], mask=d_ok[:, None], other=0.0)
+            v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=d_ok[None, :], other=0.0)
+    if DOT_MODE == 0:
+        s = tl.dot(q, k.to(q.dtype))
+    elif DOT_MODE == 1:
+        s = tl.dot(q, k.to(tl.float32), input_precision="ieee")
+    else:  # interpreter with bf16: round to bf16 as the GPU would, multiply in fp32
+        s = tl.dot(q.to(tl.float32), k.to(q.dtype).to(tl.float32), input_precision="ieee")
+    s = s * qk_scale
+    if MASKED:
+        s = tl.where(n[None, :] <= pos[:, None], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.exp2(s - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if DOT_MODE == 0:
+        pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
+    elif DOT_MODE == 1:
+        pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+    else:
+        pv = tl.dot(p.to(q.dtype).to(tl.float32), v.to(q.dtype).to(tl.float32), input_precision="ieee")
+    acc = acc * alpha[:, None] + pv
+    return acc, l_i, m_new
+
+
+@triton.jit
+def paged_attention_kernel(
+    out_ptr, seg_out_ptr, seg_max_ptr, seg_sum_ptr,
+    q_ptr, k_ptr, v_ptr, bt_ptr, cu_q_ptr, seq_lens_ptr,
+    qk_scale, num_seqs, num_segments,
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+    stride_bt,
+    NUM_HEADS: tl.constexpr, G: tl.constexpr,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr,
+    SPLIT: tl.constexpr, DOT_MODE: tl.constexpr, NUM_STAGES: tl.constexpr,
+):
+    qb = tl.program_id(0)
+    kvh = tl.program_id(1)
+    seg = tl.program_id(2)
+
+    seq = _find_seq(cu_q_ptr, qb, num_seqs, BLOCK_Q)
+    q_start = tl.load(cu_q_ptr + seq)
+    q_len = tl.load(cu_q_ptr + seq + 1) - q_start
+    q_off = (qb - (q_start // BLOCK_Q + seq)) * BLOCK_Q
+    if q_off < q_len:
+        ctx = tl.load(seq_lens_ptr + seq)
+        rows = tl.arange(0, BLOCK_M)
+        q_idx = q_off + rows // G
+        head = kvh * G + rows % G
+        row_ok = (rows < BLOCK_Q * G) & (q_idx < q_len)
+        pos = ctx - q_len + q_idx
+        tok = (q_start + q_idx).to(tl.int64)
+        offs_d = tl.arange(0, HEAD_DIM_PAD)
+        q_mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+        q = tl.load(q_ptr + tok[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+                    mask=q_mask, other=0.0)
+
+        first_pos = ctx - q_len + q_off
+        last_pos = ctx - q_len + tl.minimum(q_off + BLOCK_Q, q_len) - 1
+        n_tiles = tl.cdiv(last_pos + 1, TILE_N)
+        n_full = (first_pos + 1) // TILE_N  # tiles with every key <= every row's position
+        if SPLIT:
+            per_seg = tl.cdiv(tl.cdiv(ctx, TILE_N), num_segments)
+            t_lo = seg * per_seg
+            t_hi = tl.minimum(t_lo + per_seg, n_tiles)
+        else:
+            t_lo = 0
+            t_hi = n_tiles
+
+        m_i = tl.full([BLOCK_M], NEG_BIG, tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
+        bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
+        kv_head_off_k = kvh * stride_kh
+        kv_head_off_v = kvh * stride_vh
+        for t in tl.range(t_lo, tl.minimum(t_hi, n_full), num_stages=NUM_STAGES):
+            acc, l_i, m_i = _attend_tile(
+                acc, l_i, m_i, q, t, bt_row, k_ptr, v_ptr, kv_head_off_k, kv_head_off_v,
+                ctx, pos, qk_scale, stride_kb, stride_kt, stride_vb, stride_vt, offs_d,
+                HEAD_DIM, HEAD_DIM_PAD, BLOCK_SIZE, TILE_N, False, DOT_MODE)
+        for t in tl.range(tl.maximum(t_lo, n_full), t_hi):
+            acc, l_i, m_i = _attend_tile(
+                acc, l_i, m_i, q, t, bt_row, k_ptr, v_ptr, kv_head_off_k, kv_head_off_v,
+                ctx, pos, qk_scale, stride_kb, stride_kt, stride_vb, stride_vt, offs_d,
+                HEAD_DIM, HEAD_DIM_PAD, BLOCK_SIZE, TILE_N, True, DOT_MODE)
+
+        l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+        o = acc / l_safe[:, None]
+        if SPLIT:
+            # scratch [num_tokens, NUM_HEADS, num_segments, HEAD_DIM_PAD] (+ stats without the dim)
+            stat = (tok * NUM_HEADS + head) * num_segments + seg
+            tl.store(seg_out_ptr + stat[:, None] * HEAD_DIM_PAD + offs_d[None, :], o,
+                     mask=row_ok[:, None])
+            tl.store(seg_max_ptr + stat, m_i, mask=row_ok)
+            tl.store(seg_sum_ptr + stat, l_i, mask=row_ok)
+        else:
+            tl.store(out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+                     o.to(out_ptr.dtype.element_ty), mask=q_mask)
+
+
+@triton.jit
+def _reduce_segments_kernel(
+    out_ptr, seg_out_ptr, seg_max_ptr, seg_sum_ptr, num_segments,
+    stride_ot, stride_oh,
+    NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    SEG_PAD: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    s = tl.arange(0, SEG_PAD)
+    s_ok = s < num_segments
+    base = (t * NUM_HEADS + h) * num_segments
+    m = tl.load(seg_max_ptr + base + s, mask=s_ok, other=NEG_BIG)
+    l = tl.load(seg_sum_ptr + base + s, mask=s_ok, other=0.0)
+    m_all = tl.max(m, 0)
+    w = l * tl.exp2(m - m_all)
+    w_sum = tl.sum(w, 0)
+    w_sum = tl.where(w_sum == 0.0, 1.0, w_sum)
+    d = tl.arange(0, HEAD_DIM_PAD)
+    o = tl.load(seg_out_ptr + (base + s)[:, None] * HEAD_DIM_PAD + d[None, :], mask=s_ok[:, None], other=0.0)
+    res = tl.sum(o * (w / w_sum)[:, None], 0)
+    tl.store(out_ptr + t * stride_ot + h * stride_oh + d, res.to(out_ptr.dtype.element_ty),
+             mask=d < HEAD_DIM)

@@ -1,0 +1,223 @@
+"""Triton backend of :mod:`local_engine.attention`: paged attention and the KV-cache write.
+
+Entry points (same contract as :mod:`local_engine.attention.torch_ref`):
+:func:`paged_attention` and :func:`write_kv_cache`. The kernels live in
+:mod:`~local_engine.attention.triton_attention` and :mod:`~local_engine.attention.triton_kv_write`.
+
+On CUDA tensors the kernels are compiled; on CPU tensors they run only when the interpreter is
+on (``TRITON_INTERPRET=1`` set before ``triton`` is first imported), which is how CI tests them.
+
+Launch choices depend on tensor shapes only (never on tensor values), so a call costs no
+device-to-host sync and can be captured in a CUDA graph:
+
+- *decode-shaped* calls (``num_tokens == num_seqs``) use a q-block of one token's query-head
+  group (``BLOCK_M = max(16, next_pow2(G))`` rows); others use ``BLOCK_M = 128`` rows
+  (``128 // G`` tokens times the ``G`` heads of one KV head).
+- split-K (flash-decoding) is chosen by :func:`choose_num_segments` from the grid size and the
+  longest context the block table can hold (``block_tables.shape[1] * block_size``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+
+from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
+from local_engine.attention import triton_kv_write
+
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Tile sizes and launch options of :func:`paged_attention_kernel`.
+
+    ``block_m``: query rows per program (tokens x heads of one KV head); ``tile_n``: keys per
+    inner step; ``num_warps``/``num_stages``: Triton launch options.
+    """
+
+    block_m: int
+    tile_n: int
+    num_warps: int
+    num_stages: int
+
+
+# Chosen by the sweep in bench/kernels.py on an H200 (see bench/RESULTS.md, "## triton").
+DECODE_CONFIG = {64: KernelConfig(16, 64, 4, 3), 128: KernelConfig(16, 64, 4, 3)}
+PREFILL_CONFIG = {64: KernelConfig(128, 64, 4, 2), 128: KernelConfig(128, 64, 8, 2)}
+
+# Split-K rule (see choose_num_segments); measured on an H200, bench/RESULTS.md.
+SPLIT_MAX_PROGRAMS_PER_SM = 1.0   # split only when the grid has fewer programs than this x SMs
+SPLIT_TARGET_PROGRAMS_PER_SM = 2.0  # ... and then cut into enough segments to reach this
+SPLIT_MIN_TOKENS_PER_SEGMENT = 512  # no segment shorter than this (of the longest context)
+SPLIT_MAX_SEGMENTS = 32
+
+_SM_COUNT: dict = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4  # interpreter: a small pretend GPU so the split path is exercised
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SM_COUNT:
+        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SM_COUNT[idx]
+
+
+def choose_num_segments(num_programs: int, max_context: int, sm_count: int) -> int:
+    """Number of key-range segments for split-K (1 = no split).
+
+    Args:
+        num_programs: programs of the unsplit launch (q-blocks x KV heads).
+        max_context: the longest context the launch may see, in tokens (an upper bound).
+        sm_count: streaming multiprocessors of the device.
+
+    Splitting pays only when the unsplit grid leaves SMs idle and each segment still streams
+    enough keys to amortise the extra reduction; the thresholds are module constants measured
+    with bench/kernels.py (split sweep).
+    """
+    if num_programs >= SPLIT_MAX_PROGRAMS_PER_SM * sm_count:
+        return 1
+    want = math.ceil(SPLIT_TARGET_PROGRAMS_PER_SM * sm_count / max(num_programs, 1))
+    cap = max_context // SPLIT_MIN_TOKENS_PER_SEGMENT
+    n = min(want, cap, SPLIT_MAX_SEGMENTS)
+    return n if n >= 2 else 1
+
+
+def _alloc(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Uninitialised buffer (tests replace this to poison outputs and scratch)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _dot_mode(q: torch.Tensor) -> int:
+    if q.dtype == torch.float32:
+        return 1
+    if not q.is_cuda and q.dtype == torch.bfloat16:
+        return 2
+    return 0
+
+
+def _check_runnable(t: torch.Tensor) -> None:
+    if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError(
+            "the Triton attention backend needs CUDA tensors; on the CPU it runs only under "
+            "TRITON_INTERPRET=1 (set before triton is imported) — use backend='torch' instead")
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: Optional[float] = None,
+    *,
+    config: Optional[KernelConfig] = None,
+    num_segments: Optional[int] = None,
+    out: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """See :func:`local_engine.attention.paged_attention`.
+
+    Extra keyword arguments (for benchmarks, tests and CUDA graphs): ``config`` overrides the
+    tile choice; ``num_segments`` forces the split-K segment count (1 = no split); ``out``
+    (``[num_tokens, num_heads, head_dim]``, q's dtype, contiguous last dim) receives the result.
+
+    Raises:
+        ValueError: ``num_heads`` not a multiple of ``num_kv_heads``, or shapes that disagree.
+        RuntimeError: CPU tensors without the Triton interpreter.
+    """
+    _check_runnable(q)
+    if q.dim() != 3:
+        raise ValueError(f"q must be [num_tokens, num_heads, head_dim]; got {tuple(q.shape)}")
+    num_tokens, num_heads, head_dim = q.shape
+    if k_cache.dim() != 4 or k_cache.shape != v_cache.shape or k_cache.shape[3] != head_dim:
+        raise ValueError(f"caches must be [num_blocks, block_size, num_kv_heads, {head_dim}]; got "
+                         f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+    num_seqs = seq_lens.shape[0]
+    if cu_seqlens_q.shape != (num_seqs + 1,) or block_tables.dim() != 2 or block_tables.shape[0] != num_seqs:
+        raise ValueError(
+            f"expected cu_seqlens_q [{num_seqs + 1}] and block_tables [{num_seqs}, max_blocks]; got "
+            f"{tuple(cu_seqlens_q.shape)} and {tuple(block_tables.shape)}")
+    if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
+        raise ValueError("k_cache/v_cache need a contiguous last (head_dim) dimension")
+    if scale is None:
+        scale = head_dim ** -0.5
+    if out is None:
+        out = _alloc((num_tokens, num_heads, head_dim), q.dtype, q.device)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(2) != 1:
+        raise ValueError(f"out must be {tuple(q.shape)} {q.dtype} with a contiguous last dim")
+    if num_tokens == 0 or num_seqs == 0:
+        return out
+    if q.stride(2) != 1:
+        q = q.contiguous()
+    if block_tables.stride(1) != 1:
+        block_tables = block_tables.contiguous()
+
+    group = num_heads // num_kv_heads
+    decode = num_tokens == num_seqs
+    if config is None:
+        table = DECODE_CONFIG if decode else PREFILL_CONFIG
+        config = table.get(head_dim) or table[128]
+    block_m = max(config.block_m, 16, triton.next_power_of_2(group))
+    block_q = block_m // group
+    num_q_blocks = num_tokens // block_q + num_seqs
+    if num_segments is None:
+        max_context = block_tables.shape[1] * block_size
+        num_segments = choose_num_segments(num_q_blocks * num_kv_heads, max_context, _sm_count(q.device))
+    head_dim_pad = max(16, triton.next_power_of_2(head_dim))
+    split = num_segments > 1
+    if split:
+        seg_out = _alloc((num_tokens, num_heads, num_segments, head_dim_pad), torch.float32, q.device)
+        seg_max = _alloc((num_tokens, num_heads, num_segments), torch.float32, q.device)
+        seg_sum = _alloc((num_tokens, num_heads, num_segments), torch.float32, q.device)
+    else:
+        seg_out = seg_max = seg_sum = out  # unused
+    paged_attention_kernel[(num_q_blocks, num_kv_heads, num_segments)](
+        out, seg_out, seg_max, seg_sum,
+        q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens,
+        float(scale) * LOG2E, num_seqs, num_segments,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        block_tables.stride(0),
+        NUM_HEADS=num_heads, G=group, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
+        BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_Q=block_q, TILE_N=config.tile_n,
+        SPLIT=split, DOT_MODE=_dot_mode(q), NUM_STAGES=config.num_stages,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if split:
+        _reduce_segments_kernel[(num_tokens, num_heads)](
+            out, seg_out, seg_max, seg_sum, num_segments, out.stride(0), out.stride(1),
+            NUM_HEADS=num_heads, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
+            SEG_PAD=triton.next_power_of_2(num_segments), num_warps=4,
+        )
+    return out
+
+
+def write_kv_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """See :func:`local_engine.attention.write_kv_cache` (Triton kernel, one launch).
+
+    Raises:
+        ValueError: shapes that disagree.
+        RuntimeError: CPU tensors without the Triton interpreter.
+    """
+    _check_runnable(key)
+    triton_kv_write.write_kv_cache(key, value, k_cache, v_cache, slot_mapping)
+
+
+__all__ = ["paged_attention", "write_kv_cache", "choose_num_segments", "KernelConfig"]
