@@ -1,0 +1,600 @@
+"""The ledger: every request's token counts, prices, cost, latency and prefix hash.
+
+``Tracker(path=None)`` writes to SQLite (WAL) at ``$PROMPTCACHE_LEDGER`` or, by default,
+``<user data dir>/promptcache/ledger.db`` (platformdirs). A ``postgresql://`` URL (argument
+or environment variable) writes to PostgreSQL through psycopg instead, for many
+application servers sharing one ledger.
+
+Guarantees:
+
+- **Durable once acknowledged**: ``record()`` returns after its transaction committed; in
+  WAL mode a commit survives a crash (SIGKILL) of the writing process. ``synchronous=
+  "FULL"`` also survives power loss at the price of an fsync per commit.
+- **Concurrent**: any number of threads (one connection per thread) and processes (SQLite
+  file locking, ``BEGIN IMMEDIATE`` with a busy timeout) may write at once. Each record
+  carries a unique ``record_id``; re-recording the same id is a no-op, never a duplicate.
+- **Private**: token counts, prices, cost, latency and the prefix hash are stored; prompt
+  text only when the Tracker is created with ``store_prompts=True`` and a prompt is given.
+- **Versioned**: ``meta.schema_version`` plus ordered migrations, applied on open.
+
+Costs are stored as integer pico-dollars (1e-12 USD) so that sums are exact: a price in
+USD per million tokens with at most 6 decimals gives an integral pico-dollar amount per
+token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from promptcache.errors import PromptCacheError
+from promptcache.pricing import Cost, Price, cost as compute_cost
+from promptcache.usage import Usage
+
+__all__ = ["Tracker", "LedgerError", "Record", "SummaryRow", "default_path", "parse_since",
+           "SCHEMA_VERSION"]
+
+log = logging.getLogger("promptcache.ledger")
+
+ENV_VAR = "PROMPTCACHE_LEDGER"
+PICO = Decimal(10) ** 12
+GROUPS = ("provider", "model", "prefix_hash", "day", "hour", "api")
+
+
+class LedgerError(PromptCacheError):
+    """The ledger cannot be opened, migrated or queried (message says what to fix)."""
+
+
+def default_path() -> str:
+    """``$PROMPTCACHE_LEDGER`` if set, else ``<user data dir>/promptcache/ledger.db``."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return env
+    import platformdirs
+
+    return str(Path(platformdirs.user_data_dir("promptcache", appauthor=False)) / "ledger.db")
+
+
+# --- schema ---------------------------------------------------------------------------
+
+# Portable DDL: {pk} / {float} / {bigint} are filled per dialect.
+_MIGRATIONS: list[list[str]] = [
+    # version 1
+    [
+        """CREATE TABLE IF NOT EXISTS requests (
+            id {pk},
+            record_id TEXT NOT NULL UNIQUE,
+            ts {float} NOT NULL,
+            day TEXT NOT NULL,
+            provider TEXT,
+            model TEXT,
+            api TEXT,
+            prefix_hash TEXT,
+            uncached_input_tokens {bigint} NOT NULL,
+            cache_read_tokens {bigint} NOT NULL,
+            cache_write_tokens {bigint} NOT NULL,
+            cache_write_5m_tokens {bigint} NOT NULL,
+            cache_write_1h_tokens {bigint} NOT NULL,
+            output_tokens {bigint} NOT NULL,
+            reasoning_tokens {bigint},
+            cache_reported INTEGER NOT NULL,
+            cost_pusd {bigint},
+            baseline_pusd {bigint},
+            price_json TEXT,
+            latency_ms {float},
+            ttft_ms {float},
+            stream INTEGER NOT NULL DEFAULT 0,
+            flags TEXT,
+            metadata TEXT,
+            prompt_text TEXT
+        )""",
+        "CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts)",
+        "CREATE INDEX IF NOT EXISTS requests_prefix ON requests (prefix_hash)",
+    ],
+]
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+_COLUMNS = ("record_id", "ts", "day", "provider", "model", "api", "prefix_hash",
+            "uncached_input_tokens", "cache_read_tokens", "cache_write_tokens",
+            "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens",
+            "reasoning_tokens", "cache_reported", "cost_pusd", "baseline_pusd", "price_json",
+            "latency_ms", "ttft_ms", "stream", "flags", "metadata", "prompt_text")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One stored request, as read back by :meth:`Tracker.records`."""
+
+    record_id: str
+    ts: float
+    provider: str | None
+    model: str | None
+    api: str | None
+    prefix_hash: str | None
+    usage: Usage
+    cost: Decimal | None
+    baseline: Decimal | None
+    latency_ms: float | None
+    ttft_ms: float | None
+    stream: bool
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    prompt_text: str | None = None
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """Aggregates for one group of :meth:`Tracker.summary`.
+
+    Token counts are sums over the group's requests. ``hit_rate`` is token-weighted:
+    cache-read tokens / prompt tokens over the requests whose provider reported caching
+    (None when none did); ``unreported_requests`` counts the others (unknown, not misses).
+    ``cost``, ``baseline`` (no-cache cost) and ``saving`` are USD over the priced
+    requests; ``unpriced_requests`` had no known price.
+    """
+
+    key: str | None
+    requests: int
+    uncached_input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    prompt_tokens: int
+    hit_rate: float | None
+    unreported_requests: int
+    cost: Decimal
+    baseline: Decimal
+    saving: Decimal
+    unpriced_requests: int
+    misses: int = 0
+    mean_latency_ms: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.__dict__.copy()
+        for k in ("cost", "baseline", "saving"):
+            d[k] = str(d[k])
+        return d
+
+
+_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(since: Any, now: float | None = None) -> float | None:
+    """A lower time bound as a Unix timestamp (seconds). Accepts None, a number (Unix
+    seconds), a ``datetime`` (naive = UTC), a ``timedelta`` (that long ago), a duration
+    string ``"30m"``, ``"24h"``, ``"7d"``, ``"2w"``, or an ISO date/datetime string.
+    Raises ``ValueError`` with the accepted forms otherwise."""
+    if since is None:
+        return None
+    now = time.time() if now is None else now
+    if isinstance(since, bool):
+        raise ValueError(f"since={since!r}: expected a duration like 7d, a date or a time")
+    if isinstance(since, (int, float)):
+        return float(since)
+    if isinstance(since, timedelta):
+        return now - since.total_seconds()
+    if isinstance(since, datetime):
+        if since.tzinfo is None:
+            since = since.replace(tzinfo=timezone.utc)
+        return since.timestamp()
+    if isinstance(since, str):
+        m = _SINCE.match(since)
+        if m:
+            return now - float(m.group(1)) * _UNITS[m.group(2)]
+        try:
+            return parse_since(datetime.fromisoformat(since.strip()), now)
+        except ValueError:
+            pass
+    raise ValueError(f"since={since!r}: expected a duration such as 30m, 24h, 7d, 2w, an "
+                     "ISO date such as 2026-07-01, or a Unix timestamp")
+
+
+def _pusd(amount: Decimal) -> int:
+    """USD -> integer pico-dollars (exact for prices with <= 6 decimals; else rounded)."""
+    return int((amount * PICO).to_integral_value())
+
+
+class _Dialect:
+    name = "sqlite"
+    param = "?"
+    ddl = {"pk": "INTEGER PRIMARY KEY AUTOINCREMENT", "float": "REAL", "bigint": "INTEGER"}
+    insert_ignore = "INSERT OR IGNORE INTO"
+    conflict_tail = ""
+    hour_expr = "CAST(ts / 3600 AS INTEGER)"
+
+
+class _PgDialect(_Dialect):
+    name = "postgresql"
+    param = "%s"
+    ddl = {"pk": "BIGSERIAL PRIMARY KEY", "float": "DOUBLE PRECISION", "bigint": "BIGINT"}
+    insert_ignore = "INSERT INTO"
+    conflict_tail = " ON CONFLICT (record_id) DO NOTHING"
+    hour_expr = "CAST(FLOOR(ts / 3600) AS BIGINT)"
+
+
+class Tracker:
+    """A ledger of requests (SQLite in WAL mode, or PostgreSQL for a ``postgresql://``
+    URL).
+
+    ``path``: a file path, ``":memory:"`` is refused (use a temp file), or a
+    ``postgresql://`` / ``postgres://`` URL; default :func:`default_path`.
+    ``store_prompts``: keep prompt text given to :meth:`record` (off by default).
+    ``synchronous``: SQLite ``"NORMAL"`` (default; commits survive a process crash) or
+    ``"FULL"`` (also survive power loss). ``busy_timeout_s``: how long a writer waits for
+    another process's lock before :class:`LedgerError`.
+
+    Thread-safe and process-safe; one connection per thread, reopened after ``fork``.
+    Raises :class:`LedgerError` when the database cannot be opened or is from a newer
+    promptcache (schema version above :data:`SCHEMA_VERSION`).
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+                 store_prompts: bool = False, synchronous: str = "NORMAL",
+                 busy_timeout_s: float = 60.0) -> None:
+        target = str(path) if path is not None else default_path()
+        if target == ":memory:":
+            raise LedgerError("an in-memory ledger cannot be shared across threads or "
+                              "processes; give a file path")
+        self.store_prompts = store_prompts
+        self.busy_timeout_s = busy_timeout_s
+        if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
+            raise LedgerError(f"synchronous={synchronous!r}: use NORMAL or FULL")
+        self.synchronous = synchronous.upper()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all_conns: list[Any] = []
+        self._closed = False
+        if re.match(r"^postgres(ql)?://", target):
+            self.url: str | None = target
+            self.path: str | None = None
+            self.dialect: type[_Dialect] = _PgDialect
+        else:
+            self.url = None
+            self.path = os.path.abspath(os.path.expanduser(target))
+            self.dialect = _Dialect
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise LedgerError(f"cannot create the ledger directory for {self.path}: "
+                                  f"{e.strerror}") from None
+        self._migrate()
+
+    # -- connections ---------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        where = self.path if self.url is None else re.sub(r"//[^@/]*@", "//***@", self.url)
+        return f"Tracker({where!r})"
+
+    def _connect(self) -> Any:
+        if self.url is not None:
+            try:
+                import psycopg
+            except ImportError:
+                raise LedgerError("a postgresql:// ledger needs psycopg: "
+                                  "pip install 'psycopg[binary]'") from None
+            try:
+                conn = psycopg.connect(self.url, autocommit=True,
+                                       connect_timeout=int(max(1, self.busy_timeout_s)))
+            except psycopg.Error as e:
+                raise LedgerError(f"cannot connect to the PostgreSQL ledger: "
+                                  f"{str(e).strip().splitlines()[0]}") from None
+            return conn
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s,
+                                   isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise LedgerError(f"{self.path}: could not switch to WAL mode (got {mode}); "
+                                  "is it on a network file system?")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except sqlite3.DatabaseError as e:
+            raise LedgerError(f"cannot open the ledger {self.path}: {e}") from None
+        return conn
+
+    def _conn(self) -> Any:
+        if self._closed:
+            raise LedgerError("this Tracker is closed")
+        conn = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            conn = self._connect()
+            self._local.conn, self._local.pid = conn, os.getpid()
+            with self._lock:
+                self._all_conns.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[Any]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite: takes the write lock up front so
+        concurrent writers wait instead of failing on a lock upgrade)."""
+        conn = self._conn()
+        if self.url is None:
+            cur = conn.cursor()
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                raise LedgerError(f"ledger {self.path} is locked or unwritable: {e}") from None
+            try:
+                yield cur
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+        else:
+            with conn.transaction():
+                with conn.cursor() as cur:
+                    yield cur
+
+    def close(self) -> None:
+        """Close every connection this Tracker opened (in any thread)."""
+        with self._lock:
+            conns, self._all_conns = self._all_conns, []
+        for c in conns:
+            try:
+                c.close()
+            except Exception:  # pragma: no cover - closing is best effort
+                pass
+        self._closed = True
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _migrate(self) -> None:
+        d = self.dialect
+        try:
+            with self._write() as cur:
+                cur.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, "
+                            "value TEXT NOT NULL)")
+                cur.execute(f"SELECT value FROM meta WHERE key = {d.param}",
+                            ("schema_version",))
+                row = cur.fetchone()
+                version = int(row[0]) if row else 0
+                if version > SCHEMA_VERSION:
+                    raise LedgerError(
+                        f"ledger {self} has schema version {version}, newer than this "
+                        f"promptcache understands ({SCHEMA_VERSION}); upgrade promptcache")
+                for v in range(version, SCHEMA_VERSION):
+                    for stmt in _MIGRATIONS[v]:
+                        cur.execute(stmt.format(**d.ddl))
+                if version != SCHEMA_VERSION:
+                    if row:
+                        cur.execute(f"UPDATE meta SET value = {d.param} WHERE key = "
+                                    f"{d.param}", (str(SCHEMA_VERSION), "schema_version"))
+                    else:
+                        cur.execute(f"INSERT INTO meta (key, value) VALUES ({d.param}, "
+                                    f"{d.param})", ("schema_version", str(SCHEMA_VERSION)))
+        except sqlite3.DatabaseError as e:
+            raise LedgerError(f"{self.path} is not a promptcache ledger (or is damaged): "
+                              f"{e}") from None
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version stored in the database."""
+        cur = self._conn().cursor()
+        cur.execute(f"SELECT value FROM meta WHERE key = {self.dialect.param}",
+                    ("schema_version",))
+        return int(cur.fetchone()[0])
+
+    # -- writing -------------------------------------------------------------------
+
+    def _row(self, usage: Usage, *, model: str | None = None, provider: str | None = None,
+             price: Price | None = None, cost: Cost | None = None, api: str | None = None,
+             prefix_hash: str | None = None, latency_ms: float | None = None,
+             ttft_ms: float | None = None, stream: bool = False,
+             metadata: Mapping[str, Any] | None = None, prompt: str | None = None,
+             ts: float | None = None, record_id: str | None = None) -> tuple[Any, ...]:
+        if not isinstance(usage, Usage):
+            raise TypeError("Tracker.record needs a promptcache.Usage; convert a response "
+                            "with promptcache.normalize_usage(provider, response) first")
+        model = model or usage.model
+        provider = provider or usage.provider
+        if cost is None:
+            try:
+                cost = compute_cost(usage, model=model, price=price)
+            except PromptCacheError as e:  # unknown price: stored unpriced, not an error
+                log.debug("ledger: request recorded without cost: %s", e)
+        ts = time.time() if ts is None else float(ts)
+        day = datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d")
+        return (
+            record_id or uuid.uuid4().hex, ts, day, provider, model, api, prefix_hash,
+            usage.uncached_input_tokens, usage.cache_read_tokens, usage.cache_write_tokens,
+            usage.cache_write_5m_tokens, usage.cache_write_1h_tokens, usage.output_tokens,
+            usage.reasoning_tokens, int(usage.cache_reported),
+            None if cost is None else _pusd(cost.total),
+            None if cost is None else _pusd(cost.baseline),
+            None if cost is None or cost.price is None else json.dumps(cost.price.to_dict(),
+                                                                       sort_keys=True),
+            latency_ms, ttft_ms, int(bool(stream)),
+            json.dumps(list(usage.flags)) if usage.flags else None,
+            json.dumps(dict(metadata), sort_keys=True, default=str) if metadata else None,
+            prompt if (self.store_prompts and prompt is not None) else None,
+        )
+
+    def _insert_sql(self) -> str:
+        d = self.dialect
+        cols = ", ".join(_COLUMNS)
+        marks = ", ".join([d.param] * len(_COLUMNS))
+        return f"{d.insert_ignore} requests ({cols}) VALUES ({marks}){d.conflict_tail}"
+
+    def record(self, usage: Usage, **fields: Any) -> str:
+        """Store one request and return its ``record_id`` once committed (durable).
+
+        ``usage``: a normalized :class:`~promptcache.Usage`. Keyword fields (all optional):
+        ``model``, ``provider`` (default: from the usage), ``price`` (a ``Price``; else the
+        model's bundled row; an unknown price stores the request without cost), ``cost``
+        (a precomputed ``Cost``), ``api`` (e.g. ``"chat.completions"``), ``prefix_hash``,
+        ``latency_ms`` and ``ttft_ms`` (milliseconds), ``stream``, ``metadata`` (a JSON-able
+        mapping), ``prompt`` (stored only with ``store_prompts=True``), ``ts`` (Unix
+        seconds, default now), ``record_id`` (default a new UUID; an id already stored is
+        ignored, so retries never duplicate).
+        """
+        row = self._row(usage, **fields)
+        with self._write() as cur:
+            cur.execute(self._insert_sql(), row)
+        return row[0]
+
+    def record_many(self, items: Iterable[Usage | tuple[Usage, Mapping[str, Any]]]) -> list[str]:
+        """Store many requests in ONE transaction (much faster than ``record`` in a loop).
+        Each item is a ``Usage`` or ``(usage, fields)`` with ``record``'s keywords.
+        All or nothing; returns the record ids."""
+        rows = []
+        for item in items:
+            if isinstance(item, Usage):
+                rows.append(self._row(item))
+            else:
+                usage, kw = item
+                rows.append(self._row(usage, **kw))
+        if rows:
+            with self._write() as cur:
+                cur.executemany(self._insert_sql(), rows)
+        return [r[0] for r in rows]
+
+    # -- reading -------------------------------------------------------------------
+
+    def count(self) -> int:
+        """Number of stored requests."""
+        cur = self._conn().cursor()
+        cur.execute("SELECT COUNT(*) FROM requests")
+        return int(cur.fetchone()[0])
+
+    def summary(self, by: str | None = "provider", since: Any = None,
+                until: Any = None) -> list[SummaryRow]:
+        """Aggregate the ledger. ``by``: ``"provider"``, ``"model"``, ``"prefix_hash"``,
+        ``"day"`` (UTC date), ``"hour"`` (UTC, ISO text), ``"api"``, or None for one
+        overall row. ``since``/``until``: see :func:`parse_since`. Rows are ordered by
+        key (time groups) or by cost, largest first. Raises ``ValueError`` for an
+        unknown ``by``."""
+        if by is not None and by not in GROUPS:
+            raise ValueError(f"by={by!r}: use one of {', '.join(GROUPS)} or None")
+        d = self.dialect
+        key = {"hour": d.hour_expr, None: "NULL"}.get(by, by)
+        where, params = [], []
+        lo, hi = parse_since(since), parse_since(until)
+        if lo is not None:
+            where.append(f"ts >= {d.param}")
+            params.append(lo)
+        if hi is not None:
+            where.append(f"ts < {d.param}")
+            params.append(hi)
+        sql = f"""SELECT {key} AS k, COUNT(*),
+            SUM(uncached_input_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens),
+            SUM(output_tokens),
+            SUM(CASE WHEN cache_reported = 1 THEN cache_read_tokens ELSE 0 END),
+            SUM(CASE WHEN cache_reported = 1 THEN uncached_input_tokens + cache_read_tokens
+                     + cache_write_tokens ELSE 0 END),
+            SUM(CASE WHEN cache_reported = 1 THEN 0 ELSE 1 END),
+            SUM(cost_pusd), SUM(baseline_pusd),
+            SUM(CASE WHEN cost_pusd IS NULL THEN 1 ELSE 0 END),
+            SUM(CASE WHEN cache_reported = 1 AND cache_read_tokens = 0 THEN 1 ELSE 0 END),
+            AVG(latency_ms)
+            FROM requests {'WHERE ' + ' AND '.join(where) if where else ''}
+            GROUP BY k"""
+        cur = self._conn().cursor()
+        try:
+            cur.execute(sql, params)
+            rows = cur.fetchall()
+        except sqlite3.OperationalError as e:
+            if "overflow" not in str(e):
+                raise
+            rows = self._summary_exact(sql.replace("SUM(cost_pusd), SUM(baseline_pusd)",
+                                                   "NULL, NULL"), params, key, where)
+        out = []
+        for r in rows:
+            k = r[0]
+            if by == "hour" and k is not None:
+                k = datetime.fromtimestamp(int(k) * 3600, timezone.utc).strftime(
+                    "%Y-%m-%dT%H:00Z")
+            req = int(r[1])
+            uncached, read, write, output = (int(x or 0) for x in r[2:6])
+            rep_read, rep_prompt = int(r[6] or 0), int(r[7] or 0)
+            cost_p = Decimal(int(r[9] or 0)) / PICO
+            base_p = Decimal(int(r[10] or 0)) / PICO
+            out.append(SummaryRow(
+                key=None if k is None else str(k), requests=req,
+                uncached_input_tokens=uncached, cache_read_tokens=read,
+                cache_write_tokens=write, output_tokens=output,
+                prompt_tokens=uncached + read + write,
+                hit_rate=(rep_read / rep_prompt) if rep_prompt else None,
+                unreported_requests=int(r[8] or 0), cost=cost_p, baseline=base_p,
+                saving=base_p - cost_p, unpriced_requests=int(r[11] or 0),
+                misses=int(r[12] or 0),
+                mean_latency_ms=None if r[13] is None else float(r[13])))
+        if by in ("day", "hour"):
+            out.sort(key=lambda s: s.key or "")
+        else:
+            out.sort(key=lambda s: (-s.cost, -s.requests, s.key or ""))
+        return out
+
+    def _summary_exact(self, sql: str, params: list[Any], key: str,
+                       where: list[str]) -> list[tuple]:
+        """Fallback when SQLite's 64-bit SUM overflows: sum costs in Python integers."""
+        cur = self._conn().cursor()
+        cur.execute(sql, params)
+        rows = {r[0]: list(r) for r in cur.fetchall()}
+        cur.execute(f"SELECT {key}, cost_pusd, baseline_pusd FROM requests "
+                    f"{'WHERE ' + ' AND '.join(where) if where else ''}", params)
+        for k, c, b in cur:
+            row = rows[k]
+            row[9] = (row[9] or 0) + (c or 0)
+            row[10] = (row[10] or 0) + (b or 0)
+        return [tuple(r) for r in rows.values()]
+
+    def records(self, since: Any = None, limit: int | None = None) -> list[Record]:
+        """Stored requests, oldest first (``limit``: the most recent N)."""
+        d = self.dialect
+        cols = ", ".join(_COLUMNS)
+        sql = f"SELECT {cols} FROM requests"
+        params: list[Any] = []
+        lo = parse_since(since)
+        if lo is not None:
+            sql += f" WHERE ts >= {d.param}"
+            params.append(lo)
+        sql += " ORDER BY ts DESC, id DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        cur = self._conn().cursor()
+        cur.execute(sql, params)
+        out = []
+        for r in reversed(cur.fetchall()):
+            row = dict(zip(_COLUMNS, r))
+            w5, w1, w = (row["cache_write_5m_tokens"], row["cache_write_1h_tokens"],
+                         row["cache_write_tokens"])
+            ttl = {"5m": w5, "1h": w1}
+            if w - w5 - w1:
+                ttl["other"] = w - w5 - w1
+            usage = Usage(uncached_input_tokens=row["uncached_input_tokens"],
+                          cache_read_tokens=row["cache_read_tokens"], cache_write_tokens=w,
+                          output_tokens=row["output_tokens"], cache_write_by_ttl=ttl,
+                          cache_reported=bool(row["cache_reported"]),
+                          reasoning_tokens=row["reasoning_tokens"],
+                          provider=row["provider"], model=row["model"],
+                          flags=tuple(json.loads(row["flags"])) if row["flags"] else ())
+            out.append(Record(
+                record_id=row["record_id"], ts=row["ts"], provider=row["provider"],
+                model=row["model"], api=row["api"], prefix_hash=row["prefix_hash"],
+                usage=usage,
+                cost=None if row["cost_pusd"] is None else Decimal(row["cost_pusd"]) / PICO,
+                baseline=(None if row["baseline_pusd"] is None
+                          else Decimal(row["baseline_pusd"]) / PICO),
+                latency_ms=row["latency_ms"], ttft_ms=row["ttft_ms"],
+                stream=bool(row["stream"]),
+                metadata=json.loads(row["metadata"]) if row["metadata"] else {},
+                prompt_text=row["prompt_text"]))
+        return out

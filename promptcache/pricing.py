@@ -1,0 +1,350 @@
+"""Prices and cost: exact decimal arithmetic on a normalized :class:`~promptcache.Usage`.
+
+Prices are USD per million tokens (the unit every provider's pricing page uses). The
+bundled table ``promptcache/data/prices.toml`` gives, per model, the base input and output
+prices, the cache-read price, the cache-write prices per TTL and (Gemini) the cache storage
+price per million tokens per hour, each row with its ``source`` page and the ``date`` it
+was read. Users override or add models with :func:`register_price`, a TOML file of the same
+shape (:func:`load_prices`, or the ``PROMPTCACHE_PRICES`` environment variable), or by
+passing ``price=Price(...)`` to :func:`cost`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, localcontext
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from promptcache.errors import PricingError, UsageError
+from promptcache.usage import Usage
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["Price", "Cost", "cost", "price_for", "register_price", "load_prices",
+           "known_models", "MILLION"]
+
+MILLION = Decimal(1_000_000)
+_PRICE_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h",
+                 "storage_per_hour")
+
+
+def _dec(value: Any, name: str) -> Decimal | None:
+    """A price as an exact Decimal (floats go through ``str`` so 0.3 stays 0.3)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise PricingError(f"price {name} must be a number, got {value!r}")
+    if isinstance(value, Decimal):
+        d = value
+    elif isinstance(value, (int, str)):
+        try:
+            d = Decimal(str(value).strip())
+        except Exception:
+            raise PricingError(f"price {name} is not a number: {value!r}") from None
+    elif isinstance(value, float):
+        d = Decimal(repr(value))
+    else:
+        raise PricingError(f"price {name} must be a number, got {type(value).__name__}")
+    if not d.is_finite() or d < 0:
+        raise PricingError(f"price {name} must be a finite number >= 0, got {value!r}")
+    return d
+
+
+@dataclass(frozen=True)
+class Price:
+    """A model's prices in USD per million tokens (``Decimal``; ints, strings and floats
+    are converted exactly through their decimal text).
+
+    - ``input``, ``output``: base prices (required).
+    - ``cache_read``: price of a token served from the cache; None = not known.
+    - ``cache_write_5m``, ``cache_write_1h``: price of a token written to the cache with a
+      5-minute / 1-hour TTL (Anthropic, Bedrock); None = not known, and a usage with such
+      writes raises :class:`~promptcache.errors.PricingError` rather than falling back
+      to another TTL's price.
+    - ``cache_write``: write prices for other TTL labels (OpenAI ``"30m"``, ``"12h"``).
+    - ``storage_per_hour``: cache storage (Gemini explicit caching), USD per million
+      tokens per hour; informational here (storage is billed per cache, not per request).
+    - ``model``, ``provider``, ``source``, ``date``: where the figures come from.
+    """
+
+    input: Decimal
+    output: Decimal
+    cache_read: Decimal | None = None
+    cache_write_5m: Decimal | None = None
+    cache_write_1h: Decimal | None = None
+    cache_write: Mapping[str, Decimal] = field(default_factory=dict)
+    storage_per_hour: Decimal | None = None
+    model: str | None = None
+    provider: str | None = None
+    source: str | None = None
+    date: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in _PRICE_FIELDS:
+            object.__setattr__(self, name, _dec(getattr(self, name), name))
+        if self.input is None or self.output is None:
+            raise PricingError("Price needs both input and output prices")
+        object.__setattr__(self, "cache_write",
+                           {str(k): _dec(v, f"cache_write[{k!r}]")
+                            for k, v in dict(self.cache_write).items()})
+
+    def write_price(self, ttl: str) -> Decimal:
+        """The price of a cache write with TTL label ``ttl``; raises ``PricingError``
+        when this price is not known (never substitutes another TTL's price)."""
+        value = {"5m": self.cache_write_5m, "1h": self.cache_write_1h}.get(ttl)
+        if value is None:
+            value = self.cache_write.get(ttl)
+        if value is None:
+            raise PricingError(f"no cache write price for TTL {ttl!r} for model "
+                               f"{self.model or '(custom price)'}; pass "
+                               f"Price(cache_write_{ttl}=...)" if ttl in ("5m", "1h") else
+                               f"no cache write price for TTL {ttl!r} for model "
+                               f"{self.model or '(custom price)'}; pass "
+                               f"Price(cache_write={{{ttl!r}: ...}})")
+        return value
+
+    def break_even_reads(self, ttl: str = "5m") -> int:
+        """How many later cache reads repay one cache write at ``ttl``: the smallest n with
+        n * (input - cache_read) >= write - input (per token). 0 when the write costs no
+        more than input; raises ``PricingError`` when reads save nothing."""
+        extra = self.write_price(ttl) - self.input
+        if extra <= 0:
+            return 0
+        if self.cache_read is None:
+            raise PricingError(f"no cache read price for {self.model or '(custom price)'}")
+        saving = self.input - self.cache_read
+        if saving <= 0:
+            raise PricingError("cache reads cost no less than input: a write never pays off")
+        return int(math.ceil(extra / saving))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (prices as decimal strings)."""
+        d: dict[str, Any] = {k: (None if getattr(self, k) is None else str(getattr(self, k)))
+                             for k in _PRICE_FIELDS}
+        d["cache_write"] = {k: str(v) for k, v in self.cache_write.items()}
+        d.update(model=self.model, provider=self.provider, source=self.source, date=self.date)
+        return d
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one usage cost, in USD (exact ``Decimal``).
+
+    - ``input``: uncached input tokens x input price; ``cache_read``: reads x read price;
+      ``cache_write``: writes x their TTL's write price (``cache_write_by_ttl`` splits it);
+      ``output``: output tokens x output price.
+    - ``total``: their sum. ``baseline``: the same request with no cache at all (every
+      prompt token at the input price, plus output). ``saving``: ``baseline - total``
+      (negative when writes were not yet repaid by reads).
+    - ``break_even``: for each TTL written in this usage, the reads that repay a write.
+    - ``upper_bound``: True when the provider did not report caching, so every prompt
+      token was priced as uncached (the true cost may be lower).
+    """
+
+    input: Decimal
+    cache_read: Decimal
+    cache_write: Decimal
+    output: Decimal
+    total: Decimal
+    baseline: Decimal
+    saving: Decimal
+    cache_write_by_ttl: Mapping[str, Decimal] = field(default_factory=dict)
+    break_even: Mapping[str, int] = field(default_factory=dict)
+    upper_bound: bool = False
+    model: str | None = None
+    price: Price | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (amounts as decimal strings)."""
+        return {"input": str(self.input), "cache_read": str(self.cache_read),
+                "cache_write": str(self.cache_write), "output": str(self.output),
+                "total": str(self.total), "baseline": str(self.baseline),
+                "saving": str(self.saving),
+                "cache_write_by_ttl": {k: str(v) for k, v in self.cache_write_by_ttl.items()},
+                "break_even": dict(self.break_even), "upper_bound": self.upper_bound,
+                "model": self.model}
+
+
+def cost(usage: Usage, model: str | None = None, price: Price | None = None) -> Cost:
+    """Price one normalized usage.
+
+    ``usage``: a :class:`~promptcache.Usage` (from :func:`promptcache.normalize_usage`).
+    ``model``: looks up the bundled/registered price table (defaults to ``usage.model``);
+    ``price``: a :class:`Price` that takes precedence over the table.
+
+    Amounts are ``tokens * price_per_million / 1_000_000`` in exact decimal arithmetic
+    (no rounding). Raises :class:`~promptcache.errors.PricingError` when no price is known
+    for the model, when cache reads occur but the read price is unknown, or when writes
+    occur at a TTL whose write price is unknown; ``UsageError`` when ``usage`` is not a
+    ``Usage``.
+    """
+    if not isinstance(usage, Usage):
+        raise UsageError("cost() takes a promptcache.Usage; convert a provider response "
+                         "first with promptcache.normalize_usage(provider, response)")
+    model = model or usage.model
+    if price is None:
+        if not model:
+            raise PricingError("no model and no price: pass model='...' or price=Price(...)")
+        price = price_for(model)
+    with localcontext() as ctx:
+        ctx.prec = 60  # far beyond any token count x price: results are exact
+        c_input = usage.uncached_input_tokens * price.input / MILLION
+        if usage.cache_read_tokens:
+            if price.cache_read is None:
+                raise PricingError(f"no cache read price for {price.model or model}")
+            c_read = usage.cache_read_tokens * price.cache_read / MILLION
+        else:
+            c_read = Decimal(0)
+        by_ttl = {ttl: n * price.write_price(ttl) / MILLION
+                  for ttl, n in usage.cache_write_by_ttl.items()}
+        c_write = sum(by_ttl.values(), Decimal(0))
+        c_output = usage.output_tokens * price.output / MILLION
+        total = c_input + c_read + c_write + c_output
+        baseline = usage.prompt_tokens * price.input / MILLION + c_output
+        saving = baseline - total
+    break_even = {}
+    for ttl in usage.cache_write_by_ttl:
+        try:
+            break_even[ttl] = price.break_even_reads(ttl)
+        except PricingError:
+            pass
+    return Cost(input=c_input, cache_read=c_read, cache_write=c_write, output=c_output,
+                total=total, baseline=baseline, saving=saving, cache_write_by_ttl=by_ttl,
+                break_even=break_even, upper_bound=not usage.cache_reported,
+                model=price.model or model, price=price)
+
+
+# --- the price table ------------------------------------------------------------------
+
+_TABLE: dict[str, Price] | None = None
+_ALIASES: dict[str, str] = {}
+_USER: dict[str, Price] = {}
+
+
+def _price_from_row(name: str, row: Mapping[str, Any], where: str) -> Price:
+    known = set(_PRICE_FIELDS) | {"cache_write", "provider", "source", "date", "aliases"}
+    unknown = set(row) - known
+    if unknown:
+        raise PricingError(f"{where}: model {name!r} has unknown field(s) "
+                           f"{', '.join(sorted(unknown))}")
+    kwargs = {k: row.get(k) for k in _PRICE_FIELDS}
+    if "input" not in row or "output" not in row:
+        raise PricingError(f"{where}: model {name!r} needs input and output prices")
+    return Price(**kwargs, cache_write=dict(row.get("cache_write", {})), model=name,
+                 provider=row.get("provider"), source=row.get("source"),
+                 date=str(row["date"]) if row.get("date") is not None else None)
+
+
+def _parse_table(text: str, where: str) -> tuple[dict[str, Price], dict[str, str]]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PricingError(f"{where}: not valid TOML: {e}") from None
+    models = data.get("models")
+    if not isinstance(models, dict):
+        raise PricingError(f"{where}: expected a [models.\"NAME\"] table per model")
+    table, aliases = {}, {}
+    for name, row in models.items():
+        if not isinstance(row, dict):
+            raise PricingError(f"{where}: models.{name} must be a table")
+        table[name.lower()] = _price_from_row(name, row, where)
+        for alias in row.get("aliases", []):
+            aliases[str(alias).lower()] = name.lower()
+    return table, aliases
+
+
+def _load_bundled() -> dict[str, Price]:
+    global _TABLE
+    if _TABLE is None:
+        text = resources.files("promptcache").joinpath("data/prices.toml").read_text("utf-8")
+        table, aliases = _parse_table(text, "promptcache/data/prices.toml")
+        _ALIASES.update(aliases)
+        env = os.environ.get("PROMPTCACHE_PRICES")
+        if env:
+            extra, extra_aliases = _parse_table(Path(env).read_text("utf-8"), env)
+            table.update(extra)
+            _ALIASES.update(extra_aliases)
+        _TABLE = table
+    return _TABLE
+
+
+def load_prices(path: str | os.PathLike[str]) -> list[str]:
+    """Add or override models from a TOML file shaped like the bundled table
+    (``[models."NAME"]`` with ``input``, ``output``, ``cache_read``, ``cache_write_5m``,
+    ``cache_write_1h``, ``cache_write = {"30m" = ...}``, ``storage_per_hour``, ``source``,
+    ``date``, ``aliases``). Returns the model names loaded. Raises ``PricingError`` on a
+    malformed file, ``OSError`` when it cannot be read."""
+    table, aliases = _parse_table(Path(path).read_text("utf-8"), str(path))
+    _USER.update(table)
+    _ALIASES.update(aliases)
+    return [p.model or k for k, p in table.items()]
+
+
+def register_price(model: str, price: Price) -> None:
+    """Use ``price`` for ``model`` (case-insensitive) from now on, over the bundled row."""
+    if not isinstance(price, Price):
+        raise PricingError("register_price needs a promptcache.Price")
+    if price.model is None:
+        price = Price(**{k: getattr(price, k) for k in _PRICE_FIELDS},
+                      cache_write=price.cache_write, model=model, provider=price.provider,
+                      source=price.source, date=price.date)
+    _USER[model.lower()] = price
+
+
+def known_models() -> list[str]:
+    """Every model name with a price (bundled, file-loaded and registered)."""
+    return sorted({p.model or k for k, p in {**_load_bundled(), **_USER}.items()})
+
+
+def _candidates(model: str) -> list[str]:
+    m = model.strip().lower()
+    out = [m]
+    if "/" in m:  # "anthropic/claude-...", "models/gemini-..."
+        out.append(m.rsplit("/", 1)[1])
+    for c in list(out):  # Bedrock ids: "us.anthropic.claude-...-v1:0"
+        if ".anthropic." in c or c.startswith("anthropic."):
+            base = c.split("anthropic.", 1)[1]
+            out += [base, base.split("-v1:")[0].split("-v2:")[0]]
+    return out
+
+
+# What may follow a table name in a snapshot id: dates, "latest", "-001", Bedrock versions.
+_SNAPSHOT_SUFFIX = re.compile(
+    r"^(?:[-@](?:\d{8}|\d{4}-\d{2}-\d{2}|latest|\d{3})|-v\d+(?::\d+)?|:\d+)*$")
+
+
+def price_for(model: str) -> Price:
+    """The price row for ``model``: exact name or alias first, then the longest table name
+    that the model id starts with (so dated snapshots such as ``gpt-4o-2024-08-06`` find
+    ``gpt-4o``). Raises ``PricingError`` naming the closest known models when none fits."""
+    table = {**_load_bundled(), **_USER}
+    cands = _candidates(model)
+    for c in cands:
+        if c in table:
+            return table[c]
+        if c in _ALIASES and _ALIASES[c] in table:
+            return table[_ALIASES[c]]
+    best = None
+    for c in cands:
+        for name in table:
+            if c.startswith(name) and _SNAPSHOT_SUFFIX.match(c[len(name):]) and (
+                    best is None or len(name) > len(best)):
+                best = name
+    if best is not None:
+        return table[best]
+    import difflib
+
+    close = difflib.get_close_matches(cands[-1], list(table), n=3)
+    hint = f" (closest: {', '.join(close)})" if close else ""
+    raise PricingError(f"no price known for model {model!r}{hint}; pass "
+                       "price=promptcache.Price(input=..., output=...) or load a TOML file")
