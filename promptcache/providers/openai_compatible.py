@@ -7,6 +7,46 @@ Two sections, owned by different parts of the SDK: request rendering (used by
 from __future__ import annotations
 
 # --- request rendering ---------------------------------------------------------------
+#
+# Owned by promptcache.build (SDK-BUILD): ``render(prompt, model, ...)`` for servers that speak
+# the OpenAI Chat Completions API with automatic prefix caching (vLLM, SGLang, the local
+# engine). They cache by token prefix in fixed blocks (vLLM and the local engine: 16 tokens),
+# so no cache markers are needed; what matters is that the frozen layers render to the same
+# bytes every time, which ``promptcache.build`` guarantees.
+
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from promptcache.build import Prompt
+
+
+def render(prompt: "Prompt", model: str, *, cache_salt: Optional[str] = None,
+           api: str = "chat") -> dict[str, Any]:
+    """Keyword arguments for ``OpenAI(base_url=...).chat.completions.create(**kw)`` against
+    an OpenAI-compatible server.
+
+    Fields: ``model``; ``messages`` as :func:`promptcache.providers.openai.chat_messages`
+    (frozen system text first, session, history, ``dynamic`` last); ``tools`` in OpenAI form;
+    ``extra_body={"cache_salt": cache_salt}`` when a salt is given (vLLM and the local engine
+    mix it into the first block's hash, isolating one tenant's cache from another's). No
+    ``prompt_cache_key``: these servers do not route by it.
+
+    Raises:
+        ValueError: ``api`` other than ``"chat"``, an empty ``cache_salt``, or content with
+            no Chat Completions form.
+    """
+    from promptcache.providers.openai import _tool_chat, chat_messages
+
+    if api != "chat":
+        raise ValueError(f"OpenAI-compatible servers are rendered for api='chat', got {api!r}")
+    kw: dict[str, Any] = {"model": model, "messages": chat_messages(prompt)}
+    if prompt.tools:
+        kw["tools"] = [_tool_chat(t) for t in prompt.tools]
+    if cache_salt is not None:
+        if not isinstance(cache_salt, str) or not cache_salt:
+            raise ValueError("cache_salt must be a non-empty string")
+        kw["extra_body"] = {"cache_salt": cache_salt}
+    return kw
 
 
 # --- usage parsing -------------------------------------------------------------------

@@ -1,0 +1,198 @@
+"""Where to put explicit cache breakpoints (Anthropic ``cache_control``, Bedrock
+``cachePoint``, OpenAI ``prompt_cache_breakpoint``): one rule for every provider.
+
+A renderer lays the request out as a sequence of content blocks in the provider's cache
+order (Anthropic and Bedrock: tools -> system -> messages), each with a token count, a layer
+name and whether it may carry a marker. :func:`plan` then chooses the breakpoints:
+
+1. **frozen** -- the last block of the frozen layers (tools, system, documents), TTL ``ttl``;
+2. **session** -- the last block of the session layer, TTL ``ttl``;
+3. **history** -- the last markable block of the newest stable history turn (the last message
+   of ``messages``; ``dynamic`` is never cached), TTL ``history_ttl``;
+4. **lookback** -- when the provider only looks back a fixed number of blocks from a
+   breakpoint for an earlier cache entry (Anthropic: 20) and the history breakpoint is more
+   than that many blocks after the previous breakpoint, one more breakpoint ``lookback``
+   blocks before the history breakpoint, so that a cache entry written up to ``2 x lookback``
+   blocks back (the previous request's history breakpoint) is still found.
+
+Each candidate is dropped when the cumulative prefix up to and including its block is under
+the model's minimum cacheable length (writing it would cache nothing), when no markable block
+is found, or when the budget of breakpoints is spent (candidates are taken in the order
+above). TTLs must not increase along the prompt: a ``1h`` breakpoint may not follow a ``5m``
+one (Anthropic rejects it), so ``ttl="5m", history_ttl="1h"`` is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Optional, Sequence
+
+from promptcache.canonical import dumps_sorted
+from promptcache.tokens import count_tokens, count_tokens_memo
+
+__all__ = ["Block", "Breakpoint", "Plan", "plan", "TTL_ORDER", "text_tokens", "block_tokens"]
+
+# longer lifetimes first; a breakpoint's TTL may not exceed the TTL of any earlier one
+TTL_ORDER = {"24h": 4, "12h": 3, "1h": 2, "30m": 1, "5m": 0}
+
+
+@dataclass
+class Block:
+    """One content block in cache order: ``layer``, a renderer-defined ``locator``,
+    ``tokens`` (its own count) and whether it can carry a marker (``markable``)."""
+
+    layer: str
+    locator: Any
+    tokens: int
+    markable: bool = True
+
+
+@dataclass(frozen=True)
+class Breakpoint:
+    """A chosen breakpoint: which rule placed it (``kind``: frozen/session/history/lookback),
+    the block's ``layer``, ``locator`` and global ``index``, its ``ttl``, the cumulative
+    prefix length in tokens up to and including the block, and a sentence saying why."""
+
+    kind: str
+    layer: str
+    locator: Any
+    index: int
+    ttl: str
+    prefix_tokens: int
+    reason: str
+
+
+@dataclass
+class Plan:
+    """The breakpoints chosen (in prompt order) and why candidates were skipped."""
+
+    breakpoints: list[Breakpoint] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    total_tokens: int = 0
+    cumulative: list[int] = field(default_factory=list)
+
+
+def plan(blocks: Sequence[Block], *, min_tokens: int, max_breakpoints: int = 4,
+         lookback: int = 0, ttl: str = "5m", history_ttl: str = "5m") -> Plan:
+    """Choose breakpoints over ``blocks`` by the rule in the module docstring.
+
+    Args:
+        blocks: the request's content blocks in cache order.
+        min_tokens: the model's minimum cacheable prefix length (tokens).
+        max_breakpoints: how many markers one request may carry.
+        lookback: blocks the provider checks before a breakpoint (0: unlimited).
+        ttl: TTL of the frozen and session breakpoints; ``history_ttl``: of the others.
+
+    Raises:
+        ValueError: an unknown TTL, or ``history_ttl`` longer than ``ttl``.
+    """
+    for t in (ttl, history_ttl):
+        if t not in TTL_ORDER:
+            raise ValueError(f"unknown cache TTL {t!r}; expected one of {sorted(TTL_ORDER)}")
+    if TTL_ORDER[history_ttl] > TTL_ORDER[ttl]:
+        raise ValueError(f"history_ttl={history_ttl!r} is longer than ttl={ttl!r}: a longer-lived "
+                         "breakpoint may not follow a shorter-lived one")
+    out = Plan()
+    cum = 0
+    for b in blocks:
+        cum += b.tokens
+        out.cumulative.append(cum)
+    out.total_tokens = cum
+
+    def last_markable(layers: tuple[str, ...], upto: Optional[int] = None) -> Optional[int]:
+        idx = None
+        for i, b in enumerate(blocks):
+            if upto is not None and i > upto:
+                break
+            if b.layer in layers and b.markable:
+                idx = i
+        return idx
+
+    def last_index(layers: tuple[str, ...]) -> Optional[int]:
+        idx = None
+        for i, b in enumerate(blocks):
+            if b.layer in layers:
+                idx = i
+        return idx
+
+    chosen: list[Breakpoint] = []
+
+    def consider(kind: str, idx: Optional[int], t: str, why: str) -> None:
+        if idx is None:
+            return
+        if any(bp.index == idx for bp in chosen):
+            return
+        tokens = out.cumulative[idx]
+        if tokens < min_tokens:
+            out.skipped.append(f"{kind}: not placed -- the prefix up to {blocks[idx].layer} is "
+                               f"{tokens} tokens, under the model's minimum of {min_tokens}")
+            return
+        if len(chosen) >= max_breakpoints:
+            out.skipped.append(f"{kind}: not placed -- all {max_breakpoints} breakpoints in use")
+            return
+        chosen.append(Breakpoint(kind, blocks[idx].layer, blocks[idx].locator, idx, t, tokens,
+                                 why))
+
+    frozen_layers = ("tools", "system", "documents")
+    f_idx = last_markable(frozen_layers)
+    consider("frozen", f_idx, ttl, "end of the frozen layers (system, tools, documents): "
+             "reused by every request with this prefix_hash")
+    s_idx = last_markable(("session",))
+    consider("session", s_idx, ttl, "end of the session layer: reused while the session "
+             "context is unchanged")
+    h_last = last_index(("messages",))
+    h_idx = last_markable(("messages",), h_last) if h_last is not None else None
+    consider("history", h_idx, history_ttl, "newest stable history turn: the next request "
+             "appends after it and reads it from the cache")
+    if lookback and h_idx is not None and any(bp.index == h_idx for bp in chosen):
+        prev = max((bp.index for bp in chosen if bp.index < h_idx), default=-1)
+        if h_idx - prev > lookback:
+            target = h_idx - lookback
+            l_idx = None
+            for i in range(target, prev, -1):
+                if blocks[i].markable and blocks[i].layer == "messages":
+                    l_idx = i
+                    break
+            consider("lookback", l_idx, history_ttl,
+                     f"the history breakpoint is {h_idx - prev} blocks after the previous one, "
+                     f"beyond the provider's {lookback}-block lookback: a stepping stone "
+                     f"{lookback} blocks back keeps the previous request's entry reachable")
+    out.breakpoints = sorted(chosen, key=lambda bp: bp.index)
+    return out
+
+
+# ---- token counts of the neutral form ------------------------------------------------------
+
+
+@lru_cache(maxsize=65536)
+def text_tokens(text: str, model: Optional[str]) -> int:
+    """Token count of one string for ``model`` (memoized by the string)."""
+    return count_tokens(text, model).tokens
+
+
+def memo_tokens(key: str, text: str, model: Optional[str]) -> int:
+    """Token count memoized by a content hash (frozen and session segments)."""
+    return count_tokens_memo(key, text, model).tokens
+
+
+IMAGE_TOKENS = 1600  # a flat estimate for one image (Anthropic: ~1,600 for a 1.15 MP image)
+
+
+def block_tokens(block: dict[str, Any], model: Optional[str]) -> int:
+    """Estimated tokens of one neutral content block (see ``promptcache.build``)."""
+    t = block.get("type")
+    if t == "text":
+        return text_tokens(block["text"], model)
+    if t == "tool_call":
+        args = block.get("arguments_raw")
+        if args is None:
+            args = dumps_sorted(block.get("arguments", {}))
+        return text_tokens(block["name"], model) + text_tokens(args, model)
+    if t == "tool_result":
+        return sum(block_tokens(b, model) for b in block.get("content", ())) + 1
+    if t == "image":
+        return IMAGE_TOKENS
+    if t == "native":
+        return text_tokens(dumps_sorted(block.get("block", {})), model)
+    return 0

@@ -1,0 +1,736 @@
+"""``promptcache.build(...)``: assemble a request in cache-friendly layers.
+
+Layers, most stable first (DESIGN.md):
+
+========== ============ ==========================================================
+layer      stability    typical content
+========== ============ ==========================================================
+system     frozen       instructions, policy, persona
+tools      frozen       tool / function schemas (Anthropic or OpenAI form)
+documents  frozen       reference documents, few-shot examples
+session    semi-stable  user profile, task background (changes per user or task)
+messages   append-only  the conversation history
+dynamic    per request  the clock, retrieved snippets, the new question -- always last
+========== ============ ==========================================================
+
+Frozen content is put in a canonical form so that equal content gives equal bytes whatever
+the dict order: text has normalized line endings and no trailing whitespace; dicts (tool
+schemas, structured session data) have their keys sorted recursively; tool-call arguments in
+the history are re-serialized with sorted keys and fixed separators. ``Prompt.prefix_hash`` is
+the SHA-256 of the RFC 8785 canonical JSON of the frozen layers.
+
+Volatile values (timestamps, dates, UUIDs, request ids, ...; see :mod:`promptcache.volatile`)
+in the frozen and semi-stable layers raise :class:`~promptcache.errors.VolatilePrefixError`
+under ``strict=True`` and warn with :class:`~promptcache.errors.PromptCacheWarning`
+otherwise. The processing of frozen layers is memoized, so a program that passes the same
+system prompt and tools on every request pays for canonicalization and scanning once.
+
+Renderers (``to_openai``, ``to_anthropic``, ...) return the keyword arguments for the
+official client's call; they live in :mod:`promptcache.providers`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from promptcache.canonical import (
+    canonical_json,
+    dumps_sorted,
+    normalize_newlines,
+    normalize_text,
+    sha256_hex,
+    sort_keys_deep,
+)
+from promptcache.errors import PromptCacheWarning, VolatilePrefixError
+from promptcache.volatile import find_volatile
+
+__all__ = ["build", "Prompt", "Document", "VolatileFinding", "LAYERS", "FROZEN_LAYERS"]
+
+LAYERS = ("system", "tools", "documents", "session", "messages", "dynamic")
+FROZEN_LAYERS = ("system", "tools", "documents")
+_CANONICAL_VERSION = "promptcache/1"
+
+
+# --------------------------------------------------------------------------- data types
+
+
+@dataclass(frozen=True)
+class Document:
+    """A reference document of the ``documents`` layer: ``text`` and an optional ``title``."""
+
+    text: str
+    title: Optional[str] = None
+
+    def render(self, index: int) -> str:
+        """The document as prompt text (``index`` is 1-based), wrapped in ``<document>`` tags."""
+        title = f' title="{self.title}"' if self.title else ""
+        return f'<document index="{index}"{title}>\n{self.text}\n</document>'
+
+
+@dataclass(frozen=True)
+class VolatileFinding:
+    """A volatile value found in a layer: ``layer`` name, JSON-style ``path`` of the string
+    inside the layer (``system[0]``, ``tools[1].description``), character ``offset`` in that
+    string, ``kind`` (see :mod:`promptcache.volatile`) and the matched ``text``."""
+
+    layer: str
+    path: str
+    offset: int
+    kind: str
+    text: str
+
+    def message(self) -> str:
+        return (f"volatile value in layer {self.layer!r} at {self.path} offset {self.offset}: "
+                f"{self.kind} {self.text!r} -- move it to `dynamic` (it changes the cached "
+                f"prefix on every request)")
+
+
+# --------------------------------------------------------------------------- layer parsing
+
+
+def _text_of_block(block: Any, where: str) -> str:
+    if isinstance(block, str):
+        return block
+    if isinstance(block, Mapping):
+        btype = block.get("type", "text")
+        if btype in ("text", "input_text", "output_text") and isinstance(block.get("text"), str):
+            return block["text"]
+    raise TypeError(f"{where}: expected a string or a text block {{'type': 'text', 'text': ...}}, "
+                    f"got {_short(block)}")
+
+
+def _short(value: Any) -> str:
+    r = repr(value)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def _text_layer(value: Any, layer: str, *, structured_ok: bool) -> tuple[str, ...]:
+    """str | list[str | text block] | (dict when ``structured_ok``) -> normalized texts."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        items: list[Any] = [value]
+    elif isinstance(value, Mapping) and value.get("type") in ("text", "input_text"):
+        items = [value]
+    elif isinstance(value, Mapping):
+        if not structured_ok:
+            raise TypeError(f"{layer}: expected a string or a list of text blocks, got a dict")
+        return (dumps_sorted(sort_keys_deep(dict(value))),)
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise TypeError(f"{layer}: expected a string or a list of text blocks, "
+                        f"got {type(value).__name__}")
+    out = []
+    for i, item in enumerate(items):
+        if structured_ok and isinstance(item, Mapping) and "text" not in item:
+            text = dumps_sorted(sort_keys_deep(dict(item)))
+        else:
+            text = normalize_text(_text_of_block(item, f"{layer}[{i}]"))
+        if text:
+            out.append(text)
+    return tuple(out)
+
+
+def _norm_strings(value: Any) -> Any:
+    """Sorted-key copy of a JSON value with normalized newlines in every string."""
+    if isinstance(value, Mapping):
+        return {k: _norm_strings(value[k]) for k in sorted(value)}
+    if isinstance(value, (list, tuple)):
+        return [_norm_strings(v) for v in value]
+    if isinstance(value, str):
+        return normalize_newlines(value)
+    return value
+
+
+def _tool(tool: Any, i: int) -> dict[str, Any]:
+    """One tool schema in any supported form -> the neutral form
+    ``{"name", "description"?, "input_schema", "strict"?}`` or ``{"native": {...}}``."""
+    where = f"tools[{i}]"
+    if not isinstance(tool, Mapping):
+        raise TypeError(f"{where}: expected a tool schema dict, got {type(tool).__name__}")
+    ttype = tool.get("type")
+    if ttype == "function" and isinstance(tool.get("function"), Mapping):  # OpenAI chat
+        fn = tool["function"]
+        name, desc, params, strict = (fn.get("name"), fn.get("description"),
+                                      fn.get("parameters"), fn.get("strict"))
+    elif ttype == "function" and "name" in tool:  # OpenAI Responses
+        name, desc, params, strict = (tool.get("name"), tool.get("description"),
+                                      tool.get("parameters"), tool.get("strict"))
+    elif "input_schema" in tool and ttype in (None, "custom"):  # Anthropic client tool
+        name, desc, params, strict = (tool.get("name"), tool.get("description"),
+                                      tool.get("input_schema"), tool.get("strict"))
+    elif ttype is not None:
+        # provider-native tool (Anthropic server tools, OpenAI built-ins): passed through as is
+        native = {k: v for k, v in tool.items() if k != "cache_control"}
+        return {"native": _norm_strings(native)}
+    else:
+        raise ValueError(f"{where}: unrecognized tool schema with keys {sorted(tool)}; expected "
+                         "Anthropic {name, description, input_schema}, OpenAI chat "
+                         "{type: 'function', function: {name, description, parameters}} or "
+                         "OpenAI Responses {type: 'function', name, description, parameters}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{where}: a tool needs a non-empty string 'name'")
+    if params is None:
+        params = {"type": "object", "properties": {}}
+    if not isinstance(params, Mapping):
+        raise TypeError(f"{where}.parameters: expected a JSON Schema object, got "
+                        f"{type(params).__name__}")
+    out: dict[str, Any] = {"name": name}
+    if desc is not None:
+        if not isinstance(desc, str):
+            raise TypeError(f"{where}.description: expected str, got {type(desc).__name__}")
+        out["description"] = normalize_text(desc)
+    out["input_schema"] = _norm_strings(params)
+    if strict is not None:
+        out["strict"] = bool(strict)
+    return out
+
+
+def _tools_layer(tools: Any, sort_tools: bool) -> tuple[dict[str, Any], ...]:
+    if tools is None:
+        return ()
+    if isinstance(tools, Mapping):
+        raise TypeError("tools: expected a list of tool schemas, got a single dict")
+    out = [_tool(t, i) for i, t in enumerate(tools)]
+    names = [t["name"] for t in out if "name" in t]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"tools: duplicate tool names {dup}")
+    if sort_tools:
+        out.sort(key=lambda t: t.get("name") or t["native"].get("name") or "")
+    return tuple(out)
+
+
+def _documents_layer(documents: Any) -> tuple[Document, ...]:
+    if documents is None:
+        return ()
+    if isinstance(documents, (str, Mapping)):
+        documents = [documents]
+    out = []
+    for i, d in enumerate(documents):
+        if isinstance(d, str):
+            out.append(Document(normalize_text(d)))
+        elif isinstance(d, Mapping):
+            text = d.get("text", d.get("content"))
+            if not isinstance(text, str):
+                raise TypeError(f"documents[{i}]: expected {{'text': str, 'title': str}} "
+                                f"(or a string), got keys {sorted(d)}")
+            title = d.get("title")
+            if title is not None and not isinstance(title, str):
+                raise TypeError(f"documents[{i}].title: expected str")
+            out.append(Document(normalize_text(text),
+                                normalize_text(title) if title else None))
+        else:
+            raise TypeError(f"documents[{i}]: expected a string or a dict, "
+                            f"got {type(d).__name__}")
+    return tuple(out)
+
+
+# ---- content blocks and messages (the neutral form) --------------------------------------
+#
+# text         {"type": "text", "text": str}
+# image        {"type": "image", "url": str} | {"type": "image", "media_type": str, "data": b64}
+# tool_call    {"type": "tool_call", "id": str, "name": str, "arguments": dict}
+#              (or "arguments_raw": str when the history holds arguments that are not JSON)
+# tool_result  {"type": "tool_result", "id": str, "content": [text/image blocks],
+#               "is_error": bool}
+# native       {"type": "native", "provider": "anthropic"|"openai", "block": dict}
+#              (thinking blocks, documents, audio: passed back to the same provider only)
+#
+# message      {"role": "user"|"assistant", "content": [blocks]} (+ "name" when given)
+
+
+def _parse_data_url(url: str) -> Optional[tuple[str, str]]:
+    if not url.startswith("data:"):
+        return None
+    head, _, data = url[5:].partition(",")
+    if not head.endswith(";base64"):
+        return None
+    return head[: -len(";base64")], data
+
+
+def _image_from_openai(part: Mapping[str, Any], where: str) -> dict[str, Any]:
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, Mapping) else image
+    if not isinstance(url, str):
+        raise TypeError(f"{where}.image_url: expected {{'url': str}}")
+    parsed = _parse_data_url(url)
+    if parsed:
+        return {"type": "image", "media_type": parsed[0], "data": parsed[1]}
+    return {"type": "image", "url": url}
+
+
+def _image_from_anthropic(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+    src = block.get("source")
+    if isinstance(src, Mapping) and src.get("type") == "base64":
+        return {"type": "image", "media_type": src.get("media_type"), "data": src.get("data")}
+    if isinstance(src, Mapping) and src.get("type") == "url":
+        return {"type": "image", "url": src.get("url")}
+    return {"type": "native", "provider": "anthropic", "block": _strip_cc(block)}
+
+
+def _strip_cc(block: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in block.items() if k not in ("cache_control", "prompt_cache_breakpoint")}
+
+
+def _tool_call(call_id: Any, name: Any, arguments: Any, where: str) -> dict[str, Any]:
+    if not isinstance(name, str):
+        raise TypeError(f"{where}: a tool call needs a string name")
+    out: dict[str, Any] = {"type": "tool_call", "id": str(call_id or ""), "name": name}
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            out["arguments_raw"] = arguments
+            return out
+        arguments = parsed
+    out["arguments"] = sort_keys_deep(arguments if arguments is not None else {})
+    return out
+
+
+def _result_content(content: Any, where: str) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, Mapping):
+        content = [content]
+    out = []
+    for j, part in enumerate(content):
+        out.extend(_blocks([part], f"{where}[{j}]"))
+    return out
+
+
+def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    """Message content (str or a list of OpenAI parts / Anthropic blocks) -> neutral blocks."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": normalize_newlines(content)}]
+    if isinstance(content, Mapping):
+        content = [content]
+    if not isinstance(content, (list, tuple)):
+        raise TypeError(f"{where}: expected a string or a list of content blocks, "
+                        f"got {type(content).__name__}")
+    out: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        w = f"{where}[{j}]"
+        if isinstance(part, str):
+            out.append({"type": "text", "text": normalize_newlines(part)})
+            continue
+        if not isinstance(part, Mapping):
+            raise TypeError(f"{w}: expected a content block dict, got {type(part).__name__}")
+        ptype = part.get("type")
+        if ptype in ("text", "input_text", "output_text"):
+            if not isinstance(part.get("text"), str):
+                raise TypeError(f"{w}: a text block needs a string 'text'")
+            out.append({"type": "text", "text": normalize_newlines(part["text"])})
+        elif ptype == "image_url":
+            out.append(_image_from_openai(part, w))
+        elif ptype == "input_image":
+            url = part.get("image_url")
+            parsed = _parse_data_url(url) if isinstance(url, str) else None
+            out.append({"type": "image", "media_type": parsed[0], "data": parsed[1]} if parsed
+                       else {"type": "image", "url": url} if isinstance(url, str)
+                       else {"type": "native", "provider": "openai", "block": _strip_cc(part)})
+        elif ptype == "image":
+            out.append(_image_from_anthropic(part, w))
+        elif ptype == "tool_use":
+            out.append(_tool_call(part.get("id"), part.get("name"), part.get("input"), w))
+        elif ptype == "tool_result":
+            out.append({"type": "tool_result", "id": str(part.get("tool_use_id", "")),
+                        "content": _result_content(part.get("content"), f"{w}.content"),
+                        "is_error": bool(part.get("is_error", False))})
+        elif ptype in ("refusal",):
+            out.append({"type": "text", "text": part.get("refusal", "")})
+        elif ptype in ("thinking", "redacted_thinking", "document", "search_result",
+                       "server_tool_use", "web_search_tool_result", "container_upload"):
+            out.append({"type": "native", "provider": "anthropic", "block": _strip_cc(part)})
+        elif ptype in ("input_audio", "file", "input_file"):
+            out.append({"type": "native", "provider": "openai", "block": _strip_cc(part)})
+        else:
+            raise ValueError(f"{w}: unsupported content block type {ptype!r}")
+    return out
+
+
+def _messages_layer(messages: Any) -> tuple[dict[str, Any], ...]:
+    if messages is None:
+        return ()
+    if isinstance(messages, (str, Mapping)):
+        raise TypeError("messages: expected a list of messages")
+    out: list[dict[str, Any]] = []
+    for i, msg in enumerate(messages):
+        w = f"messages[{i}]"
+        if not isinstance(msg, Mapping):
+            raise TypeError(f"{w}: expected a message dict, got {type(msg).__name__}")
+        mtype = msg.get("type")
+        role = msg.get("role")
+        if mtype == "function_call":  # OpenAI Responses item
+            block = _tool_call(msg.get("call_id"), msg.get("name"), msg.get("arguments"), w)
+            _append(out, "assistant", [block])
+            continue
+        if mtype == "function_call_output":  # OpenAI Responses item
+            out_val = msg.get("output")
+            _append(out, "user", [{"type": "tool_result", "id": str(msg.get("call_id", "")),
+                                   "content": _result_content(out_val, f"{w}.output"),
+                                   "is_error": False}])
+            continue
+        if role in ("system", "developer"):
+            raise ValueError(f"{w}: a {role!r} message belongs in build(system=...) (frozen) or "
+                             "build(session=...) (semi-stable), not in the history")
+        if role == "tool":  # OpenAI chat tool result
+            _append(out, "user", [{"type": "tool_result", "id": str(msg.get("tool_call_id", "")),
+                                   "content": _result_content(msg.get("content"), f"{w}.content"),
+                                   "is_error": False}])
+            continue
+        if role not in ("user", "assistant"):
+            raise ValueError(f"{w}: role must be 'user', 'assistant' or 'tool', got {role!r}")
+        blocks = _blocks(msg.get("content"), f"{w}.content")
+        for j, call in enumerate(msg.get("tool_calls") or ()):
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            if not isinstance(fn, Mapping):
+                raise TypeError(f"{w}.tool_calls[{j}]: expected {{'id', 'type': 'function', "
+                                "'function': {'name', 'arguments'}}")
+            blocks.append(_tool_call(call.get("id"), fn.get("name"), fn.get("arguments"),
+                                     f"{w}.tool_calls[{j}]"))
+        if msg.get("refusal") and not blocks:
+            blocks.append({"type": "text", "text": str(msg["refusal"])})
+        entry: dict[str, Any] = {"role": role, "content": blocks}
+        if isinstance(msg.get("name"), str):
+            entry["name"] = msg["name"]
+        out.append(entry)
+    return tuple(out)
+
+
+def _append(out: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
+    """Append blocks, merging consecutive tool results / tool calls into one message."""
+    if out and out[-1]["role"] == role and "name" not in out[-1]:
+        last = out[-1]["content"]
+        kinds = {"tool_result"} if role == "user" else {"tool_call", "text"}
+        if last and all(b["type"] in kinds for b in last) and all(b["type"] in kinds for b in blocks):
+            last.extend(blocks)
+            return
+    out.append({"role": role, "content": list(blocks)})
+
+
+def _dynamic_layer(dynamic: Any) -> tuple[dict[str, Any], ...]:
+    if dynamic is None:
+        return ()
+    if isinstance(dynamic, Mapping) and "type" not in dynamic:
+        return ({"type": "text", "text": dumps_sorted(sort_keys_deep(dict(dynamic)))},)
+    return tuple(b for b in _blocks(dynamic, "dynamic") if b.get("type") != "text" or b["text"])
+
+
+# --------------------------------------------------------------------------- volatile scan
+
+
+def _scan_strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _scan_strings(v, f"{path}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _scan_strings(v, f"{path}[{i}]")
+
+
+def _findings(layer: str, strings: Iterable[tuple[str, str]]) -> list[VolatileFinding]:
+    out = []
+    for path, text in strings:
+        for m in find_volatile(text):
+            out.append(VolatileFinding(layer, path, m.start, m.kind, m.text))
+    return out
+
+
+def _report(findings: Sequence[VolatileFinding], strict: bool) -> None:
+    if not findings:
+        return
+    if strict:
+        lines = [f.message() for f in findings[:5]]
+        more = f" (and {len(findings) - 5} more)" if len(findings) > 5 else ""
+        exc = VolatilePrefixError("; ".join(lines) + more)
+        exc.findings = list(findings)  # type: ignore[attr-defined]
+        raise exc
+    for f in findings:
+        warnings.warn(f.message(), PromptCacheWarning, stacklevel=3)
+
+
+# --------------------------------------------------------------------------- memo of frozen
+
+
+@dataclass(frozen=True)
+class _Frozen:
+    system: tuple[str, ...]
+    tools: tuple[dict[str, Any], ...]
+    documents: tuple[Document, ...]
+    prefix_hash: str
+    canonical: bytes
+    findings: tuple[VolatileFinding, ...]
+
+
+@dataclass(frozen=True)
+class _Session:
+    texts: tuple[str, ...]
+    session_hash: str
+    findings: tuple[VolatileFinding, ...]
+
+
+_MEMO_MAX = 256
+_frozen_memo: "OrderedDict[Any, _Frozen]" = OrderedDict()
+_session_memo: "OrderedDict[Any, _Session]" = OrderedDict()
+_memo_lock = threading.Lock()
+
+
+_NO_KEY = object()
+
+
+def _key(value: Any) -> Any:
+    """A hashable memo key for a layer's raw input: the string itself, else its type and
+    ``repr`` (dict order is part of the key: a reordered dict is a memo miss, not an error)."""
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return (type(value).__name__, repr(value))
+    except Exception:  # pragma: no cover - exotic reprs
+        return _NO_KEY
+
+
+def _memo_get(memo: "OrderedDict[Any, Any]", key: Any) -> Any:
+    if key is _NO_KEY or (isinstance(key, tuple) and _NO_KEY in key):
+        return None
+    with _memo_lock:
+        hit = memo.get(key)
+        if hit is not None:
+            memo.move_to_end(key)
+        return hit
+
+
+def _memo_put(memo: "OrderedDict[Any, Any]", key: Any, value: Any) -> None:
+    if key is _NO_KEY or (isinstance(key, tuple) and _NO_KEY in key):
+        return
+    with _memo_lock:
+        memo[key] = value
+        if len(memo) > _MEMO_MAX:
+            memo.popitem(last=False)
+
+
+def _frozen(system: Any, tools: Any, documents: Any, sort_tools: bool) -> _Frozen:
+    key = (_key(system), _key(tools), _key(documents), sort_tools)
+    hit = _memo_get(_frozen_memo, key)
+    if hit is not None:
+        return hit
+    sys_t = _text_layer(system, "system", structured_ok=False)
+    tools_t = _tools_layer(tools, sort_tools)
+    docs_t = _documents_layer(documents)
+    canonical = canonical_json({
+        "v": _CANONICAL_VERSION,
+        "system": list(sys_t),
+        "tools": list(tools_t),
+        "documents": [{"text": d.text, "title": d.title} for d in docs_t],
+    })
+    findings = _findings("system", ((f"system[{i}]", t) for i, t in enumerate(sys_t)))
+    findings += _findings("tools", _scan_strings(list(tools_t), "tools"))
+    findings += _findings("documents", (
+        s for i, d in enumerate(docs_t)
+        for s in ((f"documents[{i}].text", d.text),
+                  *(((f"documents[{i}].title", d.title),) if d.title else ()))))
+    result = _Frozen(sys_t, tools_t, docs_t, sha256_hex(canonical), canonical, tuple(findings))
+    _memo_put(_frozen_memo, key, result)
+    return result
+
+
+def _session(session: Any) -> _Session:
+    key = _key(session)
+    hit = _memo_get(_session_memo, key)
+    if hit is not None:
+        return hit
+    texts = _text_layer(session, "session", structured_ok=True)
+    findings = _findings("session", ((f"session[{i}]", t) for i, t in enumerate(texts)))
+    result = _Session(texts, sha256_hex(canonical_json(list(texts))), tuple(findings))
+    _memo_put(_session_memo, key, result)
+    return result
+
+
+# --------------------------------------------------------------------------- Prompt
+
+
+class Prompt:
+    """A request assembled in layers; immutable. Create it with :func:`build`.
+
+    Attributes:
+        system: frozen system texts (normalized), ``tuple[str, ...]``.
+        tools: frozen tool schemas in the neutral form ``{"name", "description",
+            "input_schema", "strict"?}`` (keys sorted) or ``{"native": {...}}``.
+        documents: frozen :class:`Document` s.
+        session: semi-stable texts, ``tuple[str, ...]``.
+        messages: the history as neutral messages (``{"role", "content": [blocks]}``).
+        dynamic: this request's neutral content blocks, rendered last.
+        prefix_hash: 64-hex SHA-256 of the RFC 8785 canonical JSON of the frozen layers.
+        session_hash: 64-hex SHA-256 of the session layer's canonical JSON.
+        findings: the :class:`VolatileFinding` s of the frozen and session layers.
+        warnings: human-readable warnings (one per finding, plus structural notes).
+    """
+
+    __slots__ = ("system", "tools", "documents", "session", "messages", "dynamic",
+                 "prefix_hash", "session_hash", "findings", "warnings", "strict", "_canonical")
+
+    def __init__(self, *, frozen: _Frozen, session: _Session,
+                 messages: tuple[dict[str, Any], ...], dynamic: tuple[dict[str, Any], ...],
+                 strict: bool, notes: Sequence[str] = ()) -> None:
+        self.system = frozen.system
+        self.tools = frozen.tools
+        self.documents = frozen.documents
+        self.session = session.texts
+        self.messages = messages
+        self.dynamic = dynamic
+        self.prefix_hash = frozen.prefix_hash
+        self.session_hash = session.session_hash
+        self.findings = frozen.findings + session.findings
+        self.warnings = tuple(f.message() for f in self.findings) + tuple(notes)
+        self.strict = strict
+        self._canonical = frozen.canonical
+
+    # ---- views used by renderers, explain, monitors ---------------------------------------
+
+    def frozen_texts(self) -> tuple[str, ...]:
+        """System texts followed by rendered documents: the frozen text blocks, in order."""
+        return self.system + tuple(d.render(i + 1) for i, d in enumerate(self.documents))
+
+    def canonical_prefix(self) -> bytes:
+        """The RFC 8785 bytes that :attr:`prefix_hash` digests."""
+        return self._canonical
+
+    def layer_texts(self) -> dict[str, str]:
+        """Each layer as one canonical string (for drift reports: the first differing
+        character of a layer is an offset into this string)."""
+        return {
+            "system": "\n\n".join(self.system),
+            "tools": dumps_sorted(list(self.tools)),
+            "documents": "\n\n".join(d.render(i + 1) for i, d in enumerate(self.documents)),
+            "session": "\n\n".join(self.session),
+            "messages": dumps_sorted(list(self.messages)),
+            "dynamic": dumps_sorted(list(self.dynamic)),
+        }
+
+    def __repr__(self) -> str:
+        return (f"Prompt(prefix_hash={self.prefix_hash[:12]}..., system={len(self.system)}, "
+                f"tools={len(self.tools)}, documents={len(self.documents)}, "
+                f"session={len(self.session)}, messages={len(self.messages)}, "
+                f"dynamic={len(self.dynamic)})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Prompt):
+            return NotImplemented
+        return self.layer_texts() == other.layer_texts()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # ---- renderers ----------------------------------------------------------------------
+
+    def to_openai(self, model: str, *, api: str = "chat", cache_key: Optional[str] = None,
+                  retention: Optional[str] = None, breakpoints: Optional[bool] = None
+                  ) -> dict[str, Any]:
+        """Keyword arguments for ``OpenAI().chat.completions.create(**kw)`` (``api="chat"``)
+        or ``OpenAI().responses.create(**kw)`` (``api="responses"``).
+
+        See :func:`promptcache.providers.openai.render` for the fields and the rules.
+        """
+        from promptcache.providers.openai import render
+
+        return render(self, model, api=api, cache_key=cache_key, retention=retention,
+                      breakpoints=breakpoints)
+
+    def to_openai_compatible(self, model: str, *, cache_salt: Optional[str] = None,
+                             api: str = "chat") -> dict[str, Any]:
+        """Keyword arguments for the ``openai`` client pointed at vLLM, SGLang or the local
+        engine: plain chat messages, ``extra_body={"cache_salt": ...}`` when given.
+        See :func:`promptcache.providers.openai_compatible.render`."""
+        from promptcache.providers.openai_compatible import render
+
+        return render(self, model, cache_salt=cache_salt, api=api)
+
+    def to_anthropic(self, model: str, *, ttl: str = "5m", max_tokens: int = 1024,
+                     mode: str = "explicit", history_ttl: str = "5m",
+                     previous_message_id: Optional[str] = None) -> dict[str, Any]:
+        """Keyword arguments for ``Anthropic().messages.create(**kw)`` with cache breakpoints
+        placed. See :func:`promptcache.providers.anthropic.render`."""
+        from promptcache.providers.anthropic import render
+
+        return render(self, model, ttl=ttl, max_tokens=max_tokens, mode=mode,
+                      history_ttl=history_ttl, previous_message_id=previous_message_id)
+
+    def to_gemini(self, model: str, *, cached_content: Optional[str] = None) -> dict[str, Any]:
+        """Keyword arguments for ``genai.Client().models.generate_content(**kw)``.
+        See :func:`promptcache.providers.gemini.render`."""
+        from promptcache.providers.gemini import render
+
+        return render(self, model, cached_content=cached_content)
+
+    def to_bedrock(self, model: str, *, ttl: Optional[str] = None) -> dict[str, Any]:
+        """Keyword arguments for boto3 ``bedrock-runtime`` ``converse(**kw)`` with
+        ``cachePoint`` blocks. See :func:`promptcache.providers.bedrock.render`."""
+        from promptcache.providers.bedrock import render
+
+        return render(self, model, ttl=ttl)
+
+    def explain(self, model: str = "claude-sonnet-4-5", *, provider: Optional[str] = None,
+                file: Any = None, **render_kwargs: Any) -> Any:
+        """Layers with token counts, where breakpoints went and why, what will be cached, and
+        every warning; printed (to ``file``, default stdout) and returned as an
+        :class:`promptcache.explain.Explanation`."""
+        from promptcache.explain import explain
+
+        return explain(self, model, provider=provider, file=file, **render_kwargs)
+
+
+def build(*, system: Any = None, tools: Any = None, documents: Any = None, session: Any = None,
+          messages: Any = None, dynamic: Any = None, strict: bool = False,
+          sort_tools: bool = False) -> Prompt:
+    """Assemble a request in cache-friendly layers (most stable first) and return a
+    :class:`Prompt` to render for a provider.
+
+    Args:
+        system: frozen instructions: a string, or a list of strings / ``{"type": "text",
+            "text": ...}`` blocks (their ``cache_control`` markers are dropped: the renderer
+            places its own).
+        tools: frozen tool schemas, each in Anthropic form ``{name, description,
+            input_schema}``, OpenAI chat form ``{type: "function", function: {...}}`` or OpenAI
+            Responses form; other typed tools (server tools) pass through unchanged.
+        documents: frozen reference documents: strings or ``{"text", "title"}`` dicts.
+        session: semi-stable context (user profile, task): a string, text blocks or a dict
+            (rendered as canonical JSON).
+        messages: the append-only history, OpenAI chat, OpenAI Responses or Anthropic form.
+        dynamic: this request's content (the clock, retrieved snippets, the new question),
+            rendered last as a user turn: a string, content blocks or a dict.
+        strict: raise :class:`VolatilePrefixError` on a volatile value in a frozen or
+            session layer instead of warning with :class:`PromptCacheWarning`.
+        sort_tools: sort tools by name (default: the order given, which is kept as is).
+
+    Returns:
+        A :class:`Prompt`.
+
+    Raises:
+        VolatilePrefixError: under ``strict=True``, naming the layer, path, offset and text.
+        TypeError, ValueError: a layer has a shape this function does not accept (the message
+            names the layer and index).
+    """
+    frozen = _frozen(system, tools, documents, bool(sort_tools))
+    sess = _session(session)
+    _report(frozen.findings + sess.findings, strict)
+    hist = _messages_layer(messages)
+    dyn = _dynamic_layer(dynamic)
+    notes = []
+    if isinstance(system, (list, tuple)) and any(isinstance(b, Mapping) and "cache_control" in b
+                                                 for b in system):
+        notes.append("cache_control markers in `system` were dropped; the renderer places "
+                     "breakpoints by its own rule")
+    return Prompt(frozen=frozen, session=sess, messages=hist, dynamic=dyn, strict=strict,
+                  notes=notes)
+

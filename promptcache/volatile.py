@@ -1,0 +1,181 @@
+"""Detect volatile values -- timestamps, dates, epoch times, UUIDs, request ids, long hex or
+base64 ids -- in text that should be identical on every request.
+
+A single such value near the top of a prompt changes the prefix on every request and so
+makes every request a cache miss. :func:`find_volatile` scans a string and returns each match
+with its kind and character offsets; ``promptcache.build`` runs it over the frozen and
+semi-stable layers, ``promptcache.check`` over everything ahead of the last breakpoint.
+
+What is flagged (kinds):
+
+- ``uuid``: 8-4-4-4-12 hex (any version).
+- ``iso_datetime``: ``2024-05-01T12:34:56Z``, ``2024-05-01 12:34``, with fractions and
+  offsets.
+- ``http_date``: RFC 2822 / RFC 7231 dates (``Wed, 01 May 2024 12:34:56 GMT``) and C
+  ``ctime`` output (``Wed May  1 12:34:56 2024``).
+- ``date``: ``2024-05-01``, ``2024/05/01``, ``05/01/2024``, ``1.5.2024``, ``May 1, 2024``,
+  ``1 May 2024`` (month and day validated; years 1900-2199).
+- ``clock_time``: ``HH:MM:SS`` with optional fraction (``HH:MM`` alone is not flagged: it is
+  how static opening hours are written).
+- ``epoch_seconds`` / ``epoch_millis`` / ``epoch_micros``: 10/13/16-digit integers that fall
+  between 2000-01-01 and 2040-01-01 as Unix times.
+- ``request_id``: provider-style ids such as ``req_...``, ``msg_01...``, ``chatcmpl-...``,
+  ``toolu_...`` (a known prefix followed by 8+ id characters with a digit).
+- ``hex_id``: 16 or more hex digits with at least one digit and one letter (content hashes,
+  trace ids, API-key-like tokens).
+- ``base64_id``: a run of 20+ base64/base64url characters with a segment (split on ``-``
+  and ``_``) of 12+ characters mixing at least two digits, two upper- and two lower-case
+  letters -- random ids, not words or model names such as ``SmolLM2-135M-Instruct``.
+
+Not flagged, on purpose: version numbers (``1.2.3``, ``v10.4.1``), years alone (``2024``),
+short hex (``deadbeef``, ``a1b2c3``, git short SHAs), ``HH:MM`` times, prices, counts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterator
+
+__all__ = ["VolatileMatch", "find_volatile"]
+
+_MONTHS_FULL = (
+    "January|February|March|April|May|June|July|August|September|October|November|December"
+)
+_MONTHS_ABBR = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec"
+_MONTH = rf"(?:{_MONTHS_FULL}|(?:{_MONTHS_ABBR})\.?)"
+_DOW = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
+_ID_PREFIXES = (
+    "req|request|msg|chatcmpl|cmpl|run|sess|session|trace|span|call|toolu|resp|thread|asst|"
+    "file|batch|evt|ch|cus|pi|sk|pk"
+)
+
+_PATTERN = re.compile(
+    "|".join(
+        [
+            r"(?P<uuid>(?<![0-9A-Za-z])[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}"
+            r"-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}(?![0-9A-Za-z]))",
+            r"(?P<iso_datetime>(?<![0-9])(?P<dt_y>\d{4})-(?P<dt_m>\d{2})-(?P<dt_d>\d{2})[T ]"
+            r"(?P<dt_H>\d{2}):(?P<dt_M>\d{2})(?::\d{2}(?:[.,]\d+)?)?"
+            r"(?:Z|[+-]\d{2}:?\d{2})?(?![0-9A-Za-z]))",
+            rf"(?P<http_date>\b{_DOW},?\s+\d{{1,2}}\s+(?:{_MONTHS_ABBR})\s+\d{{4}}"
+            r"(?:\s+\d{2}:\d{2}(?::\d{2})?(?:\s*(?:GMT|UTC|[+-]\d{4}))?)?\b"
+            rf"|\b{_DOW}\s+(?:{_MONTHS_ABBR})\s+\d{{1,2}}\s+\d{{2}}:\d{{2}}:\d{{2}}\s+\d{{4}}\b)",
+            r"(?P<date_ymd>(?<![0-9.])(?P<y1>\d{4})(?P<sep1>[-/])(?P<m1>\d{1,2})(?P=sep1)"
+            r"(?P<d1>\d{1,2})(?![0-9]))",
+            r"(?P<date_dmy>(?<![0-9.])(?P<a2>\d{1,2})(?P<sep2>[/.])(?P<b2>\d{1,2})(?P=sep2)"
+            r"(?P<y2>\d{4})(?![0-9]))",
+            rf"(?P<date_mdy_text>\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+(?P<y3>\d{{4}})\b)",
+            rf"(?P<date_dmy_text>\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH},?\s+(?P<y4>\d{{4}})\b)",
+            r"(?P<clock_time>(?<![0-9:])(?P<t_H>\d{1,2}):(?P<t_M>\d{2}):(?P<t_S>\d{2})"
+            r"(?:[.,]\d+)?(?![0-9:]))",
+            rf"(?P<request_id>\b(?:{_ID_PREFIXES})[_-](?=[A-Za-z0-9]*[0-9])[A-Za-z0-9]{{8,}}\b)",
+            r"(?P<hex_id>(?<![0-9A-Za-z_-])(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*[0-9])"
+            r"[0-9a-fA-F]{16,}(?![0-9A-Za-z_-]))",
+            r"(?P<epoch>(?<![0-9.,])(?:\d{16}|\d{13}|\d{10})(?![0-9]|[.,][0-9]))",
+            r"(?P<base64_id>(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+_-]{20,}={0,2}(?![A-Za-z0-9+/=_-]))",
+        ]
+    )
+)
+
+# Unix-time window accepted as an epoch value: 2000-01-01 .. 2040-01-01 (seconds).
+_EPOCH_LO = 946_684_800
+_EPOCH_HI = 2_208_988_800
+
+
+@dataclass(frozen=True)
+class VolatileMatch:
+    """One volatile value: ``kind`` (see the module docstring), character offsets
+    ``start``/``end`` into the scanned string (``end`` exclusive), and the matched ``text``."""
+
+    kind: str
+    start: int
+    end: int
+    text: str
+
+
+def _valid_md(month: int, day: int) -> bool:
+    return 1 <= month <= 12 and 1 <= day <= 31
+
+
+def _valid_year(year: int) -> bool:
+    return 1900 <= year <= 2199
+
+
+def _random_segment(token: str) -> bool:
+    for seg in re.split(r"[-_+]", token.rstrip("=")):
+        if len(seg) < 12:
+            continue
+        digits = sum(c.isdigit() for c in seg)
+        upper = sum(c.isupper() for c in seg)
+        lower = sum(c.islower() for c in seg)
+        if digits >= 2 and upper >= 2 and lower >= 2:
+            return True
+    return False
+
+
+def _classify(m: re.Match[str]) -> str | None:
+    kind = m.lastgroup
+    g = m.group
+    if kind == "uuid":
+        return "uuid"
+    if kind == "iso_datetime":
+        y, mo, d = int(g("dt_y")), int(g("dt_m")), int(g("dt_d"))
+        if _valid_year(y) and _valid_md(mo, d) and int(g("dt_H")) < 24 and int(g("dt_M")) < 60:
+            return "iso_datetime"
+        return None
+    if kind == "http_date":
+        return "http_date"
+    if kind == "date_ymd":
+        if _valid_year(int(g("y1"))) and _valid_md(int(g("m1")), int(g("d1"))):
+            return "date"
+        return None
+    if kind == "date_dmy":
+        a, b, y = int(g("a2")), int(g("b2")), int(g("y2"))
+        if _valid_year(y) and (_valid_md(a, b) or _valid_md(b, a)):
+            return "date"
+        return None
+    if kind == "date_mdy_text":
+        return "date" if _valid_year(int(g("y3"))) else None
+    if kind == "date_dmy_text":
+        return "date" if _valid_year(int(g("y4"))) else None
+    if kind == "clock_time":
+        if int(g("t_H")) < 24 and int(g("t_M")) < 60 and int(g("t_S")) <= 60:
+            return "clock_time"
+        return None
+    if kind == "request_id":
+        return "request_id"
+    if kind == "hex_id":
+        return "hex_id"
+    if kind == "epoch":
+        text = m.group(0)
+        scale = {10: 1, 13: 1_000, 16: 1_000_000}[len(text)]
+        seconds = int(text) // scale
+        if _EPOCH_LO <= seconds < _EPOCH_HI:
+            return {1: "epoch_seconds", 1_000: "epoch_millis", 1_000_000: "epoch_micros"}[scale]
+        return None
+    if kind == "base64_id":
+        return "base64_id" if _random_segment(m.group(0)) else None
+    return None  # pragma: no cover - every named alternative is handled above
+
+
+def iter_volatile(text: str) -> Iterator[VolatileMatch]:
+    """Yield the volatile values in ``text`` in order of position (non-overlapping)."""
+    for m in _PATTERN.finditer(text):
+        kind = _classify(m)
+        if kind is not None:
+            yield VolatileMatch(kind, m.start(), m.end(), m.group(0))
+
+
+def find_volatile(text: str) -> list[VolatileMatch]:
+    """All volatile values in ``text`` (see the module docstring for the kinds), in order.
+
+    Args:
+        text: any string; offsets in the result are indices into it.
+
+    Returns:
+        A list of :class:`VolatileMatch`; empty when nothing volatile was found.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"find_volatile expects str, got {type(text).__name__}")
+    return list(iter_volatile(text))
