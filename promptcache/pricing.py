@@ -11,6 +11,7 @@ passing ``price=Price(...)`` to :func:`cost`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -74,6 +75,8 @@ class Price:
     - ``cache_write``: write prices for other TTL labels (OpenAI ``"30m"``, ``"12h"``).
     - ``storage_per_hour``: cache storage (Gemini explicit caching), USD per million
       tokens per hour; informational here (storage is billed per cache, not per request).
+    - ``long_context_threshold`` + ``long_context``: prompts above this many tokens are
+      billed with these field overrides (e.g. ``{"input": "2.50", "output": "15"}``).
     - ``model``, ``provider``, ``source``, ``date``: where the figures come from.
     """
 
@@ -84,6 +87,8 @@ class Price:
     cache_write_1h: Decimal | None = None
     cache_write: Mapping[str, Decimal] = field(default_factory=dict)
     storage_per_hour: Decimal | None = None
+    long_context_threshold: int | None = None
+    long_context: Mapping[str, Decimal] = field(default_factory=dict)
     model: str | None = None
     provider: str | None = None
     source: str | None = None
@@ -97,6 +102,29 @@ class Price:
         object.__setattr__(self, "cache_write",
                            {str(k): _dec(v, f"cache_write[{k!r}]")
                             for k, v in dict(self.cache_write).items()})
+        bad = set(self.long_context) - set(_PRICE_FIELDS) - {"cache_write"}
+        if bad:
+            raise PricingError(f"long_context may override {', '.join(_PRICE_FIELDS)}; "
+                               f"got {', '.join(sorted(bad))}")
+        if self.long_context and not self.long_context_threshold:
+            raise PricingError("long_context prices need long_context_threshold (tokens)")
+        object.__setattr__(self, "long_context", dict(self.long_context))
+
+    def for_prompt(self, prompt_tokens: int) -> Price:
+        """The price that applies to a request of ``prompt_tokens`` input tokens: this
+        one, or, above ``long_context_threshold`` (e.g. Gemini 2.5 Pro's and Claude's
+        200K-token tier), this one with the ``long_context`` overrides applied."""
+        if self.long_context_threshold is None or prompt_tokens <= self.long_context_threshold:
+            return self
+        kw: dict[str, Any] = {k: getattr(self, k) for k in _PRICE_FIELDS}
+        kw["cache_write"] = dict(self.cache_write)
+        for k, v in self.long_context.items():
+            if k == "cache_write":
+                kw["cache_write"].update(v)
+            else:
+                kw[k] = v
+        return Price(**kw, model=self.model, provider=self.provider, source=self.source,
+                     date=self.date)
 
     def write_price(self, ttl: str) -> Decimal:
         """The price of a cache write with TTL label ``ttl``; raises ``PricingError``
@@ -196,6 +224,7 @@ def cost(usage: Usage, model: str | None = None, price: Price | None = None) -> 
         if not model:
             raise PricingError("no model and no price: pass model='...' or price=Price(...)")
         price = price_for(model)
+    price = price.for_prompt(usage.prompt_tokens)
     with localcontext() as ctx:
         ctx.prec = 60  # far beyond any token count x price: results are exact
         c_input = usage.uncached_input_tokens * price.input / MILLION
@@ -232,7 +261,8 @@ _USER: dict[str, Price] = {}
 
 
 def _price_from_row(name: str, row: Mapping[str, Any], where: str) -> Price:
-    known = set(_PRICE_FIELDS) | {"cache_write", "provider", "source", "date", "aliases"}
+    known = set(_PRICE_FIELDS) | {"cache_write", "provider", "source", "date", "aliases",
+                                  "note", "long_context_threshold", "long_context"}
     unknown = set(row) - known
     if unknown:
         raise PricingError(f"{where}: model {name!r} has unknown field(s) "
@@ -240,7 +270,9 @@ def _price_from_row(name: str, row: Mapping[str, Any], where: str) -> Price:
     kwargs = {k: row.get(k) for k in _PRICE_FIELDS}
     if "input" not in row or "output" not in row:
         raise PricingError(f"{where}: model {name!r} needs input and output prices")
-    return Price(**kwargs, cache_write=dict(row.get("cache_write", {})), model=name,
+    return Price(**kwargs, cache_write=dict(row.get("cache_write", {})),
+                 long_context_threshold=row.get("long_context_threshold"),
+                 long_context=dict(row.get("long_context", {})), model=name,
                  provider=row.get("provider"), source=row.get("source"),
                  date=str(row["date"]) if row.get("date") is not None else None)
 
@@ -295,9 +327,7 @@ def register_price(model: str, price: Price) -> None:
     if not isinstance(price, Price):
         raise PricingError("register_price needs a promptcache.Price")
     if price.model is None:
-        price = Price(**{k: getattr(price, k) for k in _PRICE_FIELDS},
-                      cache_write=price.cache_write, model=model, provider=price.provider,
-                      source=price.source, date=price.date)
+        price = dataclasses.replace(price, model=model)
     _USER[model.lower()] = price
 
 
@@ -344,7 +374,7 @@ def price_for(model: str) -> Price:
         return table[best]
     import difflib
 
-    close = difflib.get_close_matches(cands[-1], list(table), n=3)
+    close = difflib.get_close_matches(cands[-1], list(table), n=3, cutoff=0.5)
     hint = f" (closest: {', '.join(close)})" if close else ""
     raise PricingError(f"no price known for model {model!r}{hint}; pass "
                        "price=promptcache.Price(input=..., output=...) or load a TOML file")
