@@ -262,15 +262,22 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         tracker = promptcache.Tracker(args.db)
-        client = openai.OpenAI(base_url=base_url, api_key="local-demo", max_retries=0, timeout=120)
-        client = promptcache.wrap(client, tracker)
-        model = client.models.list().data[0].id
+
+        def client_for(run_name: str) -> Any:
+            # One wrapped client per run, so the ledger can tell the runs apart.
+            client = openai.OpenAI(base_url=base_url, api_key="local-demo", max_retries=0,
+                                   timeout=120)
+            return promptcache.wrap(client, tracker, provider="local",
+                                    metadata={"demo_run": run_name})
+
+        naive_client, built_client = client_for("naive"), client_for("built")
+        model = naive_client.models.list().data[0].id
         rng = random.Random(0)
         _say(f"run 1/2: naive prompts ({args.requests} requests)")
-        naive = play("naive", lambda q: naive_request(q, model, rng), client, args.requests,
-                     args.max_tokens)
+        naive = play("naive", lambda q: naive_request(q, model, rng), naive_client,
+                     args.requests, args.max_tokens)
         _say(f"run 2/2: promptcache.build ({args.requests} requests)")
-        built = play("built", lambda q: built_request(q, model), client, args.requests,
+        built = play("built", lambda q: built_request(q, model), built_client, args.requests,
                      args.max_tokens)
         print_table(naive, built, args.price_model)
         print(f"\nrecorded in the ledger at {tracker.path}; see `promptcache report`")
