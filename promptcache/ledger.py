@@ -302,7 +302,7 @@ class Tracker:
                                   "is it on a network file system?")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         except sqlite3.DatabaseError as e:
-            raise LedgerError(f"cannot open the ledger {self.path}: {e}") from None
+            raise LedgerError(f"cannot open the ledger {self.path}: {e} (is it a promptcache ledger?)") from None
         return conn
 
     def _conn(self) -> Any:
