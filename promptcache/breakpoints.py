@@ -74,7 +74,8 @@ class Plan:
 
 
 def plan(blocks: Sequence[Block], *, min_tokens: int, max_breakpoints: int = 4,
-         lookback: int = 0, ttl: str = "5m", history_ttl: str = "5m") -> Plan:
+         lookback: int = 0, ttl: str = "5m", history_ttl: str = "5m",
+         min_per_segment: bool = False) -> Plan:
     """Choose breakpoints over ``blocks`` by the rule in the module docstring.
 
     Args:
@@ -83,6 +84,8 @@ def plan(blocks: Sequence[Block], *, min_tokens: int, max_breakpoints: int = 4,
         max_breakpoints: how many markers one request may carry.
         lookback: blocks the provider checks before a breakpoint (0: unlimited).
         ttl: TTL of the frozen and session breakpoints; ``history_ttl``: of the others.
+        min_per_segment: also require ``min_tokens`` between consecutive breakpoints
+            (Bedrock's rule); a breakpoint too close to the previous one is dropped.
 
     Raises:
         ValueError: an unknown TTL, or ``history_ttl`` longer than ``ttl``.
@@ -158,7 +161,19 @@ def plan(blocks: Sequence[Block], *, min_tokens: int, max_breakpoints: int = 4,
                      f"the history breakpoint is {h_idx - prev} blocks after the previous one, "
                      f"beyond the provider's {lookback}-block lookback: a stepping stone "
                      f"{lookback} blocks back keeps the previous request's entry reachable")
-    out.breakpoints = sorted(chosen, key=lambda bp: bp.index)
+    ordered = sorted(chosen, key=lambda bp: bp.index)
+    if min_per_segment:
+        kept: list[Breakpoint] = []
+        for bp in ordered:
+            since = bp.prefix_tokens - (kept[-1].prefix_tokens if kept else 0)
+            if since < min_tokens:
+                out.skipped.append(f"{bp.kind}: not placed -- only {since} tokens since the "
+                                   f"previous breakpoint, under the per-checkpoint minimum "
+                                   f"of {min_tokens}")
+                continue
+            kept.append(bp)
+        ordered = kept
+    out.breakpoints = ordered
     return out
 
 
@@ -196,3 +211,22 @@ def block_tokens(block: dict[str, Any], model: Optional[str]) -> int:
     if t == "native":
         return text_tokens(dumps_sorted(block.get("block", {})), model)
     return 0
+
+
+def frozen_text_tokens(prompt: Any, model: Optional[str]) -> list[int]:
+    """Token counts of ``prompt.frozen_texts()`` (system texts, then rendered documents),
+    memoized by the prompt's prefix hash and the model."""
+    texts = prompt.frozen_texts()
+    return [memo_tokens(f"{prompt.prefix_hash}:f{i}", t, model) for i, t in enumerate(texts)]
+
+
+def session_text_tokens(prompt: Any, model: Optional[str]) -> list[int]:
+    """Token counts of ``prompt.session`` texts, memoized by the session hash and the model."""
+    return [memo_tokens(f"{prompt.session_hash}:s{i}", t, model)
+            for i, t in enumerate(prompt.session)]
+
+
+def tool_tokens(prompt: Any, model: Optional[str]) -> list[int]:
+    """Token counts of each tool schema's canonical JSON, memoized by the prefix hash."""
+    return [memo_tokens(f"{prompt.prefix_hash}:t{i}", dumps_sorted(t), model)
+            for i, t in enumerate(prompt.tools)]

@@ -12,14 +12,27 @@ from typing import Optional
 
 __all__ = ["CacheRules", "cache_rules", "RULES", "provider_of"]
 
-# Sources (read 2026-11-29 through the search tool's stored copies of the pages).
+# Sources, read 2026-11-29 (stored copies of the pages, through the project's search tool).
+# Where two current pages disagree, the row takes the larger minimum (a breakpoint below the
+# real minimum is silently ignored by the provider; an explicit Gemini cache below it fails)
+# and says so in ``notes``.
 SRC_OPENAI_GUIDE = "https://developers.openai.com/api/docs/guides/prompt-caching"
 SRC_OPENAI_SDK = ("openai-python 3.57.0, openai/types/chat/completion_create_params.py "
-                  "(PromptCacheOptions, prompt_cache_retention)")
+                  "(PromptCacheOptions, PromptCacheBreakpoint, prompt_cache_retention)")
 SRC_AZURE_RETENTION = "https://learn.microsoft.com/azure/foundry/openai/how-to/prompt-caching"
-SRC_ANTHROPIC = "https://docs.claude.com/en/docs/build-with-claude/prompt-caching"
+SRC_ANTHROPIC = "https://platform.claude.com/docs/en/build-with-claude/prompt-caching"
+SRC_ANTHROPIC_QUOTE = ("minimums as quoted from the Anthropic docs in "
+                       "https://github.com/anthropics/anthropic-sdk-python/issues/1194")
+SRC_ANTHROPIC_NEWER = ("https://docs.litellm.ai/docs/completion/prompt_caching (table for Claude "
+                       "5 / Opus 4.8); https://clawdemy.org/lessons/building-with-claude/"
+                       "prompt-caching-and-context-management/cheatsheet/")
+SRC_ANTHROPIC_SDK = ("anthropic-python 2.14.0: anthropic/types/cache_control_ephemeral_param.py "
+                     "(ttl 5m|1h), message_create_params.py (top-level cache_control, diagnostics)")
 SRC_GEMINI = "https://ai.google.dev/gemini-api/docs/caching"
 SRC_BEDROCK = "https://docs.aws.amazon.com/bedrock/latest/userguide/prompt-caching.html"
+SRC_BEDROCK_API = ("https://docs.aws.amazon.com/bedrock/latest/APIReference/"
+                   "API_runtime_CachePointBlock.html (ttl 5m|1h); botocore 1.44 service model")
+SRC_BEDROCK_TABLE = "https://portkey.ai/docs/integrations/llms/bedrock/prompt-caching (AWS table)"
 READ_ON = "2026-11-29"
 
 
@@ -40,6 +53,10 @@ class CacheRules:
             (Anthropic: 20), 0 when unlimited or not applicable.
         retention: values of OpenAI's ``prompt_cache_retention`` the model accepts.
         explicit_breakpoints: the model accepts OpenAI ``prompt_cache_breakpoint`` markers.
+        cacheable: request fields that may carry a marker (Bedrock Nova: system, messages).
+        min_per_segment: the minimum applies to each checkpoint's own segment, not only to the
+            cumulative prefix (Bedrock: "the first checkpoint after 1,024 tokens, the second
+            after 2,048").
         source: the page the figures come from; ``read_on``: the date it was read.
         known: False for a provider default applied to an unknown model.
     """
@@ -57,6 +74,8 @@ class CacheRules:
     read_on: str = READ_ON
     known: bool = True
     notes: str = field(default="", compare=False)
+    cacheable: tuple[str, ...] = ("tools", "system", "messages")
+    min_per_segment: bool = False
 
 
 def _openai(family: str, *, retention: tuple[str, ...] = (), explicit: bool = False,
@@ -67,6 +86,27 @@ def _openai(family: str, *, retention: tuple[str, ...] = (), explicit: bool = Fa
         max_breakpoints=4 if explicit else 0, retention=retention,
         explicit_breakpoints=explicit,
         source=f"{SRC_OPENAI_GUIDE}; {SRC_OPENAI_SDK}; {SRC_AZURE_RETENTION}", notes=notes)
+
+
+def _anthropic(family: str, min_tokens: int, notes: str = "", *,
+               source: str = SRC_ANTHROPIC_QUOTE) -> CacheRules:
+    return CacheRules("anthropic", family, min_tokens, ttls=("5m", "1h"), max_breakpoints=4,
+                      lookback_blocks=20, source=f"{SRC_ANTHROPIC}; {source}; {SRC_ANTHROPIC_SDK}",
+                      notes=notes)
+
+
+def _bedrock(family: str, min_tokens: int, *, ttls: tuple[str, ...] = ("5m",),
+             cacheable: tuple[str, ...] = ("tools", "system", "messages"),
+             notes: str = "") -> CacheRules:
+    return CacheRules("bedrock", family, min_tokens, ttls=ttls, max_breakpoints=4,
+                      lookback_blocks=20 if family.startswith("claude") else 0,
+                      source=f"{SRC_BEDROCK}; {SRC_BEDROCK_API}; {SRC_BEDROCK_TABLE}",
+                      cacheable=cacheable, min_per_segment=True, notes=notes)
+
+
+def _gemini(family: str, min_tokens: int, notes: str = "") -> CacheRules:
+    return CacheRules("gemini", family, min_tokens, ttls=("1h",), max_breakpoints=0,
+                      source=SRC_GEMINI, notes=notes)
 
 
 _R24 = ("in_memory", "24h")
@@ -95,11 +135,62 @@ RULES: tuple[CacheRules, ...] = (
     _openai("gpt-5.6", explicit=True),
     _openai("gpt-5.7", explicit=True),
     _openai("gpt-6", explicit=True),
+    # ---- Anthropic: up to 4 cache_control breakpoints, 20-block lookback, TTL 5m | 1h (a 1h
+    # breakpoint may not follow a 5m one); cache order tools -> system -> messages.
+    _anthropic("claude-opus-5", 512, source=SRC_ANTHROPIC_NEWER),
+    _anthropic("claude-fable-5", 512, source=SRC_ANTHROPIC_NEWER),
+    _anthropic("claude-mythos-5", 512, source=SRC_ANTHROPIC_NEWER),
+    _anthropic("claude-sonnet-5", 1024, source=SRC_ANTHROPIC_NEWER),
+    _anthropic("claude-opus-4-8", 1024, source=SRC_ANTHROPIC_NEWER),
+    _anthropic("claude-opus-4-7", 4096, "one page says 2,048; the larger figure is used",
+               source=SRC_ANTHROPIC_NEWER),
+    _anthropic("claude-mythos-preview", 4096, source=SRC_ANTHROPIC_NEWER),
+    _anthropic("claude-opus-4-6", 4096),
+    _anthropic("claude-opus-4-5", 4096),
+    _anthropic("claude-sonnet-4-6", 1024, "documented 1,024; issue #1194 observed caching "
+               "only from 2,048"),
+    _anthropic("claude-sonnet-4-5", 1024),
+    _anthropic("claude-opus-4-1", 1024),
+    _anthropic("claude-opus-4", 1024),
+    _anthropic("claude-sonnet-4", 1024),
+    _anthropic("claude-3-7-sonnet", 1024),
+    _anthropic("claude-haiku-4-5", 4096),
+    _anthropic("claude-3-5-haiku", 2048),
+    _anthropic("claude-3-haiku", 2048),
+    # ---- Amazon Bedrock Converse: cachePoint blocks, at most 4 a request, each checkpoint
+    # after at least the minimum since the previous one; ttl 5m | 1h (1h on Claude 4.5+).
+    _bedrock("claude-opus-4-5", 4096, ttls=("5m", "1h")),
+    _bedrock("claude-opus-4-6", 4096, ttls=("5m", "1h")),
+    _bedrock("claude-opus-4-7", 4096, ttls=("5m", "1h")),
+    _bedrock("claude-haiku-4-5", 4096, ttls=("5m", "1h")),
+    _bedrock("claude-sonnet-4-5", 1024, ttls=("5m", "1h")),
+    _bedrock("claude-sonnet-4-6", 1024, ttls=("5m", "1h")),
+    _bedrock("claude-opus-4-8", 1024, ttls=("5m", "1h")),
+    _bedrock("claude-opus-5", 512, ttls=("5m", "1h")),
+    _bedrock("claude-sonnet-5", 1024, ttls=("5m", "1h")),
+    _bedrock("claude-opus-4", 1024),
+    _bedrock("claude-sonnet-4", 1024),
+    _bedrock("claude-3-7-sonnet", 1024),
+    _bedrock("claude-3-5-haiku", 2048),
+    _bedrock("nova-", 1000, cacheable=("system", "messages"),
+             notes="Nova: tools not cacheable; at most 32k tokens cached"),
+    # ---- Gemini: implicit caching (automatic) and explicit cached contents (default TTL 1h)
+    # above the same per-model minimum. The current pages disagree for 2.5 (1,024/4,096 on
+    # the English page, 2,048 on a newer localized one); the larger figure is used.
+    _gemini("gemini-2.5-flash", 2048, "English page: 1,024; newer page: 2,048"),
+    _gemini("gemini-2.5-pro", 4096, "English page: 4,096; newer page: 2,048"),
+    _gemini("gemini-3", 4096, "Gemini 3.x Flash and Pro: 4,096 (3 Flash Preview: 1,024 on "
+            "the English page)"),
 )
 
 _DEFAULTS: dict[str, CacheRules] = {
     "openai": CacheRules("openai", "", 1024, 128, ("in_memory",), source=SRC_OPENAI_GUIDE,
                          known=False),
+    "anthropic": CacheRules("anthropic", "", 1024, ttls=("5m", "1h"), max_breakpoints=4,
+                            lookback_blocks=20, source=SRC_ANTHROPIC, known=False),
+    "bedrock": CacheRules("bedrock", "", 1024, ttls=("5m",), max_breakpoints=4,
+                          source=SRC_BEDROCK, known=False, min_per_segment=True),
+    "gemini": CacheRules("gemini", "", 4096, ttls=("1h",), source=SRC_GEMINI, known=False),
     "local": CacheRules("local", "", 0, 16, (), notes="local engine: full 16-token KV blocks",
                         known=False),
 }

@@ -7,6 +7,196 @@ Two sections, owned by different parts of the SDK: request rendering (used by
 from __future__ import annotations
 
 # --- request rendering ---------------------------------------------------------------
+#
+# Owned by promptcache.build (SDK-BUILD): ``render(prompt, model, ...)`` turns a
+# ``promptcache.build`` Prompt into the keyword arguments of ``Anthropic().messages.create``
+# with ``cache_control`` breakpoints placed by the rule of ``promptcache.breakpoints``.
+
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from promptcache.breakpoints import Plan
+    from promptcache.build import Prompt
+
+CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
+
+# Anthropic content blocks that cannot carry cache_control themselves
+_UNMARKABLE = {"thinking", "redacted_thinking"}
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    if "native" in tool:
+        return dict(tool["native"])
+    out: dict[str, Any] = {}
+    if "description" in tool:
+        out["description"] = tool["description"]
+    out["input_schema"] = tool["input_schema"]
+    out["name"] = tool["name"]
+    if "strict" in tool:
+        out["strict"] = tool["strict"]
+    return out
+
+
+def _image(block: dict[str, Any]) -> dict[str, Any]:
+    if "url" in block:
+        return {"source": {"type": "url", "url": block["url"]}, "type": "image"}
+    return {"source": {"data": block["data"], "media_type": block["media_type"],
+                       "type": "base64"}, "type": "image"}
+
+
+def content_block(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """One neutral block (see ``promptcache.build``) as an Anthropic content block."""
+    t = block["type"]
+    if t == "text":
+        return {"text": block["text"], "type": "text"}
+    if t == "image":
+        return _image(block)
+    if t == "tool_call":
+        if "arguments_raw" in block:
+            raise ValueError(f"{where}: tool call {block['name']!r} has arguments that are not "
+                             "JSON; Anthropic needs an object as tool_use input")
+        return {"id": block["id"], "input": block["arguments"], "name": block["name"],
+                "type": "tool_use"}
+    if t == "tool_result":
+        out: dict[str, Any] = {"content": [content_block(b, f"{where}.content")
+                                           for b in block.get("content", ())],
+                               "tool_use_id": block["id"], "type": "tool_result"}
+        if block.get("is_error"):
+            out["is_error"] = True
+        return out
+    if t == "native":
+        if block.get("provider") != "anthropic":
+            raise ValueError(f"{where}: a {block['block'].get('type')!r} block from "
+                             f"{block.get('provider')} cannot be sent to Anthropic")
+        return dict(block["block"])
+    raise ValueError(f"{where}: unknown block type {t!r}")
+
+
+def _cache_control(ttl: str) -> dict[str, Any]:
+    return {"type": "ephemeral"} if ttl == "5m" else {"ttl": ttl, "type": "ephemeral"}
+
+
+def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
+    """The request body without markers, and its blocks in cache order (tools -> system ->
+    messages) as :class:`promptcache.breakpoints.Block` with locators
+    ``("tools", i)``, ``("system", j)``, ``("messages", m, b)``."""
+    from promptcache.breakpoints import (Block, block_tokens, frozen_text_tokens,
+                                         session_text_tokens, tool_tokens)
+
+    body: dict[str, Any] = {}
+    blocks: list[Block] = []
+    if prompt.tools:
+        body["tools"] = [_tool(t) for t in prompt.tools]
+        for i, n in enumerate(tool_tokens(prompt, model)):
+            blocks.append(Block("tools", ("tools", i), n))
+    system: list[dict[str, Any]] = []
+    frozen = prompt.frozen_texts()
+    n_sys = len(prompt.system)
+    for j, (text, n) in enumerate(zip(frozen, frozen_text_tokens(prompt, model))):
+        system.append({"text": text, "type": "text"})
+        blocks.append(Block("system" if j < n_sys else "documents", ("system", j), n))
+    for text, n in zip(prompt.session, session_text_tokens(prompt, model)):
+        blocks.append(Block("session", ("system", len(system)), n))
+        system.append({"text": text, "type": "text"})
+    if system:
+        body["system"] = system
+    messages: list[dict[str, Any]] = []
+    for m, msg in enumerate(prompt.messages):
+        content = []
+        for b, block in enumerate(msg["content"]):
+            rendered = content_block(block, f"messages[{m}].content[{b}]")
+            content.append(rendered)
+            markable = rendered.get("type") not in _UNMARKABLE and \
+                not (rendered.get("type") == "text" and not rendered.get("text"))
+            blocks.append(Block("messages", ("messages", m, b), block_tokens(block, model),
+                                markable))
+        messages.append({"content": content, "role": msg["role"]})
+    if prompt.dynamic:
+        m = len(messages)
+        content = []
+        for b, block in enumerate(prompt.dynamic):
+            content.append(content_block(block, f"dynamic[{b}]"))
+            blocks.append(Block("dynamic", ("messages", m, b), block_tokens(block, model), False))
+        messages.append({"content": content, "role": "user"})
+    if not messages:
+        raise ValueError("nothing to send: an Anthropic request needs at least one message "
+                         "(pass messages=... or dynamic=...)")
+    body["messages"] = messages
+    return body, blocks
+
+
+def _target(body: dict[str, Any], locator: tuple) -> dict[str, Any]:
+    if locator[0] == "tools":
+        return body["tools"][locator[1]]
+    if locator[0] == "system":
+        return body["system"][locator[1]]
+    return body["messages"][locator[1]]["content"][locator[2]]
+
+
+def plan_for(prompt: "Prompt", model: str, *, ttl: str = "5m",
+             history_ttl: str = "5m") -> tuple[dict[str, Any], "Plan"]:
+    """The unmarked body and the breakpoint :class:`~promptcache.breakpoints.Plan` for
+    ``model`` (used by ``render`` and by ``Prompt.explain``)."""
+    from promptcache.breakpoints import plan
+    from promptcache.limits import cache_rules
+
+    rules = cache_rules(model, "anthropic")
+    for t in (ttl, history_ttl):
+        if t not in ("5m", "1h"):
+            raise ValueError(f"Anthropic cache TTLs are '5m' and '1h', got {t!r}")
+    body, blocks = layout(prompt, model)
+    p = plan(blocks, min_tokens=rules.min_tokens, max_breakpoints=rules.max_breakpoints,
+             lookback=rules.lookback_blocks, ttl=ttl, history_ttl=history_ttl)
+    return body, p
+
+
+def render(prompt: "Prompt", model: str, *, ttl: str = "5m", max_tokens: int = 1024,
+           mode: str = "explicit", history_ttl: str = "5m",
+           previous_message_id: Optional[str] = None) -> dict[str, Any]:
+    """Keyword arguments for ``Anthropic().messages.create(**kw)``.
+
+    Layout: ``tools`` (Anthropic form, keys sorted, order as built); ``system`` as text
+    blocks -- the system texts, the documents (``<document>``-wrapped), then the session
+    texts; ``messages`` -- the history, then ``dynamic`` as a final user turn.
+
+    Breakpoints (``mode="explicit"``): up to 4 ``cache_control`` markers by the rule of
+    :mod:`promptcache.breakpoints` -- end of the frozen layers and end of the session layer
+    (TTL ``ttl``), the newest history turn and, past the 20-block lookback, a stepping stone
+    (TTL ``history_ttl``); none on a prefix under the model's minimum
+    (:func:`promptcache.limits.cache_rules`). ``mode="automatic"`` sends no block markers
+    and one top-level ``cache_control`` instead (Anthropic then marks the last cacheable
+    block itself, which includes ``dynamic``).
+
+    ``previous_message_id`` (the ``id`` of this conversation's previous response, or ``""``
+    on the first turn) asks for cache diagnostics: ``diagnostics={"previous_message_id":
+    ...}`` and the ``anthropic-beta: cache-diagnosis-2026-04-07`` header; the response's
+    ``diagnostics.cache_miss_reason`` is read by
+    :func:`promptcache.monitor.cache_miss_reason`.
+
+    Raises:
+        ValueError: an unknown ``mode`` or TTL, ``history_ttl`` longer than ``ttl``, no
+            message to send, content with no Anthropic form.
+    """
+    if mode not in ("explicit", "automatic"):
+        raise ValueError(f"mode must be 'explicit' or 'automatic', got {mode!r}")
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    if mode == "explicit":
+        body, p = plan_for(prompt, model, ttl=ttl, history_ttl=history_ttl)
+        for bp in p.breakpoints:
+            _target(body, bp.locator)["cache_control"] = _cache_control(bp.ttl)
+    else:
+        if ttl not in ("5m", "1h"):
+            raise ValueError(f"Anthropic cache TTLs are '5m' and '1h', got {ttl!r}")
+        body, _ = layout(prompt, model)
+    kw: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
+    if mode == "automatic":
+        kw["cache_control"] = _cache_control(ttl)
+    kw.update(body)
+    if previous_message_id is not None:
+        kw["diagnostics"] = {"previous_message_id": previous_message_id or None}
+        kw["extra_headers"] = {"anthropic-beta": CACHE_DIAGNOSIS_BETA}
+    return kw
 
 
 # --- usage parsing -------------------------------------------------------------------

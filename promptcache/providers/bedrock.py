@@ -7,6 +7,166 @@ Two sections, owned by different parts of the SDK: request rendering (used by
 from __future__ import annotations
 
 # --- request rendering ---------------------------------------------------------------
+#
+# Owned by promptcache.build (SDK-BUILD): ``render(prompt, model, ...)`` turns a
+# ``promptcache.build`` Prompt into the keyword arguments of boto3's
+# ``client("bedrock-runtime").converse(**kw)`` with ``cachePoint`` blocks placed by the rule of
+# ``promptcache.breakpoints`` (a cachePoint block caches everything before it).
+
+import base64 as _base64
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from promptcache.build import Prompt
+
+_IMAGE_FORMATS = {"image/png": "png", "image/jpeg": "jpeg", "image/jpg": "jpeg",
+                  "image/gif": "gif", "image/webp": "webp"}
+
+
+def _content(block: dict[str, Any], where: str) -> dict[str, Any]:
+    t = block["type"]
+    if t == "text":
+        return {"text": block["text"]}
+    if t == "image":
+        if "url" in block:
+            raise ValueError(f"{where}: Bedrock Converse takes images as bytes or S3 locations, "
+                             f"not URLs ({block['url'][:60]})")
+        fmt = _IMAGE_FORMATS.get(str(block.get("media_type")).lower())
+        if fmt is None:
+            raise ValueError(f"{where}: image type {block.get('media_type')!r} is not one of "
+                             f"{sorted(_IMAGE_FORMATS)}")
+        return {"image": {"format": fmt, "source": {"bytes": _base64.b64decode(block["data"])}}}
+    if t == "tool_call":
+        if "arguments_raw" in block:
+            raise ValueError(f"{where}: tool call {block['name']!r} has arguments that are not "
+                             "JSON; Bedrock needs an object as toolUse input")
+        return {"toolUse": {"input": block["arguments"], "name": block["name"],
+                            "toolUseId": block["id"]}}
+    if t == "tool_result":
+        content = [_content(b, f"{where}.content") for b in block.get("content", ())]
+        out: dict[str, Any] = {"content": content or [{"text": ""}], "toolUseId": block["id"]}
+        if block.get("is_error"):
+            out["status"] = "error"
+        return {"toolResult": out}
+    raise ValueError(f"{where}: a {block.get('block', {}).get('type', t)!r} block has no "
+                     "Bedrock Converse form")
+
+
+def _cache_point(ttl: Optional[str]) -> dict[str, Any]:
+    return {"cachePoint": {"type": "default"} if ttl is None else {"ttl": ttl, "type": "default"}}
+
+
+def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
+    """The Converse body without cache points and its blocks in cache order (toolConfig ->
+    system -> messages), with locators ``("tools", i)``, ``("system", j)``,
+    ``("messages", m, b)``. Consecutive messages of one role are merged (Converse requires
+    alternating roles); ``dynamic`` joins a trailing user message."""
+    from promptcache.breakpoints import (Block, block_tokens, frozen_text_tokens,
+                                         session_text_tokens, tool_tokens)
+
+    body: dict[str, Any] = {}
+    blocks: list[Block] = []
+    if prompt.tools:
+        tools = []
+        for i, (t, n) in enumerate(zip(prompt.tools, tool_tokens(prompt, model))):
+            if "native" in t:
+                raise ValueError(f"tools[{i}]: provider-native tools have no Bedrock form")
+            spec: dict[str, Any] = {"inputSchema": {"json": t["input_schema"]}, "name": t["name"]}
+            if "description" in t:
+                spec["description"] = t["description"]
+            if "strict" in t:
+                spec["strict"] = t["strict"]
+            tools.append({"toolSpec": spec})
+            blocks.append(Block("tools", ("tools", i), n))
+        body["toolConfig"] = {"tools": tools}
+    system: list[dict[str, Any]] = []
+    n_sys = len(prompt.system)
+    for j, (text, n) in enumerate(zip(prompt.frozen_texts(), frozen_text_tokens(prompt, model))):
+        system.append({"text": text})
+        blocks.append(Block("system" if j < n_sys else "documents", ("system", j), n))
+    for text, n in zip(prompt.session, session_text_tokens(prompt, model)):
+        blocks.append(Block("session", ("system", len(system)), n))
+        system.append({"text": text})
+    if system:
+        body["system"] = system
+    messages: list[dict[str, Any]] = []
+    turns = [(msg["role"], msg["content"], "messages", f"messages[{i}]")
+             for i, msg in enumerate(prompt.messages)]
+    if prompt.dynamic:
+        turns.append(("user", list(prompt.dynamic), "dynamic", "dynamic"))
+    for role, content, layer, where in turns:
+        if not messages or messages[-1]["role"] != role:
+            messages.append({"content": [], "role": role})
+        m = len(messages) - 1
+        for b, block in enumerate(content):
+            rendered = _content(block, f"{where}[{b}]")
+            messages[m]["content"].append(rendered)
+            blocks.append(Block(layer, ("messages", m, len(messages[m]["content"]) - 1),
+                                block_tokens(block, model), layer == "messages"))
+    if not messages:
+        raise ValueError("nothing to send: a Converse request needs at least one message "
+                         "(pass messages=... or dynamic=...)")
+    body["messages"] = messages
+    return body, blocks
+
+
+def render(prompt: "Prompt", model: str, *, ttl: Optional[str] = None,
+           history_ttl: Optional[str] = None, max_tokens: Optional[int] = None
+           ) -> dict[str, Any]:
+    """Keyword arguments for ``boto3.client("bedrock-runtime").converse(**kw)``.
+
+    Fields: ``modelId``; ``toolConfig.tools`` (``toolSpec`` with ``inputSchema.json``);
+    ``system`` text blocks (system texts, documents, session); ``messages`` with
+    consecutive same-role turns merged and ``dynamic`` last; ``inferenceConfig.maxTokens``
+    when ``max_tokens`` is given. ``cachePoint`` blocks are inserted after the blocks chosen
+    by :mod:`promptcache.breakpoints` (at most 4; each checkpoint at least the model's minimum
+    after the previous one; none in fields the model cannot cache, e.g. tools on Nova).
+    ``ttl``/``history_ttl``: ``None`` (the default 5 minutes, no ``ttl`` field sent), ``"5m"``
+    or ``"1h"`` where the model supports it.
+
+    Raises:
+        ValueError: a TTL the model does not take, content with no Converse form (image URLs,
+            native tools), nothing to send.
+    """
+    from promptcache.breakpoints import plan
+    from promptcache.limits import cache_rules
+
+    rules = cache_rules(model, "bedrock")
+    for t in (ttl, history_ttl):
+        if t is not None and rules.known and t not in rules.ttls:
+            raise ValueError(f"cache TTL {t!r} is not available for {model} on Bedrock; "
+                             f"available: {list(rules.ttls)}")
+    body, blocks = layout(prompt, model)
+    for b in blocks:
+        if b.layer in ("system", "documents", "session"):
+            field = "system"
+        elif b.layer == "tools":
+            field = "tools"
+        else:
+            field = "messages"
+        if field not in rules.cacheable:
+            b.markable = False
+    eff_ttl = ttl or "5m"
+    eff_hist = history_ttl or "5m"
+    p = plan(blocks, min_tokens=rules.min_tokens, max_breakpoints=rules.max_breakpoints,
+             lookback=rules.lookback_blocks, ttl=eff_ttl, history_ttl=eff_hist,
+             min_per_segment=rules.min_per_segment)
+    # insert from the end so earlier positions stay valid
+    for bp in sorted(p.breakpoints, key=lambda bp: bp.index, reverse=True):
+        kind = bp.locator[0]
+        send_ttl = (ttl if bp.kind in ("frozen", "session") else history_ttl)
+        marker = _cache_point(send_ttl)
+        if kind == "tools":
+            body["toolConfig"]["tools"].insert(bp.locator[1] + 1, marker)
+        elif kind == "system":
+            body["system"].insert(bp.locator[1] + 1, marker)
+        else:
+            body["messages"][bp.locator[1]]["content"].insert(bp.locator[2] + 1, marker)
+    kw: dict[str, Any] = {"modelId": model}
+    kw.update(body)
+    if max_tokens is not None:
+        kw["inferenceConfig"] = {"maxTokens": int(max_tokens)}
+    return kw
 
 
 # --- usage parsing -------------------------------------------------------------------
