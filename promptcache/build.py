@@ -49,7 +49,8 @@ from promptcache.canonical import (
 from promptcache.errors import PromptCacheWarning, VolatilePrefixError
 from promptcache.volatile import find_volatile
 
-__all__ = ["build", "Prompt", "Document", "VolatileFinding", "LAYERS", "FROZEN_LAYERS"]
+__all__ = ["build", "Prompt", "Document", "VolatileFinding", "LAYERS", "FROZEN_LAYERS",
+           "normalize_messages"]
 
 LAYERS = ("system", "tools", "documents", "session", "messages", "dynamic")
 FROZEN_LAYERS = ("system", "tools", "documents")
@@ -459,7 +460,7 @@ def _report(findings: Sequence[VolatileFinding], strict: bool) -> None:
         exc.findings = list(findings)  # type: ignore[attr-defined]
         raise exc
     for f in findings:
-        warnings.warn(f.message(), PromptCacheWarning, stacklevel=3)
+        warnings.warn(f.message(), PromptCacheWarning, stacklevel=4)
 
 
 # --------------------------------------------------------------------------- memo of frozen
@@ -721,10 +722,25 @@ def build(*, system: Any = None, tools: Any = None, documents: Any = None, sessi
         TypeError, ValueError: a layer has a shape this function does not accept (the message
             names the layer and index).
     """
+    return _assemble(system=system, tools=tools, documents=documents, session=session,
+                     history=_messages_layer(messages), dynamic=dynamic, strict=strict,
+                     sort_tools=sort_tools)
+
+
+def normalize_messages(messages: Any) -> tuple[dict[str, Any], ...]:
+    """History messages (OpenAI chat, OpenAI Responses or Anthropic form) in the neutral form
+    that ``Prompt.messages`` holds; used by :class:`promptcache.Conversation` to normalize
+    each turn once, when it is appended."""
+    return _messages_layer(messages)
+
+
+def _assemble(*, system: Any, tools: Any, documents: Any, session: Any,
+              history: tuple[dict[str, Any], ...], dynamic: Any, strict: bool,
+              sort_tools: bool) -> Prompt:
     frozen = _frozen(system, tools, documents, bool(sort_tools))
     sess = _session(session)
     _report(frozen.findings + sess.findings, strict)
-    hist = _messages_layer(messages)
+    hist = history
     dyn = _dynamic_layer(dynamic)
     notes = []
     if isinstance(system, (list, tuple)) and any(isinstance(b, Mapping) and "cache_control" in b
