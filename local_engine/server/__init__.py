@@ -1,0 +1,19 @@
+"""The local engine's HTTP server: OpenAI- and Anthropic-compatible APIs over the engine.
+
+``create_app(AsyncEngine(engine), ServerConfig(...))`` builds the FastAPI app;
+``promptcache serve`` (:mod:`local_engine.server.cli`) runs it under uvicorn. Modules:
+``protocol_*`` request models, ``rendering`` prompt + block boundaries, ``emulation``
+cache-mode usage, ``diagnostics`` Anthropic cache diagnostics, ``routes_*`` the endpoints,
+``metrics`` Prometheus series, ``errors`` provider-shaped errors.
+"""
+
+from .state import ServerConfig
+
+__all__ = ["ServerConfig", "create_app"]
+
+
+def create_app(engine, config=None):
+    """See :func:`local_engine.server.app.create_app` (imported lazily)."""
+    from .app import create_app as _create_app
+
+    return _create_app(engine, config)

@@ -1,0 +1,165 @@
+"""The FastAPI application: routes, errors in each provider's shape, and one ASGI
+middleware for request ids, authentication, the body limit, metrics and the per-request
+log line (no prompt text unless ``log_prompts``)."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+import secrets
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from .errors import APIError, error_body, error_response
+from .routes_admin import router as admin_router
+from .routes_anthropic import router as anthropic_router
+from .routes_openai import router as openai_router
+from .state import ServerConfig, ServerState
+
+logger = logging.getLogger("promptcache.server")
+
+#: paths that answer without an API key
+PUBLIC_PATHS = {"/health"}
+
+
+def _endpoint(path: str) -> str:
+    for known in ("/v1/chat/completions", "/v1/completions", "/v1/messages/count_tokens",
+                  "/v1/messages", "/v1/models", "/health", "/metrics"):
+        if path == known or path.startswith(known + "/"):
+            return known
+    return "other"
+
+
+class ServerMiddleware:
+    """Pure ASGI (so streaming responses pass through untouched)."""
+
+    def __init__(self, app, state: ServerState):
+        self.app = app
+        self.st = state
+
+    async def _reject(self, scope, receive, send, status: int, message: str, code: str | None = None,
+                      headers: dict | None = None) -> None:
+        body = error_body(scope["path"], status, message, code=code,
+                          request_id=scope.get("state", {}).get("request_id"))
+        await JSONResponse(body, status_code=status, headers=headers)(scope, receive, send)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        st = self.st
+        cfg: ServerConfig = st.config
+        path = scope["path"]
+        state = scope.setdefault("state", {})
+        rid = "req_" + secrets.token_hex(12)
+        state["request_id"] = rid
+        state["arrival"] = time.monotonic()
+        state["log"] = {}
+        status_holder = {"status": 500}
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+        async def send_wrapper(message):
+            if message["type"] == "http.response.start":
+                status_holder["status"] = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = list(message["headers"]) + [(b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            if cfg.api_key and path not in PUBLIC_PATHS:
+                given = headers.get("x-api-key")
+                auth = headers.get("authorization", "")
+                if not given and auth.lower().startswith("bearer "):
+                    given = auth[7:].strip()
+                if not given or not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
+                    status_holder["status"] = 401
+                    msg = ("Incorrect API key provided." if given else
+                           "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'.")
+                    return await self._reject(scope, receive, send_wrapper, 401, msg, code="invalid_api_key")
+            length = headers.get("content-length")
+            if length is not None:
+                try:
+                    too_big = int(length) > cfg.max_body_bytes
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    status_holder["status"] = 413
+                    return await self._reject(
+                        scope, receive, send_wrapper, 413,
+                        f"Request body is {int(length)} bytes; the limit is {cfg.max_body_bytes} bytes.",
+                        headers={"connection": "close"})
+            seen = 0
+
+            async def receive_wrapper():
+                nonlocal seen
+                message = await receive()
+                if message["type"] == "http.request":
+                    seen += len(message.get("body", b""))
+                    if seen > cfg.max_body_bytes:
+                        raise APIError(413, f"Request body exceeds the limit of {cfg.max_body_bytes} bytes.")
+                return message
+
+            await self.app(scope, receive_wrapper, send_wrapper)
+        finally:
+            duration = time.monotonic() - state["arrival"]
+            status = status_holder["status"]
+            endpoint = _endpoint(path)
+            with contextlib.suppress(Exception):
+                st.metrics.requests.labels(endpoint, str(status)).inc()
+                if endpoint not in ("/metrics", "/health"):
+                    st.metrics.duration.observe(duration)
+            if endpoint not in ("/metrics", "/health") or status >= 400:
+                info = state.get("log") or {}
+                fields = " ".join(f"{k}={v}" for k, v in info.items())
+                logger.info("%s %s %s %d %.1fms %s", rid, scope.get("method", ""), path, status,
+                            duration * 1000, fields)
+
+
+def create_app(engine: Any, config: ServerConfig | None = None) -> FastAPI:
+    """The app for an :class:`~local_engine.async_engine.AsyncEngine` (started here and
+    shut down with the app's lifespan, draining for ``config.drain_timeout`` seconds)."""
+    config = config or ServerConfig()
+    state = ServerState.build(engine, config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        engine.start()
+        yield
+        await engine.shutdown(drain_timeout=config.drain_timeout)
+
+    app = FastAPI(title="promptcache local engine", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.server = state
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError):
+        return error_response(request, exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 404:
+            message = f"Unknown path {request.url.path!r}."
+        elif exc.status_code == 405:
+            message = f"Method {request.method} is not allowed on {request.url.path!r}."
+        return error_response(request, APIError(exc.status_code, message))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError):
+        return error_response(request, APIError(400, str(exc)))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception):
+        logger.exception("internal error on %s", request.url.path)
+        return error_response(request, APIError(500, f"Internal server error: {type(exc).__name__}"))
+
+    app.include_router(openai_router)
+    app.include_router(anthropic_router)
+    app.include_router(admin_router)
+    app.add_middleware(ServerMiddleware, state=state)
+    return app

@@ -1,0 +1,188 @@
+"""Cache-mode glue: what usage the server reports for a request.
+
+``--cache-mode automatic`` (default) reports what the engine physically did: the cached
+tokens are the engine's ``num_cached_tokens`` (whole 16-token blocks reused from its
+prefix cache, as vLLM reports them); no writes are reported.
+
+``--cache-mode anthropic`` / ``openai`` report what that hosted provider would have
+reported for the same request sequence, computed by :mod:`promptcache.cache_rules` on an
+emulated cache state (entries, TTLs, a clock). The engine's physical prefix cache keeps
+running underneath: it decides how fast a request is (TTFT), the emulation decides only
+the usage numbers. The two usually agree on *whether* a prefix is reused but differ in
+*how much* is counted: the engine reuses any whole block it still holds, while the
+emulation counts only what the provider's rules allow (breakpoints, minimum lengths,
+128-token steps, TTL expiry) — exactly the difference an application needs to see offline.
+
+Partitions: entries never cross models or tenants (``cache_salt``), and for OpenAI
+``prompt_cache_key`` is part of the key (it routes to a different cache machine).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from promptcache.cache_rules import (
+    Breakpoint,
+    CacheRuleError,
+    CacheState,
+    CacheUsage,
+    PromptLayout,
+    anthropic_min_cacheable_tokens,
+    anthropic_usage,
+    check_anthropic_breakpoints,
+    openai_breakpoint_usage,
+    openai_usage,
+    openai_uses_breakpoints,
+)
+
+from .errors import APIError
+from .rendering import RenderedPrompt
+
+CACHE_MODES = ("automatic", "anthropic", "openai")
+
+
+@dataclass
+class CacheRequest:
+    """What the emulation needs to know about one request.
+
+    ``anthropic_breakpoints``: from ``cache_control`` markers (tools, system, messages
+    order); ``openai_breakpoints``: explicit ``prompt_cache_breakpoint`` marks with their
+    TTL resolved; ``implicit_end``: token offset of the end of the latest user/tool
+    message (OpenAI GPT-5.6+ implicit breakpoint)."""
+
+    model: str
+    rendered: RenderedPrompt
+    salt: Optional[str] = None
+    anthropic_breakpoints: list[Breakpoint] = field(default_factory=list)
+    openai_breakpoints: list[Breakpoint] = field(default_factory=list)
+    openai_mode: Optional[str] = None  # prompt_cache_options.mode when given
+    openai_ttl: str = "30m"
+    implicit_end: Optional[int] = None
+    prompt_cache_key: Optional[str] = None
+    retention: Optional[str] = None
+
+
+def anthropic_breakpoints(rendered: RenderedPrompt) -> list[Breakpoint]:
+    """Breakpoints of the blocks that carry ``cache_control``, in prompt order."""
+    out = []
+    for block, end in zip(rendered.blocks, rendered.block_ends):
+        if block.cache_control is not None:
+            ttl, path = block.cache_control
+            out.append(Breakpoint(end, ttl, f"{path}.ttl"))
+    return out
+
+
+def openai_breakpoints(rendered: RenderedPrompt, default_ttl: str) -> list[Breakpoint]:
+    """Explicit ``prompt_cache_breakpoint`` marks, TTL defaulting to the request's."""
+    out = []
+    for block, end in zip(rendered.blocks, rendered.block_ends):
+        if block.openai_breakpoint is not None:
+            ttl, path = block.openai_breakpoint
+            out.append(Breakpoint(end, ttl or default_ttl, path))
+    return out
+
+
+class CacheEmulator:
+    """Holds the emulated cache state for one server.
+
+    ``mode``: one of :data:`CACHE_MODES`; ``clock``: seconds callable (a
+    :class:`~promptcache.cache_rules.ManualClock` under ``--test-clock``);
+    ``anthropic_min_tokens``: minimum cacheable length for models not in the documented
+    table (None: 1,024)."""
+
+    def __init__(self, mode: str = "automatic", clock: Optional[Callable[[], float]] = None,
+                 anthropic_min_tokens: Optional[int] = None):
+        if mode not in CACHE_MODES:
+            raise ValueError(f"cache mode must be one of {CACHE_MODES}, got {mode!r}")
+        self.mode = mode
+        self.state = CacheState(clock)
+        self.anthropic_min_tokens = anthropic_min_tokens
+        self._lock = threading.Lock()
+
+    # -- validation before the request runs ---------------------------------------------
+    def validate(self, req: CacheRequest, *, api: str) -> None:
+        """Reject what the emulated provider rejects (HTTP 400).
+
+        Anthropic's breakpoint rules (at most 4, no 1h after 5m) apply on ``/v1/messages``
+        in every mode, as the hosted Messages API enforces them. In ``openai`` mode,
+        ``prompt_cache_breakpoint``/``prompt_cache_options`` sent for a model older than
+        GPT-5.6 is a 400, as OpenAI answers it."""
+        try:
+            if api == "anthropic" or (self.mode == "anthropic" and req.anthropic_breakpoints):
+                check_anthropic_breakpoints(req.anthropic_breakpoints)
+        except CacheRuleError as exc:
+            raise APIError(400, exc.message, param=exc.param) from None
+        if self.mode == "openai" and api == "openai":
+            uses = openai_uses_breakpoints(req.model)
+            if uses is False and (req.openai_breakpoints or req.openai_mode):
+                raise APIError(
+                    400,
+                    f"prompt_cache_breakpoint and prompt_cache_options are not supported with "
+                    f"model {req.model!r}; they require gpt-5.6 or later.",
+                    param="prompt_cache_options" if req.openai_mode else req.openai_breakpoints[0].param,
+                )
+
+    # -- usage -------------------------------------------------------------------------
+    def usage(self, req: CacheRequest, engine_cached_tokens: int) -> CacheUsage:
+        """The usage to report; updates the emulated state (call once per request, when
+        the engine has admitted it). Raises :class:`APIError` 400 on a rule violation."""
+        n = req.rendered.num_tokens
+        if self.mode == "automatic":
+            cached = min(engine_cached_tokens, n)
+            return CacheUsage(n, cached, {}, n - cached, writes_reported=False)
+        layout_blocks = req.rendered.block_ends
+        try:
+            with self._lock:
+                if self.mode == "anthropic":
+                    min_tokens = anthropic_min_cacheable_tokens(
+                        req.model, default=self.anthropic_min_tokens or 1024)
+                    layout = PromptLayout(req.rendered.token_ids, layout_blocks, req.anthropic_breakpoints)
+                    return anthropic_usage(self.state, layout, min_cacheable_tokens=min_tokens,
+                                           partition=("anthropic", req.model, req.salt))
+                partition = ("openai", req.model, req.salt, req.prompt_cache_key)
+                uses = openai_uses_breakpoints(req.model)
+                if uses is None:
+                    uses = bool(req.openai_breakpoints or req.openai_mode)
+                if uses:
+                    layout = PromptLayout(req.rendered.token_ids, layout_blocks, req.openai_breakpoints)
+                    return openai_breakpoint_usage(
+                        self.state, layout, implicit_end=req.implicit_end if req.implicit_end else n,
+                        mode=req.openai_mode or "implicit", ttl=req.openai_ttl, partition=partition)
+                return openai_usage(self.state, PromptLayout(req.rendered.token_ids),
+                                    retention=req.retention or "in_memory", partition=partition)
+        except CacheRuleError as exc:
+            raise APIError(400, exc.message, param=exc.param) from None
+
+
+def openai_usage_body(usage: CacheUsage, completion_tokens: int, *, report_writes: bool) -> dict:
+    """OpenAI ``usage``: ``prompt_tokens`` (cached included),
+    ``prompt_tokens_details.cached_tokens`` and, where writes are reported,
+    ``cache_write_tokens``."""
+    details = {"cached_tokens": usage.cache_read_tokens, "audio_tokens": 0}
+    if report_writes and usage.writes_reported:
+        details["cache_write_tokens"] = usage.cache_write_total
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": usage.prompt_tokens + completion_tokens,
+        "prompt_tokens_details": details,
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                      "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+    }
+
+
+def anthropic_usage_body(usage: CacheUsage, output_tokens: int) -> dict:
+    """Anthropic ``usage``: ``input_tokens`` counts only uncached input."""
+    w = usage.cache_write_tokens
+    one_hour = w.get("1h", 0) + w.get("12h", 0)
+    five_min = usage.cache_write_total - one_hour
+    return {
+        "input_tokens": usage.uncached_tokens,
+        "cache_creation_input_tokens": usage.cache_write_total,
+        "cache_read_input_tokens": usage.cache_read_tokens,
+        "cache_creation": {"ephemeral_5m_input_tokens": five_min, "ephemeral_1h_input_tokens": one_hour},
+        "output_tokens": output_tokens,
+        "service_tier": "standard",
+    }

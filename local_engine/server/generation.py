@@ -1,0 +1,212 @@
+"""Running one engine request for a route: start it (mapping engine errors to HTTP),
+follow it to the end (aborting it when the client goes away), measure TTFT and
+inter-token latency, and format logprobs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, AsyncIterator, Optional
+
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+
+from .errors import APIError
+from .state import ServerState
+
+#: how often a non-streaming request checks whether its client is still there, seconds
+DISCONNECT_POLL_S = 0.25
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class ClientGone(Exception):
+    """The client disconnected before the response was complete."""
+
+
+def make_sampling_params(*, temperature: Optional[float], top_p: Optional[float],
+                         top_k: Optional[int] = None, seed: Optional[int] = None,
+                         max_tokens: Optional[int], stop: Any = None, n: int = 1,
+                         logprobs: Optional[int] = None):
+    """The engine's ``SamplingParams`` from API fields (None -> the API's default:
+    temperature 1, top_p 1, all tokens, up to the context length)."""
+    from local_engine.errors import EngineError
+    from local_engine.sampling import SamplingParams
+
+    try:
+        return SamplingParams(
+            temperature=1.0 if temperature is None else float(temperature),
+            top_p=1.0 if top_p is None else float(top_p),
+            top_k=-1 if not top_k else int(top_k),
+            seed=seed, max_tokens=max_tokens, stop=stop, n=n, logprobs=logprobs,
+        )
+    except EngineError as exc:
+        raise APIError(400, str(exc)) from None
+
+
+def request_salt(request: Request, body_salt: Optional[str]) -> Optional[str]:
+    """The tenant's cache salt: the ``cache_salt`` field, else the ``X-Cache-Salt``
+    header, else None (shared cache)."""
+    return body_salt or request.headers.get("x-cache-salt") or None
+
+
+async def start_request(state: ServerState, request_id: str, token_ids: list[int], params: Any,
+                        salt: Optional[str]) -> tuple[AsyncIterator[Any], Any]:
+    """Submit a request and wait for its first output (after prefill).
+
+    Returns (the output iterator, the first ``RequestOutput``). Raises :class:`APIError`:
+    400 for a prompt longer than the context (the message names both lengths) or a request
+    the engine refuses, 503 when the engine is stopped or shutting down."""
+    from local_engine.async_engine import EngineDeadError, EngineStoppedError
+    from local_engine.errors import EngineError, RequestTooLongError
+
+    agen = state.engine.generate(request_id, token_ids, params, cache_salt=salt)
+    try:
+        first = await agen.__anext__()
+    except RequestTooLongError as exc:
+        await agen.aclose()
+        raise APIError(400, str(exc), param="messages", code="context_length_exceeded") from None
+    except EngineError as exc:
+        await agen.aclose()
+        raise APIError(400, str(exc)) from None
+    except (EngineDeadError, EngineStoppedError) as exc:
+        await agen.aclose()
+        raise APIError(503, f"The engine is not accepting requests: {exc}") from None
+    except BaseException:
+        await agen.aclose()
+        raise
+    return agen, first
+
+
+class Timing:
+    """TTFT and inter-token latency of one request, observed into the server metrics."""
+
+    def __init__(self, state: ServerState, arrival: float):
+        self.state = state
+        self.arrival = arrival
+        self.first_token: Optional[float] = None
+        self.last: Optional[float] = None
+        self.tokens = 0
+
+    def observe(self, out: Any) -> None:
+        now = time.monotonic()
+        total = sum(len(o.token_ids) for o in out.outputs)
+        new = total - self.tokens
+        if new <= 0:
+            return
+        if self.first_token is None:
+            self.first_token = now
+            self.state.metrics.ttft.observe(now - self.arrival)
+            new -= 1
+        elif self.last is not None and new > 0:
+            gap = (now - self.last) / new
+            for _ in range(min(new, 64)):
+                self.state.metrics.itl.observe(gap)
+        self.last = now
+        self.tokens = total
+
+    @property
+    def ttft(self) -> Optional[float]:
+        return None if self.first_token is None else self.first_token - self.arrival
+
+
+async def collect(request: Request, agen: AsyncIterator[Any], first: Any, timing: Timing) -> Any:
+    """Follow a request to its last output, aborting it if the client disconnects
+    (raises :class:`ClientGone`)."""
+    last = first
+    if first.finished:
+        await agen.aclose()
+        return first
+
+    async def consume():
+        nonlocal last
+        async for out in agen:
+            timing.observe(out)
+            last = out
+
+    task = asyncio.ensure_future(consume())
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                task.result()
+                return last
+            if await request.is_disconnected():
+                raise ClientGone()
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        await agen.aclose()
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A StreamingResponse that always closes its body iterator (so the generator's
+    ``finally`` runs and aborts the engine request even when the client disconnected)."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            aclose = getattr(self.body_iterator, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(BaseException):
+                    await aclose()
+
+
+def token_text(tokenizer, token_id: int) -> str:
+    return tokenizer.decode([token_id], skip_special_tokens=False)
+
+
+def chat_logprobs(tokenizer, token_ids: list[int], logprobs: Optional[list[dict]], top: int) -> list[dict]:
+    """OpenAI chat ``logprobs.content`` entries for ``token_ids`` (natural-log probs)."""
+    out = []
+    for tid, lp in zip(token_ids, logprobs or []):
+        t = token_text(tokenizer, tid)
+        ranked = sorted(lp.items(), key=lambda kv: -kv[1])[:top]
+        out.append({
+            "token": t, "logprob": float(lp.get(tid, ranked[0][1] if ranked else 0.0)),
+            "bytes": list(t.encode("utf-8")),
+            "top_logprobs": [{"token": token_text(tokenizer, k), "logprob": float(v),
+                              "bytes": list(token_text(tokenizer, k).encode("utf-8"))} for k, v in ranked],
+        })
+    return out
+
+
+def completion_logprobs(tokenizer, token_ids: list[int], logprobs: Optional[list[dict]], top: int,
+                        text_offset: int = 0) -> dict:
+    """OpenAI legacy completions ``logprobs`` object."""
+    tokens, token_lps, tops, offsets = [], [], [], []
+    pos = text_offset
+    for tid, lp in zip(token_ids, logprobs or []):
+        t = token_text(tokenizer, tid)
+        tokens.append(t)
+        token_lps.append(float(lp.get(tid, 0.0)))
+        ranked = sorted(lp.items(), key=lambda kv: -kv[1])[:top]
+        tops.append({token_text(tokenizer, k): float(v) for k, v in ranked})
+        offsets.append(pos)
+        pos += len(t)
+    return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
+
+
+def text_delta(prev: str, cur: str) -> str:
+    """The new text of a cumulative output (``cur`` normally extends ``prev``)."""
+    if cur.startswith(prev):
+        return cur[len(prev):]
+    k = 0
+    for a, b in zip(prev, cur):
+        if a != b:
+            break
+        k += 1
+    return cur[k:] if len(cur) > len(prev) else ""
+
+
+def note(request: Request, **fields: Any) -> None:
+    """Attach fields to the request's log line (see the app's logging middleware)."""
+    info = getattr(request.state, "log", None)
+    if info is None:
+        info = {}
+        request.state.log = info
+    info.update({k: v for k, v in fields.items() if v is not None})

@@ -1,0 +1,99 @@
+"""``/metrics``: Prometheus text format through ``prometheus_client``.
+
+Server-side series (observed per request by the routes):
+
+* ``promptcache_requests_total{endpoint,status}`` — requests by HTTP status.
+* ``promptcache_time_to_first_token_seconds`` — histogram, request arrival to first token.
+* ``promptcache_inter_token_latency_seconds`` — histogram, gap between streamed tokens.
+* ``promptcache_request_duration_seconds`` — histogram, arrival to last byte.
+* ``promptcache_prompt_tokens_total`` / ``promptcache_reported_cached_tokens_total`` /
+  ``promptcache_reported_cache_write_tokens_total`` — usage as reported to clients
+  (emulated in ``anthropic``/``openai`` modes).
+
+Engine series (read from an engine snapshot at scrape time):
+
+* ``promptcache_prefix_cache_queries_tokens_total``, ``..._hits_tokens_total`` and
+  ``promptcache_prefix_cache_hit_rate`` (hits / queries, tokens; physical cache).
+* ``promptcache_kv_cache_usage_ratio`` (0..1), ``promptcache_kv_cache_blocks_used``,
+  ``promptcache_kv_cache_blocks_total``.
+* ``promptcache_num_requests_running`` / ``..._waiting``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class _EngineCollector:
+    def __init__(self, owner: "ServerMetrics"):
+        self.owner = owner
+
+    def collect(self):
+        snap = self.owner.snapshot
+        if snap is None:
+            return
+        q = CounterMetricFamily("promptcache_prefix_cache_queries_tokens",
+                                "Prompt tokens looked up in the engine's prefix cache")
+        q.add_metric([], snap.prefix_cache_queries)
+        yield q
+        h = CounterMetricFamily("promptcache_prefix_cache_hits_tokens",
+                                "Prompt tokens served from the engine's prefix cache")
+        h.add_metric([], snap.prefix_cache_hits)
+        yield h
+        yield GaugeMetricFamily("promptcache_prefix_cache_hit_rate",
+                                "Engine prefix-cache hits / queries (tokens, cumulative)",
+                                value=snap.prefix_cache_hit_rate)
+        yield GaugeMetricFamily("promptcache_kv_cache_usage_ratio",
+                                "Fraction of KV-cache blocks held by live sequences (0..1)",
+                                value=snap.kv_usage)
+        yield GaugeMetricFamily("promptcache_kv_cache_blocks_used",
+                                "KV-cache blocks neither free nor evictable",
+                                value=snap.num_blocks - snap.num_free_blocks)
+        yield GaugeMetricFamily("promptcache_kv_cache_blocks_total", "KV-cache pool size in blocks",
+                                value=snap.num_blocks)
+        yield GaugeMetricFamily("promptcache_num_requests_running", "Sequences running",
+                                value=snap.num_running)
+        yield GaugeMetricFamily("promptcache_num_requests_waiting", "Sequences waiting",
+                                value=snap.num_waiting)
+        p = CounterMetricFamily("promptcache_engine_preemptions", "Sequences preempted")
+        p.add_metric([], snap.num_preemptions)
+        yield p
+
+
+class ServerMetrics:
+    """The server's registry (one per app, so several apps can live in one process)."""
+
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        self.snapshot: Optional[Any] = None
+        r = self.registry
+        self.requests = Counter("promptcache_requests", "HTTP requests by endpoint and status",
+                                ["endpoint", "status"], registry=r)
+        self.ttft = Histogram("promptcache_time_to_first_token_seconds",
+                              "Request arrival to first output token", buckets=TTFT_BUCKETS, registry=r)
+        self.itl = Histogram("promptcache_inter_token_latency_seconds",
+                             "Time between consecutive output tokens", buckets=ITL_BUCKETS, registry=r)
+        self.duration = Histogram("promptcache_request_duration_seconds",
+                                  "Request arrival to the last byte of the response",
+                                  buckets=DURATION_BUCKETS, registry=r)
+        self.prompt_tokens = Counter("promptcache_prompt_tokens", "Prompt tokens served", registry=r)
+        self.cached_tokens = Counter("promptcache_reported_cached_tokens",
+                                     "Cached prompt tokens reported to clients", registry=r)
+        self.write_tokens = Counter("promptcache_reported_cache_write_tokens",
+                                    "Cache-write prompt tokens reported to clients", registry=r)
+        self.output_tokens = Counter("promptcache_generation_tokens", "Output tokens served", registry=r)
+        r.register(_EngineCollector(self))
+
+    def render(self, snapshot: Any) -> bytes:
+        """The exposition text with the engine series taken from ``snapshot``."""
+        self.snapshot = snapshot
+        return generate_latest(self.registry)
