@@ -25,11 +25,10 @@ one (Anthropic rejects it), so ``ttl="5m", history_ttl="1h"`` is an error.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Optional, Sequence
 
 from promptcache.canonical import dumps_sorted
-from promptcache.tokens import count_tokens, count_tokens_memo
+from promptcache.tokens import count_tokens_memo, text_tokens
 
 __all__ = ["Block", "Breakpoint", "Plan", "plan", "TTL_ORDER", "text_tokens", "block_tokens"]
 
@@ -178,12 +177,6 @@ def plan(blocks: Sequence[Block], *, min_tokens: int, max_breakpoints: int = 4,
 
 
 # ---- token counts of the neutral form ------------------------------------------------------
-
-
-@lru_cache(maxsize=65536)
-def text_tokens(text: str, model: Optional[str]) -> int:
-    """Token count of one string for ``model`` (memoized by the string)."""
-    return count_tokens(text, model).tokens
 
 
 def memo_tokens(key: str, text: str, model: Optional[str]) -> int:

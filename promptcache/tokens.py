@@ -31,6 +31,7 @@ from typing import Any, Callable, Optional
 __all__ = [
     "TokenCount",
     "count_tokens",
+    "text_tokens",
     "count_tokens_memo",
     "encoding_for_model",
     "register_counter",
@@ -106,6 +107,7 @@ def register_counter(model_prefix: str, counter: Counter) -> None:
     with _lock:
         _counters[model_prefix] = counter
         _memo.clear()
+    text_tokens.cache_clear()
 
 
 def unregister_counter(model_prefix: str) -> None:
@@ -113,6 +115,7 @@ def unregister_counter(model_prefix: str) -> None:
     with _lock:
         _counters.pop(model_prefix, None)
         _memo.clear()
+    text_tokens.cache_clear()
 
 
 def _find_counter(model: Optional[str]) -> Optional[tuple[str, Counter]]:
@@ -214,3 +217,10 @@ def count_tokens_memo(key: str, text: str, model: Optional[str] = None) -> Token
             _memo.clear()
         _memo[k] = result
     return result
+
+
+@lru_cache(maxsize=65536)
+def text_tokens(text: str, model: Optional[str] = None) -> int:
+    """``count_tokens(text, model).tokens`` memoized by the string itself (cleared when a
+    counter is registered or removed)."""
+    return count_tokens(text, model).tokens
