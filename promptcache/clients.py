@@ -321,7 +321,7 @@ class _Recorder:
         self.tracker.record(usage, **fields)
         for cb in self.callbacks:
             try:
-                cb(usage, **{k: v for k, v in fields.items() if k != "price"})
+                cb(usage, **{k: v for k, v in fields.items() if k != "prompt"})
             except Exception:
                 log.exception("promptcache: a wrap() callback failed")
 
@@ -375,7 +375,7 @@ def wrap(client: Any, tracker: Any = None, *, provider: str | None = None,
     :class:`~promptcache.Price` for every call (default: the model's bundled row; e.g.
     to cost local-engine traffic at a hosted model's prices). ``callbacks``: called as
     ``cb(usage, model=..., provider=..., api=..., prefix_hash=..., latency_ms=...,
-    ttft_ms=..., stream=..., metadata=...)`` after each record (e.g.
+    ttft_ms=..., stream=..., metadata=..., price=...)`` after each record (e.g.
     :mod:`promptcache.export`). ``metadata``: a JSON-able dict stored with each record.
 
     Wrapping twice is a no-op. Raises ``TypeError`` for an object that is not such a
