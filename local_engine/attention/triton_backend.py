@@ -13,8 +13,9 @@ device-to-host sync and can be captured in a CUDA graph:
 - *decode-shaped* calls (``num_tokens == num_seqs``) use a q-block of one token's query-head
   group (``BLOCK_M = max(16, next_pow2(G))`` rows); others use ``BLOCK_M = 128`` rows
   (``128 // G`` tokens times the ``G`` heads of one KV head).
-- split-K (flash-decoding) is chosen by :func:`choose_num_segments` from the grid size and the
-  longest context the block table can hold (``block_tables.shape[1] * block_size``).
+- split-K (flash-decoding) is chosen by :func:`choose_num_segments` from the grid size, the
+  SM count and the longest context the block table can hold (``block_tables.shape[1] *
+  block_size``).
 """
 
 from __future__ import annotations
@@ -48,13 +49,18 @@ class KernelConfig:
 
 
 # Chosen by the sweep in bench/kernels.py on an H200 (see bench/RESULTS.md, "## triton").
-DECODE_CONFIG = {64: KernelConfig(16, 64, 4, 3), 128: KernelConfig(16, 64, 4, 3)}
-PREFILL_CONFIG = {64: KernelConfig(128, 64, 4, 2), 128: KernelConfig(128, 64, 8, 2)}
+# 2026-11-29 sweep (32q/8kv heads, d=128, bf16, block 16): decode (16, 64, 4, 2) was best on
+# 64x4096, 256x1024 and 16x32768 (4.28/4.16/4.33 TB/s of KV bytes); prefill (128, 32, 4, 3)
+# was best on 8 x 512 new over a 4096 prefix (334 TFLOP/s; (128, 128, 8, 3) 323).
+DECODE_CONFIG = {64: KernelConfig(16, 64, 4, 2), 128: KernelConfig(16, 64, 4, 2)}
+PREFILL_CONFIG = {64: KernelConfig(128, 32, 4, 3), 128: KernelConfig(128, 32, 4, 3)}
 
-# Split-K rule (see choose_num_segments); measured on an H200, bench/RESULTS.md.
-SPLIT_MAX_PROGRAMS_PER_SM = 1.0   # split only when the grid has fewer programs than this x SMs
-SPLIT_TARGET_PROGRAMS_PER_SM = 2.0  # ... and then cut into enough segments to reach this
-SPLIT_MIN_TOKENS_PER_SEGMENT = 512  # no segment shorter than this (of the longest context)
+# Split-K rule (see choose_num_segments). From the 2026-11-29 split grid on an H200 (132 SMs;
+# batch 1..128 x context 1k..32k, 1..32 segments): the best segment count made the number of
+# busy programs (sequences x KV heads x segments) about 4-8 per SM, and grids already at
+# ~4 per SM (64 x 8 = 512 programs) ran best unsplit.
+SPLIT_TARGET_PROGRAMS_PER_SM = 4.0   # segments = prev_pow2(floor(target * SMs / programs))
+SPLIT_MIN_TOKENS_PER_SEGMENT = 128   # no segment shorter than this (of the longest context)
 SPLIT_MAX_SEGMENTS = 32
 
 _SM_COUNT: dict = {}
@@ -73,20 +79,20 @@ def choose_num_segments(num_programs: int, max_context: int, sm_count: int) -> i
     """Number of key-range segments for split-K (1 = no split).
 
     Args:
-        num_programs: programs of the unsplit launch (q-blocks x KV heads).
+        num_programs: busy programs of the unsplit launch (sequences' q-blocks x KV heads).
         max_context: the longest context the launch may see, in tokens (an upper bound).
         sm_count: streaming multiprocessors of the device.
 
-    Splitting pays only when the unsplit grid leaves SMs idle and each segment still streams
-    enough keys to amortise the extra reduction; the thresholds are module constants measured
-    with bench/kernels.py (split sweep).
+    Returns ``prev_pow2(floor(SPLIT_TARGET_PROGRAMS_PER_SM * sm_count / num_programs))``, capped
+    at ``SPLIT_MAX_SEGMENTS`` and at ``max_context // SPLIT_MIN_TOKENS_PER_SEGMENT``: split
+    only while the grid leaves the SMs short of work. The constants come from the split grid of
+    ``bench/kernels.py --split-grid`` (bench/RESULTS.md, "## triton").
     """
-    if num_programs >= SPLIT_MAX_PROGRAMS_PER_SM * sm_count:
+    want = int(SPLIT_TARGET_PROGRAMS_PER_SM * sm_count // max(num_programs, 1))
+    n = min(want, max_context // SPLIT_MIN_TOKENS_PER_SEGMENT, SPLIT_MAX_SEGMENTS)
+    if n < 2:
         return 1
-    want = math.ceil(SPLIT_TARGET_PROGRAMS_PER_SM * sm_count / max(num_programs, 1))
-    cap = max_context // SPLIT_MIN_TOKENS_PER_SEGMENT
-    n = min(want, cap, SPLIT_MAX_SEGMENTS)
-    return n if n >= 2 else 1
+    return 1 << (n.bit_length() - 1)
 
 
 def _alloc(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -172,7 +178,8 @@ def paged_attention(
     num_q_blocks = num_tokens // block_q + num_seqs
     if num_segments is None:
         max_context = block_tables.shape[1] * block_size
-        num_segments = choose_num_segments(num_q_blocks * num_kv_heads, max_context, _sm_count(q.device))
+        busy = num_seqs if decode else num_q_blocks  # decode: one q-block per sequence
+        num_segments = choose_num_segments(busy * num_kv_heads, max_context, _sm_count(q.device))
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     split = num_segments > 1
     if split:

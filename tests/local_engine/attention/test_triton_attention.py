@@ -219,14 +219,16 @@ def test_rejects_bad_shapes(tb):
 
 def test_choose_num_segments_rule(tb):
     sm = 132
-    # a full grid is never split
-    assert tb.choose_num_segments(num_programs=512, max_context=4096, sm_count=sm) == 1
-    # a small grid over a long context is split, within the cap
-    n = tb.choose_num_segments(num_programs=16 * 8, max_context=32768, sm_count=sm)
-    assert 2 <= n <= tb.SPLIT_MAX_SEGMENTS
-    # no segment shorter than the minimum: a short context is not split
-    assert tb.choose_num_segments(num_programs=8, max_context=tb.SPLIT_MIN_TOKENS_PER_SEGMENT,
-                                  sm_count=sm) == 1
+    # 4 * 132 = 528 target programs; segments = prev_pow2(floor(528 / programs))
+    assert tb.choose_num_segments(num_programs=64 * 8, max_context=4096, sm_count=sm) == 1  # 1.03
+    assert tb.choose_num_segments(num_programs=256 * 8, max_context=1024, sm_count=sm) == 1
+    assert tb.choose_num_segments(num_programs=16 * 8, max_context=32768, sm_count=sm) == 4  # 4.1
+    assert tb.choose_num_segments(num_programs=8 * 8, max_context=32768, sm_count=sm) == 8  # 8.25
+    assert tb.choose_num_segments(num_programs=3 * 8, max_context=32768, sm_count=sm) == 16  # 22
+    assert tb.choose_num_segments(num_programs=1, max_context=1 << 20, sm_count=sm) == 32  # the cap
+    # no segment shorter than the minimum: 1024 tokens allow at most 8 segments of 128
+    assert tb.choose_num_segments(num_programs=8, max_context=1024, sm_count=sm) == 8
+    assert tb.choose_num_segments(num_programs=8, max_context=255, sm_count=sm) == 1
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
