@@ -1,0 +1,153 @@
+"""Engine and model configuration.
+
+:class:`EngineConfig` is what a user sets (model path, device, cache and scheduler limits);
+:class:`ModelConfig` is what the loader reads out of the model file (architecture numbers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .errors import EngineError
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of a Llama-family decoder, as read from a GGUF file or ``config.json``.
+
+    Attributes:
+        name: display name, e.g. ``"SmolLM2-135M-Instruct"``.
+        hidden_size: model width (SmolLM2-135M: 576).
+        num_layers: decoder blocks (30).
+        num_heads: query heads (9).
+        num_kv_heads: key/value heads for grouped-query attention (3).
+        head_dim: per-head width (64).
+        intermediate_size: SwiGLU hidden width (1536).
+        vocab_size: embedding rows (49152).
+        rms_norm_eps: RMSNorm epsilon (1e-5).
+        rope_theta: rotary base frequency (SmolLM2: 100000).
+        max_position_embeddings: trained context length (8192).
+        tie_word_embeddings: the LM head reuses the token embedding matrix.
+        rope_scaling: HF-style ``rope_scaling`` dict (``{"rope_type": "llama3", ...}``) or None.
+    """
+
+    name: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = True
+    rope_scaling: Optional[dict] = None
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """KV-cache bytes one token takes over all layers: ``2 * layers * kv_heads * head_dim *
+        dtype_bytes`` (2 for K and V)."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
+
+
+@dataclass
+class EngineConfig:
+    """Everything a user can set on the engine (see ``notes/engine_api.md``).
+
+    Attributes:
+        model: None for the embedded SmolLM2-135M-Instruct GGUF, a ``.gguf`` path, or a folder
+            holding a GGUF file or a Hugging Face model (``config.json`` + ``*.safetensors``).
+        device: ``"cpu"`` or ``"cuda"`` (``"cuda:N"`` accepted).
+        dtype: ``"float32"``/``"bfloat16"``/``"float16"`` or a ``torch.dtype``; default float32 on
+            the CPU, bfloat16 on CUDA. Used for weights, activations and the KV cache.
+        block_size: tokens per KV-cache block (16).
+        num_kv_blocks: fixed pool size in blocks; overrides the memory-based sizing.
+        kv_cache_memory: KV pool size in bytes (CPU default: 512 MiB).
+        gpu_memory_utilization: fraction of the free CUDA memory (after loading the weights)
+            given to the KV pool when neither of the two above is set.
+        max_model_len: longest context (prompt + output) in tokens; default the model's trained
+            length.
+        max_num_seqs: most sequences running in one step.
+        max_num_batched_tokens: token budget per step (prefill chunks + decodes).
+        enable_prefix_caching: reuse full cached blocks across requests.
+        enable_chunked_prefill: split long prompts across steps to fit the token budget.
+        attention_backend: ``"torch"``, ``"triton"`` or None (by device).
+        seed: seed of the engine's default random generator (requests without ``seed``).
+        debug_checks: check the block pool's invariants after every step (slow).
+        swap_space: bytes of CPU memory for swapping preempted requests' KV (0 = recompute).
+    """
+
+    model: Optional[str] = None
+    device: str = "cpu"
+    dtype: Any = None
+    block_size: int = 16
+    num_kv_blocks: Optional[int] = None
+    kv_cache_memory: Optional[int] = None
+    gpu_memory_utilization: float = 0.9
+    max_model_len: Optional[int] = None
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    attention_backend: Optional[str] = None
+    seed: int = 0
+    debug_checks: bool = False
+    swap_space: int = 0
+
+    DEFAULT_CPU_KV_CACHE_MEMORY = 512 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise EngineError(f"block_size must be a positive power of two, got {self.block_size}")
+        if self.max_num_seqs <= 0:
+            raise EngineError(f"max_num_seqs must be positive, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens <= 0:
+            raise EngineError(
+                f"max_num_batched_tokens must be positive, got {self.max_num_batched_tokens}"
+            )
+        if self.num_kv_blocks is not None and self.num_kv_blocks <= 0:
+            raise EngineError(f"num_kv_blocks must be positive, got {self.num_kv_blocks}")
+        if self.kv_cache_memory is not None and self.kv_cache_memory <= 0:
+            raise EngineError(f"kv_cache_memory must be positive bytes, got {self.kv_cache_memory}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise EngineError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        if self.max_model_len is not None and self.max_model_len <= 0:
+            raise EngineError(f"max_model_len must be positive, got {self.max_model_len}")
+        if not (self.device == "cpu" or str(self.device).startswith("cuda")):
+            raise EngineError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        if self.attention_backend not in (None, "torch", "triton"):
+            raise EngineError(
+                f"attention_backend must be 'torch', 'triton' or None, got {self.attention_backend!r}"
+            )
+
+    def torch_dtype(self):
+        """The ``torch.dtype`` for weights, activations and the KV cache."""
+        import torch
+
+        if self.dtype is None:
+            return torch.float32 if self.device == "cpu" else torch.bfloat16
+        if isinstance(self.dtype, torch.dtype):
+            return self.dtype
+        names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+                 "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
+                 "half": torch.float16}
+        try:
+            return names[str(self.dtype).replace("torch.", "")]
+        except KeyError:
+            raise EngineError(f"unknown dtype {self.dtype!r}; expected one of {sorted(names)}") from None
+
+    def replace(self, **changes) -> "EngineConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def field_names(cls) -> set:
+        return {f.name for f in dataclasses.fields(cls)}
+
+
+__all__ = ["EngineConfig", "ModelConfig"]

@@ -1,0 +1,363 @@
+"""LLMEngine: requests in, one scheduler step at a time, RequestOutputs out.
+
+Data flows one way: ``add_request`` -> :class:`~local_engine.scheduler.Scheduler` ->
+:class:`~local_engine.runner.ModelRunner` (batch tensors, model, paged attention, sampler) ->
+output processing here (detokenize, stop checks, finish and free). ``step()`` is synchronous and
+single-threaded; the async server drives it from one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+
+from .config import EngineConfig
+from .errors import EngineError, RequestTooLongError
+from .kv_cache.manager import KVCacheManager
+from .loader import load_model
+from .metrics import EngineMetrics, MetricsRecorder
+from .outputs import CompletionOutput, RequestMetrics, RequestOutput
+from .runner import ModelRunner, kv_block_bytes, plan_num_blocks
+from .sampling import SamplingParams, make_generator
+from .scheduler import Scheduler
+from .sequence import Sequence, SequenceStatus
+from .tokenizer import IncrementalDetokenizer, Tokenizer
+
+logger = logging.getLogger("local_engine")
+
+
+@dataclass
+class _SampleState:
+    seq: Sequence
+    detok: IncrementalDetokenizer
+    text: str = ""
+    finish_reason: Optional[str] = None
+    stop_reason: Optional[object] = None
+
+
+@dataclass
+class _RequestState:
+    request_id: str
+    prompt_token_ids: List[int]
+    params: SamplingParams
+    samples: List[_SampleState]
+    metrics: RequestMetrics
+    prompt: Optional[str] = None
+    stop_ids: frozenset = frozenset()
+
+    @property
+    def finished(self) -> bool:
+        return all(s.finish_reason is not None for s in self.samples)
+
+
+class LLMEngine:
+    """The engine (see ``notes/engine_api.md``).
+
+    Attributes:
+        config: the :class:`EngineConfig`.
+        model_config: architecture read from the file.
+        tokenizer: :class:`~local_engine.tokenizer.Tokenizer`.
+        model_name: e.g. ``"SmolLM2-135M-Instruct"``.
+        max_model_len: longest context (prompt + output) in tokens.
+        kv_cache_manager: block tables and the pool (``num_blocks``, ``num_free_blocks``).
+
+    Raises (constructor):
+        ModelNotFoundError: no model at ``config.model``.
+        EngineError: an unsupported model or configuration.
+    """
+
+    def __init__(self, config: Optional[EngineConfig] = None):
+        self.config = config = config or EngineConfig()
+        t0 = time.monotonic()
+        loaded = load_model(config.model)
+        self.model_config = mc = loaded.config
+        self.model_name = mc.name
+        self.model_path = loaded.path
+        self.tokenizer = Tokenizer(loaded.tokenizer)
+        self.max_model_len = config.max_model_len or mc.max_position_embeddings
+        dtype = config.torch_dtype()
+        if str(config.device).startswith("cuda") and not torch.cuda.is_available():
+            raise EngineError(f"device {config.device!r} requested but CUDA is not available")
+        # weights go to the device first, so the pool is sized from the memory left
+        self.runner = ModelRunner(config, mc, loaded.weights, self.max_model_len)
+        del loaded
+        num_blocks = plan_num_blocks(config, mc, dtype, self.max_model_len)
+        self.runner.allocate_kv_cache(num_blocks)
+        self.kv_cache_manager = KVCacheManager(num_blocks, config.block_size,
+                                               config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.kv_cache_manager, config.max_num_seqs,
+                                   config.max_num_batched_tokens, config.enable_chunked_prefill)
+        self._requests: Dict[str, _RequestState] = {}
+        self._seq_to_req: Dict[str, _RequestState] = {}
+        self._metrics = MetricsRecorder()
+        block_bytes = kv_block_bytes(mc, config.block_size, dtype)
+        self.load_seconds = time.monotonic() - t0
+        logger.info(
+            "%s loaded in %.1fs on %s (%s); KV cache: %d blocks x %d tokens = %d tokens max "
+            "(%.1f MiB, %d bytes/token); max_model_len=%d",
+            self.model_name, self.load_seconds, config.device, str(dtype).replace("torch.", ""),
+            num_blocks, config.block_size, num_blocks * config.block_size,
+            num_blocks * block_bytes / 2 ** 20, block_bytes // config.block_size, self.max_model_len,
+        )
+
+    @classmethod
+    def from_model(cls, model: Optional[str] = None, **overrides) -> "LLMEngine":
+        """``LLMEngine(EngineConfig(model=model, **overrides))``.
+
+        Raises:
+            EngineError: an unknown config field.
+        """
+        unknown = set(overrides) - EngineConfig.field_names()
+        if unknown:
+            raise EngineError(f"unknown engine option(s): {sorted(unknown)}")
+        return cls(EngineConfig(model=model, **overrides))
+
+    # ---- requests ------------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt_token_ids: List[int], params: Optional[SamplingParams] = None,
+                    cache_salt: Optional[str] = None, prompt: Optional[str] = None,
+                    arrival_time: Optional[float] = None) -> None:
+        """Queue a request.
+
+        Raises:
+            EngineError: duplicate ``request_id``, empty prompt, or a token id out of range.
+            RequestTooLongError: the prompt leaves no room for one output token within
+                ``max_model_len``, or can never fit the KV pool (message names the lengths).
+        """
+        params = params or SamplingParams()
+        if request_id in self._requests:
+            raise EngineError(f"request id {request_id!r} is already in use")
+        ids = list(prompt_token_ids)
+        if not ids:
+            raise EngineError("the prompt is empty; send at least one token")
+        vocab = self.model_config.vocab_size
+        bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < vocab]
+        if bad:
+            raise EngineError(f"prompt token id {bad[0]!r} is out of range 0..{vocab - 1}")
+        if len(ids) >= self.max_model_len:
+            raise RequestTooLongError(
+                f"prompt is {len(ids)} tokens; this model's context is {self.max_model_len} "
+                f"tokens (max_model_len), which must hold the prompt plus at least one output token",
+                prompt_len=len(ids), limit=self.max_model_len)
+        pool_tokens = self.kv_cache_manager.num_blocks * self.config.block_size
+        if len(ids) + 1 > pool_tokens:
+            raise RequestTooLongError(
+                f"prompt is {len(ids)} tokens but the KV cache holds at most {pool_tokens} tokens "
+                f"({self.kv_cache_manager.num_blocks} blocks of {self.config.block_size}); "
+                f"raise kv_cache_memory or num_kv_blocks",
+                prompt_len=len(ids), limit=pool_tokens)
+        max_total = min(self.max_model_len, pool_tokens)
+        if params.max_tokens is not None:
+            max_total = min(max_total, len(ids) + params.max_tokens)
+        now = time.monotonic() if arrival_time is None else arrival_time
+        seqs = []
+        for i in range(params.n):
+            seq = Sequence(
+                seq_id=request_id if i == 0 else f"{request_id}#{i}",
+                request_id=request_id, index=i, prompt_token_ids=ids, params=params,
+                arrival_time=now, cache_salt=cache_salt,
+                generator=make_generator(params.seed, i, self.runner.device),
+                max_total_len=max_total,
+            )
+            seqs.append(seq)
+        seqs[0].num_forks = params.n - 1
+        stop_ids = set(params.stop_token_ids or ())
+        if not params.ignore_eos:
+            stop_ids |= self.tokenizer.stop_token_ids
+        state = _RequestState(
+            request_id=request_id, prompt_token_ids=ids, params=params,
+            samples=[_SampleState(s, IncrementalDetokenizer(self.tokenizer, ids, params.skip_special_tokens))
+                     for s in seqs],
+            metrics=RequestMetrics(arrival_time=now), prompt=prompt, stop_ids=frozenset(stop_ids),
+        )
+        self._requests[request_id] = state
+        for s in seqs:
+            self._seq_to_req[s.seq_id] = state
+        self.scheduler.add(seqs[0])
+
+    def abort_request(self, request_id: str) -> None:
+        """Stop a request now and free its blocks; unknown ids are a no-op."""
+        state = self._requests.pop(request_id, None)
+        if state is None:
+            return
+        for s in state.samples:
+            if not s.seq.is_finished:
+                self.scheduler.finish(s.seq, SequenceStatus.FINISHED_ABORTED)
+            if s.finish_reason is None:
+                s.finish_reason = "abort"
+            self._seq_to_req.pop(s.seq.seq_id, None)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._requests)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self._requests)
+
+    # ---- the step ------------------------------------------------------------------------
+    def step(self) -> List[RequestOutput]:
+        """Run one scheduler step; return the outputs of the requests that advanced (each
+        cumulative so far; ``finished`` set on the last one)."""
+        sched = self.scheduler.schedule()
+        if sched.is_empty:
+            return []
+        now = time.monotonic()
+        tables = [self.kv_cache_manager.block_ids(s.seq.seq_id) for s in sched.scheduled]
+        self.runner.copy_blocks(sched.block_copies)
+        batch = self.runner.prepare(sched, tables)
+        logits = self.runner.forward_logits(batch)
+
+        # rows to sample: each sampling sequence once, plus its unforked siblings
+        row_src, row_seqs = [], []
+        for r, i in enumerate(batch.sample_rows):
+            seq = sched.scheduled[i].seq
+            row_src.append(r)
+            row_seqs.append(seq)
+            if seq.num_forks:
+                for sib in self._seq_to_req[seq.seq_id].samples[1:]:
+                    row_src.append(r)
+                    row_seqs.append(sib.seq)
+        if len(row_src) != logits.shape[0]:
+            logits = logits[torch.tensor(row_src, dtype=torch.long, device=logits.device)]
+        sampled = self.runner.sample(logits, [s.params for s in row_seqs],
+                                     [s.generator for s in row_seqs]) if row_seqs else None
+
+        advanced: Dict[str, _RequestState] = {}
+        for s in sched.scheduled:
+            seq = s.seq
+            seq.num_computed_tokens = s.num_computed + s.num_new_tokens
+            self.kv_cache_manager.cache_computed_blocks(seq)
+            state = self._seq_to_req.get(seq.seq_id)
+            if state is not None:
+                if state.metrics.first_scheduled_time is None:
+                    state.metrics.first_scheduled_time = now
+                advanced[state.request_id] = state
+            if s.num_computed < seq.num_prompt_tokens:
+                self._metrics.prompt_tokens += min(s.num_computed + s.num_new_tokens,
+                                                   seq.num_prompt_tokens) - s.num_computed
+        done = time.monotonic()
+        if sampled is not None:
+            # fork n > 1 siblings off sample 0 first (before sample 0 may finish and free)
+            for seq in row_seqs:
+                if seq.index > 0 and seq.status == SequenceStatus.WAITING:
+                    parent = self._seq_to_req[seq.seq_id].samples[0].seq
+                    seq.num_computed_tokens = parent.num_computed_tokens
+                    seq.num_cached_tokens = parent.num_cached_tokens
+                    self.kv_cache_manager.fork(parent, seq)
+                    self.scheduler.add_running(seq)
+                elif seq.index == 0:
+                    seq.num_forks = 0
+            for r, seq in enumerate(row_seqs):
+                state = self._seq_to_req[seq.seq_id]
+                self._append_token(state, state.samples[seq.index], sampled.token_ids[r],
+                                   sampled.logprobs[r], sampled.sampled_logprob[r], done)
+        if self.config.debug_checks:
+            self.scheduler.check_invariants()
+        outputs = [self._make_output(st) for st in advanced.values()]
+        for st in advanced.values():
+            if st.finished:
+                self._finish_request(st, done)
+        return outputs
+
+    def _append_token(self, state: _RequestState, sample: _SampleState, token: int,
+                      logprobs, sampled_lp: float, now: float) -> None:
+        seq = sample.seq
+        seq.all_token_ids.append(token)
+        self._metrics.generation_tokens += 1
+        if state.metrics.first_token_time is None:
+            state.metrics.first_token_time = now
+            self._metrics.ttft.append(now - state.metrics.arrival_time)
+        state.metrics.last_token_time = now
+        params = state.params
+        if params.logprobs is not None:
+            seq.logprobs.append(logprobs)
+        seq.cumulative_logprob += sampled_lp
+        if token in state.stop_ids:
+            sample.finish_reason, sample.stop_reason = "stop", token
+        else:
+            delta = sample.detok.add(token)
+            if delta:
+                sample.text += delta
+                if params.stop:
+                    self._check_stop_strings(sample, params.stop, len(delta))
+        if sample.finish_reason is None and seq.num_tokens >= seq.max_total_len:
+            sample.finish_reason = "length"
+        if sample.finish_reason is not None:
+            status = (SequenceStatus.FINISHED_STOPPED if sample.finish_reason == "stop"
+                      else SequenceStatus.FINISHED_LENGTH)
+            self.scheduler.finish(seq, status)
+
+    @staticmethod
+    def _check_stop_strings(sample: _SampleState, stops: List[str], delta_len: int) -> None:
+        text = sample.text
+        for stop in stops:
+            start = max(0, len(text) - delta_len - len(stop) + 1)
+            idx = text.find(stop, start)
+            if idx != -1:
+                sample.text = text[:idx]
+                sample.finish_reason, sample.stop_reason = "stop", stop
+                return
+
+    @staticmethod
+    def _visible_text(sample: _SampleState, stops: List[str]) -> str:
+        """While running, hold back a tail that could still become a stop string."""
+        text = sample.text
+        if sample.finish_reason is not None or not stops:
+            return text
+        hold = 0
+        for stop in stops:
+            for k in range(min(len(stop) - 1, len(text)), hold, -1):
+                if text.endswith(stop[:k]):
+                    hold = k
+                    break
+        return text[:len(text) - hold] if hold else text
+
+    def _make_output(self, state: _RequestState) -> RequestOutput:
+        outs = []
+        for s in state.samples:
+            seq = s.seq
+            want_lp = state.params.logprobs is not None
+            outs.append(CompletionOutput(
+                index=seq.index,
+                text=self._visible_text(s, state.params.stop),
+                token_ids=list(seq.output_token_ids),
+                finish_reason=s.finish_reason,
+                stop_reason=s.stop_reason,
+                logprobs=list(seq.logprobs) if want_lp else None,
+                cumulative_logprob=seq.cumulative_logprob if want_lp else None,
+            ))
+        first = state.samples[0].seq
+        return RequestOutput(
+            request_id=state.request_id, prompt=state.prompt,
+            prompt_token_ids=state.prompt_token_ids,
+            num_cached_tokens=max(first.num_cached_tokens, 0),
+            outputs=outs, finished=state.finished, metrics=state.metrics,
+        )
+
+    def _finish_request(self, state: _RequestState, now: float) -> None:
+        state.metrics.finish_time = now
+        self._metrics.requests_finished += 1
+        for s in state.samples:
+            n = s.seq.num_output_tokens
+            if n >= 2 and state.metrics.first_token_time is not None:
+                self._metrics.tpot.append((now - state.metrics.first_token_time) / (n - 1))
+            self._seq_to_req.pop(s.seq.seq_id, None)
+        self._requests.pop(state.request_id, None)
+
+    # ---- metrics -------------------------------------------------------------------------
+    @property
+    def metrics(self) -> EngineMetrics:
+        """A snapshot (see :class:`~local_engine.metrics.EngineMetrics`)."""
+        kv = self.kv_cache_manager
+        m = self._metrics
+        return EngineMetrics(
+            prefix_cache_queries=kv.prefix_cache_queries, prefix_cache_hits=kv.prefix_cache_hits,
+            kv_usage=kv.usage(), num_blocks=kv.num_blocks, num_free_blocks=kv.num_free_blocks,
+            num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting,
+            num_preemptions=self.scheduler.num_preemptions, num_evictions=kv.pool.num_evictions,
+            prompt_tokens=m.prompt_tokens, generation_tokens=m.generation_tokens,
+            requests_finished=m.requests_finished,
+            ttft_seconds=list(m.ttft), tpot_seconds=list(m.tpot),
+        )

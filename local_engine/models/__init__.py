@@ -1,0 +1,5 @@
+"""Model implementations (Llama family)."""
+
+from .llama import LlamaForCausalLM
+
+__all__ = ["LlamaForCausalLM"]

@@ -1,0 +1,213 @@
+"""Llama-family decoder over a flat packed batch with a paged KV cache.
+
+Architecture (Touvron et al. 2023; Hugging Face ``modeling_llama.py``): token embedding, N blocks
+of [RMSNorm -> grouped-query attention with rotary position embeddings -> residual, RMSNorm ->
+SwiGLU MLP -> residual], final RMSNorm, LM head (tied to the embedding when the file has no
+``output.weight``). SmolLM2-135M: 30 blocks, width 576, 9 query heads over 3 KV heads of 64,
+MLP 1536, rotary base 100000.
+
+The forward pass takes every scheduled token of every sequence as one flat batch
+(``[num_tokens]`` ids and positions) and an :class:`~local_engine.attention.metadata.
+AttentionMetadata`; attention goes through :func:`local_engine.attention.write_kv_cache` and
+:func:`local_engine.attention.paged_attention`. No Python loop over sequences here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..attention import paged_attention, write_kv_cache
+from ..attention.metadata import AttentionMetadata
+from ..config import ModelConfig
+from ..errors import EngineError
+
+
+class RMSNorm(nn.Module):
+    """``x / sqrt(mean(x^2) + eps) * weight``, computed in float32 (as HF's LlamaRMSNorm)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(dtype)
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: Optional[dict]) -> torch.Tensor:
+    """Rotary inverse frequencies ``theta ** (-2i / head_dim)``, float32 ``[head_dim // 2]``;
+    with ``rope_scaling = {"rope_type": "llama3", ...}`` adjusted as in Llama 3.1
+    (transformers ``_compute_llama3_parameters``)."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim))
+    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
+        factor = scaling["factor"]
+        low, high = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+        old_len = scaling["original_max_position_embeddings"]
+        low_wl, high_wl = old_len / low, old_len / high
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > low_wl, inv / factor, inv)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wl) & ~(wavelen > low_wl)
+        inv = torch.where(medium, smoothed, scaled)
+    return inv
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotate-half rotary embedding with a precomputed cos/sin table ``[max_pos, head_dim]``."""
+
+    def __init__(self, head_dim: int, max_positions: int, theta: float, scaling: Optional[dict]):
+        super().__init__()
+        self.head_dim, self.max_positions, self.theta, self.scaling = head_dim, max_positions, theta, scaling
+        self.build_tables("cpu")
+
+    def build_tables(self, device) -> None:
+        """(Re)compute the float32 cos/sin tables on ``device``."""
+        inv = rope_inv_freq(self.head_dim, self.theta, self.scaling)
+        pos = torch.arange(self.max_positions, dtype=torch.int64, device="cpu").float()
+        freqs = torch.outer(pos, inv)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.cos = emb.cos().to(device)
+        self.sin = emb.sin().to(device)
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        """``q`` ``[T, Hq, D]``, ``k`` ``[T, Hkv, D]``, ``positions`` int64 ``[T]``."""
+        cos = self.cos[positions].unsqueeze(1).to(q.dtype)
+        sin = self.sin[positions].unsqueeze(1).to(q.dtype)
+        return _apply(q, cos, sin), _apply(k, cos, sin)
+
+
+def _apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_size = cfg.num_heads * cfg.head_dim
+        self.kv_size = cfg.num_kv_heads * cfg.head_dim
+        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=False)
+        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
+        self.rope = rope
+        self.scale = self.head_dim ** -0.5
+
+    def forward(self, x, positions, meta: AttentionMetadata, kv_cache: Tuple[torch.Tensor, torch.Tensor]):
+        T = x.shape[0]
+        qkv = self.qkv_proj(x)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(T, self.num_heads, self.head_dim)
+        k = k.view(T, self.num_kv_heads, self.head_dim)
+        v = v.view(T, self.num_kv_heads, self.head_dim)
+        q, k = self.rope(positions, q, k)
+        k_cache, v_cache = kv_cache
+        write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping, backend=meta.backend)
+        out = paged_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q,
+                              meta.seq_lens, scale=self.scale, backend=meta.backend)
+        return self.o_proj(out.reshape(T, self.q_size))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.inter = cfg.intermediate_size
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = LlamaAttention(cfg, rope)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = LlamaMLP(cfg)
+
+    def forward(self, x, positions, meta, kv_cache):
+        x = x + self.self_attn(self.input_layernorm(x), positions, meta, kv_cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaForCausalLM(nn.Module):
+    """The whole model. ``forward`` returns final hidden states ``[num_tokens, hidden]``;
+    :meth:`compute_logits` maps selected rows to float32 logits ``[rows, vocab]``."""
+
+    def __init__(self, cfg: ModelConfig, max_positions: Optional[int] = None):
+        super().__init__()
+        self.config = cfg
+        rope = RotaryEmbedding(cfg.head_dim, max_positions or cfg.max_position_embeddings,
+                               cfg.rope_theta, cfg.rope_scaling)
+        self.rope = rope
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList([LlamaDecoderLayer(cfg, rope) for _ in range(cfg.num_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        for p in self.parameters():
+            p.requires_grad_(False)
+
+    def load_weights(self, weights: Dict[str, torch.Tensor]) -> None:
+        """Copy HF-named float32 tensors in (fusing q/k/v and gate/up).
+
+        Raises:
+            EngineError: a tensor is missing or has the wrong shape.
+        """
+        def take(name):
+            if name not in weights:
+                raise EngineError(f"model weights lack {name}")
+            return weights[name]
+
+        def put(param, tensor, name):
+            if tuple(param.shape) != tuple(tensor.shape):
+                raise EngineError(f"{name}: expected shape {tuple(param.shape)}, file has {tuple(tensor.shape)}")
+            param.data.copy_(tensor)
+
+        put(self.embed_tokens.weight, take("model.embed_tokens.weight"), "model.embed_tokens.weight")
+        put(self.norm.weight, take("model.norm.weight"), "model.norm.weight")
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        else:
+            put(self.lm_head.weight, take("lm_head.weight"), "lm_head.weight")
+        for i, layer in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            put(layer.input_layernorm.weight, take(p + "input_layernorm.weight"), p + "input_layernorm")
+            put(layer.post_attention_layernorm.weight, take(p + "post_attention_layernorm.weight"),
+                p + "post_attention_layernorm")
+            qkv = torch.cat([take(p + f"self_attn.{n}_proj.weight") for n in "qkv"], dim=0)
+            put(layer.self_attn.qkv_proj.weight, qkv, p + "self_attn.qkv_proj")
+            put(layer.self_attn.o_proj.weight, take(p + "self_attn.o_proj.weight"), p + "self_attn.o_proj")
+            gu = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")], dim=0)
+            put(layer.mlp.gate_up_proj.weight, gu, p + "mlp.gate_up_proj")
+            put(layer.mlp.down_proj.weight, take(p + "mlp.down_proj.weight"), p + "mlp.down_proj")
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                kv_caches: List[Tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Args:
+            input_ids: int64 ``[num_tokens]``; positions: int64 ``[num_tokens]`` (position of
+                each token in its sequence); meta: see :class:`AttentionMetadata`;
+            kv_caches: one ``(k_cache, v_cache)`` per layer, each ``[num_blocks, block_size,
+                num_kv_heads, head_dim]``.
+
+        Returns: final-norm hidden states ``[num_tokens, hidden_size]``.
+        """
+        x = self.embed_tokens(input_ids)
+        for layer, kv in zip(self.layers, kv_caches):
+            x = layer(x, positions, meta, kv)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden`` ``[rows, hidden_size]`` -> float32 logits ``[rows, vocab_size]``."""
+        return self.lm_head(hidden).float()

@@ -1,0 +1,93 @@
+"""What the engine returns per request and step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+
+@dataclass
+class CompletionOutput:
+    """One sample of a request, cumulative so far.
+
+    Attributes:
+        index: sample index (0..n-1).
+        text: generated text (stop string excluded; while running, a tail that could be the
+            start of a stop string is held back).
+        token_ids: generated token ids.
+        finish_reason: ``"stop"`` (EOS, stop token or stop string), ``"length"`` (max_tokens or
+            max_model_len), ``"abort"``, or None while running.
+        stop_reason: the stop string or token id that ended it, else None.
+        logprobs: per generated token, ``{token_id: logprob}`` (natural log) when asked.
+        cumulative_logprob: sum of the sampled tokens' logprobs (when logprobs were asked).
+    """
+
+    index: int
+    text: str
+    token_ids: List[int]
+    finish_reason: Optional[str] = None
+    stop_reason: Optional[object] = None
+    logprobs: Optional[List[Dict[int, float]]] = None
+    cumulative_logprob: Optional[float] = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestMetrics:
+    """Timestamps in seconds (``time.monotonic()``) and derived latencies.
+
+    Attributes:
+        arrival_time: when ``add_request`` ran.
+        first_scheduled_time: first step that computed any of its tokens.
+        first_token_time: when the first output token was sampled.
+        last_token_time: when the latest output token was sampled.
+        finish_time: when it finished (None while running).
+    """
+
+    arrival_time: float
+    first_scheduled_time: Optional[float] = None
+    first_token_time: Optional[float] = None
+    last_token_time: Optional[float] = None
+    finish_time: Optional[float] = None
+
+    @property
+    def ttft(self) -> Optional[float]:
+        """Time to first token, seconds."""
+        return None if self.first_token_time is None else self.first_token_time - self.arrival_time
+
+
+@dataclass
+class RequestOutput:
+    """A request's state after a step.
+
+    Attributes:
+        request_id: as given to ``add_request``.
+        prompt: prompt text when known (``LLM.generate`` with text), else None.
+        prompt_token_ids: the prompt.
+        num_cached_tokens: prompt tokens whose K/V came from the prefix cache (whole blocks).
+        outputs: one :class:`CompletionOutput` per sample.
+        finished: all samples finished.
+        metrics: :class:`RequestMetrics`.
+    """
+
+    request_id: str
+    prompt_token_ids: List[int]
+    num_cached_tokens: int
+    outputs: List[CompletionOutput]
+    finished: bool
+    metrics: RequestMetrics
+    prompt: Optional[str] = None
+
+    @property
+    def text(self) -> str:
+        return self.outputs[0].text
+
+    @property
+    def token_ids(self) -> List[int]:
+        return self.outputs[0].token_ids
+
+
+__all__ = ["CompletionOutput", "RequestOutput", "RequestMetrics"]

@@ -1,0 +1,151 @@
+"""Model runner: owns the model, the KV-cache tensors and the sampler; turns a
+:class:`~local_engine.scheduler.SchedulerOutput` into batch tensors, runs the forward pass and
+samples.
+
+Per step it builds, for the flat packed batch of all scheduled tokens:
+``input_ids`` / ``positions`` int64 ``[num_tokens]``, ``slot_mapping`` int64 ``[num_tokens]``,
+``block_tables`` int32 ``[num_seqs, max_blocks]``, ``cu_seqlens_q`` int32 ``[num_seqs + 1]``,
+``seq_lens`` int32 ``[num_seqs]`` and ``logits_indices`` int64 (the last row of each sequence
+that samples). They are plain tensors in :class:`~local_engine.attention.metadata.
+AttentionMetadata` so that a CUDA-graph runner can copy them into fixed-size buffers.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import List, Optional, Sequence as Seq, Tuple
+
+import numpy as np
+import torch
+
+from .attention.metadata import AttentionMetadata
+from .config import EngineConfig, ModelConfig
+from .models.llama import LlamaForCausalLM
+from .sampling import Sampler, SamplerOutput, SamplingParams
+from .scheduler import SchedulerOutput
+
+logger = logging.getLogger("local_engine")
+
+
+@dataclass
+class BatchInputs:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    sample_rows: List[int]  # index into scheduled list, for each logits row
+
+
+def kv_block_bytes(mc: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+    """Bytes of one KV block over all layers: ``2 * layers * kv_heads * head_dim * block_size *
+    dtype_bytes`` (SmolLM2-135M, fp32, 16 tokens: 737,280)."""
+    return mc.kv_bytes_per_token(torch.empty((), dtype=dtype).element_size()) * block_size
+
+
+def plan_num_blocks(cfg: EngineConfig, mc: ModelConfig, dtype: torch.dtype, max_model_len: int) -> int:
+    """Pool size in blocks: ``num_kv_blocks`` when set; else ``kv_cache_memory`` bytes; else on
+    CUDA ``gpu_memory_utilization`` of the free device memory (after the weights are loaded),
+    on the CPU :attr:`EngineConfig.DEFAULT_CPU_KV_CACHE_MEMORY`. At least enough blocks for
+    one ``max_model_len`` sequence plus one is not required: it is reported instead."""
+    if cfg.num_kv_blocks is not None:
+        return cfg.num_kv_blocks
+    per_block = kv_block_bytes(mc, cfg.block_size, dtype)
+    if cfg.kv_cache_memory is not None:
+        budget = cfg.kv_cache_memory
+    elif str(cfg.device).startswith("cuda"):
+        free, _total = torch.cuda.mem_get_info(torch.device(cfg.device))
+        budget = int(free * cfg.gpu_memory_utilization)
+    else:
+        budget = EngineConfig.DEFAULT_CPU_KV_CACHE_MEMORY
+    return max(1, budget // per_block)
+
+
+class ModelRunner:
+    """Args: cfg (engine config), mc (model config), weights (HF-named float32 tensors),
+    max_model_len (rotary table length). Call :meth:`allocate_kv_cache` before running."""
+
+    def __init__(self, cfg: EngineConfig, mc: ModelConfig, weights, max_model_len: int):
+        self.cfg = cfg
+        self.model_config = mc
+        self.device = torch.device(cfg.device)
+        self.dtype = cfg.torch_dtype()
+        self.block_size = cfg.block_size
+        self.backend = cfg.attention_backend
+        with torch.device("meta"):  # no random init of weights that are overwritten next
+            model = LlamaForCausalLM(mc, max_positions=max(max_model_len, 1))
+        model = model.to_empty(device="cpu")
+        model.load_weights(weights)
+        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.model.rope.build_tables(self.device)  # float32 tables, whatever the model dtype
+        self.num_blocks = 0
+        self.kv_cache = None
+        self.kv_caches = []
+        self.sampler = Sampler(cfg.seed, device=self.device)
+
+    def allocate_kv_cache(self, num_blocks: int) -> None:
+        """Allocate the paged cache: one tensor ``[layers, 2, num_blocks, block_size,
+        num_kv_heads, head_dim]``; layer i's ``(k_cache, v_cache)`` are views into it."""
+        mc = self.model_config
+        self.num_blocks = num_blocks
+        shape = (mc.num_layers, 2, num_blocks, self.block_size, mc.num_kv_heads, mc.head_dim)
+        self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.kv_caches = [(self.kv_cache[i, 0], self.kv_cache[i, 1]) for i in range(mc.num_layers)]
+
+    # ---- batch construction --------------------------------------------------------------
+    def prepare(self, sched: SchedulerOutput, block_tables: Seq[Seq[int]]) -> BatchInputs:
+        """Flat batch tensors for the scheduled sequences (``block_tables[i]`` is the i-th
+        scheduled sequence's block table)."""
+        bs = self.block_size
+        ids_parts, pos_parts, slot_parts = [], [], []
+        cu = [0]
+        seq_lens, sample_rows, logits_idx = [], [], []
+        max_blocks = max((len(b) for b in block_tables), default=1) or 1
+        bt = np.zeros((len(sched.scheduled), max_blocks), dtype=np.int32)
+        for i, (s, table) in enumerate(zip(sched.scheduled, block_tables)):
+            start, n = s.num_computed, s.num_new_tokens
+            ids_parts.append(s.seq.all_token_ids[start:start + n])
+            pos = np.arange(start, start + n, dtype=np.int64)
+            tab = np.asarray(table, dtype=np.int64)
+            bt[i, :len(table)] = tab
+            slot_parts.append(tab[pos // bs] * bs + pos % bs)
+            pos_parts.append(pos)
+            cu.append(cu[-1] + n)
+            seq_lens.append(start + n)
+            if s.samples:
+                logits_idx.append(cu[-1] - 1)
+                sample_rows.append(i)
+        dev = self.device
+        input_ids = torch.tensor([t for part in ids_parts for t in part], dtype=torch.long)
+        positions = torch.from_numpy(np.concatenate(pos_parts))
+        meta = AttentionMetadata(
+            slot_mapping=torch.from_numpy(np.concatenate(slot_parts)).to(dev),
+            block_tables=torch.from_numpy(bt).to(dev),
+            cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=dev),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
+            logits_indices=torch.tensor(logits_idx, dtype=torch.long, device=dev),
+            backend=self.backend,
+        )
+        return BatchInputs(input_ids.to(dev), positions.to(dev), meta, sample_rows)
+
+    def copy_blocks(self, copies: Seq[Tuple[int, int]]) -> None:
+        """Copy whole KV blocks ``src -> dst`` in every layer (copy-on-write)."""
+        if not copies:
+            return
+        src = torch.tensor([c[0] for c in copies], dtype=torch.long, device=self.device)
+        dst = torch.tensor([c[1] for c in copies], dtype=torch.long, device=self.device)
+        self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
+
+    # ---- execution -----------------------------------------------------------------------
+    @torch.inference_mode()
+    def forward_logits(self, batch: BatchInputs) -> torch.Tensor:
+        """Run the model; float32 logits ``[len(batch.sample_rows), vocab]``."""
+        hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_caches)
+        if batch.meta.logits_indices.numel() == 0:
+            return hidden.new_zeros((0, self.model.config.vocab_size), dtype=torch.float32)
+        return self.model.compute_logits(hidden[batch.meta.logits_indices])
+
+    @torch.inference_mode()
+    def sample(self, logits: torch.Tensor, params: Seq[SamplingParams],
+               generators: Seq[Optional[torch.Generator]]) -> SamplerOutput:
+        """One token per logits row (rows may repeat a sequence's logits for ``n > 1``)."""
+        return self.sampler(logits, params, generators)

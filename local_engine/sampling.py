@@ -1,0 +1,183 @@
+"""Sampling parameters and the sampler (logits -> next tokens).
+
+The sampler works on the whole step's logits at once: temperature, top-k and top-p are applied
+as tensors; random choice uses the exponential-race form of sampling (``argmax(p / E)`` with
+``E ~ Exp(1)``, equivalent to drawing from ``p``) so that a seeded request draws its noise from
+its own generator and gets the same tokens alone or in a batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Union
+
+import torch
+
+from .errors import EngineError
+
+#: Temperatures below this are greedy (argmax).
+GREEDY_EPS = 1e-5
+MAX_LOGPROBS = 20
+
+
+@dataclass
+class SamplingParams:
+    """How to pick tokens and when to stop.
+
+    Attributes:
+        temperature: softmax temperature; 0 = greedy.
+        top_p: nucleus sampling mass in (0, 1].
+        top_k: keep the k most likely tokens; -1 (or 0) = all.
+        seed: per-request RNG seed; equal seeds give equal samples, alone or batched.
+        max_tokens: most new tokens (None = up to ``max_model_len``).
+        stop: string(s) that end generation; the stop string is not part of the text.
+        stop_token_ids: extra token ids that end generation (the model's EOS ids always do
+            unless ``ignore_eos``).
+        n: samples per prompt (they share the prompt's KV blocks copy-on-write).
+        logprobs: return this many top log-probabilities per generated token (plus the
+            sampled one); None = none.
+        ignore_eos: keep going past EOS.
+        skip_special_tokens: drop control tokens from the text.
+
+    Raises:
+        EngineError: a value out of range (the message names it).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: Optional[int] = None
+    max_tokens: Optional[int] = 16
+    stop: Optional[Union[str, List[str]]] = None
+    stop_token_ids: Optional[List[int]] = None
+    n: int = 1
+    logprobs: Optional[int] = None
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+
+    def __post_init__(self):
+        if self.temperature is None:
+            self.temperature = 1.0
+        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+            raise EngineError(f"temperature must be >= 0, got {self.temperature!r}")
+        if not 0.0 < float(self.top_p) <= 1.0:
+            raise EngineError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.top_k, int) or self.top_k < -1:
+            raise EngineError(f"top_k must be -1 (off) or a positive integer, got {self.top_k!r}")
+        if self.top_k == 0:
+            self.top_k = -1
+        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
+            raise EngineError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if not isinstance(self.n, int) or self.n < 1:
+            raise EngineError(f"n must be a positive integer, got {self.n!r}")
+        if self.logprobs is not None and not (0 <= self.logprobs <= MAX_LOGPROBS):
+            raise EngineError(f"logprobs must be in 0..{MAX_LOGPROBS}, got {self.logprobs!r}")
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.stop = [s for s in (self.stop or []) if s]
+        if any(not isinstance(s, str) for s in self.stop):
+            raise EngineError("stop must be a string or a list of strings")
+        self.stop_token_ids = list(self.stop_token_ids or [])
+        if self.seed is not None and not isinstance(self.seed, int):
+            raise EngineError(f"seed must be an integer, got {self.seed!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_EPS
+
+
+def make_generator(seed: Optional[int], index: int, device="cpu") -> Optional[torch.Generator]:
+    """The RNG of sample ``index`` of a seeded request (None when unseeded). Sample 0 uses
+    ``seed`` itself; sample i uses ``seed`` mixed with i so the samples differ."""
+    if seed is None:
+        return None
+    g = torch.Generator(device=device)
+    g.manual_seed((seed * 1_000_003 + index) % (2 ** 63) if index else seed % (2 ** 63))
+    return g
+
+
+@dataclass
+class SamplerOutput:
+    """``token_ids[i]`` for row i; ``logprobs[i]`` a ``{token_id: logprob}`` dict (sampled token
+    plus the top ones) when asked, else None; ``sampled_logprob[i]`` the sampled token's."""
+
+    token_ids: List[int]
+    logprobs: List[Optional[Dict[int, float]]]
+    sampled_logprob: List[float]
+
+
+class Sampler:
+    """Turns float32 logits ``[rows, vocab]`` into one token per row."""
+
+    def __init__(self, seed: int = 0, device="cpu"):
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(seed)
+
+    def __call__(self, logits: torch.Tensor, params: Sequence[SamplingParams],
+                 generators: Sequence[Optional[torch.Generator]]) -> SamplerOutput:
+        rows = logits.shape[0]
+        logits = logits.float()
+        greedy = [p.greedy for p in params]
+        out = torch.empty(rows, dtype=torch.long, device=logits.device)
+        if all(greedy):
+            out = logits.argmax(dim=-1)
+        else:
+            temps = torch.tensor([1.0 if g else p.temperature for g, p in zip(greedy, params)],
+                                 dtype=torch.float32, device=logits.device)
+            scaled = logits / temps[:, None]
+            scaled = self._top_k_top_p(scaled, params)
+            probs = torch.softmax(scaled, dim=-1)
+            noise = torch.empty_like(probs)
+            shared = [i for i, g in enumerate(generators) if g is None and not greedy[i]]
+            if shared:
+                noise[shared] = torch.empty(len(shared), probs.shape[1], device=probs.device
+                                            ).exponential_(generator=self.generator)
+            for i, g in enumerate(generators):
+                if g is not None and not greedy[i]:
+                    noise[i].exponential_(generator=g)
+            sampled = (probs / noise).argmax(dim=-1)
+            argmax = logits.argmax(dim=-1)
+            gmask = torch.tensor(greedy, device=logits.device)
+            out = torch.where(gmask, argmax, sampled)
+        token_ids = out.tolist()
+        need_lp = [p.logprobs is not None for p in params]
+        lps: List[Optional[Dict[int, float]]] = [None] * rows
+        sampled_lp = [0.0] * rows
+        if any(need_lp):
+            logp = torch.log_softmax(logits, dim=-1)
+            chosen = logp.gather(1, out[:, None]).squeeze(1).tolist()
+            k = max(p.logprobs or 0 for p in params)
+            top_v, top_i = (logp.topk(k, dim=-1) if k > 0 else (None, None))
+            for i, p in enumerate(params):
+                sampled_lp[i] = chosen[i]
+                if p.logprobs is None:
+                    continue
+                d = {token_ids[i]: chosen[i]}
+                if p.logprobs:
+                    for v, t in zip(top_v[i, :p.logprobs].tolist(), top_i[i, :p.logprobs].tolist()):
+                        d.setdefault(t, v)
+                lps[i] = d
+        return SamplerOutput(token_ids=token_ids, logprobs=lps, sampled_logprob=sampled_lp)
+
+    @staticmethod
+    def _top_k_top_p(logits: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
+        vocab = logits.shape[1]
+        ks = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
+        ps = [float(p.top_p) for p in params]
+        if all(k == vocab for k in ks) and all(p >= 1.0 for p in ps):
+            return logits
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        ranks = torch.arange(vocab, device=logits.device)[None, :]
+        k_t = torch.tensor(ks, device=logits.device)[:, None]
+        remove = ranks >= k_t
+        probs = torch.softmax(sorted_logits.masked_fill(remove, float("-inf")), dim=-1)
+        # mass strictly before each token; keep tokens while that mass is below top_p
+        before = probs.cumsum(dim=-1) - probs
+        p_t = torch.tensor(ps, device=logits.device)[:, None]
+        remove |= before >= p_t
+        remove[:, 0] = False  # always keep the most likely token
+        sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+        return torch.full_like(logits, float("-inf")).scatter(1, order, sorted_logits)
+
+
+__all__ = ["SamplingParams", "Sampler", "SamplerOutput", "make_generator", "GREEDY_EPS"]

@@ -1,0 +1,214 @@
+"""Continuous-batching scheduler.
+
+Each :meth:`Scheduler.schedule` call picks the work of one step under a token budget
+(``max_num_batched_tokens``) and a sequence cap (``max_num_seqs``), like vLLM v1's scheduler:
+
+1. Running sequences first, oldest first: a decode takes one token; a prompt still in (chunked)
+   prefill takes as many as the remaining budget allows. When the pool cannot supply a block, the
+   newest running sequence is preempted (its blocks freed; it goes back to the front of the
+   queue and is recomputed later, hitting the prefix cache for its full blocks) until the
+   allocation fits.
+2. Then waiting sequences in arrival order (FCFS): each is looked up in the prefix cache, then
+   given the budget left (chunked prefill lets a long prompt share steps with decodes). A
+   waiting sequence whose next uncached block is being computed right now by another
+   sequence's prefill is held back (prefix-aware scheduling) so that it hits that block a step
+   later instead of computing it again; the requests behind it are not blocked.
+
+Nothing here knows about tensors; the runner turns a :class:`SchedulerOutput` into them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Deque, Dict, List, Optional, Set, Tuple
+
+from .kv_cache.manager import KVCacheManager
+from .sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledSequence:
+    """``seq`` computes tokens ``[num_computed, num_computed + num_new_tokens)`` this step;
+    it samples when that range ends at ``seq.num_tokens``."""
+
+    seq: Sequence
+    num_computed: int
+    num_new_tokens: int
+
+    @property
+    def samples(self) -> bool:
+        return self.num_computed + self.num_new_tokens == self.seq.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: List[ScheduledSequence] = field(default_factory=list)
+    block_copies: List[Tuple[int, int]] = field(default_factory=list)
+    preempted: List[Sequence] = field(default_factory=list)
+    num_batched_tokens: int = 0
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    """FCFS continuous batching with chunked prefill, prefix-aware holding back and
+    preemption by recompute.
+
+    Args:
+        kv: the KV-cache manager.
+        max_num_seqs: most running sequences.
+        max_num_batched_tokens: token budget per step.
+        enable_chunked_prefill: split prompts longer than the remaining budget.
+    """
+
+    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 enable_chunked_prefill: bool = True):
+        self.kv = kv
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.enable_chunked_prefill = enable_chunked_prefill
+        self.waiting: Deque[Sequence] = deque()
+        self.running: List[Sequence] = []
+        self.num_preemptions = 0
+
+    # ---- queue management ----------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+
+    def add_running(self, seq: Sequence) -> None:
+        """Join an already-computed sequence (a forked sample) to the running set."""
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def finish(self, seq: Sequence, status: SequenceStatus) -> None:
+        """Mark ``seq`` finished with ``status`` and free its blocks at once."""
+        if seq.status == SequenceStatus.RUNNING:
+            try:
+                self.running.remove(seq)
+            except ValueError:
+                pass
+        elif not seq.is_finished:
+            try:
+                self.waiting.remove(seq)
+            except ValueError:
+                pass
+        seq.status = status
+        self.kv.free(seq)
+
+    # ---- scheduling ----------------------------------------------------------------------
+    def _preempt(self, seq: Sequence) -> None:
+        self.kv.free(seq)
+        seq.num_computed_tokens = 0
+        seq.status = SequenceStatus.PREEMPTED
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def _pending_hashes(self) -> Set[bytes]:
+        """Hashes of prompt blocks that running prefills will compute but have not yet."""
+        pending: Set[bytes] = set()
+        bs = self.kv.block_size
+        for s in self.running:
+            if s.in_prefill:
+                hashes = self.kv.update_block_hashes(s)
+                pending.update(hashes[s.num_computed_tokens // bs:s.num_prompt_tokens // bs])
+        return pending
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        now = time.monotonic()
+
+        # 1. running sequences
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            num_new = seq.num_tokens - seq.num_computed_tokens
+            if num_new > budget:
+                if not self.enable_chunked_prefill:
+                    i += 1
+                    continue
+                num_new = budget
+            while True:
+                copies = self.kv.allocate_slots(seq, num_new)
+                if copies is not None:
+                    break
+                victim = self.running.pop()
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is seq:
+                    break
+            if copies is None:  # seq itself was preempted
+                break
+            out.block_copies.extend(copies)
+            out.scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, num_new))
+            budget -= num_new
+            i += 1
+
+        # 2. waiting sequences (not when this step had to preempt: the pool is tight)
+        if not out.preempted:
+            pending = self._pending_hashes() if self.kv.enable_caching else set()
+            num_seqs = len(self.running) + sum(s.num_forks for s in self.running)
+            idx = 0
+            while idx < len(self.waiting) and budget > 0:
+                seq = self.waiting[idx]
+                if num_seqs + 1 + seq.num_forks > self.max_num_seqs:
+                    break
+                hits, num_cached = self.kv.get_computed_blocks(seq)
+                if pending:
+                    hashes = self.kv.update_block_hashes(seq)
+                    nxt = len(hits)
+                    if nxt < (seq.num_tokens - 1) // self.kv.block_size and hashes[nxt] in pending:
+                        idx += 1  # hold back: another prefill is computing this block now
+                        continue
+                num_new = seq.num_tokens - seq.num_computed_tokens - num_cached
+                if num_new > budget:
+                    if not self.enable_chunked_prefill:
+                        break
+                    num_new = budget
+                copies = self.kv.allocate_slots(seq, num_new, hits)
+                if copies is None:
+                    break  # FCFS: nobody overtakes a request that does not fit
+                del self.waiting[idx]
+                if seq.num_cached_tokens < 0:
+                    seq.num_cached_tokens = num_cached
+                    self.kv.record_lookup(seq.num_prompt_tokens, num_cached)
+                seq.num_computed_tokens += num_cached
+                seq.status = SequenceStatus.RUNNING
+                self.running.append(seq)
+                num_seqs += 1 + seq.num_forks
+                out.scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, num_new))
+                budget -= num_new
+                if self.kv.enable_caching and seq.in_prefill:
+                    hashes = self.kv.update_block_hashes(seq)
+                    bs = self.kv.block_size
+                    pending.update(hashes[seq.num_computed_tokens // bs:seq.num_prompt_tokens // bs])
+
+        out.num_batched_tokens = self.max_num_batched_tokens - budget
+        return out
+
+    def check_invariants(self) -> None:
+        """Debug check: pool invariants, and every live sequence in exactly one queue."""
+        self.kv.check_invariants()
+        ids = [s.seq_id for s in self.running] + [s.seq_id for s in self.waiting]
+        if len(ids) != len(set(ids)):
+            raise AssertionError(f"a sequence is queued twice: {ids}")
+        for s in self.waiting:
+            if self.kv.req_blocks.get(s.seq_id):
+                raise AssertionError(f"waiting sequence {s.seq_id} holds blocks")

@@ -1,0 +1,102 @@
+"""A sequence: one sample of one request as the scheduler, KV manager and runner see it.
+
+All tokens (prompt + generated) live in ``all_token_ids``; ``num_computed_tokens`` of them have
+K/V in the cache. Each step the scheduler gives a sequence ``num_new_tokens`` of the rest; when
+that reaches the end of ``all_token_ids`` the step samples the next token. Prefill, chunked
+prefill, decode and recompute after preemption are the same operation (as in vLLM v1).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+
+from .sampling import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"  # waiting again after giving its blocks back
+    SWAPPED = "swapped"  # waiting with its K/V copied to CPU memory
+    FINISHED_STOPPED = "finished_stopped"
+    FINISHED_LENGTH = "finished_length"
+    FINISHED_ABORTED = "finished_aborted"
+
+    @property
+    def finished(self) -> bool:
+        return self.value.startswith("finished")
+
+
+@dataclass
+class Sequence:
+    """Scheduler-side state of one sample.
+
+    Attributes:
+        seq_id: unique id (``request_id`` for sample 0, ``request_id#i`` for sample i).
+        request_id, index: the owning request and the sample's index in its ``outputs``.
+        prompt_token_ids: the prompt; ``all_token_ids`` = prompt + generated.
+        num_computed_tokens: tokens whose K/V are in this sequence's blocks.
+        num_cached_tokens: prompt tokens served from the prefix cache when first scheduled
+            (whole blocks); -1 until then.
+        cache_salt: per-tenant salt mixed into block hashes (None = shared cache).
+        num_forks: for sample 0 of an ``n > 1`` request, how many siblings still to fork off
+            when its prompt is done (they share its blocks copy-on-write).
+        generator: torch RNG for seeded sampling (None = the engine's generator).
+    """
+
+    seq_id: str
+    request_id: str
+    index: int
+    prompt_token_ids: List[int]
+    params: SamplingParams
+    arrival_time: float = field(default_factory=time.monotonic)
+    cache_salt: Optional[str] = None
+    all_token_ids: List[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    num_cached_tokens: int = -1
+    status: SequenceStatus = SequenceStatus.WAITING
+    num_forks: int = 0
+    generator: Optional[torch.Generator] = None
+    block_hashes: List[bytes] = field(default_factory=list)
+    logprobs: List[Dict[int, float]] = field(default_factory=list)
+    cumulative_logprob: float = 0.0
+    num_preemptions: int = 0
+    max_total_len: int = 0  # prompt + max output tokens, capped by max_model_len
+
+    def __post_init__(self):
+        if not self.all_token_ids:
+            self.all_token_ids = list(self.prompt_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def output_token_ids(self) -> List[int]:
+        return self.all_token_ids[len(self.prompt_token_ids):]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.all_token_ids) - len(self.prompt_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.finished
+
+    @property
+    def in_prefill(self) -> bool:
+        """True while the prompt is not fully computed."""
+        return self.num_computed_tokens < self.num_prompt_tokens
+
+    def extra_keys(self) -> Optional[tuple]:
+        """Extra keys for block hashing (mixed into the first block, hence into all)."""
+        return ("salt", self.cache_salt) if self.cache_salt is not None else None
