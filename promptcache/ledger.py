@@ -31,7 +31,6 @@ import re
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from promptcache.errors import PromptCacheError
-from promptcache.pricing import Cost, Price, cost as compute_cost
+from promptcache.pricing import Cost, Price, cost_pico
 from promptcache.usage import Usage
 
 __all__ = ["Tracker", "LedgerError", "Record", "SummaryRow", "default_path", "parse_since",
@@ -200,6 +199,36 @@ def parse_since(since: Any, now: float | None = None) -> float | None:
             pass
     raise ValueError(f"since={since!r}: expected a duration such as 30m, 24h, 7d, 2w, an "
                      "ISO date such as 2026-07-01, or a Unix timestamp")
+
+
+_PRICE_JSON: dict[int, tuple[Price, str]] = {}
+_DAYS: dict[int, str] = {}
+
+
+def _price_json(price: Price | None) -> str | None:
+    """The price row stored with a record (cached per Price object)."""
+    if price is None:
+        return None
+    hit = _PRICE_JSON.get(id(price))
+    if hit is not None and hit[0] is price:
+        return hit[1]
+    text = json.dumps(price.to_dict(), sort_keys=True)
+    if len(_PRICE_JSON) > 1024:
+        _PRICE_JSON.clear()
+    _PRICE_JSON[id(price)] = (price, text)
+    return text
+
+
+def _day(ts: float) -> str:
+    """UTC date of a Unix timestamp, 'YYYY-MM-DD' (cached per day)."""
+    k = int(ts // 86400)
+    d = _DAYS.get(k)
+    if d is None:
+        d = datetime.fromtimestamp(k * 86400, timezone.utc).strftime("%Y-%m-%d")
+        if len(_DAYS) > 4096:
+            _DAYS.clear()
+        _DAYS[k] = d
+    return d
 
 
 def _pusd(amount: Decimal) -> int:
@@ -405,22 +434,24 @@ class Tracker:
                             "with promptcache.normalize_usage(provider, response) first")
         model = model or usage.model
         provider = provider or usage.provider
-        if cost is None:
+        cost_p = base_p = price_json = None
+        if cost is not None:
+            cost_p, base_p = _pusd(cost.total), _pusd(cost.baseline)
+            price_json = _price_json(cost.price)
+        else:
             try:
-                cost = compute_cost(usage, model=model, price=price)
+                cost_p, base_p, used = cost_pico(usage, model=model, price=price)
+                price_json = _price_json(used)
             except PromptCacheError as e:  # unknown price: stored unpriced, not an error
                 log.debug("ledger: request recorded without cost: %s", e)
         ts = time.time() if ts is None else float(ts)
-        day = datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d")
+        day = _day(ts)
         return (
-            record_id or uuid.uuid4().hex, ts, day, provider, model, api, prefix_hash,
+            record_id or os.urandom(16).hex(), ts, day, provider, model, api, prefix_hash,
             usage.uncached_input_tokens, usage.cache_read_tokens, usage.cache_write_tokens,
             usage.cache_write_5m_tokens, usage.cache_write_1h_tokens, usage.output_tokens,
             usage.reasoning_tokens, int(usage.cache_reported),
-            None if cost is None else _pusd(cost.total),
-            None if cost is None else _pusd(cost.baseline),
-            None if cost is None or cost.price is None else json.dumps(cost.price.to_dict(),
-                                                                       sort_keys=True),
+            cost_p, base_p, price_json,
             latency_ms, ttft_ms, int(bool(stream)),
             json.dumps(list(usage.flags)) if usage.flags else None,
             json.dumps(dict(metadata), sort_keys=True, default=str) if metadata else None,

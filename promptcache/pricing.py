@@ -116,6 +116,9 @@ class Price:
         200K-token tier), this one with the ``long_context`` overrides applied."""
         if self.long_context_threshold is None or prompt_tokens <= self.long_context_threshold:
             return self
+        cached = self.__dict__.get("_long")
+        if cached is not None:
+            return cached
         kw: dict[str, Any] = {k: getattr(self, k) for k in _PRICE_FIELDS}
         kw["cache_write"] = dict(self.cache_write)
         for k, v in self.long_context.items():
@@ -123,8 +126,10 @@ class Price:
                 kw["cache_write"].update(v)
             else:
                 kw[k] = v
-        return Price(**kw, model=self.model, provider=self.provider, source=self.source,
+        long = Price(**kw, model=self.model, provider=self.provider, source=self.source,
                      date=self.date)
+        object.__setattr__(self, "_long", long)  # frozen: cache the derived price once
+        return long
 
     def write_price(self, ttl: str) -> Decimal:
         """The price of a cache write with TTL label ``ttl``; raises ``PricingError``
@@ -253,6 +258,72 @@ def cost(usage: Usage, model: str | None = None, price: Price | None = None) -> 
                 model=price.model or model, price=price)
 
 
+# --- fast exact path in integer pico-dollars (the ledger's per-record cost) -----------
+
+PICO_PER_USD = 10**12
+_RATES: dict[int, tuple[Price, Any]] = {}
+
+
+def _rates(price: Price) -> dict[str, Any] | None:
+    """Per-token prices in integer pico-dollars (price per MTok x 10**6), or None when a
+    price has more than 6 decimals (then the Decimal path is used)."""
+    hit = _RATES.get(id(price))
+    if hit is not None and hit[0] is price:
+        return hit[1]
+
+    def pico(v: Decimal | None) -> int | None:
+        if v is None:
+            return None
+        x = v * 1_000_000
+        if x != x.to_integral_value():
+            raise ValueError
+        return int(x)
+
+    try:
+        rates: dict[str, Any] | None = {
+            "input": pico(price.input), "output": pico(price.output),
+            "cache_read": pico(price.cache_read),
+            "write": {k: pico(v) for k, v in {**price.cache_write, "5m": price.cache_write_5m,
+                                              "1h": price.cache_write_1h}.items()
+                      if v is not None}}
+    except ValueError:
+        rates = None
+    if len(_RATES) > 1024:
+        _RATES.clear()
+    _RATES[id(price)] = (price, rates)
+    return rates
+
+
+def cost_pico(usage: Usage, model: str | None = None,
+              price: Price | None = None) -> tuple[int, int, Price]:
+    """``(total, baseline, price)`` of :func:`cost` in integer pico-dollars (1e-12 USD),
+    computed with integers (exact for prices with at most 6 decimals, else rounded half
+    even from the exact Decimal result). Same errors as :func:`cost`."""
+    if price is None:
+        model = model or usage.model
+        if not model:
+            raise PricingError("no model and no price: pass model='...' or price=Price(...)")
+        price = price_for(model)
+    price = price.for_prompt(usage.prompt_tokens)
+    r = _rates(price)
+    if r is None:
+        c = cost(usage, price=price)
+        return (int((c.total * PICO_PER_USD).to_integral_value()),
+                int((c.baseline * PICO_PER_USD).to_integral_value()), price)
+    total = usage.uncached_input_tokens * r["input"] + usage.output_tokens * r["output"]
+    if usage.cache_read_tokens:
+        if r["cache_read"] is None:
+            raise PricingError(f"no cache read price for {price.model or model}")
+        total += usage.cache_read_tokens * r["cache_read"]
+    for ttl, n in usage.cache_write_by_ttl.items():
+        rate = r["write"].get(ttl)
+        if rate is None:
+            price.write_price(ttl)  # raises the same PricingError as cost()
+        total += n * rate
+    baseline = usage.prompt_tokens * r["input"] + usage.output_tokens * r["output"]
+    return total, baseline, price
+
+
 # --- the price table ------------------------------------------------------------------
 
 _TABLE: dict[str, Price] | None = None
@@ -317,6 +388,7 @@ def load_prices(path: str | os.PathLike[str]) -> list[str]:
     ``date``, ``aliases``). Returns the model names loaded. Raises ``PricingError`` on a
     malformed file, ``OSError`` when it cannot be read."""
     table, aliases = _parse_table(Path(path).read_text("utf-8"), str(path))
+    _LOOKUP.clear()
     _USER.update(table)
     _ALIASES.update(aliases)
     return [p.model or k for k, p in table.items()]
@@ -328,6 +400,7 @@ def register_price(model: str, price: Price) -> None:
         raise PricingError("register_price needs a promptcache.Price")
     if price.model is None:
         price = dataclasses.replace(price, model=model)
+    _LOOKUP.clear()
     _USER[model.lower()] = price
 
 
@@ -353,10 +426,24 @@ _SNAPSHOT_SUFFIX = re.compile(
     r"^(?:[-@](?:\d{8}|\d{4}-\d{2}-\d{2}|latest|\d{3})|-v\d+(?::\d+)?|:\d+)*$")
 
 
+_LOOKUP: dict[str, Price] = {}
+
+
 def price_for(model: str) -> Price:
     """The price row for ``model``: exact name or alias first, then the longest table name
     that the model id starts with (so dated snapshots such as ``gpt-4o-2024-08-06`` find
     ``gpt-4o``). Raises ``PricingError`` naming the closest known models when none fits."""
+    hit = _LOOKUP.get(model)
+    if hit is not None:
+        return hit
+    found = _price_for(model)
+    if len(_LOOKUP) > 4096:
+        _LOOKUP.clear()
+    _LOOKUP[model] = found
+    return found
+
+
+def _price_for(model: str) -> Price:
     table = {**_load_bundled(), **_USER}
     cands = _candidates(model)
     for c in cands:

@@ -410,3 +410,29 @@ def test_every_bundled_row_has_source_and_date():
 def test_public_names_resolve_lazily():
     assert promptcache.normalize_usage is normalize_usage
     assert promptcache.Price is Price
+
+
+def test_integer_fast_path_equals_decimal_cost_for_every_bundled_model():
+    """The ledger prices records with integers (pico-dollars); it must equal cost()."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from promptcache.pricing import _load_bundled, cost_pico
+
+    models = sorted(_load_bundled())
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.sampled_from(models), st.integers(0, 400_000), st.integers(0, 400_000),
+           st.integers(0, 50_000), st.integers(0, 50_000))
+    def check(model, uncached, read, write, out):
+        p = price_for(model)
+        ttl = "5m" if p.cache_write_5m is not None else next(iter(p.cache_write), None)
+        if ttl is None or p.cache_read is None:
+            read = write = 0
+        u = Usage(uncached_input_tokens=uncached, cache_read_tokens=read, cache_write_tokens=write,
+                  cache_write_by_ttl={ttl: write} if write else {}, output_tokens=out)
+        total, baseline, _ = cost_pico(u, model=model)
+        c = cost(u, model=model)
+        assert D(total) / 10**12 == c.total and D(baseline) / 10**12 == c.baseline
+
+    check()
