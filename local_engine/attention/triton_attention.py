@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 # Finite stand-in for -inf as the running max: exp2(-inf - NEG_BIG) == 0 and no inf - inf.
-NEG_BIG = -1.0e30
+NEG_BIG = tl.constexpr(-1.0e30)
 
 
 @triton.jit
