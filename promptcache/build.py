@@ -32,7 +32,9 @@ official client's call; they live in :mod:`promptcache.providers`.
 from __future__ import annotations
 
 import json
+import sys
 import threading
+import types
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -750,3 +752,15 @@ def _assemble(*, system: Any, tools: Any, documents: Any, session: Any,
     return Prompt(frozen=frozen, session=sess, messages=hist, dynamic=dyn, strict=strict,
                   notes=notes)
 
+
+
+class _CallableModule(types.ModuleType):
+    """``promptcache.build`` names both this module and the function: once the module has been
+    imported as a submodule, the import system binds the package attribute ``build`` to the
+    module, so the module itself forwards calls to :func:`build`."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Prompt:
+        return build(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -133,16 +133,16 @@ class PrefixMonitor:
                   now: float) -> PrefixChange:
         st.changes.append(now)
         self._trim(st, now)
-        before_tokens = ""
+        before_tokens = 0  # tokens of the layers before the differing one
         for layer in _FROZEN_ORDER:
             old_t, new_t = st.layers.get(layer, ""), new[layer]
             if old_t != new_t:
                 off = _common_prefix(old_t, new_t)
-                tok = count_tokens(before_tokens + new_t[:off], self.model).tokens
+                tok = before_tokens + count_tokens(new_t[:off], self.model).tokens
                 return PrefixChange(name, layer, off, tok, st.prefix_hash, new_hash,
                                     len(st.changes), old_t[max(0, off - 10): off + 30],
                                     new_t[max(0, off - 10): off + 30], now)
-            before_tokens += new_t
+            before_tokens += count_tokens(new_t, self.model).tokens if new_t else 0
         # equal texts but different hash (e.g. document titles): report the whole prefix
         return PrefixChange(name, "documents", 0, 0, st.prefix_hash, new_hash, len(st.changes),
                             "", "", now)
