@@ -1,0 +1,449 @@
+"""``promptcache simulate TRACE.jsonl --provider anthropic --model M``: replay a trace of
+requests under a provider's prompt-cache rules and predict hit rate and cost.
+
+The rules are :mod:`promptcache.cache_rules` (the same model the local engine's
+``--cache-mode anthropic|openai`` reports from): Anthropic (and Bedrock's Claude models)
+-- explicit breakpoints, at most 4, 5m/1h TTLs refreshed on every hit, the model's minimum
+cacheable length, the 20-block lookback; OpenAI -- 1,024-token minimum and 128-token steps
+(models before GPT-5.6), breakpoints with 30m/12h TTLs and reported writes (GPT-5.6+),
+caches partitioned by ``prompt_cache_key``.
+
+Trace format: JSON Lines, one request per line, in time order. Either
+
+- **segments** (what a privacy-preserving recorder keeps: hashes and token counts)::
+
+    {"ts": 1732870000.0, "model": "claude-sonnet-4-5", "output_tokens": 120,
+     "prompt_cache_key": null,
+     "segments": [{"tokens": 2100, "hash": "sys-v3", "layer": "system", "cache": "5m"},
+                  {"tokens": 40, "hash": "q-17", "layer": "messages"}]}
+
+  ``segments`` are the prompt's content blocks in cache order (tools -> system ->
+  messages); ``hash`` identifies a block's content (equal hash = equal tokens);
+  ``cache`` ("5m"/"1h", OpenAI GPT-5.6+ "30m"/"12h") puts a breakpoint at the block's end;
+  ``boundary: false`` marks a span that does not end a content block (template glue);
+  ``layer`` (tools, system, documents, session, messages, dynamic) is used by
+  ``--compare``;
+- or a **request** payload: ``{"ts": ..., "request": {...}, "output_tokens": n}`` with the
+  keyword arguments of Anthropic ``messages.create`` or OpenAI ``chat.completions.create``;
+  it is cut into blocks and counted with :func:`promptcache.tokens.text_tokens` (exact for
+  OpenAI models, an estimate for others; register an exact counter for yours).
+
+``--compare`` replays the same requests re-laid the way ``promptcache.build`` lays them:
+stable layers first (tools, system, documents), then session, history, and per-request
+(``dynamic``) content last, with breakpoints placed by :func:`promptcache.breakpoints.plan`
+(Anthropic) -- and prints both runs side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Iterable, Sequence
+
+from promptcache.usage import Usage
+
+__all__ = ["Segment", "TraceRequest", "SimulationResult", "load_trace", "simulate",
+           "relayout", "add_arguments", "run", "TraceError"]
+
+PROVIDERS = ("anthropic", "bedrock", "openai")
+LAYER_ORDER = {"tools": 0, "system": 1, "documents": 2, "session": 3, "messages": 4,
+               "dynamic": 5}
+
+
+class TraceError(ValueError):
+    """A trace line is malformed or breaks a provider rule; the message names the line."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One content block of a traced request: ``tokens`` (int >= 0), ``hash`` (content
+    identity), breakpoint TTL ``cache`` or None, ``boundary`` (its end is a content-block
+    end) and ``layer`` (for ``--compare``)."""
+
+    tokens: int
+    hash: str
+    cache: str | None = None
+    boundary: bool = True
+    layer: str | None = None
+
+
+@dataclass
+class TraceRequest:
+    """One traced request: Unix time ``ts`` (seconds), ``segments``, ``output_tokens``,
+    ``model``, OpenAI ``prompt_cache_key``/``retention``, and the trace ``line``."""
+
+    ts: float
+    segments: list[Segment]
+    output_tokens: int = 0
+    model: str | None = None
+    prompt_cache_key: str | None = None
+    retention: str | None = None
+    line: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(s.tokens for s in self.segments)
+
+
+@dataclass
+class SimulationResult:
+    """Per-request predicted usages and their totals (``Usage`` sum, cost if priced)."""
+
+    usages: list[Usage]
+    total: Usage
+    cost: Decimal | None = None
+    baseline: Decimal | None = None
+    unpriced: int = 0
+    requests: list[TraceRequest] = field(default_factory=list)
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.total.hit_rate
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requests": len(self.usages),
+            "prompt_tokens": self.total.prompt_tokens,
+            "cache_read_tokens": self.total.cache_read_tokens,
+            "cache_write_tokens": dict(self.total.cache_write_by_ttl),
+            "uncached_input_tokens": self.total.uncached_input_tokens,
+            "output_tokens": self.total.output_tokens,
+            "hit_rate": self.hit_rate,
+            "cost": None if self.cost is None else str(self.cost),
+            "no_cache_cost": None if self.baseline is None else str(self.baseline),
+            "saving": None if self.cost is None else str(self.baseline - self.cost),
+            "unpriced_requests": self.unpriced,
+            "per_request": [
+                {"line": r.line, "ts": r.ts, "prompt_tokens": u.prompt_tokens,
+                 "cache_read_tokens": u.cache_read_tokens,
+                 "cache_write_tokens": dict(u.cache_write_by_ttl),
+                 "uncached_input_tokens": u.uncached_input_tokens}
+                for r, u in zip(self.requests, self.usages)],
+        }
+
+
+# --- reading traces -------------------------------------------------------------------
+
+
+def _int(v: Any, what: str, line: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise TraceError(f"line {line}: {what} must be an integer >= 0, got {v!r}")
+    return v
+
+
+def _segments_from_json(raw: Any, line: int) -> list[Segment]:
+    if not isinstance(raw, list) or not raw:
+        raise TraceError(f"line {line}: 'segments' must be a non-empty list")
+    out = []
+    for i, s in enumerate(raw):
+        if not isinstance(s, dict):
+            raise TraceError(f"line {line}: segments[{i}] must be an object")
+        unknown = set(s) - {"tokens", "hash", "cache", "boundary", "layer"}
+        if unknown:
+            raise TraceError(f"line {line}: segments[{i}] has unknown field(s) "
+                             f"{', '.join(sorted(unknown))}")
+        if "hash" not in s or not isinstance(s["hash"], str):
+            raise TraceError(f"line {line}: segments[{i}].hash must be a string")
+        cache = s.get("cache")
+        if cache is not None and cache not in ("5m", "1h", "30m", "12h"):
+            raise TraceError(f"line {line}: segments[{i}].cache must be 5m, 1h, 30m or 12h")
+        layer = s.get("layer")
+        if layer is not None and layer not in LAYER_ORDER:
+            raise TraceError(f"line {line}: segments[{i}].layer must be one of "
+                             f"{', '.join(LAYER_ORDER)}")
+        out.append(Segment(_int(s.get("tokens"), f"segments[{i}].tokens", line), s["hash"],
+                           cache, bool(s.get("boundary", True)), layer))
+    return out
+
+
+def _h(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _json_text(value: Any) -> str:
+    # the bytes as sent: key order kept (an unsorted tool schema is a different prefix)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def segments_from_request(req: dict[str, Any], model: str | None) -> list[Segment]:
+    """Cut an Anthropic ``messages.create`` or OpenAI ``chat.completions.create`` payload
+    into content blocks in cache order, counting each block's text with
+    :func:`promptcache.tokens.text_tokens` (``model`` picks the tokenizer)."""
+    from promptcache.tokens import text_tokens
+
+    segs: list[Segment] = []
+
+    def add(text: str, layer: str, cc: Any = None) -> None:
+        ttl = None
+        if isinstance(cc, dict):
+            ttl = cc.get("ttl", "5m")
+        segs.append(Segment(text_tokens(text, model), _h(text), ttl, True, layer))
+
+    for tool in req.get("tools") or []:
+        cc = tool.get("cache_control") if isinstance(tool, dict) else None
+        add(_json_text({k: v for k, v in tool.items() if k != "cache_control"}), "tools", cc)
+    system = req.get("system")
+    if isinstance(system, str) and system:
+        add(system, "system")
+    elif isinstance(system, list):
+        for b in system:
+            add(b.get("text", _json_text(b)), "system", b.get("cache_control"))
+    for m in req.get("messages") or []:
+        role = m.get("role", "user")
+        layer = "system" if role in ("system", "developer") else "messages"
+        content = m.get("content")
+        if isinstance(content, str):
+            add(f"{role}: {content}", layer, m.get("cache_control"))
+        elif isinstance(content, list):
+            for b in content:
+                text = b.get("text") if isinstance(b, dict) and b.get("type") == "text" else None
+                add(f"{role}: {text}" if text is not None else _json_text(b), layer,
+                    b.get("cache_control") if isinstance(b, dict) else None)
+        for call in m.get("tool_calls") or []:
+            add(_json_text(call), layer)
+    top = req.get("cache_control")  # Anthropic automatic caching: the last cacheable block
+    if isinstance(top, dict) and segs:
+        last = segs[-1]
+        segs[-1] = Segment(last.tokens, last.hash, top.get("ttl", "5m"), last.boundary, last.layer)
+    if not segs:
+        raise ValueError("the request has no system, tools or messages")
+    return segs
+
+
+def load_trace(path_or_lines: str | Iterable[str], model: str | None = None) -> list[TraceRequest]:
+    """Parse a JSONL trace (a path, or an iterable of lines). Raises :class:`TraceError`
+    naming the line for malformed JSON, missing fields, non-increasing ``ts``, or a
+    ``request`` payload that cannot be cut into blocks; ``OSError`` if unreadable."""
+    lines = open(path_or_lines, encoding="utf-8") if isinstance(path_or_lines, str) else path_or_lines
+    out: list[TraceRequest] = []
+    try:
+        for n, text in enumerate(lines, 1):
+            if not text.strip():
+                continue
+            try:
+                d = json.loads(text)
+            except ValueError as e:
+                raise TraceError(f"line {n}: not JSON ({e.msg})") from None
+            if not isinstance(d, dict):
+                raise TraceError(f"line {n}: expected a JSON object")
+            ts = d.get("ts")
+            if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+                raise TraceError(f"line {n}: 'ts' (Unix seconds) is required")
+            if out and ts < out[-1].ts:
+                raise TraceError(f"line {n}: ts {ts} is before the previous line's "
+                                 f"{out[-1].ts}; sort the trace by time")
+            m = d.get("model") or (d.get("request") or {}).get("model") or model
+            if "segments" in d:
+                segs = _segments_from_json(d["segments"], n)
+            elif isinstance(d.get("request"), dict):
+                try:
+                    segs = segments_from_request(d["request"], m)
+                except (ValueError, TypeError, AttributeError) as e:
+                    raise TraceError(f"line {n}: cannot read the request: {e}") from None
+            else:
+                raise TraceError(f"line {n}: needs 'segments' or a 'request' payload")
+            req = d.get("request") or {}
+            out.append(TraceRequest(
+                float(ts), segs, _int(d.get("output_tokens", 0), "output_tokens", n), m,
+                d.get("prompt_cache_key", req.get("prompt_cache_key")),
+                d.get("retention", req.get("prompt_cache_retention")), n))
+    finally:
+        if isinstance(path_or_lines, str):
+            lines.close()  # type: ignore[union-attr]
+    if not out:
+        raise TraceError("the trace has no requests")
+    return out
+
+
+# --- simulation ---------------------------------------------------------------------
+
+
+def _layout(req: TraceRequest) -> Any:
+    from promptcache.cache_rules import BlockPrefix, Breakpoint, PromptLayout
+
+    ends, bps, pos = [], [], 0
+    for i, s in enumerate(req.segments):
+        pos += s.tokens
+        if s.boundary:
+            ends.append(pos)
+        if s.cache:
+            bps.append(Breakpoint(pos, s.cache, f"segments[{i}].cache"))
+    return PromptLayout(BlockPrefix([(s.tokens, s.hash) for s in req.segments]), ends, bps)
+
+
+def simulate(requests: Sequence[TraceRequest], provider: str, model: str | None = None, *,
+             min_cacheable_tokens: int | None = None, price: Any = None) -> SimulationResult:
+    """Replay ``requests`` (in time order) on an empty cache under ``provider``'s rules.
+
+    ``model``: overrides each request's model (rules such as Anthropic's minimum length and
+    OpenAI's GPT-5.6 breakpoints depend on it; prices too). ``min_cacheable_tokens``:
+    override Anthropic's minimum (default: the model's documented value, 1,024 if unknown).
+    ``price``: a :class:`~promptcache.Price` for every request (default: the bundled row).
+    Returns a :class:`SimulationResult`. Raises :class:`TraceError` for an unknown provider
+    or a request the provider would reject (e.g. more than 4 breakpoints).
+    """
+    from promptcache import cache_rules as cr
+    from promptcache.errors import PromptCacheError
+    from promptcache.pricing import cost
+
+    if provider not in PROVIDERS:
+        raise TraceError(f"provider {provider!r}: simulate knows {', '.join(PROVIDERS)}")
+    if not requests:
+        raise TraceError("no requests to simulate")
+    clock = cr.ManualClock(requests[0].ts)
+    state = cr.CacheState(clock)
+    usages: list[Usage] = []
+    total_cost = total_base = Decimal(0)
+    unpriced = 0
+    for req in requests:
+        if req.ts < clock.now():
+            raise TraceError(f"line {req.line}: time goes backwards")
+        clock.advance(req.ts - clock.now())
+        m = model or req.model
+        layout = _layout(req)
+        try:
+            if provider in ("anthropic", "bedrock"):
+                cr.check_anthropic_breakpoints(layout.breakpoints)
+                mn = min_cacheable_tokens or cr.anthropic_min_cacheable_tokens(m)
+                cu = cr.anthropic_usage(state, layout, min_cacheable_tokens=mn,
+                                        partition=("anthropic", m))
+            else:
+                part = ("openai", m, req.prompt_cache_key)
+                uses = cr.openai_uses_breakpoints(m)
+                if uses is None:
+                    uses = bool(layout.breakpoints)
+                if uses:
+                    # the implicit breakpoint: the end of the last content block
+                    end = layout.block_ends[-1] if layout.block_ends else layout.source().length
+                    cu = cr.openai_breakpoint_usage(state, layout, implicit_end=end,
+                                                    partition=part)
+                else:
+                    cu = cr.openai_usage(state, layout, retention=req.retention or "in_memory",
+                                         partition=part)
+        except cr.CacheRuleError as e:
+            raise TraceError(f"line {req.line}: the provider would reject this request: "
+                             f"{e.message}") from None
+        u = Usage(uncached_input_tokens=cu.uncached_tokens, cache_read_tokens=cu.cache_read_tokens,
+                  cache_write_tokens=cu.cache_write_total,
+                  cache_write_by_ttl=dict(cu.cache_write_tokens),
+                  output_tokens=req.output_tokens, provider=provider, model=m)
+        usages.append(u)
+        try:
+            c = cost(u, model=m, price=price)
+            total_cost += c.total
+            total_base += c.baseline
+        except PromptCacheError:
+            unpriced += 1
+    total = usages[0]
+    for u in usages[1:]:
+        total = total + u
+    priced = unpriced < len(usages)
+    return SimulationResult(usages, total, total_cost if priced else None,
+                            total_base if priced else None, unpriced, list(requests))
+
+
+def relayout(requests: Sequence[TraceRequest], provider: str, model: str | None = None, *,
+             min_cacheable_tokens: int | None = None) -> list[TraceRequest]:
+    """The same requests laid out as ``promptcache.build`` lays them: segments stably
+    sorted by layer (tools, system, documents, session, messages, dynamic; a segment
+    without a layer counts as messages) and, for Anthropic/Bedrock, breakpoints placed by
+    :func:`promptcache.breakpoints.plan` (frozen, session, history, lookback stepping
+    stone); OpenAI models before GPT-5.6 take no markers."""
+    from promptcache import cache_rules as cr
+    from promptcache.breakpoints import Block, plan
+
+    out = []
+    for req in requests:
+        segs = sorted(req.segments, key=lambda s: LAYER_ORDER.get(s.layer or "messages", 4))
+        segs = [Segment(s.tokens, s.hash, None, True, s.layer) for s in segs]
+        m = model or req.model
+        if provider in ("anthropic", "bedrock"):
+            mn = min_cacheable_tokens or cr.anthropic_min_cacheable_tokens(m)
+            blocks = [Block(s.layer or "messages", i, s.tokens, (s.layer or "messages") != "dynamic")
+                      for i, s in enumerate(segs)]
+            p = plan(blocks, min_tokens=mn, lookback=cr.ANTHROPIC_LOOKBACK_BLOCKS)
+            for bp in p.breakpoints:
+                s = segs[bp.index]
+                segs[bp.index] = Segment(s.tokens, s.hash, bp.ttl, True, s.layer)
+        out.append(TraceRequest(req.ts, segs, req.output_tokens, req.model,
+                                req.prompt_cache_key, req.retention, req.line))
+    return out
+
+
+# --- command line ---------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``promptcache simulate``."""
+    parser.add_argument("trace", metavar="TRACE.jsonl", help="the trace (JSON Lines)")
+    parser.add_argument("--provider", required=True, choices=PROVIDERS,
+                        help="whose cache rules to apply")
+    parser.add_argument("--model", default=None,
+                        help="model id (rules and prices depend on it; default: per trace line)")
+    parser.add_argument("--min-cacheable-tokens", type=int, default=None, metavar="N",
+                        help="override the Anthropic minimum cacheable length")
+    parser.add_argument("--prices", metavar="TOML", help="extra/override prices (TOML file)")
+    parser.add_argument("--compare", action="store_true",
+                        help="also replay the trace re-laid by promptcache.build")
+    parser.add_argument("--json", action="store_true", help="print JSON (with per-request rows)")
+
+
+def _fmt(res: SimulationResult) -> dict[str, str]:
+    t = res.total
+    rate = "n/a" if res.hit_rate is None else f"{res.hit_rate:.1%}"
+    money = (lambda x: "n/a" if x is None else f"${x.quantize(Decimal('0.000001'))}")
+    return {"requests": f"{len(res.usages):,}", "prompt tokens": f"{t.prompt_tokens:,}",
+            "cache read": f"{t.cache_read_tokens:,}", "cache write": f"{t.cache_write_tokens:,}",
+            "uncached": f"{t.uncached_input_tokens:,}", "hit rate": rate,
+            "cost": money(res.cost), "no-cache cost": money(res.baseline),
+            "saving": money(None if res.cost is None else res.baseline - res.cost)}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the prediction; exit 0, or 2 with one line on a bad trace or argument."""
+    from promptcache.errors import PromptCacheError
+
+    try:
+        if args.prices:
+            from promptcache.pricing import load_prices
+
+            load_prices(args.prices)
+        reqs = load_trace(args.trace, model=args.model)
+        kw = {"min_cacheable_tokens": args.min_cacheable_tokens}
+        res = simulate(reqs, args.provider, args.model, **kw)
+        cmp = (simulate(relayout(reqs, args.provider, args.model, **kw), args.provider,
+                        args.model, **kw) if args.compare else None)
+    except (TraceError, PromptCacheError) as e:
+        print(f"promptcache simulate: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"promptcache simulate: cannot read {args.trace}: {e.strerror}", file=sys.stderr)
+        return 2
+    if args.json:
+        doc = {"provider": args.provider, "model": args.model, "as_traced": res.to_dict()}
+        if cmp is not None:
+            doc["promptcache_build"] = cmp.to_dict()
+        print(json.dumps(doc, indent=2))
+        return 0
+    a = _fmt(res)
+    models = sorted({r.model or "?" for r in reqs}) if not args.model else [args.model]
+    print(f"{args.provider} cache rules, model {', '.join(models)}, {len(reqs)} requests "
+          f"over {reqs[-1].ts - reqs[0].ts:,.0f} s")
+    if cmp is None:
+        for k, v in a.items():
+            print(f"  {k:14} {v:>16}")
+    else:
+        b = _fmt(cmp)
+        print(f"  {'':14} {'as traced':>16} {'promptcache.build':>18}")
+        for k in a:
+            print(f"  {k:14} {a[k]:>16} {b[k]:>18}")
+        if res.cost and cmp.cost is not None:
+            print(f"  cost ratio (build / traced): {cmp.cost / res.cost:.3f}")
+    if res.unpriced:
+        print(f"  {res.unpriced} request(s) have no known price for their model; pass "
+              "--prices FILE or --model", file=sys.stderr)
+    return 0
