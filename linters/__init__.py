@@ -1,1 +1,49 @@
-"""promptcache lint: static checks for code that busts prompt caches."""
+"""promptcache lint: static checks for code that busts prompt caches.
+
+Run it as ``promptcache lint PATH...`` (or ``python -m linters``), as the pre-commit hook
+``promptcache-lint``, or from Python::
+
+    from linters import lint_source
+    for finding in lint_source(open("app.py", "rb").read(), "app.py"):
+        print(finding.code, finding.line, finding.message)
+
+Codes, each documented under ``docs/rules/``: PC001 volatile value in a cached prefix,
+PC002 ``json.dumps`` without ``sort_keys=True`` in a prompt, PC003 set iteration in a
+prompt, PC004 dynamic before static content, PC005 ``cache_control`` misuse, PC006 tools
+from an input-ordered dict view, PC007 per-request value ahead of a long constant, PC008
+breakpoint below the minimum cacheable length, PC900 parse error, PC901 payload not checked.
+The linter never imports torch or ``local_engine``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["lint_source", "lint_paths", "Finding", "LintConfig", "RULES"]
+
+
+def __getattr__(name: str):
+    if name == "lint_source":
+        from linters.runner import lint_source
+        return lint_source
+    if name == "Finding":
+        from linters.model import Finding
+        return Finding
+    if name == "LintConfig":
+        from linters.config import LintConfig
+        return LintConfig
+    if name == "RULES":
+        from linters.rules import RULES
+        return RULES
+    if name == "lint_paths":
+        return lint_paths
+    raise AttributeError(f"module 'linters' has no attribute {name!r}")
+
+
+def lint_paths(paths, config=None, jobs: int = 1):
+    """Lint files and folders as the command line does; returns a
+    :class:`linters.runner.Report`. Raises ``linters.files.PathNotFound`` for a missing path."""
+    from linters.config import LintConfig
+    from linters.files import discover
+    from linters.runner import lint_targets
+
+    config = config or LintConfig()
+    return lint_targets(discover([str(p) for p in paths], config), config, jobs=jobs)

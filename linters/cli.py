@@ -1,0 +1,148 @@
+"""``promptcache lint PATH...``: the command line of the linter.
+
+Exit status: 0 no findings, 1 findings (a file that does not parse is a finding), 2 usage
+error (one line on stderr saying what to fix: a missing path, a bad option or config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from linters import formats
+from linters.config import PROVIDERS, ConfigError, load_config, with_cli
+from linters.files import PathNotFound, discover
+from linters.runner import Report, lint_targets
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``lint`` options to ``parser``."""
+    parser.add_argument("paths", nargs="*", metavar="PATH",
+                        help="files or folders to check (default: the current folder)")
+    parser.add_argument("--format", choices=formats.FORMATS, default="text",
+                        help="output format (default: text)")
+    parser.add_argument("--select", action="append", metavar="CODES",
+                        help="only these codes or prefixes, comma-separated (replaces the config)")
+    parser.add_argument("--ignore", action="append", metavar="CODES",
+                        help="skip these codes or prefixes, comma-separated (added to the config)")
+    parser.add_argument("--exclude", action="append", metavar="PATTERN",
+                        help="gitignore-style pattern of paths to leave out (added to the config)")
+    parser.add_argument("--fix", action="store_true",
+                        help="apply safe fixes in place (PC002: add sort_keys=True)")
+    parser.add_argument("--diff", action="store_true",
+                        help="print the fixes as a unified diff instead of writing them")
+    parser.add_argument("--config", metavar="FILE",
+                        help="read [tool.promptcache.lint] from this pyproject.toml")
+    parser.add_argument("--isolated", action="store_true", help="ignore every config file")
+    parser.add_argument("--no-respect-gitignore", action="store_true",
+                        help="also read files that .gitignore ignores")
+    parser.add_argument("--provider", choices=PROVIDERS,
+                        help="provider of .json/.jsonl request payloads (default: from their shape)")
+    parser.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                        help="worker processes (default: 1)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no summary line")
+    parser.add_argument("--list-rules", action="store_true", help="print the rules and exit")
+
+
+def _usage(msg: str) -> int:
+    print(f"promptcache lint: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the linter for parsed ``args``; returns the exit status."""
+    from promptcache import __version__
+
+    if args.list_rules:
+        from linters.rules import RULES
+
+        for r in RULES.values():
+            fix = " [fix]" if r.fixable else ""
+            print(f"{r.code}  {r.name}{fix}: {r.summary}")
+        return 0
+    if args.jobs < 1:
+        return _usage(f"--jobs must be at least 1, got {args.jobs}")
+    if args.fix and args.diff:
+        return _usage("use either --fix or --diff, not both")
+    try:
+        config = load_config(Path(args.config) if args.config else None, isolated=args.isolated)
+        config = with_cli(config, select=args.select, ignore=args.ignore, exclude=args.exclude,
+                          provider=args.provider)
+        if args.no_respect_gitignore:
+            from dataclasses import replace
+
+            config = replace(config, respect_gitignore=False)
+        targets = discover(args.paths or ["."], config)
+    except (ConfigError, PathNotFound) as exc:
+        return _usage(str(exc))
+
+    report = lint_targets(targets, config, jobs=args.jobs)
+    out = sys.stdout
+    if args.fix or args.diff:
+        report = _apply_fixes(report, targets, config, write=args.fix, out=out)
+        if args.diff:
+            n = len(report.findings)
+            if not args.quiet:
+                print(formats.summary(report.findings, report.files), file=sys.stderr)
+            return 1 if n else 0
+    out.write(formats.render(args.format, report.findings, __version__))
+    if args.format == "text" and not args.quiet:
+        out.write(formats.summary(report.findings, report.files, report.fixed) + "\n")
+    return 1 if report.findings else 0
+
+
+def _apply_fixes(report: Report, targets, config, *, write: bool, out) -> Report:
+    """Apply (``write``) or print as a diff the fixable findings; re-lint fixed files so the
+    report describes the files as they are now."""
+    from linters.fix import fix_source, unified_diff
+    from linters.runner import lint_target
+
+    by_path: dict[str, list] = {}
+    for f in report.findings:
+        if f.fix:
+            by_path.setdefault(f.path, []).append(f)
+    if not by_path:
+        return report
+    target_of = {t.display: t for t in targets}
+    fixed = 0
+    refreshed: dict[str, list] = {}
+    for path, found in sorted(by_path.items()):
+        target = target_of.get(path)
+        if target is None:
+            continue
+        before = target.path.read_bytes()
+        after, n = fix_source(before, found)
+        if not n:
+            continue
+        if write:
+            target.path.write_bytes(after)
+            fixed += n
+            refreshed[path] = lint_target(target, config)
+        else:
+            out.write(unified_diff(path, before, after))
+    if not write:
+        return report
+    findings = [f for f in report.findings if f.path not in refreshed]
+    for found in refreshed.values():
+        findings.extend(found)
+    findings.sort(key=lambda f: f.sort_key())
+    return Report(findings, report.files, fixed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m linters``: the same command without the ``promptcache`` dispatcher."""
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            self.exit(2, f"{self.prog}: error: {message}\n")
+
+    parser = _Parser(prog="promptcache lint",
+                     description="check Python code for patterns that bust prompt caches")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

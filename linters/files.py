@@ -1,0 +1,178 @@
+"""Which files a run reads: recursion into folders, ``.gitignore``, excludes.
+
+- A folder is walked recursively for ``*.py`` files. Folders named like tool caches and
+  virtual environments (and any folder holding ``pyvenv.cfg``) are skipped, as are paths
+  that the ``.gitignore`` files of the repository ignore (those above the folder, up to the
+  repository root, and those inside it), unless ``respect-gitignore = false``.
+- A file named on the command line is always read (``.json``/``.jsonl`` as request
+  payloads, anything else as Python), unless the configured ``exclude`` matches it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pathspec
+
+from linters.config import LintConfig
+
+SKIP_DIRS = frozenset({
+    ".git", ".hg", ".svn", ".bzr", "__pycache__", ".venv", "venv", ".tox", ".nox",
+    ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", "node_modules",
+    "site-packages", ".eggs", ".ipynb_checkpoints", "__pypackages__", "build", "dist",
+})
+PAYLOAD_SUFFIXES = (".json", ".jsonl")
+
+
+class PathNotFound(FileNotFoundError):
+    """A path named on the command line does not exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A file to lint: ``kind`` is ``"python"`` or ``"payload"``; ``display`` the path as
+    printed (relative to the current directory when under it)."""
+
+    path: Path
+    kind: str
+    display: str
+
+
+class _Ignores:
+    """The ``.gitignore`` specs that apply under a folder, deepest last."""
+
+    def __init__(self, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]):
+        self.specs = specs
+
+    def child(self, directory: Path) -> "_Ignores":
+        spec = _read_ignore(directory / ".gitignore")
+        return _Ignores(self.specs + [(directory, spec)]) if spec else self
+
+    def ignored(self, path: Path, is_dir: bool) -> bool:
+        for base, spec in reversed(self.specs):
+            try:
+                rel = path.relative_to(base).as_posix()
+            except ValueError:
+                continue
+            if is_dir:
+                rel += "/"
+            res = spec.check_file(rel)
+            if res.include is not None:
+                return bool(res.include)
+        return False
+
+
+def _read_ignore(path: Path) -> pathspec.GitIgnoreSpec | None:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+
+
+def _repo_root(directory: Path) -> Path | None:
+    for d in (directory, *directory.parents):
+        if (d / ".git").exists():
+            return d
+    return None
+
+
+def _ignores_above(directory: Path) -> _Ignores:
+    """Specs from the repository root down to ``directory``'s parent, plus
+    ``.git/info/exclude``."""
+    root = _repo_root(directory)
+    specs: list[tuple[Path, pathspec.GitIgnoreSpec]] = []
+    if root is None:
+        return _Ignores(specs)
+    info = _read_ignore(root / ".git" / "info" / "exclude")
+    if info:
+        specs.append((root, info))
+    chain = [root] + [p for p in reversed(directory.parents) if root in p.parents]
+    for d in chain:
+        if d == directory:
+            break
+        spec = _read_ignore(d / ".gitignore")
+        if spec:
+            specs.append((d, spec))
+    return _Ignores(specs)
+
+
+def display_path(path: Path, cwd: Path) -> str:
+    try:
+        return path.relative_to(cwd).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def discover(paths: list[str], config: LintConfig, cwd: Path | None = None) -> list[Target]:
+    """The files to lint for ``paths``, in a stable order, without duplicates.
+
+    Raises:
+        PathNotFound: a path that does not exist (the message names it).
+    """
+    cwd = (cwd or Path.cwd()).resolve()
+    exclude = config.exclude_spec()
+    root = config.root.resolve()
+    out: dict[Path, Target] = {}
+
+    def excluded(p: Path, is_dir: bool) -> bool:
+        if exclude is None:
+            return False
+        try:
+            rel = p.relative_to(root).as_posix()
+        except ValueError:
+            rel = p.name
+        return exclude.match_file(rel + ("/" if is_dir else ""))
+
+    for raw in paths:
+        p = Path(raw)
+        if not p.is_absolute():
+            p = cwd / p
+        p = Path(os.path.normpath(p))
+        if not p.exists():
+            raise PathNotFound(f"no such file or directory: {raw}")
+        if p.is_file():
+            if excluded(p, False):
+                continue
+            kind = "payload" if p.suffix.lower() in PAYLOAD_SUFFIXES else "python"
+            out.setdefault(p, Target(p, kind, display_path(p, cwd)))
+            continue
+        ignores = _ignores_above(p) if config.respect_gitignore else _Ignores([])
+        if ignores.ignored(p, True):
+            ignores = _Ignores([])  # the folder itself was named: only its own rules apply
+        _walk(p, ignores, config.respect_gitignore, excluded, out, cwd)
+    return sorted(out.values(), key=lambda t: t.display)
+
+
+def _walk(directory: Path, ignores: _Ignores, gitignore: bool, excluded, out, cwd) -> None:
+    stack = [(directory, ignores)]
+    while stack:
+        d, ign = stack.pop()
+        if gitignore:
+            ign = ign.child(d)
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        if any(e.name == "pyvenv.cfg" for e in entries) and d != directory:
+            continue
+        for e in entries:
+            name = e.name
+            try:
+                is_dir = e.is_dir()
+            except OSError:
+                continue
+            path = Path(e.path)
+            if is_dir:
+                if name in SKIP_DIRS or name.endswith(".egg-info"):
+                    continue
+                if (gitignore and ign.ignored(path, True)) or excluded(path, True):
+                    continue
+                stack.append((path, ign))
+            elif name.endswith(".py"):
+                if (gitignore and ign.ignored(path, False)) or excluded(path, False):
+                    continue
+                out.setdefault(path, Target(path, "python", display_path(path, cwd)))

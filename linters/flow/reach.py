@@ -1,0 +1,116 @@
+"""Which hazards reach a cached prefix, and through what.
+
+Every sink the walk recorded is evaluated once: whole values for system prompts and tool
+lists, every message but the last for message lists, and messages with a system or developer
+role wherever they are built (unless they are the last message of a list). Hazards that are
+a function's own parameter are carried back to that function's callers in the module, so a
+volatile argument is reported where the caller passes it.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import NamedTuple
+
+from linters.flow.facts import ASSIGN, MESSAGES, PARAM, ROLE, Scope, Sink
+from linters.flow.values import PARAM_H, Evaluator, Hazard
+
+
+class Reach(NamedTuple):
+    """A hazard that reaches ``sink``; ``via`` names the call it travelled through."""
+
+    hazard: Hazard
+    sink: Sink
+    via: str | None
+
+
+def prefix_reaches(ev: Evaluator) -> list[Reach]:
+    """All hazards reaching a cached prefix in the module, de-duplicated by (kind, node)."""
+    facts = ev.facts
+    out: list[Reach] = []
+    last_ids: set[int] = set()
+    pending: list[tuple[Scope, str, Sink, str | None, bool]] = []
+    seen_params: set[tuple[int, str, bool]] = set()
+
+    def take(hs, sink: Sink, via: str | None, messages: bool = False) -> None:
+        for h in hs:
+            if h.kind == PARAM_H:
+                fs, pname = h.detail
+                key = (id(fs), pname, messages)
+                if key not in seen_params:
+                    seen_params.add(key)
+                    pending.append((fs, pname, sink, via, messages))
+            else:
+                out.append(Reach(h, sink, via))
+
+    def messages_sink(expr, scope: Scope, sink: Sink, via: str | None) -> None:
+        if type(expr) is ast.Name:
+            bl = ev.resolve(expr.id, scope, expr.lineno)
+            if bl and all(b.kind == PARAM for b in bl):
+                take((Hazard(PARAM_H, expr, (bl[0].scope, expr.id)),), sink, via, True)
+                return
+        items = message_items(ev, expr, scope)
+        if not items:
+            return
+        last, lscope, repeats = items[-1]
+        prefix = items if repeats else items[:-1]
+        if not repeats:
+            mark_last(ev, last, lscope, last_ids)
+        for e, s, _ in prefix:
+            take(ev.hazards(e, s), sink, via)
+
+    sinks = sorted(facts.sinks, key=lambda s: (s.kind == ROLE, s.kind != MESSAGES))
+    for sink in sinks:
+        if sink.kind == MESSAGES:
+            messages_sink(sink.expr, sink.scope, sink, None)
+        elif sink.kind == ROLE:
+            if id(sink.expr) not in last_ids:
+                take(ev.hazards(sink.expr, sink.scope), sink, None)
+        else:
+            take(ev.hazards(sink.expr, sink.scope), sink, None)
+
+    # Carry parameters back to the callers, transitively.
+    while pending:
+        fs, pname, sink, via, messages = pending.pop()
+        sites = list(facts.calls.get(fs.name, ()))
+        if fs.cls is not None:
+            sites += facts.calls.get("self." + fs.name, [])
+        for call, cscope in sites:
+            target, bound = ev.callee(call, cscope)
+            if target is not fs:
+                continue
+            arg = ev.arg_for(call, fs, pname, bound)
+            if arg is None:
+                continue
+            hop = f"passed to `{fs.name}()` as `{pname}`"
+            if messages:
+                messages_sink(arg, cscope, sink, hop)
+            else:
+                take(ev.hazards(arg, cscope), sink, hop)
+
+    unique: dict[tuple[str, int], Reach] = {}
+    for r in out:
+        unique.setdefault((r.hazard.kind, id(r.hazard.node)), r)
+    return list(unique.values())
+
+
+def message_items(ev: Evaluator, expr, scope: Scope, depth: int = 0):
+    """Message-list items, following calls to module functions that return the list."""
+    if type(expr) is ast.Call and depth < 4:
+        fs, _bound = ev.callee(expr, scope)
+        if fs is not None:
+            items = []
+            for r in fs.returns:
+                items.extend(message_items(ev, r, fs, depth + 1))
+            return items
+    return ev.message_items(expr, scope)
+
+
+def mark_last(ev: Evaluator, node, scope: Scope, last_ids: set[int]) -> None:
+    """Remember the last message (and the dict a name for it holds) so that a
+    system-role message placed last is not treated as a prefix."""
+    last_ids.add(id(node))
+    if type(node) is ast.Name:
+        for b in ev.resolve(node.id, scope, node.lineno):
+            if b.kind == ASSIGN:
+                last_ids.add(id(b.value))

@@ -1,0 +1,168 @@
+"""What the analysis recognises: volatile sources, prompt sinks, name hints, LLM libraries.
+
+Every table is data, so a rule never hard-codes a name; the user extends the volatile
+table with ``extra-volatile-calls`` in ``[tool.promptcache.lint]``.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Fully qualified calls whose result differs from one request (or one process) to the next.
+# Matched against the call's qualified name after import aliases are resolved
+# (``from datetime import datetime as dt; dt.now()`` -> ``datetime.datetime.now``).
+VOLATILE_CALLS: dict[str, str] = {
+    "datetime.datetime.now": "the clock",
+    "datetime.datetime.utcnow": "the clock",
+    "datetime.datetime.today": "the clock",
+    "datetime.date.today": "today's date",
+    "time.time": "the clock",
+    "time.time_ns": "the clock",
+    "time.monotonic": "the clock",
+    "time.monotonic_ns": "the clock",
+    "time.perf_counter": "the clock",
+    "time.perf_counter_ns": "the clock",
+    "time.process_time": "the clock",
+    "time.thread_time": "the clock",
+    "uuid.uuid1": "a random UUID",
+    "uuid.uuid4": "a random UUID",
+    "uuid.uuid6": "a random UUID",
+    "uuid.uuid7": "a random UUID",
+    "os.getpid": "the process id",
+    "os.getppid": "the process id",
+    "os.urandom": "random bytes",
+    "threading.get_ident": "the thread id",
+    "threading.get_native_id": "the thread id",
+    "socket.gethostname": "the host name",
+    "socket.getfqdn": "the host name",
+    "platform.node": "the host name",
+    "getpass.getuser": "the user running the process",
+    "django.utils.timezone.now": "the clock",
+    "django.utils.timezone.localtime": "the clock",
+    "pendulum.now": "the clock",
+    "pendulum.today": "today's date",
+    "arrow.now": "the clock",
+    "arrow.utcnow": "the clock",
+    "pandas.Timestamp.now": "the clock",
+    "pandas.Timestamp.utcnow": "the clock",
+    "pandas.Timestamp.today": "the clock",
+    "builtins.id": "an object address",
+}
+
+# Calls that read the clock only when the time argument is left out: name -> how many
+# positional arguments make the result a pure function of them.
+CLOCK_DEFAULT_CALLS: dict[str, int] = {
+    "time.strftime": 2,
+    "time.ctime": 1,
+    "time.asctime": 1,
+    "time.localtime": 1,
+    "time.gmtime": 1,
+}
+
+# Every function of these modules is random unless listed in the exceptions.
+RANDOM_MODULES: dict[str, frozenset[str]] = {
+    "random": frozenset({"seed", "Random", "SystemRandom", "getstate", "setstate"}),
+    "secrets": frozenset({"SystemRandom", "compare_digest"}),
+    "numpy.random": frozenset({"seed", "default_rng", "RandomState", "Generator", "SeedSequence",
+                               "PCG64", "MT19937", "Philox", "SFC64", "BitGenerator",
+                               "get_state", "set_state"}),
+}
+
+# ``random.shuffle(x)`` reorders ``x`` in place.
+SHUFFLE_CALLS = frozenset({"random.shuffle", "numpy.random.shuffle"})
+
+# Names, attributes and header keys that hold a per-request identifier.
+REQUEST_ID_RE = re.compile(
+    r"(?i)^(x[-_])?(request|req|trace|span|correlation|transaction|idempotency)[-_]?(id|key)$|^nonce$"
+)
+
+# JSON serialisers: qualified name -> how key order is made deterministic.
+JSON_DUMPS: dict[str, str] = {
+    "json.dumps": "sort_keys",
+    "simplejson.dumps": "sort_keys",
+    "ujson.dumps": "sort_keys",
+    "orjson.dumps": "option",  # option=orjson.OPT_SORT_KEYS
+}
+
+# Calls whose result carries no ordering or volatility of its arguments.
+SANITIZING_CALLS = frozenset({
+    "builtins.len", "builtins.bool", "builtins.isinstance", "builtins.issubclass",
+    "builtins.hasattr", "builtins.callable", "builtins.type", "builtins.any", "builtins.all",
+})
+ORDERING_CALLS = frozenset({"builtins.sorted"})  # removes iteration-order hazards
+ITERATING_CALLS = frozenset({
+    "builtins.list", "builtins.tuple", "builtins.enumerate", "builtins.str", "builtins.repr",
+    "builtins.iter", "builtins.zip", "builtins.dict", "builtins.reversed",
+})
+SET_CONSTRUCTORS = frozenset({"builtins.set", "builtins.frozenset"})
+SET_METHODS = frozenset({"union", "intersection", "difference", "symmetric_difference", "copy"})
+DICT_CONSTRUCTORS = frozenset({"builtins.dict", "collections.OrderedDict", "collections.defaultdict"})
+TEXT_PASSTHROUGH_METHODS = frozenset({
+    "strip", "lstrip", "rstrip", "upper", "lower", "title", "capitalize", "casefold",
+    "replace", "expandtabs", "removeprefix", "removesuffix", "encode", "decode",
+})
+TEXT_PASSTHROUGH_CALLS = frozenset({"builtins.str", "textwrap.dedent", "inspect.cleandoc"})
+FILE_READ_METHODS = frozenset({"read_text", "read", "read_bytes"})
+
+# Keyword arguments whose value is a cached prefix.
+PREFIX_KEYWORDS: dict[str, str] = {
+    "system": "the system prompt",
+    "instructions": "the instructions",
+    "system_instruction": "the system instruction",
+    "system_prompt": "the system prompt",
+    "system_message": "the system message",
+    "preamble": "the preamble",
+}
+TOOLS_KEYWORDS: dict[str, str] = {
+    "tools": "the tool definitions",
+    "functions": "the function definitions",
+    "toolConfig": "the tool configuration",
+    "tool_config": "the tool configuration",
+}
+MESSAGES_KEYWORDS: dict[str, str] = {
+    "messages": "the message list",
+    "contents": "the contents list",
+}
+# promptcache.build(...) layers: frozen and semi-stable ones are prefixes.
+BUILD_PREFIX_LAYERS: dict[str, str] = {
+    "system": "the frozen `system` layer",
+    "tools": "the frozen `tools` layer",
+    "documents": "the frozen `documents` layer",
+    "session": "the semi-stable `session` layer",
+}
+BUILD_CALLS = frozenset({"promptcache.build", "promptcache.build.build"})
+# Calls whose first positional argument (or ``content=``) is a system message.
+SYSTEM_MESSAGE_CALLS = frozenset({
+    "SystemMessage", "SystemMessagePromptTemplate.from_template", "ChatMessage.system",
+    "SystemPromptPart",
+})
+# Methods whose first positional argument is a tool list.
+TOOLS_METHODS = frozenset({"bind_tools", "bind_functions"})
+# ``<client>.responses.create(input=[...])``: ``input`` is the message list.
+RESPONSES_METHODS = frozenset({"create", "parse", "stream"})
+
+SYSTEM_ROLES = frozenset({"system", "developer"})
+
+# Secondary hints: variables and functions named like a system prompt or a tool list.
+PREFIX_NAME_RE = re.compile(
+    r"(?i)^(system|sys_prompt)$|system_?(prompt|message|msg|instructions?|template|preamble)"
+    r"|^(base_|agent_|default_)?(instructions|preamble)$|_instructions$"
+)
+TOOLS_NAME_RE = re.compile(r"(?i)^(tools|[a-z0-9_]*_tools|tool_(definitions|defs|schemas|specs|list))$")
+PREFIX_DECORATOR_ATTRS = frozenset({"system_prompt", "instructions"})
+
+# Top-level packages whose import marks a module as talking to an LLM.
+LLM_MODULES = frozenset({
+    "openai", "anthropic", "google.generativeai", "google.genai", "vertexai", "cohere",
+    "mistralai", "litellm", "langchain", "langchain_core", "langchain_openai",
+    "langchain_anthropic", "langchain_community", "llama_index", "promptcache", "groq",
+    "together", "ollama", "instructor", "pydantic_ai", "dspy", "agents", "boto3",
+    "fireworks", "replicate", "huggingface_hub", "vllm", "transformers", "llm",
+})
+
+# Byte patterns: a file holding none of them cannot produce a finding, so it is only
+# parsed (for PC900), never walked.
+GATE_RE = re.compile(
+    rb"system|System|SYSTEM|instruction|INSTRUCTION|preamble|PREAMBLE|tool|TOOL|Tool|messages"
+    rb"|contents|responses|role|cache_control|prompt|PROMPT|Prompt"
+)

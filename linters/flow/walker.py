@@ -1,0 +1,574 @@
+"""One walk over a module's syntax tree, collecting :class:`~linters.flow.facts.ModuleFacts`.
+
+The walk is iterative (no recursion limit on deep expressions) and visits each node once.
+Only the node types that bind names, open scopes or can be sinks have handlers; every other
+node just has its children pushed.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from linters.flow import tables
+from linters.flow.facts import (
+    APPEND, ASSIGN, AUG, DEF, EXTEND, IMPORT, ITER, MESSAGES, OPAQUE, PARAM, PREFIX, ROLE,
+    SETITEM, SHUFFLE, TOOLS, UNPACK, UPDATE, WITH, Binding, ModuleFacts, Request, Scope, Sink,
+)
+
+_SCALAR_FIELDS = frozenset({
+    "ctx", "id", "attr", "arg", "name", "names", "module", "level", "kind", "type_comment",
+    "conversion", "is_async", "n", "s", "asname", "lineno", "col_offset",
+})
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_AST = ast.AST
+_MUTATORS = {"append": APPEND, "insert": APPEND, "extend": EXTEND, "update": UPDATE,
+             "setdefault": SETITEM, "appendleft": APPEND}
+_SPECIAL_CALL_NAMES = (tables.SYSTEM_MESSAGE_CALLS | tables.TOOLS_METHODS
+                       | tables.RESPONSES_METHODS | {"shuffle"})
+_SINK_KEYWORDS = (set(tables.PREFIX_KEYWORDS) | set(tables.TOOLS_KEYWORDS)
+                  | set(tables.MESSAGES_KEYWORDS) | set(tables.BUILD_PREFIX_LAYERS))
+_MUTATION_KINDS = frozenset({APPEND, EXTEND, SETITEM, UPDATE, SHUFFLE})
+_BODY_KEYS = frozenset({"messages", "contents"})
+_REQUEST_KEYS = ("tools", "system", "messages", "model")
+
+
+def _fields(t: type) -> tuple[str, ...]:
+    f = _FIELDS.get(t)
+    if f is None:
+        f = _FIELDS[t] = tuple(x for x in t._fields if x not in _SCALAR_FIELDS)
+    return f
+
+
+def _const_str(node) -> str | None:
+    if type(node) is ast.Constant and type(node.value) is str:
+        return node.value
+    return None
+
+
+def _call_name(func) -> str:
+    """``SystemMessage`` for ``SystemMessage(...)``, ``from_template`` for ``X.from_template``."""
+    if type(func) is ast.Name:
+        return func.id
+    if type(func) is ast.Attribute:
+        return func.attr
+    return ""
+
+
+def _dotted_tail(func) -> str:
+    """The last two parts of an attribute chain: ``ChatMessage.system``."""
+    if type(func) is ast.Attribute:
+        base = func.value
+        if type(base) is ast.Name:
+            return f"{base.id}.{func.attr}"
+        if type(base) is ast.Attribute:
+            return f"{base.attr}.{func.attr}"
+        return func.attr
+    if type(func) is ast.Name:
+        return func.id
+    return ""
+
+
+class _Walker:
+    def __init__(self, tree: ast.Module, source: bytes):
+        module = Scope("module", "<module>", tree, None)
+        self.facts = ModuleFacts(module=module)
+        self.facts.has_cache_control = b"cache_control" in source
+        self.pending_calls: list[tuple[ast.Call, Scope]] = []
+        self.pending_returns: list[tuple[Scope, str, bool]] = []
+        self.hint_sinks: list[Sink] = []
+        self.strong = False  # saw a sink that only LLM code has (role dict, messages=...)
+        self.scopes: list[Scope] = []
+
+    # -- bindings ---------------------------------------------------------------------
+    def add(self, scope: Scope, name: str, b: Binding) -> None:
+        if name in scope.globals:
+            scope = self.facts.module
+        lst = scope.bindings.get(name)
+        if lst is None:
+            scope.bindings[name] = [b]
+        else:
+            lst.append(b)
+
+    def bind(self, target, value, kind, scope, loops, node) -> None:
+        t = type(target)
+        if t is ast.Name:
+            self.add(scope, target.id, Binding(kind, value, scope, node.lineno, node.col_offset,
+                                               loops > 0, node))
+        elif t is ast.Tuple or t is ast.List:
+            vt = type(value)
+            if (kind == ASSIGN and (vt is ast.Tuple or vt is ast.List)
+                    and len(value.elts) == len(target.elts)
+                    and not any(type(e) is ast.Starred for e in value.elts)):
+                for a, b in zip(target.elts, value.elts):
+                    self.bind(a, b, ASSIGN, scope, loops, node)
+            else:
+                sub = UNPACK if kind == ASSIGN else kind
+                for elt in target.elts:
+                    self.bind(elt, value, sub, scope, loops, node)
+        elif t is ast.Starred:
+            self.bind(target.value, value, kind, scope, loops, node)
+        elif t is ast.Attribute:
+            base = target.value
+            if type(base) is ast.Name and base.id == "self" and scope.cls is not None:
+                b = Binding(kind, value, scope, node.lineno, node.col_offset, loops > 0, node)
+                scope.cls.self_attrs.setdefault(target.attr, []).append(b)
+                self.hint(target.attr, value, scope)
+        elif t is ast.Subscript:
+            base = target.value
+            k = SETITEM if kind in (ASSIGN, AUG) else kind
+            if type(base) is ast.Name:
+                self.add(scope, base.id, Binding(k, value, scope, node.lineno, node.col_offset,
+                                                 loops > 0, node))
+            elif (type(base) is ast.Attribute and type(base.value) is ast.Name
+                  and base.value.id == "self" and scope.cls is not None):
+                scope.cls.self_attrs.setdefault(base.attr, []).append(
+                    Binding(k, value, scope, node.lineno, node.col_offset, loops > 0, node))
+
+    def hint(self, name: str, value, scope: Scope) -> None:
+        """Record a secondary-hint sink for a variable named like a system prompt or tools."""
+        if value is None:
+            return
+        if tables.PREFIX_NAME_RE.search(name):
+            self.hint_sinks.append(Sink(PREFIX, value, scope, f"`{name}` (a system prompt)", True))
+        elif tables.TOOLS_NAME_RE.match(name):
+            self.hint_sinks.append(Sink(TOOLS, value, scope, f"`{name}` (tool definitions)", True))
+
+    # -- the walk ------------------------------------------------------------------------
+    def run(self, tree: ast.Module) -> ModuleFacts:
+        facts = self.facts
+        stack: list[tuple] = [(n, facts.module, 0) for n in reversed(tree.body)]
+        pop = stack.pop
+        push = stack.append
+        Constant, Name, Call, Dict = ast.Constant, ast.Name, ast.Call, ast.Dict
+        handlers = _HANDLERS
+        longest = 0
+        while stack:
+            node, scope, loops = pop()
+            t = type(node)
+            if t is Name:
+                continue
+            if t is Constant:
+                v = node.value
+                if type(v) is str and len(v) > longest:
+                    longest = len(v)
+                continue
+            h = handlers.get(t)
+            if h is not None and h(self, node, scope, loops, push):
+                continue
+            for f in _fields(t):
+                v = getattr(node, f, None)
+                if v is None:
+                    continue
+                if type(v) is list:
+                    for x in v:
+                        if isinstance(x, _AST):
+                            push((x, scope, loops))
+                elif isinstance(v, _AST):
+                    push((v, scope, loops))
+        facts.longest_constant = longest
+        self.finish()
+        return facts
+
+    # -- statements ----------------------------------------------------------------------
+    def function(self, node, scope, loops, push) -> bool:
+        self.add(scope, node.name, Binding(DEF, node, scope, node.lineno, node.col_offset,
+                                           loops > 0, node))
+        cls = scope if scope.kind == "class" else None
+        parent = scope.parent if scope.kind == "class" else scope
+        fs = Scope("function", node.name, node, parent, cls)
+        scope.funcs[node.name] = fs
+        self.scopes.append(fs)
+        a = node.args
+        for arg in (*a.posonlyargs, *a.args, a.vararg, *a.kwonlyargs, a.kwarg):
+            if arg is None:
+                continue
+            fs.params.append(arg.arg)
+            fs.param_notes[arg.arg] = arg.annotation
+            fs.bindings[arg.arg] = [Binding(PARAM, arg, fs, arg.lineno, arg.col_offset, False, arg)]
+        for d in node.decorator_list:
+            push((d, scope, loops))
+            f = d.func if type(d) is ast.Call else d
+            if type(f) is ast.Attribute and f.attr in tables.PREFIX_DECORATOR_ATTRS:
+                self.pending_returns.append((fs, f"the `@{f.attr}` function's result", False))
+                self.strong = True
+        if tables.PREFIX_NAME_RE.search(node.name):
+            self.pending_returns.append((fs, f"`{node.name}()` (builds a system prompt)", True))
+        for d in a.defaults:
+            push((d, scope, loops))
+        for d in a.kw_defaults:
+            if d is not None:
+                push((d, scope, loops))
+        for s in reversed(node.body):
+            push((s, fs, 0))
+        return True
+
+    def classdef(self, node, scope, loops, push) -> bool:
+        self.add(scope, node.name, Binding(DEF, node, scope, node.lineno, node.col_offset,
+                                           loops > 0, node))
+        parent = scope.parent if scope.kind == "class" else scope
+        cs = Scope("class", node.name, node, parent)
+        scope.funcs[node.name] = cs
+        for d in (*node.decorator_list, *node.bases, *(k.value for k in node.keywords)):
+            push((d, scope, loops))
+        for s in reversed(node.body):
+            push((s, cs, 0))
+        return True
+
+    def assign(self, node, scope, loops, push) -> bool:
+        value = node.value
+        for target in node.targets:
+            self.bind(target, value, ASSIGN, scope, loops, node)
+            if type(target) is ast.Name:
+                self.hint(target.id, value, scope)
+        push((value, scope, loops))
+        return True
+
+    def annassign(self, node, scope, loops, push) -> bool:
+        if node.value is not None:
+            self.bind(node.target, node.value, ASSIGN, scope, loops, node)
+            if type(node.target) is ast.Name:
+                self.hint(node.target.id, node.value, scope)
+            push((node.value, scope, loops))
+        return True
+
+    def augassign(self, node, scope, loops, push) -> bool:
+        kind = AUG if type(node.op) is ast.Add else OPAQUE
+        self.bind(node.target, node.value, kind, scope, loops, node)
+        if type(node.target) is ast.Name and kind == AUG:
+            self.hint(node.target.id, node.value, scope)
+        push((node.value, scope, loops))
+        if type(node.target) is ast.Subscript:
+            push((node.target.slice, scope, loops))
+        return True
+
+    def for_(self, node, scope, loops, push) -> bool:
+        self.bind(node.target, node.iter, ITER, scope, loops + 1, node)
+        push((node.iter, scope, loops))
+        for s in (*node.body, *node.orelse):
+            push((s, scope, loops + 1))
+        return True
+
+    def while_(self, node, scope, loops, push) -> bool:
+        push((node.test, scope, loops))
+        for s in (*node.body, *node.orelse):
+            push((s, scope, loops + 1))
+        return True
+
+    def with_(self, node, scope, loops, push) -> bool:
+        for item in node.items:
+            if item.optional_vars is not None:
+                self.bind(item.optional_vars, item.context_expr, WITH, scope, loops, node)
+            push((item.context_expr, scope, loops))
+        for s in node.body:
+            push((s, scope, loops))
+        return True
+
+    def import_(self, node, scope, loops, push) -> bool:
+        imports = self.facts.imports
+        for alias in node.names:
+            if alias.asname:
+                local, qual = alias.asname, alias.name
+            else:
+                local = alias.name.partition(".")[0]
+                qual = local
+            imports[local] = qual
+            self.add(scope, local, Binding(IMPORT, qual, scope, node.lineno, node.col_offset,
+                                           loops > 0, node))
+            self.note_module(alias.name)
+        return True
+
+    def importfrom(self, node, scope, loops, push) -> bool:
+        mod = ("." * node.level) + (node.module or "")
+        imports = self.facts.imports
+        for alias in node.names:
+            if alias.name == "*":
+                continue
+            local = alias.asname or alias.name
+            qual = f"{mod}.{alias.name}" if mod else alias.name
+            imports[local] = qual
+            self.add(scope, local, Binding(IMPORT, qual, scope, node.lineno, node.col_offset,
+                                           loops > 0, node))
+        if node.level == 0 and node.module:
+            self.note_module(node.module)
+        return True
+
+    def note_module(self, name: str) -> None:
+        if self.facts.llm_context:
+            return
+        top = name.partition(".")[0]
+        two = ".".join(name.split(".")[:2])
+        if top in tables.LLM_MODULES or two in tables.LLM_MODULES or top.startswith("langchain"):
+            self.facts.llm_context = True
+
+    def return_(self, node, scope, loops, push) -> bool:
+        if node.value is not None:
+            scope.returns.append(node.value)
+            push((node.value, scope, loops))
+        return True
+
+    def global_(self, node, scope, loops, push) -> bool:
+        scope.globals.update(node.names)
+        return True
+
+    def nonlocal_(self, node, scope, loops, push) -> bool:
+        return True
+
+    def handler(self, node, scope, loops, push) -> bool:
+        if node.name:
+            self.add(scope, node.name, Binding(OPAQUE, None, scope, node.lineno, node.col_offset,
+                                               loops > 0, node))
+        if node.type is not None:
+            push((node.type, scope, loops))
+        for s in node.body:
+            push((s, scope, loops))
+        return True
+
+    # -- expressions ---------------------------------------------------------------------
+    def call(self, node, scope, loops, push) -> bool:
+        func = node.func
+        ft = type(func)
+        calls = self.facts.calls
+        if ft is ast.Name:
+            lst = calls.get(func.id)
+            if lst is None:
+                calls[func.id] = [(node, scope)]
+            else:
+                lst.append((node, scope))
+            if func.id in _SPECIAL_CALL_NAMES:
+                self.pending_calls.append((node, scope))
+        elif ft is ast.Attribute:
+            attr = func.attr
+            recv = func.value
+            kind = _MUTATORS.get(attr)
+            if kind is not None and node.args:
+                value = node.args[-1]
+                rt = type(recv)
+                if rt is ast.Name:
+                    self.add(scope, recv.id, Binding(kind, value, scope, node.lineno,
+                                                     node.col_offset, loops > 0, node))
+                elif (rt is ast.Attribute and type(recv.value) is ast.Name
+                      and recv.value.id == "self" and scope.cls is not None):
+                    scope.cls.self_attrs.setdefault(recv.attr, []).append(
+                        Binding(kind, value, scope, node.lineno, node.col_offset, loops > 0, node))
+            if type(recv) is ast.Name and recv.id == "self":
+                key = "self." + attr
+                lst = calls.get(key)
+                if lst is None:
+                    calls[key] = [(node, scope)]
+                else:
+                    lst.append((node, scope))
+            if attr in _SPECIAL_CALL_NAMES or _dotted_tail(func) in tables.SYSTEM_MESSAGE_CALLS:
+                self.pending_calls.append((node, scope))
+            elif attr in tables.FILE_READ_METHODS:
+                self.facts.has_file_read = True
+        for kw in node.keywords:
+            if kw.arg in _SINK_KEYWORDS:
+                self.pending_calls.append((node, scope))
+                break
+        return False
+
+    def dict_(self, node, scope, loops, push) -> bool:
+        keys = node.keys
+        if not keys:
+            return False
+        role = None
+        body = False
+        for k, v in zip(keys, node.values):
+            ks = _const_str(k)
+            if ks is None:
+                continue
+            if ks == "role":
+                rs = _const_str(v)
+                if rs in tables.SYSTEM_ROLES:
+                    role = rs
+            elif ks in _BODY_KEYS:
+                body = True
+        if role is not None:
+            self.facts.sinks.append(Sink(ROLE, node, scope, f"a `{role}` message"))
+            self.strong = True
+        if body:
+            self.body_dict(node, scope)
+        return False
+
+    def body_dict(self, node, scope) -> None:
+        """A request body written as a dict literal: ``{"model": ..., "messages": [...]}``."""
+        parts: dict[str, ast.expr] = {}
+        for k, v in zip(node.keys, node.values):
+            ks = _const_str(k)
+            if ks is None:
+                continue
+            parts[ks] = v
+            if ks in tables.PREFIX_KEYWORDS:
+                self.facts.sinks.append(Sink(PREFIX, v, scope, tables.PREFIX_KEYWORDS[ks]))
+            elif ks in tables.TOOLS_KEYWORDS:
+                self.facts.sinks.append(Sink(TOOLS, v, scope, tables.TOOLS_KEYWORDS[ks]))
+            elif ks in tables.MESSAGES_KEYWORDS:
+                self.facts.sinks.append(Sink(MESSAGES, v, scope, tables.MESSAGES_KEYWORDS[ks]))
+        self.strong = True
+        if self.facts.has_cache_control:
+            self.facts.requests.append(
+                Request({k: parts[k] for k in _REQUEST_KEYS if k in parts}, scope, node))
+
+    def tuple_(self, node, scope, loops, push) -> bool:
+        elts = node.elts
+        if len(elts) == 2 and _const_str(elts[0]) in tables.SYSTEM_ROLES:
+            self.facts.sinks.append(Sink(ROLE, node, scope, f"a `{elts[0].value}` message"))
+        return False
+
+    def comprehension(self, node, scope, loops, push) -> bool:
+        for gen in node.generators:
+            self.bind(gen.target, gen.iter, ITER, scope, loops + 1, node)
+            push((gen.iter, scope, loops))
+            for cond in gen.ifs:
+                push((cond, scope, loops))
+        if type(node) is ast.DictComp:
+            push((node.key, scope, loops))
+            push((node.value, scope, loops))
+        else:
+            push((node.elt, scope, loops))
+        return True
+
+    def namedexpr(self, node, scope, loops, push) -> bool:
+        self.bind(node.target, node.value, ASSIGN, scope, loops, node)
+        push((node.value, scope, loops))
+        return True
+
+    def string(self, node, scope, loops, push) -> bool:
+        self.facts.strings.append((node, scope))
+        return False
+
+    def binop(self, node, scope, loops, push) -> bool:
+        if type(node.op) is ast.Add:
+            self.facts.strings.append((node, scope))
+        return False
+
+    def lambda_(self, node, scope, loops, push) -> bool:
+        return True
+
+    # -- after the walk ------------------------------------------------------------------
+    def finish(self) -> None:
+        facts = self.facts
+        self.hoist_mutations()
+        sinks = facts.sinks
+        for node, scope in self.pending_calls:
+            self.classify_call(node, scope)
+        if sinks or self.strong:
+            facts.llm_context = True
+        for fs, label, hint in self.pending_returns:
+            if hint and not facts.llm_context:
+                continue
+            for r in fs.returns:
+                sinks.append(Sink(PREFIX, r, fs, label, hint))
+        if facts.llm_context:
+            sinks.extend(self.hint_sinks)
+
+    def hoist_mutations(self) -> None:
+        """``REGISTRY[name] = fn`` or ``TOOLS.append(t)`` inside a function mutates the
+        enclosing scope's object when the function never binds the name itself: move those
+        bindings to the scope that owns the name."""
+        for fs in self.scopes:
+            for name, bl in list(fs.bindings.items()):
+                if any(b.kind not in _MUTATION_KINDS for b in bl):
+                    continue
+                owner = fs.parent
+                while owner is not None and name not in owner.bindings:
+                    owner = owner.parent
+                if owner is None:
+                    owner = self.facts.module
+                owner.bindings.setdefault(name, []).extend(bl)
+                del fs.bindings[name]
+
+    def classify_call(self, node: ast.Call, scope: Scope) -> None:
+        facts = self.facts
+        sinks = facts.sinks
+        func = node.func
+        name = _call_name(func)
+        qual = facts.qualname(func) or ""
+        if qual in tables.SHUFFLE_CALLS and node.args and type(node.args[0]) is ast.Name:
+            self.add(scope, node.args[0].id, Binding(SHUFFLE, node, scope, node.lineno,
+                                                     node.col_offset, False, node))
+            return
+        if name in tables.SYSTEM_MESSAGE_CALLS or _dotted_tail(func) in tables.SYSTEM_MESSAGE_CALLS:
+            sinks.append(Sink(ROLE, node, scope, "a system message"))
+            self.strong = True
+            return
+        if name in tables.TOOLS_METHODS and node.args:
+            sinks.append(Sink(TOOLS, node.args[0], scope, "the tool definitions"))
+            self.strong = True
+        is_build = qual in tables.BUILD_CALLS
+        responses = (name in tables.RESPONSES_METHODS and type(func) is ast.Attribute
+                     and type(func.value) is ast.Attribute and func.value.attr == "responses")
+        parts: dict[str, ast.expr] = {}
+        for kw in node.keywords:
+            arg = kw.arg
+            if arg is None:
+                continue
+            value = kw.value
+            if is_build:
+                if arg in tables.BUILD_PREFIX_LAYERS:
+                    sinks.append(Sink(TOOLS if arg == "tools" else PREFIX, value, scope,
+                                      tables.BUILD_PREFIX_LAYERS[arg]))
+                elif arg == "messages":
+                    sinks.append(Sink(MESSAGES, value, scope, "the `messages` layer"))
+                continue
+            if arg in tables.PREFIX_KEYWORDS:
+                sinks.append(Sink(PREFIX, value, scope, tables.PREFIX_KEYWORDS[arg]))
+                parts[arg] = value
+            elif arg in tables.TOOLS_KEYWORDS:
+                sinks.append(Sink(TOOLS, value, scope, tables.TOOLS_KEYWORDS[arg]))
+                parts[arg] = value
+            elif arg in tables.MESSAGES_KEYWORDS:
+                sinks.append(Sink(MESSAGES, value, scope, tables.MESSAGES_KEYWORDS[arg]))
+                parts[arg] = value
+                self.strong = True
+            elif arg == "input" and responses:
+                sinks.append(Sink(MESSAGES, value, scope, "the input list"))
+                self.strong = True
+            elif arg == "model":
+                parts[arg] = value
+        if is_build:
+            self.strong = True
+        elif facts.has_cache_control and ("messages" in parts or "system" in parts or "tools" in parts):
+            facts.requests.append(
+                Request({k: parts[k] for k in _REQUEST_KEYS if k in parts}, scope, node))
+
+
+_HANDLERS = {
+    ast.FunctionDef: _Walker.function,
+    ast.AsyncFunctionDef: _Walker.function,
+    ast.ClassDef: _Walker.classdef,
+    ast.Assign: _Walker.assign,
+    ast.AnnAssign: _Walker.annassign,
+    ast.AugAssign: _Walker.augassign,
+    ast.For: _Walker.for_,
+    ast.AsyncFor: _Walker.for_,
+    ast.While: _Walker.while_,
+    ast.With: _Walker.with_,
+    ast.AsyncWith: _Walker.with_,
+    ast.Import: _Walker.import_,
+    ast.ImportFrom: _Walker.importfrom,
+    ast.Return: _Walker.return_,
+    ast.Global: _Walker.global_,
+    ast.Nonlocal: _Walker.nonlocal_,
+    ast.ExceptHandler: _Walker.handler,
+    ast.Call: _Walker.call,
+    ast.Dict: _Walker.dict_,
+    ast.Tuple: _Walker.tuple_,
+    ast.ListComp: _Walker.comprehension,
+    ast.SetComp: _Walker.comprehension,
+    ast.GeneratorExp: _Walker.comprehension,
+    ast.DictComp: _Walker.comprehension,
+    ast.NamedExpr: _Walker.namedexpr,
+    ast.JoinedStr: _Walker.string,
+    ast.BinOp: _Walker.binop,
+    ast.Lambda: _Walker.lambda_,
+}
+
+
+def collect(tree: ast.Module, source: bytes) -> ModuleFacts:
+    """Walk ``tree`` once and return its :class:`ModuleFacts`.
+
+    ``source`` is the file's bytes (used only for cheap substring checks). Never raises on
+    valid syntax trees.
+    """
+    return _Walker(tree, source).run(tree)

@@ -1,0 +1,47 @@
+"""Findings and rule metadata shared by the rules, the runner and the output formats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DOCS_BASE = "docs/rules"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A lint rule: ``code`` (``PC001``), kebab-case ``name``, one-line ``summary``, whether
+    ``--fix`` can repair it, and the documentation page's path in the repository."""
+
+    code: str
+    name: str
+    summary: str
+    fixable: bool = False
+
+    @property
+    def doc(self) -> str:
+        return f"{DOCS_BASE}/{self.code}.md"
+
+
+@dataclass(slots=True)
+class Finding:
+    """One problem at one place.
+
+    ``line``/``end_line`` are 1-based; ``col``/``end_col`` are 1-based character columns
+    (the runner converts the parser's UTF-8 byte offsets). ``fix`` names an available
+    automatic fix (``"sort_keys"``) or is None. ``stmt_end`` is the last line of the
+    statement holding the finding, where a ``# noqa`` for a multi-line statement may sit.
+    """
+
+    code: str
+    message: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    path: str = ""
+    fix: str | None = None
+    stmt_end: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def sort_key(self):
+        return (self.path, self.line, self.col, self.code)

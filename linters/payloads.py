@@ -1,0 +1,97 @@
+"""Request payloads (``.json``: one request or a list of them; ``.jsonl``: one per line)
+checked with :func:`promptcache.check`, its findings mapped to lint codes.
+
+The provider comes from ``--provider`` / ``provider =`` in the config, else from the
+payload's shape (``anthropic_version``, ``cache_control`` or a top-level ``system`` ->
+Anthropic; ``modelId``/``toolConfig`` -> Bedrock; ``contents`` -> Gemini; otherwise OpenAI).
+``promptcache.check`` is imported only when a payload is linted.
+"""
+
+from __future__ import annotations
+
+import json
+
+from linters.config import LintConfig
+from linters.model import Finding
+
+# promptcache.check codes -> lint codes (None: informational, not reported)
+CODE_MAP = {
+    "volatile-in-prefix": "PC001",
+    "non-canonical-json": "PC002",
+    "too-many-breakpoints": "PC005",
+    "ttl-order": "PC005",
+    "below-minimum": "PC008",
+    "segment-below-minimum": "PC008",
+    "no-breakpoints": None,
+    "prefix-drift": None,
+}
+
+
+def infer_provider(payload: dict) -> str:
+    """Best guess of the provider a request body was written for."""
+    if "modelId" in payload or "toolConfig" in payload:
+        return "bedrock"
+    if "contents" in payload:
+        return "gemini"
+    if ("anthropic_version" in payload or "system" in payload or "cache_control" in payload
+            or "cache_control" in json.dumps(payload.get("messages", []))):
+        return "anthropic"
+    return "openai"
+
+
+def _finding(code: str, message: str, line: int, path: str) -> Finding:
+    return Finding(code, message, line, 1, line, 1, path)
+
+
+def lint_payload(data: bytes, path: str, config: LintConfig) -> list[Finding]:
+    """Findings for one payload file; never raises for bad input (PC900 for text that is
+    not JSON, PC901 when the payload cannot be checked)."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return [_finding("PC900", f"not UTF-8 text: {exc.reason} at byte {exc.start}", 1, path)]
+    docs: list[tuple[int, str, object]] = []
+    if path.endswith(".jsonl"):
+        for ln, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                docs.append((ln, "", json.loads(line)))
+            except ValueError as exc:
+                return [_finding("PC900", f"line is not JSON: {exc}", ln, path)]
+    else:
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            line = getattr(exc, "lineno", 1)
+            return [_finding("PC900", f"not JSON: {exc}", line, path)]
+        if isinstance(doc, list):
+            docs.extend((1, f"[{i}]", d) for i, d in enumerate(doc))
+        else:
+            docs.append((1, "", doc))
+    try:
+        from promptcache.check import check
+    except ImportError as exc:
+        return [_finding("PC901", f"cannot check request payloads: promptcache.check is not "
+                                  f"available ({exc})", 1, path)]
+    out: list[Finding] = []
+    for line, where, payload in docs:
+        if not isinstance(payload, dict):
+            out.append(_finding("PC901", f"payload{where} is a JSON {type(payload).__name__}, "
+                                         "expected an object (one request body)", line, path))
+            continue
+        provider = config.provider or infer_provider(payload)
+        try:
+            found = check(payload, provider)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            out.append(_finding("PC901", f"payload{where} could not be checked as a {provider} "
+                                         f"request: {exc}", line, path))
+            continue
+        for f in found:
+            code = CODE_MAP.get(f.code, "PC901")
+            if code is None:
+                continue
+            jpath = f.path if not where else "$" + where + f.path[1:]
+            extra = f" [{f.code}]" if code == "PC901" else ""
+            out.append(_finding(code, f"{jpath}: {f.message}{extra} ({provider})", line, path))
+    return out

@@ -1,0 +1,150 @@
+"""What comes first in a prompt.
+
+PC004: per-request content placed before static content in one prompt string (a system
+prompt, instructions, a system message) or before a static message in a message list: the
+static part after it can never be served from the cache.
+PC007: anywhere in LLM code, string building that puts a per-request value ahead of a long
+constant (``long-constant-chars``, default 1000, or a file's contents).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from linters.flow.facts import MESSAGES, PREFIX, ROLE
+from linters.flow.reach import message_items
+from linters.flow.values import DYNAMIC, STATIC, VOLAT, classify, static_chars
+from linters.model import Finding, Rule
+
+RULES = (
+    Rule("PC004", "dynamic-before-static",
+         "dynamic content placed before static content in one prompt string or message list"),
+    Rule("PC007", "dynamic-before-long-constant",
+         "string building puts a per-request value ahead of a long constant"),
+)
+
+
+def _first_dynamic_before_static(segs, min_chars: int):
+    """The first per-request segment followed by at least ``min_chars`` of static text."""
+    for i, s in enumerate(segs):
+        if s[0] != DYNAMIC:
+            continue
+        after = static_chars(segs[i + 1:])
+        if after is None or after >= min_chars:
+            return s, after
+        return None
+    return None
+
+
+def _content(ev, node, scope, depth=0):
+    """The content expression of one message (dict, ``(role, text)`` tuple, or a
+    ``SystemMessage(...)``-style call)."""
+    t = type(node)
+    if t is ast.Dict:
+        for k, v in zip(node.keys, node.values):
+            if type(k) is ast.Constant and k.value in ("content", "parts", "text"):
+                return v, scope
+        return None, scope
+    if t is ast.Tuple and len(node.elts) == 2:
+        return node.elts[1], scope
+    if t is ast.Call:
+        for kw in node.keywords:
+            if kw.arg == "content":
+                return kw.value, scope
+        return (node.args[0], scope) if node.args else (None, scope)
+    if t is ast.Name and depth < 4:
+        bl = ev.resolve(node.id, scope, node.lineno)
+        if len(bl) == 1 and bl[0].kind == "assign":
+            return _content(ev, bl[0].value, bl[0].scope, depth + 1)
+    return None, scope
+
+
+def _message_text(ev, content, scope):
+    if content is None:
+        return ((("u",),))
+    if type(content) in (ast.List, ast.Tuple):
+        out = []
+        for e in content.elts:
+            out.extend(ev.text_segments(e, scope))
+        return tuple(out)
+    return ev.segments(content, scope)
+
+
+def check(an) -> list[Finding]:
+    ev = an.ev
+    cfg = an.config
+    out: list[Finding] = []
+    min_chars = cfg.min_static_chars
+
+    def report_pc004(seg, after, label):
+        node = seg[1]
+        if id(node) in an.reported:
+            return
+        more = "a file's contents" if after is None else f"{after} characters of static text"
+        out.append(an.finding(
+            "PC004", node,
+            f"{seg[2]} is per-request and comes before {more} in {label}: everything after it "
+            "misses the cache; put the static text first and the per-request part last"))
+
+    for sink in an.facts.sinks:
+        if sink.kind == PREFIX:
+            segs = ev.text_segments(sink.expr, sink.scope)
+        elif sink.kind == ROLE:
+            content, cscope = _content(ev, sink.expr, sink.scope)
+            segs = _message_text(ev, content, cscope) if content is not None else ()
+        elif sink.kind == MESSAGES:
+            _check_messages(an, sink, min_chars, out)
+            continue
+        else:
+            continue
+        hit = _first_dynamic_before_static(segs, min_chars)
+        if hit:
+            report_pc004(hit[0], hit[1], sink.label)
+
+    facts = an.facts
+    long_chars = cfg.long_constant_chars
+    if facts.llm_context and (facts.longest_constant >= long_chars or facts.has_file_read):
+        for node, scope in facts.strings:
+            segs = ev.segments(node, scope)
+            for i, s in enumerate(segs):
+                if s[0] not in (DYNAMIC, VOLAT):
+                    continue
+                big = next((t for t in segs[i + 1:] if t[0] == STATIC
+                            and (t[1] is None or t[1] >= long_chars)), None)
+                if big is not None and id(s[1]) not in an.reported:
+                    size = "a file's contents" if big[1] is None else f"a {big[1]}-character constant"
+                    out.append(an.finding(
+                        "PC007", s[1],
+                        f"{s[2]} is per-request and is placed ahead of {size}: the constant can "
+                        "only be cached if it comes first; move the per-request part after it"))
+                break
+    return out
+
+
+def _check_messages(an, sink, min_chars, out) -> None:
+    ev = an.ev
+    items = message_items(ev, sink.expr, sink.scope)
+    if len(items) < 2:
+        return
+    kinds = []
+    for e, s, _rep in items:
+        content, cscope = _content(ev, e, s)
+        segs = _message_text(ev, content, cscope) if content is not None else ()
+        kinds.append((classify(segs) if segs else "u", segs, content))
+    for i, (k, segs, content) in enumerate(kinds):
+        if k != DYNAMIC:
+            continue
+        later = next((c for kk, sg, c in kinds[i + 1:]
+                      if kk == STATIC and (static_chars(sg) is None or static_chars(sg) >= min_chars)), None)
+        if later is None:
+            return
+        seg = next((x for x in segs if x[0] in (DYNAMIC, VOLAT)), None)
+        node = seg[1] if seg is not None else content
+        if id(node) in an.reported:
+            return
+        out.append(an.finding(
+            "PC004", node,
+            f"a per-request message ({seg[2] if seg else 'dynamic content'}) comes before a "
+            f"static message in {sink.label}: the static message after it misses the cache; "
+            "put static messages (system, examples, documents) first"))
+        return

@@ -1,0 +1,38 @@
+"""Iteration order that is not the same on every run, reaching a prompt prefix.
+
+PC003: text or tools built by iterating a set (string order changes with PYTHONHASHSEED,
+i.e. between processes). PC006: tool lists (or prefix text) built from a dict view whose
+insertion order follows the request or run-time registration.
+"""
+
+from __future__ import annotations
+
+from linters.flow.values import SET, VIEW
+from linters.model import Finding, Rule
+from linters.rules.volatile import where
+
+RULES = (
+    Rule("PC003", "set-order-in-prompt",
+         "text or tools built by iterating an unordered collection (a set, `set(...)`)"),
+    Rule("PC006", "input-ordered-tools",
+         "tool definitions built from a dict view whose insertion order depends on input"),
+)
+
+
+def check(an) -> list[Finding]:
+    out = []
+    for r in an.reaches:
+        h = r.hazard
+        if id(h.node) in an.reported:
+            continue
+        if h.kind == SET:
+            out.append(an.finding(
+                "PC003", h.node,
+                f"{h.detail}, building {where(r)}: set order differs between processes "
+                "(PYTHONHASHSEED), so the prefix does too; iterate `sorted(...)` instead"))
+        elif h.kind == VIEW:
+            out.append(an.finding(
+                "PC006", h.node,
+                f"{where(r)} built from a dict view: {h.detail}; sort it by a stable "
+                "key (e.g. `sorted(..., key=lambda t: t['name'])`)"))
+    return out

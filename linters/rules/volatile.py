@@ -1,0 +1,33 @@
+"""PC001: a volatile value (clock, date, UUID, random, request id, pid, hostname) reaches a
+cached prefix: the system prompt, tool definitions, a system/developer message, or any
+message before the last one."""
+
+from __future__ import annotations
+
+from linters.flow.facts import MESSAGES
+from linters.flow.values import VOLATILE
+from linters.model import Finding, Rule
+
+RULES = (Rule("PC001", "volatile-in-prefix",
+              "a volatile value (clock, date, UUID, random, request id, pid, hostname) is "
+              "interpolated into a cached prefix"),)
+
+
+def check(an) -> list[Finding]:
+    out = []
+    for r in an.reaches:
+        h = r.hazard
+        if h.kind != VOLATILE or id(h.node) in an.reported:
+            continue
+        out.append(an.finding(
+            "PC001", h.node,
+            f"{h.detail} reaches {where(r)}: the cached prefix changes on every request; move "
+            "it after the static text, into the last user message or `dynamic=`"))
+    return out
+
+
+def where(reach) -> str:
+    """Where a hazard lands, for messages: "the system prompt (passed to `f()` as `x`)"."""
+    sink = reach.sink
+    label = f"a message before the last in {sink.label}" if sink.kind == MESSAGES else sink.label
+    return f"{label} ({reach.via})" if reach.via else label

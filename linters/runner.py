@@ -1,0 +1,167 @@
+"""Run the rules over sources and files: one parse and at most one walk per file.
+
+A file whose bytes hold none of the words any rule needs (``system``, ``tools``,
+``messages``, ``prompt``, ``cache_control``, ...) is parsed for PC900 and not walked.
+"""
+
+from __future__ import annotations
+
+import ast
+import gc
+import io
+import re
+import tokenize
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from linters.analysis import Analysis
+from linters.config import LintConfig
+from linters.files import Target
+from linters.flow.tables import GATE_RE
+from linters.model import Finding
+from linters.noqa import NoqaMap
+from linters.rules import FAMILIES, PARSE_ERROR, family_codes
+
+_LINE_SPLIT = re.compile(r"\r\n|\r|\n")
+_FAMILY_CODES = [(fam, family_codes(fam)) for fam in FAMILIES]
+
+
+@dataclass
+class Report:
+    """What a run found: ``findings`` (sorted), how many files were read, and how many
+    findings ``--fix`` repaired."""
+
+    findings: list[Finding] = field(default_factory=list)
+    files: int = 0
+    fixed: int = 0
+
+
+def decode(source: bytes) -> str:
+    """Source text, decoded the way Python does (PEP 263 cookie, BOM, else UTF-8)."""
+    try:
+        enc, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+    except SyntaxError:
+        enc = "utf-8"
+    try:
+        return source.decode(enc if enc != "utf-8-sig" else "utf-8-sig", errors="replace")
+    except LookupError:
+        return source.decode("utf-8", errors="replace")
+
+
+def _char_col(line: str, byte_col: int) -> int:
+    """1-based character column for the parser's 0-based UTF-8 byte offset."""
+    if line.isascii():
+        return byte_col + 1
+    return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore")) + 1
+
+
+def lint_source(source: bytes | str, path: str = "<string>", config: LintConfig | None = None,
+                codes: frozenset[str] | None = None) -> list[Finding]:
+    """Findings for one Python source (bytes as read from disk, or text).
+
+    ``codes`` restricts the rules (default: ``config.enabled``). Never raises for bad input:
+    a file that does not parse is one PC900 finding.
+    """
+    config = config or LintConfig()
+    if isinstance(source, str):
+        source = source.encode("utf-8")
+    codes = config.enabled if codes is None else codes
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as exc:
+        if PARSE_ERROR.code not in codes:
+            return []
+        line = exc.lineno or 1
+        col = max(exc.offset or 1, 1)
+        msg = exc.msg or "invalid syntax"
+        return [Finding(PARSE_ERROR.code, f"syntax error: {msg}; the file was not checked",
+                        line, col, line, col, path)]
+    except (ValueError, RecursionError, MemoryError) as exc:
+        if PARSE_ERROR.code not in codes:
+            return []
+        why = "too deeply nested" if isinstance(exc, (RecursionError, MemoryError)) else str(exc)
+        return [Finding(PARSE_ERROR.code, f"cannot parse: {why}; the file was not checked",
+                        1, 1, 1, 1, path)]
+    if not GATE_RE.search(source):
+        return []
+    an = Analysis(tree, source, config)
+    raw: list[Finding] = []
+    for fam, fcodes in _FAMILY_CODES:
+        if fcodes & codes:
+            raw.extend(f for f in fam.check(an) if f.code in codes)
+    if not raw:
+        return []
+    text = decode(source)
+    lines = _LINE_SPLIT.split(text)
+    noqa = NoqaMap(text) if "noqa" in text.lower() else None
+    out = []
+    seen = set()
+    for f in raw:
+        if noqa is not None and noqa.silences(f.code, f.line):
+            continue
+        line = lines[f.line - 1] if 0 < f.line <= len(lines) else ""
+        end = lines[f.end_line - 1] if 0 < f.end_line <= len(lines) else ""
+        f.col = _char_col(line, f.col)
+        f.end_col = _char_col(end, f.end_col)
+        f.path = path
+        key = (f.code, f.line, f.col)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(f)
+    out.sort(key=Finding.sort_key)
+    return out
+
+
+def lint_target(target: Target, config: LintConfig) -> list[Finding]:
+    """Findings for one discovered file (Python or request payload)."""
+    rel = _rel(target.path, config.root)
+    codes = config.codes_for(rel)
+    try:
+        data = target.path.read_bytes()
+    except OSError as exc:
+        return [Finding(PARSE_ERROR.code, f"cannot read file: {exc.strerror or exc}", 1, 1, 1, 1,
+                        target.display)]
+    if target.kind == "payload":
+        from linters.payloads import lint_payload
+
+        return [f for f in lint_payload(data, target.display, config) if f.code in codes]
+    return lint_source(data, target.display, config, codes)
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.name
+
+
+def lint_targets(targets: list[Target], config: LintConfig, jobs: int = 1) -> Report:
+    """Lint every target; ``jobs`` > 1 spreads files over worker processes."""
+    report = Report(files=len(targets))
+    gc_was = gc.isenabled()
+    gc.disable()  # syntax trees are acyclic; collection passes only cost time here
+    try:
+        if jobs > 1 and len(targets) > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            chunk = max(1, len(targets) // (jobs * 8))
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                for found in pool.map(_lint_one, [(t, config) for t in targets], chunksize=chunk):
+                    report.findings.extend(found)
+        else:
+            for t in targets:
+                report.findings.extend(lint_target(t, config))
+    finally:
+        if gc_was:
+            gc.enable()
+    report.findings.sort(key=Finding.sort_key)
+    return report
+
+
+def _lint_one(arg) -> list[Finding]:
+    target, config = arg
+    return lint_target(target, config)
