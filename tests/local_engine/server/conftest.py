@@ -65,3 +65,21 @@ def chat_ids(tokenizer):
         return tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
 
     return ids
+
+
+ITEMS = ["kettle", "toaster", "blender", "grinder", "mixer", "juicer", "oven", "fryer", "steamer", "scale"]
+
+
+def policy_text(tag: str, n: int = 55) -> str:
+    """A deterministic policy document, about 21 tokens per clause (55 clauses: ~1,170
+    tokens), starting with ``tag`` so that different tags share no cached block."""
+    clauses = " ".join(
+        f"Policy {i}: a {ITEMS[i % 10]} bought in store {i % 7} may be returned within {10 + i % 20} days."
+        for i in range(n))
+    return f"[{tag}] {clauses}"
+
+
+@pytest.fixture(scope="session")
+def policy():
+    """``policy(tag, n=55)``: see :func:`policy_text`."""
+    return policy_text
