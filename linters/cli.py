@@ -7,6 +7,7 @@ error (one line on stderr saying what to fix: a missing path, a bad option or co
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -86,9 +87,13 @@ def run(args: argparse.Namespace) -> int:
             if not args.quiet:
                 print(formats.summary(report.findings, report.files), file=sys.stderr)
             return 1 if n else 0
-    out.write(formats.render(args.format, report.findings, __version__))
-    if args.format == "text" and not args.quiet:
-        out.write(formats.summary(report.findings, report.files, report.fixed) + "\n")
+    try:
+        out.write(formats.render(args.format, report.findings, __version__))
+        if args.format == "text" and not args.quiet:
+            out.write(formats.summary(report.findings, report.files, report.fixed) + "\n")
+        out.flush()
+    except BrokenPipeError:  # e.g. piped into `head`: the reader is gone, the status stands
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 1 if report.findings else 0
 
 

@@ -32,8 +32,9 @@ OPAQUE = "opaque"      # except ... as x, match captures, anything else
 class Binding:
     """One place that gives a name (or ``self.attr``) a value.
 
-    ``line`` is the 1-based line of the binding statement, ``in_loop`` whether it runs inside
-    a ``for``/``while`` body, ``node`` the statement or call that binds.
+    ``line`` is the 1-based line of the binding statement, ``in_loop`` the iterables of the
+    enclosing ``for`` loops and comprehensions, innermost last (``None`` for a ``while``;
+    empty when not in a loop), ``node`` the statement or call that binds.
     """
 
     __slots__ = ("kind", "value", "scope", "line", "col", "in_loop", "node")

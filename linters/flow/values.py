@@ -101,7 +101,7 @@ class Evaluator:
         self._hz: dict[int, tuple] = {}
         self._seg: dict[int, tuple] = {}
         self._set: dict[int, bool] = {}
-        self._dict: dict[int, str | None] = {}
+        self._dict: dict[tuple[int, bool], str | None] = {}
         self._active: set[int] = set()
         self._fscopes: dict[int, Scope] | None = None
         self._param_static: dict[tuple[int, str], bool] = {}
@@ -377,7 +377,7 @@ class Evaluator:
                     if why:
                         out.append(Hazard(VIEW, node, why))
             elif attr in ("values", "keys", "items") and not args:
-                why = self.input_dict(func.value, scope)
+                why = self.input_dict(func.value, scope, iterated=False)
                 if why:
                     out.append(Hazard(VIEW, node, why))
             elif attr == "get" and args and self._request_id_key(args[0]):
@@ -524,17 +524,49 @@ class Evaluator:
                            for b in s.cls.self_attrs.get(node.attr, ()))
         return False
 
-    def input_dict(self, node, scope: Scope) -> str | None:
+    def input_dict(self, node, scope: Scope, iterated: bool = True) -> str | None:
         """Why a mapping's insertion order depends on input (None if it does not, or if
         that cannot be told): a parameter, a comprehension over per-request data, or a dict
-        filled at run time (in a loop or from another function)."""
-        key = id(node)
+        filled at run time (in a loop or from another function).
+
+        ``iterated``: ``node`` is iterated directly (``for k in node``), so it must be known
+        to be a mapping; False for the receiver of ``.keys()/.values()/.items()``.
+        """
+        key = (id(node), iterated)
         if key in self._dict:
             return self._dict[key]
         self._dict[key] = None
+        if iterated and not self.is_mapping(node, scope):
+            return None
         res = self._input_dict(node, scope, 0)
         self._dict[key] = res
         return res
+
+    def is_mapping(self, node, scope: Scope, depth: int = 0) -> bool:
+        """True when ``node`` is known to be a dict (literal, comprehension, ``dict()``, a
+        parameter annotated as a mapping)."""
+        if depth > 6:
+            return False
+        t = type(node)
+        if t is ast.Dict or t is ast.DictComp:
+            return True
+        if t is ast.Call:
+            return self.facts.qualname(node.func) in tables.DICT_CONSTRUCTORS
+        if t is ast.Name:
+            for b in self.resolve(node.id, scope, node.lineno):
+                if b.kind == ASSIGN and self.is_mapping(b.value, b.scope, depth + 1):
+                    return True
+                if b.kind == PARAM and _annotation_is(b.scope.param_notes.get(node.id), _MAPPINGS):
+                    return True
+            return False
+        if t is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self":
+            s = scope
+            while s is not None and s.cls is None:
+                s = s.parent
+            return s is not None and any(
+                b.kind == ASSIGN and self.is_mapping(b.value, b.scope, depth + 1)
+                for b in s.cls.self_attrs.get(node.attr, ()))
+        return False
 
     def _input_dict(self, node, scope, depth) -> str | None:
         if depth > 8:
@@ -568,15 +600,21 @@ class Evaluator:
             for b in bindings:
                 if b.kind == PARAM:
                     note = b.scope.param_notes.get(b.value.arg)
-                    if note is None or _annotation_is(note, ("dict", "Dict", "Mapping", "MutableMapping")):
+                    if note is None or _annotation_is(note, _MAPPINGS):
                         return f"`{label}` is a parameter, so its key order is the caller's"
                 elif b.kind == ASSIGN:
                     why = self._input_dict(b.value, b.scope, depth + 1)
                     if why:
                         return f"`{label}` is {why}"
-                elif b.kind in (SETITEM, UPDATE) and (b.in_loop or (home is not None and b.scope is not home)):
-                    where = "in a loop" if b.in_loop else f"by `{b.scope.name}()` at run time"
-                    return f"`{label}` is filled {where} (line {b.line}), so its order follows the calls"
+                elif b.kind in (SETITEM, UPDATE):
+                    loop = next((it for it in b.in_loop if it is not None and classify(
+                        self.segments(it, b.scope)) == DYNAMIC), None)
+                    if loop is not None:
+                        return (f"`{label}` is filled in a loop over `{short(loop)}` (line {b.line}), "
+                                "so its order is the input's")
+                    if home is not None and b.scope is not home and b.scope.kind == "function":
+                        return (f"`{label}` is filled by `{b.scope.name}()` at run time (line "
+                                f"{b.line}), so its order is the order of the calls")
         return None
 
     # -- segments --------------------------------------------------------------------
@@ -1006,6 +1044,7 @@ class Evaluator:
         return []
 
 
+_MAPPINGS = ("dict", "Dict", "Mapping", "MutableMapping", "OrderedDict", "defaultdict")
 _PERCENT_RE = __import__("re").compile(r"%%|%(\([^)]*\))?[-#0 +]*(\*|\d+)?(\.(\*|\d+))?[hlL]?[diouxXeEfFgGcrsa]")
 
 

@@ -93,7 +93,7 @@ class _Walker:
         t = type(target)
         if t is ast.Name:
             self.add(scope, target.id, Binding(kind, value, scope, node.lineno, node.col_offset,
-                                               loops > 0, node))
+                                               loops, node))
         elif t is ast.Tuple or t is ast.List:
             vt = type(value)
             if (kind == ASSIGN and (vt is ast.Tuple or vt is ast.List)
@@ -110,7 +110,7 @@ class _Walker:
         elif t is ast.Attribute:
             base = target.value
             if type(base) is ast.Name and base.id == "self" and scope.cls is not None:
-                b = Binding(kind, value, scope, node.lineno, node.col_offset, loops > 0, node)
+                b = Binding(kind, value, scope, node.lineno, node.col_offset, loops, node)
                 scope.cls.self_attrs.setdefault(target.attr, []).append(b)
                 self.hint(target.attr, value, scope)
         elif t is ast.Subscript:
@@ -118,11 +118,11 @@ class _Walker:
             k = SETITEM if kind in (ASSIGN, AUG) else kind
             if type(base) is ast.Name:
                 self.add(scope, base.id, Binding(k, value, scope, node.lineno, node.col_offset,
-                                                 loops > 0, node))
+                                                 loops, node))
             elif (type(base) is ast.Attribute and type(base.value) is ast.Name
                   and base.value.id == "self" and scope.cls is not None):
                 scope.cls.self_attrs.setdefault(base.attr, []).append(
-                    Binding(k, value, scope, node.lineno, node.col_offset, loops > 0, node))
+                    Binding(k, value, scope, node.lineno, node.col_offset, loops, node))
 
     def hint(self, name: str, value, scope: Scope) -> None:
         """Record a secondary-hint sink for a variable named like a system prompt or tools."""
@@ -136,7 +136,7 @@ class _Walker:
     # -- the walk ------------------------------------------------------------------------
     def run(self, tree: ast.Module) -> ModuleFacts:
         facts = self.facts
-        stack: list[tuple] = [(n, facts.module, 0) for n in reversed(tree.body)]
+        stack: list[tuple] = [(n, facts.module, ()) for n in reversed(tree.body)]
         pop = stack.pop
         push = stack.append
         Constant, Name, Call, Dict = ast.Constant, ast.Name, ast.Call, ast.Dict
@@ -172,7 +172,7 @@ class _Walker:
     # -- statements ----------------------------------------------------------------------
     def function(self, node, scope, loops, push) -> bool:
         self.add(scope, node.name, Binding(DEF, node, scope, node.lineno, node.col_offset,
-                                           loops > 0, node))
+                                           loops, node))
         cls = scope if scope.kind == "class" else None
         parent = scope.parent if scope.kind == "class" else scope
         fs = Scope("function", node.name, node, parent, cls)
@@ -199,19 +199,19 @@ class _Walker:
             if d is not None:
                 push((d, scope, loops))
         for s in reversed(node.body):
-            push((s, fs, 0))
+            push((s, fs, ()))
         return True
 
     def classdef(self, node, scope, loops, push) -> bool:
         self.add(scope, node.name, Binding(DEF, node, scope, node.lineno, node.col_offset,
-                                           loops > 0, node))
+                                           loops, node))
         parent = scope.parent if scope.kind == "class" else scope
         cs = Scope("class", node.name, node, parent)
         scope.funcs[node.name] = cs
         for d in (*node.decorator_list, *node.bases, *(k.value for k in node.keywords)):
             push((d, scope, loops))
         for s in reversed(node.body):
-            push((s, cs, 0))
+            push((s, cs, ()))
         return True
 
     def assign(self, node, scope, loops, push) -> bool:
@@ -242,16 +242,17 @@ class _Walker:
         return True
 
     def for_(self, node, scope, loops, push) -> bool:
-        self.bind(node.target, node.iter, ITER, scope, loops + 1, node)
+        inner = loops + (node.iter,)
+        self.bind(node.target, node.iter, ITER, scope, inner, node)
         push((node.iter, scope, loops))
         for s in (*node.body, *node.orelse):
-            push((s, scope, loops + 1))
+            push((s, scope, inner))
         return True
 
     def while_(self, node, scope, loops, push) -> bool:
         push((node.test, scope, loops))
         for s in (*node.body, *node.orelse):
-            push((s, scope, loops + 1))
+            push((s, scope, loops + (None,)))
         return True
 
     def with_(self, node, scope, loops, push) -> bool:
@@ -273,7 +274,7 @@ class _Walker:
                 qual = local
             imports[local] = qual
             self.add(scope, local, Binding(IMPORT, qual, scope, node.lineno, node.col_offset,
-                                           loops > 0, node))
+                                           loops, node))
             self.note_module(alias.name)
         return True
 
@@ -287,7 +288,7 @@ class _Walker:
             qual = f"{mod}.{alias.name}" if mod else alias.name
             imports[local] = qual
             self.add(scope, local, Binding(IMPORT, qual, scope, node.lineno, node.col_offset,
-                                           loops > 0, node))
+                                           loops, node))
         if node.level == 0 and node.module:
             self.note_module(node.module)
         return True
@@ -316,7 +317,7 @@ class _Walker:
     def handler(self, node, scope, loops, push) -> bool:
         if node.name:
             self.add(scope, node.name, Binding(OPAQUE, None, scope, node.lineno, node.col_offset,
-                                               loops > 0, node))
+                                               loops, node))
         if node.type is not None:
             push((node.type, scope, loops))
         for s in node.body:
@@ -345,11 +346,11 @@ class _Walker:
                 rt = type(recv)
                 if rt is ast.Name:
                     self.add(scope, recv.id, Binding(kind, value, scope, node.lineno,
-                                                     node.col_offset, loops > 0, node))
+                                                     node.col_offset, loops, node))
                 elif (rt is ast.Attribute and type(recv.value) is ast.Name
                       and recv.value.id == "self" and scope.cls is not None):
                     scope.cls.self_attrs.setdefault(recv.attr, []).append(
-                        Binding(kind, value, scope, node.lineno, node.col_offset, loops > 0, node))
+                        Binding(kind, value, scope, node.lineno, node.col_offset, loops, node))
             if type(recv) is ast.Name and recv.id == "self":
                 key = "self." + attr
                 lst = calls.get(key)
@@ -361,6 +362,8 @@ class _Walker:
                 self.pending_calls.append((node, scope))
             elif attr in tables.FILE_READ_METHODS:
                 self.facts.has_file_read = True
+            elif attr == "format":
+                self.facts.strings.append((node, scope))
         for kw in node.keywords:
             if kw.arg in _SINK_KEYWORDS:
                 self.pending_calls.append((node, scope))
@@ -417,7 +420,7 @@ class _Walker:
 
     def comprehension(self, node, scope, loops, push) -> bool:
         for gen in node.generators:
-            self.bind(gen.target, gen.iter, ITER, scope, loops + 1, node)
+            self.bind(gen.target, gen.iter, ITER, scope, loops + (gen.iter,), node)
             push((gen.iter, scope, loops))
             for cond in gen.ifs:
                 push((cond, scope, loops))
@@ -438,7 +441,8 @@ class _Walker:
         return False
 
     def binop(self, node, scope, loops, push) -> bool:
-        if type(node.op) is ast.Add:
+        op = type(node.op)
+        if op is ast.Add or op is ast.Mod:
             self.facts.strings.append((node, scope))
         return False
 

@@ -1,0 +1,16 @@
+"""Debug info about the serving process written into the system prompt."""
+import os
+import socket
+
+from openai import OpenAI
+
+client = OpenAI()
+BASE = "You are an internal SRE assistant. Answer with runbook steps."
+
+
+def ask(question: str):
+    system = f"{BASE}\nServed by {socket.gethostname()} (pid {os.getpid()})."  # expect: PC001
+    return client.chat.completions.create(
+        model="gpt-4o",
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
+    )
