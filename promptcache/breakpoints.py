@@ -24,11 +24,12 @@ one (Anthropic rejects it), so ``ttl="5m", history_ttl="1h"`` is an error.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from promptcache.canonical import dumps_sorted
-from promptcache.tokens import count_tokens_memo, text_tokens
+from promptcache.tokens import count_tokens_memo, counter_generation, text_tokens
 
 __all__ = ["Block", "Breakpoint", "Plan", "plan", "TTL_ORDER", "text_tokens", "block_tokens"]
 
@@ -36,7 +37,7 @@ __all__ = ["Block", "Breakpoint", "Plan", "plan", "TTL_ORDER", "text_tokens", "b
 TTL_ORDER = {"24h": 4, "12h": 3, "1h": 2, "30m": 1, "5m": 0}
 
 
-@dataclass
+@dataclass(**({"slots": True} if sys.version_info >= (3, 10) else {}))
 class Block:
     """One content block in cache order: ``layer``, a renderer-defined ``locator``,
     ``tokens`` (its own count) and whether it can carry a marker (``markable``)."""
@@ -102,21 +103,18 @@ def plan(blocks: Sequence[Block], *, min_tokens: int, max_breakpoints: int = 4,
         out.cumulative.append(cum)
     out.total_tokens = cum
 
-    def last_markable(layers: tuple[str, ...], upto: Optional[int] = None) -> Optional[int]:
-        idx = None
-        for i, b in enumerate(blocks):
-            if upto is not None and i > upto:
-                break
-            if b.layer in layers and b.markable:
-                idx = i
-        return idx
-
-    def last_index(layers: tuple[str, ...]) -> Optional[int]:
-        idx = None
-        for i, b in enumerate(blocks):
-            if b.layer in layers:
-                idx = i
-        return idx
+    # one pass: the last markable block of the frozen layers, of the session layer and of
+    # the history
+    f_idx = s_idx = h_idx = None
+    for i, b in enumerate(blocks):
+        if b.markable:
+            layer = b.layer
+            if layer == "messages":
+                h_idx = i
+            elif layer == "session":
+                s_idx = i
+            elif layer in ("tools", "system", "documents"):
+                f_idx = i
 
     chosen: list[Breakpoint] = []
 
@@ -136,15 +134,10 @@ def plan(blocks: Sequence[Block], *, min_tokens: int, max_breakpoints: int = 4,
         chosen.append(Breakpoint(kind, blocks[idx].layer, blocks[idx].locator, idx, t, tokens,
                                  why))
 
-    frozen_layers = ("tools", "system", "documents")
-    f_idx = last_markable(frozen_layers)
     consider("frozen", f_idx, ttl, "end of the frozen layers (system, tools, documents): "
              "reused by every request with this prefix_hash")
-    s_idx = last_markable(("session",))
     consider("session", s_idx, ttl, "end of the session layer: reused while the session "
              "context is unchanged")
-    h_last = last_index(("messages",))
-    h_idx = last_markable(("messages",), h_last) if h_last is not None else None
     consider("history", h_idx, history_ttl, "newest stable history turn: the next request "
              "appends after it and reads it from the cache")
     if lookback and h_idx is not None and any(bp.index == h_idx for bp in chosen):
@@ -206,20 +199,39 @@ def block_tokens(block: dict[str, Any], model: Optional[str]) -> int:
     return 0
 
 
+_segment_memo: dict[tuple[Any, ...], list[int]] = {}
+_SEGMENT_MEMO_MAX = 1024
+
+
+def _segments(key: tuple[Any, ...], make: Any) -> list[int]:
+    key = key + (counter_generation(),)
+    hit = _segment_memo.get(key)
+    if hit is None:
+        hit = make()
+        if len(_segment_memo) >= _SEGMENT_MEMO_MAX:
+            _segment_memo.clear()
+        _segment_memo[key] = hit
+    return hit
+
+
 def frozen_text_tokens(prompt: Any, model: Optional[str]) -> list[int]:
     """Token counts of ``prompt.frozen_texts()`` (system texts, then rendered documents),
     memoized by the prompt's prefix hash and the model."""
-    texts = prompt.frozen_texts()
-    return [memo_tokens(f"{prompt.prefix_hash}:f{i}", t, model) for i, t in enumerate(texts)]
+    return _segments(("f", prompt.prefix_hash, model), lambda: [
+        memo_tokens(f"{prompt.prefix_hash}:f{i}", t, model)
+        for i, t in enumerate(prompt.frozen_texts())])
 
 
 def session_text_tokens(prompt: Any, model: Optional[str]) -> list[int]:
     """Token counts of ``prompt.session`` texts, memoized by the session hash and the model."""
-    return [memo_tokens(f"{prompt.session_hash}:s{i}", t, model)
-            for i, t in enumerate(prompt.session)]
+    return _segments(("s", prompt.session_hash, model), lambda: [
+        memo_tokens(f"{prompt.session_hash}:s{i}", t, model)
+        for i, t in enumerate(prompt.session)])
 
 
 def tool_tokens(prompt: Any, model: Optional[str]) -> list[int]:
     """Token counts of each tool schema's canonical JSON, memoized by the prefix hash."""
-    return [memo_tokens(f"{prompt.prefix_hash}:t{i}", dumps_sorted(t), model)
-            for i, t in enumerate(prompt.tools)]
+    return _segments(("t", prompt.prefix_hash, model), lambda: [
+        memo_tokens(f"{prompt.prefix_hash}:t{i}", dumps_sorted(t), model)
+        for i, t in enumerate(prompt.tools)])
+

@@ -32,12 +32,14 @@ official client's call; they live in :mod:`promptcache.providers`.
 from __future__ import annotations
 
 import json
+import marshal
 import sys
 import threading
 import types
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
+from collections.abc import Mapping as _AbcMapping
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from promptcache.canonical import (
@@ -53,6 +55,9 @@ from promptcache.volatile import find_volatile
 
 __all__ = ["build", "Prompt", "Document", "VolatileFinding", "LAYERS", "FROZEN_LAYERS",
            "normalize_messages"]
+
+# isinstance against typing.Mapping is slow; plain dicts are checked first
+_MAPPING = (dict, _AbcMapping)
 
 LAYERS = ("system", "tools", "documents", "session", "messages", "dynamic")
 FROZEN_LAYERS = ("system", "tools", "documents")
@@ -99,7 +104,7 @@ class VolatileFinding:
 def _text_of_block(block: Any, where: str) -> str:
     if isinstance(block, str):
         return block
-    if isinstance(block, Mapping):
+    if isinstance(block, _MAPPING):
         btype = block.get("type", "text")
         if btype in ("text", "input_text", "output_text") and isinstance(block.get("text"), str):
             return block["text"]
@@ -118,9 +123,9 @@ def _text_layer(value: Any, layer: str, *, structured_ok: bool) -> tuple[str, ..
         return ()
     if isinstance(value, str):
         items: list[Any] = [value]
-    elif isinstance(value, Mapping) and value.get("type") in ("text", "input_text"):
+    elif isinstance(value, _MAPPING) and value.get("type") in ("text", "input_text"):
         items = [value]
-    elif isinstance(value, Mapping):
+    elif isinstance(value, _MAPPING):
         if not structured_ok:
             raise TypeError(f"{layer}: expected a string or a list of text blocks, got a dict")
         return (dumps_sorted(sort_keys_deep(dict(value))),)
@@ -131,7 +136,7 @@ def _text_layer(value: Any, layer: str, *, structured_ok: bool) -> tuple[str, ..
                         f"got {type(value).__name__}")
     out = []
     for i, item in enumerate(items):
-        if structured_ok and isinstance(item, Mapping) and "text" not in item:
+        if structured_ok and isinstance(item, _MAPPING) and "text" not in item:
             text = dumps_sorted(sort_keys_deep(dict(item)))
         else:
             text = normalize_text(_text_of_block(item, f"{layer}[{i}]"))
@@ -142,7 +147,7 @@ def _text_layer(value: Any, layer: str, *, structured_ok: bool) -> tuple[str, ..
 
 def _norm_strings(value: Any) -> Any:
     """Sorted-key copy of a JSON value with normalized newlines in every string."""
-    if isinstance(value, Mapping):
+    if isinstance(value, _MAPPING):
         return {k: _norm_strings(value[k]) for k in sorted(value)}
     if isinstance(value, (list, tuple)):
         return [_norm_strings(v) for v in value]
@@ -155,10 +160,10 @@ def _tool(tool: Any, i: int) -> dict[str, Any]:
     """One tool schema in any supported form -> the neutral form
     ``{"name", "description"?, "input_schema", "strict"?}`` or ``{"native": {...}}``."""
     where = f"tools[{i}]"
-    if not isinstance(tool, Mapping):
+    if not isinstance(tool, _MAPPING):
         raise TypeError(f"{where}: expected a tool schema dict, got {type(tool).__name__}")
     ttype = tool.get("type")
-    if ttype == "function" and isinstance(tool.get("function"), Mapping):  # OpenAI chat
+    if ttype == "function" and isinstance(tool.get("function"), _MAPPING):  # OpenAI chat
         fn = tool["function"]
         name, desc, params, strict = (fn.get("name"), fn.get("description"),
                                       fn.get("parameters"), fn.get("strict"))
@@ -181,7 +186,7 @@ def _tool(tool: Any, i: int) -> dict[str, Any]:
         raise ValueError(f"{where}: a tool needs a non-empty string 'name'")
     if params is None:
         params = {"type": "object", "properties": {}}
-    if not isinstance(params, Mapping):
+    if not isinstance(params, _MAPPING):
         raise TypeError(f"{where}.parameters: expected a JSON Schema object, got "
                         f"{type(params).__name__}")
     out: dict[str, Any] = {"name": name}
@@ -198,7 +203,7 @@ def _tool(tool: Any, i: int) -> dict[str, Any]:
 def _tools_layer(tools: Any, sort_tools: bool) -> tuple[dict[str, Any], ...]:
     if tools is None:
         return ()
-    if isinstance(tools, Mapping):
+    if isinstance(tools, _MAPPING):
         raise TypeError("tools: expected a list of tool schemas, got a single dict")
     out = [_tool(t, i) for i, t in enumerate(tools)]
     names = [t["name"] for t in out if "name" in t]
@@ -213,13 +218,13 @@ def _tools_layer(tools: Any, sort_tools: bool) -> tuple[dict[str, Any], ...]:
 def _documents_layer(documents: Any) -> tuple[Document, ...]:
     if documents is None:
         return ()
-    if isinstance(documents, (str, Mapping)):
+    if isinstance(documents, (str, dict, _AbcMapping)):
         documents = [documents]
     out = []
     for i, d in enumerate(documents):
         if isinstance(d, str):
             out.append(Document(normalize_text(d)))
-        elif isinstance(d, Mapping):
+        elif isinstance(d, _MAPPING):
             text = d.get("text", d.get("content"))
             if not isinstance(text, str):
                 raise TypeError(f"documents[{i}]: expected {{'text': str, 'title': str}} "
@@ -260,7 +265,7 @@ def _parse_data_url(url: str) -> Optional[tuple[str, str]]:
 
 def _image_from_openai(part: Mapping[str, Any], where: str) -> dict[str, Any]:
     image = part.get("image_url")
-    url = image.get("url") if isinstance(image, Mapping) else image
+    url = image.get("url") if isinstance(image, _MAPPING) else image
     if not isinstance(url, str):
         raise TypeError(f"{where}.image_url: expected {{'url': str}}")
     parsed = _parse_data_url(url)
@@ -271,9 +276,9 @@ def _image_from_openai(part: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 def _image_from_anthropic(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     src = block.get("source")
-    if isinstance(src, Mapping) and src.get("type") == "base64":
+    if isinstance(src, _MAPPING) and src.get("type") == "base64":
         return {"type": "image", "media_type": src.get("media_type"), "data": src.get("data")}
-    if isinstance(src, Mapping) and src.get("type") == "url":
+    if isinstance(src, _MAPPING) and src.get("type") == "url":
         return {"type": "image", "url": src.get("url")}
     return {"type": "native", "provider": "anthropic", "block": _strip_cc(block)}
 
@@ -302,7 +307,7 @@ def _result_content(content: Any, where: str) -> list[dict[str, Any]]:
         return []
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
-    if isinstance(content, Mapping):
+    if isinstance(content, _MAPPING):
         content = [content]
     out = []
     for j, part in enumerate(content):
@@ -316,7 +321,7 @@ def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
         return []
     if isinstance(content, str):
         return [{"type": "text", "text": normalize_newlines(content)}]
-    if isinstance(content, Mapping):
+    if isinstance(content, _MAPPING):
         content = [content]
     if not isinstance(content, (list, tuple)):
         raise TypeError(f"{where}: expected a string or a list of content blocks, "
@@ -327,7 +332,7 @@ def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
         if isinstance(part, str):
             out.append({"type": "text", "text": normalize_newlines(part)})
             continue
-        if not isinstance(part, Mapping):
+        if not isinstance(part, _MAPPING):
             raise TypeError(f"{w}: expected a content block dict, got {type(part).__name__}")
         ptype = part.get("type")
         if ptype in ("text", "input_text", "output_text"):
@@ -365,12 +370,20 @@ def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
 def _messages_layer(messages: Any) -> tuple[dict[str, Any], ...]:
     if messages is None:
         return ()
-    if isinstance(messages, (str, Mapping)):
+    if isinstance(messages, (str, dict, _AbcMapping)):
         raise TypeError("messages: expected a list of messages")
     out: list[dict[str, Any]] = []
     for i, msg in enumerate(messages):
+        # fast path: the common {"role": "user"|"assistant", "content": "text"}
+        if type(msg) is dict and len(msg) == 2 and type(msg.get("content")) is str \
+                and msg.get("role") in ("user", "assistant"):
+            text = msg["content"]
+            if "\r" in text:
+                text = normalize_newlines(text)
+            out.append({"role": msg["role"], "content": [{"type": "text", "text": text}]})
+            continue
         w = f"messages[{i}]"
-        if not isinstance(msg, Mapping):
+        if not isinstance(msg, _MAPPING):
             raise TypeError(f"{w}: expected a message dict, got {type(msg).__name__}")
         mtype = msg.get("type")
         role = msg.get("role")
@@ -396,8 +409,8 @@ def _messages_layer(messages: Any) -> tuple[dict[str, Any], ...]:
             raise ValueError(f"{w}: role must be 'user', 'assistant' or 'tool', got {role!r}")
         blocks = _blocks(msg.get("content"), f"{w}.content")
         for j, call in enumerate(msg.get("tool_calls") or ()):
-            fn = call.get("function") if isinstance(call, Mapping) else None
-            if not isinstance(fn, Mapping):
+            fn = call.get("function") if isinstance(call, _MAPPING) else None
+            if not isinstance(fn, _MAPPING):
                 raise TypeError(f"{w}.tool_calls[{j}]: expected {{'id', 'type': 'function', "
                                 "'function': {'name', 'arguments'}}")
             blocks.append(_tool_call(call.get("id"), fn.get("name"), fn.get("arguments"),
@@ -425,7 +438,7 @@ def _append(out: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) 
 def _dynamic_layer(dynamic: Any) -> tuple[dict[str, Any], ...]:
     if dynamic is None:
         return ()
-    if isinstance(dynamic, Mapping) and "type" not in dynamic:
+    if isinstance(dynamic, _MAPPING) and "type" not in dynamic:
         return ({"type": "text", "text": dumps_sorted(sort_keys_deep(dict(dynamic)))},)
     return tuple(b for b in _blocks(dynamic, "dynamic") if b.get("type") != "text" or b["text"])
 
@@ -436,7 +449,7 @@ def _dynamic_layer(dynamic: Any) -> tuple[dict[str, Any], ...]:
 def _scan_strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
     if isinstance(value, str):
         yield path, value
-    elif isinstance(value, Mapping):
+    elif isinstance(value, _MAPPING):
         for k, v in value.items():
             yield from _scan_strings(v, f"{path}.{k}")
     elif isinstance(value, (list, tuple)):
@@ -495,10 +508,15 @@ _NO_KEY = object()
 
 
 def _key(value: Any) -> Any:
-    """A hashable memo key for a layer's raw input: the string itself, else its type and
-    ``repr`` (dict order is part of the key: a reordered dict is a memo miss, not an error)."""
+    """A hashable memo key for a layer's raw input: the string itself, else its ``marshal``
+    bytes (``repr`` for what marshal cannot write). Dict order is part of the key: a reordered
+    dict is a memo miss, not an error."""
     if value is None or isinstance(value, str):
         return value
+    try:
+        return marshal.dumps(value)
+    except ValueError:
+        pass
     try:
         return (type(value).__name__, repr(value))
     except Exception:  # pragma: no cover - exotic reprs
@@ -745,7 +763,7 @@ def _assemble(*, system: Any, tools: Any, documents: Any, session: Any,
     hist = history
     dyn = _dynamic_layer(dynamic)
     notes = []
-    if isinstance(system, (list, tuple)) and any(isinstance(b, Mapping) and "cache_control" in b
+    if isinstance(system, (list, tuple)) and any(isinstance(b, _MAPPING) and "cache_control" in b
                                                  for b in system):
         notes.append("cache_control markers in `system` were dropped; the renderer places "
                      "breakpoints by its own rule")

@@ -8,6 +8,7 @@ provider's conservative default row (flagged ``known=False``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Optional
 
 __all__ = ["CacheRules", "cache_rules", "RULES", "provider_of"]
@@ -210,6 +211,7 @@ def provider_of(model: str) -> str:
     return "local"
 
 
+@lru_cache(maxsize=1024)
 def cache_rules(model: str, provider: Optional[str] = None) -> CacheRules:
     """The :class:`CacheRules` row for ``model`` (longest matching family prefix).
 

@@ -96,6 +96,13 @@ def encoding_for_model(model: Optional[str]) -> Optional[str]:
 
 _counters: dict[str, Counter] = {}
 _lock = threading.Lock()
+_generation = 0  # bumped whenever the counters change: memo keys include it
+
+
+def counter_generation() -> int:
+    """A number that changes whenever a counter is registered or removed (memo keys of
+    derived counts include it)."""
+    return _generation
 
 
 def register_counter(model_prefix: str, counter: Counter) -> None:
@@ -104,17 +111,21 @@ def register_counter(model_prefix: str, counter: Counter) -> None:
     count-tokens endpoint or an exact local tokenizer; its counts are not approximate."""
     if not callable(counter):
         raise TypeError("counter must be callable as counter(text, model) -> int")
+    global _generation
     with _lock:
         _counters[model_prefix] = counter
         _memo.clear()
+        _generation += 1
     text_tokens.cache_clear()
 
 
 def unregister_counter(model_prefix: str) -> None:
     """Remove a counter registered with :func:`register_counter` (no error if absent)."""
+    global _generation
     with _lock:
         _counters.pop(model_prefix, None)
         _memo.clear()
+        _generation += 1
     text_tokens.cache_clear()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 # ``promptcache.build`` Prompt into the keyword arguments of ``Anthropic().messages.create``
 # with ``cache_control`` breakpoints placed by the rule of ``promptcache.breakpoints``.
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,11 +45,19 @@ def _image(block: dict[str, Any]) -> dict[str, Any]:
                        "type": "base64"}, "type": "image"}
 
 
-def content_block(block: dict[str, Any], where: str) -> dict[str, Any]:
-    """One neutral block (see ``promptcache.build``) as an Anthropic content block."""
+def _where(where: Any) -> str:
+    if isinstance(where, tuple):
+        return f"{where[0]}[{where[1]}]" + "".join(f".content[{i}]" for i in where[2:])
+    return str(where)
+
+
+def content_block(block: dict[str, Any], *where: Any) -> dict[str, Any]:
+    """One neutral block (see ``promptcache.build``) as an Anthropic content block; ``where``
+    (layer name and indices) only names the block in error messages."""
     t = block["type"]
     if t == "text":
         return {"text": block["text"], "type": "text"}
+    where = _where(where if len(where) != 1 else where[0])
     if t == "image":
         return _image(block)
     if t == "tool_call":
@@ -76,47 +85,103 @@ def _cache_control(ttl: str) -> dict[str, Any]:
     return {"type": "ephemeral"} if ttl == "5m" else {"ttl": ttl, "type": "ephemeral"}
 
 
-def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
-    """The request body without markers, and its blocks in cache order (tools -> system ->
-    messages) as :class:`promptcache.breakpoints.Block` with locators
-    ``("tools", i)``, ``("system", j)``, ``("messages", m, b)``."""
-    from promptcache.breakpoints import (Block, block_tokens, frozen_text_tokens,
-                                         session_text_tokens, tool_tokens)
+_frozen_layouts: dict[tuple[Any, ...], tuple[list, list, list]] = {}
 
-    body: dict[str, Any] = {}
+
+def _frozen_layout(prompt: "Prompt", model: str) -> tuple[list, list, list]:
+    """Rendered tools, system blocks (frozen + session) and their Blocks, memoized by
+    (prefix hash, session hash, model, counter generation). Shared: callers copy the lists
+    and copy a dict before adding ``cache_control`` to it."""
+    from promptcache.breakpoints import (Block, frozen_text_tokens, session_text_tokens,
+                                         tool_tokens)
+    from promptcache.tokens import counter_generation
+
+    key = (prompt.prefix_hash, prompt.session_hash, model, counter_generation())
+    hit = _frozen_layouts.get(key)
+    if hit is not None:
+        return hit
+    tools: list[dict[str, Any]] = []
     blocks: list[Block] = []
-    if prompt.tools:
-        body["tools"] = [_tool(t) for t in prompt.tools]
-        for i, n in enumerate(tool_tokens(prompt, model)):
-            blocks.append(Block("tools", ("tools", i), n))
+    for i, (t, n) in enumerate(zip(prompt.tools, tool_tokens(prompt, model))):
+        tools.append(_tool(t))
+        blocks.append(Block("tools", ("tools", i), n))
     system: list[dict[str, Any]] = []
-    frozen = prompt.frozen_texts()
     n_sys = len(prompt.system)
-    for j, (text, n) in enumerate(zip(frozen, frozen_text_tokens(prompt, model))):
+    for j, (text, n) in enumerate(zip(prompt.frozen_texts(), frozen_text_tokens(prompt, model))):
         system.append({"text": text, "type": "text"})
         blocks.append(Block("system" if j < n_sys else "documents", ("system", j), n))
     for text, n in zip(prompt.session, session_text_tokens(prompt, model)):
         blocks.append(Block("session", ("system", len(system)), n))
         system.append({"text": text, "type": "text"})
+    if len(_frozen_layouts) >= 256:
+        _frozen_layouts.clear()
+    _frozen_layouts[key] = (tools, system, blocks)
+    return tools, system, blocks
+
+
+_message_memo: "OrderedDict[tuple, tuple[Any, ...]]" = OrderedDict()
+_MESSAGE_MEMO_MAX = 8192
+
+
+def _render_message(msg: dict[str, Any], m: int, model: str) -> tuple[list, list, list]:
+    """Rendered content blocks of one neutral history message, their token counts and whether
+    each may carry a marker. Memoized (LRU, 8,192 entries) by the texts of an all-text message,
+    else by the message object's identity (the memo keeps a reference, so the id cannot be
+    reused): an append-only history renders each past turn once."""
+    from promptcache.breakpoints import block_tokens
+    from promptcache.tokens import counter_generation
+
+    blocks = msg["content"]
+    if all(b["type"] == "text" for b in blocks):
+        key: tuple = (model, counter_generation(), msg["role"], *(b["text"] for b in blocks))
+        ident = None
+    else:
+        key = (model, counter_generation(), id(msg))
+        ident = msg
+    hit = _message_memo.get(key)
+    if hit is not None and (ident is None or hit[0] is ident):
+        _message_memo.move_to_end(key)
+        return hit[1], hit[2], hit[3]
+    content, tokens, markable = [], [], []
+    for b, block in enumerate(blocks):
+        rendered = content_block(block, "messages", m, b)
+        content.append(rendered)
+        tokens.append(block_tokens(block, model))
+        rtype = rendered.get("type")
+        markable.append(rtype not in _UNMARKABLE and not (rtype == "text" and not rendered["text"]))
+    _message_memo[key] = (ident, content, tokens, markable)
+    if len(_message_memo) > _MESSAGE_MEMO_MAX:
+        _message_memo.popitem(last=False)
+    return content, tokens, markable
+
+
+def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
+    """The request body without markers, and its blocks in cache order (tools -> system ->
+    messages) as :class:`promptcache.breakpoints.Block` with locators
+    ``("tools", i)``, ``("system", j)``, ``("messages", m, b)``. The frozen part is rendered
+    once per prefix and shared (see :func:`_frozen_layout`)."""
+    from promptcache.breakpoints import Block
+
+    tools, system, frozen_blocks = _frozen_layout(prompt, model)
+    body: dict[str, Any] = {}
+    if tools:
+        body["tools"] = list(tools)
     if system:
-        body["system"] = system
+        body["system"] = list(system)
+    blocks = list(frozen_blocks)
     messages: list[dict[str, Any]] = []
     for m, msg in enumerate(prompt.messages):
-        content = []
-        for b, block in enumerate(msg["content"]):
-            rendered = content_block(block, f"messages[{m}].content[{b}]")
-            content.append(rendered)
-            markable = rendered.get("type") not in _UNMARKABLE and \
-                not (rendered.get("type") == "text" and not rendered.get("text"))
-            blocks.append(Block("messages", ("messages", m, b), block_tokens(block, model),
-                                markable))
-        messages.append({"content": content, "role": msg["role"]})
+        content, tokens, markable = _render_message(msg, m, model)
+        for b in range(len(content)):
+            blocks.append(Block("messages", ("messages", m, b), tokens[b], markable[b]))
+        messages.append({"content": list(content), "role": msg["role"]})
     if prompt.dynamic:
         m = len(messages)
         content = []
         for b, block in enumerate(prompt.dynamic):
-            content.append(content_block(block, f"dynamic[{b}]"))
-            blocks.append(Block("dynamic", ("messages", m, b), block_tokens(block, model), False))
+            content.append(content_block(block, "dynamic", b))
+            # never marked and nothing after it is cached: its size does not matter here
+            blocks.append(Block("dynamic", ("messages", m, b), 0, False))
         messages.append({"content": content, "role": "user"})
     if not messages:
         raise ValueError("nothing to send: an Anthropic request needs at least one message "
@@ -125,12 +190,14 @@ def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
     return body, blocks
 
 
-def _target(body: dict[str, Any], locator: tuple) -> dict[str, Any]:
-    if locator[0] == "tools":
-        return body["tools"][locator[1]]
-    if locator[0] == "system":
-        return body["system"][locator[1]]
-    return body["messages"][locator[1]]["content"][locator[2]]
+def _mark(body: dict[str, Any], locator: tuple, cache_control: dict[str, Any]) -> None:
+    """Add ``cache_control`` to the block at ``locator`` -- on a copy, since frozen blocks
+    are shared between requests."""
+    if locator[0] in ("tools", "system"):
+        seq, i = body[locator[0]], locator[1]
+    else:
+        seq, i = body["messages"][locator[1]]["content"], locator[2]
+    seq[i] = {**seq[i], "cache_control": cache_control}
 
 
 def plan_for(prompt: "Prompt", model: str, *, ttl: str = "5m",
@@ -184,7 +251,7 @@ def render(prompt: "Prompt", model: str, *, ttl: str = "5m", max_tokens: int = 1
     if mode == "explicit":
         body, p = plan_for(prompt, model, ttl=ttl, history_ttl=history_ttl)
         for bp in p.breakpoints:
-            _target(body, bp.locator)["cache_control"] = _cache_control(bp.ttl)
+            _mark(body, bp.locator, _cache_control(bp.ttl))
     else:
         if ttl not in ("5m", "1h"):
             raise ValueError(f"Anthropic cache TTLs are '5m' and '1h', got {ttl!r}")

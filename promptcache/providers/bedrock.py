@@ -102,7 +102,8 @@ def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
             rendered = _content(block, f"{where}[{b}]")
             messages[m]["content"].append(rendered)
             blocks.append(Block(layer, ("messages", m, len(messages[m]["content"]) - 1),
-                                block_tokens(block, model), layer == "messages"))
+                                block_tokens(block, model) if layer == "messages" else 0,
+                                layer == "messages"))
     if not messages:
         raise ValueError("nothing to send: a Converse request needs at least one message "
                          "(pass messages=... or dynamic=...)")

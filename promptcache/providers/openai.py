@@ -240,7 +240,8 @@ def _apply_breakpoints(prompt: "Prompt", model: str, messages: list[dict[str, An
             else m["content"]
         role = m.get("role") or m.get("type")
         markable = role in ("system", "user", "tool", "developer") and layer != "dynamic"
-        blocks.append(Block(layer, i, text_tokens(text, model), markable))
+        blocks.append(Block(layer, i, text_tokens(text, model) if layer != "dynamic" else 0,
+                            markable))
     p = plan(blocks, min_tokens=rules.min_tokens, max_breakpoints=3, lookback=0,
              ttl="30m", history_ttl="30m")
     for bp in p.breakpoints:
