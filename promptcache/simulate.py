@@ -47,7 +47,8 @@ from typing import Any, Iterable, Sequence
 from promptcache.usage import Usage
 
 __all__ = ["Segment", "TraceRequest", "SimulationResult", "load_trace", "simulate",
-           "relayout", "add_arguments", "run", "TraceError"]
+           "relayout", "segments_from_tokens", "segments_from_request", "add_arguments", "run",
+           "TraceError"]
 
 PROVIDERS = ("anthropic", "bedrock", "openai")
 LAYER_ORDER = {"tools": 0, "system": 1, "documents": 2, "session": 3, "messages": 4,
@@ -157,6 +158,32 @@ def _segments_from_json(raw: Any, line: int) -> list[Segment]:
                              f"{', '.join(LAYER_ORDER)}")
         out.append(Segment(_int(s.get("tokens"), f"segments[{i}].tokens", line), s["hash"],
                            cache, bool(s.get("boundary", True)), layer))
+    return out
+
+
+def segments_from_tokens(token_ids: Sequence[int], block_ends: Sequence[int],
+                         breakpoints: dict[int, str] | None = None, *, salt: str = "",
+                         grid: tuple[int, int] = (1024, 128)) -> list[Segment]:
+    """Record one prompt known as token ids (e.g. from your own engine) as segments that
+    replay EXACTLY like the token ids themselves, without storing them.
+
+    The prompt is cut at every content-block end (``block_ends``, token offsets) and at
+    every length ``grid[0] + k * grid[1]`` (OpenAI's cacheable lengths); each piece's
+    ``hash`` is a salted SHA-256 of its token ids. Since every length at which a provider
+    can match a prefix is a cut point, two recorded prompts share a prefix digest there
+    exactly when their token prefixes are equal. ``breakpoints``: ``{end_offset: ttl}``.
+    """
+    n = len(token_ids)
+    ends = {int(e) for e in block_ends if 0 < int(e) <= n}
+    cuts = set(ends) | set((breakpoints or {}).keys())
+    cuts |= set(range(grid[0], n + 1, grid[1]))
+    cuts.add(n)
+    out, start = [], 0
+    for end in sorted(c for c in cuts if 0 < c <= n):
+        h = hashlib.sha256(salt.encode() + b"|" + ",".join(map(str, token_ids[start:end])).encode())
+        out.append(Segment(end - start, h.hexdigest()[:32], (breakpoints or {}).get(end),
+                           end in ends, None))
+        start = end
     return out
 
 
