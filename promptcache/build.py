@@ -656,10 +656,11 @@ class Prompt:
     # ---- renderers ----------------------------------------------------------------------
 
     def to_openai(self, model: str, *, api: str = "chat", cache_key: Optional[str] = None,
-                  retention: Optional[str] = None, breakpoints: Optional[bool] = None
+                  retention: Any = None, breakpoints: Optional[bool] = None
                   ) -> dict[str, Any]:
         """Keyword arguments for ``OpenAI().chat.completions.create(**kw)`` (``api="chat"``)
-        or ``OpenAI().responses.create(**kw)`` (``api="responses"``).
+        or ``OpenAI().responses.create(**kw)`` (``api="responses"``). ``retention``: ``None``
+        (``"24h"`` where the model accepts it), ``"in_memory"``, ``"24h"`` or ``False`` (omit).
 
         See :func:`promptcache.providers.openai.render` for the fields and the rules.
         """

@@ -36,6 +36,8 @@ __all__ = [
     "encoding_for_model",
     "register_counter",
     "unregister_counter",
+    "anthropic_counter",
+    "counter_generation",
 ]
 
 Counter = Callable[[str, str], int]
@@ -235,3 +237,35 @@ def text_tokens(text: str, model: Optional[str] = None) -> int:
     """``count_tokens(text, model).tokens`` memoized by the string itself (cleared when a
     counter is registered or removed)."""
     return count_tokens(text, model).tokens
+
+
+def anthropic_counter(client: Any, *, overhead: Optional[int] = None) -> Counter:
+    """A counter (for :func:`register_counter`) that asks Anthropic's count-tokens endpoint:
+    ``client.messages.count_tokens(model=model, messages=[{"role": "user", "content":
+    text}]).input_tokens``, minus the tokens of the message wrapper (``overhead``; measured
+    once per model by counting an empty-ish message ``"."`` and subtracting one when not
+    given). ``client`` is an ``anthropic.Anthropic``; every call is a network request, so
+    combine it with the memo (``Prompt`` counts each frozen segment once).
+
+    Example: ``register_counter("claude-", anthropic_counter(anthropic.Anthropic()))``.
+    """
+    wrapper: dict[str, int] = {}
+
+    def count(text: str, model: str) -> int:
+        def ask(t: str) -> int:
+            r = client.messages.count_tokens(model=model,
+                                             messages=[{"role": "user", "content": t}])
+            n = r["input_tokens"] if isinstance(r, dict) else r.input_tokens
+            return int(n)
+
+        if overhead is not None:
+            base = overhead
+        else:
+            if model not in wrapper:
+                wrapper[model] = max(ask(".") - 1, 0)
+            base = wrapper[model]
+        if not text:
+            return 0
+        return max(ask(text) - base, 0)
+
+    return count

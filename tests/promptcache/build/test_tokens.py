@@ -74,3 +74,32 @@ def test_bad_input():
         count_tokens(b"x")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         tokens.register_counter("x", 3)  # type: ignore[arg-type]
+
+
+def test_anthropic_count_tokens_endpoint_as_counter():
+    import json
+
+    import anthropic
+    import httpx2
+
+    asked = []
+
+    def handler(request):
+        body = json.loads(request.content)
+        asked.append((request.url.path, body["model"], body["messages"][0]["content"]))
+        text = body["messages"][0]["content"]
+        # a fake endpoint: 7 tokens of wrapper + one per character
+        return httpx2.Response(200, json={"input_tokens": 7 + len(text)})
+
+    client = anthropic.Anthropic(api_key="x", max_retries=0, http_client=httpx2.Client(
+        transport=httpx2.MockTransport(handler)))
+    tokens.register_counter("claude-", tokens.anthropic_counter(client))
+    try:
+        c = count_tokens("hello", "claude-sonnet-4-6")
+        # wrapper measured with "." : 7 + 1 - 1 = 7 -> "hello": 12 - 7 = 5
+        assert (c.tokens, c.approximate) == (5, False)
+        assert asked[0] == ("/v1/messages/count_tokens", "claude-sonnet-4-6", ".")
+        count_tokens("abc", "claude-sonnet-4-6")
+        assert len(asked) == 3  # the wrapper is measured once per model
+    finally:
+        tokens.unregister_counter("claude-")
