@@ -18,7 +18,7 @@ from pathlib import Path
 from linters.analysis import Analysis
 from linters.config import LintConfig
 from linters.files import Target
-from linters.flow.tables import GATE_RE
+from linters.flow.tables import gate
 from linters.model import Finding
 from linters.noqa import NoqaMap
 from linters.rules import FAMILIES, PARSE_ERROR, family_codes
@@ -85,7 +85,7 @@ def lint_source(source: bytes | str, path: str = "<string>", config: LintConfig 
         why = "too deeply nested" if isinstance(exc, (RecursionError, MemoryError)) else str(exc)
         return [Finding(PARSE_ERROR.code, f"cannot parse: {why}; the file was not checked",
                         1, 1, 1, 1, path)]
-    if not GATE_RE.search(source):
+    if not gate(source):
         return []
     an = Analysis(tree, source, config)
     raw: list[Finding] = []

@@ -160,9 +160,18 @@ LLM_MODULES = frozenset({
     "fireworks", "replicate", "huggingface_hub", "vllm", "transformers", "llm",
 })
 
-# Byte patterns: a file holding none of them cannot produce a finding, so it is only
-# parsed (for PC900), never walked.
-GATE_RE = re.compile(
-    rb"system|System|SYSTEM|instruction|INSTRUCTION|preamble|PREAMBLE|tool|TOOL|Tool|messages"
-    rb"|contents|responses|role|cache_control|prompt|PROMPT|Prompt"
+# Byte strings: a file holding none of them cannot produce a finding, so it is only parsed
+# (for PC900), never walked. (Plain ``in`` scans are faster than one alternation regex.)
+GATE_WORDS = (
+    b"system", b"System", b"SYSTEM", b"instruction", b"INSTRUCTION", b"preamble", b"PREAMBLE",
+    b"tool", b"TOOL", b"Tool", b"messages", b"contents", b"responses", b"role",
+    b"cache_control", b"prompt", b"PROMPT", b"Prompt",
 )
+
+
+def gate(source: bytes) -> bool:
+    """True when ``source`` may hold something a rule looks at."""
+    for word in GATE_WORDS:
+        if word in source:
+            return True
+    return False

@@ -822,6 +822,11 @@ class Evaluator:
                 return ((STATIC, None),)
         if q in tables.TEXT_PASSTHROUGH_CALLS and len(args) == 1:
             return self.segments(args[0], scope)
+        fs, _bound = self.callee(node, scope)
+        if fs is not None and len(fs.returns) == 1:
+            # A module function that assembles text: its parameters count as per-request
+            # when some call passes per-request text (see param_is_dynamic).
+            return self.segments(fs.returns[0], fs)
         parts = list(args) + [kw.value for kw in node.keywords]
         if type(func) is ast.Attribute:
             parts.append(func.value)

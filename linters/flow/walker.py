@@ -27,6 +27,8 @@ _SPECIAL_CALL_NAMES = (tables.SYSTEM_MESSAGE_CALLS | tables.TOOLS_METHODS
                        | tables.RESPONSES_METHODS | {"shuffle"})
 _SINK_KEYWORDS = (set(tables.PREFIX_KEYWORDS) | set(tables.TOOLS_KEYWORDS)
                   | set(tables.MESSAGES_KEYWORDS) | set(tables.BUILD_PREFIX_LAYERS))
+_HINTS: dict[str, int] = {}  # name -> 1 prefix hint, 2 tools hint, 3 neither
+_LIST_VALUES = (ast.List, ast.ListComp, ast.Tuple, ast.BinOp)
 _MUTATION_KINDS = frozenset({APPEND, EXTEND, SETITEM, UPDATE, SHUFFLE})
 _BODY_KEYS = frozenset({"messages", "contents"})
 _REQUEST_KEYS = ("tools", "system", "messages", "model")
@@ -128,9 +130,15 @@ class _Walker:
         """Record a secondary-hint sink for a variable named like a system prompt or tools."""
         if value is None:
             return
-        if tables.PREFIX_NAME_RE.search(name):
+        kind = _HINTS.get(name, 0)
+        if kind == 0:
+            kind = _HINTS[name] = (1 if tables.PREFIX_NAME_RE.search(name) else
+                                   2 if tables.TOOLS_NAME_RE.match(name) else 3)
+        if kind == 1:
             self.hint_sinks.append(Sink(PREFIX, value, scope, f"`{name}` (a system prompt)", True))
-        elif tables.TOOLS_NAME_RE.match(name):
+        elif kind == 2 and (type(value) in _LIST_VALUES or (
+                type(value) is ast.Call and type(value.func) is ast.Name
+                and value.func.id in ("list", "sorted", "tuple"))):
             self.hint_sinks.append(Sink(TOOLS, value, scope, f"`{name}` (tool definitions)", True))
 
     # -- the walk ------------------------------------------------------------------------
