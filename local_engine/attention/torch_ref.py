@@ -1,8 +1,10 @@
 """Reference paged attention in plain torch (any device, any float dtype).
 
 Clear rather than fast: for each sequence it gathers the context's K/V through the block
-table and runs causal softmax attention in float32. It is the oracle the Triton kernels are
-tested against and the engine's CPU path.
+table and runs ``torch.nn.functional.scaled_dot_product_attention`` (float32 for
+half-precision inputs): causal for a prompt with nothing cached, an explicit offset-causal
+mask for new tokens over a cached prefix. It is the oracle the Triton kernels are tested
+against and the engine's CPU path.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 
 def write_kv_cache(
@@ -56,15 +59,22 @@ def paged_attention(
             continue
         n_blocks = (ctx + block_size - 1) // block_size
         blocks = block_tables[i, :n_blocks].to(torch.long)
-        k = k_cache[blocks].reshape(-1, num_kv_heads, head_dim)[:ctx].float()
-        v = v_cache[blocks].reshape(-1, num_kv_heads, head_dim)[:ctx].float()
-        k = k.repeat_interleave(group, dim=1)  # [ctx, H, D]
-        v = v.repeat_interleave(group, dim=1)
-        qi = q[start:end].float()  # [q_len, H, D]
-        scores = torch.einsum("qhd,khd->hqk", qi, k) * scale
-        q_pos = torch.arange(ctx - q_len, ctx, device=q.device)[:, None]
-        k_pos = torch.arange(ctx, device=q.device)[None, :]
-        scores.masked_fill_((k_pos > q_pos)[None], float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        out[start:end] = torch.einsum("hqk,khd->qhd", probs, v).to(q.dtype)
+        # Gather the context through the block table: [ctx, KV, D] -> [1, H, ctx, D].
+        k = k_cache[blocks].flatten(0, 1)[:ctx]
+        v = v_cache[blocks].flatten(0, 1)[:ctx]
+        k = k[:, :, None, :].expand(ctx, num_kv_heads, group, head_dim).reshape(ctx, num_heads, head_dim)
+        v = v[:, :, None, :].expand(ctx, num_kv_heads, group, head_dim).reshape(ctx, num_heads, head_dim)
+        compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+        qh = q[start:end].to(compute).transpose(0, 1).unsqueeze(0)
+        kh = k.to(compute).transpose(0, 1).unsqueeze(0)
+        vh = v.to(compute).transpose(0, 1).unsqueeze(0)
+        mask = None
+        if 1 < q_len < ctx:
+            # Query j sits at position ctx - q_len + j and sees keys 0..that position.
+            q_pos = torch.arange(ctx - q_len, ctx, device=q.device)[:, None]
+            mask = torch.arange(ctx, device=q.device)[None, :] <= q_pos
+        # q_len == ctx (nothing cached): the plain causal square; q_len == 1: sees everything.
+        o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask,
+                                           is_causal=(q_len == ctx and q_len > 1), scale=scale)
+        out[start:end] = o[0].transpose(0, 1).to(q.dtype)
     return out
