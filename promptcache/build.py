@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import json
 import marshal
-import sys
 import threading
-import types
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -770,16 +768,3 @@ def _assemble(*, system: Any, tools: Any, documents: Any, session: Any,
                      "breakpoints by its own rule")
     return Prompt(frozen=frozen, session=sess, messages=hist, dynamic=dyn, strict=strict,
                   notes=notes)
-
-
-
-class _CallableModule(types.ModuleType):
-    """``promptcache.build`` names both this module and the function: once the module has been
-    imported as a submodule, the import system binds the package attribute ``build`` to the
-    module, so the module itself forwards calls to :func:`build`."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Prompt:
-        return build(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

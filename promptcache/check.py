@@ -31,8 +31,6 @@ Token counts behind ``below-minimum`` are estimates for non-OpenAI models
 from __future__ import annotations
 
 import json
-import sys
-import types
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Union
 
@@ -439,15 +437,3 @@ def diff_requests(previous: Any, current: Any, provider: str = "anthropic") -> O
         pa, ta = a[len(b)]
         return Drift(pa, 0, chars, ta[:40], "")
     return None
-
-
-class _CallableModule(types.ModuleType):
-    """``promptcache.check`` names both this module and the function: once the module has been
-    imported as a submodule, the package attribute ``check`` is the module, so the module
-    forwards calls to :func:`check`."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> list[Finding]:
-        return check(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
