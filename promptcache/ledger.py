@@ -103,13 +103,24 @@ _MIGRATIONS: list[list[str]] = [
         "CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts)",
         "CREATE INDEX IF NOT EXISTS requests_prefix ON requests (prefix_hash)",
     ],
+    # version 2: prices move to their own table (one row per distinct price), so a record
+    # is ~200 bytes instead of ~550 and summary() scans less
+    [
+        "CREATE TABLE IF NOT EXISTS prices (id {pk}, price_json TEXT NOT NULL UNIQUE)",
+        "ALTER TABLE requests ADD COLUMN price_id {bigint}",
+        "{ins} prices (price_json) SELECT DISTINCT price_json FROM requests "
+        "WHERE price_json IS NOT NULL{tail}",
+        "UPDATE requests SET price_id = (SELECT p.id FROM prices p "
+        "WHERE p.price_json = requests.price_json) WHERE price_json IS NOT NULL",
+        "ALTER TABLE requests DROP COLUMN price_json",
+    ],
 ]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _COLUMNS = ("record_id", "ts", "day", "provider", "model", "api", "prefix_hash",
             "uncached_input_tokens", "cache_read_tokens", "cache_write_tokens",
             "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens",
-            "reasoning_tokens", "cache_reported", "cost_pusd", "baseline_pusd", "price_json",
+            "reasoning_tokens", "cache_reported", "cost_pusd", "baseline_pusd", "price_id",
             "latency_ms", "ttft_ms", "stream", "flags", "metadata", "prompt_text")
 
 
@@ -239,19 +250,23 @@ def _pusd(amount: Decimal) -> int:
 class _Dialect:
     name = "sqlite"
     param = "?"
-    ddl = {"pk": "INTEGER PRIMARY KEY AUTOINCREMENT", "float": "REAL", "bigint": "INTEGER"}
+    ddl = {"pk": "INTEGER PRIMARY KEY AUTOINCREMENT", "float": "REAL", "bigint": "INTEGER",
+           "ins": "INSERT OR IGNORE INTO", "tail": ""}
     insert_ignore = "INSERT OR IGNORE INTO"
     conflict_tail = ""
     hour_expr = "CAST(ts / 3600 AS INTEGER)"
+    is_zero_read = "(cache_read_tokens = 0)"
 
 
 class _PgDialect(_Dialect):
     name = "postgresql"
     param = "%s"
-    ddl = {"pk": "BIGSERIAL PRIMARY KEY", "float": "DOUBLE PRECISION", "bigint": "BIGINT"}
+    ddl = {"pk": "BIGSERIAL PRIMARY KEY", "float": "DOUBLE PRECISION", "bigint": "BIGINT",
+           "ins": "INSERT INTO", "tail": " ON CONFLICT DO NOTHING"}
     insert_ignore = "INSERT INTO"
     conflict_tail = " ON CONFLICT (record_id) DO NOTHING"
     hour_expr = "CAST(FLOOR(ts / 3600) AS BIGINT)"
+    is_zero_read = "CAST(cache_read_tokens = 0 AS INTEGER)"
 
 
 class Tracker:
@@ -464,6 +479,28 @@ class Tracker:
         marks = ", ".join([d.param] * len(_COLUMNS))
         return f"{d.insert_ignore} requests ({cols}) VALUES ({marks}){d.conflict_tail}"
 
+    _PRICE_COL = _COLUMNS.index("price_id")
+
+    def _price_ids(self, cur: Any, rows: list[tuple]) -> list[tuple]:
+        """Replace each row's price JSON by the id of its row in ``prices`` (inserted when
+        new), inside the caller's write transaction."""
+        cache: dict[str, int] = self.__dict__.setdefault("_price_id_cache", {})
+        d, col = self.dialect, self._PRICE_COL
+        out = []
+        for row in rows:
+            text = row[col]
+            if text is not None:
+                pid = cache.get(text)
+                if pid is None:
+                    cur.execute(f"{d.ddl['ins']} prices (price_json) VALUES ({d.param})"
+                                f"{d.ddl['tail']}", (text,))
+                    cur.execute(f"SELECT id FROM prices WHERE price_json = {d.param}", (text,))
+                    pid = int(cur.fetchone()[0])
+                    cache[text] = pid
+                row = row[:col] + (pid,) + row[col + 1:]
+            out.append(row)
+        return out
+
     def record(self, usage: Usage, **fields: Any) -> str:
         """Store one request and return its ``record_id`` once committed (durable).
 
@@ -478,7 +515,7 @@ class Tracker:
         """
         row = self._row(usage, **fields)
         with self._write() as cur:
-            cur.execute(self._insert_sql(), row)
+            cur.execute(self._insert_sql(), self._price_ids(cur, [row])[0])
         return row[0]
 
     def record_many(self, items: Iterable[Usage | tuple[Usage, Mapping[str, Any]]]) -> list[str]:
@@ -494,7 +531,7 @@ class Tracker:
                 rows.append(self._row(usage, **kw))
         if rows:
             with self._write() as cur:
-                cur.executemany(self._insert_sql(), rows)
+                cur.executemany(self._insert_sql(), self._price_ids(cur, rows))
         return [r[0] for r in rows]
 
     # -- reading -------------------------------------------------------------------
@@ -527,13 +564,13 @@ class Tracker:
         sql = f"""SELECT {key} AS k, COUNT(*),
             SUM(uncached_input_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens),
             SUM(output_tokens),
-            SUM(CASE WHEN cache_reported = 1 THEN cache_read_tokens ELSE 0 END),
-            SUM(CASE WHEN cache_reported = 1 THEN uncached_input_tokens + cache_read_tokens
-                     + cache_write_tokens ELSE 0 END),
-            SUM(CASE WHEN cache_reported = 1 THEN 0 ELSE 1 END),
+            SUM(cache_reported * cache_read_tokens),
+            SUM(cache_reported * (uncached_input_tokens + cache_read_tokens
+                                  + cache_write_tokens)),
+            COUNT(*) - SUM(cache_reported),
             SUM(cost_pusd), SUM(baseline_pusd),
-            SUM(CASE WHEN cost_pusd IS NULL THEN 1 ELSE 0 END),
-            SUM(CASE WHEN cache_reported = 1 AND cache_read_tokens = 0 THEN 1 ELSE 0 END),
+            COUNT(*) - COUNT(cost_pusd),
+            SUM(cache_reported * {d.is_zero_read}),
             AVG(latency_ms)
             FROM requests {'WHERE ' + ' AND '.join(where) if where else ''}
             GROUP BY k"""

@@ -229,3 +229,35 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_record(tmp_path, mode):
     missing = set(acked) - stored
     assert not missing, f"{len(missing)} acknowledged records lost"
     assert Tracker(path).count() == len(stored)
+
+
+def test_migration_from_schema_1_keeps_records_and_prices(tmp_path):
+    from promptcache.ledger import _MIGRATIONS, _Dialect
+
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    for stmt in _MIGRATIONS[0]:
+        conn.execute(stmt.format(**_Dialect.ddl))
+    conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    price = '{"input": "3", "model": "m"}'
+    for i in range(3):
+        conn.execute(
+            "INSERT INTO requests (record_id, ts, day, model, uncached_input_tokens, "
+            "cache_read_tokens, cache_write_tokens, cache_write_5m_tokens, cache_write_1h_tokens, "
+            "output_tokens, cache_reported, cost_pusd, baseline_pusd, price_json) "
+            "VALUES (?, 0, '1970-01-01', 'm', 10, 0, 0, 0, 0, 1, 1, 45000000, 45000000, ?)",
+            (f"r{i}", price))
+    conn.commit()
+    conn.close()
+    t = Tracker(path)  # migrates 1 -> 2
+    assert t.schema_version == SCHEMA_VERSION == 2
+    conn = sqlite3.connect(path)
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(requests)")]
+    assert "price_json" not in cols and "price_id" in cols
+    assert conn.execute("SELECT price_json FROM prices").fetchall() == [(price,)]
+    assert {r[0] for r in conn.execute("SELECT price_id FROM requests")} == {1}
+    (s,) = t.summary(by=None)
+    assert s.requests == 3 and s.cost == D("0.000135")  # 3 x 45,000,000 pico-$
+    t.record(_u(1, out=1), price=PRICE)  # new prices land in the prices table
+    assert conn.execute("SELECT COUNT(*) FROM prices").fetchone()[0] == 2

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import pytest
 
 from promptcache import Price, Tracker, Usage
-from promptcache.ledger import LedgerError
+from promptcache.ledger import SCHEMA_VERSION, LedgerError
 
 pytestmark = pytest.mark.postgres
 
@@ -58,7 +58,7 @@ def pg_url():
 
 def test_postgres_record_summary_and_records(pg_url):
     t = Tracker(pg_url)
-    assert t.dialect.name == "postgresql" and t.schema_version == 1
+    assert t.dialect.name == "postgresql" and t.schema_version == SCHEMA_VERSION
     # 100*3 + 900*0.3 + 10*15 = 300 + 270 + 150 = 720 micro-$; no cache 3000 + 150 = 3150
     t.record(Usage(uncached_input_tokens=100, cache_read_tokens=900, output_tokens=10,
                    provider="anthropic", model="m"), price=PRICE, prefix_hash="p", ts=1e9)
