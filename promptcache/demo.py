@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional
 
 from promptcache.demo_workload import QUESTIONS, SYSTEM_PROMPT, TOOLS
 
-DEFAULT_PRICE_MODEL = "claude-sonnet-4-5"
+DEFAULT_PRICE_MODEL = "gpt-4.1"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
