@@ -10,6 +10,7 @@ Anthropic; ``modelId``/``toolConfig`` -> Bedrock; ``contents`` -> Gemini; otherw
 from __future__ import annotations
 
 import json
+import re
 
 from linters.config import LintConfig
 from linters.model import Finding
@@ -37,6 +38,49 @@ def infer_provider(payload: dict) -> str:
             or "cache_control" in json.dumps(payload.get("messages", []))):
         return "anthropic"
     return "openai"
+
+
+_PATH_TOKEN = re.compile(r"\.([A-Za-z_][\w-]*)|\[(\d+)\]")
+_DECODER = json.JSONDecoder()
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def value_offset(text: str, jpath: str, start: int = 0) -> int | None:
+    """Character offset in ``text`` (JSON) of the value at ``jpath`` (``$.a[2].b``), found
+    by scanning with the standard decoder; None when the path is not there."""
+    pos = _WS.match(text, start).end()
+    for m in _PATH_TOKEN.finditer(jpath, 1):
+        key, index = m.group(1), m.group(2)
+        if key is not None:
+            if text[pos:pos + 1] != "{":
+                return None
+            pos = _WS.match(text, pos + 1).end()
+            while text[pos:pos + 1] == '"':
+                name, pos = json.decoder.scanstring(text, pos + 1)
+                pos = _WS.match(text, pos).end() + 1  # the colon
+                pos = _WS.match(text, pos).end()
+                if name == key:
+                    break
+                _, pos = _DECODER.raw_decode(text, pos)
+                pos = _WS.match(text, pos).end()
+                if text[pos:pos + 1] == ",":
+                    pos = _WS.match(text, pos + 1).end()
+            else:
+                return None
+        else:
+            if text[pos:pos + 1] != "[":
+                return None
+            pos = _WS.match(text, pos + 1).end()
+            for _ in range(int(index)):
+                if text[pos:pos + 1] == "]":
+                    return None
+                _, pos = _DECODER.raw_decode(text, pos)
+                pos = _WS.match(text, pos).end()
+                if text[pos:pos + 1] == ",":
+                    pos = _WS.match(text, pos + 1).end()
+            if text[pos:pos + 1] == "]":
+                return None
+    return pos
 
 
 def _finding(code: str, message: str, line: int, path: str) -> Finding:
@@ -75,6 +119,7 @@ def lint_payload(data: bytes, path: str, config: LintConfig) -> list[Finding]:
         return [_finding("PC901", f"cannot check request payloads: promptcache.check is not "
                                   f"available ({exc})", 1, path)]
     out: list[Finding] = []
+    single = not path.endswith(".jsonl")
     for line, where, payload in docs:
         if not isinstance(payload, dict):
             out.append(_finding("PC901", f"payload{where} is a JSON {type(payload).__name__}, "
@@ -93,5 +138,13 @@ def lint_payload(data: bytes, path: str, config: LintConfig) -> list[Finding]:
                 continue
             jpath = f.path if not where else "$" + where + f.path[1:]
             extra = f" [{f.code}]" if code == "PC901" else ""
-            out.append(_finding(code, f"{jpath}: {f.message}{extra} ({provider})", line, path))
+            at = line
+            if single:
+                try:
+                    off = value_offset(text.lstrip("\ufeff"), jpath)
+                except (ValueError, IndexError):
+                    off = None
+                if off is not None:
+                    at = text.count("\n", 0, off) + 1
+            out.append(_finding(code, f"{jpath}: {f.message}{extra} ({provider})", at, path))
     return out
