@@ -130,6 +130,38 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
     uv_config = uvicorn.Config(app, log_level=args.log_level, access_log=False,
                                timeout_graceful_shutdown=int(max(1, args.drain_timeout)),
                                log_config=None)
-    server = uvicorn.Server(uv_config)
+    server = _DrainingServer(uv_config)
     server.run(sockets=[sock])
     return 0
+
+
+def _server_class():
+    import contextlib
+    import signal
+
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn's server, but a SIGTERM/SIGINT that was handled by draining is not
+        re-raised afterwards, so a clean drain exits 0."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            import threading
+
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            sigs = (signal.SIGINT, signal.SIGTERM)
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in sigs}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+    return DrainingServer
+
+
+def _DrainingServer(config):
+    return _server_class()(config)
