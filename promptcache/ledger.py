@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -114,7 +115,37 @@ _MIGRATIONS: list[list[str]] = [
         "WHERE p.price_json = requests.price_json) WHERE price_json IS NOT NULL",
         "ALTER TABLE requests DROP COLUMN price_json",
     ],
+    # version 3: an hourly rollup per (provider, model, prefix_hash, api), maintained in
+    # the same transaction as each insert, so summary() reads O(groups) rows instead of
+    # scanning every record (NULL keys are stored as '' so that the upsert key matches)
+    [
+        """CREATE TABLE IF NOT EXISTS rollup (
+            hour {bigint} NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
+            prefix_hash TEXT NOT NULL, api TEXT NOT NULL,
+            requests {bigint} NOT NULL, uncached_input_tokens {bigint} NOT NULL,
+            cache_read_tokens {bigint} NOT NULL, cache_write_tokens {bigint} NOT NULL,
+            output_tokens {bigint} NOT NULL, reported_read {bigint} NOT NULL,
+            reported_prompt {bigint} NOT NULL, unreported {bigint} NOT NULL,
+            cost_pusd {bigint} NOT NULL, baseline_pusd {bigint} NOT NULL,
+            unpriced {bigint} NOT NULL, misses {bigint} NOT NULL,
+            latency_sum {float} NOT NULL, latency_n {bigint} NOT NULL,
+            PRIMARY KEY (hour, provider, model, prefix_hash, api))""",
+        """{ins} rollup SELECT {hour} AS h, COALESCE(provider, ''), COALESCE(model, ''),
+            COALESCE(prefix_hash, ''), COALESCE(api, ''), COUNT(*),
+            SUM(uncached_input_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens),
+            SUM(output_tokens), SUM(cache_reported * cache_read_tokens),
+            SUM(cache_reported * (uncached_input_tokens + cache_read_tokens
+                                  + cache_write_tokens)),
+            COUNT(*) - SUM(cache_reported), COALESCE(SUM(cost_pusd), 0),
+            COALESCE(SUM(baseline_pusd), 0), COUNT(*) - COUNT(cost_pusd),
+            SUM(cache_reported * {zero_read}), COALESCE(SUM(latency_ms), 0), COUNT(latency_ms)
+            FROM requests GROUP BY 1, 2, 3, 4, 5{tail}""",
+    ],
 ]
+
+_ROLLUP_SUMS = ("requests", "uncached_input_tokens", "cache_read_tokens", "cache_write_tokens",
+                "output_tokens", "reported_read", "reported_prompt", "unreported", "cost_pusd",
+                "baseline_pusd", "unpriced", "misses", "latency_sum", "latency_n")
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _COLUMNS = ("record_id", "ts", "day", "provider", "model", "api", "prefix_hash",
@@ -251,7 +282,8 @@ class _Dialect:
     name = "sqlite"
     param = "?"
     ddl = {"pk": "INTEGER PRIMARY KEY AUTOINCREMENT", "float": "REAL", "bigint": "INTEGER",
-           "ins": "INSERT OR IGNORE INTO", "tail": ""}
+           "ins": "INSERT OR IGNORE INTO", "tail": "", "hour": "CAST(ts / 3600 AS INTEGER)",
+           "zero_read": "(cache_read_tokens = 0)"}
     insert_ignore = "INSERT OR IGNORE INTO"
     conflict_tail = ""
     hour_expr = "CAST(ts / 3600 AS INTEGER)"
@@ -262,7 +294,9 @@ class _PgDialect(_Dialect):
     name = "postgresql"
     param = "%s"
     ddl = {"pk": "BIGSERIAL PRIMARY KEY", "float": "DOUBLE PRECISION", "bigint": "BIGINT",
-           "ins": "INSERT INTO", "tail": " ON CONFLICT DO NOTHING"}
+           "ins": "INSERT INTO", "tail": " ON CONFLICT DO NOTHING",
+           "hour": "CAST(FLOOR(ts / 3600) AS BIGINT)",
+           "zero_read": "CAST(cache_read_tokens = 0 AS INTEGER)"}
     insert_ignore = "INSERT INTO"
     conflict_tail = " ON CONFLICT (record_id) DO NOTHING"
     hour_expr = "CAST(FLOOR(ts / 3600) AS BIGINT)"
@@ -515,7 +549,7 @@ class Tracker:
         """
         row = self._row(usage, **fields)
         with self._write() as cur:
-            cur.execute(self._insert_sql(), self._price_ids(cur, [row])[0])
+            self._insert(cur, [row])
         return row[0]
 
     def record_many(self, items: Iterable[Usage | tuple[Usage, Mapping[str, Any]]]) -> list[str]:
@@ -531,8 +565,84 @@ class Tracker:
                 rows.append(self._row(usage, **kw))
         if rows:
             with self._write() as cur:
-                cur.executemany(self._insert_sql(), self._price_ids(cur, rows))
+                self._insert(cur, rows)
         return [r[0] for r in rows]
+
+    def _insert(self, cur: Any, rows: list[tuple]) -> None:
+        """Insert rows whose record_id is new (inside the caller's write transaction) and
+        add exactly those to the hourly rollup."""
+        rows = self._price_ids(cur, rows)
+        seen: set[str] = set()
+        uniq = []
+        for r in rows:
+            if r[0] not in seen:
+                seen.add(r[0])
+                uniq.append(r)
+        if self.url is None:
+            # BEGIN IMMEDIATE holds the write lock: what exists now cannot change under us
+            existing: set[str] = set()
+            ids = [r[0] for r in uniq]
+            for i in range(0, len(ids), 500):
+                chunk = ids[i:i + 500]
+                cur.execute("SELECT record_id FROM requests WHERE record_id IN "
+                            f"({', '.join('?' * len(chunk))})", chunk)
+                existing.update(x[0] for x in cur.fetchall())
+            new = [r for r in uniq if r[0] not in existing]
+            if new:
+                cur.executemany(self._insert_sql(), new)
+        else:
+            cur.executemany(self._insert_sql() + " RETURNING record_id", uniq, returning=True)
+            inserted: set[str] = set()
+            while True:
+                got = cur.fetchone()
+                if got is not None:
+                    inserted.add(got[0])
+                if not cur.nextset():
+                    break
+            new = [r for r in uniq if r[0] in inserted]
+        if new:
+            self._add_to_rollup(cur, new)
+
+    _IDX = {c: i for i, c in enumerate(_COLUMNS)}
+
+    def _add_to_rollup(self, cur: Any, rows: list[tuple]) -> None:
+        ix = self._IDX
+        agg: dict[tuple, list] = {}
+        for r in rows:
+            key = (int(r[ix["ts"]] // 3600), r[ix["provider"]] or "", r[ix["model"]] or "",
+                   r[ix["prefix_hash"]] or "", r[ix["api"]] or "")
+            a = agg.get(key)
+            if a is None:
+                a = agg[key] = [0] * 12 + [0.0, 0]
+            un, rd, wr, out = (r[ix["uncached_input_tokens"]], r[ix["cache_read_tokens"]],
+                               r[ix["cache_write_tokens"]], r[ix["output_tokens"]])
+            rep = r[ix["cache_reported"]]
+            cost_p, base_p, lat = r[ix["cost_pusd"]], r[ix["baseline_pusd"]], r[ix["latency_ms"]]
+            a[0] += 1
+            a[1] += un
+            a[2] += rd
+            a[3] += wr
+            a[4] += out
+            a[5] += rep * rd
+            a[6] += rep * (un + rd + wr)
+            a[7] += 1 - rep
+            if cost_p is None:
+                a[10] += 1
+            else:
+                a[8] += cost_p
+                a[9] += base_p
+            a[11] += rep * (rd == 0)
+            if lat is not None:
+                a[12] += float(lat)
+                a[13] += 1
+        d = self.dialect
+        cols = ("hour", "provider", "model", "prefix_hash", "api") + _ROLLUP_SUMS
+        upd = ", ".join(f"{c} = rollup.{c} + excluded.{c}" for c in _ROLLUP_SUMS)
+        sql = (f"INSERT INTO rollup ({', '.join(cols)}) VALUES "
+               f"({', '.join([d.param] * len(cols))}) ON CONFLICT (hour, provider, model, "
+               f"prefix_hash, api) DO UPDATE SET {upd}")
+        # sorted keys: concurrent PostgreSQL writers lock rollup rows in the same order
+        cur.executemany(sql, [k + tuple(v[:12]) + (v[12], v[13]) for k, v in sorted(agg.items())])
 
     # -- reading -------------------------------------------------------------------
 
@@ -548,81 +658,100 @@ class Tracker:
         ``"day"`` (UTC date), ``"hour"`` (UTC, ISO text), ``"api"``, or None for one
         overall row. ``since``/``until``: see :func:`parse_since`. Rows are ordered by
         key (time groups) or by cost, largest first. Raises ``ValueError`` for an
-        unknown ``by``."""
+        unknown ``by``.
+
+        Whole hours are read from the hourly rollup (maintained with every insert);
+        only the partial hours at the edges of ``since``/``until`` scan records (by the
+        ``ts`` index), so the cost does not grow with the number of records."""
         if by is not None and by not in GROUPS:
             raise ValueError(f"by={by!r}: use one of {', '.join(GROUPS)} or None")
-        d = self.dialect
-        key = {"hour": d.hour_expr, None: "NULL"}.get(by, by)
-        where, params = [], []
         lo, hi = parse_since(since), parse_since(until)
-        if lo is not None:
-            where.append(f"ts >= {d.param}")
-            params.append(lo)
-        if hi is not None:
-            where.append(f"ts < {d.param}")
-            params.append(hi)
-        sql = f"""SELECT {key} AS k, COUNT(*),
-            SUM(uncached_input_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens),
-            SUM(output_tokens),
-            SUM(cache_reported * cache_read_tokens),
-            SUM(cache_reported * (uncached_input_tokens + cache_read_tokens
-                                  + cache_write_tokens)),
-            COUNT(*) - SUM(cache_reported),
-            SUM(cost_pusd), SUM(baseline_pusd),
-            COUNT(*) - COUNT(cost_pusd),
-            SUM(cache_reported * {d.is_zero_read}),
-            AVG(latency_ms)
-            FROM requests {'WHERE ' + ' AND '.join(where) if where else ''}
-            GROUP BY k"""
+        h_lo = None if lo is None else math.ceil(lo / 3600)
+        h_hi = None if hi is None else math.floor(hi / 3600)
+        raw: list[tuple[float | None, float | None]] = []
+        use_rollup = True
+        if h_lo is not None and h_hi is not None and h_lo >= h_hi:
+            use_rollup, raw = False, [(lo, hi)]
+        else:
+            if lo is not None and lo < h_lo * 3600:
+                raw.append((lo, h_lo * 3600))
+            if hi is not None and h_hi * 3600 < hi:
+                raw.append((h_hi * 3600, hi))
+        acc: dict[Any, list] = {}
+
+        def add(key: Any, vals: Sequence[Any]) -> None:
+            a = acc.setdefault(key, [0] * 12 + [0.0, 0])
+            for i, v in enumerate(vals):
+                if v is not None:
+                    a[i] += float(v) if i == 12 else int(v)
+
         cur = self._conn().cursor()
-        try:
-            cur.execute(sql, params)
-            rows = cur.fetchall()
-        except sqlite3.OperationalError as e:
-            if "overflow" not in str(e):
-                raise
-            rows = self._summary_exact(sql.replace("SUM(cost_pusd), SUM(baseline_pusd)",
-                                                   "NULL, NULL"), params, key, where)
+        d = self.dialect
+        if use_rollup:
+            key = {None: "NULL", "day": "hour / 24", "hour": "hour"}.get(by, by)
+            where, params = [], []
+            if h_lo is not None:
+                where.append(f"hour >= {d.param}")
+                params.append(h_lo)
+            if h_hi is not None:
+                where.append(f"hour < {d.param}")
+                params.append(h_hi)
+            sums = ", ".join(f"SUM({c})" for c in _ROLLUP_SUMS)
+            cur.execute(f"SELECT {key} AS k, {sums} FROM rollup "
+                        f"{'WHERE ' + ' AND '.join(where) if where else ''} GROUP BY k", params)
+            for r in cur.fetchall():
+                k = r[0]
+                if by == "day":
+                    k = datetime.fromtimestamp(int(k) * 86400, timezone.utc).strftime("%Y-%m-%d")
+                elif by == "hour":
+                    k = int(k)
+                elif by is not None and k == "":
+                    k = None
+                add(k, r[1:])
+        for r_lo, r_hi in raw:
+            key = {"hour": d.hour_expr, None: "NULL"}.get(by, by)
+            where, params = [], []
+            if r_lo is not None:
+                where.append(f"ts >= {d.param}")
+                params.append(r_lo)
+            if r_hi is not None:
+                where.append(f"ts < {d.param}")
+                params.append(r_hi)
+            cur.execute(f"""SELECT {key} AS k, COUNT(*),
+                SUM(uncached_input_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens),
+                SUM(output_tokens), SUM(cache_reported * cache_read_tokens),
+                SUM(cache_reported * (uncached_input_tokens + cache_read_tokens
+                                      + cache_write_tokens)),
+                COUNT(*) - SUM(cache_reported), SUM(cost_pusd), SUM(baseline_pusd),
+                COUNT(*) - COUNT(cost_pusd), SUM(cache_reported * {d.is_zero_read}),
+                SUM(latency_ms), COUNT(latency_ms)
+                FROM requests WHERE {' AND '.join(where)} GROUP BY k""", params)
+            for r in cur.fetchall():
+                k = r[0]
+                add(int(k) if by == "hour" and k is not None else k, r[1:])
         out = []
-        for r in rows:
-            k = r[0]
+        for k, a in acc.items():
+            if a[0] == 0:
+                continue
             if by == "hour" and k is not None:
                 k = datetime.fromtimestamp(int(k) * 3600, timezone.utc).strftime(
                     "%Y-%m-%dT%H:00Z")
-            req = int(r[1])
-            uncached, read, write, output = (int(x or 0) for x in r[2:6])
-            rep_read, rep_prompt = int(r[6] or 0), int(r[7] or 0)
-            cost_p = Decimal(int(r[9] or 0)) / PICO
-            base_p = Decimal(int(r[10] or 0)) / PICO
+            uncached, read, write, output = a[1], a[2], a[3], a[4]
+            cost_p, base_p = Decimal(a[8]) / PICO, Decimal(a[9]) / PICO
             out.append(SummaryRow(
-                key=None if k is None else str(k), requests=req,
+                key=None if k is None else str(k), requests=a[0],
                 uncached_input_tokens=uncached, cache_read_tokens=read,
                 cache_write_tokens=write, output_tokens=output,
                 prompt_tokens=uncached + read + write,
-                hit_rate=(rep_read / rep_prompt) if rep_prompt else None,
-                unreported_requests=int(r[8] or 0), cost=cost_p, baseline=base_p,
-                saving=base_p - cost_p, unpriced_requests=int(r[11] or 0),
-                misses=int(r[12] or 0),
-                mean_latency_ms=None if r[13] is None else float(r[13])))
+                hit_rate=(a[5] / a[6]) if a[6] else None, unreported_requests=a[7],
+                cost=cost_p, baseline=base_p, saving=base_p - cost_p,
+                unpriced_requests=a[10], misses=a[11],
+                mean_latency_ms=(a[12] / a[13]) if a[13] else None))
         if by in ("day", "hour"):
             out.sort(key=lambda s: s.key or "")
         else:
             out.sort(key=lambda s: (-s.cost, -s.requests, s.key or ""))
         return out
-
-    def _summary_exact(self, sql: str, params: list[Any], key: str,
-                       where: list[str]) -> list[tuple]:
-        """Fallback when SQLite's 64-bit SUM overflows: sum costs in Python integers."""
-        cur = self._conn().cursor()
-        cur.execute(sql, params)
-        rows = {r[0]: list(r) for r in cur.fetchall()}
-        cur.execute(f"SELECT {key}, cost_pusd, baseline_pusd FROM requests "
-                    f"{'WHERE ' + ' AND '.join(where) if where else ''}", params)
-        for k, c, b in cur:
-            row = rows[k]
-            row[9] = (row[9] or 0) + (c or 0)
-            row[10] = (row[10] or 0) + (b or 0)
-        return [tuple(r) for r in rows.values()]
 
     def records(self, since: Any = None, limit: int | None = None) -> list[Record]:
         """Stored requests, oldest first (``limit``: the most recent N)."""

@@ -250,8 +250,8 @@ def test_migration_from_schema_1_keeps_records_and_prices(tmp_path):
             (f"r{i}", price))
     conn.commit()
     conn.close()
-    t = Tracker(path)  # migrates 1 -> 2
-    assert t.schema_version == SCHEMA_VERSION == 2
+    t = Tracker(path)  # migrates 1 -> 2 (prices table) -> 3 (hourly rollup, backfilled)
+    assert t.schema_version == SCHEMA_VERSION == 3
     conn = sqlite3.connect(path)
     cols = [r[1] for r in conn.execute("PRAGMA table_info(requests)")]
     assert "price_json" not in cols and "price_id" in cols
@@ -261,3 +261,64 @@ def test_migration_from_schema_1_keeps_records_and_prices(tmp_path):
     assert s.requests == 3 and s.cost == D("0.000135")  # 3 x 45,000,000 pico-$
     t.record(_u(1, out=1), price=PRICE)  # new prices land in the prices table
     assert conn.execute("SELECT COUNT(*) FROM prices").fetchone()[0] == 2
+
+
+def test_summary_from_rollup_equals_brute_force_over_records(tmp_path):
+    """summary() reads whole hours from the rollup and scans only the partial edge hours;
+    for random bounds it must equal a plain aggregation of the stored records."""
+    import random
+
+    rng = random.Random(7)
+    t = Tracker(tmp_path / "l.db")
+    t0 = 1_700_000_000.0
+    items = []
+    for i in range(600):
+        reported = rng.random() > 0.1
+        read = rng.choice((0, 0, 512, 2048)) if reported else 0
+        u = _u(rng.randint(1, 300), read, w5=rng.choice((0, 256)) if reported and not read else 0,
+               out=rng.randint(1, 50), reported=reported, provider=rng.choice("ab"),
+               model=rng.choice(["m1", "m2", "no-price-model"]))
+        items.append((u, {"ts": t0 + rng.uniform(0, 5 * 86400), "record_id": f"r{i}",
+                          "price": PRICE if u.model != "no-price-model" else None,
+                          "prefix_hash": rng.choice(["p", "q", None]),
+                          "latency_ms": rng.uniform(10, 900)}))
+    for i in range(0, 600, 97):
+        t.record_many(items[i:i + 97])
+    t.record_many(items[:50])  # retries: ignored, not double counted in the rollup
+    recs = t.records()
+    assert len(recs) == 600
+
+    def brute(by, lo, hi):
+        groups = {}
+        for r in recs:
+            if (lo is not None and r.ts < lo) or (hi is not None and r.ts >= hi):
+                continue
+            k = {"model": r.model, "prefix_hash": r.prefix_hash, "provider": r.provider,
+                 "day": datetime.fromtimestamp(r.ts, timezone.utc).strftime("%Y-%m-%d"),
+                 None: None}[by]
+            g = groups.setdefault(k, {"n": 0, "read": 0, "prompt": 0, "rr": 0, "rp": 0,
+                                      "cost": D(0), "lat": 0.0})
+            g["n"] += 1
+            g["read"] += r.usage.cache_read_tokens
+            g["prompt"] += r.usage.prompt_tokens
+            if r.usage.cache_reported:
+                g["rr"] += r.usage.cache_read_tokens
+                g["rp"] += r.usage.prompt_tokens
+            g["cost"] += r.cost or 0
+            g["lat"] += r.latency_ms
+        return groups
+
+    for _ in range(25):
+        lo = t0 + rng.uniform(-3600, 5 * 86400) if rng.random() < 0.8 else None
+        hi = (lo or t0) + rng.uniform(0, 3 * 86400) if rng.random() < 0.7 else None
+        for by in ("model", "prefix_hash", "day", None):
+            want = brute(by, lo, hi)
+            got = {r.key: r for r in t.summary(by=by, since=lo, until=hi)}
+            assert set(got) == {k if k is None else str(k) for k in want}
+            for k, g in want.items():
+                row = got[k if k is None else str(k)]
+                assert (row.requests, row.cache_read_tokens, row.prompt_tokens) == (
+                    g["n"], g["read"], g["prompt"])
+                assert row.cost == g["cost"]
+                assert row.hit_rate == (pytest.approx(g["rr"] / g["rp"]) if g["rp"] else None)
+                assert row.mean_latency_ms == pytest.approx(g["lat"] / g["n"])
