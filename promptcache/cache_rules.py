@@ -30,7 +30,7 @@ Anthropic — https://platform.claude.com/docs/en/build-with-claude/prompt-cachi
   * hits are looked for at the breakpoint and at earlier block boundaries, at most 20
     blocks back from each breakpoint (the breakpoint's own block included).
   * a prefix shorter than the model's minimum cacheable length is silently not cached
-    (table :data:`ANTHROPIC_MIN_CACHEABLE_TOKENS`).
+    (per-model table: :func:`promptcache.limits.cache_rules`).
   * usage: ``input_tokens`` counts only tokens after the last breakpoint (plus any
     prefix that could not be cached), ``cache_read_input_tokens``,
     ``cache_creation_input_tokens`` split into ``ephemeral_5m``/``ephemeral_1h``.
@@ -71,7 +71,6 @@ __all__ = [
     "ANTHROPIC_LOOKBACK_BLOCKS",
     "ANTHROPIC_TTL_SECONDS",
     "ANTHROPIC_DEFAULT_MIN_CACHEABLE_TOKENS",
-    "ANTHROPIC_MIN_CACHEABLE_TOKENS",
     "OPENAI_MIN_CACHED_TOKENS",
     "OPENAI_CACHE_INCREMENT",
     "OPENAI_MAX_WRITTEN_BREAKPOINTS",
@@ -108,27 +107,6 @@ ANTHROPIC_LOOKBACK_BLOCKS = 20
 ANTHROPIC_TTL_SECONDS: Mapping[str, float] = {"5m": 300.0, "1h": 3600.0}
 #: Minimum cacheable prompt length used when the model is not in the table below.
 ANTHROPIC_DEFAULT_MIN_CACHEABLE_TOKENS = 1024
-#: Anthropic minimum cacheable prompt length by model family (prompt-caching page,
-#: "Cache limitations", retrieved 2026-11-29). Matched as a prefix of the model id with
-#: dots or dashes between version numbers; the longest matching key wins.
-ANTHROPIC_MIN_CACHEABLE_TOKENS: Mapping[str, int] = {
-    "claude-opus-4-6": 4096,
-    "claude-opus-4-5": 4096,
-    "claude-haiku-4-5": 4096,
-    "claude-opus-4-7": 2048,
-    "claude-3-5-haiku": 2048,
-    "claude-3-haiku": 2048,
-    "claude-haiku-3": 2048,
-    "claude-opus-4-1": 1024,
-    "claude-opus-4": 1024,
-    "claude-sonnet-4-5": 1024,
-    "claude-sonnet-4": 1024,
-    "claude-3-7-sonnet": 1024,
-    "claude-sonnet-5": 1024,
-    "claude-opus-4-8": 1024,
-    "claude-opus-5": 512,
-}
-
 #: OpenAI: prompts (and cached prefixes) shorter than this never hit.
 OPENAI_MIN_CACHED_TOKENS = 1024
 #: OpenAI, models before GPT-5.6: cached_tokens grows in steps of this many tokens.
@@ -394,17 +372,18 @@ class CacheState:
 
 def anthropic_min_cacheable_tokens(model: str | None, default: int = ANTHROPIC_DEFAULT_MIN_CACHEABLE_TOKENS) -> int:
     """The minimum cacheable prompt length (tokens) for an Anthropic model id such as
-    ``"claude-sonnet-4-5-20250929"``; ``default`` when the model is not in
-    :data:`ANTHROPIC_MIN_CACHEABLE_TOKENS`."""
+    ``"claude-sonnet-4-5-20250929"``, from the SDK's per-model table
+    (:func:`promptcache.limits.cache_rules`, each row citing its page and date); ``default``
+    for a model that table does not know."""
     if not model:
         return default
-    m = model.lower().replace(".", "-")
-    best = None
-    for key in ANTHROPIC_MIN_CACHEABLE_TOKENS:
-        if m == key or m.startswith(key + "-") or m.startswith(key + "@"):
-            if best is None or len(key) > len(best):
-                best = key
-    return ANTHROPIC_MIN_CACHEABLE_TOKENS[best] if best else default
+    from promptcache.limits import cache_rules
+
+    try:
+        rules = cache_rules(model, "anthropic")
+    except ValueError:
+        return default
+    return rules.min_tokens if rules.known else default
 
 
 def check_anthropic_breakpoints(breakpoints: Sequence[Breakpoint]) -> None:

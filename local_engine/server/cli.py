@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
+    import prometheus_client
     import uvicorn
 
     from local_engine.async_engine import AsyncEngine
@@ -116,11 +117,17 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
         return _fail(str(exc))
     except EngineError as exc:
         return _fail(f"cannot load the model: {exc}")
+    except Exception as exc:  # an engine bug, not bad input: one line, exit 1, traceback at debug
+        logging.getLogger("promptcache.server").debug("engine load failed", exc_info=True)
+        print(f"promptcache serve: error: the engine failed to load: {type(exc).__name__}: {exc} "
+              "(--log-level debug shows the traceback)", file=sys.stderr)
+        return 1
     config = ServerConfig(cache_mode=args.cache_mode, api_key=args.api_key or None,
                           max_body_bytes=args.max_body_bytes,
                           anthropic_min_cache_tokens=args.anthropic_min_cache_tokens,
                           test_clock=args.test_clock, log_prompts=args.log_prompts,
                           drain_timeout=args.drain_timeout, served_model_name=args.served_model_name)
+    prometheus_client.disable_created_metrics()  # no *_created series (this process only)
     app = create_app(AsyncEngine(engine), config)
     host, port = sock.getsockname()[:2]
     # one stable line that tools (the pytest plugin, the demo) can wait for

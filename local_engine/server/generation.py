@@ -203,6 +203,16 @@ def text_delta(prev: str, cur: str) -> str:
     return cur[k:] if len(cur) > len(prev) else ""
 
 
+def note_prompt(request: Request, state: ServerState, token_ids: list[int]) -> None:
+    """With ``--log-prompts``: add the prompt text (first 500 characters, JSON-quoted) to
+    the request's log line. Off by default: prompts never reach the log."""
+    if state.config.log_prompts:
+        import json
+
+        text = state.tokenizer.decode(token_ids[:2000], skip_special_tokens=False)
+        note(request, prompt=json.dumps(text[:500], ensure_ascii=False))
+
+
 def note(request: Request, **fields: Any) -> None:
     """Attach fields to the request's log line (see the app's logging middleware)."""
     info = getattr(request.state, "log", None)

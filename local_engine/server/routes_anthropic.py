@@ -28,6 +28,7 @@ from .generation import (
     collect,
     make_sampling_params,
     note,
+    note_prompt,
     request_salt,
     start_request,
     text_delta,
@@ -88,6 +89,7 @@ async def messages(request: Request):
     arrival = getattr(request.state, "arrival", time.monotonic())
     timing = Timing(st, arrival)
     note(request, id=mid, model=req.model, stream=bool(req.stream))
+    note_prompt(request, st, rendered.token_ids)
     agen, first = await start_request(st, mid, rendered.token_ids, params, creq.salt)
     try:
         usage = st.emulator.usage(creq, first.num_cached_tokens)

@@ -29,6 +29,7 @@ from .generation import (
     completion_logprobs,
     make_sampling_params,
     note,
+    note_prompt,
     request_salt,
     start_request,
     text_delta,
@@ -111,6 +112,7 @@ async def chat_completions(request: Request):
     arrival = getattr(request.state, "arrival", time.monotonic())
     timing = Timing(st, arrival)
     note(request, id=rid, model=req.model, stream=bool(req.stream))
+    note_prompt(request, st, rendered.token_ids)
     agen, first = await start_request(st, rid, rendered.token_ids, params, creq.salt)
     try:
         usage = st.emulator.usage(creq, first.num_cached_tokens)
@@ -275,6 +277,7 @@ async def completions(request: Request):
     arrival = getattr(request.state, "arrival", time.monotonic())
     timing = Timing(st, arrival)
     note(request, id=cid, model=req.model, stream=bool(req.stream))
+    note_prompt(request, st, rendered_list[0].token_ids)
     started: list[tuple[int, AsyncIterator[Any], Any]] = []
     try:
         for k, r in enumerate(rendered_list):

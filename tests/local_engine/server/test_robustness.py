@@ -26,7 +26,7 @@ def server(server_factory):
 
 @pytest.fixture(scope="module")
 def locked(server_factory):
-    return server_factory("automatic", api_key=KEY, extra_args=["--max-body-bytes", "4096"])
+    return server_factory("automatic", api_key=KEY, extra_args=["--max-body-bytes", "4096", "--log-prompts"])
 
 
 def kv(server) -> tuple[float, float, float]:
@@ -155,8 +155,10 @@ def test_api_key_required(locked):
         bad.models.list()
     assert e.value.status_code == 401 and "API key" in e.value.body["message"]
     good = locked.openai_client(max_retries=0, timeout=120)
-    assert good.chat.completions.create(model="local", messages=[{"role": "user", "content": "Hi"}],
+    assert good.chat.completions.create(model="local", messages=[{"role": "user", "content": "Hi there, owl"}],
                                         max_tokens=1).usage.completion_tokens == 1
+    time.sleep(0.3)
+    assert "Hi there, owl" in locked.log_text()  # --log-prompts puts the prompt in the log line
     ab = anthropic.Anthropic(base_url=locked.base_url, api_key="wrong", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError) as e:
         ab.messages.create(model="m", max_tokens=1, messages=[{"role": "user", "content": "Hi"}])
