@@ -86,6 +86,7 @@ PREFIX = "prefix"      # text that is part of the cached prefix (system prompt, 
 TOOLS = "tools"        # tool definitions
 MESSAGES = "messages"  # a message list: every message but the last is prefix
 ROLE = "role"          # a message with role system/developer, wherever it sits
+PROMPT = "prompt"      # a whole prompt string: its beginning is the cached prefix
 
 
 @dataclass(slots=True)

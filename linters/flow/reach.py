@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import NamedTuple
 
-from linters.flow.facts import ASSIGN, MESSAGES, PARAM, ROLE, Scope, Sink
+from linters.flow.facts import ASSIGN, MESSAGES, PARAM, PROMPT, ROLE, Scope, Sink
 from linters.flow.values import PARAM_H, Evaluator, Hazard
 
 
@@ -66,6 +66,8 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
         elif sink.kind == ROLE:
             if id(sink.expr) not in last_ids:
                 take(ev.hazards(sink.expr, sink.scope), sink, None)
+        elif sink.kind == PROMPT:
+            continue  # position matters: judged on segments (volatile.py, layout.py)
         else:
             take(ev.hazards(sink.expr, sink.scope), sink, None)
 

@@ -119,6 +119,10 @@ TOOLS_KEYWORDS: dict[str, str] = {
     "toolConfig": "the tool configuration",
     "tool_config": "the tool configuration",
 }
+# Keyword arguments (and request-body keys) holding a whole prompt string (completions
+# APIs, local engines): what comes first is the cached prefix, only the end may vary.
+PROMPT_KEYWORDS: dict[str, str] = {"prompt": "the prompt"}
+BODY_HINT_KEYS = frozenset({"model", "max_tokens", "temperature", "stream", "n_predict"})
 MESSAGES_KEYWORDS: dict[str, str] = {
     "messages": "the message list",
     "contents": "the contents list",
@@ -144,6 +148,9 @@ RESPONSES_METHODS = frozenset({"create", "parse", "stream"})
 SYSTEM_ROLES = frozenset({"system", "developer"})
 
 # Secondary hints: variables and functions named like a system prompt or a tool list.
+# Strong names count anywhere; weak ones only in modules that talk to an LLM.
+STRONG_PREFIX_NAME_RE = re.compile(
+    r"(?i)sys(tem)?_?prompt|system_?(message|msg|instructions?|preamble)")
 PREFIX_NAME_RE = re.compile(
     r"(?i)^(system|sys_prompt)$|system_?(prompt|message|msg|instructions?|template|preamble)"
     r"|^(base_|agent_|default_)?(instructions|preamble)$|_instructions$"

@@ -908,6 +908,8 @@ class Evaluator:
         if fs.kind != "function" or (fs.cls is not None and fs.params and fs.params[0] == name
                                      and name in ("self", "cls")):
             return False
+        if tables.PREFIX_NAME_RE.search(name) or tables.STRONG_PREFIX_NAME_RE.search(name):
+            return False  # prompt text handed down (``system``, ``system_prompt``): not per-request
         key = (id(fs), name)
         got = self._param_static.get(key)
         if got is not None:

@@ -11,7 +11,7 @@ import ast
 
 from linters.flow import tables
 from linters.flow.facts import (
-    APPEND, ASSIGN, AUG, DEF, EXTEND, IMPORT, ITER, MESSAGES, OPAQUE, PARAM, PREFIX, ROLE,
+    APPEND, ASSIGN, AUG, DEF, EXTEND, IMPORT, ITER, MESSAGES, OPAQUE, PARAM, PREFIX, PROMPT, ROLE,
     SETITEM, SHUFFLE, TOOLS, UNPACK, UPDATE, WITH, Binding, ModuleFacts, Request, Scope, Sink,
 )
 
@@ -25,9 +25,18 @@ _MUTATORS = {"append": APPEND, "insert": APPEND, "extend": EXTEND, "update": UPD
              "setdefault": SETITEM, "appendleft": APPEND}
 _SPECIAL_CALL_NAMES = (tables.SYSTEM_MESSAGE_CALLS | tables.TOOLS_METHODS
                        | tables.RESPONSES_METHODS | {"shuffle"})
-_SINK_KEYWORDS = (set(tables.PREFIX_KEYWORDS) | set(tables.TOOLS_KEYWORDS)
+_SINK_KEYWORDS = (set(tables.PREFIX_KEYWORDS) | set(tables.TOOLS_KEYWORDS) | set(tables.PROMPT_KEYWORDS)
                   | set(tables.MESSAGES_KEYWORDS) | set(tables.BUILD_PREFIX_LAYERS))
-_HINTS: dict[str, int] = {}  # name -> 1 prefix hint, 2 tools hint, 3 neither
+_HINTS: dict[str, int] = {}  # name -> 1 strong prefix hint, 4 weak one, 2 tools hint, 3 none
+
+
+def _hint_kind(name: str) -> int:
+    kind = _HINTS.get(name)
+    if kind is None:
+        kind = _HINTS[name] = (1 if tables.STRONG_PREFIX_NAME_RE.search(name) else
+                               4 if tables.PREFIX_NAME_RE.search(name) else
+                               2 if tables.TOOLS_NAME_RE.match(name) else 3)
+    return kind
 _LIST_VALUES = (ast.List, ast.ListComp, ast.Tuple, ast.BinOp)
 _MUTATION_KINDS = frozenset({APPEND, EXTEND, SETITEM, UPDATE, SHUFFLE})
 _BODY_KEYS = frozenset({"messages", "contents"})
@@ -130,11 +139,10 @@ class _Walker:
         """Record a secondary-hint sink for a variable named like a system prompt or tools."""
         if value is None:
             return
-        kind = _HINTS.get(name, 0)
-        if kind == 0:
-            kind = _HINTS[name] = (1 if tables.PREFIX_NAME_RE.search(name) else
-                                   2 if tables.TOOLS_NAME_RE.match(name) else 3)
+        kind = _hint_kind(name)
         if kind == 1:
+            self.facts.sinks.append(Sink(PREFIX, value, scope, f"`{name}` (a system prompt)", True))
+        elif kind == 4:
             self.hint_sinks.append(Sink(PREFIX, value, scope, f"`{name}` (a system prompt)", True))
         elif kind == 2 and (type(value) in _LIST_VALUES or (
                 type(value) is ast.Call and type(value.func) is ast.Name
@@ -199,8 +207,9 @@ class _Walker:
             if type(f) is ast.Attribute and f.attr in tables.PREFIX_DECORATOR_ATTRS:
                 self.pending_returns.append((fs, f"the `@{f.attr}` function's result", False))
                 self.strong = True
-        if tables.PREFIX_NAME_RE.search(node.name):
-            self.pending_returns.append((fs, f"`{node.name}()` (builds a system prompt)", True))
+        kind = _hint_kind(node.name)
+        if kind == 1 or kind == 4:
+            self.pending_returns.append((fs, f"`{node.name}()` (builds a system prompt)", kind == 4))
         for d in a.defaults:
             push((d, scope, loops))
         for d in a.kw_defaults:
@@ -384,6 +393,8 @@ class _Walker:
             return False
         role = None
         body = False
+        prompt = None
+        hinted = False
         for k, v in zip(keys, node.values):
             ks = _const_str(k)
             if ks is None:
@@ -394,6 +405,12 @@ class _Walker:
                     role = rs
             elif ks in _BODY_KEYS:
                 body = True
+            elif ks in tables.PROMPT_KEYWORDS:
+                prompt = v
+            elif ks in tables.BODY_HINT_KEYS:
+                hinted = True
+        if prompt is not None and hinted:
+            self.facts.sinks.append(Sink(PROMPT, prompt, scope, "the prompt"))
         if role is not None:
             self.facts.sinks.append(Sink(ROLE, node, scope, f"a `{role}` message"))
             self.strong = True
@@ -529,6 +546,8 @@ class _Walker:
             elif arg in tables.TOOLS_KEYWORDS:
                 sinks.append(Sink(TOOLS, value, scope, tables.TOOLS_KEYWORDS[arg]))
                 parts[arg] = value
+            elif arg in tables.PROMPT_KEYWORDS:
+                sinks.append(Sink(PROMPT, value, scope, tables.PROMPT_KEYWORDS[arg]))
             elif arg in tables.MESSAGES_KEYWORDS:
                 sinks.append(Sink(MESSAGES, value, scope, tables.MESSAGES_KEYWORDS[arg]))
                 parts[arg] = value

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from linters.flow.facts import MESSAGES, PREFIX, ROLE
+from linters.flow.facts import MESSAGES, PREFIX, PROMPT, ROLE
 from linters.flow.reach import message_items
 from linters.flow.values import DYNAMIC, STATIC, VOLAT, classify, static_chars
 from linters.model import Finding, Rule
@@ -87,7 +87,7 @@ def check(an) -> list[Finding]:
             "misses the cache; put the static text first and the per-request part last"))
 
     for sink in an.facts.sinks:
-        if sink.kind == PREFIX:
+        if sink.kind == PREFIX or sink.kind == PROMPT:
             segs = ev.text_segments(sink.expr, sink.scope)
         elif sink.kind == ROLE:
             content, cscope = _content(ev, sink.expr, sink.scope)

@@ -4,8 +4,8 @@ message before the last one."""
 
 from __future__ import annotations
 
-from linters.flow.facts import MESSAGES
-from linters.flow.values import VOLATILE
+from linters.flow.facts import MESSAGES, PROMPT
+from linters.flow.values import VOLAT, VOLATILE, static_chars
 from linters.model import Finding, Rule
 
 RULES = (Rule("PC001", "volatile-in-prefix",
@@ -15,6 +15,21 @@ RULES = (Rule("PC001", "volatile-in-prefix",
 
 def check(an) -> list[Finding]:
     out = []
+    for sink in an.facts.sinks:
+        if sink.kind != PROMPT:
+            continue
+        # a whole prompt string: only what is followed by static text is in the prefix
+        segs = an.ev.segments(sink.expr, sink.scope)
+        for i, seg in enumerate(segs):
+            if seg[0] != VOLAT or id(seg[1]) in an.reported:
+                continue
+            after = static_chars(segs[i + 1:])
+            if after is None or after >= an.config.min_static_chars:
+                out.append(an.finding(
+                    "PC001", seg[1],
+                    f"{seg[2]} comes before {'a file' if after is None else f'{after} characters'} "
+                    f"of static text in {sink.label}: the cached prefix changes on every request; "
+                    "move it to the end of the prompt"))
     for r in an.reaches:
         h = r.hazard
         if h.kind != VOLATILE or id(h.node) in an.reported:

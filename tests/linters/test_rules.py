@@ -175,6 +175,19 @@ def test_request_id_parameter_and_header():
     assert found(src) == [(4, "PC001"), (5, "PC001")]
 
 
+def test_whole_prompt_strings_only_vary_at_the_end():
+    src = """
+    from datetime import datetime
+    import requests
+    HEADER = "You are a helpful assistant. Answer clearly, cite sources, and keep it short."
+    def complete(q):
+        a = requests.post(URL, json={"model": "m", "prompt": f"{HEADER}\\nQ: {q}\\nTime: {datetime.now()}"})
+        b = requests.post(URL, json={"model": "m", "prompt": f"Time: {datetime.now()}\\n{HEADER}\\nQ: {q}"})
+        c = requests.post(URL, json={"model": "m", "prompt": f"User {q}: {HEADER}"})
+    """
+    assert found(src) == [(6, "PC001"), (7, "PC004")]
+
+
 def test_only_the_last_message_and_dynamic_layer_may_vary():
     src = """
     from datetime import datetime
@@ -216,13 +229,20 @@ def test_system_role_message_found_without_a_visible_call():
     assert found(src) == [(4, "PC001")]
 
 
-def test_name_hint_needs_llm_context():
-    src = """
+def test_name_hints_strong_and_weak():
+    strong = """
     from datetime import date
     SYSTEM_PROMPT = f"You are a bot. Today is {date.today()}."
+    def build_system_prompt():
+        return f"Now {date.today()}"
     """
-    assert found(src) == []
-    assert found("import openai\n" + textwrap.dedent(src).lstrip()) == [(3, "PC001")]
+    assert found(strong) == [(2, "PC001"), (4, "PC001")]
+    weak = """
+    from datetime import date
+    instructions = f"Assemble the shelf. Printed {date.today()}."
+    """
+    assert found(weak) == []  # `instructions` alone is too common a name
+    assert found("import openai\n" + textwrap.dedent(weak).lstrip()) == [(3, "PC001")]
 
 
 def test_extra_volatile_calls_from_config():

@@ -1,0 +1,10 @@
+"""A prompts module with no client import: the function name says what it builds."""
+from datetime import datetime
+
+from utils.constants import SYSTEM_MESSAGE
+
+
+def get_system_prompt() -> str:
+    """Give the system prompt."""
+    today = datetime.now().date()
+    return SYSTEM_MESSAGE.format(date=today)  # expect: PC001

@@ -1,0 +1,12 @@
+"""The system prompt is regenerated with the current date and time at call time."""
+from datetime import datetime
+
+
+def generate_system_prompt() -> str:
+    current_dt = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    return f"""
+You are "Frankie", a concise, helpful AI assistant.
+Current date/time: {current_dt}
+- Ask only one clear question at a time.
+- Use the tools only when truly needed.
+"""  # expect: PC001

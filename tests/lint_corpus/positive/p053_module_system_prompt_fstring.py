@@ -1,0 +1,10 @@
+"""A module-level system prompt with the time baked in at import."""
+import datetime
+
+system_prompt = f"""
+    [System Instructions]
+    Current datetime: {datetime.datetime.now().strftime("%Y-%m-%d %H:%M")}
+
+    General rules:
+    - Always check the current date before answering time-sensitive questions.
+"""  # expect: PC001
