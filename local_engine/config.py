@@ -78,6 +78,8 @@ class EngineConfig:
         seed: seed of the engine's default random generator (requests without ``seed``).
         debug_checks: check the block pool's invariants after every step (slow).
         swap_space: bytes of CPU memory for swapping preempted requests' KV (0 = recompute).
+        enforce_eager: on CUDA, run decode steps eagerly instead of replaying the CUDA graphs
+            captured for batch sizes 1..``max_num_seqs`` (see :mod:`local_engine.cuda_graphs`).
     """
 
     model: Optional[str] = None
@@ -96,6 +98,7 @@ class EngineConfig:
     seed: int = 0
     debug_checks: bool = False
     swap_space: int = 0
+    enforce_eager: bool = False  # [TRITON] on CUDA: no decode CUDA graphs (local_engine/cuda_graphs.py)
 
     DEFAULT_CPU_KV_CACHE_MEMORY = 512 * 1024 * 1024
 

@@ -70,10 +70,11 @@ class LLMEngine:
         EngineError: an unsupported model or configuration.
     """
 
-    def __init__(self, config: Optional[EngineConfig] = None):
+    def __init__(self, config: Optional[EngineConfig] = None, *, loaded=None):
         self.config = config = config or EngineConfig()
         t0 = time.monotonic()
-        loaded = load_model(config.model)
+        # [TRITON] ``loaded``: a LoadedModel built by from_config (weights None = random)
+        loaded = loaded if loaded is not None else load_model(config.model)
         self.model_config = mc = loaded.config
         self.model_name = mc.name
         self.model_path = loaded.path
@@ -115,6 +116,31 @@ class LLMEngine:
         if unknown:
             raise EngineError(f"unknown engine option(s): {sorted(unknown)}")
         return cls(EngineConfig(model=model, **overrides))
+
+    # [TRITON] an engine from an architecture alone (GPU benchmarks of the Llama-3-8B shape)
+    @classmethod
+    def from_config(cls, folder, weights=None, **overrides) -> "LLMEngine":
+        """An engine for the architecture in ``folder/config.json`` (Hugging Face Llama format)
+        with the tokenizer of ``folder/tokenizer.json`` and random weights (transformers'
+        initialisation, seeded by ``seed``), or ``weights`` (HF-named tensors, any device).
+
+        Raises:
+            EngineError: an unknown config field or an unsupported architecture.
+            ModelNotFoundError: ``tokenizer.json`` is missing.
+        """
+        from pathlib import Path
+
+        from .loader import LoadedModel
+        from .loader.hf_loader import read_hf_config, read_hf_tokenizer
+
+        unknown = set(overrides) - EngineConfig.field_names()
+        if unknown:
+            raise EngineError(f"unknown engine option(s): {sorted(unknown)}")
+        folder = Path(folder)
+        loaded = LoadedModel(config=read_hf_config(folder), weights=weights,
+                             tokenizer=read_hf_tokenizer(folder), path=folder)
+        return cls(EngineConfig(model=str(folder), **overrides), loaded=loaded)
+    # [/TRITON]
 
     # ---- requests ------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: List[int], params: Optional[SamplingParams] = None,

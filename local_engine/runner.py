@@ -34,6 +34,7 @@ class BatchInputs:
     positions: torch.Tensor
     meta: AttentionMetadata
     sample_rows: List[int]  # index into scheduled list, for each logits row
+    is_decode: bool = False  # [TRITON] every sequence has exactly one new token (CUDA-graph eligible)
 
 
 def kv_block_bytes(mc: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -60,6 +61,24 @@ def plan_num_blocks(cfg: EngineConfig, mc: ModelConfig, dtype: torch.dtype, max_
     return max(1, budget // per_block)
 
 
+# [TRITON] random weights for LLMEngine.from_config (benchmarks of shapes with no checkpoint)
+@torch.no_grad()
+def init_random_weights(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
+    """Fill a model's parameters in place as transformers initialises Llama: linear and
+    embedding weights ~ N(0, ``std``) (``initializer_range`` 0.02), norm weights 1. Drawn on the
+    parameters' own device from a generator seeded with ``seed``."""
+    if model.config.tie_word_embeddings:
+        model.lm_head.weight = model.embed_tokens.weight
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    for name, p in model.named_parameters():
+        if name.endswith("layernorm.weight") or name.endswith("norm.weight"):
+            p.fill_(1.0)
+        else:
+            p.normal_(0.0, std, generator=gen)
+# [/TRITON]
+
+
 class ModelRunner:
     """Args: cfg (engine config), mc (model config), weights (HF-named float32 tensors),
     max_model_len (rotary table length). Call :meth:`allocate_kv_cache` before running."""
@@ -73,14 +92,22 @@ class ModelRunner:
         self.backend = cfg.attention_backend
         with torch.device("meta"):  # no random init of weights that are overwritten next
             model = LlamaForCausalLM(mc, max_positions=max(max_model_len, 1))
-        model = model.to_empty(device="cpu")
-        model.load_weights(weights)
-        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        # [TRITON] parameters are created on the target device in the target dtype (an 8B model
+        # never exists in float32 on the host); weights=None draws random ones (from_config).
+        model = model.to(dtype=self.dtype).to_empty(device=self.device)
+        if weights is None:
+            init_random_weights(model, cfg.seed)
+        else:
+            model.load_weights(weights)
+        self.model = model.eval()
+        # [/TRITON]
         self.model.rope.build_tables(self.device)  # float32 tables, whatever the model dtype
         self.num_blocks = 0
         self.kv_cache = None
         self.kv_caches = []
         self.sampler = Sampler(cfg.seed, device=self.device)
+        self.max_model_len = max_model_len
+        self.graphs = None  # [TRITON] local_engine.cuda_graphs.DecodeGraphRunner on CUDA
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
         """Allocate the paged cache: one tensor ``[layers, 2, num_blocks, block_size,
@@ -90,6 +117,15 @@ class ModelRunner:
         shape = (mc.num_layers, 2, num_blocks, self.block_size, mc.num_kv_heads, mc.head_dim)
         self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.kv_caches = [(self.kv_cache[i, 0], self.kv_cache[i, 1]) for i in range(mc.num_layers)]
+        # [TRITON] capture decode steps in CUDA graphs (local_engine/cuda_graphs.py)
+        if self.device.type == "cuda" and not self.cfg.enforce_eager:
+            from .cuda_graphs import DecodeGraphRunner
+
+            self.graphs = DecodeGraphRunner(
+                self.model, self.kv_caches, max_batch=self.cfg.max_num_seqs,
+                max_blocks_per_seq=-(-self.max_model_len // self.block_size),
+                backend=self.backend).capture()
+        # [/TRITON]
 
     # ---- batch construction --------------------------------------------------------------
     def prepare(self, sched: SchedulerOutput, block_tables: Seq[Seq[int]]) -> BatchInputs:
@@ -125,7 +161,8 @@ class ModelRunner:
             logits_indices=torch.tensor(logits_idx, dtype=torch.long, device=dev),
             backend=self.backend,
         )
-        return BatchInputs(input_ids.to(dev), positions.to(dev), meta, sample_rows)
+        is_decode = bool(sched.scheduled) and all(s.num_new_tokens == 1 for s in sched.scheduled)  # [TRITON]
+        return BatchInputs(input_ids.to(dev), positions.to(dev), meta, sample_rows, is_decode)
 
     def copy_blocks(self, copies: Seq[Tuple[int, int]]) -> None:
         """Copy whole KV blocks ``src -> dst`` in every layer (copy-on-write)."""
@@ -139,7 +176,11 @@ class ModelRunner:
     @torch.inference_mode()
     def forward_logits(self, batch: BatchInputs) -> torch.Tensor:
         """Run the model; float32 logits ``[len(batch.sample_rows), vocab]``."""
-        hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_caches)
+        if (self.graphs is not None and batch.is_decode  # [TRITON] replay a captured decode step
+                and self.graphs.can_run(batch.input_ids.shape[0], batch.meta)):
+            hidden = self.graphs.run(batch.input_ids, batch.positions, batch.meta)
+        else:
+            hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_caches)
         if batch.meta.logits_indices.numel() == 0:
             return hidden.new_zeros((0, self.model.config.vocab_size), dtype=torch.float32)
         return self.model.compute_logits(hidden[batch.meta.logits_indices])
