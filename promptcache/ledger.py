@@ -288,6 +288,7 @@ class _Dialect:
     conflict_tail = ""
     hour_expr = "CAST(ts / 3600 AS INTEGER)"
     is_zero_read = "(cache_read_tokens = 0)"
+    meta_expr = "json_extract(metadata, '$.{key}')"
 
 
 class _PgDialect(_Dialect):
@@ -301,6 +302,7 @@ class _PgDialect(_Dialect):
     conflict_tail = " ON CONFLICT (record_id) DO NOTHING"
     hour_expr = "CAST(FLOOR(ts / 3600) AS BIGINT)"
     is_zero_read = "CAST(cache_read_tokens = 0 AS INTEGER)"
+    meta_expr = "(metadata::jsonb ->> '{key}')"
 
 
 class Tracker:
@@ -655,22 +657,28 @@ class Tracker:
     def summary(self, by: str | None = "provider", since: Any = None,
                 until: Any = None) -> list[SummaryRow]:
         """Aggregate the ledger. ``by``: ``"provider"``, ``"model"``, ``"prefix_hash"``,
-        ``"day"`` (UTC date), ``"hour"`` (UTC, ISO text), ``"api"``, or None for one
-        overall row. ``since``/``until``: see :func:`parse_since`. Rows are ordered by
+        ``"day"`` (UTC date), ``"hour"`` (UTC, ISO text), ``"api"``, ``"metadata.KEY"`` (a
+        key of the metadata given to ``record``/``wrap``; scans the records), or None for
+        one overall row. ``since``/``until``: see :func:`parse_since`. Rows are ordered by
         key (time groups) or by cost, largest first. Raises ``ValueError`` for an
         unknown ``by``.
 
         Whole hours are read from the hourly rollup (maintained with every insert);
         only the partial hours at the edges of ``since``/``until`` scan records (by the
         ``ts`` index), so the cost does not grow with the number of records."""
-        if by is not None and by not in GROUPS:
-            raise ValueError(f"by={by!r}: use one of {', '.join(GROUPS)} or None")
+        meta_key = by[len("metadata."):] if by and by.startswith("metadata.") else None
+        if meta_key is not None and not re.fullmatch(r"[A-Za-z0-9_]{1,64}", meta_key):
+            raise ValueError(f"by={by!r}: a metadata key is letters, digits and _")
+        if by is not None and by not in GROUPS and meta_key is None:
+            raise ValueError(f"by={by!r}: use one of {', '.join(GROUPS)}, metadata.KEY or None")
         lo, hi = parse_since(since), parse_since(until)
         h_lo = None if lo is None else math.ceil(lo / 3600)
         h_hi = None if hi is None else math.floor(hi / 3600)
         raw: list[tuple[float | None, float | None]] = []
         use_rollup = True
-        if h_lo is not None and h_hi is not None and h_lo >= h_hi:
+        if meta_key is not None:  # metadata is not in the rollup: scan the records
+            use_rollup, raw = False, [(lo, hi)]
+        elif h_lo is not None and h_hi is not None and h_lo >= h_hi:
             use_rollup, raw = False, [(lo, hi)]
         else:
             if lo is not None and lo < h_lo * 3600:
@@ -710,6 +718,8 @@ class Tracker:
                 add(k, r[1:])
         for r_lo, r_hi in raw:
             key = {"hour": d.hour_expr, None: "NULL"}.get(by, by)
+            if meta_key is not None:
+                key = d.meta_expr.format(key=meta_key)
             where, params = [], []
             if r_lo is not None:
                 where.append(f"ts >= {d.param}")
@@ -725,7 +735,8 @@ class Tracker:
                 COUNT(*) - SUM(cache_reported), SUM(cost_pusd), SUM(baseline_pusd),
                 COUNT(*) - COUNT(cost_pusd), SUM(cache_reported * {d.is_zero_read}),
                 SUM(latency_ms), COUNT(latency_ms)
-                FROM requests WHERE {' AND '.join(where)} GROUP BY k""", params)
+                FROM requests {'WHERE ' + ' AND '.join(where) if where else ''}
+                GROUP BY k""", params)
             for r in cur.fetchall():
                 k = r[0]
                 add(int(k) if by == "hour" and k is not None else k, r[1:])

@@ -29,11 +29,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or the user data directory)")
     parser.add_argument("--since", default=None, metavar="WHEN",
                         help="only requests since WHEN: 30m, 24h, 7d, 2w or an ISO date")
-    parser.add_argument("--by", default="model",
-                        choices=["provider", "model", "prefix_hash", "day", "hour", "api"],
-                        help="group rows by this field (default: model)")
+    parser.add_argument("--by", default="model", type=_by,
+                        help="group rows by provider, model, prefix_hash, day, hour, api or "
+                             "metadata.KEY (e.g. metadata.demo_run; default: model)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--html", metavar="FILE", help="also write an HTML report to FILE")
+
+
+def _by(value: str) -> str:
+    import re
+
+    if value in ("provider", "model", "prefix_hash", "day", "hour", "api") or re.fullmatch(
+            r"metadata\.[A-Za-z0-9_]{1,64}", value):
+        return value
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {value!r} (choose provider, model, prefix_hash, day, hour, api or "
+        "metadata.KEY)")
 
 
 def _usd(x: Decimal) -> str:

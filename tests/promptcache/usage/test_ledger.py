@@ -322,3 +322,16 @@ def test_summary_from_rollup_equals_brute_force_over_records(tmp_path):
                 assert row.cost == g["cost"]
                 assert row.hit_rate == (pytest.approx(g["rr"] / g["rp"]) if g["rp"] else None)
                 assert row.mean_latency_ms == pytest.approx(g["lat"] / g["n"])
+
+
+def test_summary_by_metadata_key(tmp_path):
+    t = Tracker(tmp_path / "l.db")
+    t.record(_u(10, 90, out=1), price=PRICE, metadata={"demo_run": "built"})
+    t.record(_u(100, out=1), price=PRICE, metadata={"demo_run": "naive"})
+    t.record(_u(100, out=1), price=PRICE, metadata={"demo_run": "naive"})
+    t.record(_u(5, out=1), price=PRICE)
+    rows = {r.key: r for r in t.summary(by="metadata.demo_run")}
+    assert {k: r.requests for k, r in rows.items()} == {"built": 1, "naive": 2, None: 1}
+    assert rows["built"].hit_rate == pytest.approx(0.9) and rows["naive"].hit_rate == 0.0
+    with pytest.raises(ValueError, match="metadata key"):
+        t.summary(by="metadata.x'; DROP TABLE requests; --")

@@ -111,3 +111,16 @@ def test_postgres_bad_url_is_a_clear_error():
         pytest.skip(_SKIP)
     with pytest.raises(LedgerError, match="cannot connect"):
         Tracker("postgresql://nobody:wrong@127.0.0.1:5432/promptcache_test", busy_timeout_s=3)
+
+
+def test_postgres_summary_by_metadata_and_since(pg_url):
+    t = Tracker(pg_url)
+    t.record(Usage(uncached_input_tokens=10, cache_read_tokens=90), price=PRICE,
+             metadata={"run": "built"}, ts=1_000_000.0)
+    t.record(Usage(uncached_input_tokens=100), price=PRICE, metadata={"run": "naive"},
+             ts=1_000_100.0)
+    rows = {r.key: r.hit_rate for r in t.summary(by="metadata.run")}
+    assert rows == {"built": pytest.approx(0.9), "naive": 0.0}
+    # since inside an hour: the partial hour comes from the records, not the rollup
+    (s,) = t.summary(by=None, since=1_000_050.0)
+    assert s.requests == 1 and s.uncached_input_tokens == 100
