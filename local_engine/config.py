@@ -123,6 +123,10 @@ class EngineConfig:
             raise EngineError(f"max_model_len must be positive, got {self.max_model_len}")
         if not (self.device == "cpu" or str(self.device).startswith("cuda")):
             raise EngineError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise EngineError(f"num_threads must be at least 1, got {self.num_threads}")
+        if self.swap_space < 0:
+            raise EngineError(f"swap_space must be >= 0 bytes, got {self.swap_space}")
         if self.attention_backend not in (None, "torch", "triton"):
             raise EngineError(
                 f"attention_backend must be 'torch', 'triton' or None, got {self.attention_backend!r}"

@@ -175,7 +175,14 @@ class LLMEngine:
                 f"({self.kv_cache_manager.num_blocks} blocks of {self.config.block_size}); "
                 f"raise kv_cache_memory or num_kv_blocks",
                 prompt_len=len(ids), limit=pool_tokens)
-        max_total = min(self.max_model_len, pool_tokens)
+        seq_limit = self.scheduler.max_sequence_tokens
+        if len(ids) + 1 > seq_limit:
+            raise RequestTooLongError(
+                f"prompt is {len(ids)} tokens but with chunked prefill off one step computes at "
+                f"most {seq_limit} tokens (max_num_batched_tokens); shorten the prompt or enable "
+                f"chunked prefill",
+                prompt_len=len(ids), limit=seq_limit)
+        max_total = min(self.max_model_len, seq_limit)
         if params.max_tokens is not None:
             max_total = min(max_total, len(ids) + params.max_tokens)
         now = time.monotonic() if arrival_time is None else arrival_time

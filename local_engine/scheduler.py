@@ -75,6 +75,17 @@ class Scheduler:
         self.running: List[Sequence] = []
         self.num_preemptions = 0
 
+    @property
+    def max_sequence_tokens(self) -> int:
+        """Most tokens (prompt + output) one sequence may ever hold so it can always be
+        scheduled, even recomputed after preemption: the whole pool, and with chunked prefill
+        off also one step's token budget. The engine refuses prompts past it and ends
+        sequences that reach it with ``finish_reason="length"``."""
+        limit = self.kv.num_blocks * self.kv.block_size
+        if not self.enable_chunked_prefill:
+            limit = min(limit, self.max_num_batched_tokens)
+        return limit
+
     # ---- queue management ----------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING

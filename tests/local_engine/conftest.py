@@ -11,6 +11,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the engine tests need the [engine] extra (torch)")
 
+# `make test` runs two xdist workers on two cores: one intra-op thread each. Two threads per
+# worker make every operator wait for the other worker's time slices (measured 4-5x slower).
+torch.set_num_threads(1)
+
 
 @pytest.fixture(scope="session")
 def gguf_path() -> Path:

@@ -196,6 +196,18 @@ def test_completions_text_prompt_and_echo(client, tokenizer):
     assert r.usage.prompt_tokens == len(tokenizer.encode(prompt))
 
 
+def test_completions_logprobs(client):
+    r = client.completions.create(model="local", prompt="One, two, three,", max_tokens=3, temperature=0,
+                                  logprobs=2, user="someone")
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == r.usage.completion_tokens
+    assert "".join(lp.tokens) == r.choices[0].text
+    for chosen, top in zip(lp.token_logprobs, lp.top_logprobs):
+        assert chosen <= 0.0 and len(top) <= 2
+        assert chosen >= max(top.values()) - 1e-6  # greedy picks the most likely token
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+
+
 def test_models_endpoint(client):
     models = client.models.list()
     ids = [m.id for m in models.data]

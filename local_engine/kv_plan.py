@@ -1,0 +1,267 @@
+"""``promptcache kv-plan``: KV-cache capacity planning.
+
+For a model (a built-in preset, a ``.gguf`` file, or a Hugging Face ``config.json`` / folder), a
+context length and a batch size it prints:
+
+- KV bytes per token = 2 (K and V) x layers x KV heads x head_dim x bytes per element;
+- KV bytes per request (context rounded up to whole blocks) and for the batch;
+- weight bytes (parameters x weight bytes; for a GGUF file, its tensors' stored size);
+- with ``--memory``: the memory left after the weights, the KV blocks it holds, and how many
+  requests of that context fit at once (whole blocks each).
+
+Preset numbers come from each model's ``config.json`` on the Hugging Face hub (pages read
+2025-01; the repository is named per preset). Parameter counts are computed from those numbers
+(embeddings + per-layer attention, MLP and norms), e.g. Llama 3 8B -> 8,030,261,248.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+from .config import ModelConfig
+
+#: Bytes per element of each KV-cache / weight dtype.
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
+               "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}
+
+
+def _preset(name, source, L, H, heads, kv, hd, inter, vocab, tied, ctx):
+    return name, source, ModelConfig(name=name, hidden_size=H, num_layers=L, num_heads=heads,
+                                     num_kv_heads=kv, head_dim=hd, intermediate_size=inter,
+                                     vocab_size=vocab, tie_word_embeddings=tied,
+                                     max_position_embeddings=ctx)
+
+
+_PRESET_LIST = [
+    _preset("llama-3-8b", "huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json",
+            32, 4096, 32, 8, 128, 14336, 128256, False, 8192),
+    _preset("llama-3-70b", "huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json",
+            80, 8192, 64, 8, 128, 28672, 128256, False, 8192),
+    _preset("qwen2.5-7b", "huggingface.co/Qwen/Qwen2.5-7B-Instruct/blob/main/config.json",
+            28, 3584, 28, 4, 128, 18944, 152064, False, 32768),
+    _preset("qwen2.5-72b", "huggingface.co/Qwen/Qwen2.5-72B-Instruct/blob/main/config.json",
+            80, 8192, 64, 8, 128, 29568, 152064, False, 32768),
+    _preset("mistral-7b", "huggingface.co/mistralai/Mistral-7B-Instruct-v0.3/blob/main/config.json",
+            32, 4096, 32, 8, 128, 14336, 32768, False, 32768),
+    _preset("smollm2-135m", "huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct/blob/main/config.json",
+            30, 576, 9, 3, 64, 1536, 49152, True, 8192),
+    _preset("smollm2-1.7b", "huggingface.co/HuggingFaceTB/SmolLM2-1.7B-Instruct/blob/main/config.json",
+            24, 2048, 32, 32, 64, 8192, 49152, True, 8192),
+]
+PRESETS = {name: (cfg, source) for name, source, cfg in _PRESET_LIST}
+_ALIASES = {"llama3-8b": "llama-3-8b", "llama-3.1-8b": "llama-3-8b", "llama3-70b": "llama-3-70b",
+            "llama-3.1-70b": "llama-3-70b", "qwen-7b": "qwen2.5-7b", "qwen2-7b": "qwen2.5-7b",
+            "qwen-72b": "qwen2.5-72b", "mistral": "mistral-7b", "smollm2": "smollm2-135m",
+            "smollm2-135m-instruct": "smollm2-135m"}
+
+
+class PlanError(ValueError):
+    """Bad input to the planner (unknown model, bad size string); the message says what to fix."""
+
+
+def parse_bytes(text: str) -> int:
+    """``"80GiB"`` -> 85899345920; accepts B, KB/MB/GB/TB (powers of 1000), KiB/MiB/GiB/TiB
+    (powers of 1024) and plain integers (bytes).
+
+    Raises:
+        PlanError: not a size.
+    """
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B|B)?\s*", str(text), flags=re.I)
+    if not m:
+        raise PlanError(f"cannot read {text!r} as a size; write e.g. 80GiB, 24GB or 1073741824")
+    value, unit = float(m.group(1)), (m.group(2) or "B").upper()
+    powers = {"B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12,
+              "KIB": 2 ** 10, "MIB": 2 ** 20, "GIB": 2 ** 30, "TIB": 2 ** 40}
+    return int(value * powers[unit])
+
+
+def count_parameters(cfg: ModelConfig) -> int:
+    """Parameters of a Llama-family decoder without biases: embeddings (twice when untied),
+    per layer q/k/v/o projections, gate/up/down MLP and two norms, plus the final norm."""
+    H, hd = cfg.hidden_size, cfg.head_dim
+    attn = H * cfg.num_heads * hd * 2 + H * cfg.num_kv_heads * hd * 2
+    mlp = 3 * H * cfg.intermediate_size
+    per_layer = attn + mlp + 2 * H
+    embed = cfg.vocab_size * H * (1 if cfg.tie_word_embeddings else 2)
+    return embed + cfg.num_layers * per_layer + H
+
+
+@dataclass
+class KVPlan:
+    """The numbers ``kv-plan`` prints (bytes unless stated)."""
+
+    model: str
+    source: str
+    context: int
+    batch: int
+    block_size: int
+    kv_dtype: str
+    kv_bytes_per_token: int
+    blocks_per_request: int
+    kv_bytes_per_request: int
+    kv_bytes_batch: int
+    parameters: Optional[int]
+    weight_bytes: int
+    memory: Optional[int] = None
+    memory_after_weights: Optional[int] = None
+    kv_blocks: Optional[int] = None
+    max_requests: Optional[int] = None
+    batch_fits: Optional[bool] = None
+
+
+def plan(cfg: ModelConfig, *, context: int, batch: int = 1, kv_dtype: str = "bf16",
+         block_size: int = 16, memory: Optional[int] = None, weight_bytes: Optional[int] = None,
+         weight_dtype: str = "bf16", source: str = "") -> KVPlan:
+    """Compute a :class:`KVPlan`.
+
+    Args:
+        cfg: the architecture.
+        context: tokens per request (prompt + output); rounded up to whole blocks.
+        batch: concurrent requests.
+        kv_dtype: key of :data:`DTYPE_BYTES`.
+        block_size: tokens per KV block.
+        memory: device memory in bytes (None: skip the fit part).
+        weight_bytes: stored weight size; default parameters x ``weight_dtype`` bytes.
+
+    Raises:
+        PlanError: a non-positive size or unknown dtype.
+    """
+    if context <= 0 or batch <= 0 or block_size <= 0:
+        raise PlanError("--context, --batch and --block-size must be positive integers")
+    if kv_dtype not in DTYPE_BYTES or weight_dtype not in DTYPE_BYTES:
+        bad = kv_dtype if kv_dtype not in DTYPE_BYTES else weight_dtype
+        raise PlanError(f"unknown dtype {bad!r}; use one of {', '.join(sorted(DTYPE_BYTES))}")
+    per_token = cfg.kv_bytes_per_token(DTYPE_BYTES[kv_dtype])
+    blocks = math.ceil(context / block_size)
+    per_request = blocks * block_size * per_token
+    params = count_parameters(cfg)
+    if weight_bytes is None:
+        weight_bytes = params * DTYPE_BYTES[weight_dtype]
+    p = KVPlan(model=cfg.name, source=source, context=context, batch=batch, block_size=block_size,
+               kv_dtype=kv_dtype, kv_bytes_per_token=per_token, blocks_per_request=blocks,
+               kv_bytes_per_request=per_request, kv_bytes_batch=per_request * batch,
+               parameters=params, weight_bytes=weight_bytes)
+    if memory is not None:
+        left = memory - weight_bytes
+        p.memory = memory
+        p.memory_after_weights = left
+        p.kv_blocks = max(0, left // (block_size * per_token))
+        p.max_requests = p.kv_blocks // blocks
+        p.batch_fits = p.max_requests >= batch
+    return p
+
+
+def resolve_model(model: str):
+    """``(ModelConfig, source, stored weight bytes or None)`` for a preset name, a ``.gguf``
+    file, a ``config.json`` or a folder holding one.
+
+    Raises:
+        PlanError: nothing matches (the message lists the presets).
+    """
+    key = model.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key in PRESETS:
+        cfg, source = PRESETS[key]
+        return cfg, source, None
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            path = path / "config.json"
+        else:
+            ggufs = sorted(path.glob("*.gguf"))
+            if len(ggufs) != 1:
+                raise PlanError(f"{model}: folder has no config.json and {len(ggufs)} .gguf files")
+            path = ggufs[0]
+    if path.is_file() and path.suffix == ".gguf":
+        import gguf
+
+        from .loader.gguf_loader import read_gguf_config
+
+        reader = gguf.GGUFReader(str(path))
+        stored = sum(int(t.n_bytes) for t in reader.tensors)
+        return read_gguf_config(reader, path), str(path), stored
+    if path.is_file() and path.name.endswith(".json"):
+        from .loader.hf_loader import read_hf_config
+
+        tmp = path.parent
+        cfg = read_hf_config(tmp) if path.name == "config.json" else None
+        if cfg is None:
+            raise PlanError(f"{model}: expected a file named config.json")
+        return cfg, str(path), None
+    names = ", ".join(sorted(PRESETS))
+    raise PlanError(f"unknown model {model!r}: give a preset ({names}), a .gguf file or a config.json")
+
+
+def _fmt_bytes(n: Optional[int]) -> str:
+    if n is None:
+        return "-"
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= size:
+            return f"{sign}{n / size:,.2f} {unit} ({sign}{n:,} B)"
+    return f"{sign}{n:,} B"
+
+
+def format_plan(p: KVPlan) -> str:
+    rows = [
+        ("model", f"{p.model}" + (f"  [{p.source}]" if p.source else "")),
+        ("parameters", f"{p.parameters:,}" if p.parameters else "-"),
+        ("weights", _fmt_bytes(p.weight_bytes)),
+        ("KV dtype / block size", f"{p.kv_dtype} / {p.block_size} tokens"),
+        ("KV per token", _fmt_bytes(p.kv_bytes_per_token)),
+        (f"KV per request ({p.context:,} tokens = {p.blocks_per_request:,} blocks)",
+         _fmt_bytes(p.kv_bytes_per_request)),
+        (f"KV for the batch ({p.batch} requests)", _fmt_bytes(p.kv_bytes_batch)),
+    ]
+    if p.memory is not None:
+        rows += [
+            ("memory", _fmt_bytes(p.memory)),
+            ("left after weights", _fmt_bytes(p.memory_after_weights)),
+            ("KV blocks that fit", f"{p.kv_blocks:,}"),
+            (f"requests of {p.context:,} tokens that fit", f"{p.max_requests:,}"),
+            (f"batch of {p.batch} fits", "yes" if p.batch_fits else "NO"),
+        ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True,
+                        help=f"preset ({', '.join(sorted(PRESETS))}), a .gguf file, or a config.json/folder")
+    parser.add_argument("--context", type=int, required=True, help="tokens per request (prompt + output)")
+    parser.add_argument("--batch", type=int, default=1, help="concurrent requests (default 1)")
+    parser.add_argument("--kv-dtype", default="bf16", help="KV cache dtype: bf16, fp16, fp8, fp32 (default bf16)")
+    parser.add_argument("--weight-dtype", default="bf16",
+                        help="weight dtype for presets and config.json (default bf16; a .gguf uses its stored size)")
+    parser.add_argument("--memory", default=None, help="device memory, e.g. 80GiB (enables the fit part)")
+    parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
+    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg, source, stored = resolve_model(args.model)
+        memory = parse_bytes(args.memory) if args.memory is not None else None
+        p = plan(cfg, context=args.context, batch=args.batch, kv_dtype=args.kv_dtype.lower(),
+                 block_size=args.block_size, memory=memory, weight_bytes=stored,
+                 weight_dtype=args.weight_dtype.lower(), source=source)
+    except (PlanError, ValueError, OSError) as exc:
+        print(f"promptcache kv-plan: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(asdict(p), indent=2))
+    else:
+        print(format_plan(p))
+    return 0
+
+
+__all__ = ["plan", "KVPlan", "PRESETS", "parse_bytes", "count_parameters", "resolve_model",
+           "add_arguments", "run"]
