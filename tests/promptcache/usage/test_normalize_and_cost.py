@@ -436,3 +436,19 @@ def test_integer_fast_path_equals_decimal_cost_for_every_bundled_model():
         assert D(total) / 10**12 == c.total and D(baseline) / 10**12 == c.baseline
 
     check()
+
+
+def test_gemini_google_genai_sdk_objects():
+    types = pytest.importorskip("google.genai.types", reason="google-genai not installed")
+    resp = types.GenerateContentResponse.model_validate(
+        {"modelVersion": "gemini-2.5-pro",
+         "usageMetadata": {"promptTokenCount": 11500, "cachedContentTokenCount": 10000,
+                           "candidatesTokenCount": 1000, "thoughtsTokenCount": 10000,
+                           "totalTokenCount": 22500}})
+    u = normalize_usage("gemini", resp)
+    # same counts and the same $0.113125 as the REST dict in the test above
+    assert (u.uncached_input_tokens, u.cache_read_tokens, u.output_tokens) == (1500, 10000, 11000)
+    assert cost(u).total == D("0.113125")
+    assert normalize_usage("gemini", resp.usage_metadata) == u.replace(model=None)
+    # a stream of SDK chunks: the last one's metadata is the total
+    assert normalize_usage("gemini", [resp, resp]) == u
