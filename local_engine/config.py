@@ -80,6 +80,9 @@ class EngineConfig:
         swap_space: bytes of CPU memory for swapping preempted requests' KV (0 = recompute).
         enforce_eager: on CUDA, run decode steps eagerly instead of replaying the CUDA graphs
             captured for batch sizes 1..``max_num_seqs`` (see :mod:`local_engine.cuda_graphs`).
+        num_threads: torch intra-op CPU threads for this process (None = torch's default, one
+            per core). On a CPU shared with other busy processes 1 is much faster: two threads
+            that must meet at every operator's barrier wait for each other's time slices.
     """
 
     model: Optional[str] = None
@@ -99,6 +102,7 @@ class EngineConfig:
     debug_checks: bool = False
     swap_space: int = 0
     enforce_eager: bool = False  # [TRITON] on CUDA: no decode CUDA graphs (local_engine/cuda_graphs.py)
+    num_threads: Optional[int] = None
 
     DEFAULT_CPU_KV_CACHE_MEMORY = 512 * 1024 * 1024
 
