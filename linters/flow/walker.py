@@ -155,7 +155,7 @@ class _Walker:
         stack: list[tuple] = [(n, facts.module, ()) for n in reversed(tree.body)]
         pop = stack.pop
         push = stack.append
-        Constant, Name, Call, Dict = ast.Constant, ast.Name, ast.Call, ast.Dict
+        Constant, Name = ast.Constant, ast.Name
         handlers = _HANDLERS
         longest = 0
         while stack:

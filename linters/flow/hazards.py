@@ -1,0 +1,469 @@
+"""Hazards: what flows into a value that makes a cached prefix differ between requests.
+
+A volatile source (clock, UUID, random, pid, hostname, request id), ``json.dumps`` without
+sorted keys, iteration over a set, a dict view whose order depends on input, or a function
+parameter (so that a caller's argument can be substituted later). Memoised per node.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import NamedTuple
+
+from linters.flow import tables
+from linters.flow.facts import (
+    ASSIGN, AUG, DEF, IMPORT, ITER, OPAQUE, PARAM, SETITEM, SHUFFLE, UNPACK, UPDATE, WITH, Binding,
+    Scope,
+)
+from linters.flow.resolve import is_template, short
+from linters.flow.segments import DYNAMIC, classify
+
+# Hazard kinds.
+VOLATILE = "volatile"
+JSON = "json"
+SET = "set"
+VIEW = "view"
+PARAM_H = "param"
+
+_MAX_DEPTH = 24
+_MAPPINGS = ("dict", "Dict", "Mapping", "MutableMapping", "OrderedDict", "defaultdict")
+
+
+class Hazard(NamedTuple):
+    """A hazard flowing into a value: ``node`` is where it enters (what a finding points
+    at), ``detail`` a human description (for PARAM: ``(function scope, parameter name)``),
+    ``fixable`` whether an automatic fix exists (PC002)."""
+
+    kind: str
+    node: ast.AST
+    detail: object
+    fixable: bool = False
+
+
+
+class HazardMixin:
+    """Hazard questions; mixed into :class:`linters.flow.values.Evaluator`."""
+
+    def hazards(self, node: ast.AST, scope: Scope) -> tuple[Hazard, ...]:
+        """Hazards flowing into the value of ``node`` (evaluated in ``scope``)."""
+        key = id(node)
+        got = self._hz.get(key)
+        if got is not None:
+            return got
+        if key in self._active or len(self._active) > _MAX_DEPTH * 4:
+            return ()
+        self._active.add(key)
+        try:
+            res = self._hazards(node, scope)
+        finally:
+            self._active.discard(key)
+        res = tuple(dict.fromkeys(res))  # de-duplicate, keep order
+        self._hz[key] = res
+        return res
+
+    def _hazards(self, node, scope) -> list[Hazard] | tuple:
+        t = type(node)
+        if t is ast.Constant:
+            return ()
+        if t is ast.Name:
+            return self._h_name(node, scope)
+        if t is ast.JoinedStr:
+            out: list[Hazard] = []
+            for v in node.values:
+                if type(v) is ast.FormattedValue:
+                    out.extend(self.hazards(v.value, scope))
+                    if self.is_set(v.value, scope):
+                        out.append(Hazard(SET, v.value, f"formatting the set `{short(v.value)}`"))
+            return out
+        if t is ast.Call:
+            return self._h_call(node, scope)
+        if t is ast.Attribute:
+            return self._h_attribute(node, scope)
+        if t is ast.Subscript:
+            if self._request_id_key(node.slice):
+                return (Hazard(VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
+            return self.hazards(node.value, scope) + self.hazards(node.slice, scope)
+        if t is ast.BinOp:
+            return self.hazards(node.left, scope) + self.hazards(node.right, scope)
+        if t is ast.BoolOp:
+            out = []
+            for v in node.values:
+                out.extend(self.hazards(v, scope))
+            return out
+        if t is ast.IfExp:
+            return self.hazards(node.body, scope) + self.hazards(node.orelse, scope)
+        if t in (ast.List, ast.Tuple, ast.Set):
+            out = []
+            for e in node.elts:
+                out.extend(self.hazards(e, scope))
+            return out
+        if t is ast.Starred:
+            out = list(self.hazards(node.value, scope))
+            if self.is_set(node.value, scope):
+                out.append(Hazard(SET, node, f"unpacking the set `{short(node.value)}`"))
+            return out
+        if t is ast.Dict:
+            out = []
+            for k, v in zip(node.keys, node.values):
+                if k is not None:
+                    out.extend(self.hazards(k, scope))
+                out.extend(self.hazards(v, scope))
+            return out
+        if t in (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp):
+            return self._h_comprehension(node, scope)
+        if t in (ast.Await, ast.NamedExpr, ast.FormattedValue):
+            return self.hazards(node.value, scope)
+        if t is ast.UnaryOp:
+            return () if type(node.op) is ast.Not else self.hazards(node.operand, scope)
+        return ()
+
+    def _h_comprehension(self, node, scope) -> list[Hazard]:
+        out: list[Hazard] = []
+        t = type(node)
+        for gen in node.generators:
+            out.extend(self.hazards(gen.iter, scope))
+            if t is not ast.SetComp:
+                if self.is_set(gen.iter, scope):
+                    out.append(Hazard(SET, gen.iter, f"iterating the set `{short(gen.iter)}`"))
+                else:
+                    why = self.input_dict(gen.iter, scope)
+                    if why:
+                        out.append(Hazard(VIEW, gen.iter, why))
+        if t is ast.DictComp:
+            out.extend(self.hazards(node.key, scope))
+            out.extend(self.hazards(node.value, scope))
+        else:
+            out.extend(self.hazards(node.elt, scope))
+        return out
+
+    def _h_name(self, node: ast.Name, scope: Scope) -> list[Hazard]:
+        bindings = self.resolve(node.id, scope, node.lineno)
+        out: list[Hazard] = []
+        if tables.REQUEST_ID_RE.match(node.id) and not any(
+                b.kind in (ASSIGN, AUG) for b in bindings):
+            return [Hazard(VOLATILE, node, f"`{node.id}` (a per-request id)")]
+        for b in bindings:
+            out.extend(self._h_binding(b, node))
+        return out
+
+    def _h_binding(self, b: Binding, use: ast.AST) -> list[Hazard] | tuple:
+        kind = b.kind
+        if kind == PARAM:
+            return (Hazard(PARAM_H, use, (b.scope, b.value.arg)),)
+        if kind in (IMPORT, DEF, OPAQUE) or b.value is None:
+            return ()
+        if kind == SHUFFLE:
+            return (Hazard(VOLATILE, b.node, f"`{short(b.node)}` (random order)"),)
+        value = b.value
+        hs = self.hazards(value, b.scope)
+        if kind == ITER:
+            extra: list[Hazard] = []
+            if self.is_set(value, b.scope):
+                extra.append(Hazard(SET, value, f"iterating the set `{short(value)}`"))
+            else:
+                why = self.input_dict(value, b.scope)
+                if why:
+                    extra.append(Hazard(VIEW, value, why))
+            hs = tuple(extra) + hs
+        if kind in (ASSIGN, UNPACK, WITH) and not is_template(value):
+            # A value computed whole (``now = datetime.now()``) is reported where it is used.
+            name = use.id if type(use) is ast.Name else short(use)
+            hs = tuple(
+                Hazard(VOLATILE, use, f"`{name}`, set from {h.detail} on line {b.line},")
+                if h.kind == VOLATILE else h
+                for h in hs)
+        return hs
+
+    def _h_attribute(self, node: ast.Attribute, scope: Scope) -> list[Hazard] | tuple:
+        if tables.REQUEST_ID_RE.match(node.attr):
+            return (Hazard(VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
+        base = node.value
+        if type(base) is ast.Name and base.id == "self":
+            out: list[Hazard] = []
+            for b in self.self_attr(node.attr, scope):
+                out.extend(self._h_binding(b, node))
+            return out
+        return self.hazards(base, scope)
+
+    def _h_call(self, node: ast.Call, scope: Scope) -> list[Hazard] | tuple:
+        why = self.volatile_call(node)
+        if why:
+            return (Hazard(VOLATILE, node, why),)
+        func = node.func
+        args = node.args
+        q = self.facts.qualname(func)
+        if q is not None:
+            if q in tables.SANITIZING_CALLS:
+                return ()
+            if q in tables.ORDERING_CALLS:
+                return [h for a in args for h in self.hazards(a, scope) if h.kind not in (SET, VIEW)]
+            mode = tables.JSON_DUMPS.get(q)
+            if mode is not None:
+                return self._h_json(node, q, mode, scope)
+        out: list[Hazard] = []
+        if q in tables.ITERATING_CALLS and args:
+            a0 = args[0]
+            if self.is_set(a0, scope):
+                out.append(Hazard(SET, node, f"`{short(node)}` iterates a set"))
+            else:
+                why = self.input_dict(a0, scope)
+                if why:
+                    out.append(Hazard(VIEW, node, why))
+        if type(func) is ast.Attribute:
+            attr = func.attr
+            if attr == "join" and args:
+                if self.is_set(args[0], scope):
+                    out.append(Hazard(SET, node, f"`{short(node)}` joins a set"))
+                else:
+                    why = self.input_dict(args[0], scope)
+                    if why:
+                        out.append(Hazard(VIEW, node, why))
+            elif attr in ("values", "keys", "items") and not args:
+                why = self.input_dict(func.value, scope, iterated=False)
+                if why:
+                    out.append(Hazard(VIEW, node, why))
+            elif attr == "get" and args and self._request_id_key(args[0]):
+                return (Hazard(VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
+        fs, bound = self.callee(node, scope)
+        if fs is not None:
+            out.extend(self._h_local_call(node, fs, bound, scope))
+            return out
+        if type(func) is ast.Attribute:
+            out.extend(self.hazards(func.value, scope))
+        for a in args:
+            out.extend(self.hazards(a, scope))
+        for kw in node.keywords:
+            out.extend(self.hazards(kw.value, scope))
+        return out
+
+    def _h_local_call(self, node, fs: Scope, bound: bool, scope: Scope) -> list[Hazard]:
+        out: list[Hazard] = []
+        for r in fs.returns:
+            for h in self.hazards(r, fs):
+                if h.kind == PARAM_H and h.detail[0] is fs:
+                    arg = self.arg_for(node, fs, h.detail[1], bound)
+                    if arg is not None:
+                        out.extend(self.hazards(arg, scope))
+                else:
+                    out.append(h)
+        return out
+
+    def _h_json(self, node: ast.Call, q: str, mode: str, scope: Scope) -> list[Hazard]:
+        out: list[Hazard] = []
+        if node.args:
+            out.extend(self.hazards(node.args[0], scope))
+        kws = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                return out  # **kwargs may carry sort_keys
+            kws[kw.arg] = kw.value
+        if mode == "sort_keys":
+            sk = kws.get("sort_keys")
+            if sk is not None and not (type(sk) is ast.Constant and sk.value is False):
+                return out
+            if len(node.args) > 6:  # positional sort_keys (json.dumps' 10th parameter)
+                return out
+        else:
+            opt = kws.get("option")
+            if opt is not None and "OPT_SORT_KEYS" in short(opt, 400):
+                return out
+        if node.args and self.deterministic_order(node.args[0], scope, 0):
+            return out
+        fixable = mode == "sort_keys" and "sort_keys" not in kws
+        out.append(Hazard(JSON, node, f"`{short(node.func)}(...)` without sorted keys", fixable))
+        return out
+
+    def deterministic_order(self, node, scope: Scope, depth: int) -> bool:
+        """True when serialising ``node`` gives the same key order on every run: literals
+        whose nested values are not mappings built at run time."""
+        if depth > 8:
+            return False
+        t = type(node)
+        if t is ast.Constant:
+            return True
+        if t in (ast.List, ast.Tuple):
+            return all(self.deterministic_order(e, scope, depth + 1) for e in node.elts)
+        if t is ast.Dict:
+            if any(k is None for k in node.keys):
+                return False
+            return all(self._not_runtime_mapping(v, scope, depth + 1) for v in node.values)
+        if t is ast.Name:
+            bl = self.resolve(node.id, scope, node.lineno)
+            if len(bl) == 1 and bl[0].kind == ASSIGN and type(bl[0].value) in (ast.Dict, ast.List, ast.Tuple, ast.Constant):
+                return self.deterministic_order(bl[0].value, bl[0].scope, depth + 1)
+        return False
+
+    def _not_runtime_mapping(self, node, scope, depth) -> bool:
+        t = type(node)
+        if t in (ast.Constant, ast.List, ast.Tuple, ast.Dict):
+            return self.deterministic_order(node, scope, depth)
+        if t is ast.DictComp:
+            return False
+        if t is ast.Call:
+            q = self.facts.qualname(node.func) or ""
+            if q in tables.DICT_CONSTRUCTORS or q.endswith(("json.loads", "json.load")):
+                return False
+            if type(node.func) is ast.Attribute and node.func.attr in (
+                    "model_dump", "dict", "to_dict", "json", "asdict", "copy"):
+                return False
+            return True
+        if t is ast.Name:
+            for b in self.resolve(node.id, scope, node.lineno):
+                if b.kind in (SETITEM, UPDATE):
+                    return False
+                if b.kind == ASSIGN and not self._not_runtime_mapping(b.value, b.scope, depth + 1):
+                    return False
+                if b.kind == PARAM and _annotation_is(b.scope.param_notes.get(node.id),
+                                                      ("dict", "Dict", "Mapping", "MutableMapping")):
+                    return False
+            return True
+        return True
+
+    def is_set(self, node, scope: Scope, depth: int = 0) -> bool:
+        """True when ``node`` evaluates to a ``set``/``frozenset`` (unordered)."""
+        key = id(node)
+        got = self._set.get(key)
+        if got is not None:
+            return got
+        self._set[key] = False  # cycle guard
+        res = self._is_set(node, scope, depth)
+        self._set[key] = res
+        return res
+
+    def _is_set(self, node, scope, depth) -> bool:
+        if depth > _MAX_DEPTH:
+            return False
+        t = type(node)
+        if t is ast.Set or t is ast.SetComp:
+            return True
+        if t is ast.Call:
+            func = node.func
+            q = self.facts.qualname(func)
+            if q in tables.SET_CONSTRUCTORS:
+                return True
+            if type(func) is ast.Attribute and func.attr in tables.SET_METHODS:
+                return self.is_set(func.value, scope, depth + 1)
+            return False
+        if t is ast.BinOp and type(node.op) in (ast.BitOr, ast.BitAnd, ast.Sub, ast.BitXor):
+            return (self.is_set(node.left, scope, depth + 1) or self.is_set(node.right, scope, depth + 1)
+                    or _is_keys_view(node.left) or _is_keys_view(node.right))
+        if t is ast.Name:
+            for b in self.resolve(node.id, scope, node.lineno):
+                if b.kind == ASSIGN and self.is_set(b.value, b.scope, depth + 1):
+                    return True
+                if b.kind == PARAM and _annotation_is(
+                        b.scope.param_notes.get(node.id),
+                        ("set", "frozenset", "Set", "FrozenSet", "AbstractSet", "MutableSet")):
+                    return True
+            return False
+        if t is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self":
+            return any(b.kind == ASSIGN and self.is_set(b.value, b.scope, depth + 1)
+                       for b in self.self_attr(node.attr, scope))
+        return False
+
+    def input_dict(self, node, scope: Scope, iterated: bool = True) -> str | None:
+        """Why a mapping's insertion order depends on input (None if it does not, or if
+        that cannot be told): a parameter, a comprehension over per-request data, or a dict
+        filled at run time (in a loop or from another function).
+
+        ``iterated``: ``node`` is iterated directly (``for k in node``), so it must be known
+        to be a mapping; False for the receiver of ``.keys()/.values()/.items()``.
+        """
+        key = (id(node), iterated)
+        if key in self._dict:
+            return self._dict[key]
+        self._dict[key] = None
+        if iterated and not self.is_mapping(node, scope):
+            return None
+        res = self._input_dict(node, scope, 0)
+        self._dict[key] = res
+        return res
+
+    def is_mapping(self, node, scope: Scope, depth: int = 0) -> bool:
+        """True when ``node`` is known to be a dict (literal, comprehension, ``dict()``, a
+        parameter annotated as a mapping)."""
+        if depth > 6:
+            return False
+        t = type(node)
+        if t is ast.Dict or t is ast.DictComp:
+            return True
+        if t is ast.Call:
+            return self.facts.qualname(node.func) in tables.DICT_CONSTRUCTORS
+        if t is ast.Name:
+            for b in self.resolve(node.id, scope, node.lineno):
+                if b.kind == ASSIGN and self.is_mapping(b.value, b.scope, depth + 1):
+                    return True
+                if b.kind == PARAM and _annotation_is(b.scope.param_notes.get(node.id), _MAPPINGS):
+                    return True
+            return False
+        if t is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self":
+            return any(b.kind == ASSIGN and self.is_mapping(b.value, b.scope, depth + 1)
+                       for b in self.self_attr(node.attr, scope))
+        return False
+
+    def _input_dict(self, node, scope, depth) -> str | None:
+        if depth > 8:
+            return None
+        t = type(node)
+        if t is ast.DictComp:
+            for gen in node.generators:
+                if classify(self.segments(gen.iter, scope)) == DYNAMIC:
+                    return f"a dict comprehension over `{short(gen.iter)}` (per-request order)"
+            return None
+        if t is ast.Call:
+            q = self.facts.qualname(node.func)
+            if q in tables.DICT_CONSTRUCTORS and node.args:
+                return self._input_dict(node.args[0], scope, depth + 1)
+            return None
+        if t is ast.Name or (t is ast.Attribute and type(node.value) is ast.Name
+                             and node.value.id == "self"):
+            if t is ast.Name:
+                bindings = self.resolve(node.id, scope, node.lineno)
+                label = node.id
+            else:
+                bindings = self.self_attr(node.attr, scope)
+                label = short(node)
+            home = None
+            for b in bindings:
+                if b.kind == ASSIGN and home is None:
+                    home = b.scope
+            for b in bindings:
+                if b.kind == PARAM:
+                    note = b.scope.param_notes.get(b.value.arg)
+                    if note is None or _annotation_is(note, _MAPPINGS):
+                        return f"`{label}` is a parameter, so its key order is the caller's"
+                elif b.kind == ASSIGN:
+                    why = self._input_dict(b.value, b.scope, depth + 1)
+                    if why:
+                        return f"`{label}` is {why}"
+                elif b.kind in (SETITEM, UPDATE):
+                    loop = next((it for it in b.in_loop if it is not None and classify(
+                        self.segments(it, b.scope)) == DYNAMIC), None)
+                    if loop is not None:
+                        return (f"`{label}` is filled in a loop over `{short(loop)}` (line {b.line}), "
+                                "so its order is the input's")
+                    if home is not None and b.scope is not home and b.scope.kind == "function":
+                        return (f"`{label}` is filled by `{b.scope.name}()` at run time (line "
+                                f"{b.line}), so its order is the order of the calls")
+        return None
+
+
+
+
+def _is_keys_view(node) -> bool:
+    return (type(node) is ast.Call and type(node.func) is ast.Attribute
+            and node.func.attr in ("keys", "items") and not node.args)
+
+
+def _annotation_is(note, names: tuple[str, ...]) -> bool:
+    if note is None:
+        return False
+    if type(note) is ast.Subscript:
+        note = note.value
+    if type(note) is ast.Attribute:
+        return note.attr in names
+    if type(note) is ast.Name:
+        return note.id in names
+    if type(note) is ast.Constant and type(note.value) is str:
+        return note.value.split("[", 1)[0].split(".")[-1] in names
+    return False

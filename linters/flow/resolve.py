@@ -1,0 +1,145 @@
+"""Name resolution shared by the evaluators: bindings visible at a use, the module function
+a call reaches, the argument it passes for a parameter, and volatile calls."""
+
+from __future__ import annotations
+
+import ast
+
+from linters.flow import tables
+from linters.flow.facts import DEF, Binding, ModuleFacts, Scope
+
+
+def short(node: ast.AST, limit: int = 48) -> str:
+    """Source text of ``node`` for a message, shortened to ``limit`` characters."""
+    try:
+        text = ast.unparse(node)
+    except Exception:  # pragma: no cover - unparse handles every node the parser makes
+        return "<expr>"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def class_of(scope: Scope | None) -> Scope | None:
+    """The class scope whose method ``scope`` (or a function nested in it) is."""
+    s = scope
+    while s is not None and s.cls is None:
+        s = s.parent
+    return s.cls if s is not None else None
+
+
+class Resolver:
+    """Follows names of one module (see :class:`linters.flow.values.Evaluator`).
+
+    ``extra_volatile`` adds fully qualified call names to the volatile table.
+    """
+
+    def __init__(self, facts: ModuleFacts, extra_volatile: frozenset[str] = frozenset()):
+        self.facts = facts
+        self.extra_volatile = extra_volatile
+        self._fscopes: dict[int, Scope] | None = None
+        self._active: set[int] = set()      # nodes whose hazards are being computed
+        self._active_seg: set[int] = set()  # nodes whose segments are being computed
+
+    def resolve(self, name: str, scope: Scope, line: int) -> list[Binding]:
+        """Bindings of ``name`` visible from ``scope`` at ``line``: the nearest scope that
+        binds it; in the use's own scope, only bindings on earlier lines (all if none)."""
+        s = scope
+        while s is not None:
+            bl = s.bindings.get(name)
+            if bl:
+                if s is scope:
+                    before = [b for b in bl if b.line < line]
+                    return before or bl
+                return bl
+            s = s.parent
+        return []
+
+    def self_attr(self, attr: str, scope: Scope) -> list[Binding]:
+        """Bindings of ``self.<attr>`` from any method of the class ``scope`` belongs to."""
+        cls = class_of(scope)
+        return cls.self_attrs.get(attr, []) if cls is not None else []
+
+    def function_scope(self, node: ast.AST) -> Scope | None:
+        if self._fscopes is None:
+            found: dict[int, Scope] = {}
+            todo = [self.facts.module]
+            while todo:
+                s = todo.pop()
+                for fs in s.funcs.values():
+                    found[id(fs.node)] = fs
+                    todo.append(fs)
+            self._fscopes = found
+        return self._fscopes.get(id(node))
+
+    def callee(self, call: ast.Call, scope: Scope) -> tuple[Scope | None, bool]:
+        """The module-local function a call reaches, and whether ``self`` is bound."""
+        func = call.func
+        if type(func) is ast.Name:
+            for b in self.resolve(func.id, scope, call.lineno):
+                if b.kind == DEF and isinstance(b.value, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    return self.function_scope(b.value), False
+            return None, False
+        if (type(func) is ast.Attribute and type(func.value) is ast.Name
+                and func.value.id == "self"):
+            cls = class_of(scope)
+            if cls is not None:
+                fs = cls.funcs.get(func.attr)
+                if fs is not None and fs.kind == "function":
+                    return fs, True
+        return None, False
+
+    @staticmethod
+    def arg_for(call: ast.Call, fs: Scope, pname: str, bound: bool) -> ast.expr | None:
+        """The argument a call passes for parameter ``pname`` of ``fs`` (None: default)."""
+        params = fs.params[1:] if bound else fs.params
+        for kw in call.keywords:
+            if kw.arg == pname:
+                return kw.value
+        try:
+            i = params.index(pname)
+        except ValueError:
+            return None
+        args = call.args
+        for a in args[: i + 1]:
+            if type(a) is ast.Starred:
+                return None
+        return args[i] if i < len(args) else None
+
+    def volatile_call(self, node: ast.Call) -> str | None:
+        """Why a call's result changes between requests, or None."""
+        q = self.facts.qualname(node.func)
+        if q is None:
+            return None
+        what = tables.VOLATILE_CALLS.get(q)
+        if what is None and q in self.extra_volatile:
+            what = "a value configured as volatile"
+        if what is None:
+            n = tables.CLOCK_DEFAULT_CALLS.get(q)
+            if n is not None and len(node.args) < n and not node.keywords:
+                what = "the clock"
+        if what is None:
+            mod, _, fn = q.rpartition(".")
+            exc = tables.RANDOM_MODULES.get(mod)
+            if exc is not None and fn not in exc:
+                what = "a random number generator"
+        if what is None:
+            return None
+        return f"`{short(node.func, 40)}()` ({what})"
+
+    @staticmethod
+    def _request_id_key(node) -> bool:
+        return (type(node) is ast.Constant and type(node.value) is str
+                and tables.REQUEST_ID_RE.match(node.value) is not None)
+
+def is_template(value) -> bool:
+    """True for expressions that assemble text around their parts (f-strings, ``+``,
+    ``.format``, ``.join``, ``%``, literals, containers), whose hazards are reported where
+    they sit rather than where the assembled value is used."""
+    t = type(value)
+    if t in (ast.JoinedStr, ast.BinOp, ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set,
+             ast.ListComp, ast.GeneratorExp, ast.DictComp, ast.SetComp, ast.IfExp):
+        return True
+    if t is ast.Call and type(value.func) is ast.Attribute and value.func.attr in (
+            "format", "join", "replace", "format_map", "substitute", "safe_substitute", "render"):
+        return True
+    return False

@@ -1,0 +1,360 @@
+"""Segments: a value's text as an ordered sequence of static text, per-request text and
+unknown parts, for the rules about what comes first (PC004, PC007, whole-prompt PC001).
+
+Segment kinds: ``("s", chars)`` static (``None`` chars: a file's contents, unknown but
+large), ``("d", node, why)`` per-request, ``("v", node, why)`` volatile, ``("u",)`` unknown.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import string
+
+from linters.flow import tables
+from linters.flow.facts import ASSIGN, AUG, ITER, PARAM, UNPACK, WITH, Scope
+from linters.flow.resolve import is_template, short
+
+STATIC, DYNAMIC, VOLAT, UNKNOWN = "s", "d", "v", "u"
+_U = (UNKNOWN,)
+_MAX_DEPTH = 24
+_FORMATTER = string.Formatter()
+_PERCENT_RE = re.compile(r"%%|%(\([^)]*\))?[-#0 +]*(\*|\d+)?(\.(\*|\d+))?[hlL]?[diouxXeEfFgGcrsa]")
+
+
+
+def classify(segs) -> str:
+    """``"d"`` if any part is per-request or volatile, ``"s"`` if all parts are static,
+    else ``"u"``."""
+    kind = STATIC
+    for s in segs:
+        k = s[0]
+        if k == DYNAMIC or k == VOLAT:
+            return DYNAMIC
+        if k == UNKNOWN:
+            kind = UNKNOWN
+    return kind
+
+
+
+def static_chars(segs) -> int | None:
+    """Total static characters (None stands for file contents: unknown but large)."""
+    total = 0
+    for s in segs:
+        if s[0] == STATIC:
+            if s[1] is None:
+                return None
+            total += s[1]
+    return total
+
+
+
+class SegmentMixin:
+    """Segment questions; mixed into :class:`linters.flow.values.Evaluator`."""
+
+    def segments(self, node, scope: Scope) -> tuple:
+        """``node``'s text as ordered parts: ("s", chars), ("d", node, why), ("v", node,
+        why), ("u",)."""
+        key = id(node)
+        got = self._seg.get(key)
+        if got is not None:
+            return got
+        if key in self._active_seg or len(self._active_seg) > _MAX_DEPTH * 4:
+            return _U
+        self._active_seg.add(key)
+        try:
+            res = tuple(self._segments(node, scope))
+        finally:
+            self._active_seg.discard(key)
+        self._seg[key] = res
+        return res
+
+    def _segments(self, node, scope):
+        t = type(node)
+        if t is ast.Constant:
+            v = node.value
+            if v is None:
+                return ()
+            return ((STATIC, len(v) if type(v) is str else len(str(v))),)
+        if t is ast.JoinedStr:
+            out = []
+            for v in node.values:
+                if type(v) is ast.Constant:
+                    out.append((STATIC, len(v.value)))
+                else:
+                    out.extend(self.segments(v.value, scope))
+            return out
+        if t is ast.BinOp:
+            op = type(node.op)
+            if op is ast.Add:
+                return self.segments(node.left, scope) + self.segments(node.right, scope)
+            if op is ast.Mod:
+                return self._seg_percent(node, scope)
+            if op is ast.Mult:
+                text = self.literal_str(node, scope)
+                if text is not None:
+                    return ((STATIC, len(text)),)
+            return _U
+        if t is ast.Name:
+            return self._seg_name(node, scope)
+        if t is ast.Attribute:
+            return self._seg_attribute(node, scope)
+        if t is ast.Subscript:
+            if self._request_id_key(node.slice):
+                return ((VOLAT, node, f"`{short(node)}` (a per-request id)"),)
+            if classify(self.segments(node.value, scope)) == DYNAMIC:
+                return ((DYNAMIC, node, f"`{short(node)}`"),)
+            return _U
+        if t is ast.Call:
+            return self._seg_call(node, scope)
+        if t is ast.IfExp:
+            a = self.segments(node.body, scope)
+            b = self.segments(node.orelse, scope)
+            ka, kb = classify(a), classify(b)
+            if ka == STATIC and kb == STATIC:
+                na, nb = static_chars(a), static_chars(b)
+                return ((STATIC, None if na is None or nb is None else min(na, nb)),)
+            if DYNAMIC in (ka, kb):
+                return ((DYNAMIC, node, f"`{short(node)}`"),)
+            return _U
+        if t in (ast.Await, ast.FormattedValue, ast.NamedExpr):
+            return self.segments(node.value, scope)
+        if t in (ast.List, ast.Tuple):
+            out = []
+            for e in node.elts:
+                out.extend(self.text_segments(e, scope))
+            return out
+        return _U
+
+    def text_segments(self, node, scope: Scope) -> tuple:
+        """Segments of a piece of prompt text that may be a content block (``{"type":
+        "text", "text": ...}``) or a list of blocks."""
+        t = type(node)
+        if t is ast.Dict:
+            for k, v in zip(node.keys, node.values):
+                if type(k) is ast.Constant and k.value in ("text", "content"):
+                    return self.text_segments(v, scope)
+            return _U
+        return self.segments(node, scope)
+
+    def _collapse(self, segs, use: ast.AST, label: str) -> tuple:
+        kind = classify(segs)
+        if kind == STATIC:
+            return ((STATIC, static_chars(segs)),)
+        if kind == DYNAMIC:
+            for s in segs:
+                if s[0] == VOLAT:
+                    return ((VOLAT, use, f"{label}, set from {s[2]},"),)
+            why = next(s[2] for s in segs if s[0] == DYNAMIC)
+            return ((DYNAMIC, use, f"{label} ({why})" if why != label else label),)
+        return _U
+
+    def _seg_name(self, node: ast.Name, scope: Scope):
+        name = node.id
+        bindings = self.resolve(name, scope, node.lineno)
+        if tables.REQUEST_ID_RE.match(name) and not any(b.kind in (ASSIGN, AUG) for b in bindings):
+            return ((VOLAT, node, f"`{name}` (a per-request id)"),)
+        if not bindings:
+            return _U
+        kinds = {b.kind for b in bindings}
+        if PARAM in kinds:
+            b = bindings[0]
+            if self.param_is_dynamic(b.scope, name):
+                return ((DYNAMIC, node, f"`{name}` (a parameter)"),)
+            return _U
+        if kinds <= {ASSIGN, AUG}:
+            assigns = [b for b in bindings if b.kind == ASSIGN]
+            if len(assigns) == 1:
+                a = assigns[0]
+                augs = sorted((b for b in bindings if b.kind == AUG and b.line >= a.line),
+                              key=lambda b: (b.line, b.col))
+                if is_template(a.value) or augs:
+                    out = list(self.segments(a.value, a.scope))
+                    for b in augs:
+                        out.extend(self.segments(b.value, b.scope))
+                    return out
+                return self._collapse(self.segments(a.value, a.scope), node, f"`{name}`")
+            if assigns:
+                parts = [self.segments(b.value, b.scope) for b in assigns]
+                kinds2 = [classify(p) for p in parts]
+                if all(k == STATIC for k in kinds2):
+                    lens = [static_chars(p) for p in parts]
+                    return ((STATIC, None if None in lens else min(lens)),)
+                if DYNAMIC in kinds2:
+                    return self._collapse(parts[kinds2.index(DYNAMIC)], node, f"`{name}`")
+            return _U
+        if ITER in kinds or UNPACK in kinds or WITH in kinds:
+            for b in bindings:
+                if b.kind in (ITER, UNPACK, WITH) and classify(self.segments(b.value, b.scope)) == DYNAMIC:
+                    return ((DYNAMIC, node, f"`{name}` (from `{short(b.value)}`)"),)
+        return _U
+
+    def _seg_attribute(self, node: ast.Attribute, scope: Scope):
+        if tables.REQUEST_ID_RE.match(node.attr):
+            return ((VOLAT, node, f"`{short(node)}` (a per-request id)"),)
+        base = node.value
+        if type(base) is ast.Name and base.id == "self":
+            bl = [b for b in self.self_attr(node.attr, scope) if b.kind == ASSIGN]
+            if len(bl) == 1:
+                return self._collapse(self.segments(bl[0].value, bl[0].scope), node, f"`{short(node)}`")
+            return _U
+        k = classify(self.segments(base, scope))
+        if k == DYNAMIC:
+            segs = self.segments(base, scope)
+            for s in segs:
+                if s[0] == VOLAT:
+                    return ((VOLAT, node, s[2]),)
+            return ((DYNAMIC, node, f"`{short(node)}`"),)
+        return _U
+
+    def _seg_call(self, node: ast.Call, scope: Scope):
+        why = self.volatile_call(node)
+        if why:
+            return ((VOLAT, node, why),)
+        func = node.func
+        args = node.args
+        q = self.facts.qualname(func)
+        if type(func) is ast.Attribute:
+            attr = func.attr
+            recv = func.value
+            if attr == "format":
+                template = self.literal_str(recv, scope)
+                if template is not None:
+                    return self._seg_format(template, node, scope)
+            elif attr == "join" and len(args) == 1 and type(args[0]) in (ast.List, ast.Tuple):
+                sep = self.literal_str(recv, scope)
+                if sep is not None:
+                    out = []
+                    for i, e in enumerate(args[0].elts):
+                        if i and sep:
+                            out.append((STATIC, len(sep)))
+                        out.extend(self.segments(e, scope))
+                    return out
+            elif attr == "replace" and len(args) >= 2:
+                text = self.literal_str(recv, scope)
+                old = self.literal_str(args[0], scope)
+                if text is not None and old:
+                    pieces = text.split(old)
+                    new = self.segments(args[1], scope)
+                    out = []
+                    for i, p in enumerate(pieces):
+                        if i:
+                            out.extend(new)
+                        if p:
+                            out.append((STATIC, len(p)))
+                    return out
+            elif attr in tables.TEXT_PASSTHROUGH_METHODS:
+                return self.segments(recv, scope)
+            elif attr in tables.FILE_READ_METHODS and not args:
+                if classify(self.segments(recv, scope)) == DYNAMIC:
+                    return ((DYNAMIC, node, f"`{short(node)}`"),)
+                return ((STATIC, None),)
+        if q in tables.TEXT_PASSTHROUGH_CALLS and len(args) == 1:
+            return self.segments(args[0], scope)
+        fs, _bound = self.callee(node, scope)
+        if fs is not None and len(fs.returns) == 1:
+            # A module function that assembles text: its parameters count as per-request
+            # when some call passes per-request text (see param_is_dynamic).
+            return self.segments(fs.returns[0], fs)
+        parts = list(args) + [kw.value for kw in node.keywords]
+        if type(func) is ast.Attribute:
+            parts.append(func.value)
+        for p in parts:
+            segs = self.segments(p, scope)
+            if classify(segs) == DYNAMIC:
+                for s in segs:
+                    if s[0] == VOLAT:
+                        return ((VOLAT, node, s[2]),)
+                return ((DYNAMIC, node, f"`{short(node)}`"),)
+        if q is not None and q.startswith("builtins.") and parts and all(
+                classify(self.segments(p, scope)) == STATIC for p in parts):
+            return ((STATIC, 0),)
+        return _U
+
+    def _seg_format(self, template: str, node: ast.Call, scope: Scope):
+        try:
+            parsed = list(_FORMATTER.parse(template))
+        except ValueError:
+            return _U
+        kws = {kw.arg: kw.value for kw in node.keywords if kw.arg}
+        args = node.args
+        auto = 0
+        out = []
+        for literal, field, _spec, _conv in parsed:
+            if literal:
+                out.append((STATIC, len(literal)))
+            if field is None:
+                continue
+            head = field.split(".", 1)[0].split("[", 1)[0]
+            if head == "":
+                value = args[auto] if auto < len(args) else None
+                auto += 1
+            elif head.isdigit():
+                i = int(head)
+                value = args[i] if i < len(args) else None
+            else:
+                value = kws.get(head)
+            if value is None or type(value) is ast.Starred:
+                out.append(_U)
+            else:
+                out.extend(self.segments(value, scope))
+        return out
+
+    def _seg_percent(self, node: ast.BinOp, scope: Scope):
+        template = self.literal_str(node.left, scope)
+        if template is None:
+            return _U
+        right = node.right
+        values = list(right.elts) if type(right) is ast.Tuple else [right]
+        out = []
+        pos = 0
+        i = 0
+        for m in _PERCENT_RE.finditer(template):
+            if m.start() > pos:
+                out.append((STATIC, m.start() - pos))
+            pos = m.end()
+            if m.group(0) == "%%":
+                out.append((STATIC, 1))
+                continue
+            if m.group(1) and type(right) is ast.Dict:
+                value = None
+                for k, v in zip(right.keys, right.values):
+                    if type(k) is ast.Constant and k.value == m.group(1)[1:-1]:
+                        value = v
+                out.extend(self.segments(value, scope) if value is not None else _U)
+            elif i < len(values):
+                out.extend(self.segments(values[i], scope))
+                i += 1
+            else:
+                out.append(_U)
+        if pos < len(template):
+            out.append((STATIC, len(template) - pos))
+        return out
+
+    def param_is_dynamic(self, fs: Scope, name: str) -> bool:
+        """A parameter counts as per-request unless every call in this module passes static
+        text for it (or leaves the default). ``self``/``cls`` never count."""
+        if fs.kind != "function" or (fs.cls is not None and fs.params and fs.params[0] == name
+                                     and name in ("self", "cls")):
+            return False
+        if tables.PREFIX_NAME_RE.search(name) or tables.STRONG_PREFIX_NAME_RE.search(name):
+            return False  # prompt text handed down (``system``, ``system_prompt``): not per-request
+        key = (id(fs), name)
+        got = self._param_static.get(key)
+        if got is not None:
+            return not got
+        self._param_static[key] = True  # cycle guard
+        sites = list(self.facts.calls.get(fs.name, ()))
+        if fs.cls is not None:
+            sites += self.facts.calls.get("self." + fs.name, [])
+        static = bool(sites)
+        for call, cscope in sites:
+            target, bound = self.callee(call, cscope)
+            if target is not fs:
+                continue
+            arg = self.arg_for(call, fs, name, bound)
+            if arg is not None and classify(self.segments(arg, cscope)) != STATIC:
+                static = False
+                break
+        self._param_static[key] = static
+        return not static
