@@ -86,3 +86,22 @@ def run_to_completion(engine, max_steps=10_000):
     else:
         raise AssertionError("engine did not finish")
     return final, steps
+
+
+def all_position_logits(engine, ids):
+    """Teacher-forced float32 logits ``[len(ids), vocab]`` from one paged forward over ``ids``
+    (a private sequence; its blocks are freed afterwards)."""
+    from local_engine.sampling import SamplingParams
+    from local_engine.scheduler import ScheduledSequence, SchedulerOutput
+    from local_engine.sequence import Sequence
+
+    seq = Sequence("teacher-forcing", "teacher-forcing", 0, list(ids), SamplingParams())
+    kv = engine.kv_cache_manager
+    assert kv.allocate_slots(seq, len(ids)) is not None
+    try:
+        sched = SchedulerOutput([ScheduledSequence(seq, 0, len(ids))])
+        batch = engine.runner.prepare(sched, [kv.block_ids(seq.seq_id)])
+        batch.meta.logits_indices = torch.arange(len(ids))
+        return engine.runner.forward_logits(batch)
+    finally:
+        kv.free(seq)
