@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -58,10 +58,11 @@ class DecodeGraphRunner:
 
     def __init__(self, model, kv_caches: List[Tuple[torch.Tensor, torch.Tensor]], *, max_batch: int,
                  max_blocks_per_seq: int, backend: Optional[str] = None,
-                 batch_sizes: Optional[Sequence[int]] = None):
+                 batch_sizes: Optional[Sequence[int]] = None, require_cuda: bool = True):
         device = kv_caches[0][0].device
-        if device.type != "cuda":
+        if require_cuda and device.type != "cuda":
             raise ValueError("CUDA graphs need the model and KV cache on a CUDA device")
+        self.device = device
         self.model = model
         self.kv_caches = kv_caches
         self.backend = backend
@@ -76,7 +77,7 @@ class DecodeGraphRunner:
         self.cu_seqlens_q = torch.arange(b + 1, dtype=torch.int32, device=device)
         self.seq_lens = torch.ones(b, dtype=torch.int32, device=device)
         self._empty = torch.zeros(0, dtype=torch.long, device=device)
-        self.graphs: Dict[int, Tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.graphs: Dict[int, Tuple[Callable[[], None], torch.Tensor]] = {}
         self.capture_seconds = 0.0
 
     def _meta(self, b: int) -> AttentionMetadata:
@@ -93,22 +94,27 @@ class DecodeGraphRunner:
         """Capture one graph per batch size (largest first, all in one memory pool). The
         buffers hold padding (slot -1) while capturing, so the KV cache is not written."""
         t0 = time.monotonic()
-        pool = torch.cuda.graph_pool_handle()
+        pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
         self.slot_mapping.fill_(-1)
         self.seq_lens.fill_(1)
         self.block_tables.zero_()
         for b in reversed(self.sizes):
-            self._forward(b)  # eager warm-up: compiles the Triton kernels for this shape
+            self.graphs[b] = self._capture_one(b, pool)
+        if self.device.type == "cuda":
             torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                out = self._forward(b)
-            self.graphs[b] = (graph, out)
-        torch.cuda.synchronize()
         self.capture_seconds = time.monotonic() - t0
         logger.info("captured %d decode CUDA graphs (batch %s) in %.1fs", len(self.sizes),
                     ",".join(map(str, self.sizes)), self.capture_seconds)
         return self
+
+    def _capture_one(self, b: int, pool) -> Tuple[Callable[[], None], torch.Tensor]:
+        """(replay function, output buffer) for batch size ``b``."""
+        self._forward(b)  # eager warm-up: compiles the Triton kernels for this shape
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            out = self._forward(b)
+        return graph.replay, out
 
     def can_run(self, num_seqs: int, meta: AttentionMetadata) -> bool:
         """Whether a decode step of ``num_seqs`` sequences (one new token each) fits a graph."""
@@ -139,8 +145,8 @@ class DecodeGraphRunner:
             self.slot_mapping[n:b].fill_(-1)
             self.seq_lens[n:b].fill_(1)
             self.block_tables[n:b, 0].zero_()
-        graph, out = self.graphs[b]
-        graph.replay()
+        replay, out = self.graphs[b]
+        replay()
         return out[:n]
 
 

@@ -1,0 +1,389 @@
+"""The engine on a CUDA GPU: output tokens per second against Hugging Face transformers.
+
+Two steps, on two machines:
+
+    # here, where the embedded GGUF is installed: write the two model folders (config.json,
+    # tokenizer.json, tokenizer_config.json; no weights)
+    python bench/engine_gpu.py prepare --dir .bench_models
+    # on the GPU machine (the folder travels with the call)
+    python bench/engine_gpu.py run --dir .bench_models --out $OUT
+
+Models (random weights, transformers' initialisation, built from a config alone; the GGUF
+(~98 MB) cannot travel to the device, so the SmolLM2 run uses its architecture with random
+weights too):
+
+- ``smollm2-135m``: SmolLM2-135M-Instruct's architecture read from the embedded GGUF (30 layers,
+  576 wide, 9 query / 3 KV heads of 64, vocab 49,152, tied embeddings) and its tokenizer;
+- ``llama3-8b-shape``: Meta-Llama-3-8B's ``config.json`` numbers (32 layers, 4096 wide, MLP
+  14,336, 32 query / 8 KV heads of 128, vocab 128,256, rope theta 500,000, untied); its
+  tokenizer is SmolLM2's vocabulary padded with added tokens ``<|reserved_i|>`` up to 128,256
+  ids so that every sampled id detokenizes.
+
+For each model the run: builds the transformers model on the GPU (bf16, SDPA attention), builds
+the engine with the *same* weights (``LLMEngine.from_config(folder, weights=state_dict)``),
+checks the engine against transformers (greedy continuations of prompts, two of them sharing
+a cached prefix, compared token by token with transformers' teacher-forced logits: a mismatch
+is accepted only at a near-tie, which is counted and reported), then times, with 512-token
+prompts (random ids) and 128 new tokens (greedy, EOS ignored), at batch 1, 16, 64 and 256:
+
+- the engine (CUDA graphs for decode; and eager at batch 1 and 64, for the graphs' effect);
+- transformers ``generate`` (static batch) and ``generate_batch`` (continuous batching);
+- the weights-once floor: ``batch / (weight bytes / 4.2 TB/s)`` tokens per second, the rate if
+  every decode step only streamed the weights once (H200 copy rate measured in KINDS.md).
+
+Output tokens per second = batch x 128 / wall time from submitting the prompts to the last
+token (prefill included). The engine's decode-phase rate (after every request has its first
+token) is reported too. Results go to ``$OUT/engine_gpu.json`` as they are measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+PROMPT_LEN, NEW_TOKENS = 512, 128
+BATCHES = (1, 16, 64, 256)
+COPY_TBPS = 4.2  # H200 device-to-device copy, KINDS.md (2026-10-28)
+
+LLAMA3_8B = dict(  # meta-llama/Meta-Llama-3-8B config.json (architecture numbers only)
+    architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=4096, intermediate_size=14336,
+    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+    vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=8192,
+    tie_word_embeddings=False, hidden_act="silu", attention_bias=False, mlp_bias=False,
+    bos_token_id=1, eos_token_id=2, initializer_range=0.02,
+)
+
+
+# ----------------------------------------------------------------------------- prepare (CPU)
+
+def prepare(folder: Path) -> None:
+    """Write the two model folders from the embedded GGUF's metadata and tokenizer."""
+    from gguf import GGUFReader
+
+    from local_engine.loader import default_model_path
+    from local_engine.loader.gguf_loader import read_gguf_config, read_gguf_tokenizer
+    from local_engine.tokenizer import Tokenizer
+
+    path = default_model_path()
+    reader = GGUFReader(str(path))
+    mc = read_gguf_config(reader, path)
+    spec = read_gguf_tokenizer(reader)
+    tok = Tokenizer(spec)
+    tok_json = json.loads(tok._tok.to_str())
+    special = {"bos_token": tok.bos_token, "eos_token": tok.eos_token}
+    tcfg = {k: v for k, v in special.items() if v is not None}
+    tcfg["chat_template"] = spec.chat_template
+
+    small = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=mc.hidden_size,
+                 intermediate_size=mc.intermediate_size, num_hidden_layers=mc.num_layers,
+                 num_attention_heads=mc.num_heads, num_key_value_heads=mc.num_kv_heads,
+                 head_dim=mc.head_dim, vocab_size=mc.vocab_size, rms_norm_eps=mc.rms_norm_eps,
+                 rope_theta=mc.rope_theta, max_position_embeddings=mc.max_position_embeddings,
+                 tie_word_embeddings=mc.tie_word_embeddings, hidden_act="silu", attention_bias=False,
+                 mlp_bias=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                 initializer_range=0.02)
+    d = folder / "smollm2-135m"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(small, indent=1))
+    (d / "tokenizer.json").write_text(json.dumps(tok_json))
+    (d / "tokenizer_config.json").write_text(json.dumps(tcfg))
+
+    big = dict(LLAMA3_8B, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    n0 = tok.vocab_size
+    extra = [{"id": i, "content": f"<|reserved_{i}|>", "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": False, "special": False}
+             for i in range(n0, big["vocab_size"])]
+    padded = dict(tok_json, added_tokens=list(tok_json.get("added_tokens", [])) + extra)
+    d = folder / "llama3-8b-shape"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(big, indent=1))
+    (d / "tokenizer.json").write_text(json.dumps(padded))
+    (d / "tokenizer_config.json").write_text(json.dumps(tcfg))
+    from tokenizers import Tokenizer as HFTok
+
+    t0 = time.time()
+    check = HFTok.from_file(str(d / "tokenizer.json"))
+    assert check.get_vocab_size(with_added_tokens=True) == big["vocab_size"], check.get_vocab_size()
+    print(f"wrote {folder} (8B-shape tokenizer: {big['vocab_size']} ids, loads in {time.time() - t0:.1f}s)")
+
+
+# ----------------------------------------------------------------------------- run (GPU)
+
+class Results:
+    def __init__(self, out: Path):
+        self.path = out / "engine_gpu.json"
+        self.data: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+    def put(self, *keys, value):
+        d = self.data
+        for k in keys[:-1]:
+            d = d.setdefault(k, {})
+        d[keys[-1]] = value
+        self.path.write_text(json.dumps(self.data, indent=1, default=str))
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def build_hf(folder: Path, torch, seed: int):
+    import transformers
+
+    cfg = transformers.AutoConfig.from_pretrained(str(folder))
+    torch.manual_seed(seed)
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa")
+    return model.eval()
+
+
+def random_prompts(torch, n, length, vocab, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(10, min(vocab, 49152) - 10, (n, length), generator=g).tolist()
+
+
+def engine_generate(engine, prompts, max_tokens, logprobs=None, tag="r"):
+    """Run prompts to completion; returns (outputs by index, wall s, time all had a first token)."""
+    from local_engine import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=logprobs)
+    t0 = time.perf_counter()
+    for i, p in enumerate(prompts):
+        engine.add_request(f"{tag}{i}", p, params)
+    outs, first = {}, {}
+    t_all_first = None
+    while engine.has_unfinished_requests():
+        for o in engine.step():
+            if o.request_id not in first and o.outputs[0].token_ids:
+                first[o.request_id] = time.perf_counter()
+                if len(first) == len(prompts):
+                    t_all_first = first[o.request_id]
+            if o.finished:
+                outs[int(o.request_id[len(tag):])] = o
+    t1 = time.perf_counter()
+    return [outs[i] for i in range(len(prompts))], t1 - t0, (t_all_first - t0) if t_all_first else None
+
+
+def check_against_hf(engine, hf, torch, vocab, res, name):
+    """Greedy continuations from the engine, checked against transformers' teacher-forced logits."""
+    g = torch.Generator().manual_seed(7)
+    shared = torch.randint(10, min(vocab, 49152) - 10, (256,), generator=g).tolist()
+    prompts = [
+        torch.randint(10, 40000, (37,), generator=g).tolist(),
+        shared + torch.randint(10, 40000, (40,), generator=g).tolist(),
+        shared + torch.randint(10, 40000, (129,), generator=g).tolist(),  # reuses the cached prefix
+        torch.randint(10, 40000, (700,), generator=g).tolist(),
+    ]
+    n_new = 24
+    outs, _, _ = engine_generate(engine, prompts[:2], n_new, logprobs=1, tag="c")
+    outs2, _, _ = engine_generate(engine, prompts[2:], n_new, logprobs=1, tag="d")
+    outs += outs2
+    cached = outs[2].num_cached_tokens
+    agree = near = bad = 0
+    max_lp_diff = 0.0
+    worst = []
+    tie_margin = 0.15  # logits units: bf16 weights/activations move logits by ~1e-2..1e-1
+    with torch.inference_mode():
+        for p, o in zip(prompts, outs):
+            toks = o.outputs[0].token_ids
+            ids = torch.tensor([p + toks], device="cuda")
+            logits = hf(ids).logits[0, len(p) - 1: len(p) - 1 + len(toks)].float()
+            logp = torch.log_softmax(logits, -1)
+            for j, t in enumerate(toks):
+                top = int(logits[j].argmax())
+                lp_ours = o.outputs[0].logprobs[j].get(t) if o.outputs[0].logprobs else None
+                if lp_ours is not None:
+                    max_lp_diff = max(max_lp_diff, abs(float(logp[j, t]) - float(lp_ours)))
+                if top == t:
+                    agree += 1
+                else:
+                    margin = float(logits[j, top] - logits[j, t])
+                    if margin <= tie_margin:
+                        near += 1
+                    else:
+                        bad += 1
+                        worst.append((j, margin))
+                    break  # after a divergence the continuations differ; stop comparing
+    summary = dict(tokens_agree=agree, near_ties=near, mismatches=bad, worst=worst[:5],
+                   max_logprob_diff=max_lp_diff, prefix_cached_tokens=cached)
+    res.put(name, "check", value=summary)
+    log(f"{name} check vs transformers: {summary}")
+    return bad == 0 and cached >= 256 - 16
+
+
+def time_engine(engine, prompts, res, name, batch, label):
+    outs, wall, first = engine_generate(engine, prompts, NEW_TOKENS, tag=f"{label}{batch}_")
+    n_out = sum(len(o.outputs[0].token_ids) for o in outs)
+    decode_rate = (batch * (NEW_TOKENS - 1) / (wall - first)) if first else None
+    row = dict(tok_s=n_out / wall, wall_s=wall, output_tokens=n_out, prefill_s=first, decode_tok_s=decode_rate)
+    res.put(name, label, str(batch), value=row)
+    log(f"{name} {label} batch {batch}: {row['tok_s']:.0f} tok/s e2e, decode {decode_rate or 0:.0f} tok/s, "
+        f"wall {wall:.2f}s, prefill {first or 0:.2f}s")
+    return row
+
+
+def time_hf_generate(hf, torch, prompts, res, name, batch):
+    ids = torch.tensor(prompts, device="cuda")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                          min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    n_out = (out.shape[1] - ids.shape[1]) * batch
+    row = dict(tok_s=n_out / wall, wall_s=wall, output_tokens=n_out)
+    res.put(name, "hf_generate", str(batch), value=row)
+    log(f"{name} hf generate batch {batch}: {row['tok_s']:.0f} tok/s, wall {wall:.2f}s")
+    del out, ids
+    return row
+
+
+def time_hf_generate_batch(hf, torch, prompts, res, name, batch):
+    from transformers import GenerationConfig
+
+    gc_ = GenerationConfig(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                           eos_token_id=None, pad_token_id=0)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = hf.generate_batch(inputs=prompts, generation_config=gc_)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    n_out = sum(len(r.generated_tokens) for r in out.values())
+    row = dict(tok_s=n_out / wall, wall_s=wall, output_tokens=n_out, requests=len(out))
+    res.put(name, "hf_generate_batch", str(batch), value=row)
+    log(f"{name} hf generate_batch batch {batch}: {row['tok_s']:.0f} tok/s, wall {wall:.2f}s, "
+        f"{n_out} tokens from {len(out)} requests")
+    return row
+
+
+def run(folder: Path, out: Path, models, skip_hf_batch: bool) -> int:
+    import torch
+
+    from local_engine.engine import LLMEngine
+
+    res = Results(out)
+    import transformers
+    import triton
+
+    res.put("env", value=dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                              triton=triton.__version__, transformers=transformers.__version__))
+    log(f"{res.data['env']}")
+    ok = True
+    for name in models:
+        d = folder / name
+        cfgj = json.loads((d / "config.json").read_text())
+        vocab = cfgj["vocab_size"]
+        try:
+            t0 = time.time()
+            hf = build_hf(d, torch, seed=0)
+            n_params = sum(p.numel() for p in hf.parameters())
+            weight_bytes = n_params * 2
+            log(f"{name}: transformers model built in {time.time() - t0:.1f}s, {n_params / 1e9:.3f}B params")
+            t0 = time.time()
+            engine = LLMEngine.from_config(d, weights=dict(hf.state_dict()), device="cuda",
+                                           max_num_seqs=max(BATCHES), max_num_batched_tokens=8192,
+                                           gpu_memory_utilization=0.5, max_model_len=4096)
+            log(f"{name}: engine built in {time.time() - t0:.1f}s ({engine.kv_cache_manager.num_blocks} KV blocks,"
+                f" graphs captured in {engine.runner.graphs.capture_seconds:.1f}s)")
+            res.put(name, "setup", value=dict(params=n_params, weight_bytes=weight_bytes,
+                                              kv_blocks=engine.kv_cache_manager.num_blocks,
+                                              graph_capture_s=engine.runner.graphs.capture_seconds))
+            if not check_against_hf(engine, hf, torch, vocab, res, name):
+                log(f"{name}: CHECK FAILED; timing anyway")
+                ok = False
+            # warm-up: every decode graph size is captured; compile the prefill kernels
+            engine_generate(engine, random_prompts(torch, 4, 600, vocab, 99), 4, tag="w")
+            for batch in BATCHES:
+                prompts = random_prompts(torch, batch, PROMPT_LEN, vocab, seed=batch)
+                floor = batch / (weight_bytes / (COPY_TBPS * 1e12))
+                res.put(name, "floor_tok_s", str(batch), value=floor)
+                time_engine(engine, prompts, res, name, batch, "engine")
+            graphs = engine.runner.graphs
+            engine.runner.graphs = None
+            for batch in (1, 64):
+                time_engine(engine, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=batch + 1),
+                            res, name, batch, "engine_eager")
+            engine.runner.graphs = graphs
+            del engine
+            gc.collect()
+            torch.cuda.empty_cache()
+            # transformers: warm up, then generate and generate_batch
+            with torch.inference_mode():
+                w = torch.tensor(random_prompts(torch, 2, 64, vocab, 5), device="cuda")
+                hf.generate(input_ids=w, attention_mask=torch.ones_like(w), max_new_tokens=4, do_sample=False,
+                            pad_token_id=0)
+            for batch in BATCHES:
+                time_hf_generate(hf, torch, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=batch), res, name, batch)
+            if not skip_hf_batch:
+                for batch in BATCHES:
+                    try:
+                        time_hf_generate_batch(hf, torch, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=batch),
+                                               res, name, batch)
+                    except Exception as exc:  # noqa: BLE001 - record and go on
+                        res.put(name, "hf_generate_batch", str(batch), value=f"error: {type(exc).__name__}: {exc}")
+                        log(f"{name} hf generate_batch batch {batch} failed: {type(exc).__name__}: {exc}")
+                        traceback.print_exc()
+                        break
+            del hf
+            gc.collect()
+            torch.cuda.empty_cache()
+        except Exception as exc:  # noqa: BLE001
+            traceback.print_exc()
+            res.put(name, "error", value=f"{type(exc).__name__}: {exc}")
+            ok = False
+    print_table(res.data)
+    return 0 if ok else 1
+
+
+def print_table(data: dict) -> None:
+    print("\n| model | batch | engine tok/s | engine decode tok/s | engine eager tok/s | HF generate tok/s "
+          "| HF generate_batch tok/s | weights-once floor tok/s | engine / generate | engine / floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, m in data.items():
+        if not isinstance(m, dict) or "engine" not in m:
+            continue
+        for b in map(str, BATCHES):
+            e = m.get("engine", {}).get(b)
+            if not e:
+                continue
+            ee = m.get("engine_eager", {}).get(b)
+            hg = m.get("hf_generate", {}).get(b)
+            hb = m.get("hf_generate_batch", {}).get(b)
+            fl = m.get("floor_tok_s", {}).get(b)
+
+            def f(x):
+                return f"{x['tok_s']:.0f}" if isinstance(x, dict) else ("-" if x is None else "err")
+            print(f"| {name} | {b} | {e['tok_s']:.0f} | {e['decode_tok_s'] or 0:.0f} | {f(ee)} | {f(hg)} | {f(hb)} | "
+                  f"{fl:.0f} | {(e['tok_s'] / hg['tok_s']) if isinstance(hg, dict) else float('nan'):.1f}x | "
+                  f"{e['tok_s'] / fl:.2f} |")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="engine vs transformers on a CUDA GPU")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare", help="write the model folders (CPU, needs the embedded GGUF)")
+    p.add_argument("--dir", default=".bench_models")
+    r = sub.add_parser("run", help="run the benchmark (CUDA)")
+    r.add_argument("--dir", default=".bench_models")
+    r.add_argument("--out", default=os.environ.get("OUT", "."))
+    r.add_argument("--models", default="llama3-8b-shape,smollm2-135m")
+    r.add_argument("--skip-hf-batch", action="store_true", help="skip transformers generate_batch")
+    args = ap.parse_args(argv)
+    if args.cmd == "prepare":
+        prepare(Path(args.dir))
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return run(Path(args.dir), out, args.models.split(","), args.skip_hf_batch)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
