@@ -109,7 +109,7 @@ def rel_err(a, b):
 
 # ----------------------------------------------------------------------------- 1. correctness
 
-def check_correctness(device) -> bool:
+def check_correctness(device, quick: bool = False) -> bool:
     log("## correctness (compiled kernels vs torch_ref and dense float64)")
     tol = {torch.float32: 1e-3, torch.bfloat16: 2e-2, torch.float16: 1e-2}
     seed = int.from_bytes(os.urandom(4), "little")
@@ -127,6 +127,8 @@ def check_correctness(device) -> bool:
             for head_dim in (64, 128):
                 for bs in (16, 32):
                     for mode in ("mixed", "decode", "split"):
+                        if quick and dtype != torch.bfloat16 and (head_dim, bs, mode) != (128, 16, "mixed"):
+                            continue
                         cases.append((dtype, head_dim, bs, mode))
         for heads in ((4, 4), (12, 4), (8, 1), (32, 8)):
             cases.append((torch.bfloat16, 128, 16, ("gqa", heads)))
@@ -423,6 +425,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", action="store_true", help="time every tile configuration")
     ap.add_argument("--split-grid", action="store_true", help="time split-K segment counts over a grid")
     ap.add_argument("--skip-check", action="store_true", help="skip the correctness step")
+    ap.add_argument("--quick-check", action="store_true",
+                    help="correctness on bf16 (all head dims, block sizes, modes) + one fp32/fp16 case each")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for kernels.json/kernels.log")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -436,7 +440,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     try:
         if not args.skip_check:
-            if not check_correctness(device):
+            if not check_correctness(device, quick=args.quick_check):
                 return 1
             log(f"(correctness {time.time() - t0:.0f} s)")
         g = torch.Generator(device=device).manual_seed(1234)
