@@ -141,6 +141,9 @@ _MIGRATIONS: list[list[str]] = [
             SUM(cache_reported * {zero_read}), COALESCE(SUM(latency_ms), 0), COUNT(latency_ms)
             FROM requests GROUP BY 1, 2, 3, 4, 5{tail}""",
     ],
+    # version 4: summaries by prefix read the rollup; the per-record prefix index only
+    # slowed every insert
+    ["DROP INDEX IF EXISTS requests_prefix"],
 ]
 
 _ROLLUP_SUMS = ("requests", "uncached_input_tokens", "cache_read_tokens", "cache_write_tokens",

@@ -250,8 +250,8 @@ def test_migration_from_schema_1_keeps_records_and_prices(tmp_path):
             (f"r{i}", price))
     conn.commit()
     conn.close()
-    t = Tracker(path)  # migrates 1 -> 2 (prices table) -> 3 (hourly rollup, backfilled)
-    assert t.schema_version == SCHEMA_VERSION == 3
+    t = Tracker(path)  # migrates 1 -> 2 (prices table) -> 3 (hourly rollup, backfilled) -> 4
+    assert t.schema_version == SCHEMA_VERSION == 4
     conn = sqlite3.connect(path)
     cols = [r[1] for r in conn.execute("PRAGMA table_info(requests)")]
     assert "price_json" not in cols and "price_id" in cols
