@@ -264,7 +264,16 @@ def time_hf_generate_batch(hf, torch, prompts, res, name, batch):
     return row
 
 
-def run(folder: Path, out: Path, models, skip_hf_batch: bool) -> int:
+T_START = time.monotonic()
+
+
+def time_left(deadline_s: float) -> float:
+    return deadline_s - (time.monotonic() - T_START)
+
+
+def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float) -> int:
+    """Phase A per model: check and time the engine, then transformers ``generate``; phase B
+    (if time is left before ``deadline_s``): transformers ``generate_batch``."""
     import torch
 
     from local_engine.engine import LLMEngine
@@ -277,10 +286,10 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool) -> int:
                               triton=triton.__version__, transformers=transformers.__version__))
     log(f"{res.data['env']}")
     ok = True
+    vocab_of = {name: json.loads((folder / name / "config.json").read_text())["vocab_size"] for name in models}
     for name in models:
         d = folder / name
-        cfgj = json.loads((d / "config.json").read_text())
-        vocab = cfgj["vocab_size"]
+        vocab = vocab_of[name]
         try:
             t0 = time.time()
             hf = build_hf(d, torch, seed=0)
@@ -299,12 +308,11 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool) -> int:
             if not check_against_hf(engine, hf, torch, vocab, res, name):
                 log(f"{name}: CHECK FAILED; timing anyway")
                 ok = False
-            # warm-up: every decode graph size is captured; compile the prefill kernels
+            # warm-up: compiles the prefill kernels (decode graphs are already captured)
             engine_generate(engine, random_prompts(torch, 4, 600, vocab, 99), 4, tag="w")
             for batch in BATCHES:
                 prompts = random_prompts(torch, batch, PROMPT_LEN, vocab, seed=batch)
-                floor = batch / (weight_bytes / (COPY_TBPS * 1e12))
-                res.put(name, "floor_tok_s", str(batch), value=floor)
+                res.put(name, "floor_tok_s", str(batch), value=batch / (weight_bytes / (COPY_TBPS * 1e12)))
                 time_engine(engine, prompts, res, name, batch, "engine")
             graphs = engine.runner.graphs
             engine.runner.graphs = None
@@ -312,26 +320,18 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool) -> int:
                 time_engine(engine, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=batch + 1),
                             res, name, batch, "engine_eager")
             engine.runner.graphs = graphs
-            del engine
+            del engine, graphs
             gc.collect()
             torch.cuda.empty_cache()
-            # transformers: warm up, then generate and generate_batch
-            with torch.inference_mode():
+            with torch.inference_mode():  # transformers warm-up
                 w = torch.tensor(random_prompts(torch, 2, 64, vocab, 5), device="cuda")
                 hf.generate(input_ids=w, attention_mask=torch.ones_like(w), max_new_tokens=4, do_sample=False,
                             pad_token_id=0)
             for batch in BATCHES:
+                if time_left(deadline_s) < 60:
+                    res.put(name, "hf_generate", str(batch), value="not run: time")
+                    continue
                 time_hf_generate(hf, torch, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=batch), res, name, batch)
-            if not skip_hf_batch:
-                for batch in BATCHES:
-                    try:
-                        time_hf_generate_batch(hf, torch, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=batch),
-                                               res, name, batch)
-                    except Exception as exc:  # noqa: BLE001 - record and go on
-                        res.put(name, "hf_generate_batch", str(batch), value=f"error: {type(exc).__name__}: {exc}")
-                        log(f"{name} hf generate_batch batch {batch} failed: {type(exc).__name__}: {exc}")
-                        traceback.print_exc()
-                        break
             del hf
             gc.collect()
             torch.cuda.empty_cache()
@@ -339,6 +339,28 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool) -> int:
             traceback.print_exc()
             res.put(name, "error", value=f"{type(exc).__name__}: {exc}")
             ok = False
+        print_table(res.data)
+    if not skip_hf_batch:
+        for name in models:
+            if time_left(deadline_s) < 90:
+                res.put(name, "hf_generate_batch", value="not run: time")
+                log(f"{name}: generate_batch not run (time)")
+                continue
+            try:
+                hf = build_hf(folder / name, torch, seed=0)
+                for batch in BATCHES:
+                    if time_left(deadline_s) < 45:
+                        res.put(name, "hf_generate_batch", str(batch), value="not run: time")
+                        continue
+                    time_hf_generate_batch(hf, torch, random_prompts(torch, batch, PROMPT_LEN, vocab_of[name],
+                                                                     seed=batch), res, name, batch)
+            except Exception as exc:  # noqa: BLE001 - record and go on
+                res.put(name, "hf_generate_batch", "error", value=f"{type(exc).__name__}: {exc}")
+                log(f"{name} hf generate_batch failed: {type(exc).__name__}: {exc}")
+                traceback.print_exc()
+            hf = None
+            gc.collect()
+            torch.cuda.empty_cache()
     print_table(res.data)
     return 0 if ok else 1
 
@@ -352,11 +374,12 @@ def print_table(data: dict) -> None:
             continue
         for b in map(str, BATCHES):
             e = m.get("engine", {}).get(b)
+            hb_all = m.get("hf_generate_batch", {})
             if not e:
                 continue
             ee = m.get("engine_eager", {}).get(b)
             hg = m.get("hf_generate", {}).get(b)
-            hb = m.get("hf_generate_batch", {}).get(b)
+            hb = hb_all.get(b) if isinstance(hb_all, dict) else None
             fl = m.get("floor_tok_s", {}).get(b)
 
             def f(x):
@@ -376,13 +399,15 @@ def main(argv=None) -> int:
     r.add_argument("--out", default=os.environ.get("OUT", "."))
     r.add_argument("--models", default="llama3-8b-shape,smollm2-135m")
     r.add_argument("--skip-hf-batch", action="store_true", help="skip transformers generate_batch")
+    r.add_argument("--deadline-s", type=float, default=480.0,
+                   help="start no transformers measurement later than this many seconds into the run")
     args = ap.parse_args(argv)
     if args.cmd == "prepare":
         prepare(Path(args.dir))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    return run(Path(args.dir), out, args.models.split(","), args.skip_hf_batch)
+    return run(Path(args.dir), out, args.models.split(","), args.skip_hf_batch, args.deadline_s)
 
 
 if __name__ == "__main__":

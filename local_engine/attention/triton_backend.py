@@ -20,7 +20,6 @@ device-to-host sync and can be captured in a CUDA graph:
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from typing import Optional
