@@ -207,9 +207,8 @@ class _Walker:
             if type(f) is ast.Attribute and f.attr in tables.PREFIX_DECORATOR_ATTRS:
                 self.pending_returns.append((fs, f"the `@{f.attr}` function's result", False))
                 self.strong = True
-        kind = _hint_kind(node.name)
-        if kind == 1 or kind == 4:
-            self.pending_returns.append((fs, f"`{node.name}()` (builds a system prompt)", kind == 4))
+        if _hint_kind(node.name) == 1:  # only strong names: `get_instructions` is too common
+            self.pending_returns.append((fs, f"`{node.name}()` (builds a system prompt)", False))
         for d in a.defaults:
             push((d, scope, loops))
         for d in a.kw_defaults:
@@ -432,7 +431,6 @@ class _Walker:
                 self.facts.sinks.append(Sink(TOOLS, v, scope, tables.TOOLS_KEYWORDS[ks]))
             elif ks in tables.MESSAGES_KEYWORDS:
                 self.facts.sinks.append(Sink(MESSAGES, v, scope, tables.MESSAGES_KEYWORDS[ks]))
-        self.strong = True
         if self.facts.has_cache_control:
             self.facts.requests.append(
                 Request({k: parts[k] for k in _REQUEST_KEYS if k in parts}, scope, node))
@@ -481,7 +479,7 @@ class _Walker:
         sinks = facts.sinks
         for node, scope in self.pending_calls:
             self.classify_call(node, scope)
-        if sinks or self.strong:
+        if self.strong:
             facts.llm_context = True
         for fs, label, hint in self.pending_returns:
             if hint and not facts.llm_context:
@@ -551,7 +549,6 @@ class _Walker:
             elif arg in tables.MESSAGES_KEYWORDS:
                 sinks.append(Sink(MESSAGES, value, scope, tables.MESSAGES_KEYWORDS[arg]))
                 parts[arg] = value
-                self.strong = True
             elif arg == "input" and responses:
                 sinks.append(Sink(MESSAGES, value, scope, "the input list"))
                 self.strong = True
