@@ -28,10 +28,12 @@ Trace format: JSON Lines, one request per line, in time order. Either
   it is cut into blocks and counted with :func:`promptcache.tokens.text_tokens` (exact for
   OpenAI models, an estimate for others; register an exact counter for yours).
 
-``--compare`` replays the same requests re-laid the way ``promptcache.build`` lays them:
-stable layers first (tools, system, documents), then session, history, and per-request
-(``dynamic``) content last, with breakpoints placed by :func:`promptcache.breakpoints.plan`
-(Anthropic) -- and prints both runs side by side.
+``--compare`` replays the same requests re-laid by ``promptcache.build`` and prints both
+runs side by side. Payload traces are rebuilt with :func:`promptcache.build` itself
+(system lines holding volatile values moved to ``dynamic``, tools canonical, breakpoints
+from ``Prompt.to_anthropic``, ``prompt_cache_key`` from ``Prompt.to_openai``); segment
+traces are re-ordered by layer (tools, system, documents, session, messages, dynamic) with
+breakpoints from :func:`promptcache.breakpoints.plan`, the rule build's renderers use.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class TraceRequest:
     prompt_cache_key: str | None = None
     retention: str | None = None
     line: int = 0
+    request: dict[str, Any] | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -277,7 +280,8 @@ def load_trace(path_or_lines: str | Iterable[str], model: str | None = None) -> 
             out.append(TraceRequest(
                 float(ts), segs, _int(d.get("output_tokens", 0), "output_tokens", n), m,
                 d.get("prompt_cache_key", req.get("prompt_cache_key")),
-                d.get("retention", req.get("prompt_cache_retention")), n))
+                d.get("retention", req.get("prompt_cache_retention")), n,
+                req if isinstance(d.get("request"), dict) else None))
     finally:
         if isinstance(path_or_lines, str):
             lines.close()  # type: ignore[union-attr]
@@ -385,6 +389,9 @@ def relayout(requests: Sequence[TraceRequest], provider: str, model: str | None 
 
     out = []
     for req in requests:
+        if req.request is not None:
+            out.append(_relayout_payload(req, provider, model or req.model))
+            continue
         segs = sorted(req.segments, key=lambda s: LAYER_ORDER.get(s.layer or "messages", 4))
         segs = [Segment(s.tokens, s.hash, None, True, s.layer) for s in segs]
         m = model or req.model
@@ -399,6 +406,59 @@ def relayout(requests: Sequence[TraceRequest], provider: str, model: str | None 
         out.append(TraceRequest(req.ts, segs, req.output_tokens, req.model,
                                 req.prompt_cache_key, req.retention, req.line))
     return out
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return ""
+
+
+def _relayout_payload(req: TraceRequest, provider: str, model: str | None) -> TraceRequest:
+    """A request payload rebuilt with :func:`promptcache.build`: system text and tools as
+    the frozen layers (tools in canonical JSON), the conversation as history, and every
+    line of the system prompt holding a volatile value (clock, date, UUID, request id:
+    what build warns about) moved to the ``dynamic`` layer, rendered last -- then
+    rendered with ``Prompt.to_anthropic`` (breakpoints placed) or ``Prompt.to_openai``
+    (``prompt_cache_key`` from the prefix hash)."""
+    import warnings
+
+    from promptcache.build import build
+    from promptcache.volatile import find_volatile
+
+    body = req.request or {}
+    sys_texts = []
+    if body.get("system"):
+        sys_texts.append(_text_of(body["system"]))
+    messages = []
+    for m in body.get("messages") or []:
+        if m.get("role") in ("system", "developer"):
+            sys_texts.append(_text_of(m.get("content")))
+        else:
+            messages.append(m)
+    stable, dynamic = [], []
+    for text in sys_texts:
+        for ln in text.split("\n"):
+            (dynamic if find_volatile(ln) else stable).append(ln)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prompt = build(system="\n".join(stable) or None, tools=body.get("tools") or None,
+                           messages=messages or None,
+                           dynamic="\n".join(dynamic) if dynamic else None)
+            m = model or body.get("model") or "model"
+            if provider in ("anthropic", "bedrock"):
+                payload = prompt.to_anthropic(m, max_tokens=int(body.get("max_tokens") or 1024))
+            else:
+                payload = prompt.to_openai(m)
+    except (ValueError, TypeError) as e:
+        raise TraceError(f"line {req.line}: promptcache.build could not lay out this request: "
+                         f"{e}") from None
+    return TraceRequest(req.ts, segments_from_request(payload, m), req.output_tokens, req.model,
+                        payload.get("prompt_cache_key", req.prompt_cache_key), req.retention,
+                        req.line, payload)
 
 
 # --- command line ---------------------------------------------------------------------

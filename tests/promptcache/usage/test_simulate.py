@@ -176,3 +176,35 @@ def test_request_payload_traces_use_the_tokenizer():
 def test_segment_dataclasses_round_trip():
     r = TraceRequest(0.0, [Segment(10, "a")], 1)
     assert r.prompt_tokens == 10
+
+
+def test_compare_on_payload_traces_uses_promptcache_build():
+    rules = "\n".join(f"Rule {i}: answer questions about order {i} politely and briefly."
+                      for i in range(200))
+    tool_a = {"type": "function", "function": {"name": "lookup_order", "description": "Find an order",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "id": {"type": "string"}}}}}
+    # the naive app: the clock at the top of the system prompt and tool JSON whose key order
+    # changes from request to request (dict built from a set, say)
+    tool_b = {"function": {"parameters": {"properties": {"id": {"type": "string"}}, "type": "object"},
+                           "description": "Find an order", "name": "lookup_order"}, "type": "function"}
+    lines = []
+    for i, t in enumerate((0, 15, 30, 45)):
+        lines.append(json.dumps({"ts": t, "output_tokens": 5, "request": {
+            "model": "gpt-4o", "tools": [tool_a if i % 2 else tool_b],
+            "messages": [{"role": "system", "content": f"Current time: 2026-11-29T10:00:{t:02d}Z\n{rules}"},
+                         {"role": "user", "content": f"Where is order {i}?"}]}}))
+    reqs = load_trace(lines)
+    naive = simulate(reqs, "openai")
+    assert [u.cache_read_tokens for u in naive.usages] == [0, 0, 0, 0]
+    built = relayout(reqs, "openai")
+    # build moved the timestamp line to the end and canonicalized the tool JSON, so the
+    # first segments (tools, then the system rules) are byte-identical across requests
+    assert len({tuple(s.hash for s in r.segments[:2]) for r in built}) == 1
+    assert built[0].prompt_cache_key  # to_openai keys the cache by the prefix hash
+    res = simulate(built, "openai")
+    reads = [u.cache_read_tokens for u in res.usages]
+    shared = built[0].segments[0].tokens + built[0].segments[1].tokens
+    # every later request reads the longest 1024 + 128k prefix inside the shared part
+    expect = 1024 + 128 * ((shared - 1024) // 128)
+    assert reads == [0, expect, expect, expect] and shared > 1024
