@@ -122,6 +122,8 @@ class ModuleFacts:
     # local function name -> call sites (call node, calling scope); "self.m" for methods
     calls: dict[str, list[tuple[ast.Call, Scope]]] = field(default_factory=dict)
     strings: list[tuple[ast.expr, Scope]] = field(default_factory=list)
+    # (id(scope), "random" | "numpy.random") -> first line where that scope seeds the module
+    seeds: dict[tuple[int, str], int] = field(default_factory=dict)
     llm_context: bool = False
     longest_constant: int = 0
     has_file_read: bool = False

@@ -153,6 +153,10 @@ class HazardMixin:
         if kind in (IMPORT, DEF, OPAQUE) or b.value is None:
             return ()
         if kind == SHUFFLE:
+            mod = (self.facts.qualname(b.node.func) or "").rpartition(".")[0]
+            seeded = self.facts.seeds.get((id(b.scope), mod))
+            if seeded is not None and seeded < b.line:
+                return ()
             return (Hazard(VOLATILE, b.node, f"`{short(b.node)}` (random order)"),)
         value = b.value
         hs = self.hazards(value, b.scope)
@@ -186,7 +190,7 @@ class HazardMixin:
         return self.hazards(base, scope)
 
     def _h_call(self, node: ast.Call, scope: Scope) -> list[Hazard] | tuple:
-        why = self.volatile_call(node)
+        why = self.volatile_call(node, scope)
         if why:
             return (Hazard(VOLATILE, node, why),)
         func = node.func

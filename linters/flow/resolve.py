@@ -105,8 +105,9 @@ class Resolver:
                 return None
         return args[i] if i < len(args) else None
 
-    def volatile_call(self, node: ast.Call) -> str | None:
-        """Why a call's result changes between requests, or None."""
+    def volatile_call(self, node: ast.Call, scope: Scope | None = None) -> str | None:
+        """Why a call's result changes between requests, or None. A ``random`` call after
+        ``random.seed(...)`` in the same function (``scope``) is deterministic."""
         q = self.facts.qualname(node.func)
         if q is None:
             return None
@@ -121,7 +122,9 @@ class Resolver:
             mod, _, fn = q.rpartition(".")
             exc = tables.RANDOM_MODULES.get(mod)
             if exc is not None and fn not in exc:
-                what = "a random number generator"
+                seeded = self.facts.seeds.get((id(scope), mod)) if scope is not None else None
+                if seeded is None or seeded >= node.lineno:
+                    what = "a random number generator"
         if what is None:
             return None
         return f"`{short(node.func, 40)}()` ({what})"

@@ -49,8 +49,39 @@ def static_chars(segs) -> int | None:
 
 
 
+_MARKUP = frozenset("{}<>;=|\\")
+CODE_SUFFIXES = (".css", ".html", ".htm", ".js", ".ts", ".json", ".xml", ".svg", ".csv",
+                 ".yaml", ".yml", ".toml", ".ini", ".py")
+
+
+def looks_like_prose(text: str) -> bool:
+    """True for natural-language text (a manual, a policy, a prompt) rather than code or
+    markup (CSS, HTML, JSON): letters and spaces dominate and markup characters are rare."""
+    if not text:
+        return False
+    n = len(text)
+    markup = sum(1 for c in text if c in _MARKUP)
+    words = sum(1 for c in text if c.isalpha() or c.isspace())
+    return markup / n < 0.03 and words / n > 0.75
+
+
 class SegmentMixin:
     """Segment questions; mixed into :class:`linters.flow.values.Evaluator`."""
+
+    def _prose_file(self, recv, scope) -> bool:
+        """Whether a file read at run time holds prose: False for code and markup suffixes
+        (``.css``, ``.html``, ``.json``, ...) when the path is a literal, else True."""
+        node = recv
+        while True:
+            t = type(node)
+            if t is ast.Call and node.args:
+                node = node.args[0]
+            elif t is ast.BinOp and type(node.op) is ast.Div:
+                node = node.right
+            else:
+                break
+        path = self.literal_str(node, scope)
+        return not (path or "").lower().endswith(CODE_SUFFIXES)
 
     def segments(self, node, scope: Scope) -> tuple:
         """``node``'s text as ordered parts: ("s", chars), ("d", node, why), ("v", node,
@@ -75,7 +106,9 @@ class SegmentMixin:
             v = node.value
             if v is None:
                 return ()
-            return ((STATIC, len(v) if type(v) is str else len(str(v))),)
+            if type(v) is str:
+                return ((STATIC, len(v), looks_like_prose(v)) if len(v) >= 200 else (STATIC, len(v)),)
+            return ((STATIC, len(str(v))),)
         if t is ast.JoinedStr:
             out = []
             for v in node.values:
@@ -93,7 +126,7 @@ class SegmentMixin:
             if op is ast.Mult:
                 text = self.literal_str(node, scope)
                 if text is not None:
-                    return ((STATIC, len(text)),)
+                    return ((STATIC, len(text), looks_like_prose(text[:2000])),)
             return _U
         if t is ast.Name:
             return self._seg_name(node, scope)
@@ -208,7 +241,7 @@ class SegmentMixin:
         return _U
 
     def _seg_call(self, node: ast.Call, scope: Scope):
-        why = self.volatile_call(node)
+        why = self.volatile_call(node, scope)
         if why:
             return ((VOLAT, node, why),)
         func = node.func
@@ -248,7 +281,7 @@ class SegmentMixin:
             elif attr in tables.FILE_READ_METHODS and not args:
                 if classify(self.segments(recv, scope)) == DYNAMIC:
                     return ((DYNAMIC, node, f"`{short(node)}`"),)
-                return ((STATIC, None),)
+                return ((STATIC, None, self._prose_file(recv, scope)),)
         if q in tables.TEXT_PASSTHROUGH_CALLS and len(args) == 1:
             return self.segments(args[0], scope)
         fs, _bound = self.callee(node, scope)

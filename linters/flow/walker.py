@@ -24,7 +24,7 @@ _AST = ast.AST
 _MUTATORS = {"append": APPEND, "insert": APPEND, "extend": EXTEND, "update": UPDATE,
              "setdefault": SETITEM, "appendleft": APPEND}
 _SPECIAL_CALL_NAMES = (tables.SYSTEM_MESSAGE_CALLS | tables.TOOLS_METHODS
-                       | tables.RESPONSES_METHODS | {"shuffle"})
+                       | tables.RESPONSES_METHODS | {"shuffle", "seed"})
 _SINK_KEYWORDS = (set(tables.PREFIX_KEYWORDS) | set(tables.TOOLS_KEYWORDS) | set(tables.PROMPT_KEYWORDS)
                   | set(tables.MESSAGES_KEYWORDS) | set(tables.BUILD_PREFIX_LAYERS))
 _HINTS: dict[str, int] = {}  # name -> 1 strong prefix hint, 4 weak one, 2 tools hint, 3 none
@@ -511,6 +511,10 @@ class _Walker:
         func = node.func
         name = _call_name(func)
         qual = facts.qualname(func) or ""
+        if qual in ("random.seed", "numpy.random.seed") and node.args:
+            key = (id(scope), qual.rpartition(".")[0])
+            facts.seeds[key] = min(facts.seeds.get(key, node.lineno), node.lineno)
+            return
         if qual in tables.SHUFFLE_CALLS and node.args and type(node.args[0]) is ast.Name:
             self.add(scope, node.args[0].id, Binding(SHUFFLE, node, scope, node.lineno,
                                                      node.col_offset, False, node))

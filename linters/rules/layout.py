@@ -110,7 +110,8 @@ def check(an) -> list[Finding]:
                 if s[0] not in (DYNAMIC, VOLAT):
                     continue
                 big = next((t for t in segs[i + 1:] if t[0] == STATIC
-                            and (t[1] is None or t[1] >= long_chars)), None)
+                            and (t[1] is None or t[1] >= long_chars)
+                            and (len(t) < 3 or t[2])), None)  # prose, not CSS/HTML/JSON
                 if big is not None and id(s[1]) not in an.reported:
                     size = "a file's contents" if big[1] is None else f"a {big[1]}-character constant"
                     out.append(an.finding(

@@ -472,3 +472,42 @@ def test_linter_never_imports_torch_or_engine():
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_random_seeded_in_the_same_function_is_deterministic():
+    src = """
+    import random
+    import anthropic
+    POOL = ["a", "b", "c", "d"]
+    random.seed(7)  # a module-level seed: the sequence still advances per request
+    def shots():
+        random.seed(42)
+        picked = random.sample(POOL, 2)
+        random.shuffle(picked)
+        return picked
+    def ask(q):
+        c = anthropic.Anthropic()
+        c.messages.create(model="m", system="\\n".join(shots()), messages=[])
+        c.messages.create(model="m", system="\\n".join(random.sample(POOL, 2)), messages=[])
+    """
+    assert found(src) == [(13, "PC001")]
+
+
+def test_long_constant_must_be_prose_for_pc007():
+    css = "body { margin: 0; padding: 0; color: #222; } " * 40
+    prose = "Refunds are accepted within thirty days of delivery when unused. " * 20
+    src = f"""
+    from pathlib import Path
+    import openai
+    CSS = "{css}"
+    POLICY = "{prose}"
+    STYLE = Path("static/report.css").read_text()
+    MANUAL = Path("docs/manual.md").read_text()
+    def page(title):
+        return f"<title>{{title}}</title>" + CSS + STYLE
+    def ask(q):
+        return openai.OpenAI().responses.create(model="m", input=q + POLICY)
+    def ask2(q):
+        return openai.OpenAI().responses.create(model="m", input=q + MANUAL)
+    """
+    assert found(src) == [(10, "PC007"), (12, "PC007")]
