@@ -173,7 +173,11 @@ class SegmentMixin:
     def _collapse(self, segs, use: ast.AST, label: str) -> tuple:
         kind = classify(segs)
         if kind == STATIC:
-            return ((STATIC, static_chars(segs)),)
+            total = static_chars(segs)
+            if len(segs) == 1:
+                return segs
+            prose = all(len(x) < 3 or x[2] for x in segs if x[0] == STATIC)
+            return ((STATIC, total, prose),)
         if kind == DYNAMIC:
             for s in segs:
                 if s[0] == VOLAT:
