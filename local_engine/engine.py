@@ -88,21 +88,24 @@ class LLMEngine:
         del loaded
         num_blocks = plan_num_blocks(config, mc, dtype, self.max_model_len)
         self.runner.allocate_kv_cache(num_blocks)
+        block_bytes = kv_block_bytes(mc, config.block_size, dtype)
+        num_cpu_blocks = config.swap_space // block_bytes
+        self.runner.allocate_swap_space(num_cpu_blocks)
         self.kv_cache_manager = KVCacheManager(num_blocks, config.block_size,
-                                               config.enable_prefix_caching)
+                                               config.enable_prefix_caching, num_cpu_blocks)
         self.scheduler = Scheduler(self.kv_cache_manager, config.max_num_seqs,
                                    config.max_num_batched_tokens, config.enable_chunked_prefill)
         self._requests: Dict[str, _RequestState] = {}
         self._seq_to_req: Dict[str, _RequestState] = {}
         self._metrics = MetricsRecorder()
-        block_bytes = kv_block_bytes(mc, config.block_size, dtype)
         self.load_seconds = time.monotonic() - t0
         logger.info(
             "%s loaded in %.1fs on %s (%s); KV cache: %d blocks x %d tokens = %d tokens max "
-            "(%.1f MiB, %d bytes/token); max_model_len=%d",
+            "(%.1f MiB, %d bytes/token); swap space %d blocks; max_model_len=%d",
             self.model_name, self.load_seconds, config.device, str(dtype).replace("torch.", ""),
             num_blocks, config.block_size, num_blocks * config.block_size,
-            num_blocks * block_bytes / 2 ** 20, block_bytes // config.block_size, self.max_model_len,
+            num_blocks * block_bytes / 2 ** 20, block_bytes // config.block_size, num_cpu_blocks,
+            self.max_model_len,
         )
 
     @classmethod
@@ -238,6 +241,7 @@ class LLMEngine:
             return []
         now = time.monotonic()
         tables = [self.kv_cache_manager.block_ids(s.seq.seq_id) for s in sched.scheduled]
+        self.runner.swap(sched.swap_out, sched.swap_in)
         self.runner.copy_blocks(sched.block_copies)
         batch = self.runner.prepare(sched, tables)
         logits = self.runner.forward_logits(batch)
@@ -389,7 +393,8 @@ class LLMEngine:
             prefix_cache_queries=kv.prefix_cache_queries, prefix_cache_hits=kv.prefix_cache_hits,
             kv_usage=kv.usage(), num_blocks=kv.num_blocks, num_free_blocks=kv.num_free_blocks,
             num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting,
-            num_preemptions=self.scheduler.num_preemptions, num_evictions=kv.pool.num_evictions,
+            num_preemptions=self.scheduler.num_preemptions, num_swaps=self.scheduler.num_swaps,
+            num_evictions=kv.pool.num_evictions,
             prompt_tokens=m.prompt_tokens, generation_tokens=m.generation_tokens,
             requests_finished=m.requests_finished,
             ttft_seconds=list(m.ttft), tpot_seconds=list(m.tpot),

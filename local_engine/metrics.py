@@ -23,7 +23,8 @@ class EngineMetrics:
         kv_usage_percent: the same in percent.
         num_blocks, num_free_blocks: pool size and blocks free or evictable.
         num_running, num_waiting: sequences in each queue.
-        num_preemptions: sequences preempted so far.
+        num_preemptions: sequences preempted so far (recomputed or swapped).
+        num_swaps: of those, preemptions that swapped the blocks to CPU memory.
         num_evictions: cached blocks evicted so far.
         prompt_tokens, generation_tokens: tokens computed for prompts / sampled (cumulative).
         requests_finished: finished requests (cumulative).
@@ -44,6 +45,7 @@ class EngineMetrics:
     prompt_tokens: int
     generation_tokens: int
     requests_finished: int
+    num_swaps: int = 0
     ttft_seconds: List[float] = field(default_factory=list)
     tpot_seconds: List[float] = field(default_factory=list)
 

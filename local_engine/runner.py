@@ -164,6 +164,26 @@ class ModelRunner:
         is_decode = bool(sched.scheduled) and all(s.num_new_tokens == 1 for s in sched.scheduled)  # [TRITON]
         return BatchInputs(input_ids.to(dev), positions.to(dev), meta, sample_rows, is_decode)
 
+    def allocate_swap_space(self, num_cpu_blocks: int) -> None:
+        """CPU memory for swapped-out blocks, shaped like the device cache (pinned on CUDA)."""
+        self.cpu_kv_cache = None
+        if num_cpu_blocks <= 0:
+            return
+        shape = (self.kv_cache.shape[0], 2, num_cpu_blocks) + tuple(self.kv_cache.shape[3:])
+        self.cpu_kv_cache = torch.zeros(shape, dtype=self.dtype, device="cpu",
+                                        pin_memory=self.device.type == "cuda")
+
+    def swap(self, swap_out: Seq[Tuple[int, int]], swap_in: Seq[Tuple[int, int]]) -> None:
+        """Copy ``(device, cpu)`` blocks out, then ``(cpu, device)`` blocks in, all layers."""
+        if swap_out:
+            dev = torch.tensor([a for a, _ in swap_out], dtype=torch.long, device=self.device)
+            cpu = torch.tensor([b for _, b in swap_out], dtype=torch.long)
+            self.cpu_kv_cache[:, :, cpu] = self.kv_cache[:, :, dev].to("cpu")
+        if swap_in:
+            cpu = torch.tensor([a for a, _ in swap_in], dtype=torch.long)
+            dev = torch.tensor([b for _, b in swap_in], dtype=torch.long, device=self.device)
+            self.kv_cache[:, :, dev] = self.cpu_kv_cache[:, :, cpu].to(self.device)
+
     def copy_blocks(self, copies: Seq[Tuple[int, int]]) -> None:
         """Copy whole KV blocks ``src -> dst`` in every layer (copy-on-write)."""
         if not copies:

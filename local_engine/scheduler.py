@@ -46,6 +46,8 @@ class ScheduledSequence:
 class SchedulerOutput:
     scheduled: List[ScheduledSequence] = field(default_factory=list)
     block_copies: List[Tuple[int, int]] = field(default_factory=list)
+    swap_out: List[Tuple[int, int]] = field(default_factory=list)  # (device block, cpu block)
+    swap_in: List[Tuple[int, int]] = field(default_factory=list)  # (cpu block, device block)
     preempted: List[Sequence] = field(default_factory=list)
     num_batched_tokens: int = 0
 
@@ -74,6 +76,8 @@ class Scheduler:
         self.waiting: Deque[Sequence] = deque()
         self.running: List[Sequence] = []
         self.num_preemptions = 0
+        self.num_swaps = 0
+        self._pending_swap_out: List[Tuple[int, int]] = []
 
     @property
     def max_sequence_tokens(self) -> int:
@@ -124,9 +128,17 @@ class Scheduler:
 
     # ---- scheduling ----------------------------------------------------------------------
     def _preempt(self, seq: Sequence) -> None:
-        self.kv.free(seq)
-        seq.num_computed_tokens = 0
-        seq.status = SequenceStatus.PREEMPTED
+        """Take ``seq``'s blocks back: swap them to CPU memory when there is swap space for
+        all of them, else drop them (it is recomputed later, hitting the prefix cache for its
+        full blocks). It goes to the front of the queue."""
+        if self.kv.can_swap_out(seq):
+            self._pending_swap_out.extend(self.kv.swap_out(seq))
+            seq.status = SequenceStatus.SWAPPED
+            self.num_swaps += 1
+        else:
+            self.kv.free(seq)
+            seq.num_computed_tokens = 0
+            seq.status = SequenceStatus.PREEMPTED
         seq.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
@@ -181,6 +193,24 @@ class Scheduler:
                 seq = self.waiting[idx]
                 if num_seqs + 1 + seq.num_forks > self.max_num_seqs:
                     break
+                if seq.status == SequenceStatus.SWAPPED:
+                    num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+                    if num_new < seq.num_tokens - seq.num_computed_tokens and not self.enable_chunked_prefill:
+                        break
+                    need = max(self.kv.num_swapped_blocks(seq),
+                               self.kv.blocks_needed(seq.num_computed_tokens + num_new))
+                    if need > self.kv.num_free_blocks:
+                        break  # FCFS: wait until it fits
+                    out.swap_in.extend(self.kv.swap_in(seq))
+                    copies = self.kv.allocate_slots(seq, num_new)
+                    assert copies is not None
+                    del self.waiting[idx]
+                    seq.status = SequenceStatus.RUNNING
+                    self.running.append(seq)
+                    num_seqs += 1 + seq.num_forks
+                    out.scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, num_new))
+                    budget -= num_new
+                    continue
                 hits, num_cached = self.kv.get_computed_blocks(seq)
                 if pending:
                     hashes = self.kv.update_block_hashes(seq)
@@ -212,6 +242,9 @@ class Scheduler:
                     pending.update(hashes[seq.num_computed_tokens // bs:seq.num_prompt_tokens // bs])
 
         out.num_batched_tokens = self.max_num_batched_tokens - budget
+        # swap-outs decided this step (or left from a step that scheduled nothing) run first
+        out.swap_out = self._pending_swap_out + out.swap_out
+        self._pending_swap_out = [] if out.scheduled else out.swap_out
         return out
 
     def check_invariants(self) -> None:
@@ -223,3 +256,5 @@ class Scheduler:
         for s in self.waiting:
             if self.kv.req_blocks.get(s.seq_id):
                 raise AssertionError(f"waiting sequence {s.seq_id} holds blocks")
+            if (s.status == SequenceStatus.SWAPPED) != (s.seq_id in self.kv.swapped):
+                raise AssertionError(f"sequence {s.seq_id}: swap state and status disagree")

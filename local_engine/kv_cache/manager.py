@@ -34,11 +34,16 @@ class KVCacheManager:
         ``prefix_cache_queries`` / ``prefix_cache_hits``: prompt tokens looked up / found.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True):
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True,
+                 num_cpu_blocks: int = 0):
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.pool = BlockPool(num_blocks, enable_caching)
         self.req_blocks: Dict[str, List[KVBlock]] = {}
+        # swap space: CPU block ids, free list and per-sequence tables of swapped-out blocks
+        self.num_cpu_blocks = num_cpu_blocks
+        self.free_cpu_blocks: List[int] = list(range(num_cpu_blocks - 1, -1, -1))
+        self.swapped: Dict[str, List[int]] = {}
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
 
@@ -173,13 +178,54 @@ class KVCacheManager:
 
     def free(self, seq: Sequence) -> None:
         """Drop ``seq``'s blocks, tail first (its unshared tail becomes the LRU victim before
-        a shared prefix). Unknown sequences are a no-op."""
+        a shared prefix), and any swapped-out copy. Unknown sequences are a no-op."""
+        self.drop_swapped(seq)
         blocks = self.req_blocks.pop(seq.seq_id, None)
         if blocks:
             self.pool.free(reversed(blocks))
 
     def reset_prefix_cache(self) -> int:
         return self.pool.reset_prefix_cache()
+
+    # ---- swapping (CPU memory) -----------------------------------------------------------
+    def can_swap_out(self, seq: Sequence) -> bool:
+        return 0 < len(self.req_blocks.get(seq.seq_id, ())) <= len(self.free_cpu_blocks)
+
+    def swap_out(self, seq: Sequence) -> List[Tuple[int, int]]:
+        """Give ``seq``'s device blocks back, keeping their contents in CPU blocks.
+
+        Returns: ``(device_block, cpu_block)`` copies the runner must do before anything
+        overwrites those device blocks (i.e. first thing in the next forward step)."""
+        blocks = self.req_blocks.pop(seq.seq_id)
+        cpu = [self.free_cpu_blocks.pop() for _ in blocks]
+        self.swapped[seq.seq_id] = cpu
+        self.pool.free(reversed(blocks))
+        return [(b.block_id, c) for b, c in zip(blocks, cpu)]
+
+    def num_swapped_blocks(self, seq: Sequence) -> int:
+        return len(self.swapped.get(seq.seq_id, ()))
+
+    def swap_in(self, seq: Sequence) -> Optional[List[Tuple[int, int]]]:
+        """Bring a swapped-out sequence's blocks back into fresh device blocks.
+
+        Returns: ``(cpu_block, device_block)`` copies, or None when the pool is short (nothing
+        changes then)."""
+        cpu = self.swapped.get(seq.seq_id)
+        if cpu is None:
+            return []
+        if len(cpu) > self.pool.num_free_blocks:
+            return None
+        blocks = self.pool.allocate(len(cpu))
+        del self.swapped[seq.seq_id]
+        self.req_blocks[seq.seq_id] = blocks
+        self.free_cpu_blocks.extend(reversed(cpu))
+        return [(c, b.block_id) for c, b in zip(cpu, blocks)]
+
+    def drop_swapped(self, seq: Sequence) -> None:
+        """Forget a swapped-out sequence's CPU blocks (abort)."""
+        cpu = self.swapped.pop(seq.seq_id, None)
+        if cpu:
+            self.free_cpu_blocks.extend(cpu)
 
     # ---- debugging -----------------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -190,6 +236,12 @@ class KVCacheManager:
             for b in blocks:
                 refs[b.block_id] = refs.get(b.block_id, 0) + 1
         self.pool.check(refs)
+        held_cpu = [c for cpu in self.swapped.values() for c in cpu]
+        if len(set(held_cpu)) != len(held_cpu) or set(held_cpu) & set(self.free_cpu_blocks) \
+                or len(held_cpu) + len(self.free_cpu_blocks) != self.num_cpu_blocks:
+            raise PoolInvariantError("CPU swap blocks: lost, duplicated, or both free and held")
+        if set(self.swapped) & set(self.req_blocks):
+            raise PoolInvariantError("a sequence holds both device blocks and swapped-out blocks")
 
 
 __all__ = ["KVCacheManager", "PoolInvariantError"]

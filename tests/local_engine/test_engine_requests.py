@@ -154,8 +154,11 @@ def test_metrics_snapshot(engine_factory):
     assert set(m.as_dict()) >= {"kv_usage_percent", "prefix_cache_hit_rate", "num_running"}
 
 
-def test_preemption_by_recompute_gives_the_same_outputs(engine, engine_factory):
-    tight = engine_factory(num_kv_blocks=10, debug_checks=True)  # 160 token slots
+@pytest.mark.parametrize("swap_space", [0, 64 * 737_280], ids=["recompute", "swap"])
+def test_preemption_gives_the_same_outputs(engine, engine_factory, swap_space):
+    # 10 blocks = 160 token slots; swap: 64 CPU blocks of 737,280 B (30 layers x 2 x 16 tokens
+    # x 3 KV heads x 64 x 4 B)
+    tight = engine_factory(num_kv_blocks=10, debug_checks=True, swap_space=swap_space)
     prompts = [chat_ids(engine, q) for q in ["Describe a sunset.", "Describe a forest.",
                                              "Describe the ocean.", "Describe a city."]]
     p = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
@@ -165,6 +168,7 @@ def test_preemption_by_recompute_gives_the_same_outputs(engine, engine_factory):
     tight_out, _ = run_to_completion(tight)
     roomy_out, _ = run_to_completion(engine)
     assert tight.metrics.num_preemptions > 0
+    assert (tight.metrics.num_swaps > 0) == (swap_space > 0)
     for i in range(4):
         assert tight_out[f"pre-{i}"].token_ids == roomy_out[f"roomy-{i}"].token_ids
     assert tight.kv_cache_manager.num_free_blocks == 10

@@ -20,8 +20,8 @@ BS = 16
 
 
 class Driver:
-    def __init__(self, num_blocks=64, max_num_seqs=8, budget=64, chunked=True, caching=True):
-        self.kv = KVCacheManager(num_blocks, BS, caching)
+    def __init__(self, num_blocks=64, max_num_seqs=8, budget=64, chunked=True, caching=True, cpu_blocks=0):
+        self.kv = KVCacheManager(num_blocks, BS, caching, cpu_blocks)
         self.sched = Scheduler(self.kv, max_num_seqs, budget, chunked)
         self.rng = random.Random(0)
         self.done = {}
@@ -158,6 +158,26 @@ def test_preemption_by_recompute_newest_first_and_resume():
     assert d.kv.num_free_blocks == d.kv.num_blocks
 
 
+def test_preemption_swaps_to_cpu_when_there_is_room():
+    d = Driver(num_blocks=6, max_num_seqs=4, budget=256, cpu_blocks=8)
+    a = d.add("a", range(30), max_new=40)
+    b = d.add("b", range(100, 130), max_new=40)
+    swapped_out = swapped_in = 0
+    for _ in range(300):
+        out = d.step()
+        swapped_out += len(out.swap_out)
+        swapped_in += len(out.swap_in)
+        if out.preempted:
+            assert out.preempted[0].status == SequenceStatus.SWAPPED
+            assert out.preempted[0].num_computed_tokens > 0  # kept: nothing to recompute
+        d.check()
+        if not d.sched.has_unfinished():
+            break
+    assert d.sched.num_swaps >= 1 and swapped_out >= 1 and swapped_in == swapped_out
+    assert set(d.done) == {"a", "b"}
+    assert len(d.kv.free_cpu_blocks) == 8 and d.kv.num_free_blocks == 6
+
+
 def test_abort_frees_blocks_at_once():
     d = Driver()
     a = d.add("a", range(50), max_new=100)
@@ -187,9 +207,10 @@ ops = st.lists(
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=ops, num_blocks=st.integers(6, 24), budget=st.integers(8, 96),
-       caching=st.booleans(), chunked=st.booleans())
-def test_random_interleavings_keep_the_pool_consistent(ops, num_blocks, budget, caching, chunked):
-    d = Driver(num_blocks=num_blocks, max_num_seqs=4, budget=budget, chunked=chunked, caching=caching)
+       caching=st.booleans(), chunked=st.booleans(), cpu_blocks=st.sampled_from([0, 4, 16]))
+def test_random_interleavings_keep_the_pool_consistent(ops, num_blocks, budget, caching, chunked, cpu_blocks):
+    d = Driver(num_blocks=num_blocks, max_num_seqs=4, budget=budget, chunked=chunked, caching=caching,
+               cpu_blocks=cpu_blocks)
     seqs = []
     prefixes = [list(range(p * 1000, p * 1000 + 64)) for p in range(4)]
     for op in ops:
@@ -216,6 +237,7 @@ def test_random_interleavings_keep_the_pool_consistent(ops, num_blocks, budget, 
         d.check()
     assert not d.sched.has_unfinished()
     assert d.kv.num_free_blocks == d.kv.num_blocks  # after all requests end, every block is free
+    assert len(d.kv.free_cpu_blocks) == cpu_blocks and not d.kv.swapped
     assert all(b.ref_cnt == 0 for b in d.kv.pool.blocks)
     for s in seqs:
         if s.status == SequenceStatus.FINISHED_LENGTH:
