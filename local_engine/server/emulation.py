@@ -13,6 +13,10 @@ the usage numbers. The two usually agree on *whether* a prefix is reused but dif
 emulation counts only what the provider's rules allow (breakpoints, minimum lengths,
 128-token steps, TTL expiry) — exactly the difference an application needs to see offline.
 
+A request may choose another mode than the server's with the header
+``X-Promptcache-Cache-Mode: automatic|anthropic|openai`` (one server can then serve a test
+suite that checks both providers' rules; each mode keeps its own entries).
+
 Partitions: entries never cross models or tenants (``cache_salt``), and for OpenAI
 ``prompt_cache_key`` is part of the key (it routes to a different cache machine).
 """
@@ -62,6 +66,19 @@ class CacheRequest:
     implicit_end: Optional[int] = None
     prompt_cache_key: Optional[str] = None
     retention: Optional[str] = None
+    mode: Optional[str] = None  # per-request override of the server's cache mode
+
+
+def request_mode(headers) -> Optional[str]:
+    """The ``X-Promptcache-Cache-Mode`` override, or None. Raises :class:`APIError` 400 for
+    an unknown mode."""
+    mode = headers.get("x-promptcache-cache-mode")
+    if mode is None:
+        return None
+    mode = mode.strip().lower()
+    if mode not in CACHE_MODES:
+        raise APIError(400, f"X-Promptcache-Cache-Mode must be one of {', '.join(CACHE_MODES)}; got {mode!r}")
+    return mode
 
 
 def anthropic_breakpoints(rendered: RenderedPrompt) -> list[Breakpoint]:
@@ -109,12 +126,13 @@ class CacheEmulator:
         in every mode, as the hosted Messages API enforces them. In ``openai`` mode,
         ``prompt_cache_breakpoint``/``prompt_cache_options`` sent for a model older than
         GPT-5.6 is a 400, as OpenAI answers it."""
+        mode = req.mode or self.mode
         try:
-            if api == "anthropic" or (self.mode == "anthropic" and req.anthropic_breakpoints):
+            if api == "anthropic" or (mode == "anthropic" and req.anthropic_breakpoints):
                 check_anthropic_breakpoints(req.anthropic_breakpoints)
         except CacheRuleError as exc:
             raise APIError(400, exc.message, param=exc.param) from None
-        if self.mode == "openai" and api == "openai":
+        if mode == "openai" and api == "openai":
             uses = openai_uses_breakpoints(req.model)
             if uses is False and (req.openai_breakpoints or req.openai_mode):
                 raise APIError(
@@ -129,13 +147,14 @@ class CacheEmulator:
         """The usage to report; updates the emulated state (call once per request, when
         the engine has admitted it). Raises :class:`APIError` 400 on a rule violation."""
         n = req.rendered.num_tokens
-        if self.mode == "automatic":
+        mode = req.mode or self.mode
+        if mode == "automatic":
             cached = min(engine_cached_tokens, n)
             return CacheUsage(n, cached, {}, n - cached, writes_reported=False)
         layout_blocks = req.rendered.block_ends
         try:
             with self._lock:
-                if self.mode == "anthropic":
+                if mode == "anthropic":
                     min_tokens = anthropic_min_cacheable_tokens(
                         req.model, default=self.anthropic_min_tokens or 1024)
                     layout = PromptLayout(req.rendered.token_ids, layout_blocks, req.anthropic_breakpoints)

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from .diagnostics import Fingerprint
-from .emulation import CacheRequest, anthropic_breakpoints, anthropic_usage_body
+from .emulation import CacheRequest, anthropic_breakpoints, anthropic_usage_body, request_mode
 from .errors import APIError, parse_body
 from .generation import (
     SSE_HEADERS,
@@ -79,7 +79,8 @@ async def messages(request: Request):
     last_user = max((i for i, m in enumerate(req.messages) if m.role == "user" and i < len(ends)), default=None)
     creq = CacheRequest(model=req.model, rendered=rendered, salt=request_salt(request, req.cache_salt),
                         anthropic_breakpoints=anthropic_breakpoints(rendered),
-                        implicit_end=ends[last_user] if last_user is not None else None)
+                        implicit_end=ends[last_user] if last_user is not None else None,
+                        mode=request_mode(request.headers))
     st.emulator.validate(creq, api="anthropic")
     fp = Fingerprint.of(json.loads(raw), rendered) if req.diagnostics is not None else None
     diagnostics = st.diagnostics.diagnose(req.diagnostics.previous_message_id, fp) if fp else None

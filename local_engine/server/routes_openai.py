@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Optional
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from .emulation import CacheRequest, anthropic_breakpoints, openai_breakpoints, openai_usage_body
+from .emulation import CacheRequest, anthropic_breakpoints, openai_breakpoints, openai_usage_body, request_mode
 from .errors import APIError, parse_body
 from .generation import (
     SSE_HEADERS,
@@ -79,11 +79,12 @@ def _cache_request(st: ServerState, request: Request, model: str, rendered: Rend
         openai_breakpoints=openai_breakpoints(rendered, ttl),
         openai_mode=options.mode if options is not None else None, openai_ttl=ttl,
         implicit_end=implicit_end, prompt_cache_key=prompt_cache_key, retention=retention,
+        mode=request_mode(request.headers),
     )
 
 
-def _report_writes(st: ServerState) -> bool:
-    return st.emulator.mode != "automatic"
+def _report_writes(st: ServerState, creq: CacheRequest) -> bool:
+    return (creq.mode or st.emulator.mode) != "automatic"
 
 
 # ---------------------------------------------------------------------------- chat
@@ -125,7 +126,7 @@ async def chat_completions(request: Request):
 
     def usage_body(out: Any) -> dict:
         completion = sum(len(o.token_ids) for o in out.outputs)
-        body = openai_usage_body(usage, completion, report_writes=_report_writes(st))
+        body = openai_usage_body(usage, completion, report_writes=_report_writes(st, creq))
         note(request, prompt_tokens=usage.prompt_tokens, cached_tokens=usage.cache_read_tokens,
              cache_write_tokens=usage.cache_write_total or None, output_tokens=completion,
              ttft_ms=None if timing.ttft is None else round(timing.ttft * 1000, 1))
@@ -307,7 +308,7 @@ async def completions(request: Request):
         st.metrics.cached_tokens.inc(agg.cache_read_tokens)
         st.metrics.write_tokens.inc(agg.cache_write_total)
         st.metrics.output_tokens.inc(completion)
-        return openai_usage_body(agg, completion, report_writes=_report_writes(st))
+        return openai_usage_body(agg, completion, report_writes=_report_writes(st, creqs[0]))
 
     for _, _, first in started:
         timing.observe(first)

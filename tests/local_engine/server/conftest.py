@@ -1,6 +1,8 @@
 """Fixtures for the server tests: ``promptcache serve`` subprocesses on free loopback ports
-(one per configuration per test worker, reused across modules), and the model's tokenizer
-in the test process for working out expected token counts independently of the server."""
+(one per configuration per test worker, reused across modules: the default one, automatic
+mode with the test clock, serves the emulation tests too through the
+``X-Promptcache-Cache-Mode`` header), and the model's tokenizer in the test process for
+working out expected token counts independently of the server."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ TEST_SERVER_ARGS = ["--num-kv-blocks", "512"]
 def server_factory():
     servers: dict[tuple, LocalEngineServer] = {}
 
-    def make(cache_mode: str = "automatic", *, test_clock: bool = False, api_key=None, extra_args=()):
+    def make(cache_mode: str = "automatic", *, test_clock: bool = True, api_key=None, extra_args=()):
         key = (cache_mode, test_clock, api_key, tuple(extra_args))
         if key not in servers:
             servers[key] = LocalEngineServer(cache_mode, test_clock=test_clock, api_key=api_key,
@@ -77,6 +79,14 @@ def policy_text(tag: str, n: int = 55) -> str:
         f"Policy {i}: a {ITEMS[i % 10]} bought in store {i % 7} may be returned within {10 + i % 20} days."
         for i in range(n))
     return f"[{tag}] {clauses}"
+
+
+@pytest.fixture(scope="session")
+def shared_doc():
+    """One policy document for the emulation modules, so its prefill happens once."""
+    import uuid
+
+    return policy_text("shared-" + uuid.uuid4().hex[:8])
 
 
 @pytest.fixture(scope="session")

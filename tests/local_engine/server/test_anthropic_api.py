@@ -16,7 +16,7 @@ BLOCK = 16
 
 @pytest.fixture(scope="module")
 def server(server_factory):
-    return server_factory("automatic")
+    return server_factory()
 
 
 @pytest.fixture(scope="module")

@@ -20,19 +20,22 @@ import pytest
 SYS = "<|im_start|>system\n"
 
 
+MODE = {"X-Promptcache-Cache-Mode": "anthropic"}
+
+
 @pytest.fixture(scope="module")
 def server(server_factory):
-    return server_factory("anthropic", test_clock=True)
+    return server_factory()  # the shared server; each request asks for anthropic rules
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return server.anthropic_client(max_retries=0, timeout=300)
+    return server.anthropic_client(max_retries=0, timeout=300, default_headers=MODE)
 
 
 @pytest.fixture(scope="module")
-def doc(policy):
-    return policy(uuid.uuid4().hex[:8])
+def doc(shared_doc):
+    return shared_doc
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +155,7 @@ def test_streaming_reports_the_emulated_usage(server, doc, doc_tokens):
 
     for expect_read in (0, doc_tokens):
         starts, deltas = [], []
-        with httpx.stream("POST", server.base_url + "/v1/messages", json=body, timeout=300) as r:
+        with httpx.stream("POST", server.base_url + "/v1/messages", json=body, headers=MODE, timeout=300) as r:
             for line in r.iter_lines():
                 if line.startswith("data: "):
                     d = json.loads(line[6:])
@@ -175,7 +178,7 @@ def test_tenants_never_share_entries(server, client, doc, doc_tokens):
 
 
 def test_openai_endpoint_honours_cache_control_in_anthropic_mode(server, doc, doc_tokens):
-    oc = server.openai_client(max_retries=0, timeout=300)
+    oc = server.openai_client(max_retries=0, timeout=300, default_headers=MODE)
     m = model_name("oai")
     msgs = [{"role": "system", "content": [{"type": "text", "text": doc, "cache_control": {"type": "ephemeral"}}]},
             {"role": "user", "content": "q"}]

@@ -19,19 +19,22 @@ import pytest
 SYS = "<|im_start|>system\n"
 
 
+MODE = {"X-Promptcache-Cache-Mode": "openai"}
+
+
 @pytest.fixture(scope="module")
 def server(server_factory):
-    return server_factory("openai", test_clock=True)
+    return server_factory()  # the shared server; each request asks for openai rules
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return server.openai_client(max_retries=0, timeout=300)
+    return server.openai_client(max_retries=0, timeout=300, default_headers=MODE)
 
 
 @pytest.fixture(scope="module")
-def doc(policy):
-    return policy(uuid.uuid4().hex[:8])
+def doc(shared_doc):
+    return shared_doc
 
 
 def key() -> str:
@@ -144,7 +147,7 @@ def test_explicit_mode_without_breakpoints_caches_nothing(client, doc):
 
 
 def test_anthropic_endpoint_in_openai_mode(server, doc):
-    ac = server.anthropic_client(max_retries=0, timeout=300)
+    ac = server.anthropic_client(max_retries=0, timeout=300, default_headers=MODE)
     m = "gpt-4o-" + uuid.uuid4().hex[:6]  # its own emulated cache
     ac.messages.create(model=m, max_tokens=1, system=doc, messages=[{"role": "user", "content": "q"}])
     r = ac.messages.create(model=m, max_tokens=1, system=doc, messages=[{"role": "user", "content": "q2"}])

@@ -20,7 +20,7 @@ BLOCK = 16
 
 @pytest.fixture(scope="module")
 def server(server_factory):
-    return server_factory("automatic")
+    return server_factory()
 
 
 @pytest.fixture(scope="module")
@@ -279,6 +279,13 @@ def test_unknown_path_is_404_in_openai_shape(server):
     assert r.json()["error"]["type"] == "invalid_request_error"
     r = httpx.get(server.base_url + "/v1/chat/completions")
     assert r.status_code == 405 and "not allowed" in r.json()["error"]["message"]
+
+
+def test_unknown_cache_mode_header_is_400(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="local", messages=[{"role": "user", "content": "Hi"}], max_tokens=1,
+                                       extra_headers={"X-Promptcache-Cache-Mode": "sometimes"})
+    assert "X-Promptcache-Cache-Mode" in e.value.body["message"]
 
 
 def test_server_still_serves_after_bad_requests(client):

@@ -21,7 +21,7 @@ KEY = "sk-local-" + "x" * 16
 
 @pytest.fixture(scope="module")
 def server(server_factory):
-    return server_factory("automatic")
+    return server_factory()
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,8 @@ def wait_idle(server, idle, timeout=30.0):
 
 def test_cache_salt_isolates_tenants(server):
     c = server.openai_client(max_retries=0, timeout=120)
-    msgs = [{"role": "user", "content": f"[{uuid.uuid4().hex}] Tell me about the shop's return policy for kettles."}]
+    msgs = [{"role": "system", "content": f"[{uuid.uuid4().hex}] You are a shop assistant."},
+            {"role": "user", "content": "Tell me about the shop's return policy for kettles."}]
 
     def cached(**kw):
         r = c.chat.completions.create(model="local", messages=msgs, max_tokens=1, **kw)
