@@ -110,7 +110,9 @@ def _attend_tile(
     return acc, l_i, m_new
 
 
-@triton.jit
+# num_seqs/num_segments vary from step to step: not specialised (no recompiles when they are 1
+# or multiples of 16)
+@triton.jit(do_not_specialize=["num_seqs", "num_segments"])
 def paged_attention_kernel(
     out_ptr, seg_out_ptr, seg_max_ptr, seg_sum_ptr,
     q_ptr, k_ptr, v_ptr, bt_ptr, cu_q_ptr, seq_lens_ptr,
@@ -187,7 +189,7 @@ def paged_attention_kernel(
                      o.to(out_ptr.dtype.element_ty), mask=q_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_segments"])
 def _reduce_segments_kernel(
     out_ptr, seg_out_ptr, seg_max_ptr, seg_sum_ptr, num_segments,
     stride_ot, stride_oh,
