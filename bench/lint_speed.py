@@ -41,8 +41,8 @@ DEFAULT_PACKAGES = ["openai", "anthropic", "networkx", "pygments", "huggingface_
                     "jinja2", "fastapi"]
 
 
-def build_tree(dest: Path, packages: list[str]) -> tuple[int, int]:
-    site = Path(sysconfig.get_paths()["purelib"])
+def build_tree(dest: Path, packages: list[str], source: Path | None = None) -> tuple[int, int]:
+    site = source or Path(sysconfig.get_paths()["purelib"])
     files = lines = 0
     for name in packages:
         src = site / name
@@ -76,25 +76,35 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--packages", nargs="+", default=DEFAULT_PACKAGES)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--source", type=Path, default=None,
+                    help="folder holding the packages (default: this interpreter's site-packages)")
+    ap.add_argument("--pcdlint", default=None,
+                    help="command that runs pcdlint (default: the pcdlint script next to python)")
     args = ap.parse_args(argv)
 
     py = sys.executable
-    pcd = shutil.which("pcdlint") or str(Path(py).with_name("pcdlint"))
+    if args.pcdlint:
+        pcd_cmd = args.pcdlint.split()
+    else:
+        exe = shutil.which("pcdlint") or str(Path(py).with_name("pcdlint"))
+        pcd_cmd = [exe] if Path(exe).exists() else None
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
     with tempfile.TemporaryDirectory(prefix="lint_speed_") as tmp:
         tree = Path(tmp) / "tree"
-        files, lines = build_tree(tree, args.packages)
+        files, lines = build_tree(tree, args.packages, args.source)
         names = "\n".join(str(p) for p in sorted(tree.rglob("*.py"))).encode() + b"\n"
         pycache = Path(tmp) / "pycache"
         env = dict(os.environ, PYTHONPYCACHEPREFIX=str(pycache), PYTHONDONTWRITEBYTECODE="")
-        lint_env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+        lint_env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        lint_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
         runs = {
             "py_compile": lambda: timed(pin + [py, "-m", "py_compile", "-"], stdin=names, env=env),
             "promptcache lint": lambda: timed(
                 pin + [py, "-m", "linters", "--isolated", "--format", "json", str(tree)], env=lint_env),
         }
-        if Path(pcd).exists():
-            runs["pcdlint"] = lambda: timed(pin + [pcd, "--format", "json", str(tree)], ok=(0, 1, 2))
+        if pcd_cmd:
+            runs["pcdlint"] = lambda: timed(pin + pcd_cmd + ["--format", "json", str(tree)], ok=(0, 1, 2))
         best: dict[str, float] = {}
         for _ in range(args.repeat):
             for name, run in runs.items():  # interleaved, so load changes hit all tools alike
