@@ -162,7 +162,7 @@ def _walk(directory: Path, ignores: _Ignores, gitignore: bool, excluded, out, cw
         for e in entries:
             name = e.name
             try:
-                is_dir = e.is_dir()
+                is_dir = e.is_dir(follow_symlinks=False)  # no symlink cycles
             except OSError:
                 continue
             path = Path(e.path)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 DOCS_BASE = "docs/rules"
 
@@ -28,8 +28,7 @@ class Finding:
 
     ``line``/``end_line`` are 1-based; ``col``/``end_col`` are 1-based character columns
     (the runner converts the parser's UTF-8 byte offsets). ``fix`` names an available
-    automatic fix (``"sort_keys"``) or is None. ``stmt_end`` is the last line of the
-    statement holding the finding, where a ``# noqa`` for a multi-line statement may sit.
+    automatic fix (``"sort_keys"``) or is None.
     """
 
     code: str
@@ -40,8 +39,6 @@ class Finding:
     end_col: int
     path: str = ""
     fix: str | None = None
-    stmt_end: int = 0
-    extra: dict = field(default_factory=dict)
 
     def sort_key(self):
         return (self.path, self.line, self.col, self.code)

@@ -143,6 +143,14 @@ def test_folders_recurse_respect_gitignore_and_skip_venvs(proj, capsys):
     assert main(["-q", "generated/out.py"]) == 1
 
 
+def test_exclude_option_and_symlink_loops(proj, capsys):
+    write(proj / "app" / "a.py", BAD)
+    write(proj / "vendor" / "v.py", BAD)
+    (proj / "app" / "loop").symlink_to(proj / "app", target_is_directory=True)
+    assert main(["-q", "--exclude", "vendor/", "."]) == 1
+    assert [ln.split(":")[0] for ln in capsys.readouterr().out.splitlines()] == ["app/a.py"]
+
+
 def test_pyproject_config(proj, capsys):
     write(proj / "pkg" / "a.py", BAD)
     write(proj / "pkg" / "b.py", BAD_JSON)
