@@ -14,7 +14,6 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Optional
 
 from .emulation import CACHE_MODES
 from .state import DEFAULT_MAX_BODY_BYTES

@@ -8,7 +8,6 @@ prompts' token ids (tokenized here, the plain way) rounded down to whole 16-toke
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 
 import httpx
