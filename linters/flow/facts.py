@@ -18,6 +18,7 @@ AUG = "aug"            # x += value
 APPEND = "append"      # x.append(value) / x.insert(i, value)
 EXTEND = "extend"      # x.extend(value)
 SETITEM = "setitem"    # x[k] = value
+DEEPSET = "deepset"    # x[i][k] = value / x[i].attr = value: changes an element of x
 UPDATE = "update"      # x.update(value)
 ITER = "iter"          # for x in value / comprehension target
 UNPACK = "unpack"      # a, b = value (value is the whole right-hand side)
@@ -122,6 +123,8 @@ class ModuleFacts:
     # local function name -> call sites (call node, calling scope); "self.m" for methods
     calls: dict[str, list[tuple[ast.Call, Scope]]] = field(default_factory=dict)
     strings: list[tuple[ast.expr, Scope]] = field(default_factory=list)
+    # calls that fill prompt-template variables: ``prompt.partial(date=...)``, ``.invoke({...})``
+    template_fills: list[tuple[ast.Call, Scope]] = field(default_factory=list)
     # (id(scope), "random" | "numpy.random") -> first line where that scope seeds the module
     seeds: dict[tuple[int, str], int] = field(default_factory=dict)
     llm_context: bool = False

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 
-from linters.flow.facts import APPEND, ASSIGN, AUG, EXTEND, ModuleFacts, Scope
+from linters.flow.facts import APPEND, ASSIGN, AUG, DEEPSET, EXTEND, ModuleFacts, Scope
 from linters.flow.hazards import JSON, PARAM_H, SET, VIEW, VOLATILE, Hazard, HazardMixin
 from linters.flow.literals import LiteralMixin
 from linters.flow.resolve import Resolver, short
@@ -75,9 +75,32 @@ class Evaluator(HazardMixin, SegmentMixin, LiteralMixin, Resolver):
                 if b.kind == ASSIGN:
                     items.extend(self.message_items(b.value, b.scope, b.line, depth + 1))
                 elif b.kind == APPEND:
-                    items.append((b.value, b.scope, b.in_loop))
+                    call = b.node
+                    if (type(call) is ast.Call and call.func.attr == "insert"
+                            and len(call.args) == 2):
+                        # list.insert semantics; an unknown index counts as the front
+                        idx = call.args[0]
+                        pos = idx.value if type(idx) is ast.Constant and type(idx.value) is int else 0
+                        items.insert(pos, (b.value, b.scope, b.in_loop))
+                    else:
+                        items.append((b.value, b.scope, b.in_loop))
                 elif b.kind in (EXTEND, AUG):
                     items.extend((e, s, b.in_loop or r) for e, s, r in
                                  self.message_items(b.value, b.scope, b.line, depth + 1))
+                elif b.kind == DEEPSET and not _targets_last(b.node):
+                    # ``messages[0]["content"] += ...`` changes an earlier message
+                    items.insert(0, (b.value, b.scope, True))
             return items
         return []
+
+
+def _targets_last(stmt) -> bool:
+    """True when an element assignment writes ``x[-1]...`` (the last message)."""
+    target = stmt.targets[0] if type(stmt) is ast.Assign else getattr(stmt, "target", None)
+    first = None
+    while type(target) in (ast.Subscript, ast.Attribute):
+        if type(target) is ast.Subscript:
+            first = target.slice
+        target = target.value
+    return (type(first) is ast.UnaryOp and type(first.op) is ast.USub
+            and type(first.operand) is ast.Constant and first.operand.value == 1)

@@ -11,7 +11,7 @@ import ast
 
 from linters.flow import tables
 from linters.flow.facts import (
-    APPEND, ASSIGN, AUG, DEF, EXTEND, IMPORT, ITER, MESSAGES, OPAQUE, PARAM, PREFIX, PROMPT, ROLE,
+    APPEND, ASSIGN, AUG, DEEPSET, DEF, EXTEND, IMPORT, ITER, MESSAGES, OPAQUE, PARAM, PREFIX, PROMPT, ROLE,
     SETITEM, SHUFFLE, TOOLS, UNPACK, UPDATE, WITH, Binding, ModuleFacts, Request, Scope, Sink,
 )
 
@@ -38,7 +38,9 @@ def _hint_kind(name: str) -> int:
                                2 if tables.TOOLS_NAME_RE.match(name) else 3)
     return kind
 _LIST_VALUES = (ast.List, ast.ListComp, ast.Tuple, ast.BinOp)
-_MUTATION_KINDS = frozenset({APPEND, EXTEND, SETITEM, UPDATE, SHUFFLE})
+_MUTATION_KINDS = frozenset({APPEND, EXTEND, SETITEM, UPDATE, SHUFFLE, DEEPSET})
+_FILL_METHODS = frozenset({"partial", "invoke", "ainvoke", "format_messages", "format_prompt",
+                           "stream", "astream", "batch", "abatch"})
 _BODY_KEYS = frozenset({"messages", "contents"})
 _REQUEST_KEYS = ("tools", "system", "messages", "model")
 
@@ -127,6 +129,14 @@ class _Walker:
         elif t is ast.Subscript:
             base = target.value
             k = SETITEM if kind in (ASSIGN, AUG) else kind
+            if type(base) in (ast.Subscript, ast.Attribute) and kind in (ASSIGN, AUG):
+                root = base
+                while type(root) in (ast.Subscript, ast.Attribute):
+                    root = root.value
+                if type(root) is ast.Name and root.id != "self":
+                    self.add(scope, root.id, Binding(DEEPSET, value, scope, node.lineno,
+                                                     node.col_offset, loops, node))
+                    return
             if type(base) is ast.Name:
                 self.add(scope, base.id, Binding(k, value, scope, node.lineno, node.col_offset,
                                                  loops, node))
@@ -380,6 +390,8 @@ class _Walker:
                 self.facts.has_file_read = True
             elif attr == "format":
                 self.facts.strings.append((node, scope))
+            elif attr in _FILL_METHODS:
+                self.facts.template_fills.append((node, scope))
         for kw in node.keywords:
             if kw.arg in _SINK_KEYWORDS:
                 self.pending_calls.append((node, scope))

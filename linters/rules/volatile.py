@@ -4,7 +4,10 @@ message before the last one."""
 
 from __future__ import annotations
 
-from linters.flow.facts import MESSAGES, PROMPT
+import ast
+import string
+
+from linters.flow.facts import MESSAGES, PROMPT, ROLE
 from linters.flow.values import VOLAT, VOLATILE, static_chars
 from linters.model import Finding, Rule
 
@@ -13,8 +16,58 @@ RULES = (Rule("PC001", "volatile-in-prefix",
               "interpolated into a cached prefix"),)
 
 
+def _system_placeholders(an) -> set[str]:
+    """Variables of system-message templates (``("system", "Today is {date}")``,
+    ``SystemMessagePromptTemplate.from_template(...)``) whose text is a literal."""
+    names: set[str] = set()
+    for sink in an.facts.sinks:
+        if sink.kind != ROLE:
+            continue
+        expr = sink.expr
+        if type(expr) is ast.Tuple:
+            template = expr.elts[1]
+        elif (type(expr) is ast.Call and type(expr.func) is ast.Attribute
+              and expr.func.attr == "from_template" and expr.args):
+            template = expr.args[0]
+        else:
+            continue
+        text = an.ev.literal_str(template, sink.scope)
+        if not text:
+            continue
+        try:
+            names.update(f.split(".", 1)[0].split("[", 1)[0]
+                         for _, f, _, _ in string.Formatter().parse(text) if f)
+        except ValueError:
+            continue
+    return names
+
+
+def _template_fills(an) -> list[Finding]:
+    """``prompt.partial(date=datetime.now())`` / ``chain.invoke({"date": ...})`` filling a
+    variable of a system-message template with a volatile value."""
+    names = _system_placeholders(an) if an.facts.template_fills else set()
+    out: list[Finding] = []
+    if not names:
+        return out
+    for call, scope in an.facts.template_fills:
+        pairs = [(kw.arg, kw.value) for kw in call.keywords if kw.arg in names]
+        if call.args and type(call.args[0]) is ast.Dict:
+            d = call.args[0]
+            pairs += [(k.value, v) for k, v in zip(d.keys, d.values)
+                      if type(k) is ast.Constant and k.value in names]
+        for key, value in pairs:
+            for h in an.ev.hazards(value, scope):
+                if h.kind != VOLATILE or id(h.node) in an.reported:
+                    continue
+                out.append(an.finding(
+                    "PC001", h.node,
+                    f"{h.detail} fills `{{{key}}}` of a system-message template: the cached "
+                    "prefix changes on every request; move the variable to the human message"))
+    return out
+
+
 def check(an) -> list[Finding]:
-    out = []
+    out = _template_fills(an)
     for sink in an.facts.sinks:
         if sink.kind != PROMPT:
             continue

@@ -511,3 +511,40 @@ def test_long_constant_must_be_prose_for_pc007():
         return openai.OpenAI().responses.create(model="m", input=q + MANUAL)
     """
     assert found(src) == [(10, "PC007"), (12, "PC007")]
+
+
+def test_langchain_template_variables_filled_with_volatile_values():
+    src = """
+    from datetime import datetime
+    from langchain_core.prompts import ChatPromptTemplate, SystemMessagePromptTemplate
+    prompt = ChatPromptTemplate.from_messages([
+        ("system", "You are a travel agent. Today is {today}."),
+        ("human", "{question} (asked {asked_at})"),
+    ])
+    sys_tpl = SystemMessagePromptTemplate.from_template("Shift started {shift}")
+    def run(chain, q):
+        p = prompt.partial(today=datetime.now().strftime("%A"))
+        chain.invoke({"question": q, "asked_at": datetime.now()})
+        chain.invoke({"question": q, "today": datetime.now()})
+        sys_tpl.format_messages(shift=datetime.now())
+    """
+    assert found(src) == [(9, "PC001"), (11, "PC001"), (12, "PC001")]
+
+
+def test_element_assignment_and_insert_positions():
+    src = """
+    import time
+    from openai import OpenAI
+    client = OpenAI()
+    def ask(history, q):
+        messages = [{"role": "system", "content": "static"}, *history]
+        messages[0]["content"] += f" ({time.time()})"
+        messages.append({"role": "user", "content": q})
+        messages[-1]["content"] += f" ({time.time()})"
+        client.chat.completions.create(model="m", messages=messages)
+    def ask2(q):
+        messages = [{"role": "user", "content": f"{time.time()} {q}"}]
+        messages.insert(0, {"role": "system", "content": "static"})
+        client.chat.completions.create(model="m", messages=messages)
+    """
+    assert found(src) == [(6, "PC001")]
