@@ -42,6 +42,7 @@ def hf_folder(tmp_path_factory, gguf_path):
     return d
 
 
+@pytest.mark.slow  # writes a 540 MB checkpoint and loads it twice: ~30-60 s on 2 busy cores
 def test_hf_folder_matches_transformers_and_the_gguf_engine(hf_folder, engine, engine_factory):
     transformers = pytest.importorskip("transformers")
     from local_engine.engine import LLMEngine

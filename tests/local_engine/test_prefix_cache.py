@@ -58,7 +58,7 @@ def test_outputs_identical_with_and_without_prefix_caching(engine, engine_factor
                  "How much is a tune-up?"]
     prompts = [tok.encode(tok.apply_chat_template([system, {"role": "user", "content": q}]))
                for q in questions]
-    params = SamplingParams(temperature=0.0, max_tokens=24)
+    params = SamplingParams(temperature=0.0, max_tokens=10)
     with_cache, without = [], []
     for i, ids in enumerate(prompts):  # one after another so later ones hit the cache
         with_cache.append(_run_one(engine, f"cache-on-{i}", ids, params))
