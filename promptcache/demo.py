@@ -262,13 +262,21 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         tracker = promptcache.Tracker(args.db)
+        from promptcache.pricing import price_for
+
+        try:  # record the local traffic at the hosted model's prices
+            price = price_for(args.price_model)
+        except LookupError as exc:
+            print(f"promptcache demo: error: {exc}", file=sys.stderr)
+            return 2
 
         def client_for(run_name: str) -> Any:
             # One wrapped client per run, so the ledger can tell the runs apart.
             client = openai.OpenAI(base_url=base_url, api_key="local-demo", max_retries=0,
                                    timeout=120)
-            return promptcache.wrap(client, tracker, provider="local",
-                                    metadata={"demo_run": run_name})
+            return promptcache.wrap(client, tracker, provider="local", price=price,
+                                    metadata={"demo_run": run_name,
+                                              "priced_as": args.price_model})
 
         naive_client, built_client = client_for("naive"), client_for("built")
         model = naive_client.models.list().data[0].id
@@ -280,7 +288,8 @@ def run(args: argparse.Namespace) -> int:
         built = play("built", lambda q: built_request(q, model), built_client, args.requests,
                      args.max_tokens)
         print_table(naive, built, args.price_model)
-        print(f"\nrecorded in the ledger at {tracker.path}; see `promptcache report`")
+        print(f"\nrecorded in the ledger at {tracker.path}; see it with\n"
+              f"  promptcache report --db {tracker.path} --by metadata.demo_run")
         print(f"finished in {time.monotonic() - t_start:.0f}s")
         return 0
     except Exception as exc:
