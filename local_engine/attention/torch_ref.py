@@ -52,10 +52,16 @@ def paged_attention(
     out = torch.empty_like(q)
     cu = cu_seqlens_q.tolist()
     lens = seq_lens.tolist()
+    decode = [i for i in range(len(lens)) if cu[i + 1] - cu[i] == 1]
+    if len(decode) > 1:
+        _decode_batched(q, k_cache, v_cache, block_tables, cu, lens, decode, scale, out)
+        done = set(decode)
+    else:
+        done = ()
     for i, ctx in enumerate(lens):
         start, end = cu[i], cu[i + 1]
         q_len = end - start
-        if q_len == 0:
+        if q_len == 0 or i in done:
             continue
         n_blocks = (ctx + block_size - 1) // block_size
         blocks = block_tables[i, :n_blocks].to(torch.long)
@@ -78,3 +84,30 @@ def paged_attention(
                                            is_causal=(q_len == ctx and q_len > 1), scale=scale)
         out[start:end] = o[0].transpose(0, 1).to(q.dtype)
     return out
+
+
+def _decode_batched(q, k_cache, v_cache, block_tables, cu, lens, decode, scale, out) -> None:
+    """All single-token (decode) sequences at once: gather their contexts padded to the longest,
+    mask the padding, softmax in float32. Same arithmetic as the per-sequence path."""
+    num_heads, head_dim = q.shape[1], q.shape[2]
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    dev = q.device
+    idx = torch.tensor(decode, dtype=torch.long, device=dev)
+    rows = torch.tensor([cu[i] for i in decode], dtype=torch.long, device=dev)
+    ctx = torch.tensor([lens[i] for i in decode], dtype=torch.long, device=dev)
+    max_ctx = max(lens[i] for i in decode)
+    n_blocks = (max_ctx + block_size - 1) // block_size
+    blocks = block_tables[idx, :n_blocks].to(torch.long)  # [S, nb]
+    s = len(decode)
+    compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    k = k_cache[blocks].reshape(s, n_blocks * block_size, num_kv_heads, head_dim).to(compute)
+    v = v_cache[blocks].reshape(s, n_blocks * block_size, num_kv_heads, head_dim).to(compute)
+    qd = q[rows].to(compute).view(s, num_kv_heads, group, head_dim)  # head h = kv * group + g
+    scores = torch.einsum("skgd,stkd->skgt", qd, k) * scale
+    pad = torch.arange(n_blocks * block_size, device=dev)[None, :] >= ctx[:, None]  # [S, T]
+    scores.masked_fill_(pad[:, None, None, :], float("-inf"))
+    v = v.masked_fill(pad[:, :, None, None], 0.0)  # stale slots may hold anything, even NaN
+    probs = torch.softmax(scores.float(), dim=-1).to(compute)
+    o = torch.einsum("skgt,stkd->skgd", probs, v).reshape(s, num_heads, head_dim)
+    out[rows] = o.to(q.dtype)
