@@ -193,3 +193,16 @@ def test_lru_eviction_loses_the_least_recently_used_prefix(engine_factory):
     hits = {name: run(eng, f"probe-{name}", prefixes[name] + [16], p).num_cached_tokens
             for name in ("gamma", "alpha", "beta")}
     assert hits == {"gamma": 48, "alpha": 48, "beta": 16}
+
+
+def test_pool_sized_from_kv_cache_memory_and_logged(engine_factory, caplog):
+    import logging
+
+    # one block = 2 (K,V) x 30 layers x 3 KV heads x 64 dims x 4 bytes x 16 tokens = 737,280 B;
+    # 10.5 blocks' worth of bytes gives 10 whole blocks = 160 tokens
+    with caplog.at_level(logging.INFO, logger="local_engine"):
+        eng = engine_factory(num_kv_blocks=None, kv_cache_memory=737_280 * 21 // 2)
+    assert eng.kv_cache_manager.num_blocks == 10
+    assert tuple(eng.runner.kv_cache.shape) == (30, 2, 10, 16, 3, 64)
+    line = next(r.getMessage() for r in caplog.records if "KV cache" in r.getMessage())
+    assert "10 blocks x 16 tokens = 160 tokens" in line and "46080 bytes/token" in line
