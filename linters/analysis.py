@@ -30,6 +30,7 @@ class Analysis:
 
     @property
     def reaches(self) -> list[Reach]:
+        """Hazards reaching a cached prefix (see :func:`linters.flow.reach.prefix_reaches`)."""
         if self._reaches is None:
             self._reaches = prefix_reaches(self.ev)
         return self._reaches

@@ -73,6 +73,7 @@ class LintConfig:
         return frozenset(base - self.ignore)
 
     def exclude_spec(self) -> pathspec.GitIgnoreSpec | None:
+        """The ``exclude`` patterns as one gitignore-style spec (None when empty)."""
         if not self.exclude:
             return None
         return pathspec.GitIgnoreSpec.from_lines(self.exclude)

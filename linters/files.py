@@ -101,6 +101,7 @@ def _ignores_above(directory: Path) -> _Ignores:
 
 
 def display_path(path: Path, cwd: Path) -> str:
+    """``path`` relative to ``cwd`` when under it (posix separators), else absolute."""
     try:
         return path.relative_to(cwd).as_posix()
     except ValueError:

@@ -32,10 +32,12 @@ def summary(findings: list[Finding], files: int, fixed: int = 0) -> str:
 
 
 def text(findings: list[Finding]) -> str:
+    """``path:line:col: CODE message`` lines."""
     return "".join(f"{f.path}:{f.line}:{f.col}: {f.code} {f.message}\n" for f in findings)
 
 
 def as_json(findings: list[Finding]) -> str:
+    """A JSON array: code, name, message, path, 1-based line/column range, fixable, doc."""
     out = []
     for f in findings:
         rule = RULES.get(f.code)

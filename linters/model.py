@@ -19,6 +19,7 @@ class Rule:
 
     @property
     def doc(self) -> str:
+        """Path of the rule's documentation page in the repository."""
         return f"{DOCS_BASE}/{self.code}.md"
 
 

@@ -60,6 +60,7 @@ class Resolver:
         return cls.self_attrs.get(attr, []) if cls is not None else []
 
     def function_scope(self, node: ast.AST) -> Scope | None:
+        """The scope of a ``def`` node of this module."""
         if self._fscopes is None:
             found: dict[int, Scope] = {}
             todo = [self.facts.module]

@@ -24,4 +24,5 @@ RULES = dict(sorted(RULES.items()))
 
 
 def family_codes(family) -> frozenset[str]:
+    """The codes a family module reports."""
     return frozenset(r.code for r in family.RULES)

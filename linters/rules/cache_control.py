@@ -195,6 +195,7 @@ def _min_tokens(model: str | None) -> int:
 
 
 def check(an) -> list[Finding]:
+    """PC005 and PC008 findings for every literal request of the module."""
     facts = an.facts
     if not facts.has_cache_control or not facts.requests:
         return []

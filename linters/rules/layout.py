@@ -71,6 +71,8 @@ def _message_text(ev, content, scope):
 
 
 def check(an) -> list[Finding]:
+    """PC004 findings for prompt strings and message lists; PC007 for string building
+    in LLM modules."""
     ev = an.ev
     cfg = an.config
     out: list[Finding] = []

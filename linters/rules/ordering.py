@@ -20,6 +20,7 @@ RULES = (
 
 
 def check(an) -> list[Finding]:
+    """PC003 and PC006 findings from the hazards that reach a cached prefix."""
     out = []
     for r in an.reaches:
         h = r.hazard

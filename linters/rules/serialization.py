@@ -13,6 +13,7 @@ RULES = (Rule("PC002", "unsorted-json-in-prompt",
 
 
 def check(an) -> list[Finding]:
+    """PC002 findings from the hazards that reach a cached prefix."""
     out = []
     for r in an.reaches:
         h = r.hazard

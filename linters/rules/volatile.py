@@ -67,6 +67,8 @@ def _template_fills(an) -> list[Finding]:
 
 
 def check(an) -> list[Finding]:
+    """PC001 findings: template variables, whole prompt strings, and volatile hazards that
+    reach a cached prefix."""
     out = _template_fills(an)
     for sink in an.facts.sinks:
         if sink.kind != PROMPT:
