@@ -196,7 +196,7 @@ def _h(text: str) -> str:
 
 def _json_text(value: Any) -> str:
     # the bytes as sent: key order kept (an unsorted tool schema is a different prefix)
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))  # noqa: PC002
 
 
 def segments_from_request(req: dict[str, Any], model: str | None) -> list[Segment]:
