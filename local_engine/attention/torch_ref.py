@@ -99,6 +99,10 @@ def _decode_batched(q, k_cache, v_cache, block_tables, cu, lens, decode, scale, 
     max_ctx = max(lens[i] for i in decode)
     n_blocks = (max_ctx + block_size - 1) // block_size
     blocks = block_tables[idx, :n_blocks].to(torch.long)  # [S, nb]
+    # Entries past a sequence's own blocks are padding and may hold anything (the contract
+    # ignores them): point them at block 0 so the gather stays in bounds; they are masked.
+    own = torch.arange(n_blocks, device=dev)[None, :] < ((ctx + block_size - 1) // block_size)[:, None]
+    blocks = torch.where(own, blocks, torch.zeros_like(blocks))
     s = len(decode)
     compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     k = k_cache[blocks].reshape(s, n_blocks * block_size, num_kv_heads, head_dim).to(compute)

@@ -35,7 +35,8 @@ def test_torch_reference_matches_dense_float64(block_size):
     k_cache = torch.full((num_blocks, block_size, kv_heads, head_dim), float("nan"))
     v_cache = torch.full_like(k_cache, float("nan"))
     perm = torch.randperm(num_blocks, generator=gen)
-    tables = torch.zeros(len(cases), 16, dtype=torch.int32)
+    # Entries past a sequence's blocks are padding; fill them with an out-of-range id.
+    tables = torch.full((len(cases), 16), 10**6, dtype=torch.int32)
     used = 0
     k_full, v_full, slots = [], [], []
     for i, (ctx, _) in enumerate(cases):
