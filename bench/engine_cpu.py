@@ -133,6 +133,29 @@ def bench_waste(engine, n_req, seed):
     return statistics.mean(paged), max(paged), peak, statistics.mean(contiguous)
 
 
+def bench_steps(engine, prompt_len=1200, decode_steps=20):
+    """Cold prefill of one ``prompt_len``-token prompt, then mean decode-step time at batch 1
+    and 8 (what the demo's workload is made of)."""
+    tok = engine.tokenizer
+    p = SamplingParams(temperature=0.0, max_tokens=1)
+    engine.add_request("steps-cold", filler(tok, prompt_len, seed=42), p)
+    t = time.perf_counter()
+    run_all(engine)
+    cold = time.perf_counter() - t
+    per_step = {}
+    for bsz in (1, 8):
+        for i in range(bsz):
+            engine.add_request(f"steps-{bsz}-{i}", tok.encode(f"Tell me a story, number {i}."),
+                               SamplingParams(temperature=0.0, max_tokens=decode_steps + 1, ignore_eos=True))
+        engine.step()  # the prefills
+        t = time.perf_counter()
+        for _ in range(decode_steps):
+            engine.step()
+        per_step[bsz] = (time.perf_counter() - t) / decode_steps
+        run_all(engine)
+    return cold, per_step
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -142,15 +165,24 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--waste-requests", type=int, default=64)
     ap.add_argument("--quick", action="store_true", help="smaller run (prefix 500, 4 requests)")
+    ap.add_argument("--steps-only", action="store_true",
+                    help="only time a cold 1,200-token prefill and decode steps at batch 1 and 8")
     args = ap.parse_args()
     if args.quick:
         args.prefix, args.reps, args.concurrent, args.new_tokens, args.waste_requests = 500, 1, 4, 16, 16
     if args.threads:
         torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]
+    engine = LLMEngine.from_model(None, num_kv_blocks=2048, max_num_seqs=64, max_num_batched_tokens=2048,
+                                  num_threads=args.threads)  # None: the engine's auto choice
     print(f"# engine_cpu: torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{os.cpu_count()} CPUs, load average {load:.1f}, {time.strftime('%Y-%m-%d')}")
-    engine = LLMEngine.from_model(None, num_kv_blocks=2048, max_num_seqs=64, max_num_batched_tokens=2048)
+    if args.steps_only:
+        cold, per_step = bench_steps(engine)
+        print("| threads | cold 1,200-token prefill (s) | decode step, batch 1 (ms) | decode step, batch 8 (ms) |")
+        print("|---|---:|---:|---:|")
+        print(f"| {torch.get_num_threads()} | {cold:.2f} | {per_step[1] * 1e3:.0f} | {per_step[8] * 1e3:.0f} |")
+        return 0
 
     cold, cached, plen = bench_ttft(engine, args.prefix, args.reps)
     print(f"\n1. TTFT, {plen}-token prompt, {args.prefix}-token prefix (median of {args.reps})")

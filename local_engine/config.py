@@ -80,9 +80,9 @@ class EngineConfig:
         swap_space: bytes of CPU memory for swapping preempted requests' KV (0 = recompute).
         enforce_eager: on CUDA, run decode steps eagerly instead of replaying the CUDA graphs
             captured for batch sizes 1..``max_num_seqs`` (see :mod:`local_engine.cuda_graphs`).
-        num_threads: torch intra-op CPU threads for this process (None = torch's default, one
-            per core). On a CPU shared with other busy processes 1 is much faster: two threads
-            that must meet at every operator's barrier wait for each other's time slices.
+        num_threads: torch intra-op CPU threads for this process on the CPU (None = auto: one
+            per core minus the cores other processes keep busy, by the 1-minute load average;
+            see :func:`local_engine.engine.cpu_threads`).
     """
 
     model: Optional[str] = None
