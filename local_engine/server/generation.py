@@ -56,11 +56,20 @@ async def start_request(state: ServerState, request_id: str, token_ids: list[int
     """Submit a request and wait for its first output (after prefill).
 
     Returns (the output iterator, the first ``RequestOutput``). Raises :class:`APIError`:
-    400 for a prompt longer than the context (the message names both lengths) or a request
+    400 for a prompt longer than the context (the message names both lengths), a prompt plus
+    ``max_tokens`` over the context (names the three numbers), or a request
     the engine refuses, 503 when the engine is stopped or shutting down."""
     from local_engine.async_engine import EngineDeadError, EngineStoppedError
     from local_engine.errors import EngineError, RequestTooLongError
 
+    limit = state.max_model_len
+    if params.max_tokens is not None and len(token_ids) < limit < len(token_ids) + params.max_tokens:
+        # As vLLM and the hosted APIs do: refuse up front rather than run for minutes.
+        raise APIError(400, f"This model's maximum context length is {limit} tokens. However, you "
+                            f"requested {len(token_ids) + params.max_tokens} tokens "
+                            f"({len(token_ids)} in the messages, {params.max_tokens} in the "
+                            f"completion). Please reduce the length of the messages or the "
+                            f"completion.", param="max_tokens", code="context_length_exceeded")
     agen = state.engine.generate(request_id, token_ids, params, cache_salt=salt)
     try:
         first = await agen.__anext__()

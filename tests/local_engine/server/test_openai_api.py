@@ -290,3 +290,13 @@ def test_unknown_cache_mode_header_is_400(client):
 def test_server_still_serves_after_bad_requests(client):
     r = client.chat.completions.create(model="local", messages=[{"role": "user", "content": "Hi"}], max_tokens=1)
     assert r.usage.completion_tokens == 1
+
+
+def test_prompt_plus_max_tokens_over_the_context_is_400(client):
+    # 8,000 prompt tokens + 500 requested = 8,500 > the model's 8,192 (SmolLM2's context).
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="local", prompt=[100] * 8000, max_tokens=500)
+    msg = e.value.body["message"]
+    assert "8192" in msg and "8500" in msg and "8000" in msg and "500" in msg
+    assert e.value.body["param"] == "max_tokens"
+    assert e.value.body["code"] == "context_length_exceeded"
