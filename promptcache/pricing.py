@@ -235,7 +235,10 @@ def cost(usage: Usage, model: str | None = None, price: Price | None = None) -> 
         c_input = usage.uncached_input_tokens * price.input / MILLION
         if usage.cache_read_tokens:
             if price.cache_read is None:
-                raise PricingError(f"no cache read price for {price.model or model}")
+                raise PricingError(
+                    f"the usage has {usage.cache_read_tokens} cache-read tokens but the price "
+                    f"for {price.model or model or 'this request (a custom Price)'} has no "
+                    f"cache_read; pass promptcache.Price(..., cache_read=...)")
             c_read = usage.cache_read_tokens * price.cache_read / MILLION
         else:
             c_read = Decimal(0)
@@ -313,7 +316,10 @@ def cost_pico(usage: Usage, model: str | None = None,
     total = usage.uncached_input_tokens * r["input"] + usage.output_tokens * r["output"]
     if usage.cache_read_tokens:
         if r["cache_read"] is None:
-            raise PricingError(f"no cache read price for {price.model or model}")
+            raise PricingError(
+                f"the usage has {usage.cache_read_tokens} cache-read tokens but the price "
+                f"for {price.model or model or 'this request (a custom Price)'} has no "
+                f"cache_read; pass promptcache.Price(..., cache_read=...)")
         total += usage.cache_read_tokens * r["cache_read"]
     for ttl, n in usage.cache_write_by_ttl.items():
         rate = r["write"].get(ttl)
