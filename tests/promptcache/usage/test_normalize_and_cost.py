@@ -347,7 +347,7 @@ def test_missing_1h_price_is_an_error_not_a_5m_price():
     u = Usage(uncached_input_tokens=10, cache_write_tokens=100, cache_write_by_ttl={"1h": 100})
     with pytest.raises(PricingError, match="1h"):
         cost(u, price=Price(input="3", output="15", cache_read="0.3", cache_write_5m="3.75"))
-    with pytest.raises(PricingError, match="cache read"):
+    with pytest.raises(PricingError, match="cache-read tokens but the price"):
         cost(Usage(cache_read_tokens=5), price=Price(input="1", output="1"))
 
 
