@@ -184,18 +184,26 @@ def resolve_model(model: str):
 
         from .loader.gguf_loader import read_gguf_config
 
-        reader = gguf.GGUFReader(str(path))
-        stored = sum(int(t.n_bytes) for t in reader.tensors)
-        return read_gguf_config(reader, path), str(path), stored
+        try:
+            reader = gguf.GGUFReader(str(path))
+            stored = sum(int(t.n_bytes) for t in reader.tensors)
+            return read_gguf_config(reader, path), str(path), stored
+        except (ValueError, KeyError, OSError) as exc:
+            raise PlanError(f"{path}: not a readable GGUF model file ({exc})") from None
     if path.is_file() and path.name.endswith(".json"):
         from .loader.hf_loader import read_hf_config
 
         tmp = path.parent
-        cfg = read_hf_config(tmp) if path.name == "config.json" else None
-        if cfg is None:
+        if path.name != "config.json":
             raise PlanError(f"{model}: expected a file named config.json")
+        try:
+            cfg = read_hf_config(tmp)
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            raise PlanError(f"{path}: not a usable Hugging Face config ({exc})") from None
         return cfg, str(path), None
     names = ", ".join(sorted(PRESETS))
+    if path.suffix in (".gguf", ".json") or "/" in model:
+        raise PlanError(f"{model}: no such file (give a preset ({names}), a .gguf file or a config.json)")
     raise PlanError(f"unknown model {model!r}: give a preset ({names}), a .gguf file or a config.json")
 
 
