@@ -71,6 +71,7 @@ class AsyncEngine:
 
     # ---- lifecycle ------------------------------------------------------------------------
     def start(self) -> "AsyncEngine":
+        """Start the background step-loop thread (idempotent); returns ``self``."""
         if not self._thread.is_alive():
             self._thread.start()
         return self

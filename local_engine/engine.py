@@ -246,9 +246,11 @@ class LLMEngine:
             self._seq_to_req.pop(s.seq.seq_id, None)
 
     def has_unfinished_requests(self) -> bool:
+        """True while any added request has not finished (waiting, running or preempted)."""
         return bool(self._requests)
 
     def get_num_unfinished_requests(self) -> int:
+        """Number of added requests that have not finished (waiting, running or preempted)."""
         return len(self._requests)
 
     # ---- the step ------------------------------------------------------------------------

@@ -219,6 +219,7 @@ def _fmt_bytes(n: Optional[int]) -> str:
 
 
 def format_plan(p: KVPlan) -> str:
+    """The plan as the aligned text table ``promptcache kv-plan`` prints (bytes with binary units)."""
     rows = [
         ("model", f"{p.model}" + (f"  [{p.source}]" if p.source else "")),
         ("parameters", f"{p.parameters:,}" if p.parameters else "-"),
@@ -242,6 +243,7 @@ def format_plan(p: KVPlan) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``promptcache kv-plan``."""
     parser.add_argument("--model", required=True,
                         help=f"preset ({', '.join(sorted(PRESETS))}), a .gguf file, or a config.json/folder")
     parser.add_argument("--context", type=int, required=True, help="tokens per request (prompt + output)")
@@ -255,6 +257,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``promptcache kv-plan``: print the plan; 0 on success, 2 with one line on bad input."""
     try:
         cfg, source, stored = resolve_model(args.model)
         memory = parse_bytes(args.memory) if args.memory is not None else None

@@ -30,6 +30,9 @@ logger = logging.getLogger("local_engine")
 
 @dataclass
 class BatchInputs:
+    """The flat inputs of one forward step: ``input_ids`` and ``positions`` int64 ``[num_tokens]``,
+    the attention metadata (slot mapping, block tables, cu_seqlens_q, seq_lens), and for each
+    logits row the index of its sequence in the scheduled list."""
     input_ids: torch.Tensor
     positions: torch.Tensor
     meta: AttentionMetadata

@@ -44,6 +44,9 @@ class ScheduledSequence:
 
 @dataclass
 class SchedulerOutput:
+    """One step's plan: the sequences to run with their new-token counts (``scheduled``), block
+    copies for copy-on-write, swap copies ``(src, dst)`` block ids, sequences preempted this step,
+    and the total new tokens (at most ``max_num_batched_tokens``)."""
     scheduled: List[ScheduledSequence] = field(default_factory=list)
     block_copies: List[Tuple[int, int]] = field(default_factory=list)
     swap_out: List[Tuple[int, int]] = field(default_factory=list)  # (device block, cpu block)
@@ -92,6 +95,7 @@ class Scheduler:
 
     # ---- queue management ----------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
+        """Queue a new sequence at the back of the waiting queue (first come, first served)."""
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
 
@@ -109,6 +113,7 @@ class Scheduler:
         return len(self.running)
 
     def has_unfinished(self) -> bool:
+        """True while any sequence is waiting or running."""
         return bool(self.waiting or self.running)
 
     def finish(self, seq: Sequence, status: SequenceStatus) -> None:
@@ -154,6 +159,10 @@ class Scheduler:
         return pending
 
     def schedule(self) -> SchedulerOutput:
+        """Plan one step: running sequences first (decodes and prefill chunks, preempting the newest
+        when the pool runs out), then waiting ones in arrival order while the token budget,
+        ``max_num_seqs`` and free blocks allow, holding back requests whose uncached prefix
+        another request is computing this step."""
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         now = time.monotonic()

@@ -19,6 +19,8 @@ from .sampling import SamplingParams
 
 
 class SequenceStatus(enum.Enum):
+    """Lifecycle of a sequence: WAITING -> RUNNING -> FINISHED_*; RUNNING -> PREEMPTED (blocks
+    given back, recomputed later) or SWAPPED (K/V kept in CPU memory) -> RUNNING."""
     WAITING = "waiting"
     RUNNING = "running"
     PREEMPTED = "preempted"  # waiting again after giving its blocks back

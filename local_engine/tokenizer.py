@@ -201,6 +201,7 @@ class Tokenizer:
         return ids
 
     def encode_batch(self, texts: Sequence[str]) -> List[List[int]]:
+        """Token ids of each text (no special tokens added), encoded in one ``tokenizers`` call."""
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
@@ -208,6 +209,7 @@ class Tokenizer:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def is_special(self, token_id: int) -> bool:
+        """True for control tokens (``<|im_start|>``, ``<|endoftext|>``, ...) per the file's token types."""
         return token_id in self._special_ids
 
     def apply_chat_template(self, messages: List[dict], add_generation_prompt: bool = True,

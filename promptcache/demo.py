@@ -39,6 +39,7 @@ DEFAULT_PRICE_MODEL = "gpt-4.1"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``promptcache demo``."""
     parser.add_argument("--requests", type=int, default=10,
                         help="requests per run (default 10, at least 2)")
     parser.add_argument("--max-tokens", type=int, default=8,
@@ -129,6 +130,7 @@ def _tail(path: str, n: int = 15) -> str:
 
 
 def stop_engine(proc: subprocess.Popen) -> None:
+    """SIGTERM the engine and wait up to 20 s for it to drain, then SIGKILL."""
     proc.terminate()
     try:
         proc.wait(timeout=20)
@@ -221,6 +223,8 @@ def _traffic_cost(stats: RunStats, price_model: str) -> Optional[Decimal]:
 
 
 def print_table(naive: RunStats, built: RunStats, price_model: str) -> None:
+    """Print the side-by-side table (tokens, hit rate, median TTFT in ms, cost in USD at
+    ``price_model``'s bundled prices) and the ratios."""
     rows = [("requests", lambda s: f"{len(s.prompt_tokens)}"),
             ("prompt tokens", lambda s: f"{sum(s.prompt_tokens):,}"),
             ("cached tokens", lambda s: f"{sum(s.cached_tokens):,}"),
@@ -242,6 +246,8 @@ def print_table(naive: RunStats, built: RunStats, price_model: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``promptcache demo``: 0 on success, 2 on a usage error or an engine that does not
+    start (one line), 1 when a request fails (the engine log's path is printed)."""
     if args.requests < 2:
         print("promptcache demo: error: --requests must be at least 2", file=sys.stderr)
         return 2

@@ -125,6 +125,11 @@ def paged_attention_kernel(
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr,
     SPLIT: tl.constexpr, DOT_MODE: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
+    """One program per (block of query rows, KV head, split-K segment). Causal attention of
+    ``BLOCK_Q`` new tokens x the ``G`` query heads sharing KV head ``program_id(1)`` over the
+    sequence's paged context, reading each KV block once through the block table; with
+    ``SPLIT`` it writes per-segment partial outputs, maxima and sums for
+    ``_reduce_segments_kernel``. Launched by :func:`triton_backend.paged_attention`."""
     qb = tl.program_id(0)
     kvh = tl.program_id(1)
     seg = tl.program_id(2)

@@ -61,6 +61,7 @@ class KVCacheManager:
         return self.pool.usage()
 
     def blocks_needed(self, num_tokens: int) -> int:
+        """Blocks that hold ``num_tokens`` tokens: ``ceil(num_tokens / block_size)``."""
         return -(-num_tokens // self.block_size)
 
     def block_ids(self, seq_id: str) -> List[int]:
@@ -185,10 +186,13 @@ class KVCacheManager:
             self.pool.free(reversed(blocks))
 
     def reset_prefix_cache(self) -> int:
+        """Evict every freed cached block (its hash is forgotten, it becomes a plain free block);
+        blocks in use keep their hashes. Returns how many were evicted."""
         return self.pool.reset_prefix_cache()
 
     # ---- swapping (CPU memory) -----------------------------------------------------------
     def can_swap_out(self, seq: Sequence) -> bool:
+        """True when ``seq`` holds device blocks and enough CPU swap blocks are free for all of them."""
         return 0 < len(self.req_blocks.get(seq.seq_id, ())) <= len(self.free_cpu_blocks)
 
     def swap_out(self, seq: Sequence) -> List[Tuple[int, int]]:
@@ -203,6 +207,7 @@ class KVCacheManager:
         return [(b.block_id, c) for b, c in zip(blocks, cpu)]
 
     def num_swapped_blocks(self, seq: Sequence) -> int:
+        """Number of CPU blocks holding ``seq``'s swapped-out KV (0 when it is not swapped)."""
         return len(self.swapped.get(seq.seq_id, ()))
 
     def swap_in(self, seq: Sequence) -> Optional[List[Tuple[int, int]]]:

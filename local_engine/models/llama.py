@@ -92,6 +92,9 @@ def _apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 class LlamaAttention(nn.Module):
+    """Grouped-query self-attention over the paged KV cache: fused q/k/v projection, rotary
+    embedding, KV write through the slot mapping, :func:`paged_attention`, output projection.
+    Shapes: ``x`` ``[num_tokens, hidden]`` -> ``[num_tokens, hidden]``."""
     def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -103,6 +106,9 @@ class LlamaAttention(nn.Module):
         self.scale = self.head_dim ** -0.5
 
     def forward(self, x, positions, meta: AttentionMetadata, kv_cache: Tuple[torch.Tensor, torch.Tensor]):
+        """``x`` ``[T, hidden]``, ``positions`` int64 ``[T]``; ``kv_cache`` this layer's
+        ``(k_cache, v_cache)``, each ``[num_blocks, block_size, num_kv_heads, head_dim]``, written
+        in place at ``meta.slot_mapping``. Returns ``[T, hidden]`` in ``x``'s dtype."""
         T = x.shape[0]
         qkv = self.qkv_proj(x)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -118,6 +124,8 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
+    """SwiGLU feed-forward: ``down(silu(gate(x)) * up(x))`` with gate and up fused into one
+    matmul. ``[T, hidden]`` -> ``[T, hidden]``."""
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.inter = cfg.intermediate_size
@@ -125,11 +133,13 @@ class LlamaMLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x):
+        """``x`` ``[T, hidden]`` -> ``[T, hidden]``."""
         gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 
 class LlamaDecoderLayer(nn.Module):
+    """One pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``."""
     def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -138,6 +148,8 @@ class LlamaDecoderLayer(nn.Module):
         self.mlp = LlamaMLP(cfg)
 
     def forward(self, x, positions, meta, kv_cache):
+        """``x`` ``[T, hidden]``, ``positions`` int64 ``[T]``, ``meta`` the step's
+        :class:`AttentionMetadata`, ``kv_cache`` this layer's cache pair. Returns ``[T, hidden]``."""
         x = x + self.self_attn(self.input_layernorm(x), positions, meta, kv_cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 

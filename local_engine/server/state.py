@@ -58,6 +58,8 @@ class ServerState:
 
     @classmethod
     def build(cls, engine: Any, config: ServerConfig) -> "ServerState":
+        """The state for ``engine`` (an :class:`AsyncEngine`) and ``config``: a cache emulator for
+        the configured mode, on a manual clock when ``config.test_clock``."""
         clock = ManualClock() if config.test_clock else None
         emulator = CacheEmulator(config.cache_mode, clock=clock,
                                  anthropic_min_tokens=config.anthropic_min_cache_tokens)
