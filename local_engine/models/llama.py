@@ -8,7 +8,8 @@ MLP 1536, rotary base 100000.
 
 The forward pass takes every scheduled token of every sequence as one flat batch
 (``[num_tokens]`` ids and positions) and an :class:`~local_engine.attention.metadata.
-AttentionMetadata`; attention goes through :func:`local_engine.attention.write_kv_cache` and
+AttentionMetadata`. RMSNorm (fused with the residual add), rotary embedding with the KV write,
+and SiLU-and-multiply go through :mod:`local_engine.ops`; attention through
 :func:`local_engine.attention.paged_attention`. No Python loop over sequences here.
 """
 
@@ -18,28 +19,30 @@ import math
 from typing import Dict, List, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..attention import paged_attention, write_kv_cache
+from .. import ops
+from ..attention import paged_attention
 from ..attention.metadata import AttentionMetadata
 from ..config import ModelConfig
 from ..errors import EngineError
 
 
 class RMSNorm(nn.Module):
-    """``x / sqrt(mean(x^2) + eps) * weight``, computed in float32 (as HF's LlamaRMSNorm)."""
+    """``x / sqrt(mean(x^2) + eps) * weight``, computed in float32 (as HF's LlamaRMSNorm),
+    optionally fused with the residual add (:func:`local_engine.ops.rms_norm`)."""
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(dtype)
+    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None,
+                backend: Optional[str] = None):
+        """``x`` ``[T, hidden]``. Without ``residual`` returns ``norm(x)``; with it returns
+        ``(norm(x + residual), x + residual)`` (the new residual stream)."""
+        out, h = ops.rms_norm(x, self.weight, self.eps, residual, backend=backend)
+        return out if residual is None else (out, h)
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: Optional[dict]) -> torch.Tensor:
@@ -62,7 +65,8 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: Optional[dict]) -> torch
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotate-half rotary embedding with a precomputed cos/sin table ``[max_pos, head_dim]``."""
+    """Rotate-half rotary embedding's float32 cos/sin tables ``[max_pos, head_dim]`` (applied by
+    :func:`local_engine.ops.rotary_and_write_kv`)."""
 
     def __init__(self, head_dim: int, max_positions: int, theta: float, scaling: Optional[dict]):
         super().__init__()
@@ -77,18 +81,6 @@ class RotaryEmbedding(nn.Module):
         emb = torch.cat([freqs, freqs], dim=-1)
         self.cos = emb.cos().to(device)
         self.sin = emb.sin().to(device)
-
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
-        """``q`` ``[T, Hq, D]``, ``k`` ``[T, Hkv, D]``, ``positions`` int64 ``[T]``."""
-        cos = self.cos[positions].unsqueeze(1).to(q.dtype)
-        sin = self.sin[positions].unsqueeze(1).to(q.dtype)
-        return _apply(q, cos, sin), _apply(k, cos, sin)
-
-
-def _apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
 
 
 class LlamaAttention(nn.Module):
@@ -115,9 +107,9 @@ class LlamaAttention(nn.Module):
         q = q.view(T, self.num_heads, self.head_dim)
         k = k.view(T, self.num_kv_heads, self.head_dim)
         v = v.view(T, self.num_kv_heads, self.head_dim)
-        q, k = self.rope(positions, q, k)
         k_cache, v_cache = kv_cache
-        write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping, backend=meta.backend)
+        q = ops.rotary_and_write_kv(q, k, v, positions, self.rope.cos, self.rope.sin, k_cache, v_cache,
+                                    meta.slot_mapping, backend=meta.backend)
         out = paged_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q,
                               meta.seq_lens, scale=self.scale, backend=meta.backend)
         return self.o_proj(out.reshape(T, self.q_size))
@@ -132,14 +124,14 @@ class LlamaMLP(nn.Module):
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
-    def forward(self, x):
+    def forward(self, x, backend: Optional[str] = None):
         """``x`` ``[T, hidden]`` -> ``[T, hidden]``."""
-        gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x), backend=backend))
 
 
 class LlamaDecoderLayer(nn.Module):
-    """One pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``."""
+    """One pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``, written
+    over a separate residual stream so each norm is fused with the add before it."""
     def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -147,11 +139,19 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = LlamaMLP(cfg)
 
-    def forward(self, x, positions, meta, kv_cache):
-        """``x`` ``[T, hidden]``, ``positions`` int64 ``[T]``, ``meta`` the step's
-        :class:`AttentionMetadata`, ``kv_cache`` this layer's cache pair. Returns ``[T, hidden]``."""
-        x = x + self.self_attn(self.input_layernorm(x), positions, meta, kv_cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, residual, positions, meta, kv_cache):
+        """``x`` ``[T, hidden]`` (the previous block's MLP output, or the embeddings for block 0
+        with ``residual=None``), ``residual`` ``[T, hidden]`` or None, ``positions`` int64
+        ``[T]``, ``meta`` the step's :class:`AttentionMetadata`, ``kv_cache`` this layer's cache
+        pair. Returns ``(mlp_out, residual)``, both ``[T, hidden]``; the block's output is their
+        sum."""
+        if residual is None:
+            h, residual = self.input_layernorm(x, backend=meta.backend), x
+        else:
+            h, residual = self.input_layernorm(x, residual, backend=meta.backend)
+        h = self.self_attn(h, positions, meta, kv_cache)
+        h, residual = self.post_attention_layernorm(h, residual, backend=meta.backend)
+        return self.mlp(h, backend=meta.backend), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -216,9 +216,12 @@ class LlamaForCausalLM(nn.Module):
         Returns: final-norm hidden states ``[num_tokens, hidden_size]``.
         """
         x = self.embed_tokens(input_ids)
+        residual = None
         for layer, kv in zip(self.layers, kv_caches):
-            x = layer(x, positions, meta, kv)
-        return self.norm(x)
+            x, residual = layer(x, residual, positions, meta, kv)
+        if residual is None:  # a model with no layers
+            return self.norm(x, backend=meta.backend)
+        return self.norm(x, residual, backend=meta.backend)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``hidden`` ``[rows, hidden_size]`` -> float32 logits ``[rows, vocab_size]``."""

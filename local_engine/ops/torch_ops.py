@@ -1,0 +1,42 @@
+"""Torch reference of :mod:`local_engine.ops`: the unfused arithmetic of Hugging Face
+``modeling_llama.py`` (``LlamaRMSNorm``, ``apply_rotary_pos_emb`` with ``rotate_half``,
+``silu(gate) * up``), each op rounding to the tensor dtype as transformers does."""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from local_engine.attention import write_kv_cache
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """See :func:`local_engine.ops.rms_norm` (returns a new ``h``; ``residual`` is not written)."""
+    h = x if residual is None else x + residual
+    hf = h.float()
+    hf = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * hf.to(h.dtype), h
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def rotary_and_write_kv(q, k, v, positions, cos, sin, k_cache, v_cache, slot_mapping) -> torch.Tensor:
+    """See :func:`local_engine.ops.rotary_and_write_kv` (returns a new rotated ``q``)."""
+    c = cos[positions].unsqueeze(1).to(q.dtype)
+    s = sin[positions].unsqueeze(1).to(q.dtype)
+    q, k = _rotate(q, c, s), _rotate(k, c, s)
+    write_kv_cache(k, v, k_cache, v_cache, slot_mapping, backend="torch")
+    return q
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """See :func:`local_engine.ops.silu_and_mul`."""
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
