@@ -293,6 +293,46 @@ def step_breakdown(engine, torch, vocab, res, name, batch, steps=20):
     log(f"{name} decode step breakdown batch {batch}: {row}")
 
 
+def kernel_profile(engine, torch, vocab, res, name, batch, steps=3):
+    """GPU kernels of ``steps`` eager decode steps (CUDA graphs off, torch.profiler): per kernel
+    name, launches and GPU microseconds per step, the top 15 by time; and the whole step's GPU
+    time and kernel count."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from local_engine import SamplingParams
+
+    for i, p in enumerate(random_prompts(torch, batch, PROMPT_LEN, vocab, seed=900 + batch)):
+        engine.add_request(f"pf{batch}_{i}", p, SamplingParams(temperature=0.0, max_tokens=steps + 8,
+                                                               ignore_eos=True))
+    while not all(len(st.samples[0].seq.output_token_ids) > 0 for st in engine._requests.values()):
+        engine.step()
+    graphs, engine.runner.graphs = engine.runner.graphs, None
+    engine.step()  # warm-up at this shape
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            engine.step()
+        torch.cuda.synchronize()
+    engine.runner.graphs = graphs
+    for rid in list(engine._requests):
+        engine.abort_request(rid)
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", None)
+        if t is None:
+            t = getattr(e, "self_cuda_time_total", 0)
+        if t and not e.key.startswith(("aten::", "cuda", "Memcpy", "Memset")) or "Memcpy" in e.key:
+            rows.append((e.key[:90], e.count / steps, t / steps))
+    rows.sort(key=lambda r: -r[2])
+    total_us = sum(r[2] for r in rows)
+    total_n = sum(r[1] for r in rows)
+    res.put(name, "kernels", str(batch), value=dict(gpu_us_per_step=total_us, kernels_per_step=total_n,
+                                                     top=[dict(kernel=k, per_step=n, us=u) for k, n, u in rows[:15]]))
+    log(f"{name} eager decode batch {batch}: {total_n:.0f} kernels, {total_us:.0f} us GPU per step")
+    for k, n, u in rows[:15]:
+        print(f"    {u:9.1f} us  {n:6.0f}x  {k}", flush=True)
+
+
 def time_engine(engine, prompts, res, name, batch, label):
     outs, wall, first = engine_generate(engine, prompts, NEW_TOKENS, tag=f"{label}{batch}_")
     n_out = sum(len(o.outputs[0].token_ids) for o in outs)
@@ -339,6 +379,51 @@ def time_hf_generate_batch(hf, torch, prompts, res, name, batch):
     return row
 
 
+def check_ops(torch, res) -> bool:
+    """The fused kernels of local_engine.ops compiled on the GPU against the torch backend, bf16,
+    at the 8B shapes (hidden 4096, 32/8 heads of 128, MLP 14,336) and SmolLM2's (576, 9/3 of 64,
+    1536): relative error <= 1e-2 (bf16), no NaN, the residual stream updated in place."""
+    from local_engine import ops
+    from local_engine.models.llama import RotaryEmbedding
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    worst, ok = 0.0, True
+    for hidden, H, Hk, D, inter in ((4096, 32, 8, 128, 14336), (576, 9, 3, 64, 1536)):
+        for T in (1, 64, 515):
+            x = torch.randn(T, hidden, device="cuda", generator=g).bfloat16()
+            r = torch.randn(T, hidden, device="cuda", generator=g).bfloat16()
+            w = (1 + 0.1 * torch.randn(hidden, device="cuda", generator=g)).bfloat16()
+            want, want_h = ops.rms_norm(x, w, 1e-5, r, backend="torch")
+            r2 = r.clone()
+            got, got_h = ops.rms_norm(x, w, 1e-5, r2, backend="triton")
+            errs = [float((got.float() - want.float()).norm() / want.float().norm()),
+                    float((r2.float() - want_h.float()).norm() / want_h.float().norm())]
+            rope = RotaryEmbedding(D, 4096, 500000.0, None)
+            rope.build_tables("cuda")
+            qkv = torch.randn(T, (H + 2 * Hk) * D, device="cuda", generator=g).bfloat16()
+            q, k, v = qkv.split([H * D, Hk * D, Hk * D], dim=-1)
+            q, k, v = q.view(T, H, D), k.view(T, Hk, D), v.view(T, Hk, D)
+            pos = torch.randint(0, 4096, (T,), device="cuda", generator=g)
+            slots = torch.randperm(64 * 16, device="cuda", generator=g)[:T] if T <= 1024 else None
+            caches = [torch.zeros(64, 16, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+            q_ref = ops.rotary_and_write_kv(q.clone(), k, v, pos, rope.cos, rope.sin, caches[0], caches[1], slots,
+                                            backend="torch")
+            q_got = ops.rotary_and_write_kv(q.clone(), k, v, pos, rope.cos, rope.sin, caches[2], caches[3], slots,
+                                            backend="triton")
+            errs += [float((q_got.float() - q_ref.float()).norm() / q_ref.float().norm()),
+                     float((caches[2].float() - caches[0].float()).norm() / caches[0].float().norm()),
+                     float((caches[3].float() - caches[1].float()).norm() / caches[1].float().norm())]
+            gu = torch.randn(T, 2 * inter, device="cuda", generator=g).bfloat16()
+            s_ref, s_got = ops.silu_and_mul(gu, backend="torch"), ops.silu_and_mul(gu, backend="triton")
+            errs.append(float((s_got.float() - s_ref.float()).norm() / s_ref.float().norm()))
+            nan = any(bool(t.isnan().any()) for t in (got, r2, q_got, caches[2], caches[3], s_got))
+            worst = max(worst, *errs)
+            ok = ok and not nan and max(errs) <= 1e-2
+    res.put("ops_check", value=dict(passed=ok, worst_rel_err=worst))
+    log(f"fused ops on the GPU vs torch: {'passed' if ok else 'FAILED'}, worst relative error {worst:.2e}")
+    return ok
+
+
 T_START = time.monotonic()
 
 
@@ -360,7 +445,7 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
     res.put("env", value=dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                               triton=triton.__version__, transformers=transformers.__version__))
     log(f"{res.data['env']}")
-    ok = True
+    ok = check_ops(torch, res)
     vocab_of = {name: json.loads((folder / name / "config.json").read_text())["vocab_size"] for name in models}
     for name in models:
         d = folder / name
@@ -394,6 +479,7 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
                 time_engine(engine, prompts, res, name, batch, "engine")
             for batch in (1, 64):
                 step_breakdown(engine, torch, vocab, res, name, batch)
+                kernel_profile(engine, torch, vocab, res, name, batch)
             graphs = engine.runner.graphs
             engine.runner.graphs = None
             for batch in (1, 64):
