@@ -46,6 +46,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -142,6 +143,36 @@ def build_hf(folder: Path, torch, seed: int):
     with torch.device("cuda"):
         model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa")
     return model.eval()
+
+
+GGUF_MODEL = "smollm2-135m-gguf"  # the embedded model's real weights, when --gguf names the file
+
+
+def build_hf_gguf(path: Path, torch):
+    """transformers' own GGUF loader (dequantizes Q4_1/Q8_0, undoes llama.cpp's Q/K permutation),
+    bf16 on the GPU."""
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                              dtype=torch.bfloat16, attn_implementation="sdpa")
+    return model.to("cuda").eval()
+
+
+def sample_text(engine, res, name):
+    """One real chat request through the engine's tokenizer and chat template (greedy)."""
+    from local_engine import SamplingParams
+
+    tok = engine.tokenizer
+    ids = tok.encode(tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}],
+        add_generation_prompt=True))
+    engine.add_request("text0", ids, SamplingParams(temperature=0.0, max_tokens=40))
+    out = None
+    while engine.has_unfinished_requests():
+        for o in engine.step():
+            out = o
+    res.put(name, "sample_text", value=out.outputs[0].text)
+    log(f"{name} sample answer: {out.outputs[0].text!r}")
 
 
 def random_prompts(torch, n, length, vocab, seed):
@@ -431,7 +462,8 @@ def time_left(deadline_s: float) -> float:
     return deadline_s - (time.monotonic() - T_START)
 
 
-def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float, skip_hf: bool = False) -> int:
+def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float, skip_hf: bool = False,
+        gguf: Optional[Path] = None) -> int:
     """Phase A per model: check and time the engine, then transformers ``generate``; phase B
     (if time is left before ``deadline_s``): transformers ``generate_batch``."""
     import torch
@@ -446,20 +478,26 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
                               triton=triton.__version__, transformers=transformers.__version__))
     log(f"{res.data['env']}")
     ok = check_ops(torch, res)
-    vocab_of = {name: json.loads((folder / name / "config.json").read_text())["vocab_size"] for name in models}
+    if GGUF_MODEL in models and gguf is None:
+        raise SystemExit(f"{GGUF_MODEL} needs --gguf PATH (the embedded SmolLM2 file)")
+    vocab_of = {name: (49152 if name == GGUF_MODEL else
+                       json.loads((folder / name / "config.json").read_text())["vocab_size"]) for name in models}
     for name in models:
         d = folder / name
         vocab = vocab_of[name]
         try:
             t0 = time.time()
-            hf = build_hf(d, torch, seed=0)
+            hf = build_hf_gguf(gguf, torch) if name == GGUF_MODEL else build_hf(d, torch, seed=0)
             n_params = sum(p.numel() for p in hf.parameters())
             weight_bytes = n_params * 2
             log(f"{name}: transformers model built in {time.time() - t0:.1f}s, {n_params / 1e9:.3f}B params")
             t0 = time.time()
-            engine = LLMEngine.from_config(d, weights=dict(hf.state_dict()), device="cuda",
-                                           max_num_seqs=max(BATCHES), max_num_batched_tokens=8192,
-                                           gpu_memory_utilization=0.5, max_model_len=4096)
+            limits = dict(device="cuda", max_num_seqs=max(BATCHES), max_num_batched_tokens=8192,
+                          gpu_memory_utilization=0.5, max_model_len=4096)
+            if name == GGUF_MODEL:  # the engine reads the file itself (its own GGUF loader)
+                engine = LLMEngine.from_model(str(gguf), **limits)
+            else:
+                engine = LLMEngine.from_config(d, weights=dict(hf.state_dict()), **limits)
             log(f"{name}: engine built in {time.time() - t0:.1f}s ({engine.kv_cache_manager.num_blocks} KV blocks,"
                 f" graphs captured in {engine.runner.graphs.capture_seconds:.1f}s)")
             res.put(name, "setup", value=dict(params=n_params, weight_bytes=weight_bytes,
@@ -468,6 +506,8 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
             if not check_against_hf(engine, hf, torch, vocab, res, name):
                 log(f"{name}: CHECK FAILED; timing anyway")
                 ok = False
+            if name == GGUF_MODEL:
+                sample_text(engine, res, name)
             # warm-up: compiles the prefill kernels (decode graphs are already captured)
             engine_generate(engine, random_prompts(torch, 4, 600, vocab, 99), 4, tag="w")
             for batch in BATCHES:
@@ -575,6 +615,8 @@ def main(argv=None) -> int:
     r.add_argument("--skip-hf-batch", action="store_true", help="skip transformers generate_batch")
     r.add_argument("--skip-hf", action="store_true",
                    help="time the engine only (transformers is still built, for the check)")
+    r.add_argument("--gguf", type=Path, default=None,
+                   help=f"the embedded SmolLM2 GGUF file, for the model {GGUF_MODEL} (real weights)")
     r.add_argument("--deadline-s", type=float, default=480.0,
                    help="start no transformers measurement later than this many seconds into the run")
     args = ap.parse_args(argv)
@@ -583,7 +625,8 @@ def main(argv=None) -> int:
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    return run(Path(args.dir), out, args.models.split(","), args.skip_hf_batch, args.deadline_s, args.skip_hf)
+    return run(Path(args.dir), out, args.models.split(","), args.skip_hf_batch, args.deadline_s, args.skip_hf,
+               args.gguf)
 
 
 if __name__ == "__main__":
