@@ -17,12 +17,13 @@ For B = 1, 16, 64 and 256 requests (512-token random prompts, 128 new tokens, gr
   ``cache_computed_blocks``, appending tokens, detokenizing, stop checks, ``_make_output``).
 
 ``host`` = step - forward, the part a faster model does not shrink; ``host/seq`` divides it by
-the batch. The methods are timed by wrapping them on the engine's own instances with
-``time.perf_counter`` (the wrapper's cost, ~0.3 us a call, is in the numbers). Then it runs
+the batch. Each column is the median over the timed steps of that quantity. The methods are
+timed by wrapping them on the engine's own instances with ``time.perf_counter`` (the wrapper's cost, ~0.3 us a call, is in the numbers). Then it runs
 cProfile over the decode steps at B=64 and prints the 15 functions with the most cumulative time.
 
 Usage: ``.venv/bin/python bench/step_overhead.py [--batches 1,16,64,256] [--steps N]
-[--no-profile]``. Not a test: it prints, it does not assert. The "before" numbers (the engine
+[--no-profile] [--dir DIR] [--device cuda]`` (on CUDA: bf16, the engine's CUDA graphs, the
+forward synchronised so that ``host`` is the CPU's own time). Not a test: it prints, it does not assert. The "before" numbers (the engine
 before the per-step work was cut) are kept in ``bench/RESULTS.md``.
 """
 
@@ -94,10 +95,15 @@ class PhaseTimer:
         acc = self.acc
         clock = time.perf_counter
 
+        sync = torch.cuda.synchronize if (phase == "forward" and DEVICE != "cpu") else None
+
         def timed(*args, **kwargs):
             t0 = clock()
             try:
-                return fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
+                if sync is not None:  # on CUDA the forward ends when the GPU is done with it
+                    sync()
+                return out
             finally:
                 acc[phase] += clock() - t0
 
@@ -108,11 +114,17 @@ class PhaseTimer:
             self.acc[k] = 0.0
 
 
+DEVICE = "cpu"
+
+
 def build_engine(folder: Path, batch: int) -> LLMEngine:
     blocks = batch * -(-(PROMPT_LEN + MAX_TOKENS) // 16) + 16
-    return LLMEngine.from_config(folder, device="cpu", dtype="float32", num_threads=1,
-                                 num_kv_blocks=blocks, max_num_seqs=max(batch, 1),
-                                 max_num_batched_tokens=8192, seed=0)
+    if DEVICE == "cpu":
+        return LLMEngine.from_config(folder, device="cpu", dtype="float32", num_threads=1,
+                                     num_kv_blocks=blocks, max_num_seqs=max(batch, 1),
+                                     max_num_batched_tokens=8192, seed=0)
+    return LLMEngine.from_config(folder, device=DEVICE, dtype="bfloat16", num_kv_blocks=blocks,
+                                 max_num_seqs=max(batch, 1), max_num_batched_tokens=8192, seed=0)
 
 
 def add_requests(engine: LLMEngine, batch: int, seed: int) -> None:
@@ -143,8 +155,7 @@ def measure(folder: Path, batch: int, steps: int) -> dict:
     # two warm-up decode steps, then the timed ones
     for _ in range(2):
         engine.step()
-    per_step = []
-    sums = dict.fromkeys(PHASES + ("post", "step", "host"), 0.0)
+    cols = {k: [] for k in PHASES + ("post", "step", "host")}
     clock = time.perf_counter
     for _ in range(steps):
         timer.reset()
@@ -152,15 +163,13 @@ def measure(folder: Path, batch: int, steps: int) -> dict:
         outs = engine.step()
         dt = clock() - t0
         assert len(outs) == batch, (len(outs), batch)
-        post = dt - sum(timer.acc.values())
         for k in PHASES:
-            sums[k] += timer.acc[k]
-        sums["post"] += post
-        sums["step"] += dt
-        sums["host"] += dt - timer.acc["forward"]
-        per_step.append(dt)
-    row = {k: 1e3 * v / steps for k, v in sums.items()}
-    row["median_step"] = 1e3 * statistics.median(per_step)
+            cols[k].append(timer.acc[k])
+        cols["post"].append(dt - sum(timer.acc.values()))
+        cols["step"].append(dt)
+        cols["host"].append(dt - timer.acc["forward"])
+    # medians: the box is shared, and a median per phase shrugs off the odd preempted step
+    row = {k: 1e3 * statistics.median(v) for k, v in cols.items()}
     row["host_per_seq"] = row["host"] / batch
     row["batch"] = batch
     row["steps"] = steps
@@ -188,30 +197,43 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=0,
                     help="decode steps timed per batch (default: 100 / 100 / 60 / 30 by batch)")
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile run at B=64")
-    ap.add_argument("--dir", type=Path, default=None, help="model folder (default: a temp dir)")
+    ap.add_argument("--dir", type=Path, default=None,
+                    help="model folder: used when it holds config.json, else written there "
+                         "(default: a temp dir)")
+    ap.add_argument("--device", default="cpu",
+                    help="cpu (float32, 1 thread) or cuda (bf16, the forward synchronised)")
     args = ap.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",") if b]
     default_steps = {1: 100, 16: 100, 64: 60, 256: 30}
     t_start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        folder = write_model_folder(args.dir or Path(tmp) / "tiny-smollm2-vocab")
+        global DEVICE
+        DEVICE = args.device
+        folder = args.dir or Path(tmp) / "tiny-smollm2-vocab"
+        if not (folder / "config.json").is_file():
+            write_model_folder(folder)
+        where = ("1 thread" if DEVICE == "cpu" else
+                 f"{DEVICE} {torch.cuda.get_device_name()}, forward synchronised")
         print(f"# step overhead, tiny model (2 layers, hidden 64, vocab 49152), torch "
-              f"{torch.__version__}, 1 thread, {time.strftime('%Y-%m-%d %H:%M')}")
+              f"{torch.__version__}, {where}, {time.strftime('%Y-%m-%d %H:%M')}")
+        import local_engine
+
+        print(f"# engine code: {Path(local_engine.__file__).parent}")
         print(f"# {PROMPT_LEN}-token prompts, {MAX_TOKENS} new tokens, greedy, ignore_eos; "
-              "ms per decode step (mean over the timed steps)")
+              "ms per decode step, median over the timed steps (each column on its own)")
         rows = []
         for b in batches:
             n = args.steps or default_steps.get(b, 50)
             n = min(n, MAX_TOKENS - 4)
             rows.append(measure(folder, b, n))
-        hdr = ("| B | steps | schedule | prepare | forward | sample | post | step (median) "
+        hdr = ("| B | steps | schedule | prepare | forward | sample | post | step "
                "| host = step - forward | host us / seq |")
         print(hdr)
         print("|" + "---|" * (hdr.count("|") - 1))
         for r in rows:
             print(f"| {r['batch']} | {r['steps']} | {r['schedule']:.3f} | {r['prepare']:.3f} | "
                   f"{r['forward']:.3f} | {r['sample']:.3f} | {r['post']:.3f} | "
-                  f"{r['step']:.3f} ({r['median_step']:.3f}) | {r['host']:.3f} | "
+                  f"{r['step']:.3f} | {r['host']:.3f} | "
                   f"{1e3 * r['host_per_seq']:.1f} |")
         if not args.no_profile:
             print("\n# cProfile, 20 decode steps at B=64, top 15 by cumulative time")

@@ -26,7 +26,8 @@ from .runner import ModelRunner, kv_block_bytes, plan_num_blocks
 from .sampling import SamplingParams, make_generator
 from .scheduler import Scheduler
 from .sequence import Sequence, SequenceStatus
-from .tokenizer import IncrementalDetokenizer, Tokenizer
+from .detokenizer import StreamDetokenizer
+from .tokenizer import Tokenizer
 
 logger = logging.getLogger("local_engine")
 
@@ -50,7 +51,7 @@ def cpu_threads(requested: Optional[int]) -> int:
 @dataclass
 class _SampleState:
     seq: Sequence
-    detok: IncrementalDetokenizer
+    detok: StreamDetokenizer
     text: str = ""
     finish_reason: Optional[str] = None
     stop_reason: Optional[object] = None
@@ -68,7 +69,10 @@ class _RequestState:
 
     @property
     def finished(self) -> bool:
-        return all(s.finish_reason is not None for s in self.samples)
+        for s in self.samples:
+            if s.finish_reason is None:
+                return False
+        return True
 
 
 class LLMEngine:
@@ -224,7 +228,7 @@ class LLMEngine:
             stop_ids |= self.tokenizer.stop_token_ids
         state = _RequestState(
             request_id=request_id, prompt_token_ids=ids, params=params,
-            samples=[_SampleState(s, IncrementalDetokenizer(self.tokenizer, ids, params.skip_special_tokens))
+            samples=[_SampleState(s, StreamDetokenizer(self.tokenizer, ids, params.skip_special_tokens))
                      for s in seqs],
             metrics=RequestMetrics(arrival_time=now), prompt=prompt, stop_ids=frozenset(stop_ids),
         )
@@ -261,7 +265,7 @@ class LLMEngine:
         if sched.is_empty:
             return []
         now = time.monotonic()
-        tables = [self.kv_cache_manager.block_ids(s.seq.seq_id) for s in sched.scheduled]
+        tables = self.kv_cache_manager.block_table_array([s.seq.seq_id for s in sched.scheduled])
         self.runner.swap(sched.swap_out, sched.swap_in)
         self.runner.copy_blocks(sched.block_copies)
         batch = self.runner.prepare(sched, tables)
@@ -283,34 +287,40 @@ class LLMEngine:
                                      [s.generator for s in row_seqs]) if row_seqs else None
 
         advanced: Dict[str, _RequestState] = {}
+        seq_to_req = self._seq_to_req
+        cache_blocks = self.kv_cache_manager.cache_computed_blocks
         for s in sched.scheduled:
             seq = s.seq
-            seq.num_computed_tokens = s.num_computed + s.num_new_tokens
-            self.kv_cache_manager.cache_computed_blocks(seq)
-            state = self._seq_to_req.get(seq.seq_id)
+            start = s.num_computed
+            end = start + s.num_new_tokens
+            seq.num_computed_tokens = end
+            cache_blocks(seq)  # a dict lookup unless a block was completed
+            state = seq_to_req.get(seq.seq_id)
             if state is not None:
                 if state.metrics.first_scheduled_time is None:
                     state.metrics.first_scheduled_time = now
                 advanced[state.request_id] = state
-            if s.num_computed < seq.num_prompt_tokens:
-                self._metrics.prompt_tokens += min(s.num_computed + s.num_new_tokens,
-                                                   seq.num_prompt_tokens) - s.num_computed
+            num_prompt = len(seq.prompt_token_ids)
+            if start < num_prompt:
+                self._metrics.prompt_tokens += min(end, num_prompt) - start
         done = time.monotonic()
         if sampled is not None:
             # fork n > 1 siblings off sample 0 first (before sample 0 may finish and free)
             for seq in row_seqs:
                 if seq.index > 0 and seq.status == SequenceStatus.WAITING:
-                    parent = self._seq_to_req[seq.seq_id].samples[0].seq
+                    parent = seq_to_req[seq.seq_id].samples[0].seq
                     seq.num_computed_tokens = parent.num_computed_tokens
                     seq.num_cached_tokens = parent.num_cached_tokens
                     self.kv_cache_manager.fork(parent, seq)
                     self.scheduler.add_running(seq)
-                elif seq.index == 0:
+                elif seq.num_forks:
                     seq.num_forks = 0
-            for r, seq in enumerate(row_seqs):
-                state = self._seq_to_req[seq.seq_id]
-                self._append_token(state, state.samples[seq.index], sampled.token_ids[r],
-                                   sampled.logprobs[r], sampled.sampled_logprob[r], done)
+            self._metrics.generation_tokens += len(row_seqs)
+            append = self._append_token
+            for seq, token, lps, lp in zip(row_seqs, sampled.token_ids, sampled.logprobs,
+                                           sampled.sampled_logprob):
+                state = seq_to_req[seq.seq_id]
+                append(state, state.samples[seq.index], token, lps, lp, done)
         if self.config.debug_checks:
             self.scheduler.check_invariants()
         outputs = [self._make_output(st) for st in advanced.values()]
@@ -321,13 +331,17 @@ class LLMEngine:
 
     def _append_token(self, state: _RequestState, sample: _SampleState, token: int,
                       logprobs, sampled_lp: float, now: float) -> None:
+        """Record one sampled token of ``sample`` (``generation_tokens`` is counted by the
+        caller): metrics, log-probs, stop token / detokenized text / stop strings, length;
+        finish the sequence when it stops."""
         seq = sample.seq
-        seq.all_token_ids.append(token)
-        self._metrics.generation_tokens += 1
-        if state.metrics.first_token_time is None:
-            state.metrics.first_token_time = now
-            self._metrics.ttft.append(now - state.metrics.arrival_time)
-        state.metrics.last_token_time = now
+        tokens = seq.all_token_ids
+        tokens.append(token)
+        metrics = state.metrics
+        if metrics.first_token_time is None:
+            metrics.first_token_time = now
+            self._metrics.ttft.append(now - metrics.arrival_time)
+        metrics.last_token_time = now
         params = state.params
         if params.logprobs is not None:
             seq.logprobs.append(logprobs)
@@ -340,7 +354,7 @@ class LLMEngine:
                 sample.text += delta
                 if params.stop:
                     self._check_stop_strings(sample, params.stop, len(delta))
-        if sample.finish_reason is None and seq.num_tokens >= seq.max_total_len:
+        if sample.finish_reason is None and len(tokens) >= seq.max_total_len:
             sample.finish_reason = "length"
         if sample.finish_reason is not None:
             status = (SequenceStatus.FINISHED_STOPPED if sample.finish_reason == "stop"
@@ -374,17 +388,21 @@ class LLMEngine:
 
     def _make_output(self, state: _RequestState) -> RequestOutput:
         outs = []
+        params = state.params
+        want_lp = params.logprobs is not None
+        stops = params.stop
         for s in state.samples:
             seq = s.seq
-            want_lp = state.params.logprobs is not None
+            # positional: index, text, token_ids, finish_reason, stop_reason, logprobs,
+            # cumulative_logprob (half the cost of keywords; this runs per request per step)
             outs.append(CompletionOutput(
-                index=seq.index,
-                text=self._visible_text(s, state.params.stop),
-                token_ids=list(seq.output_token_ids),
-                finish_reason=s.finish_reason,
-                stop_reason=s.stop_reason,
-                logprobs=list(seq.logprobs) if want_lp else None,
-                cumulative_logprob=seq.cumulative_logprob if want_lp else None,
+                seq.index,
+                self._visible_text(s, stops) if stops else s.text,
+                seq.all_token_ids[len(seq.prompt_token_ids):],  # a new list
+                s.finish_reason,
+                s.stop_reason,
+                list(seq.logprobs) if want_lp else None,
+                seq.cumulative_logprob if want_lp else None,
             ))
         first = state.samples[0].seq
         return RequestOutput(

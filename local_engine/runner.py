@@ -82,6 +82,29 @@ def init_random_weights(model: torch.nn.Module, seed: int, std: float = 0.02) ->
 # [/TRITON]
 
 
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def _as_block_table(block_tables, n: int) -> np.ndarray:
+    """int32 ``[n, max_blocks]`` (``max_blocks`` at least 1) from an array of that shape or
+    from ``n`` lists of block ids (padded with 0)."""
+    if isinstance(block_tables, np.ndarray):
+        if block_tables.ndim != 2 or block_tables.shape[0] != n:
+            raise ValueError(f"block_tables has shape {block_tables.shape}; expected ({n}, max_blocks)")
+        if block_tables.shape[1] == 0:
+            return np.zeros((n, 1), dtype=np.int32)
+        return block_tables.astype(np.int32, copy=False)
+    tables = list(block_tables)
+    if len(tables) != n:
+        raise ValueError(f"{len(tables)} block tables for {n} scheduled sequences")
+    max_blocks = max((len(t) for t in tables), default=1) or 1
+    bt = np.zeros((n, max_blocks), dtype=np.int32)
+    for i, t in enumerate(tables):
+        bt[i, :len(t)] = t
+    return bt
+
+
 class ModelRunner:
     """Args: cfg (engine config), mc (model config), weights (HF-named float32 tensors),
     max_model_len (rotary table length). Call :meth:`allocate_kv_cache` before running."""
@@ -111,6 +134,9 @@ class ModelRunner:
         self.sampler = Sampler(cfg.seed, device=self.device)
         self.max_model_len = max_model_len
         self.graphs = None  # [TRITON] local_engine.cuda_graphs.DecodeGraphRunner on CUDA
+        self._pinned = None  # CUDA: pinned int64 host buffer of prepare(), and its copy's event
+        self._pinned_np = None
+        self._copy_done = None
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
         """Allocate the paged cache: one tensor ``[layers, 2, num_blocks, block_size,
@@ -131,41 +157,119 @@ class ModelRunner:
         # [/TRITON]
 
     # ---- batch construction --------------------------------------------------------------
-    def prepare(self, sched: SchedulerOutput, block_tables: Seq[Seq[int]]) -> BatchInputs:
-        """Flat batch tensors for the scheduled sequences (``block_tables[i]`` is the i-th
-        scheduled sequence's block table)."""
+    def prepare(self, sched: SchedulerOutput, block_tables) -> BatchInputs:
+        """Flat batch tensors for the scheduled sequences.
+
+        Args:
+            sched: the step's plan.
+            block_tables: the scheduled sequences' block tables, in ``sched.scheduled`` order:
+                an int32 array ``[num_seqs, max_blocks]`` padded with 0
+                (:meth:`KVCacheManager.block_table_array`), or one list of block ids each.
+
+        All integer inputs are written into one host buffer and reach the device in one copy
+        (from pinned memory on CUDA); the tensors of :class:`BatchInputs` are views into it.
+        Per sequence there is one pass of Python attribute reads; positions, slots and the
+        rest are NumPy arithmetic over the whole batch.
+        """
+        scheduled = sched.scheduled
+        n = len(scheduled)
         bs = self.block_size
-        ids_parts, pos_parts, slot_parts = [], [], []
-        cu = [0]
-        seq_lens, sample_rows, logits_idx = [], [], []
-        max_blocks = max((len(b) for b in block_tables), default=1) or 1
-        bt = np.zeros((len(sched.scheduled), max_blocks), dtype=np.int32)
-        for i, (s, table) in enumerate(zip(sched.scheduled, block_tables)):
-            start, n = s.num_computed, s.num_new_tokens
-            ids_parts.append(s.seq.all_token_ids[start:start + n])
-            pos = np.arange(start, start + n, dtype=np.int64)
-            tab = np.asarray(table, dtype=np.int64)
-            bt[i, :len(table)] = tab
-            slot_parts.append(tab[pos // bs] * bs + pos % bs)
-            pos_parts.append(pos)
-            cu.append(cu[-1] + n)
-            seq_lens.append(start + n)
-            if s.samples:
-                logits_idx.append(cu[-1] - 1)
-                sample_rows.append(i)
-        dev = self.device
-        input_ids = torch.tensor([t for part in ids_parts for t in part], dtype=torch.long)
-        positions = torch.from_numpy(np.concatenate(pos_parts))
+        starts = [s.num_computed for s in scheduled]
+        news = [s.num_new_tokens for s in scheduled]
+        is_decode = n > 0 and news.count(1) == n  # [TRITON] CUDA-graph eligible
+        if is_decode:
+            token_ids = [s.seq.all_token_ids[p] for s, p in zip(scheduled, starts)]
+            ends = [p + 1 for p in starts]
+        else:
+            ends = [p + k for p, k in zip(starts, news)]
+            token_ids = [t for s, p, e in zip(scheduled, starts, ends)
+                         for t in s.seq.all_token_ids[p:e]]
+        sample_rows = [i for i, (s, e) in enumerate(zip(scheduled, ends))
+                       if e == len(s.seq.all_token_ids)]
+        num_tokens = len(token_ids)
+        bt = _as_block_table(block_tables, n)
+        max_blocks = bt.shape[1]
+
+        # one int64 host buffer; each part starts on a 16-byte boundary. The int32 part holds
+        # block_tables [n, max_blocks], cu_seqlens_q [n + 1] and seq_lens [n].
+        n_lp = len(sample_rows)
+        o_cu = _round_up(n * max_blocks, 4)
+        o_sl = _round_up(o_cu + n + 1, 4)
+        sizes64 = (num_tokens, num_tokens, num_tokens, n_lp, _round_up(o_sl + n, 4) // 2)
+        offs = []
+        total = 0
+        for size in sizes64:
+            offs.append(total)
+            total += _round_up(size, 2)
+        host = self._host_buffer(total)
+        o_ids, o_pos, o_slot, o_lp, o_32 = offs
+        h32 = host[o_32:o_32 + sizes64[4]].view(np.int32)
+        o_bt = 0
+
+        ends_np = np.array(ends, dtype=np.int64)
+        host[o_ids:o_ids + num_tokens] = token_ids
+        if is_decode:
+            pos = host[o_pos:o_pos + n]
+            pos[:] = starts
+            rows = np.arange(n)
+            cu = np.arange(n + 1, dtype=np.int64)
+        else:
+            news_np = np.array(news, dtype=np.int64)
+            cu = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(news_np, out=cu[1:])
+            rows = np.repeat(np.arange(n), news_np)
+            pos = host[o_pos:o_pos + num_tokens]
+            # position of flat token t of sequence r: start_r + (t - cu_r)
+            np.subtract(np.arange(num_tokens, dtype=np.int64),
+                        np.repeat(cu[:-1] - np.array(starts, dtype=np.int64), news_np), out=pos)
+        slots = host[o_slot:o_slot + num_tokens]
+        np.multiply(bt[rows, pos // bs].astype(np.int64), bs, out=slots)
+        slots += pos % bs
+        if n_lp:
+            host[o_lp:o_lp + n_lp] = cu[1:][sample_rows] - 1
+        h32[o_bt:o_bt + n * max_blocks] = bt.reshape(-1)
+        h32[o_cu:o_cu + n + 1] = cu
+        h32[o_sl:o_sl + n] = ends_np
+
+        dev = self._to_device(host, total)
+        d32 = dev[o_32:o_32 + sizes64[4]].view(torch.int32)
         meta = AttentionMetadata(
-            slot_mapping=torch.from_numpy(np.concatenate(slot_parts)).to(dev),
-            block_tables=torch.from_numpy(bt).to(dev),
-            cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=dev),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
-            logits_indices=torch.tensor(logits_idx, dtype=torch.long, device=dev),
+            slot_mapping=dev[o_slot:o_slot + num_tokens],
+            block_tables=d32[o_bt:o_bt + n * max_blocks].view(n, max_blocks),
+            cu_seqlens_q=d32[o_cu:o_cu + n + 1],
+            seq_lens=d32[o_sl:o_sl + n],
+            logits_indices=dev[o_lp:o_lp + n_lp],
             backend=self.backend,
         )
-        is_decode = bool(sched.scheduled) and all(s.num_new_tokens == 1 for s in sched.scheduled)  # [TRITON]
-        return BatchInputs(input_ids.to(dev), positions.to(dev), meta, sample_rows, is_decode)
+        return BatchInputs(dev[o_ids:o_ids + num_tokens], dev[o_pos:o_pos + num_tokens], meta,
+                           sample_rows, is_decode)
+
+    def _host_buffer(self, size: int) -> np.ndarray:
+        """An int64 host array of at least ``size`` entries to build one step's inputs in. On
+        the CPU a new one each step (the batch tensors are views of it and may outlive the
+        step); on CUDA a persistent pinned one, reused once its last copy to the device is done."""
+        if self.device.type != "cuda":
+            return np.empty(max(size, 1), dtype=np.int64)
+        if self._pinned is None or self._pinned.shape[0] < size:
+            cap = 1 << max(12, (size - 1).bit_length())
+            self._pinned = torch.empty(cap, dtype=torch.int64, pin_memory=True)
+            self._pinned_np = self._pinned.numpy()
+            self._copy_done = None
+        elif self._copy_done is not None:
+            self._copy_done.synchronize()  # the previous step's copy still reads the buffer
+        return self._pinned_np
+
+    def _to_device(self, host: np.ndarray, size: int) -> torch.Tensor:
+        """The first ``size`` entries of the host buffer as an int64 tensor on the device (one
+        non-blocking copy on CUDA; the buffer itself on the CPU)."""
+        if self.device.type != "cuda":
+            return torch.from_numpy(host)
+        dev = torch.empty(max(size, 1), dtype=torch.int64, device=self.device)
+        dev[:size].copy_(self._pinned[:size], non_blocking=True)
+        if self._copy_done is None:
+            self._copy_done = torch.cuda.Event()
+        self._copy_done.record()
+        return dev
 
     def allocate_swap_space(self, num_cpu_blocks: int) -> None:
         """CPU memory for swapped-out blocks, shaped like the device cache (pinned on CUDA)."""
@@ -201,9 +305,11 @@ class ModelRunner:
         """Run the model; float32 logits ``[len(batch.sample_rows), vocab]``."""
         if (self.graphs is not None and batch.is_decode  # [TRITON] replay a captured decode step
                 and self.graphs.can_run(batch.input_ids.shape[0], batch.meta)):
-            hidden = self.graphs.run(batch.input_ids, batch.positions, batch.meta)
-        else:
-            hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_caches)
+            logits = self.graphs.run(batch.input_ids, batch.positions, batch.meta)  # every row's
+            if len(batch.sample_rows) == logits.shape[0]:
+                return logits
+            return logits[batch.meta.logits_indices]
+        hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_caches)
         if batch.meta.logits_indices.numel() == 0:
             return hidden.new_zeros((0, self.model.config.vocab_size), dtype=torch.float32)
         return self.model.compute_logits(hidden[batch.meta.logits_indices])

@@ -28,7 +28,7 @@ from .kv_cache.manager import KVCacheManager
 from .sequence import Sequence, SequenceStatus
 
 
-@dataclass
+@dataclass(slots=True)
 class ScheduledSequence:
     """``seq`` computes tokens ``[num_computed, num_computed + num_new_tokens)`` this step;
     it samples when that range ends at ``seq.num_tokens``."""
@@ -171,7 +171,7 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            num_new = seq.num_tokens - seq.num_computed_tokens
+            num_new = len(seq.all_token_ids) - seq.num_computed_tokens
             if num_new > budget:
                 if not self.enable_chunked_prefill:
                     i += 1
@@ -188,13 +188,15 @@ class Scheduler:
                     break
             if copies is None:  # seq itself was preempted
                 break
-            out.block_copies.extend(copies)
+            if copies:
+                out.block_copies.extend(copies)
             out.scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, num_new))
             budget -= num_new
             i += 1
 
-        # 2. waiting sequences (not when this step had to preempt: the pool is tight)
-        if not out.preempted:
+        # 2. waiting sequences (not when this step had to preempt: the pool is tight); the
+        # per-running-sequence sums below are only worth computing when someone waits
+        if not out.preempted and self.waiting:
             pending = self._pending_hashes() if self.kv.enable_caching else set()
             num_seqs = len(self.running) + sum(s.num_forks for s in self.running)
             idx = 0

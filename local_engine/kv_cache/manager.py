@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence as Seq, Tuple
 
+import numpy as np
+
 from ..sequence import Sequence
+from .block_table import BlockTableRows
 from .block_pool import BlockPool, KVBlock, PoolInvariantError, hash_block_tokens
 
 
@@ -40,6 +43,11 @@ class KVCacheManager:
         self.enable_caching = enable_caching
         self.pool = BlockPool(num_blocks, enable_caching)
         self.req_blocks: Dict[str, List[KVBlock]] = {}
+        # per sequence: its block ids as a row of one int32 matrix (kept in step with
+        # req_blocks, so a step gathers its block tables with one NumPy index), and how many of
+        # its leading blocks are known to carry a hash (cache_computed_blocks starts there)
+        self.block_tables = BlockTableRows()
+        self._num_hashed: Dict[str, int] = {}
         # swap space: CPU block ids, free list and per-sequence tables of swapped-out blocks
         self.num_cpu_blocks = num_cpu_blocks
         self.free_cpu_blocks: List[int] = list(range(num_cpu_blocks - 1, -1, -1))
@@ -67,6 +75,14 @@ class KVCacheManager:
     def block_ids(self, seq_id: str) -> List[int]:
         """The sequence's block table (physical block ids in logical order)."""
         return [b.block_id for b in self.req_blocks.get(seq_id, ())]
+
+    def block_table_array(self, seq_ids: Seq[str]) -> np.ndarray:
+        """The block tables of ``seq_ids`` as one int32 array ``[len(seq_ids), max_blocks]``
+        (a new array; each row the sequence's physical block ids in logical order, padded with
+        0; ``max_blocks`` the longest table, at least 1) — what
+        :meth:`~local_engine.runner.ModelRunner.prepare` takes, gathered without a Python
+        loop over the blocks."""
+        return self.block_tables.gather(seq_ids)
 
     # ---- hashing -------------------------------------------------------------------------
     def update_block_hashes(self, seq: Sequence) -> List[bytes]:
@@ -135,14 +151,27 @@ class KVCacheManager:
         forward (copy-on-write of a shared partial block), or None when the pool is short —
         in which case nothing changed.
         """
+        if not computed_blocks:
+            # the common decode case: the held blocks already have room and the block written
+            # to is not shared, so nothing is allocated or copied
+            held = self.req_blocks.get(seq.seq_id)
+            if held:
+                nc = seq.num_computed_tokens
+                if -(-(nc + num_new_tokens) // self.block_size) <= len(held) and not (
+                        num_new_tokens > 0 and nc % self.block_size
+                        and nc // self.block_size < len(held)
+                        and held[nc // self.block_size].ref_cnt > 1):
+                    return []
         if self.num_blocks_to_allocate(seq, num_new_tokens, computed_blocks) > self.pool.num_free_blocks:
             return None
         held = self.req_blocks.setdefault(seq.seq_id, [])
+        table = self.block_tables
         copies: List[Tuple[int, int]] = []
         if computed_blocks:
             assert not held, "prefix-cache hits only for a sequence holding no blocks"
             self.pool.touch(computed_blocks)
             held.extend(computed_blocks)
+            table.append(seq.seq_id, [b.block_id for b in computed_blocks])
         num_computed = seq.num_computed_tokens + len(computed_blocks) * self.block_size
         if self._needs_cow(held, seq.num_computed_tokens, num_new_tokens):
             i = seq.num_computed_tokens // self.block_size
@@ -150,25 +179,41 @@ class KVCacheManager:
             (new,) = self.pool.allocate(1)
             copies.append((old.block_id, new.block_id))
             held[i] = new
+            table.set(seq.seq_id, i, new.block_id)
+            if self._num_hashed.get(seq.seq_id, 0) > i:
+                self._num_hashed[seq.seq_id] = i
             self.pool.free([old])
         extra = self.blocks_needed(num_computed + num_new_tokens) - len(held)
         if extra > 0:
-            held.extend(self.pool.allocate(extra))
+            new_blocks = self.pool.allocate(extra)
+            held.extend(new_blocks)
+            table.append(seq.seq_id, [b.block_id for b in new_blocks])
         return copies
 
     def cache_computed_blocks(self, seq: Sequence) -> None:
-        """Register every full block whose tokens are all computed under its chain hash."""
+        """Register every full block whose tokens are all computed under its chain hash.
+
+        Blocks a sequence holds keep their hash while held (only freed blocks are evicted), so
+        the blocks before the first unhashed one are skipped: a decode step that completes no
+        block costs a dict lookup."""
         if not self.enable_caching:
             return
         held = self.req_blocks.get(seq.seq_id)
         if not held:
             return
         n_full = min(seq.num_computed_tokens // self.block_size, len(held))
+        start = self._num_hashed.get(seq.seq_id, 0)
+        if start >= n_full:
+            return
         hashes = self.update_block_hashes(seq)
-        for i in range(n_full):
+        done = start
+        for i in range(start, n_full):
             b = held[i]
             if b.block_hash is None:
                 self.pool.cache_block(b, hashes[i])
+            if done == i and b.block_hash is not None:
+                done = i + 1
+        self._num_hashed[seq.seq_id] = done
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Give ``child`` the same block table as ``parent`` (one more reference on each
@@ -176,11 +221,15 @@ class KVCacheManager:
         blocks = self.req_blocks.get(parent.seq_id, [])
         self.pool.touch(blocks)
         self.req_blocks[child.seq_id] = list(blocks)
+        self.block_tables.assign(child.seq_id, [b.block_id for b in blocks])
+        self._num_hashed.pop(child.seq_id, None)
 
     def free(self, seq: Sequence) -> None:
         """Drop ``seq``'s blocks, tail first (its unshared tail becomes the LRU victim before
         a shared prefix), and any swapped-out copy. Unknown sequences are a no-op."""
         self.drop_swapped(seq)
+        self.block_tables.release(seq.seq_id)
+        self._num_hashed.pop(seq.seq_id, None)
         blocks = self.req_blocks.pop(seq.seq_id, None)
         if blocks:
             self.pool.free(reversed(blocks))
@@ -201,6 +250,8 @@ class KVCacheManager:
         Returns: ``(device_block, cpu_block)`` copies the runner must do before anything
         overwrites those device blocks (i.e. first thing in the next forward step)."""
         blocks = self.req_blocks.pop(seq.seq_id)
+        self.block_tables.release(seq.seq_id)
+        self._num_hashed.pop(seq.seq_id, None)
         cpu = [self.free_cpu_blocks.pop() for _ in blocks]
         self.swapped[seq.seq_id] = cpu
         self.pool.free(reversed(blocks))
@@ -223,6 +274,8 @@ class KVCacheManager:
         blocks = self.pool.allocate(len(cpu))
         del self.swapped[seq.seq_id]
         self.req_blocks[seq.seq_id] = blocks
+        self.block_tables.assign(seq.seq_id, [b.block_id for b in blocks])
+        self._num_hashed.pop(seq.seq_id, None)
         self.free_cpu_blocks.extend(reversed(cpu))
         return [(c, b.block_id) for c, b in zip(cpu, blocks)]
 
@@ -247,6 +300,11 @@ class KVCacheManager:
             raise PoolInvariantError("CPU swap blocks: lost, duplicated, or both free and held")
         if set(self.swapped) & set(self.req_blocks):
             raise PoolInvariantError("a sequence holds both device blocks and swapped-out blocks")
+        for seq_id, blocks in self.req_blocks.items():
+            if self.block_tables.ids(seq_id) != [b.block_id for b in blocks]:
+                raise PoolInvariantError(f"sequence {seq_id}: block-id table out of step with its blocks")
+            if any(b.block_hash is None for b in blocks[:self._num_hashed.get(seq_id, 0)]):
+                raise PoolInvariantError(f"sequence {seq_id}: a block before the hashed mark has no hash")
 
 
 __all__ = ["KVCacheManager", "PoolInvariantError"]

@@ -51,6 +51,37 @@ def test_stop_string_ends_generation_and_is_not_in_the_text(engine):
     assert stop not in cut.text
 
 
+def test_stop_string_spanning_tokens_and_streamed_text(engine):
+    """A stop string that starts inside one token's text and ends inside a later one's: the
+    text ends right before it; while streaming, every step's text is a prefix of the final
+    text (a tail that could begin the stop string is held back) and the token ids grow by one
+    a step."""
+    tok = engine.tokenizer
+    ids = chat_ids(engine, "Describe a sunrise over the sea in two sentences.")
+    full = run(engine, "span-full", ids, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
+    pieces = [tok.decode(full.token_ids[:k]) for k in range(len(full.token_ids) + 1)]
+    # token k's text is pieces[k + 1][len(pieces[k]):]; start 1 character into token 3's
+    # text and end 1 character into the first later token, so the stop spans >= 2 tokens
+    start = len(pieces[3]) + 1
+    k = next(k for k in range(4, len(pieces) - 1) if len(pieces[k]) > start + 1)
+    stop = full.text[start:len(pieces[k]) + 1]
+    assert len(pieces[4]) > start and not stop.isspace()
+    first = full.text.index(stop)
+    engine.add_request("span-cut", ids, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True,
+                                                       stop=stop))
+    seen = []
+    while engine.has_unfinished_requests():
+        seen += [o for o in engine.step() if o.request_id == "span-cut"]
+    final = seen[-1]
+    assert final.outputs[0].finish_reason == "stop" and final.outputs[0].stop_reason == stop
+    assert final.text == full.text[:first]
+    assert final.token_ids == full.token_ids[:len(final.token_ids)]
+    for prev, cur in zip(seen, seen[1:]):
+        assert final.text.startswith(prev.text) and cur.text.startswith(prev.text)
+        assert len(cur.token_ids) == len(prev.token_ids) + 1
+        assert stop not in cur.text
+
+
 def test_stop_token_ids_and_max_tokens(engine):
     ids = chat_ids(engine, "Write one sentence about rivers.")
     full = run(engine, "stoptok-full", ids, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))

@@ -168,3 +168,65 @@ def test_salted_requests_never_share():
     assert kv.get_computed_blocks(make_seq("b", range(40), salt="t2"))[1] == 0
     assert kv.get_computed_blocks(make_seq("c", range(40)))[1] == 0
     assert kv.get_computed_blocks(make_seq("d", range(40), salt="t1"))[1] == 32
+
+
+def test_a_block_declined_for_a_duplicate_hash_is_registered_once_the_hash_is_free():
+    """Two equal prompts computed in the same step: the first registers its full blocks, the
+    second's are declined (the hash is taken). Once the first's blocks are evicted, the next
+    ``cache_computed_blocks`` of the second registers its own (the skip over already-hashed
+    blocks must not skip blocks that were declined), and a third request hits them."""
+    kv = KVCacheManager(16, BS)
+    prompt = list(range(32)) + [1]  # 2 full blocks + 1 token
+    a, b = make_seq("a", prompt), make_seq("b", prompt)
+    for s in (a, b):
+        assert kv.get_computed_blocks(s) == ([], 0)
+        assert kv.allocate_slots(s, len(prompt)) == []
+        s.num_computed_tokens = len(prompt)
+    kv.cache_computed_blocks(a)
+    kv.cache_computed_blocks(b)
+    hashed = lambda sid: [kv.pool.blocks[i].block_hash is not None for i in kv.block_ids(sid)]
+    assert hashed("a") == [True, True, False] and hashed("b") == [False, False, False]
+    kv.check_invariants()
+    kv.free(a)
+    assert kv.reset_prefix_cache() == 2  # a's two cached blocks forgotten
+    kv.cache_computed_blocks(b)
+    assert hashed("b") == [True, True, False]
+    hits, cached = kv.get_computed_blocks(make_seq("c", prompt))
+    assert cached == 32 and [h.block_id for h in hits] == kv.block_ids("b")[:2]
+    kv.check_invariants()
+
+
+def test_block_table_rows_follow_fork_copy_on_write_swap_and_free():
+    """The gathered int32 block tables equal ``block_ids`` (padded with 0) after every kind of
+    change to a table."""
+    kv = KVCacheManager(24, BS, num_cpu_blocks=8)
+
+    def same():
+        ids = list(kv.req_blocks)
+        arr = kv.block_table_array(ids)
+        width = max([len(kv.block_ids(i)) for i in ids] + [1])
+        assert arr.tolist() == [kv.block_ids(i) + [0] * (width - len(kv.block_ids(i))) for i in ids]
+        kv.check_invariants()
+
+    p = make_seq("p", range(20))
+    kv.allocate_slots(p, 20)
+    p.num_computed_tokens = 20
+    same()
+    child = Sequence("p#1", "p", 1, list(range(20)), SamplingParams())
+    child.num_computed_tokens = 20
+    kv.fork(p, child)
+    same()
+    assert kv.allocate_slots(child, 1)  # copy-on-write of the shared partial block
+    same()
+    assert kv.block_ids("p")[1] != kv.block_ids("p#1")[1]
+    assert kv.allocate_slots(p, 30) == []  # grows by two blocks
+    same()
+    copies = kv.swap_out(p)
+    assert len(copies) == 4 and kv.block_table_array(["p"]).tolist() == [[0]]
+    same()
+    assert len(kv.swap_in(p)) == 4
+    same()
+    kv.free(child)
+    kv.free(p)
+    same()
+    assert kv.block_table_array(["p", "p#1"]).tolist() == [[0], [0]]

@@ -100,3 +100,22 @@ def test_logprobs_are_log_softmax_of_the_raw_logits():
 def test_bad_params_name_the_field(kwargs, field):
     with pytest.raises(EngineError, match=field):
         SamplingParams(**kwargs)
+
+
+def test_greedy_batch_on_the_cpu_matches_torch_argmax_including_ties():
+    """The all-greedy CPU path (NumPy argmax) against torch's argmax: random rows, rows with a
+    planted tie (the first maximum wins in both), an all-equal row; with and without logprobs
+    (which take the torch path)."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 1000, generator=g)
+    logits[3, 10] = logits[3, 900] = 50.0  # tie: index 10 is first
+    logits[7] = 0.0  # all equal: index 0
+    ref = logits.argmax(dim=-1).tolist()
+    assert ref[3] == 10 and ref[7] == 0
+    out = Sampler(0)(logits, [SamplingParams(temperature=0)] * 64, [None] * 64)
+    assert out.token_ids == ref and all(isinstance(t, int) for t in out.token_ids)
+    assert out.logprobs == [None] * 64
+    with_lp = Sampler(0)(logits, [SamplingParams(temperature=0, logprobs=1)] * 64, [None] * 64)
+    assert with_lp.token_ids == ref
+    lp = torch.log_softmax(logits, dim=-1)
+    assert with_lp.sampled_logprob[0] == pytest.approx(lp[0, ref[0]].item(), abs=1e-6)

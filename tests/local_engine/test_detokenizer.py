@@ -1,0 +1,95 @@
+"""``StreamDetokenizer`` (tokenizers' ``DecodeStream``) on SmolLM2's real vocabulary: its deltas
+add up to ``decode`` of the whole stream, a character split over byte tokens comes out whole
+once complete, and it gives the same deltas as the Python prefix/read-offset method."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from local_engine.detokenizer import StreamDetokenizer
+from local_engine.tokenizer import IncrementalDetokenizer, Tokenizer, _bytes_to_unicode
+
+
+@pytest.fixture(scope="module")
+def tok(gguf_path):
+    from gguf import GGUFReader
+
+    from local_engine.loader.gguf_loader import read_gguf_tokenizer
+
+    return Tokenizer(read_gguf_tokenizer(GGUFReader(str(gguf_path))))
+
+
+def byte_token(tok, b: int) -> int:
+    """The id of the single-byte token for byte ``b`` (GPT-2 byte alphabet)."""
+    return tok.id_of(_bytes_to_unicode()[b])
+
+
+def stream(tok, ids, prompt=(), skip=True):
+    d = StreamDetokenizer(tok, prompt, skip)
+    return [d.add(i) for i in ids]
+
+
+def test_character_split_over_byte_tokens_is_emitted_whole(tok):
+    # "🎉" is F0 9F 8E 89 in UTF-8; "é" is C3 A9: one byte token each
+    ids = [byte_token(tok, b) for b in "é🎉!".encode("utf-8")]
+    assert len(ids) == 7
+    assert stream(tok, ids) == ["", "é", "", "", "", "🎉", "!"]
+
+
+def test_prompt_context_is_not_emitted(tok):
+    prompt = tok.encode("The answer is")
+    ids = tok.encode(" forty-two.")
+    deltas = stream(tok, ids, prompt)
+    assert "".join(deltas) == " forty-two."
+    assert all(d is not None for d in deltas)
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_special_tokens_follow_skip_special_tokens(tok, skip):
+    ids = tok.encode("<|im_start|>user\nhi<|im_end|>")
+    text = "".join(stream(tok, ids, skip=skip))
+    assert text == ("user\nhi" if skip else "<|im_start|>user\nhi<|im_end|>")
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_random_streams_add_up_to_the_full_decode(tok, skip):
+    """Random ids (70 % single-byte tokens, so multi-byte characters are split and bytes are
+    often invalid UTF-8, the rest anywhere in the vocabulary, special tokens included). The
+    concatenated deltas equal ``decode`` of the whole stream whenever that decode ends on a
+    complete character; otherwise they are a prefix of it (the incomplete tail is held back).
+    Deltas equal those of the Python prefix/read-offset detokenizer token for token."""
+    rng = random.Random(1234 + skip)
+    byte_ids = [i for i in (byte_token(tok, b) for b in range(256)) if i is not None]
+    assert len(byte_ids) > 200
+    checked_whole = 0
+    for _ in range(400):
+        ids = [rng.randrange(256, 300) if rng.random() < 0.05 else
+               rng.choice(byte_ids) if rng.random() < 0.7 else
+               rng.randrange(tok.vocab_size) for _ in range(rng.randrange(1, 40))]
+        prompt = tok.encode("Hello there, friend.")
+        ours = stream(tok, ids, prompt, skip)
+        ref = IncrementalDetokenizer(tok, prompt, skip)
+        assert ours == [ref.add(i) for i in ids]
+        text, full = "".join(ours), tok.decode(ids, skip)
+        if full.endswith("\ufffd"):
+            assert full.startswith(text)
+        else:
+            assert text == full
+            checked_whole += 1
+    assert checked_whole > 100
+
+
+def test_falls_back_to_the_python_method_when_the_stream_refuses(tok):
+    ids = tok.encode("naïve café — 日本語 🎉 done")
+    d = StreamDetokenizer(tok, (), True)
+    text = "".join(d.add(i) for i in ids[:4])
+
+    class Refuses:
+        def step(self, *_):
+            raise Exception("DecodeStream InvalidPrefix")
+
+    d._stream = Refuses()
+    text += "".join(d.add(i) for i in ids[4:])
+    assert text == "naïve café — 日本語 🎉 done"
