@@ -1,9 +1,10 @@
 """CUDA graphs for decode steps.
 
 A decode step launches a few hundred small kernels (per layer: norms, projections, rotary
-embedding, the KV write, paged attention, the MLP); at small batch sizes the CPU cannot launch
+embedding with the KV write, paged attention, the MLP); at small batch sizes the CPU cannot launch
 them as fast as the GPU runs them. :class:`DecodeGraphRunner` captures the model's forward pass
-once per batch size in :data:`DEFAULT_BATCH_SIZES` (up to the engine's ``max_num_seqs``) over
+and the LM head (every row of a decode step samples, so all rows' float32 logits are computed
+inside the graph) once per batch size in :data:`DEFAULT_BATCH_SIZES` (up to the engine's ``max_num_seqs``) over
 fixed input buffers, and replays the smallest graph that fits each decode step.
 
 Inputs are copied into the fixed buffers before each replay: ``input_ids``, ``positions`` and
@@ -87,7 +88,9 @@ class DecodeGraphRunner:
             logits_indices=self._empty, backend=self.backend)
 
     def _forward(self, b: int) -> torch.Tensor:
-        return self.model(self.input_ids[:b], self.positions[:b], self._meta(b), self.kv_caches)
+        """float32 logits ``[b, vocab]`` of a decode step over the fixed buffers."""
+        hidden = self.model(self.input_ids[:b], self.positions[:b], self._meta(b), self.kv_caches)
+        return self.model.compute_logits(hidden)
 
     @torch.inference_mode()
     def capture(self) -> "DecodeGraphRunner":
@@ -130,8 +133,8 @@ class DecodeGraphRunner:
             meta: the step's metadata (``n`` sequences; ``cu_seqlens_q`` must be ``0..n``).
 
         Returns:
-            hidden states ``[n, hidden_size]`` (a view of the graph's output buffer, valid
-            until the next replay).
+            float32 logits ``[n, vocab_size]``, one row per sequence (a view of the graph's
+            output buffer, valid until the next replay).
         """
         n = input_ids.shape[0]
         b = self.sizes[bisect.bisect_left(self.sizes, n)]
