@@ -1,22 +1,31 @@
-"""Streaming detokenization for the engine's output path: one ``tokenizers`` call per token.
+"""Streaming detokenization for the engine's output path, at most one ``tokenizers`` call per
+token and usually none.
 
-:class:`StreamDetokenizer` wraps ``tokenizers.decoders.DecodeStream`` (tokenizers >= 0.21),
-which keeps the prefix/read offsets of vLLM's ``detokenize_incrementally`` in Rust: each
-``step`` decodes only the few ids since the last emitted text and returns the newly completed
-text, holding back a token that ends in the middle of a multi-byte UTF-8 character until the
-character is complete. It does the work of
-:class:`~local_engine.tokenizer.IncrementalDetokenizer` (two Python ``decode`` calls and list
-slices per token) in about a third of the time (measured 2.6 vs 7.2 us a token on SmolLM2's
-vocabulary, 2026-11-29, ``bench/step_overhead.py``), and gives the same text.
+:class:`StreamDetokenizer` gives the same deltas as vLLM's ``detokenize_incrementally``
+(:class:`~local_engine.tokenizer.IncrementalDetokenizer`, the prefix/read-offset method: text
+is emitted once it no longer ends in the middle of a multi-byte UTF-8 character), two ways:
 
-Where ``DecodeStream`` is missing (older ``tokenizers``) or refuses a step (its
-``InvalidPrefix`` error, when re-decoding changes text it already gave out), the rest of the
-sequence goes through :class:`IncrementalDetokenizer`, seeded with the recent ids.
+- **token-text table** (byte-level BPE decoders, GPT-2 style, which SmolLM2 and Llama 3 use):
+  decoding is concatenating the tokens' bytes and reading them as UTF-8, so while no bytes are
+  pending, a token whose own bytes are complete UTF-8 adds exactly its own text. That text is
+  looked up in a per-vocabulary table built once with one ``decode_batch`` (about 50 ms for
+  49,152 ids). Tokens whose bytes are not complete characters (314 of SmolLM2's) start a pending
+  run that is decoded as a whole until it ends on a complete character, as the offset method
+  does.
+- **tokenizers' DecodeStream** (tokenizers >= 0.21) for any other decoder: the offset method in
+  Rust, one ``step`` per token. Where it refuses a step (its ``InvalidPrefix`` error) the
+  sequence continues with :class:`IncrementalDetokenizer`, seeded with the recent ids.
+- :class:`IncrementalDetokenizer` itself when the prompt ends inside a character (random-token
+  prompts do; DecodeStream then emits the prompt's own text) or neither of the above applies.
+
+Measured on SmolLM2's vocabulary (2026-11-29, this repo's dev box): the Python offset method
+7.2 us a token, DecodeStream 2.6 us, the table well under 1 us.
 """
 
 from __future__ import annotations
 
-from typing import List, Sequence
+import weakref
+from typing import Dict, List, Optional, Sequence
 
 from .tokenizer import IncrementalDetokenizer, Tokenizer
 
@@ -27,6 +36,28 @@ except ImportError:  # pragma: no cover - older tokenizers
 
 #: Prompt ids given as context (so the first output token decodes as it would mid-text).
 CONTEXT_IDS = 6
+_REPLACEMENT = "\ufffd"
+
+# Tokenizer -> {skip_special_tokens: table}; None when the decoder is not plain byte-level
+_TABLES: "weakref.WeakKeyDictionary[Tokenizer, Dict[bool, Optional[List[Optional[str]]]]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def token_text_table(tokenizer: Tokenizer, skip_special_tokens: bool) -> Optional[List[Optional[str]]]:
+    """For a byte-level BPE tokenizer: ``table[id]`` is the text the token adds after any text
+    that ends on a complete character (``""`` for a skipped special token), or None where the
+    token's bytes are not complete UTF-8 on their own. None (no table) for any other decoder.
+    Built once per tokenizer and flag."""
+    per_tok = _TABLES.setdefault(tokenizer, {})
+    if skip_special_tokens not in per_tok:
+        hf = getattr(tokenizer, "_tok", None)
+        table = None
+        if hf is not None and type(hf.decoder).__name__ == "ByteLevel":
+            texts = hf.decode_batch([[i] for i in range(hf.get_vocab_size(with_added_tokens=True))],
+                                    skip_special_tokens=skip_special_tokens)
+            table = [None if _REPLACEMENT in t else t for t in texts]
+        per_tok[skip_special_tokens] = table
+    return per_tok[skip_special_tokens]
 
 
 class StreamDetokenizer:
@@ -37,29 +68,52 @@ class StreamDetokenizer:
         prompt_tail: ids before the first one added (only the last :data:`CONTEXT_IDS` are
             used, as context; their text is not emitted).
         skip_special_tokens: drop control tokens from the text.
+        use_table: allow the token-text table (byte-level decoders); False forces DecodeStream.
 
     The caller keeps the text (the engine appends each delta to the sample's text, where the
     stop strings are checked).
     """
 
-    __slots__ = ("tokenizer", "skip", "_stream", "_hf", "_recent", "_fallback")
+    __slots__ = ("tokenizer", "skip", "_table", "_pending", "_decode", "_stream", "_hf",
+                 "_recent", "_fallback")
 
     def __init__(self, tokenizer: Tokenizer, prompt_tail: Sequence[int] = (),
-                 skip_special_tokens: bool = True):
+                 skip_special_tokens: bool = True, use_table: bool = True):
         self.tokenizer = tokenizer
         self.skip = skip_special_tokens
         context = list(prompt_tail)[-CONTEXT_IDS:]
+        self._pending: List[int] = []
+        self._hf = getattr(tokenizer, "_tok", None)
+        self._decode = self._hf.decode if self._hf is not None else None
         self._recent: List[int] = context
         self._fallback = None
-        self._hf = getattr(tokenizer, "_tok", None)
-        if _DecodeStream is None or self._hf is None:
-            self._stream = None
+        self._stream = None
+        self._table = token_text_table(tokenizer, skip_special_tokens) if use_table else None
+        # a prompt that ends inside a character: its bytes may combine with the first output
+        # token's; only the Python offset method gives that case the reference deltas
+        # (DecodeStream then re-emits the context's text)
+        ragged = bool(context) and tokenizer.decode(context, skip_special_tokens).endswith(_REPLACEMENT)
+        if ragged or self._hf is None or (self._table is None and _DecodeStream is None):
+            self._table = None
             self._fallback = IncrementalDetokenizer(tokenizer, context, skip_special_tokens)
-        else:
+        elif self._table is None:
             self._stream = _DecodeStream(ids=context, skip_special_tokens=skip_special_tokens)
 
     def add(self, token_id: int) -> str:
         """Append one id; returns the newly completed text (possibly empty)."""
+        table = self._table
+        if table is not None:
+            pending = self._pending
+            if not pending:
+                text = table[token_id]
+                if text is not None:
+                    return text
+            pending.append(token_id)
+            text = self._decode(pending, skip_special_tokens=self.skip)
+            if text and not text.endswith(_REPLACEMENT):
+                pending.clear()
+                return text
+            return ""
         if self._fallback is None:
             try:
                 delta = self._stream.step(self._hf, token_id)
@@ -74,4 +128,4 @@ class StreamDetokenizer:
         return self._fallback.add(token_id)
 
 
-__all__ = ["StreamDetokenizer", "CONTEXT_IDS"]
+__all__ = ["StreamDetokenizer", "token_text_table", "CONTEXT_IDS"]

@@ -26,7 +26,7 @@ from .runner import ModelRunner, kv_block_bytes, plan_num_blocks
 from .sampling import SamplingParams, make_generator
 from .scheduler import Scheduler
 from .sequence import Sequence, SequenceStatus
-from .detokenizer import StreamDetokenizer
+from .detokenizer import StreamDetokenizer, token_text_table
 from .tokenizer import Tokenizer
 
 logger = logging.getLogger("local_engine")
@@ -118,6 +118,7 @@ class LLMEngine:
                                                config.enable_prefix_caching, num_cpu_blocks)
         self.scheduler = Scheduler(self.kv_cache_manager, config.max_num_seqs,
                                    config.max_num_batched_tokens, config.enable_chunked_prefill)
+        token_text_table(self.tokenizer, True)  # built once here, not on the first request
         self._requests: Dict[str, _RequestState] = {}
         self._seq_to_req: Dict[str, _RequestState] = {}
         self._metrics = MetricsRecorder()
@@ -324,8 +325,8 @@ class LLMEngine:
         if self.config.debug_checks:
             self.scheduler.check_invariants()
         outputs = [self._make_output(st) for st in advanced.values()]
-        for st in advanced.values():
-            if st.finished:
+        for st, out in zip(advanced.values(), outputs):
+            if out.finished:
                 self._finish_request(st, done)
         return outputs
 
@@ -391,8 +392,11 @@ class LLMEngine:
         params = state.params
         want_lp = params.logprobs is not None
         stops = params.stop
+        finished = True
         for s in state.samples:
             seq = s.seq
+            if s.finish_reason is None:
+                finished = False
             # positional: index, text, token_ids, finish_reason, stop_reason, logprobs,
             # cumulative_logprob (half the cost of keywords; this runs per request per step)
             outs.append(CompletionOutput(
@@ -404,13 +408,11 @@ class LLMEngine:
                 list(seq.logprobs) if want_lp else None,
                 seq.cumulative_logprob if want_lp else None,
             ))
-        first = state.samples[0].seq
-        return RequestOutput(
-            request_id=state.request_id, prompt=state.prompt,
-            prompt_token_ids=state.prompt_token_ids,
-            num_cached_tokens=max(first.num_cached_tokens, 0),
-            outputs=outs, finished=state.finished, metrics=state.metrics,
-        )
+        cached = state.samples[0].seq.num_cached_tokens
+        # positional: request_id, prompt_token_ids, num_cached_tokens, outputs, finished,
+        # metrics, prompt
+        return RequestOutput(state.request_id, state.prompt_token_ids, cached if cached > 0 else 0,
+                             outs, finished, state.metrics, state.prompt)
 
     def _finish_request(self, state: _RequestState, now: float) -> None:
         state.metrics.finish_time = now

@@ -1,4 +1,8 @@
-"""What the engine returns per request and step."""
+"""What the engine returns per request and step.
+
+``LLMEngine._make_output`` builds :class:`CompletionOutput` and :class:`RequestOutput`
+positionally (it runs for every request every step): keep the fields' order, or change it there
+too."""
 
 from __future__ import annotations
 
