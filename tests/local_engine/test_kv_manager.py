@@ -230,3 +230,30 @@ def test_block_table_rows_follow_fork_copy_on_write_swap_and_free():
     kv.free(p)
     same()
     assert kv.block_table_array(["p", "p#1"]).tolist() == [[0], [0]]
+
+
+def test_block_table_rows_grow_in_rows_and_columns_and_reuse_released_rows():
+    from local_engine.kv_cache.block_table import BlockTableRows
+
+    rows = BlockTableRows(rows=2, cols=2)
+    want = {}
+    for i in range(40):  # more sequences than rows, longer tables than columns
+        sid = f"s{i}"
+        want[sid] = [1000 * i + j for j in range(i % 7 + 1)]
+        rows.append(sid, want[sid][:2])
+        rows.append(sid, want[sid][2:])
+    for i in range(0, 40, 3):  # release some, then reuse their rows for new sequences
+        rows.release(f"s{i}")
+        del want[f"s{i}"]
+    for i in range(40, 50):
+        want[f"s{i}"] = [7, 8, 9]
+        rows.assign(f"s{i}", [7, 8, 9])
+    rows.set("s1", 1, 555)
+    want["s1"][1] = 555
+    ids = sorted(want) + ["never"]
+    arr = rows.gather(ids)
+    width = max(len(v) for v in want.values())
+    assert arr.shape == (len(ids), width) == (len(want) + 1, 7)
+    assert arr.tolist() == [want[s] + [0] * (width - len(want[s])) for s in sorted(want)] + [[0] * width]
+    assert all(rows.ids(s) == want[s] for s in want) and rows.ids("s0") == []
+    assert len(set(rows.row_of.values())) == len(want) and 0 not in rows.row_of.values()

@@ -21,14 +21,19 @@ from local_engine.sequence import Sequence, SequenceStatus
 BS = 16
 
 
-@pytest.fixture(scope="module")
-def runner():
+def make_runner(device="cpu"):
     mc = ModelConfig(name="tiny", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                      head_dim=16, intermediate_size=64, vocab_size=1000)
-    cfg = EngineConfig(device="cpu", dtype="float32", block_size=BS, num_threads=1)
+    cfg = EngineConfig(device=device, dtype="float32", block_size=BS, num_threads=1,
+                       enforce_eager=True)
     r = ModelRunner(cfg, mc, None, 512)
     r.allocate_kv_cache(64)
     return r
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return make_runner()
 
 
 def expected(sched, tables):
@@ -68,21 +73,22 @@ def check(batch, exp, decode):
         assert t.data_ptr() % 16 == 0  # kernels specialise on 16-byte aligned pointers
 
 
-@pytest.mark.parametrize("budget,chunked", [(64, True), (40, True), (512, False)])
-def test_prepare_matches_the_per_token_definition(runner, budget, chunked):
-    rng = random.Random(budget)
+def schedules(budget, chunked, seed):
+    """(SchedulerOutput, block-id lists, gathered block-table array) of each step of a random
+    workload run through the real scheduler and KV manager (prefix hits, chunked prefill,
+    decodes, finishing), the tokens sampled at random."""
+    rng = random.Random(seed)
     kv = KVCacheManager(64, BS, enable_caching=True)
     sched = Scheduler(kv, max_num_seqs=6, max_num_batched_tokens=budget,
                       enable_chunked_prefill=chunked)
     shared = [rng.randrange(1000) for _ in range(40)]  # prefix-cache hits for some requests
-    live, n_added, kinds = [], 0, set()
-    for step in range(120):
+    n_added = 0
+    for _ in range(120):
         if n_added < 14 and rng.random() < 0.3:
             prompt = (shared if rng.random() < 0.5 else []) + [rng.randrange(1000) for _ in range(rng.randrange(1, 60))]
             seq = Sequence(f"s{n_added}", f"s{n_added}", 0, prompt, SamplingParams())
             seq.max_total_len = len(prompt) + rng.randrange(1, 30)
             sched.add(seq)
-            live.append(seq)
             n_added += 1
         out = sched.schedule()
         if out.is_empty:
@@ -90,12 +96,7 @@ def test_prepare_matches_the_per_token_definition(runner, budget, chunked):
                 break
             continue
         ids = [s.seq.seq_id for s in out.scheduled]
-        lists = [kv.block_ids(i) for i in ids]
-        exp = expected(out, lists)
-        decode = all(s.num_new_tokens == 1 for s in out.scheduled)
-        kinds.add(decode)
-        check(runner.prepare(out, lists), exp, decode)
-        check(runner.prepare(out, kv.block_table_array(ids)), exp, decode)
+        yield out, [kv.block_ids(i) for i in ids], kv.block_table_array(ids)
         for s in out.scheduled:  # what the engine does after the forward
             seq = s.seq
             seq.num_computed_tokens = s.num_computed + s.num_new_tokens
@@ -105,7 +106,40 @@ def test_prepare_matches_the_per_token_definition(runner, budget, chunked):
                 if seq.num_tokens >= seq.max_total_len:
                     sched.finish(seq, SequenceStatus.FINISHED_LENGTH)
         sched.check_invariants()
+
+
+@pytest.mark.parametrize("budget,chunked", [(64, True), (40, True), (512, False)])
+def test_prepare_matches_the_per_token_definition(runner, budget, chunked):
+    kinds = set()
+    for out, lists, array in schedules(budget, chunked, seed=budget):
+        exp = expected(out, lists)
+        decode = all(s.num_new_tokens == 1 for s in out.scheduled)
+        kinds.add(decode)
+        check(runner.prepare(out, lists), exp, decode)
+        check(runner.prepare(out, array), exp, decode)
     assert kinds == {True, False}  # both the decode-only and the mixed path were exercised
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the pinned-buffer copy)")
+def test_prepare_on_cuda_matches_the_definition_step_after_step():
+    """On CUDA the inputs go through one reused pinned host buffer and one non-blocking copy:
+    each step's tensors, read back after the next step was prepared (its copy waits for the
+    previous one), hold their own step's values; steps without a sampling row (prefill chunks,
+    no synchronising sample) come in between."""
+    runner = make_runner("cuda")
+    prev = None
+    for out, lists, array in schedules(40, True, seed=7):
+        batch = runner.prepare(out, array)
+        if prev is not None:
+            check_on_host(*prev)
+        prev = (batch, expected(out, lists), all(s.num_new_tokens == 1 for s in out.scheduled))
+    check_on_host(*prev)
+
+
+def check_on_host(batch, exp, decode):
+    assert batch.input_ids.device.type == "cuda"
+    torch.cuda.synchronize()
+    check(batch, exp, decode)
 
 
 def test_prepare_after_a_copy_on_write_fork(runner):
