@@ -148,13 +148,14 @@ def build_hf(folder: Path, torch, seed: int):
 GGUF_MODEL = "smollm2-135m-gguf"  # the embedded model's real weights, when --gguf names the file
 
 
-def build_hf_gguf(path: Path, torch):
+def build_hf_gguf(path: Path, torch, dtype=None):
     """transformers' own GGUF loader (dequantizes Q4_1/Q8_0, undoes llama.cpp's Q/K permutation),
     bf16 on the GPU."""
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                              dtype=torch.bfloat16, attn_implementation="sdpa")
+                                                              dtype=dtype or torch.bfloat16,
+                                                              attn_implementation="sdpa")
     return model.to("cuda").eval()
 
 
@@ -202,7 +203,7 @@ def engine_generate(engine, prompts, max_tokens, logprobs=None, tag="r"):
     return [outs[i] for i in range(len(prompts))], t1 - t0, (t_all_first - t0) if t_all_first else None
 
 
-def check_against_hf(engine, hf, torch, vocab, res, name):
+def check_against_hf(engine, hf, torch, vocab, res, name, hf32_factory=None):
     """Greedy continuations from the engine (bf16, Triton, CUDA graphs), checked against the
     same weights in transformers, teacher-forced on the engine's tokens, in float32 (the
     reference) and in bf16 (the noise floor of bf16 arithmetic on this model).
@@ -234,9 +235,14 @@ def check_against_hf(engine, hf, torch, vocab, res, name):
         return res_
 
     logits16 = teacher_forced(hf)
-    hf.float()
-    logits32 = teacher_forced(hf)
-    hf.to(torch.bfloat16)
+    if hf32_factory is not None:  # a GGUF-loaded model refuses .float(): load it again in float32
+        hf32 = hf32_factory()
+        logits32 = teacher_forced(hf32)
+        del hf32
+    else:
+        hf.float()
+        logits32 = teacher_forced(hf)
+        hf.to(torch.bfloat16)
     dev_ours, dev_hf16, dev_hf16_logit = 0.0, 0.0, 0.0
     for (p, toks, lps), l16, l32 in zip(seqs, logits16, logits32):
         lp32, lp16 = torch.log_softmax(l32, -1), torch.log_softmax(l16, -1)
@@ -503,7 +509,8 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
             res.put(name, "setup", value=dict(params=n_params, weight_bytes=weight_bytes,
                                               kv_blocks=engine.kv_cache_manager.num_blocks,
                                               graph_capture_s=engine.runner.graphs.capture_seconds))
-            if not check_against_hf(engine, hf, torch, vocab, res, name):
+            hf32 = (lambda: build_hf_gguf(gguf, torch, dtype=torch.float32)) if name == GGUF_MODEL else None
+            if not check_against_hf(engine, hf, torch, vocab, res, name, hf32):
                 log(f"{name}: CHECK FAILED; timing anyway")
                 ok = False
             if name == GGUF_MODEL:
@@ -561,7 +568,7 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
                 log(f"{name}: generate_batch not run (time)")
                 continue
             try:
-                hf = build_hf(folder / name, torch, seed=0)
+                hf = build_hf_gguf(gguf, torch) if name == GGUF_MODEL else build_hf(folder / name, torch, seed=0)
                 for batch in BATCHES:
                     if time_left(deadline_s) < 45:
                         res.put(name, "hf_generate_batch", str(batch), value="not run: time")
