@@ -11,22 +11,16 @@ Backends:
 
 from __future__ import annotations
 
-import importlib
 from typing import Optional
 
 import torch
 
-BACKENDS = ("torch", "triton")
+from local_engine.backend import BACKENDS, backend_module
 
 
 def _module(backend: Optional[str], t: torch.Tensor):
-    if backend is None:
-        backend = "triton" if t.is_cuda else "torch"
-    if backend == "torch":
-        return importlib.import_module("local_engine.attention.torch_ref")
-    if backend == "triton":
-        return importlib.import_module("local_engine.attention.triton_backend")
-    raise ValueError(f"unknown attention backend {backend!r}; expected one of {BACKENDS}")
+    return backend_module(backend, t, "local_engine.attention.torch_ref",
+                          "local_engine.attention.triton_backend", "attention")
 
 
 def paged_attention(

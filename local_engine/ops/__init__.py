@@ -15,22 +15,15 @@ device; the same arithmetic as Hugging Face ``modeling_llama.py``), ``"triton"``
 
 from __future__ import annotations
 
-import importlib
 from typing import Optional, Tuple
 
 import torch
 
-BACKENDS = ("torch", "triton")
+from local_engine.backend import BACKENDS, backend_module
 
 
 def _module(backend: Optional[str], t: torch.Tensor):
-    if backend is None:
-        backend = "triton" if t.is_cuda else "torch"
-    if backend == "torch":
-        return importlib.import_module("local_engine.ops.torch_ops")
-    if backend == "triton":
-        return importlib.import_module("local_engine.ops.triton_ops")
-    raise ValueError(f"unknown ops backend {backend!r}; expected one of {BACKENDS}")
+    return backend_module(backend, t, "local_engine.ops.torch_ops", "local_engine.ops.triton_ops", "ops")
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor] = None,
