@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
-from .errors import APIError, error_body, error_response
+from .errors import APIError, error_body, error_response, field_path
 from .routes_admin import router as admin_router
 from .routes_anthropic import router as anthropic_router
 from .routes_openai import router as openai_router
@@ -151,7 +151,14 @@ def create_app(engine: Any, config: ServerConfig | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
-        return error_response(request, APIError(400, str(exc)))
+        # FastAPI's own parameter validation (the routes parse bodies with parse_body):
+        # the same one-line message and field path, without the leading "body"/"query"
+        parts, param = [], None
+        for err in exc.errors():
+            path = field_path(None, tuple(err.get("loc", ()))[1:])
+            param = param or path or None
+            parts.append(f"{path}: {err.get('msg', 'invalid value')}" if path else str(err.get("msg")))
+        return error_response(request, APIError(400, "; ".join(parts[:3]) or "Invalid request.", param=param))
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):

@@ -14,9 +14,11 @@ Paths under ``/v1/messages`` answer in Anthropic's shape, everything else in Ope
 from __future__ import annotations
 
 import json
-from typing import Optional
+import re
+import types
+from typing import Annotated, Any, Optional, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -85,21 +87,101 @@ def error_response(request: Request, exc: APIError) -> JSONResponse:
                                    code=exc.code, request_id=rid), status_code=exc.status)
 
 
-def validation_message(exc: ValidationError) -> tuple[str, Optional[str]]:
-    """A one-line message for a pydantic error, e.g. ``"messages.0.role: Input should be
-    'user' or 'assistant'"``, and the first error's field path."""
-    parts = []
-    first_param = None
-    for err in exc.errors(include_url=False)[:3]:
-        loc = ".".join(str(x) for x in err.get("loc", ()) if not str(x).startswith(("function-", "list[", "str", "union")))
-        if first_param is None and loc:
-            first_param = loc
+def _walk(tp: Any, loc: tuple) -> Optional[list]:
+    """The structural part of ``loc`` under the type ``tp``: field names, list indexes and
+    dict keys, without the union-member tags pydantic inserts (``'str'``,
+    ``'list[ContentPart]'``, ``'function-after[...]'`` ...). None when ``loc`` does not
+    fit ``tp``."""
+    if not loc:
+        return []
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _walk(get_args(tp)[0], loc)
+    if origin is Union or origin is types.UnionType:
+        members = [a for a in get_args(tp) if a is not type(None)]
+        if len(members) == 1:  # Optional[X]: no tag
+            return _walk(members[0], loc)
+        for member in members:  # loc[0] is the member's tag; the rest fits that member
+            rest = _walk(member, loc[1:])
+            if rest is not None:
+                return rest
+        return None
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        name = loc[0]
+        field = tp.model_fields.get(name) if isinstance(name, str) else None
+        if field is None:
+            field = next((f for f in tp.model_fields.values() if f.alias == name), None)
+        if field is None:
+            return None
+        rest = _walk(field.annotation, loc[1:])
+        return None if rest is None else [name, *rest]
+    if origin in (list, tuple, set, frozenset):
+        if not isinstance(loc[0], int):
+            return None
+        args = get_args(tp)
+        rest = _walk(args[0] if args else Any, loc[1:])
+        return None if rest is None else [loc[0], *rest]
+    if origin is dict or tp is dict:
+        args = get_args(tp)
+        rest = _walk(args[1] if len(args) == 2 else Any, loc[1:])
+        return None if rest is None else [loc[0], *rest]
+    return None  # a scalar, Literal or Any: nothing below it
+
+
+_TAG = re.compile(r"^(str|int|float|bool|bytes|none|any)$|[\[\]-]|^[A-Z]")
+
+
+def field_path(model: Optional[type], loc: tuple) -> str:
+    """A pydantic error location as the request field path, e.g. ``('messages', 0,
+    'content', 'list[ContentPart]', 0, 'type')`` -> ``"messages.0.content.0.type"``.
+
+    The location is walked against ``model``'s field types, so a field whose name looks like
+    a type tag (``stream``, ``stream_options``) is kept; without a model, or when the
+    location does not fit, parts that look like tags are dropped."""
+    kept = _walk(model, tuple(loc)) if model is not None else None
+    if kept is None:
+        kept = [x for x in loc if isinstance(x, int) or not _TAG.search(str(x))]
+    return ".".join(str(x) for x in kept)
+
+
+def _input_note(err: dict) -> str:
+    """`` (got "yes")`` for a scalar input (arrays and objects are not repeated back)."""
+    if err.get("type") == "missing" or "input" not in err or isinstance(err["input"], (dict, list)):
+        return ""
+    text = json.dumps(err["input"], ensure_ascii=False, default=str)
+    return f" (got {text if len(text) <= 40 else text[:37] + '...'})"
+
+
+def validation_message(exc: ValidationError, model: Optional[type] = None) -> tuple[str, Optional[str]]:
+    """A one-line message for a pydantic error and the offending field's path.
+
+    E.g. ``stream: Input should be a valid boolean (got "yes")`` and ``"stream"``. Each
+    location is mapped to the request's field path (see :func:`field_path`); the path
+    (``param``) is the most specific one: when a union member fails deeper (``messages.0.
+    content.0.type`` under ``messages.0.content``), that deeper path. Errors at the same
+    path are joined with "or"; at most three paths are listed."""
+    by_path: dict[str, list[str]] = {}
+    notes: dict[str, str] = {}
+    for err in exc.errors(include_url=False):
+        path = field_path(model, tuple(err.get("loc", ())))
         msg = err.get("msg", "invalid value")
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    more = len(exc.errors()) - 3
-    if more > 0:
-        parts.append(f"({more} more)")
-    return "; ".join(parts), first_param
+        if err.get("type") == "value_error" and "error" in (err.get("ctx") or {}):
+            msg = str(err["ctx"]["error"])  # our validators' own words, without "Value error, "
+        msgs = by_path.setdefault(path, [])
+        notes.setdefault(path, _input_note(err))
+        if msg not in msgs:
+            msgs.append(msg)
+    paths = list(by_path)
+    first = paths[0] if paths else ""
+    deeper = [p for p in paths if first and p.startswith(first + ".")]
+    if deeper:
+        first = max(deeper, key=lambda p: p.count("."))
+        paths.remove(first)
+        paths.insert(0, first)
+    parts = [(f"{p}: " if p else "") + " or ".join(by_path[p]) + notes[p] for p in paths[:3]]
+    if len(paths) > 3:
+        parts.append(f"({len(paths) - 3} more)")
+    return "; ".join(parts), (first or None)
 
 
 def parse_body(model, raw: bytes):
@@ -115,5 +197,5 @@ def parse_body(model, raw: bytes):
         # strict JSON validation: "5" is not an integer, as in the hosted APIs
         return model.model_validate_json(raw, strict=True)
     except ValidationError as exc:
-        message, param = validation_message(exc)
+        message, param = validation_message(exc, model)
         raise APIError(400, message, param=param) from None

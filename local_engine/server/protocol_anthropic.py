@@ -1,16 +1,20 @@
 """Anthropic Messages API request models and their conversion to turns.
 
 Reference: https://platform.claude.com/docs/en/api/messages (2026-11-29). Unknown fields
-are ignored; ``tool_choice``, ``metadata`` and ``thinking`` are accepted (the local model
-has no tool-use training to steer, so ``tool_choice`` does not constrain the output).
+are ignored; ``metadata`` and ``thinking`` are accepted. ``tool_choice`` is enforced where
+it can be (:func:`check_tool_choice`: ``auto`` offers the tools, ``none`` leaves them out,
+``any``/``tool`` are refused since the engine cannot guarantee a tool call); the
+hosted API's message order rules are checked by :func:`check_message_order`.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, List, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .errors import APIError
 from .rendering import Block, RenderError, Turn, canonical_json, strip_cache_markers
 
 
@@ -19,6 +23,8 @@ class _Model(BaseModel):
 
 
 class CacheControl(_Model):
+    """``cache_control``: ``{"type": "ephemeral", "ttl": "5m" | "1h"}`` (a breakpoint)."""
+
     type: Literal["ephemeral"]
     ttl: Optional[Literal["5m", "1h"]] = None
 
@@ -33,17 +39,25 @@ class ContentBlock(_Model):
 
 
 class TextBlock(_Model):
+    """A ``system`` text block: ``{"type": "text", "text", "cache_control"?}``."""
+
     type: Literal["text"]
     text: str
     cache_control: Optional[CacheControl] = None
 
 
 class Message(_Model):
+    """One entry of ``messages``: ``role`` user|assistant and ``content`` (a string or
+    content blocks)."""
+
     role: Literal["user", "assistant"]
     content: Union[str, List[ContentBlock]]
 
 
 class Tool(_Model):
+    """One entry of ``tools``: ``name``, ``description``, ``input_schema`` (other fields
+    of server tools are kept and rendered as sent)."""
+
     model_config = ConfigDict(extra="allow")
     name: str
     description: Optional[str] = None
@@ -51,21 +65,46 @@ class Tool(_Model):
     cache_control: Optional[CacheControl] = None
 
 
+class ToolChoice(_Model):
+    """``tool_choice``: ``{"type": "auto" | "any" | "none"}`` or ``{"type": "tool",
+    "name": ...}``, with ``disable_parallel_tool_use`` (ignored: the model makes no calls
+    the server parses)."""
+
+    type: Literal["auto", "any", "tool", "none"]
+    name: Optional[str] = None
+    disable_parallel_tool_use: Optional[bool] = None
+
+    @model_validator(mode="after")
+    def _name(self):
+        if self.type == "tool" and not self.name:
+            raise ValueError('a "tool" tool_choice names the tool: {"type": "tool", "name": "<tool name>"}')
+        return self
+
+
 class Diagnostics(_Model):
+    """This server's ``diagnostics``: ``previous_message_id`` asks for the cache-miss
+    reason against that earlier response (Anthropic's cache diagnostics)."""
+
     previous_message_id: Optional[str] = None
 
 
 class CountTokensRequest(_Model):
+    """The body of ``POST /v1/messages/count_tokens`` (Anthropic token counting): the
+    prompt fields of a Messages request."""
+
     model: str
     messages: List[Message] = Field(min_length=1)
     system: Union[str, List[TextBlock], None] = None
     tools: Optional[List[Tool]] = None
-    tool_choice: Optional[dict] = None
+    tool_choice: Optional[ToolChoice] = None
     cache_control: Optional[CacheControl] = None
     thinking: Optional[dict] = None
 
 
 class MessagesRequest(CountTokensRequest):
+    """The body of ``POST /v1/messages`` (Anthropic Messages API), plus this server's
+    ``diagnostics`` and ``cache_salt``."""
+
     max_tokens: int = Field(ge=1)
     stop_sequences: Optional[List[str]] = None
     temperature: Optional[float] = Field(default=None, ge=0.0, le=1.0)
@@ -75,6 +114,108 @@ class MessagesRequest(CountTokensRequest):
     metadata: Optional[dict] = None
     diagnostics: Optional[Diagnostics] = None
     cache_salt: Optional[str] = None
+
+
+# ---------------------------------------------------------------------------- tool_choice
+
+
+def check_tool_choice(req: CountTokensRequest, *, generating: bool = True) -> None:
+    """Check ``tool_choice`` against ``tools``, and refuse what this server cannot do.
+
+    Raises :class:`APIError` 400 when a ``{"type": "tool"}`` choice names a tool that
+    ``tools`` does not declare (the hosted API refuses it too), and, when ``generating``
+    (not for ``count_tokens``, which only counts), for ``any`` and ``tool``: both require
+    a tool call, and the engine has no constrained decoding to guarantee one. ``auto`` and
+    ``none`` are served (see :func:`offered_tools`)."""
+    choice = req.tool_choice
+    if choice is None:
+        return
+    declared = [t.name for t in req.tools or []]
+    if choice.type == "tool" and choice.name not in declared:
+        listing = ", ".join(repr(n) for n in declared) or "no tools are given"
+        raise APIError(400, f"tool_choice.name: the tool {choice.name!r} is not in tools ({listing}). Name "
+                            'one of the tools, or send tool_choice {"type": "auto"}.')
+    if generating and choice.type in ("any", "tool"):
+        shown = choice.model_dump(exclude_none=True)
+        raise APIError(400, f"tool_choice: {json.dumps(shown)} cannot be honoured: it requires the model to "
+                            "call a tool, and this server's local model has no constrained decoding to "
+                            'guarantee a tool call. Send tool_choice {"type": "auto"} (the tools are offered; '
+                            'the model may call one or answer in text) or {"type": "none"} (the tools are '
+                            "not offered), or leave tool_choice out.")
+
+
+def offered_tools(req: CountTokensRequest) -> list[Tool]:
+    """The tools the model is shown: none for ``tool_choice: {"type": "none"}``."""
+    if req.tool_choice is not None and req.tool_choice.type == "none":
+        return []
+    return list(req.tools or [])
+
+
+# ---------------------------------------------------------------------------- message order
+
+
+def _blocks_of(msg: Message, kind: str) -> list[tuple[int, dict]]:
+    if isinstance(msg.content, str):
+        return []
+    return [(j, cb.model_extra or {}) for j, cb in enumerate(msg.content) if cb.type == kind]
+
+
+def check_message_order(req: CountTokensRequest) -> None:
+    """The hosted API's message order rules.
+
+    The first message must be a user message; a ``tool_result`` block must answer a
+    ``tool_use`` block of the message right before it (an assistant message); each
+    ``tool_use`` block of an assistant message that has a next message must be answered by
+    a ``tool_result`` block there. (An empty ``messages`` is refused by the model's
+    ``min_length``.) The messages are Anthropic's own, as its API returns them:
+    'messages: first message must use the "user" role' (quoted in
+    https://github.com/lobehub/lobehub/issues/1601, 2024-03-16), "unexpected `tool_use_id`
+    found in `tool_result` blocks" (https://github.com/anthropics/claude-code/issues/13460,
+    2025-12-09) and "`tool_use` ids were found without `tool_result` blocks immediately
+    after" (https://github.com/anthropics/claude-code/issues/5060, 2025-08-03), with what
+    to change added.
+
+    Raises:
+        APIError: 400 naming the message (and block) path.
+    """
+    msgs = req.messages
+    if msgs and msgs[0].role != "user":
+        raise APIError(400, 'messages: first message must use the "user" role (messages.0 is an '
+                            f"{msgs[0].role} message); start the conversation with a user message.")
+    for i, msg in enumerate(msgs):
+        results = _blocks_of(msg, "tool_result")
+        if not results:
+            continue
+        prev = msgs[i - 1] if i > 0 else None
+        uses = [b.get("id") for _, b in _blocks_of(prev, "tool_use")] if prev and prev.role == "assistant" else []
+        for j, block in results:
+            rid = block.get("tool_use_id")
+            if rid in uses:
+                continue
+            if prev is None:
+                where = "no message comes before it"
+            elif not uses:
+                where = f"messages.{i - 1} ({'an' if prev.role == 'assistant' else 'a'} {prev.role} message) has no tool_use block"
+            else:
+                where = f"messages.{i - 1} has tool_use ids {', '.join(map(str, uses))}"
+            raise APIError(400, f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                                f"blocks: {rid}. Each `tool_result` block must have a corresponding "
+                                f"`tool_use` block in the previous message. ({where}; a tool_result answers "
+                                "a tool_use of the assistant message right before it.)")
+    for i, msg in enumerate(msgs[:-1]):
+        if msg.role != "assistant":
+            continue
+        uses = [b.get("id") for _, b in _blocks_of(msg, "tool_use")]
+        answered = {b.get("tool_use_id") for _, b in _blocks_of(msgs[i + 1], "tool_result")}
+        missing = [str(u) for u in uses if u not in answered]
+        if missing:
+            raise APIError(400, f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                                f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                                "corresponding `tool_result` block in the next message. (Add a tool_result "
+                                f"block for each to messages.{i + 1}.)")
+
+
+# ---------------------------------------------------------------------------- rendering
 
 
 def _cc(block_cc: Optional[CacheControl], path: str) -> Optional[tuple[str, str]]:
@@ -134,11 +275,11 @@ def messages_to_turns(req: CountTokensRequest) -> tuple[list[Block], list[Block]
     """(tool blocks, system blocks, turns, continue_final) of a Messages request.
 
     ``continue_final`` is True when the last message is from the assistant (a prefill the
-    model continues). A top-level ``cache_control`` (automatic caching) is placed on the
+    model continues). The tools are those :func:`offered_tools` keeps. A top-level ``cache_control`` (automatic caching) is placed on the
     last block of the last message that has one, unless that block carries its own.
     """
     tools = []
-    for k, t in enumerate(req.tools or []):
+    for k, t in enumerate(offered_tools(req)):
         d = t.model_dump(exclude_none=True)
         tools.append(Block(canonical_json(strip_cache_markers(d)), "tools",
                            cache_control=_cc(t.cache_control, f"tools.{k}")))

@@ -1,17 +1,21 @@
 """OpenAI request models (Chat Completions, Completions) and their conversion to turns.
 
 Pydantic models validate types and ranges the way the hosted API does; unknown fields are
-ignored (``extra="ignore"``), as the hosted APIs ignore them. Fields the local model
-cannot honour (``response_format``, ``frequency_penalty`` ...) are accepted and ignored.
+ignored (``extra="ignore"``), as the hosted APIs ignore them. Sampling fields the local
+model cannot honour (``response_format``, ``frequency_penalty`` ...) are accepted and
+ignored. ``tool_choice`` is enforced where it can be (:func:`check_tool_choice`); the
+message order rules of the hosted API are checked by :func:`check_message_order`.
 Reference: https://platform.openai.com/docs/api-reference/chat/create (2026-11-29).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .errors import APIError
 from .rendering import Block, RenderError, Turn, canonical_json, strip_cache_markers
 
 
@@ -42,25 +46,62 @@ class CacheControl(_Model):
 
 
 class ContentPart(_Model):
+    """A part of ``messages[].content`` (``{"type": "text", "text": ...}``); other types
+    are refused with a 400 when rendered (the local model reads text only)."""
+
     type: str
     text: Optional[str] = None
     prompt_cache_breakpoint: Optional[PromptCacheBreakpoint] = None
     cache_control: Optional[CacheControl] = None
 
 
+class ToolCall(_Model):
+    """One entry of an assistant message's ``tool_calls``: ``{"id", "type": "function",
+    "function": {"name", "arguments"}}``. Fields are kept as sent (they are rendered into
+    the prompt); ``id`` is required (a ``tool`` message answers it)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    type: Optional[str] = None
+    function: Optional[dict] = None
+
+
 class ChatMessage(_Model):
+    """One entry of ``POST /v1/chat/completions`` ``messages``: ``role``, ``content`` (a
+    string or text parts), and for tool use ``tool_calls`` (assistant) or
+    ``tool_call_id`` (tool)."""
+
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: Union[str, List[ContentPart], None] = None
     name: Optional[str] = None
-    tool_calls: Optional[List[dict]] = None
+    tool_calls: Optional[List[ToolCall]] = None
     tool_call_id: Optional[str] = None
 
 
 class StreamOptions(_Model):
+    """``stream_options``: ``include_usage`` adds a last chunk with the usage."""
+
     include_usage: bool = False
 
 
+_TOOL_CHOICE_SHAPES = ('"none", "auto", "required", {"type": "function", "function": {"name": ...}}, '
+                       '{"type": "custom", "custom": {"name": ...}} or {"type": "allowed_tools", '
+                       '"allowed_tools": {"mode": "auto"|"required", "tools": [...]}}')
+
+
+def _named(choice: dict, kind: str) -> str:
+    inner = choice.get(kind)
+    name = inner.get("name") if isinstance(inner, dict) else None
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a {kind!r} tool_choice needs {{\"type\": {json.dumps(kind)}, "
+                         f"{json.dumps(kind)}: {{\"name\": \"<tool name>\"}}}}")
+    return name
+
+
 class ChatCompletionRequest(_Model):
+    """The body of ``POST /v1/chat/completions`` (OpenAI Chat Completions), plus this
+    server's ``cache_salt`` (a tenant's cache isolation key)."""
+
     model: str
     messages: List[ChatMessage] = Field(min_length=1)
     max_tokens: Optional[int] = Field(default=None, ge=1)
@@ -86,7 +127,34 @@ class ChatCompletionRequest(_Model):
     @classmethod
     def _stop(cls, v):
         if isinstance(v, list) and len(v) > 4:
-            raise ValueError("at most 4 stop sequences")
+            raise ValueError(f"at most 4 stop sequences, got {len(v)}")
+        return v
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, v):
+        """The shape of ``tool_choice`` (whether it fits ``tools`` is checked in
+        :func:`check_tool_choice`)."""
+        if v is None or v in ("none", "auto", "required"):
+            return v
+        if not isinstance(v, dict):
+            raise ValueError(f"expected {_TOOL_CHOICE_SHAPES}")
+        kind = v.get("type")
+        if kind in ("function", "custom"):
+            _named(v, kind)
+        elif kind == "allowed_tools":
+            allowed = v.get("allowed_tools")
+            if (not isinstance(allowed, dict) or allowed.get("mode") not in ("auto", "required")
+                    or not isinstance(allowed.get("tools"), list)):
+                raise ValueError('an "allowed_tools" tool_choice needs {"type": "allowed_tools", '
+                                 '"allowed_tools": {"mode": "auto" or "required", "tools": [...]}}')
+            for t in allowed["tools"]:
+                if not isinstance(t, dict) or t.get("type") not in ("function", "custom"):
+                    raise ValueError('allowed_tools.tools entries are {"type": "function", '
+                                     '"function": {"name": ...}} or {"type": "custom", "custom": {"name": ...}}')
+                _named(t, t["type"])
+        else:
+            raise ValueError(f"unknown tool_choice type {kind!r}; expected {_TOOL_CHOICE_SHAPES}")
         return v
 
     @property
@@ -95,6 +163,9 @@ class ChatCompletionRequest(_Model):
 
 
 class CompletionRequest(_Model):
+    """The body of ``POST /v1/completions`` (OpenAI legacy Completions): ``prompt`` as a
+    string, strings, token ids or lists of token ids; plus ``cache_salt``."""
+
     model: str
     prompt: Union[str, List[str], List[int], List[List[int]]]
     max_tokens: Optional[int] = Field(default=16, ge=1)
@@ -116,7 +187,7 @@ class CompletionRequest(_Model):
     @classmethod
     def _stop(cls, v):
         if isinstance(v, list) and len(v) > 4:
-            raise ValueError("at most 4 stop sequences")
+            raise ValueError(f"at most 4 stop sequences, got {len(v)}")
         return v
 
     @field_validator("prompt")
@@ -134,6 +205,141 @@ class CompletionRequest(_Model):
         if all(isinstance(x, int) for x in p):
             return [list(p)]  # type: ignore[arg-type]
         return list(p)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- tool_choice
+
+#: what a request that forces a tool call is told (the engine samples freely: nothing
+#: makes its output a well-formed call of a given tool)
+CANNOT_FORCE = ("cannot be honoured: it requires the model to call a tool, and this server's local "
+                "model has no constrained decoding to guarantee a tool call. Send tool_choice \"auto\" "
+                "(the tools are offered; the model may call one or answer in text) or \"none\" (the "
+                "tools are not offered), or leave tool_choice out.")
+
+
+def _tool_key(tool: dict) -> tuple[str, Optional[str]]:
+    """(type, name) of a ``tools`` entry: ``{"type": "function", "function": {"name"}}`` or
+    ``{"type": "custom", "custom": {"name"}}``."""
+    kind = tool.get("type") or "function"
+    inner = tool.get(kind)
+    name = inner.get("name") if isinstance(inner, dict) else None
+    return str(kind), name if isinstance(name, str) else None
+
+
+def _chosen(choice: dict) -> list[tuple[str, str]]:
+    """The (type, name) pairs a dict ``tool_choice`` names (validated shape)."""
+    if choice["type"] == "allowed_tools":
+        return [(t["type"], t[t["type"]]["name"]) for t in choice["allowed_tools"]["tools"]]
+    return [(choice["type"], choice[choice["type"]]["name"])]
+
+
+def check_tool_choice(req: ChatCompletionRequest, *, generating: bool = True) -> None:
+    """Check ``tool_choice`` against ``tools`` as the hosted API does, and refuse what
+    this server cannot do.
+
+    Raises :class:`APIError` 400 (``param="tool_choice"``) when ``tool_choice`` is sent
+    without ``tools`` (OpenAI's wording, as reported in
+    https://github.com/dapr/dapr-agents/issues/248: "Invalid value for 'tool_choice':
+    'tool_choice' is only allowed when 'tools' are specified."); when it names a function
+    (or an ``allowed_tools`` entry) that ``tools`` does not declare; and, when
+    ``generating``, when it requires a tool call (``"required"``, a named function or
+    custom tool, ``allowed_tools`` with ``mode: "required"``): the engine has no
+    constrained decoding, so it could not keep that promise. ``"auto"`` and ``"none"``
+    (and ``allowed_tools`` with ``mode: "auto"``) are served: see :func:`offered_tools`.
+    """
+    choice = req.tool_choice
+    if choice is None:
+        return
+    if not req.tools:
+        raise APIError(400, "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' "
+                            "are specified. Send 'tools' too, or leave 'tool_choice' out.", param="tool_choice")
+    declared = [_tool_key(t) for t in req.tools]
+    if isinstance(choice, dict):
+        for kind, name in _chosen(choice):
+            if (kind, name) not in declared:
+                listing = ", ".join(f"{k} {n!r}" for k, n in declared if n) or "none with a name"
+                raise APIError(400, f"Invalid value for 'tool_choice': it names the {kind} tool {name!r}, "
+                                    f"which 'tools' does not declare (declared: {listing}). Name a "
+                                    f"declared tool, or send tool_choice \"auto\".", param="tool_choice")
+    required = choice == "required" or (isinstance(choice, dict) and (
+        choice["type"] != "allowed_tools" or choice["allowed_tools"]["mode"] == "required"))
+    if required and generating:
+        raise APIError(400, f"tool_choice {json.dumps(choice)} {CANNOT_FORCE}", param="tool_choice")
+
+
+def offered_tools(req: ChatCompletionRequest) -> list[dict]:
+    """The ``tools`` entries the model is shown: none for ``tool_choice: "none"``, the
+    allowed ones for ``allowed_tools`` (``mode: "auto"``), else all of them."""
+    tools = req.tools or []
+    choice = req.tool_choice
+    if choice == "none":
+        return []
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        allowed = set(_chosen(choice))
+        return [t for t in tools if _tool_key(t) in allowed]
+    return tools
+
+
+# ---------------------------------------------------------------------------- message order
+
+
+def check_message_order(req: ChatCompletionRequest) -> None:
+    """The hosted API's tool-message rules.
+
+    A ``tool`` message needs a ``tool_call_id`` and must follow (directly, or after other
+    tool messages) an assistant message whose ``tool_calls`` include that id; an assistant
+    message with ``tool_calls`` must be followed by a tool message for each call. The
+    leading sentences are OpenAI's own, as its API returns them (quoted in
+    https://github.com/miurla/morphic/issues/136, 2024-05-11, with ``param``
+    ``messages.[3].role``, and https://github.com/microsoft/promptflow/pull/3130,
+    2024-05-08); what follows says which message and id.
+
+    Raises:
+        APIError: 400 with ``param`` the offending message's field.
+    """
+    msgs = req.messages
+    for i, msg in enumerate(msgs):
+        if msg.role != "tool":
+            continue
+        if not msg.tool_call_id:
+            raise APIError(400, f"Missing required parameter: 'messages.{i}.tool_call_id'. A tool message "
+                                "answers one call of the preceding assistant message's tool_calls: set "
+                                "tool_call_id to that call's id.", param=f"messages.{i}.tool_call_id")
+        j = i - 1
+        while j >= 0 and msgs[j].role == "tool":
+            j -= 1
+        prev = msgs[j] if j >= 0 else None
+        ids = [tc.id for tc in (prev.tool_calls or [])] if prev is not None and prev.role == "assistant" else []
+        if msg.tool_call_id in ids:
+            continue
+        if prev is None:
+            where = "it is the first message"
+        elif not ids:
+            where = f"it follows messages.{j}, a {prev.role} message without tool_calls"
+        else:
+            where = (f"its tool_call_id {msg.tool_call_id!r} is not one of the tool_calls ids of "
+                     f"messages.{j} ({', '.join(repr(x) for x in ids)})")
+        raise APIError(400, "Invalid parameter: messages with role 'tool' must be a response to a "
+                            f"preceeding message with 'tool_calls'. messages.{i}: {where}; put each tool "
+                            "message after the assistant message whose tool_calls include its "
+                            "tool_call_id.", param=f"messages.{i}.role")
+    for j, msg in enumerate(msgs):
+        if msg.role != "assistant" or not msg.tool_calls:
+            continue
+        answered = set()
+        k = j + 1
+        while k < len(msgs) and msgs[k].role == "tool":
+            answered.add(msgs[k].tool_call_id)
+            k += 1
+        missing = [tc.id for tc in msg.tool_calls if tc.id not in answered]
+        if missing:
+            raise APIError(400, "An assistant message with 'tool_calls' must be followed by tool messages "
+                                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                                f"response messages: {', '.join(missing)} (messages.{j}); add a tool message "
+                                "with each id right after it.", param=f"messages.{j}.tool_calls")
+
+
+# ---------------------------------------------------------------------------- rendering
 
 
 def _part_blocks(msg: ChatMessage, i: int) -> list[Block]:
@@ -165,7 +371,8 @@ def chat_to_turns(req: ChatCompletionRequest) -> tuple[list[Block], list[Block],
     """(tool blocks, leading system blocks, the other turns) of a chat request.
 
     A leading ``system``/``developer`` message becomes the system blocks (tools are rendered
-    before it in the same turn); later system messages stay turns of their own.
+    before it in the same turn); later system messages stay turns of their own. The tools
+    are those :func:`offered_tools` keeps (none for ``tool_choice: "none"``).
 
     Raises:
         RenderError: unsupported content (images, audio, files) or a user message without
@@ -173,7 +380,7 @@ def chat_to_turns(req: ChatCompletionRequest) -> tuple[list[Block], list[Block],
     """
     tools = [
         Block(canonical_json(strip_cache_markers(t)), "tools")
-        for t in (req.tools or [])
+        for t in offered_tools(req)
     ]
     system: list[Block] = []
     turns: list[Turn] = []
@@ -190,7 +397,8 @@ def chat_to_turns(req: ChatCompletionRequest) -> tuple[list[Block], list[Block],
             system = blocks
             continue
         if role == "assistant" and msg.tool_calls:
-            blocks.append(Block(canonical_json({"tool_calls": msg.tool_calls}), "messages", i))
+            calls = [tc.model_dump(exclude_unset=True) for tc in msg.tool_calls]  # as sent
+            blocks.append(Block(canonical_json({"tool_calls": calls}), "messages", i))
         if not blocks and role in ("user", "tool", "system"):
             raise RenderError(f"messages.{i}.content: a {msg.role} message needs content")
         turns.append(Turn(role, blocks, i))

@@ -52,6 +52,8 @@ async def list_models(request: Request):
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request):
+    """``GET /v1/models/{id}``: the served model in OpenAI's shape (Anthropic's with an
+    ``anthropic-version`` header); 404 for any other id."""
     st = _state(request)
     if model_id != st.model_name:
         raise APIError(404, f"The model '{model_id}' does not exist; this server serves '{st.model_name}'.",
@@ -61,6 +63,7 @@ async def get_model(model_id: str, request: Request):
 
 @router.get("/metrics")
 async def metrics(request: Request):
+    """``GET /metrics``: Prometheus text exposition of the server and engine metrics."""
     st = _state(request)
     snapshot = None
     if st.engine.is_running:

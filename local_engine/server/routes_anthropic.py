@@ -33,7 +33,13 @@ from .generation import (
     start_request,
     text_delta,
 )
-from .protocol_anthropic import CountTokensRequest, MessagesRequest, messages_to_turns
+from .protocol_anthropic import (
+    CountTokensRequest,
+    MessagesRequest,
+    check_message_order,
+    check_tool_choice,
+    messages_to_turns,
+)
 from .rendering import RenderError, RenderedPrompt, render_chat
 from .state import ServerState, new_id
 
@@ -63,17 +69,25 @@ def stop_fields(o: Any) -> tuple[str, Optional[str]]:
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(request: Request):
+    """``POST /v1/messages/count_tokens``: Anthropic token counting, ``{"input_tokens": n}``
+    for the prompt a Messages request with these fields would have."""
     st: ServerState = request.app.state.server
     req = parse_body(CountTokensRequest, await request.body())
+    check_message_order(req)
+    check_tool_choice(req, generating=False)
     rendered = _render(st, req)
     return JSONResponse({"input_tokens": rendered.num_tokens})
 
 
 @router.post("/v1/messages")
 async def messages(request: Request):
+    """``POST /v1/messages``: Anthropic Messages API, a ``message`` object or, with
+    ``stream``, the documented server-sent event sequence (see the module docstring)."""
     st: ServerState = request.app.state.server
     raw = await request.body()
     req = parse_body(MessagesRequest, raw)
+    check_message_order(req)
+    check_tool_choice(req)
     rendered = _render(st, req)
     ends = rendered.message_ends
     last_user = max((i for i, m in enumerate(req.messages) if m.role == "user" and i < len(ends)), default=None)

@@ -34,7 +34,13 @@ from .generation import (
     start_request,
     text_delta,
 )
-from .protocol_openai import ChatCompletionRequest, CompletionRequest, chat_to_turns
+from .protocol_openai import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    chat_to_turns,
+    check_message_order,
+    check_tool_choice,
+)
 from .rendering import RenderError, RenderedPrompt, render_chat, render_text, render_token_ids
 from .state import ServerState, new_id
 
@@ -92,8 +98,12 @@ def _report_writes(st: ServerState, creq: CacheRequest) -> bool:
 
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request):
+    """``POST /v1/chat/completions``: OpenAI Chat Completions, a ``chat.completion`` object
+    or, with ``stream``, ``chat.completion.chunk`` server-sent events ending ``[DONE]``."""
     st = _state(request)
     req = parse_body(ChatCompletionRequest, await request.body())
+    check_message_order(req)
+    check_tool_choice(req)
     try:
         tools, system, turns = chat_to_turns(req)
         rendered = render_chat(st.tokenizer, tools=tools, system=system, turns=turns)
@@ -249,6 +259,8 @@ async def _merge(agens: list[tuple[int, AsyncIterator[Any]]]) -> AsyncIterator[t
 
 @router.post("/v1/completions")
 async def completions(request: Request):
+    """``POST /v1/completions``: OpenAI legacy Completions, a ``text_completion`` object (one
+    choice per prompt and sample) or, with ``stream``, its server-sent events."""
     st = _state(request)
     req = parse_body(CompletionRequest, await request.body())
     tok = st.tokenizer
