@@ -179,6 +179,11 @@ def check_message_order(req: CountTokensRequest) -> None:
         APIError: 400 naming the message (and block) path.
     """
     msgs = req.messages
+    for i, msg in enumerate(msgs):  # the ids the rules below compare
+        for kind, field in (("tool_use", "id"), ("tool_result", "tool_use_id")):
+            for j, block in _blocks_of(msg, kind):
+                if not isinstance(block.get(field), str):
+                    raise APIError(400, f"messages.{i}.content.{j}.{field}: Field required (a string)")
     if msgs and msgs[0].role != "user":
         raise APIError(400, 'messages: first message must use the "user" role (messages.0 is an '
                             f"{msgs[0].role} message); start the conversation with a user message.")

@@ -392,6 +392,17 @@ def test_anthropic_tool_result_must_answer_the_previous_message(claude):
             "answers a tool_use of the assistant message right before it.)")
 
 
+def test_anthropic_tool_ids_are_required(claude):
+    nameless = {"role": "user", "content": [{"type": "tool_result", "content": "x"}]}
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude.messages.create(model="m", max_tokens=1, tools=[TOOL], messages=[USER, USE, nameless])
+    assert e.value.body["error"]["message"] == "messages.2.content.0.tool_use_id: Field required (a string)"
+    no_id = {"role": "assistant", "content": [{"type": "tool_use", "name": "lookup", "input": {}}]}
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude.messages.create(model="m", max_tokens=1, tools=[TOOL], messages=[USER, no_id])
+    assert e.value.body["error"]["message"] == "messages.1.content.0.id: Field required (a string)"
+
+
 def test_anthropic_tool_use_needs_a_result_in_the_next_message(claude):
     with pytest.raises(anthropic.BadRequestError) as e:
         claude.messages.create(model="m", max_tokens=1, tools=[TOOL], messages=[USER, USE, USER])
