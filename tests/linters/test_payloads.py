@@ -70,6 +70,19 @@ def test_clean_payload_and_provider_override(here, capsys):
     assert status == 0
 
 
+def test_dated_model_names_in_payloads_are_not_pc001(here, capsys):
+    """The payload linter shares promptcache.volatile: a model snapshot date is stable."""
+    text = "Escalate from claude-3-5-sonnet-20241022 to o1-2024-12-17. " + LONG
+    named = request([{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}],
+                    model="claude-3-5-sonnet-20241022")
+    dated = request([{"type": "text", "text": "Today is 2024-08-06. " + LONG,
+                      "cache_control": {"type": "ephemeral"}}])
+    (here / "m.jsonl").write_text(json.dumps(named) + "\n" + json.dumps(dated) + "\n")
+    status, out = run(capsys, "m.jsonl")
+    assert status == 1
+    assert [ln.split()[0] + " " + ln.split()[1] for ln in out] == ["m.jsonl:2:1: PC001"]
+
+
 def test_bad_payloads_are_findings(here, capsys):
     (here / "bad.json").write_text('{"model": "x",\n "messages": [\n}')
     (here / "list.json").write_text("[1, 2]")

@@ -109,6 +109,35 @@ def test_non_strict_warns_and_renders():
     assert p.findings and p.to_openai("gpt-4o")["messages"][0]["role"] == "system"
 
 
+DATED_MODELS = ("gpt-4o-2024-08-06", "claude-3-5-sonnet-20241022", "gemini-1.5-pro-002",
+                "o1-2024-12-17")
+
+
+@pytest.mark.parametrize("model", DATED_MODELS)
+def test_dated_model_names_pass_strict_build(model):
+    """A dated model snapshot in the system prompt, a tool description, a tool schema's enum
+    and default (a ``model=`` parameter) is stable text: no warning, no error."""
+    tool = {"name": "delegate", "description": f"Delegates to {model} for hard questions.",
+            "input_schema": {"type": "object", "properties": {
+                "model": {"type": "string", "enum": [model], "default": model}}}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = build(system=f"You are an assistant served by {model}.", tools=[tool],
+                  session=f"Preferred model: {model}", dynamic="q", strict=True)
+    assert p.findings == () and p.warnings == ()
+    kw = p.to_openai(model)
+    assert kw["model"] == model
+
+
+def test_real_date_next_to_a_model_name_still_raises():
+    with pytest.raises(VolatilePrefixError) as ei:
+        build(system="You are gpt-4o-2024-08-06. Today is 2024-08-06.", strict=True)
+    # "You are gpt-4o-2024-08-06. Today is " is 8 + 17 + 11 = 36 characters
+    assert [(f.offset, f.kind, f.text) for f in ei.value.findings] == [(36, "date", "2024-08-06")]
+    with pytest.warns(PromptCacheWarning, match="20241022 12:00"):
+        build(tools=[{**ANTHROPIC_TOOL, "description": "Prices as of 20241022 12:00."}])
+
+
 def test_dynamic_and_history_are_not_scanned():
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -93,6 +93,16 @@ def test_openai_arguments_and_system_volatility():
     assert not any(p == "$.messages[2].content" for _, p in found)
 
 
+def test_dated_model_name_is_not_volatile_but_a_date_is():
+    r = {"model": "gpt-4o-2024-08-06", "messages": [
+        {"role": "system", "content": "You are gpt-4o-2024-08-06; escalate to o1-2024-12-17."},
+        {"role": "system", "content": "Today is 2024-08-06."},
+        {"role": "user", "content": "hi"}]}
+    found = [f for f in check(r, "openai") if f.code == "volatile-in-prefix"]
+    assert [f.path for f in found] == ["$.messages[1].content"]
+    assert "2024-08-06" in found[0].message
+
+
 def test_built_requests_pass_check(word_tokens):
     p = build(system=W(1100), tools=[{"name": "a", "input_schema": {"type": "object"}}],
               session=W(20), messages=[{"role": "user", "content": "x"}], dynamic="q")

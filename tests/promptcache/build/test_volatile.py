@@ -24,6 +24,21 @@ POSITIVES = [
     ("chatcmpl-9abcDEF12345xyz", "request_id", "chatcmpl-9abcDEF12345xyz"),
     ("trace 4bf92f3577b34da6a3ce929d0e0e4736", "hex_id", "4bf92f3577b34da6a3ce929d0e0e4736"),
     ("nonce aB3dE5fG7hJ9kL1mN3pQ5r", "base64_id", "aB3dE5fG7hJ9kL1mN3pQ5r"),
+    # compact forms: ISO 8601 basic, a compact date with a clock, a compact date alone
+    ("as of 20241022 12:00", "iso_datetime", "20241022 12:00"),
+    ("stamp 20241022T120000Z", "iso_datetime", "20241022T120000Z"),
+    ("snapshot of 20241022.", "date", "20241022"),
+    # dates that are not part of a model name stay dates
+    ("Today is 2024-08-06", "date", "2024-08-06"),
+    ("date: 2024-08-06T10:00:00Z", "iso_datetime", "2024-08-06T10:00:00Z"),
+    ("read logs-2024-08-06.txt", "date", "2024-08-06"),
+    ("gpt-4o - 2024-08-06 release notes", "date", "2024-08-06"),  # not attached: spaces
+    ("the gpt-4o/2024-08-06 run", "date", "2024-08-06"),  # attached by "/", not "-"
+    # a long hyphenated name (a base64_id candidate, not random) no longer hides what is in it
+    ("see snapshot-taken-2024-08-06 first", "date", "2024-08-06"),
+    ("at snapshot-taken-at-2024-08-06T10:00:00Z", "iso_datetime", "2024-08-06T10:00:00Z"),
+    ("job nightly-build-1714567890", "epoch_seconds", "1714567890"),
+    ("id-550e8400-e29b-41d4-a716-446655440000", "uuid", "550e8400-e29b-41d4-a716-446655440000"),
 ]
 
 NEGATIVES = [
@@ -32,7 +47,8 @@ NEGATIVES = [
     "colour #ff8800",
     "open 9:00-17:00 and 10:30 AM",
     "the year 2024 and 60 days, $1,000, 1,024 tokens",
-    "model SmolLM2-135M-Instruct, gpt-4o-2024-08-06 is a name",  # dated model names below
+    "model SmolLM2-135M-Instruct, gpt-4o-2024-08-06 is a name",
+    "order 12345678, sku 19991231, 20240231 (no Feb 31st), 1,024 tokens",  # not compact dates
     "phone 4155550123",  # 10 digits but outside the epoch window (2101)
     "pi 3.1415926535 and 0.1714567890",
     "camelCaseIdentifierWithoutDigits and CONSTANT_NAME_VALUE_HERE",
@@ -51,12 +67,43 @@ def test_positives(text, kind, match):
 
 @pytest.mark.parametrize("text", NEGATIVES)
 def test_negatives(text):
-    found = [(m.kind, m.text) for m in find_volatile(text)]
-    if "gpt-4o-2024-08-06" in text:
-        # a dated model snapshot contains an ISO date: flagged (it is a date), nothing else
-        assert found == [("date", "2024-08-06")]
-    else:
-        assert found == []
+    assert [(m.kind, m.text) for m in find_volatile(text)] == []
+
+
+# Dated model identifiers as the providers publish them (OpenAI "Models" pages, Anthropic
+# "Models overview", Google "Gemini models", AWS Bedrock model ids): the date is the
+# snapshot's release, the same on every request. Each alone, in a sentence, and as a
+# fine-tuned or provider-prefixed id.
+MODEL_IDS = [
+    "gpt-4o-2024-08-06",
+    "gpt-4o-mini-2024-07-18",
+    "gpt-4.1-2025-04-14",
+    "o1-2024-12-17",
+    "o3-mini-2025-01-31",
+    "claude-3-5-sonnet-20241022",
+    "claude-3-opus-20240229",
+    "claude-sonnet-4-5-20250929",
+    "gemini-1.5-pro-002",
+    "anthropic.claude-3-5-sonnet-20241022-v2:0",
+    "us.anthropic.claude-3-7-sonnet-20250219-v1:0",
+    "ft:gpt-4o-mini-2024-07-18:acme::9xYzAbCd",
+    "models/gemini-1.5-pro-002",
+]
+
+
+@pytest.mark.parametrize("model", MODEL_IDS)
+def test_dated_model_names_are_not_volatile(model):
+    assert find_volatile(model) == []
+    assert find_volatile(f"You run on {model}. Answer briefly.") == []
+    assert find_volatile(f"model={model!r}") == []
+
+
+def test_model_name_next_to_a_real_date():
+    text = "Today is 2024-08-06; you are gpt-4o-2024-08-06, as of 20241022 12:00."
+    found = [(m.kind, m.start, m.text) for m in find_volatile(text)]
+    # offsets by hand: "Today is " 9 chars; then "2024-08-06" 10, "; you are " 10,
+    # "gpt-4o-2024-08-06" 17, ", as of " 8: 9 + 10 + 10 + 17 + 8 = 54
+    assert found == [("date", 9, "2024-08-06"), ("iso_datetime", 54, "20241022 12:00")]
 
 
 def test_several_in_order():
