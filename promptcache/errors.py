@@ -24,3 +24,13 @@ class UsageError(PromptCacheError, ValueError):
 
 class PricingError(PromptCacheError, LookupError):
     """No price is known for a model, or a needed price (such as a 1h write) is missing."""
+
+
+class EmptyRequestError(PromptCacheError, ValueError):
+    """A renderer (``Prompt.to_anthropic``, ``to_bedrock``, ``to_gemini``, ``to_openai``,
+    ``to_openai_compatible``) was asked for a request with nothing to send: the Prompt has no
+    history and no ``dynamic`` part, and the provider needs a message (Anthropic, Bedrock,
+    Gemini: at least one; OpenAI: a non-empty ``messages``/``input``). The message names the
+    provider and what to add (``messages=`` or ``dynamic=`` in ``promptcache.build``).
+    Building such a prefix-only Prompt is not an error: ``prefix_hash``, ``explain()`` and
+    Gemini's ``cached_content_config`` use the frozen layers alone."""

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Optional
 
+from promptcache.providers import empty_request
+
 if TYPE_CHECKING:  # pragma: no cover
     from promptcache.breakpoints import Plan
     from promptcache.build import Prompt
@@ -159,7 +161,9 @@ def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
     """The request body without markers, and its blocks in cache order (tools -> system ->
     messages) as :class:`promptcache.breakpoints.Block` with locators
     ``("tools", i)``, ``("system", j)``, ``("messages", m, b)``. The frozen part is rendered
-    once per prefix and shared (see :func:`_frozen_layout`)."""
+    once per prefix and shared (see :func:`_frozen_layout`). ``messages`` is empty for a
+    prompt with no history and no dynamic part (``explain`` plans such a prefix; ``render``
+    refuses to send it)."""
     from promptcache.breakpoints import Block
 
     tools, system, frozen_blocks = _frozen_layout(prompt, model)
@@ -183,10 +187,7 @@ def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
             # never marked and nothing after it is cached: its size does not matter here
             blocks.append(Block("dynamic", ("messages", m, b), 0, False))
         messages.append({"content": content, "role": "user"})
-    if not messages:
-        raise ValueError("nothing to send: an Anthropic request needs at least one message "
-                         "(pass messages=... or dynamic=...)")
-    body["messages"] = messages
+    body["messages"] = messages  # empty for a prefix-only prompt: render() refuses to send it
     return body, blocks
 
 
@@ -241,11 +242,16 @@ def render(prompt: "Prompt", model: str, *, ttl: str = "5m", max_tokens: int = 1
     :func:`promptcache.monitor.cache_miss_reason`.
 
     Raises:
-        ValueError: an unknown ``mode`` or TTL, ``history_ttl`` longer than ``ttl``, no
-            message to send, content with no Anthropic form.
+        EmptyRequestError: (a ``ValueError``) no history and no ``dynamic``: no message to
+            send.
+        ValueError: an unknown ``mode`` or TTL, ``history_ttl`` longer than ``ttl``, content
+            with no Anthropic form.
     """
     if mode not in ("explicit", "automatic"):
         raise ValueError(f"mode must be 'explicit' or 'automatic', got {mode!r}")
+    if not prompt.messages and not prompt.dynamic:
+        # Anthropic answers 400 "messages: at least one message is required"
+        raise empty_request("Anthropic Messages", "at least one message")
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
     if mode == "explicit":

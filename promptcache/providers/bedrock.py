@@ -16,6 +16,8 @@ from __future__ import annotations
 import base64 as _base64
 from typing import TYPE_CHECKING, Any, Optional
 
+from promptcache.providers import empty_request
+
 if TYPE_CHECKING:  # pragma: no cover
     from promptcache.build import Prompt
 
@@ -60,7 +62,9 @@ def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
     """The Converse body without cache points and its blocks in cache order (toolConfig ->
     system -> messages), with locators ``("tools", i)``, ``("system", j)``,
     ``("messages", m, b)``. Consecutive messages of one role are merged (Converse requires
-    alternating roles); ``dynamic`` joins a trailing user message."""
+    alternating roles); ``dynamic`` joins a trailing user message. ``messages`` is empty for
+    a prompt with no history and no dynamic part (``explain`` plans such a prefix; ``render``
+    refuses to send it)."""
     from promptcache.breakpoints import (Block, block_tokens, frozen_text_tokens,
                                          session_text_tokens, tool_tokens)
 
@@ -104,10 +108,7 @@ def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
             blocks.append(Block(layer, ("messages", m, len(messages[m]["content"]) - 1),
                                 block_tokens(block, model) if layer == "messages" else 0,
                                 layer == "messages"))
-    if not messages:
-        raise ValueError("nothing to send: a Converse request needs at least one message "
-                         "(pass messages=... or dynamic=...)")
-    body["messages"] = messages
+    body["messages"] = messages  # empty for a prefix-only prompt: render() refuses to send it
     return body, blocks
 
 
@@ -126,12 +127,16 @@ def render(prompt: "Prompt", model: str, *, ttl: Optional[str] = None,
     or ``"1h"`` where the model supports it.
 
     Raises:
+        EmptyRequestError: (a ``ValueError``) no history and no ``dynamic``: no message to
+            send.
         ValueError: a TTL the model does not take, content with no Converse form (image URLs,
-            native tools), nothing to send.
+            native tools).
     """
     from promptcache.breakpoints import plan
     from promptcache.limits import cache_rules
 
+    if not prompt.messages and not prompt.dynamic:
+        raise empty_request("Bedrock Converse", "at least one message")
     rules = cache_rules(model, "bedrock")
     for t in (ttl, history_ttl):
         if t is not None and rules.known and t not in rules.ttls:

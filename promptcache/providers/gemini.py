@@ -17,6 +17,8 @@ import base64 as _base64
 import mimetypes as _mimetypes
 from typing import TYPE_CHECKING, Any, Optional
 
+from promptcache.providers import empty_request
+
 if TYPE_CHECKING:  # pragma: no cover
     from promptcache.build import Prompt
 
@@ -93,8 +95,7 @@ def _contents(prompt: "Prompt", extra_first: tuple[str, ...] = ()) -> list[dict[
         out.append({"parts": [_part(b, names, f"dynamic[{j}]")
                               for j, b in enumerate(prompt.dynamic)], "role": "user"})
     if not out:
-        raise ValueError("nothing to send: a Gemini request needs contents "
-                         "(pass messages=... or dynamic=...)")
+        raise empty_request("Gemini generateContent", "at least one content turn")
     return out
 
 
@@ -113,8 +114,9 @@ def render(prompt: "Prompt", model: str, *, cached_content: Optional[str] = None
     rejects them next to a cache); the session texts then open ``contents`` as a user turn.
 
     Raises:
-        ValueError: content with no Gemini form, a tool result without its call, nothing to
-            send.
+        EmptyRequestError: (a ``ValueError``) no history and no ``dynamic`` (nor, with
+            ``cached_content``, a session layer): no content to send.
+        ValueError: content with no Gemini form, a tool result without its call.
     """
     config: dict[str, Any] = {}
     if cached_content:

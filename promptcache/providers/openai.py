@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from promptcache.canonical import dumps_sorted
+from promptcache.providers import empty_request
 
 if TYPE_CHECKING:  # pragma: no cover
     from promptcache.build import Prompt
@@ -274,7 +275,12 @@ def render(prompt: "Prompt", model: str, *, api: str = "chat", cache_key: Option
         marked with ``prompt_cache_breakpoint`` by the rule of :mod:`promptcache.breakpoints`
         (``breakpoints=False`` turns this off, ``True`` forces it for an unknown model).
 
+    A prompt with system text but no history and no ``dynamic`` renders a system-only
+    request (OpenAI accepts it); one with nothing at all is refused.
+
     Raises:
+        EmptyRequestError: (a ``ValueError``) no frozen or session text, no history and no
+            ``dynamic``: ``messages``/``input`` would be empty.
         ValueError: an unknown ``api``; a retention value the model does not accept; content
             that has no OpenAI form (e.g. an Anthropic thinking block).
     """
@@ -292,6 +298,9 @@ def render(prompt: "Prompt", model: str, *, api: str = "chat", cache_key: Option
         body = _responses_input(prompt)
         kw["input"] = body
         tools = [_tool_responses(t) for t in prompt.tools]
+    if not body:
+        raise empty_request("OpenAI " + ("Chat Completions" if api == "chat" else "Responses"),
+                            "a non-empty " + ("messages" if api == "chat" else "input") + " list")
     if tools:
         kw["tools"] = tools
     kw["prompt_cache_key"] = cache_key if cache_key is not None else prompt_cache_key(prompt)

@@ -32,14 +32,19 @@ def render(prompt: "Prompt", model: str, *, cache_salt: Optional[str] = None,
     ``prompt_cache_key``: these servers do not route by it.
 
     Raises:
+        EmptyRequestError: (a ``ValueError``) no frozen or session text, no history and no
+            ``dynamic``: ``messages`` would be empty.
         ValueError: ``api`` other than ``"chat"``, an empty ``cache_salt``, or content with
             no Chat Completions form.
     """
+    from promptcache.providers import empty_request
     from promptcache.providers.openai import _tool_chat, chat_messages
 
     if api != "chat":
         raise ValueError(f"OpenAI-compatible servers are rendered for api='chat', got {api!r}")
     kw: dict[str, Any] = {"model": model, "messages": chat_messages(prompt)}
+    if not kw["messages"]:
+        raise empty_request("OpenAI-compatible Chat Completions", "a non-empty messages list")
     if prompt.tools:
         kw["tools"] = [_tool_chat(t) for t in prompt.tools]
     if cache_salt is not None:
