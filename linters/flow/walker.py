@@ -31,6 +31,7 @@ _HINTS: dict[str, int] = {}  # name -> 1 strong prefix hint, 4 weak one, 2 tools
 
 
 def _hint_kind(name: str) -> int:
+    """What a variable's name hints at: 1 a system prompt, 4 weakly so, 2 tools, 3 nothing."""
     kind = _HINTS.get(name)
     if kind is None:
         kind = _HINTS[name] = (1 if tables.STRONG_PREFIX_NAME_RE.search(name) else
@@ -46,6 +47,7 @@ _REQUEST_KEYS = ("tools", "system", "messages", "model")
 
 
 def _fields(t: type) -> tuple[str, ...]:
+    """The child-node fields of AST type ``t`` (scalar fields dropped), memoized."""
     f = _FIELDS.get(t)
     if f is None:
         f = _FIELDS[t] = tuple(x for x in t._fields if x not in _SCALAR_FIELDS)
@@ -53,6 +55,7 @@ def _fields(t: type) -> tuple[str, ...]:
 
 
 def _const_str(node) -> str | None:
+    """The value of a string literal node, else None."""
     if type(node) is ast.Constant and type(node.value) is str:
         return node.value
     return None
@@ -82,6 +85,9 @@ def _dotted_tail(func) -> str:
 
 
 class _Walker:
+    """One pass over a module: scopes, bindings (where values flow), sinks (where they reach
+    a prompt). A handler returning True has pushed the children it wants walked itself."""
+
     def __init__(self, tree: ast.Module, source: bytes):
         module = Scope("module", "<module>", tree, None)
         self.facts = ModuleFacts(module=module)
@@ -94,6 +100,7 @@ class _Walker:
 
     # -- bindings ---------------------------------------------------------------------
     def add(self, scope: Scope, name: str, b: Binding) -> None:
+        """Append binding ``b`` of ``name`` to ``scope`` (to the module's if ``name`` is global)."""
         if name in scope.globals:
             scope = self.facts.module
         lst = scope.bindings.get(name)
@@ -103,6 +110,7 @@ class _Walker:
             lst.append(b)
 
     def bind(self, target, value, kind, scope, loops, node) -> None:
+        """Flow ``value`` into ``target``: a name, tuples pairwise, ``self.a``, ``x[k]``."""
         t = type(target)
         if t is ast.Name:
             self.add(scope, target.id, Binding(kind, value, scope, node.lineno, node.col_offset,
@@ -161,6 +169,7 @@ class _Walker:
 
     # -- the walk ------------------------------------------------------------------------
     def run(self, tree: ast.Module) -> ModuleFacts:
+        """Walk iteratively: run a node's handler or push its children, then :meth:`finish`."""
         facts = self.facts
         stack: list[tuple] = [(n, facts.module, ()) for n in reversed(tree.body)]
         pop = stack.pop
@@ -197,6 +206,7 @@ class _Walker:
 
     # -- statements ----------------------------------------------------------------------
     def function(self, node, scope, loops, push) -> bool:
+        """``def``: bind the name; open a PARAM-bound scope; sink a prompt builder's returns."""
         self.add(scope, node.name, Binding(DEF, node, scope, node.lineno, node.col_offset,
                                            loops, node))
         cls = scope if scope.kind == "class" else None
@@ -229,6 +239,7 @@ class _Walker:
         return True
 
     def classdef(self, node, scope, loops, push) -> bool:
+        """``class``: bind the name, open a scope whose methods share ``self.attr`` bindings."""
         self.add(scope, node.name, Binding(DEF, node, scope, node.lineno, node.col_offset,
                                            loops, node))
         parent = scope.parent if scope.kind == "class" else scope
@@ -241,6 +252,7 @@ class _Walker:
         return True
 
     def assign(self, node, scope, loops, push) -> bool:
+        """``x = v``: ``v`` flows into each target (ASSIGN); a prompt-like name is a hint sink."""
         value = node.value
         for target in node.targets:
             self.bind(target, value, ASSIGN, scope, loops, node)
@@ -250,6 +262,7 @@ class _Walker:
         return True
 
     def annassign(self, node, scope, loops, push) -> bool:
+        """``x: T = v``: ``v`` flows into ``x`` as in ``x = v``; a bare annotation binds nothing."""
         if node.value is not None:
             self.bind(node.target, node.value, ASSIGN, scope, loops, node)
             if type(node.target) is ast.Name:
@@ -258,6 +271,7 @@ class _Walker:
         return True
 
     def augassign(self, node, scope, loops, push) -> bool:
+        """``x += v``: ``v`` is appended to ``x`` (AUG); other operators make ``x`` OPAQUE."""
         kind = AUG if type(node.op) is ast.Add else OPAQUE
         self.bind(node.target, node.value, kind, scope, loops, node)
         if type(node.target) is ast.Name and kind == AUG:
@@ -268,6 +282,7 @@ class _Walker:
         return True
 
     def for_(self, node, scope, loops, push) -> bool:
+        """``for x in it``: each item of ``it`` flows into ``x`` (ITER); the body is in the loop."""
         inner = loops + (node.iter,)
         self.bind(node.target, node.iter, ITER, scope, inner, node)
         push((node.iter, scope, loops))
@@ -276,12 +291,14 @@ class _Walker:
         return True
 
     def while_(self, node, scope, loops, push) -> bool:
+        """``while``: the body is walked as inside a loop of unknown iterable (``None``)."""
         push((node.test, scope, loops))
         for s in (*node.body, *node.orelse):
             push((s, scope, loops + (None,)))
         return True
 
     def with_(self, node, scope, loops, push) -> bool:
+        """``with v as x``: ``v`` flows into ``x`` (WITH); then the body is walked."""
         for item in node.items:
             if item.optional_vars is not None:
                 self.bind(item.optional_vars, item.context_expr, WITH, scope, loops, node)
@@ -291,6 +308,7 @@ class _Walker:
         return True
 
     def import_(self, node, scope, loops, push) -> bool:
+        """``import m as a``: ``a`` is bound to the name ``m`` (IMPORT); LLM SDKs are noted."""
         imports = self.facts.imports
         for alias in node.names:
             if alias.asname:
@@ -305,6 +323,7 @@ class _Walker:
         return True
 
     def importfrom(self, node, scope, loops, push) -> bool:
+        """``from m import n as a``: ``a`` is bound to ``m.n`` (IMPORT); LLM SDKs are noted."""
         mod = ("." * node.level) + (node.module or "")
         imports = self.facts.imports
         for alias in node.names:
@@ -320,6 +339,7 @@ class _Walker:
         return True
 
     def note_module(self, name: str) -> None:
+        """Mark the module as LLM code when ``name`` is an LLM SDK (``tables.LLM_MODULES``)."""
         if self.facts.llm_context:
             return
         top = name.partition(".")[0]
@@ -328,19 +348,23 @@ class _Walker:
             self.facts.llm_context = True
 
     def return_(self, node, scope, loops, push) -> bool:
+        """``return v``: ``v`` becomes a result of the function, flowing to each caller."""
         if node.value is not None:
             scope.returns.append(node.value)
             push((node.value, scope, loops))
         return True
 
     def global_(self, node, scope, loops, push) -> bool:
+        """``global n``: bindings of ``n`` in this function go to the module scope instead."""
         scope.globals.update(node.names)
         return True
 
     def nonlocal_(self, node, scope, loops, push) -> bool:
+        """``nonlocal n``: ignored, so a rebinding stays in the inner scope (not seen outside)."""
         return True
 
     def handler(self, node, scope, loops, push) -> bool:
+        """``except E as x``: ``x`` is OPAQUE (an exception, not prompt text); walk the body."""
         if node.name:
             self.add(scope, node.name, Binding(OPAQUE, None, scope, node.lineno, node.col_offset,
                                                loops, node))
@@ -352,6 +376,7 @@ class _Walker:
 
     # -- expressions ---------------------------------------------------------------------
     def call(self, node, scope, loops, push) -> bool:
+        """A call: index it for argument flow; ``x.append(v)``-style calls flow ``v`` into ``x``."""
         func = node.func
         ft = type(func)
         calls = self.facts.calls
@@ -399,6 +424,7 @@ class _Walker:
         return False
 
     def dict_(self, node, scope, loops, push) -> bool:
+        """A dict: a system-role message is a ROLE sink; a request body's fields are sinks."""
         keys = node.keys
         if not keys:
             return False
@@ -448,12 +474,14 @@ class _Walker:
                 Request({k: parts[k] for k in _REQUEST_KEYS if k in parts}, scope, node))
 
     def tuple_(self, node, scope, loops, push) -> bool:
+        """``("system", text)``: a LangChain-style system message, so a ROLE sink."""
         elts = node.elts
         if len(elts) == 2 and _const_str(elts[0]) in tables.SYSTEM_ROLES:
             self.facts.sinks.append(Sink(ROLE, node, scope, f"a `{elts[0].value}` message"))
         return False
 
     def comprehension(self, node, scope, loops, push) -> bool:
+        """A comprehension: each generator's items flow into its target (ITER, in a loop)."""
         for gen in node.generators:
             self.bind(gen.target, gen.iter, ITER, scope, loops + (gen.iter,), node)
             push((gen.iter, scope, loops))
@@ -467,25 +495,30 @@ class _Walker:
         return True
 
     def namedexpr(self, node, scope, loops, push) -> bool:
+        """``(x := v)``: ``v`` flows into ``x`` (ASSIGN)."""
         self.bind(node.target, node.value, ASSIGN, scope, loops, node)
         push((node.value, scope, loops))
         return True
 
     def string(self, node, scope, loops, push) -> bool:
+        """An f-string: kept for PC007 (a per-request value ahead of a long constant)."""
         self.facts.strings.append((node, scope))
         return False
 
     def binop(self, node, scope, loops, push) -> bool:
+        """``a + b`` / ``a % b``: a possible concatenation or %-format, kept for PC007."""
         op = type(node.op)
         if op is ast.Add or op is ast.Mod:
             self.facts.strings.append((node, scope))
         return False
 
     def lambda_(self, node, scope, loops, push) -> bool:
+        """``lambda``: its body is not walked, so nothing inside it binds or sinks."""
         return True
 
     # -- after the walk ------------------------------------------------------------------
     def finish(self) -> None:
+        """After the walk: turn pending calls into sinks, add return and (LLM code) hint sinks."""
         facts = self.facts
         self.hoist_mutations()
         sinks = facts.sinks
@@ -518,6 +551,7 @@ class _Walker:
                 del fs.bindings[name]
 
     def classify_call(self, node: ast.Call, scope: Scope) -> None:
+        """Turn a call into sinks: system messages, tool methods, ``build`` layers, SDK kwargs."""
         facts = self.facts
         sinks = facts.sinks
         func = node.func
