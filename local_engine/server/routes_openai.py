@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from typing import Any, AsyncIterator, Optional
 
@@ -108,7 +109,9 @@ async def chat_completions(request: Request):
         tools, system, turns = chat_to_turns(req)
         rendered = render_chat(st.tokenizer, tools=tools, system=system, turns=turns)
     except RenderError as exc:
-        raise APIError(400, str(exc), param="messages") from None
+        # the message starts with the field's path ("messages.0.content.1.type: ..."): it is the param
+        path = re.match(r"(messages(?:\.\w+)*): ", str(exc))
+        raise APIError(400, str(exc), param=path.group(1) if path else "messages") from None
     leading_system = bool(system) or req.messages[0].role in ("system", "developer")
     creq = _cache_request(st, request, req.model, rendered, body_salt=req.cache_salt,
                           prompt_cache_key=req.prompt_cache_key, retention=req.prompt_cache_retention,

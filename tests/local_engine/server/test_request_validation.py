@@ -174,6 +174,11 @@ def test_nested_paths_over_http(server):
     msg = anthropic_error(httpx.post(server.base_url + "/v1/messages", json={
         "model": "m", "max_tokens": 4, "messages": [USER], "tools": [{"name": "a"}, {"description": "no name"}]}))
     assert msg == "tools.1.name: Field required"
+    # checked while rendering, not by pydantic: the path is the param too
+    err = openai_error(httpx.post(server.openai_base_url + "/chat/completions", json={
+        "model": "m", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "data:,"}}]}]}))
+    assert err["param"] == "messages.0.content.1.type" and err["message"].startswith("messages.0.content.1.type: ")
 
 
 # ---------------------------------------------------------------------------- tool_choice (OpenAI)
