@@ -163,13 +163,15 @@ def _blocks_of(msg: Message, kind: str) -> list[tuple[int, dict]]:
 def check_message_order(req: CountTokensRequest) -> None:
     """The hosted API's message order rules.
 
-    The first message must be a user message; a ``tool_result`` block must answer a
+    A ``tool_result`` block must answer a
     ``tool_use`` block of the message right before it (an assistant message); each
     ``tool_use`` block of an assistant message that has a next message must be answered by
     a ``tool_result`` block there. (An empty ``messages`` is refused by the model's
-    ``min_length``.) The messages are Anthropic's own, as its API returns them:
-    'messages: first message must use the "user" role' (quoted in
-    https://github.com/lobehub/lobehub/issues/1601, 2024-03-16), "unexpected `tool_use_id`
+    ``min_length``.) An assistant message first is accepted: the API refused it in 2024
+    ('messages: first message must use the "user" role', quoted in
+    https://github.com/lobehub/lobehub/issues/1601, 2024-03-16) but accepts it since
+    (anthropic-sdk-typescript#622, 2024-12; only Bedrock still refuses it). The messages are
+    Anthropic's own, as its API returns them: "unexpected `tool_use_id`
     found in `tool_result` blocks" (https://github.com/anthropics/claude-code/issues/13460,
     2025-12-09) and "`tool_use` ids were found without `tool_result` blocks immediately
     after" (https://github.com/anthropics/claude-code/issues/5060, 2025-08-03), with what
@@ -184,9 +186,6 @@ def check_message_order(req: CountTokensRequest) -> None:
             for j, block in _blocks_of(msg, kind):
                 if not isinstance(block.get(field), str):
                     raise APIError(400, f"messages.{i}.content.{j}.{field}: Field required (a string)")
-    if msgs and msgs[0].role != "user":
-        raise APIError(400, 'messages: first message must use the "user" role (messages.0 is an '
-                            f"{msgs[0].role} message); start the conversation with a user message.")
     for i, msg in enumerate(msgs):
         results = _blocks_of(msg, "tool_result")
         if not results:
