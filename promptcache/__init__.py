@@ -2,7 +2,8 @@
 
 Public names (contracts in DESIGN.md):
 
-- ``build(...) -> Prompt``, ``Prompt``, ``VolatilePrefixError``, ``PromptCacheWarning``
+- ``build(...) -> Prompt``, ``Prompt``, ``VolatilePrefixError``, ``PromptCacheWarning``,
+  ``EmptyRequestError`` (a renderer given a prompt with nothing to send)
 - ``normalize_usage(provider, usage) -> Usage``, ``Usage``
 - ``cost(usage, model=None, price=None) -> Cost``, ``Cost``, ``Price``
 - ``check(payload, provider)``, ``Conversation``, ``PrefixMonitor``
@@ -25,6 +26,7 @@ _EXPORTS = {
     "Prompt": "promptcache.build",
     "VolatilePrefixError": "promptcache.errors",
     "PromptCacheWarning": "promptcache.errors",
+    "EmptyRequestError": "promptcache.errors",
     "normalize_usage": "promptcache.usage",
     "Usage": "promptcache.usage",
     "cost": "promptcache.pricing",
