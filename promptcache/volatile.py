@@ -10,8 +10,8 @@ What is flagged (kinds):
 
 - ``uuid``: 8-4-4-4-12 hex (any version).
 - ``iso_datetime``: ``2024-05-01T12:34:56Z``, ``2024-05-01 12:34``, with fractions and
-  offsets; also the compact ``20240501T123456Z`` (ISO 8601 basic format) and
-  ``20240501 12:34``.
+  offsets; also the compact ``20240501T123456Z`` (ISO 8601 basic format),
+  ``20240501 12:34`` and ``%Y%m%d%H%M[%S]`` digits (``202405011234``, ``20240501123456``).
 - ``http_date``: RFC 2822 / RFC 7231 dates (``Wed, 01 May 2024 12:34:56 GMT``) and C
   ``ctime`` output (``Wed May  1 12:34:56 2024``).
 - ``date``: ``2024-05-01``, ``2024/05/01``, ``05/01/2024``, ``1.5.2024``, ``May 1, 2024``,
@@ -85,7 +85,8 @@ _ALTERNATIVES = (
     r"[0-9a-fA-F]{16,}(?![0-9A-Za-z_-]))",
     r"(?P<compact>(?<![0-9A-Za-z.,])(?P<c_y>\d{4})(?P<c_m>\d{2})(?P<c_d>\d{2})"
     r"(?P<c_time>T(?P<c_H1>\d{2})(?::?(?P<c_M1>\d{2}))(?::?\d{2}(?:[.,]\d+)?)?"
-    r"(?:Z|[+-]\d{2}:?\d{2})?| (?P<c_H2>\d{1,2}):(?P<c_M2>\d{2})(?::\d{2}(?:[.,]\d+)?)?)?"
+    r"(?:Z|[+-]\d{2}:?\d{2})?| (?P<c_H2>\d{1,2}):(?P<c_M2>\d{2})(?::\d{2}(?:[.,]\d+)?)?"
+    r"|(?P<c_H3>\d{2})(?P<c_M3>\d{2})(?:\d{2})?)?"
     r"(?![0-9A-Za-z]|[.,][0-9]))",
     r"(?P<epoch>(?<![0-9.,])(?:\d{16}|\d{13}|\d{10})(?![0-9]|[.,][0-9]))",
     r"(?P<base64_id>(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+_-]{20,}={0,2}(?![A-Za-z0-9+/=_-]))",
@@ -103,7 +104,7 @@ MODEL_FAMILY = re.compile(
     r"opus|haiku|turbo|codex)\d*",
     re.IGNORECASE,
 )
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/-")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-")  # no "/": a path is not a model id
 _NAME_SPLIT = re.compile(r"[-._:/]")
 _DIGIT = re.compile(r"\d")  # the other kinds hold digits: a digitless candidate hides none
 _NAME_MAX = 120  # how far back a model name is looked for
@@ -143,15 +144,20 @@ def _real_day(year: int, month: int, day: int) -> bool:
 
 def _model_snapshot(text: str, start: int) -> bool:
     """True when the date at ``text[start:]`` is the release date of a dated model identifier:
-    attached by a hyphen to a name (``[A-Za-z0-9._:/-]`` run) with a :data:`MODEL_FAMILY`
-    segment, as ``gpt-4o-`` before ``2024-08-06``."""
+    attached by a hyphen to a name (a ``[A-Za-z0-9._:-]`` run, so never across a ``/`` of a
+    path or URL) with a :data:`MODEL_FAMILY` segment and a digit, as ``gpt-4o-`` before
+    ``2024-08-06``."""
     if start < 2 or text[start - 1] != "-":
         return False
     j = start - 1
     stop = max(0, j - _NAME_MAX)
     while j > stop and text[j - 1] in _NAME_CHARS:
         j -= 1
-    return any(MODEL_FAMILY.fullmatch(seg) for seg in _NAME_SPLIT.split(text[j:start - 1]))
+    name = text[j:start - 1]
+    # a model id names its family and a version (gpt-4o, claude-3-5-sonnet, o1); a word such as
+    # "embedding" or "titan" alone before a date is not one (``embedding-cache-2026-11-29``)
+    return (any(MODEL_FAMILY.fullmatch(seg) for seg in _NAME_SPLIT.split(name))
+            and any(c.isdigit() for c in name))
 
 
 def _random_segment(token: str) -> bool:
@@ -203,7 +209,7 @@ def _classify(m: re.Match[str]) -> str | None:
         y, mo, d = int(g("c_y")), int(g("c_m")), int(g("c_d"))
         if g("c_time") is None:  # a bare 8-digit number: only a real day of 2000-2099
             return "date" if 2000 <= y <= 2099 and _real_day(y, mo, d) else None
-        hour, minute = (g("c_H1"), g("c_M1")) if g("c_H1") is not None else (g("c_H2"), g("c_M2"))
+        hour, minute = next((g(f"c_H{i}"), g(f"c_M{i}")) for i in (1, 2, 3) if g(f"c_H{i}") is not None)
         if _valid_year(y) and _real_day(y, mo, d) and int(hour) < 24 and int(minute) < 60:
             return "iso_datetime"
         return None

@@ -114,3 +114,27 @@ def test_several_in_order():
 def test_type_error():
     with pytest.raises(TypeError):
         find_volatile(b"2024-05-01")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text,match", [
+    ("/var/log/claude/logs-2026-11-29", "2026-11-29"),             # a path: the family is not attached
+    ("https://example.com/gpt/export-2026-11-29.json", "2026-11-29"),
+    ("embedding-cache-2026-11-29", "2026-11-29"),                  # a family word with no version
+    ("Project Titan-2026-11-29", "2026-11-29"),
+    ("claude-notes-2024-08-06", "2024-08-06"),
+])
+def test_a_family_word_without_a_model_id_does_not_hide_a_date(text, match):
+    assert [(m.kind, m.text) for m in find_volatile(text)] == [("date", match)]
+
+
+@pytest.mark.parametrize("text,match", [
+    ("build 20261129124617", "20261129124617"),    # f"{now:%Y%m%d%H%M%S}"
+    ("build 202611291246", "202611291246"),        # f"{now:%Y%m%d%H%M}"
+])
+def test_compact_datetime_digits(text, match):
+    assert [(m.kind, m.text) for m in find_volatile(text)] == [("iso_datetime", match)]
+
+
+@pytest.mark.parametrize("text", ["id 20261129999999", "n 20261399123456"])  # hour 99, month 13
+def test_compact_digits_that_are_no_datetime(text):
+    assert find_volatile(text) == []
