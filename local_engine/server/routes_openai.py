@@ -276,6 +276,10 @@ async def completions(request: Request):
         else:
             if not all(isinstance(t, int) for t in p):
                 raise APIError(400, "prompt must be a string, a list of strings, or token ids", param="prompt")
+            bad = [t for t in p if not 0 <= t < tok.vocab_size]
+            if bad:  # checked before decoding: the tokenizer cannot take a negative or huge id
+                raise APIError(400, f"prompt token id {bad[0]} is out of range 0..{tok.vocab_size - 1}",
+                               param="prompt")
             rendered_list.append(render_token_ids(p))
             texts.append(tok.decode(p, skip_special_tokens=False))
     if any(r.num_tokens == 0 for r in rendered_list):

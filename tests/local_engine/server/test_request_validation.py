@@ -167,6 +167,16 @@ def test_stream_non_boolean_names_the_field(server):
     assert msg == 'stream: Input should be a valid boolean (got "yes")'
 
 
+@pytest.mark.parametrize("ids,bad", [([-1], -1), ([5, 2 ** 70], 2 ** 70), ([49152], 49152)])
+def test_completions_token_id_out_of_range_is_400(server, ids, bad):
+    """SmolLM2's vocabulary is 49,152 ids (0..49151); a negative or huge id used to reach the
+    tokenizer's decode and came back as a 500."""
+    err = openai_error(httpx.post(server.openai_base_url + "/completions",
+                                  json={"model": "m", "prompt": ids, "max_tokens": 1}))
+    assert err["param"] == "prompt"
+    assert err["message"] == f"prompt token id {bad} is out of range 0..49151"
+
+
 def test_nested_paths_over_http(server):
     err = openai_error(httpx.post(server.openai_base_url + "/chat/completions", json={
         "model": "m", "messages": [USER, {"role": "assistant", "tool_calls": [{"type": "function"}]}]}))
