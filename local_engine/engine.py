@@ -364,14 +364,19 @@ class LLMEngine:
 
     @staticmethod
     def _check_stop_strings(sample: _SampleState, stops: List[str], delta_len: int) -> None:
+        """Cut the text at the earliest occurrence of any stop string (whichever comes first in
+        the text, not in the list), looking only where the last ``delta_len`` characters could
+        have completed one."""
         text = sample.text
+        best_idx, best = -1, None
         for stop in stops:
             start = max(0, len(text) - delta_len - len(stop) + 1)
             idx = text.find(stop, start)
-            if idx != -1:
-                sample.text = text[:idx]
-                sample.finish_reason, sample.stop_reason = "stop", stop
-                return
+            if idx != -1 and (best is None or idx < best_idx):
+                best_idx, best = idx, stop
+        if best is not None:
+            sample.text = text[:best_idx]
+            sample.finish_reason, sample.stop_reason = "stop", best
 
     @staticmethod
     def _visible_text(sample: _SampleState, stops: List[str]) -> str:

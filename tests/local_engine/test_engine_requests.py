@@ -51,6 +51,23 @@ def test_stop_string_ends_generation_and_is_not_in_the_text(engine):
     assert stop not in cut.text
 
 
+def test_the_earliest_stop_string_in_the_text_wins_whatever_the_list_order(engine):
+    """Two stop strings completed by the same character: the text is cut at the one that
+    starts first in the text (OpenAI: generation stops at the first stop sequence met), not at
+    the one listed first. From the greedy output: ``early`` = the 3 characters at i..i+2 and
+    ``late`` = the 2 at i+1..i+2, both first occurring there, so both complete when character
+    i+2 arrives; the old rule (first in the list) cut at i+1 when ``late`` was listed first."""
+    ids = chat_ids(engine, "Write one sentence about the sea.")
+    full = run(engine, "early-full", ids, SamplingParams(temperature=0, max_tokens=30)).text
+    i = next(k for k in range(1, len(full) - 3)
+             if full[k:k + 3].isalpha() and full.find(full[k:k + 3]) == k and full.find(full[k + 1:k + 3]) == k + 1)
+    early, late = full[i:i + 3], full[i + 1:i + 3]
+    for stops in ([late, early], [early, late]):
+        out = run(engine, f"early-{stops[0]}", ids, SamplingParams(temperature=0, max_tokens=30, stop=stops))
+        assert out.text == full[:i], (stops, full, out.text)
+        assert out.outputs[0].stop_reason == early
+
+
 def test_stop_string_spanning_tokens_and_streamed_text(engine):
     """A stop string that starts inside one token's text and ends inside a later one's: the
     text ends right before it; while streaming, every step's text is a prefix of the final
