@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from .errors import EngineError
 from .loader import TokenizerSpec
@@ -142,6 +142,12 @@ def _compile_template(template: str):
     return env.from_string(template)
 
 
+@lru_cache(maxsize=1)
+def _byte_decoder() -> Dict[str, int]:
+    """:func:`_bytes_to_unicode` inverted: vocabulary character -> byte."""
+    return {ch: b for b, ch in _bytes_to_unicode().items()}
+
+
 class Tokenizer:
     """Text <-> token ids for one model, and its chat template.
 
@@ -179,6 +185,21 @@ class Tokenizer:
     def token_to_text(self, token_id: int) -> str:
         """The token's spelling as stored in the vocabulary."""
         return self._tok.id_to_token(token_id)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The raw bytes this token contributes to the text: for a byte-level BPE vocabulary
+        (GPT-2 style, as SmolLM2 and Llama 3 use) the vocabulary spelling mapped back through
+        the byte-to-character table, so a token holding part of a UTF-8 character gives those
+        bytes (decoding it alone would give U+FFFD); otherwise, and for added tokens, the UTF-8
+        of its decoded text. Concatenating the bytes of a sequence's tokens gives its text's
+        UTF-8 (what OpenAI's ``logprobs[].bytes`` promise)."""
+        added = self._tok.get_added_tokens_decoder()
+        piece = self._tok.id_to_token(token_id)
+        if piece is not None and token_id not in added and type(self._tok.decoder).__name__ == "ByteLevel":
+            table = _byte_decoder()
+            if all(ch in table for ch in piece):
+                return bytes(table[ch] for ch in piece)
+        return self._tok.decode([token_id], skip_special_tokens=False).encode("utf-8")
 
     def id_of(self, token: str) -> Optional[int]:
         """The id of a token string (``"<|im_end|>"``) or None."""

@@ -177,9 +177,9 @@ def chat_logprobs(tokenizer, token_ids: list[int], logprobs: Optional[list[dict]
         ranked = sorted(lp.items(), key=lambda kv: -kv[1])[:top]
         out.append({
             "token": t, "logprob": float(lp.get(tid, ranked[0][1] if ranked else 0.0)),
-            "bytes": list(t.encode("utf-8")),
+            "bytes": list(tokenizer.token_bytes(tid)),  # a token may hold part of a character
             "top_logprobs": [{"token": token_text(tokenizer, k), "logprob": float(v),
-                              "bytes": list(token_text(tokenizer, k).encode("utf-8"))} for k, v in ranked],
+                              "bytes": list(tokenizer.token_bytes(k))} for k, v in ranked],
         })
     return out
 

@@ -71,3 +71,17 @@ def test_chat_template_matches_transformers(engine, hf_tokenizer, messages, add_
     assert ours == ref
     if messages[0]["role"] != "system":
         assert ours.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+
+
+@pytest.mark.parametrize("text", ["Say something with emoji 🎉 and 日本語",
+                                  "naïve café — “quotes” 👩‍👩‍👧 🇫🇷",
+                                  "<|im_start|>user\nhi<|im_end|>"])
+def test_token_bytes_concatenate_to_the_texts_utf8(engine, text):
+    """``token_bytes`` of the ids of ``text`` joined equal ``text.encode('utf-8')`` (the
+    definition of byte-level BPE), including tokens that hold part of a character, which decode
+    alone to U+FFFD; the emoji text must have such tokens or the check would prove nothing."""
+    tok = engine.tokenizer
+    ids = tok.encode(text)
+    assert b"".join(tok.token_bytes(i) for i in ids) == text.encode("utf-8")
+    partial = [i for i in ids if "\ufffd" in tok.decode([i], skip_special_tokens=False)]
+    assert bool(partial) == (not text.isascii())

@@ -148,6 +148,24 @@ def test_stop_sequence_truncates_and_reports_stop(client):
     assert cut.choices[0].message.content == text[: text.index(stop)]
 
 
+def test_logprob_bytes_rebuild_the_content(client):
+    """Each logprobs entry's ``bytes`` are the token's raw bytes, so joined they are the content's
+    UTF-8 even where a token holds part of an emoji (its ``token`` text alone is U+FFFD).
+    Before, every such entry carried U+FFFD's bytes (ef bf bd) instead."""
+    r = client.chat.completions.create(model="local", temperature=0, max_tokens=8, logprobs=True, top_logprobs=2,
+                                       messages=[{"role": "user", "content": "Say something with emoji 🎉 and 日本語"}])
+    content = r.choices[0].message.content
+    entries = r.choices[0].logprobs.content
+    joined = bytes(b for e in entries for b in e.bytes)
+    # the content stops at the last whole character (max_tokens may cut an emoji: its first
+    # bytes are in the last tokens but not in the text), so the bytes extend it by < 4 bytes
+    assert joined.startswith(content.encode("utf-8"))
+    tail = joined[len(content.encode("utf-8")):]
+    assert len(tail) < 4 and (not tail or tail.decode("utf-8", errors="replace") == "\ufffd")
+    assert not content.isascii(), content  # greedy SmolLM2 answers with emoji here
+    assert any("\ufffd" in e.token for e in entries)
+
+
 def test_logprobs_and_max_completion_tokens(client):
     r = client.chat.completions.create(model="local", messages=[{"role": "user", "content": "Say yes."}],
                                        max_completion_tokens=3, temperature=0, logprobs=True, top_logprobs=3)
