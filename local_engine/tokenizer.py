@@ -178,9 +178,10 @@ class Tokenizer:
             stops.add(endoftext)
         self.stop_token_ids = stops
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
-        self._special_ids = {
-            i for i, t in self._tok.get_added_tokens_decoder().items() if t.special
-        }
+        added = self._tok.get_added_tokens_decoder()
+        self._special_ids = {i for i, t in added.items() if t.special}
+        self._added_ids = frozenset(added)
+        self._byte_level = type(self._tok.decoder).__name__ == "ByteLevel"
 
     def token_to_text(self, token_id: int) -> str:
         """The token's spelling as stored in the vocabulary."""
@@ -193,9 +194,8 @@ class Tokenizer:
         bytes (decoding it alone would give U+FFFD); otherwise, and for added tokens, the UTF-8
         of its decoded text. Concatenating the bytes of a sequence's tokens gives its text's
         UTF-8 (what OpenAI's ``logprobs[].bytes`` promise)."""
-        added = self._tok.get_added_tokens_decoder()
-        piece = self._tok.id_to_token(token_id)
-        if piece is not None and token_id not in added and type(self._tok.decoder).__name__ == "ByteLevel":
+        piece = self._tok.id_to_token(token_id) if self._byte_level else None
+        if piece is not None and token_id not in self._added_ids:
             table = _byte_decoder()
             if all(ch in table for ch in piece):
                 return bytes(table[ch] for ch in piece)
