@@ -119,6 +119,8 @@ def prepare(folder: Path) -> None:
 # ----------------------------------------------------------------------------- run (GPU)
 
 class Results:
+    """Results written to ``$OUT/engine_gpu.json`` as they are measured (nested keys)."""
+
     def __init__(self, out: Path):
         self.path = out / "engine_gpu.json"
         self.data: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -132,10 +134,13 @@ class Results:
 
 
 def log(msg: str) -> None:
+    """Print ``msg`` with the wall-clock time, flushed."""
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def build_hf(folder: Path, torch, seed: int):
+    """transformers' Llama from ``folder``'s config.json with random weights (its own
+    initialisation, seeded), bf16 with SDPA attention, on the GPU."""
     import transformers
 
     cfg = transformers.AutoConfig.from_pretrained(str(folder))
@@ -177,6 +182,8 @@ def sample_text(engine, res, name):
 
 
 def random_prompts(torch, n, length, vocab, seed):
+    """``n`` prompts of ``length`` random ids in ``[10, min(vocab, 49152) - 10)`` (seeded), so every id
+    detokenizes with SmolLM2's tokenizer."""
     g = torch.Generator().manual_seed(seed)
     return torch.randint(10, min(vocab, 49152) - 10, (n, length), generator=g).tolist()
 
@@ -277,20 +284,23 @@ def check_against_hf(engine, hf, torch, vocab, res, name, hf32_factory=None):
     return passed
 
 
+def start_decoding(engine, prompts, max_tokens: int, tag: str) -> None:
+    """Add greedy requests (EOS ignored) and step until every one has its first token, so the
+    next steps are pure decode steps of ``len(prompts)`` sequences."""
+    from local_engine import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    for i, p in enumerate(prompts):
+        engine.add_request(f"{tag}{len(prompts)}_{i}", p, params)
+    while not all(len(st.samples[0].seq.output_token_ids) > 0 for st in engine._requests.values()):
+        engine.step()
+
+
 def step_breakdown(engine, torch, vocab, res, name, batch, steps=20):
     """Per decode step: wall time, time inside forward_logits (synchronised) and the GPU time
     of the replayed graph alone (CUDA events)."""
     runner = engine.runner
-    prompts = random_prompts(torch, batch, PROMPT_LEN, vocab, seed=1000 + batch)
-    from local_engine import SamplingParams
-
-    for i, p in enumerate(prompts):
-        engine.add_request(f"bd{batch}_{i}", p, SamplingParams(temperature=0.0, max_tokens=steps + 40,
-                                                               ignore_eos=True))
-    while True:  # run the prefill until every request decodes
-        engine.step()
-        if all(len(st.samples[0].seq.output_token_ids) > 0 for st in engine._requests.values()):
-            break
+    start_decoding(engine, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=1000 + batch), steps + 40, "bd")
     fwd, gpu = [], []
     orig = runner.forward_logits
     graphs = runner.graphs
@@ -336,13 +346,7 @@ def kernel_profile(engine, torch, vocab, res, name, batch, steps=3):
     time and kernel count."""
     from torch.profiler import ProfilerActivity, profile
 
-    from local_engine import SamplingParams
-
-    for i, p in enumerate(random_prompts(torch, batch, PROMPT_LEN, vocab, seed=900 + batch)):
-        engine.add_request(f"pf{batch}_{i}", p, SamplingParams(temperature=0.0, max_tokens=steps + 8,
-                                                               ignore_eos=True))
-    while not all(len(st.samples[0].seq.output_token_ids) > 0 for st in engine._requests.values()):
-        engine.step()
+    start_decoding(engine, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=900 + batch), steps + 8, "pf")
     graphs, engine.runner.graphs = engine.runner.graphs, None
     engine.step()  # warm-up at this shape
     torch.cuda.synchronize()
@@ -371,6 +375,7 @@ def kernel_profile(engine, torch, vocab, res, name, batch, steps=3):
 
 
 def time_engine(engine, prompts, res, name, batch, label):
+    """Engine output tok/s end to end (and in the decode phase) for ``prompts``, NEW_TOKENS each."""
     outs, wall, first = engine_generate(engine, prompts, NEW_TOKENS, tag=f"{label}{batch}_")
     n_out = sum(len(o.outputs[0].token_ids) for o in outs)
     decode_rate = (batch * (NEW_TOKENS - 1) / (wall - first)) if first else None
@@ -382,6 +387,7 @@ def time_engine(engine, prompts, res, name, batch, label):
 
 
 def time_hf_generate(hf, torch, prompts, res, name, batch):
+    """transformers ``generate`` (static batch, greedy, exactly NEW_TOKENS new tokens): output tok/s."""
     ids = torch.tensor(prompts, device="cuda")
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -399,6 +405,7 @@ def time_hf_generate(hf, torch, prompts, res, name, batch):
 
 
 def time_hf_generate_batch(hf, torch, prompts, res, name, batch):
+    """transformers ``generate_batch`` (continuous batching, greedy, NEW_TOKENS each): output tok/s."""
     from transformers import GenerationConfig
 
     gc_ = GenerationConfig(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
@@ -465,6 +472,7 @@ T_START = time.monotonic()
 
 
 def time_left(deadline_s: float) -> float:
+    """Seconds left before ``deadline_s`` (counted from the script's start)."""
     return deadline_s - (time.monotonic() - T_START)
 
 
@@ -587,6 +595,7 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
 
 
 def print_table(data: dict) -> None:
+    """The markdown table of bench/RESULTS.md from the results gathered so far."""
     print("\n| model | batch | engine tok/s | engine decode tok/s | engine eager tok/s | HF generate tok/s "
           "| HF generate_batch tok/s | weights-once floor tok/s | engine / generate | engine / floor |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -611,6 +620,7 @@ def print_table(data: dict) -> None:
 
 
 def main(argv=None) -> int:
+    """``prepare`` (here) or ``run`` (on the GPU); returns the exit status (1 if a check failed)."""
     ap = argparse.ArgumentParser(description="engine vs transformers on a CUDA GPU")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare", help="write the model folders (CPU, needs the embedded GGUF)")
