@@ -119,6 +119,8 @@ DEVICE = "cpu"
 
 
 def build_engine(folder: Path, batch: int) -> LLMEngine:
+    """An engine over ``folder`` sized for ``batch`` requests of PROMPT_LEN + MAX_TOKENS tokens
+    (float32 and one torch thread on the CPU; bf16 with CUDA graphs on CUDA)."""
     blocks = batch * -(-(PROMPT_LEN + MAX_TOKENS) // 16) + 16
     if DEVICE == "cpu":
         return LLMEngine.from_config(folder, device="cpu", dtype="float32", num_threads=1,
@@ -129,6 +131,7 @@ def build_engine(folder: Path, batch: int) -> LLMEngine:
 
 
 def add_requests(engine: LLMEngine, batch: int, seed: int) -> None:
+    """``batch`` greedy requests of PROMPT_LEN random ids (seeded), MAX_TOKENS new tokens, EOS ignored."""
     rng = random.Random(seed)
     vocab = engine.model_config.vocab_size
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
@@ -149,6 +152,8 @@ def prefill(engine: LLMEngine, batch: int) -> None:
 
 
 def measure(folder: Path, batch: int, steps: int) -> dict:
+    """Median milliseconds per decode step of each phase (schedule, prepare, forward, sample,
+    post, step, host = step - forward) over ``steps`` decode steps at ``batch`` sequences."""
     engine = build_engine(folder, batch)
     timer = PhaseTimer(engine)
     add_requests(engine, batch, seed=batch)
@@ -178,6 +183,8 @@ def measure(folder: Path, batch: int, steps: int) -> dict:
 
 
 def profile(folder: Path, batch: int, steps: int, top: int = 15) -> str:
+    """cProfile of ``steps`` decode steps at ``batch``: the ``top`` functions by cumulative time,
+    then by own time, as text."""
     engine = build_engine(folder, batch)
     add_requests(engine, batch, seed=batch)
     prefill(engine, batch)
@@ -196,6 +203,7 @@ def profile(folder: Path, batch: int, steps: int, top: int = 15) -> str:
 
 
 def main(argv=None) -> int:
+    """Command line: the phase table for each batch size, then the profile; returns 0."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batches", default="1,16,64,256", help="comma-separated batch sizes")
     ap.add_argument("--steps", type=int, default=0,

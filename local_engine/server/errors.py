@@ -65,6 +65,7 @@ class APIError(Exception):
 
 
 def is_anthropic_path(path: str) -> bool:
+    """Whether ``path`` is an Anthropic endpoint (its errors take Anthropic's shape)."""
     return path.startswith("/v1/messages")
 
 
@@ -82,6 +83,7 @@ def error_body(path: str, status: int, message: str, *, param: Optional[str] = N
 
 
 def error_response(request: Request, exc: APIError) -> JSONResponse:
+    """The JSON error response for ``exc`` in the shape of the API that ``request`` called."""
     rid = getattr(request.state, "request_id", None)
     return JSONResponse(error_body(request.url.path, exc.status, exc.message, param=exc.param,
                                    code=exc.code, request_id=rid), status_code=exc.status)

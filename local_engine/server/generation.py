@@ -166,6 +166,8 @@ class ClosingStreamingResponse(StreamingResponse):
 
 
 def token_text(tokenizer, token_id: int) -> str:
+    """One token decoded alone (special tokens kept); U+FFFD where it holds part of a character
+    (its bytes: ``Tokenizer.token_bytes``)."""
     return tokenizer.decode([token_id], skip_special_tokens=False)
 
 

@@ -159,6 +159,7 @@ class ChatCompletionRequest(_Model):
 
     @property
     def output_limit(self) -> Optional[int]:
+        """``max_completion_tokens`` (current name) or else ``max_tokens`` (deprecated), or None."""
         return self.max_completion_tokens or self.max_tokens
 
 
