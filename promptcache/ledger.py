@@ -264,6 +264,20 @@ def _price_json(price: Price | None) -> str | None:
     return text
 
 
+def _range_where(column: str, lo, hi, param: str) -> tuple[str, list]:
+    """``("WHERE column >= ? AND column < ?", [lo, hi])`` for a half-open range ``[lo, hi)``;
+    a None bound is left out (no bounds: an empty clause). ``param`` is the dialect's
+    placeholder (``?`` or ``%s``)."""
+    where, params = [], []
+    if lo is not None:
+        where.append(f"{column} >= {param}")
+        params.append(lo)
+    if hi is not None:
+        where.append(f"{column} < {param}")
+        params.append(hi)
+    return ("WHERE " + " AND ".join(where) if where else ""), params
+
+
 def _day(ts: float) -> str:
     """UTC date of a Unix timestamp, 'YYYY-MM-DD' (cached per day)."""
     k = int(ts // 86400)
@@ -700,16 +714,9 @@ class Tracker:
         d = self.dialect
         if use_rollup:
             key = {None: "NULL", "day": "hour / 24", "hour": "hour"}.get(by, by)
-            where, params = [], []
-            if h_lo is not None:
-                where.append(f"hour >= {d.param}")
-                params.append(h_lo)
-            if h_hi is not None:
-                where.append(f"hour < {d.param}")
-                params.append(h_hi)
+            where, params = _range_where("hour", h_lo, h_hi, d.param)
             sums = ", ".join(f"SUM({c})" for c in _ROLLUP_SUMS)
-            cur.execute(f"SELECT {key} AS k, {sums} FROM rollup "
-                        f"{'WHERE ' + ' AND '.join(where) if where else ''} GROUP BY k", params)
+            cur.execute(f"SELECT {key} AS k, {sums} FROM rollup {where} GROUP BY k", params)
             for r in cur.fetchall():
                 k = r[0]
                 if by == "day":
@@ -723,13 +730,7 @@ class Tracker:
             key = {"hour": d.hour_expr, None: "NULL"}.get(by, by)
             if meta_key is not None:
                 key = d.meta_expr.format(key=meta_key)
-            where, params = [], []
-            if r_lo is not None:
-                where.append(f"ts >= {d.param}")
-                params.append(r_lo)
-            if r_hi is not None:
-                where.append(f"ts < {d.param}")
-                params.append(r_hi)
+            where, params = _range_where("ts", r_lo, r_hi, d.param)
             cur.execute(f"""SELECT {key} AS k, COUNT(*),
                 SUM(uncached_input_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens),
                 SUM(output_tokens), SUM(cache_reported * cache_read_tokens),
@@ -738,7 +739,7 @@ class Tracker:
                 COUNT(*) - SUM(cache_reported), SUM(cost_pusd), SUM(baseline_pusd),
                 COUNT(*) - COUNT(cost_pusd), SUM(cache_reported * {d.is_zero_read}),
                 SUM(latency_ms), COUNT(latency_ms)
-                FROM requests {'WHERE ' + ' AND '.join(where) if where else ''}
+                FROM requests {where}
                 GROUP BY k""", params)
             for r in cur.fetchall():
                 k = r[0]
