@@ -45,8 +45,10 @@ def run_all(engine):
 
 def filler(tok, n, seed):
     rng = random.Random(seed)
-    words = ("policy customer refund shipping order invoice warranty account billing support "
-             "delivery return exchange product service manager ticket update status escalation").split()
+    words = (
+        "policy customer refund shipping order invoice warranty account billing support "
+        "delivery return exchange product service manager ticket update status escalation"
+    ).split()
     text = " ".join(rng.choice(words) for _ in range(n * 2))
     ids = tok.encode(text)
     assert len(ids) >= n
@@ -75,12 +77,28 @@ def bench_ttft(engine, prefix_len, reps):
 
 
 def chat_prompts(tok, n):
-    topics = ["volcanoes", "jazz", "the Roman empire", "photosynthesis", "chess openings",
-              "coffee brewing", "black holes", "the French revolution", "origami", "bees",
-              "glaciers", "the printing press", "sourdough bread", "octopuses", "Mars rovers",
-              "the Silk Road"]
-    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": f"Tell me about {t}."}]))
-            for t in topics[:n]]
+    topics = [
+        "volcanoes",
+        "jazz",
+        "the Roman empire",
+        "photosynthesis",
+        "chess openings",
+        "coffee brewing",
+        "black holes",
+        "the French revolution",
+        "origami",
+        "bees",
+        "glaciers",
+        "the printing press",
+        "sourdough bread",
+        "octopuses",
+        "Mars rovers",
+        "the Silk Road",
+    ]
+    return [
+        tok.encode(tok.apply_chat_template([{"role": "user", "content": f"Tell me about {t}."}]))
+        for t in topics[:n]
+    ]
 
 
 def bench_throughput(engine, hf_model, n_req, new_tokens):
@@ -98,8 +116,13 @@ def bench_throughput(engine, hf_model, n_req, new_tokens):
     t = time.perf_counter()
     with torch.inference_mode():
         for ids in prompts:
-            g = hf_model.generate(torch.tensor([ids]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                  do_sample=False, pad_token_id=tok.pad_token_id)
+            g = hf_model.generate(
+                torch.tensor([ids]),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+            )
             hf_tokens += g.shape[1] - len(ids)
     hf_s = time.perf_counter() - t
     return ours_tokens / ours_s, hf_tokens / hf_s, ours_tokens, ours_s, hf_tokens, hf_s
@@ -114,8 +137,11 @@ def bench_waste(engine, n_req, seed):
         plen = rng.randint(20, 400)
         max_new = rng.randint(8, 48)
         reqs.append((filler(tok, plen, seed=5000 + i), max_new))
-        engine.add_request(f"w-{i}", reqs[-1][0], SamplingParams(temperature=0.0, max_tokens=max_new,
-                                                                  ignore_eos=True))
+        engine.add_request(
+            f"w-{i}",
+            reqs[-1][0],
+            SamplingParams(temperature=0.0, max_tokens=max_new, ignore_eos=True),
+        )
     paged, contiguous, peak = [], [], (0, 0, 0)
     while engine.has_unfinished_requests():
         engine.step()
@@ -145,8 +171,11 @@ def bench_steps(engine, prompt_len=1200, decode_steps=20):
     per_step = {}
     for bsz in (1, 8):
         for i in range(bsz):
-            engine.add_request(f"steps-{bsz}-{i}", tok.encode(f"Tell me a story, number {i}."),
-                               SamplingParams(temperature=0.0, max_tokens=decode_steps + 1, ignore_eos=True))
+            engine.add_request(
+                f"steps-{bsz}-{i}",
+                tok.encode(f"Tell me a story, number {i}."),
+                SamplingParams(temperature=0.0, max_tokens=decode_steps + 1, ignore_eos=True),
+            )
         engine.step()  # the prefills
         t = time.perf_counter()
         for _ in range(decode_steps):
@@ -158,43 +187,73 @@ def bench_steps(engine, prompt_len=1200, decode_steps=20):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's)"
+    )
     ap.add_argument("--prefix", type=int, default=2000, help="cached prefix length for TTFT")
     ap.add_argument("--reps", type=int, default=3, help="TTFT repetitions (median)")
     ap.add_argument("--concurrent", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--waste-requests", type=int, default=64)
     ap.add_argument("--quick", action="store_true", help="smaller run (prefix 500, 4 requests)")
-    ap.add_argument("--steps-only", action="store_true",
-                    help="only time a cold 1,200-token prefill and decode steps at batch 1 and 8")
+    ap.add_argument(
+        "--steps-only",
+        action="store_true",
+        help="only time a cold 1,200-token prefill and decode steps at batch 1 and 8",
+    )
     args = ap.parse_args()
     if args.quick:
-        args.prefix, args.reps, args.concurrent, args.new_tokens, args.waste_requests = 500, 1, 4, 16, 16
+        args.prefix, args.reps, args.concurrent, args.new_tokens, args.waste_requests = (
+            500,
+            1,
+            4,
+            16,
+            16,
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]
-    engine = LLMEngine.from_model(None, num_kv_blocks=2048, max_num_seqs=64, max_num_batched_tokens=2048,
-                                  num_threads=args.threads)  # None: the engine's auto choice
-    print(f"# engine_cpu: torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{os.cpu_count()} CPUs, load average {load:.1f}, {time.strftime('%Y-%m-%d')}")
+    engine = LLMEngine.from_model(
+        None,
+        num_kv_blocks=2048,
+        max_num_seqs=64,
+        max_num_batched_tokens=2048,
+        num_threads=args.threads,
+    )  # None: the engine's auto choice
+    print(
+        f"# engine_cpu: torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{os.cpu_count()} CPUs, load average {load:.1f}, {time.strftime('%Y-%m-%d')}"
+    )
     if args.steps_only:
         cold, per_step = bench_steps(engine)
-        print("| threads | cold 1,200-token prefill (s) | decode step, batch 1 (ms) | decode step, batch 8 (ms) |")
+        print(
+            "| threads | cold 1,200-token prefill (s) | decode step, batch 1 (ms) | decode step, batch 8 (ms) |"
+        )
         print("|---|---:|---:|---:|")
-        print(f"| {torch.get_num_threads()} | {cold:.2f} | {per_step[1] * 1e3:.0f} | {per_step[8] * 1e3:.0f} |")
+        print(
+            f"| {torch.get_num_threads()} | {cold:.2f} | {per_step[1] * 1e3:.0f} | {per_step[8] * 1e3:.0f} |"
+        )
         return 0
 
     cold, cached, plen = bench_ttft(engine, args.prefix, args.reps)
     print(f"\n1. TTFT, {plen}-token prompt, {args.prefix}-token prefix (median of {args.reps})")
-    print(f"| case | TTFT (s) |\n|---|---:|\n| cold (peer) | {cold:.3f} |\n| prefix cached | {cached:.3f} |")
+    print(
+        f"| case | TTFT (s) |\n|---|---:|\n| cold (peer) | {cold:.3f} |\n| prefix cached | {cached:.3f} |"
+    )
     print(f"cached / cold = {cached / cold:.1%} (target <= 10%)")
 
     from transformers import AutoModelForCausalLM
 
     gguf = Path(engine.model_path)
-    hf = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32).eval()
-    ours_tps, hf_tps, ot, os_, ht, hs = bench_throughput(engine, hf, args.concurrent, args.new_tokens)
-    print(f"\n2. Output tokens/s, {args.concurrent} requests x {args.new_tokens} new tokens (greedy)")
+    hf = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    ).eval()
+    ours_tps, hf_tps, ot, os_, ht, hs = bench_throughput(
+        engine, hf, args.concurrent, args.new_tokens
+    )
+    print(
+        f"\n2. Output tokens/s, {args.concurrent} requests x {args.new_tokens} new tokens (greedy)"
+    )
     print("| system | tokens | seconds | tokens/s |\n|---|---:|---:|---:|")
     print(f"| local_engine, {args.concurrent} concurrent | {ot} | {os_:.1f} | {ours_tps:.1f} |")
     print(f"| transformers generate, one after another (peer) | {ht} | {hs:.1f} | {hf_tps:.1f} |")
@@ -202,13 +261,19 @@ def main() -> int:
     del hf
 
     mean_w, max_w, peak, static_w = bench_waste(engine, args.waste_requests, seed=7)
-    print(f"\n3. KV waste, {args.waste_requests} concurrent requests, prompts 20-400 tokens, 8-48 new"
-          " (allocated slots not holding a token / allocated, sampled after every step)")
+    print(
+        f"\n3. KV waste, {args.waste_requests} concurrent requests, prompts 20-400 tokens, 8-48 new"
+        " (allocated slots not holding a token / allocated, sampled after every step)"
+    )
     print("| allocator | waste |\n|---|---:|")
     print(f"| paged, 16-token blocks: mean over steps | {mean_w:.2%} |")
     print(f"| paged: worst step | {max_w:.2%} |")
-    print(f"| paged at peak concurrency ({peak[0]} seqs, {peak[1]} slots) | {(peak[1] - peak[2]) / peak[1]:.2%} |")
-    print(f"| contiguous per request, prompt + max_tokens reserved (peer): mean over steps | {static_w:.2%} |")
+    print(
+        f"| paged at peak concurrency ({peak[0]} seqs, {peak[1]} slots) | {(peak[1] - peak[2]) / peak[1]:.2%} |"
+    )
+    print(
+        f"| contiguous per request, prompt + max_tokens reserved (peer): mean over steps | {static_w:.2%} |"
+    )
     print(f"paged / contiguous = {mean_w / static_w:.2f} (target: paged < 4%)")
     return 0
 

@@ -46,7 +46,6 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -55,15 +54,30 @@ BATCHES = (1, 16, 64, 256)
 COPY_TBPS = 4.2  # H200 device-to-device copy, KINDS.md (2026-10-28)
 
 LLAMA3_8B = dict(  # meta-llama/Meta-Llama-3-8B config.json (architecture numbers only)
-    architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=4096, intermediate_size=14336,
-    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-    vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=8192,
-    tie_word_embeddings=False, hidden_act="silu", attention_bias=False, mlp_bias=False,
-    bos_token_id=1, eos_token_id=2, initializer_range=0.02,
+    architectures=["LlamaForCausalLM"],
+    model_type="llama",
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=128256,
+    rms_norm_eps=1e-5,
+    rope_theta=500000.0,
+    max_position_embeddings=8192,
+    tie_word_embeddings=False,
+    hidden_act="silu",
+    attention_bias=False,
+    mlp_bias=False,
+    bos_token_id=1,
+    eos_token_id=2,
+    initializer_range=0.02,
 )
 
 
 # ----------------------------------------------------------------------------- prepare (CPU)
+
 
 def prepare(folder: Path) -> None:
     """Write the two model folders from the embedded GGUF's metadata and tokenizer."""
@@ -83,14 +97,27 @@ def prepare(folder: Path) -> None:
     tcfg = {k: v for k, v in special.items() if v is not None}
     tcfg["chat_template"] = spec.chat_template
 
-    small = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=mc.hidden_size,
-                 intermediate_size=mc.intermediate_size, num_hidden_layers=mc.num_layers,
-                 num_attention_heads=mc.num_heads, num_key_value_heads=mc.num_kv_heads,
-                 head_dim=mc.head_dim, vocab_size=mc.vocab_size, rms_norm_eps=mc.rms_norm_eps,
-                 rope_theta=mc.rope_theta, max_position_embeddings=mc.max_position_embeddings,
-                 tie_word_embeddings=mc.tie_word_embeddings, hidden_act="silu", attention_bias=False,
-                 mlp_bias=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                 initializer_range=0.02)
+    small = dict(
+        architectures=["LlamaForCausalLM"],
+        model_type="llama",
+        hidden_size=mc.hidden_size,
+        intermediate_size=mc.intermediate_size,
+        num_hidden_layers=mc.num_layers,
+        num_attention_heads=mc.num_heads,
+        num_key_value_heads=mc.num_kv_heads,
+        head_dim=mc.head_dim,
+        vocab_size=mc.vocab_size,
+        rms_norm_eps=mc.rms_norm_eps,
+        rope_theta=mc.rope_theta,
+        max_position_embeddings=mc.max_position_embeddings,
+        tie_word_embeddings=mc.tie_word_embeddings,
+        hidden_act="silu",
+        attention_bias=False,
+        mlp_bias=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        initializer_range=0.02,
+    )
     d = folder / "smollm2-135m"
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(json.dumps(small, indent=1))
@@ -99,9 +126,18 @@ def prepare(folder: Path) -> None:
 
     big = dict(LLAMA3_8B, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
     n0 = tok.vocab_size
-    extra = [{"id": i, "content": f"<|reserved_{i}|>", "single_word": False, "lstrip": False,
-              "rstrip": False, "normalized": False, "special": False}
-             for i in range(n0, big["vocab_size"])]
+    extra = [
+        {
+            "id": i,
+            "content": f"<|reserved_{i}|>",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": False,
+        }
+        for i in range(n0, big["vocab_size"])
+    ]
     padded = dict(tok_json, added_tokens=list(tok_json.get("added_tokens", [])) + extra)
     d = folder / "llama3-8b-shape"
     d.mkdir(parents=True, exist_ok=True)
@@ -113,10 +149,13 @@ def prepare(folder: Path) -> None:
     t0 = time.time()
     check = HFTok.from_file(str(d / "tokenizer.json"))
     assert check.get_vocab_size(with_added_tokens=True) == big["vocab_size"], check.get_vocab_size()
-    print(f"wrote {folder} (8B-shape tokenizer: {big['vocab_size']} ids, loads in {time.time() - t0:.1f}s)")
+    print(
+        f"wrote {folder} (8B-shape tokenizer: {big['vocab_size']} ids, loads in {time.time() - t0:.1f}s)"
+    )
 
 
 # ----------------------------------------------------------------------------- run (GPU)
+
 
 class Results:
     """Results written to ``$OUT/engine_gpu.json`` as they are measured (nested keys)."""
@@ -146,7 +185,9 @@ def build_hf(folder: Path, torch, seed: int):
     cfg = transformers.AutoConfig.from_pretrained(str(folder))
     torch.manual_seed(seed)
     with torch.device("cuda"):
-        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa")
+        model = transformers.AutoModelForCausalLM.from_config(
+            cfg, dtype=torch.bfloat16, attn_implementation="sdpa"
+        )
     return model.eval()
 
 
@@ -158,9 +199,12 @@ def build_hf_gguf(path: Path, torch, dtype=None):
     bf16 on the GPU."""
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                              dtype=dtype or torch.bfloat16,
-                                                              attn_implementation="sdpa")
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent),
+        gguf_file=path.name,
+        dtype=dtype or torch.bfloat16,
+        attn_implementation="sdpa",
+    )
     return model.to("cuda").eval()
 
 
@@ -169,9 +213,12 @@ def sample_text(engine, res, name):
     from local_engine import SamplingParams
 
     tok = engine.tokenizer
-    ids = tok.encode(tok.apply_chat_template(
-        [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}],
-        add_generation_prompt=True))
+    ids = tok.encode(
+        tok.apply_chat_template(
+            [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}],
+            add_generation_prompt=True,
+        )
+    )
     engine.add_request("text0", ids, SamplingParams(temperature=0.0, max_tokens=40))
     out = None
     while engine.has_unfinished_requests():
@@ -192,7 +239,9 @@ def engine_generate(engine, prompts, max_tokens, logprobs=None, tag="r"):
     """Run prompts to completion; returns (outputs by index, wall s, time all had a first token)."""
     from local_engine import SamplingParams
 
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=logprobs)
+    params = SamplingParams(
+        temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=logprobs
+    )
     t0 = time.perf_counter()
     for i, p in enumerate(prompts):
         engine.add_request(f"{tag}{i}", p, params)
@@ -205,9 +254,13 @@ def engine_generate(engine, prompts, max_tokens, logprobs=None, tag="r"):
                 if len(first) == len(prompts):
                     t_all_first = first[o.request_id]
             if o.finished:
-                outs[int(o.request_id[len(tag):])] = o
+                outs[int(o.request_id[len(tag) :])] = o
     t1 = time.perf_counter()
-    return [outs[i] for i in range(len(prompts))], t1 - t0, (t_all_first - t0) if t_all_first else None
+    return (
+        [outs[i] for i in range(len(prompts))],
+        t1 - t0,
+        (t_all_first - t0) if t_all_first else None,
+    )
 
 
 def check_against_hf(engine, hf, torch, vocab, res, name, hf32_factory=None):
@@ -238,7 +291,7 @@ def check_against_hf(engine, hf, torch, vocab, res, name, hf32_factory=None):
         with torch.inference_mode():
             for p, toks, _ in seqs:
                 ids = torch.tensor([p + toks], device="cuda")
-                res_.append(model(ids).logits[0, len(p) - 1: len(p) - 1 + len(toks)].float())
+                res_.append(model(ids).logits[0, len(p) - 1 : len(p) - 1 + len(toks)].float())
         return res_
 
     logits16 = teacher_forced(hf)
@@ -251,7 +304,7 @@ def check_against_hf(engine, hf, torch, vocab, res, name, hf32_factory=None):
         logits32 = teacher_forced(hf)
         hf.to(torch.bfloat16)
     dev_ours, dev_hf16, dev_hf16_logit = 0.0, 0.0, 0.0
-    for (p, toks, lps), l16, l32 in zip(seqs, logits16, logits32):
+    for (_, toks, lps), l16, l32 in zip(seqs, logits16, logits32):
         lp32, lp16 = torch.log_softmax(l32, -1), torch.log_softmax(l16, -1)
         dev_hf16_logit = max(dev_hf16_logit, float((l16 - l32).abs().max()))
         for j, t in enumerate(toks):
@@ -261,7 +314,7 @@ def check_against_hf(engine, hf, torch, vocab, res, name, hf32_factory=None):
     tie = 2 * dev_hf16_logit
     agree = near = bad = 0
     worst = []
-    for (p, toks, _), l32 in zip(seqs, logits32):
+    for (_, toks, _), l32 in zip(seqs, logits32):
         for j, t in enumerate(toks):
             top = int(l32[j].argmax())
             if top == t:
@@ -275,10 +328,18 @@ def check_against_hf(engine, hf, torch, vocab, res, name, hf32_factory=None):
                 worst.append((j, round(margin, 4)))
             break  # after a divergence the continuations differ; stop comparing
     passed = bad == 0 and dev_ours <= 2 * dev_hf16 + 0.02 and cached >= 256 - 16
-    summary = dict(passed=passed, tokens_agree=agree, near_ties=near, mismatches=bad, worst=worst[:5],
-                   tie_margin_logits=tie, engine_logprob_dev_vs_fp32=dev_ours,
-                   hf_bf16_logprob_dev_vs_fp32=dev_hf16, hf_bf16_logit_dev_vs_fp32=dev_hf16_logit,
-                   prefix_cached_tokens=cached)
+    summary = dict(
+        passed=passed,
+        tokens_agree=agree,
+        near_ties=near,
+        mismatches=bad,
+        worst=worst[:5],
+        tie_margin_logits=tie,
+        engine_logprob_dev_vs_fp32=dev_ours,
+        hf_bf16_logprob_dev_vs_fp32=dev_hf16,
+        hf_bf16_logit_dev_vs_fp32=dev_hf16_logit,
+        prefix_cached_tokens=cached,
+    )
     res.put(name, "check", value=summary)
     log(f"{name} check vs transformers fp32: {summary}")
     return passed
@@ -300,7 +361,9 @@ def step_breakdown(engine, torch, vocab, res, name, batch, steps=20):
     """Per decode step: wall time, time inside forward_logits (synchronised) and the GPU time
     of the replayed graph alone (CUDA events)."""
     runner = engine.runner
-    start_decoding(engine, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=1000 + batch), steps + 40, "bd")
+    start_decoding(
+        engine, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=1000 + batch), steps + 40, "bd"
+    )
     fwd, gpu = [], []
     orig = runner.forward_logits
     graphs = runner.graphs
@@ -312,6 +375,7 @@ def step_breakdown(engine, torch, vocab, res, name, batch, steps=20):
         torch.cuda.synchronize()
         fwd.append(time.perf_counter() - t0)
         return out
+
     runner.forward_logits = timed
     walls = []
     for _ in range(steps):
@@ -333,8 +397,11 @@ def step_breakdown(engine, torch, vocab, res, name, batch, steps=20):
     for rid in list(engine._requests):
         engine.abort_request(rid)
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
-    row = dict(step_ms=med(walls) * 1e3, forward_ms=med(fwd) * 1e3,
-               graph_gpu_ms=(med(gpu) * 1e3) if gpu else None)
+    row = dict(
+        step_ms=med(walls) * 1e3,
+        forward_ms=med(fwd) * 1e3,
+        graph_gpu_ms=(med(gpu) * 1e3) if gpu else None,
+    )
     row["outside_forward_ms"] = row["step_ms"] - row["forward_ms"]
     res.put(name, "breakdown", str(batch), value=row)
     log(f"{name} decode step breakdown batch {batch}: {row}")
@@ -346,7 +413,9 @@ def kernel_profile(engine, torch, vocab, res, name, batch, steps=3):
     time and kernel count."""
     from torch.profiler import ProfilerActivity, profile
 
-    start_decoding(engine, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=900 + batch), steps + 8, "pf")
+    start_decoding(
+        engine, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=900 + batch), steps + 8, "pf"
+    )
     graphs, engine.runner.graphs = engine.runner.graphs, None
     engine.step()  # warm-up at this shape
     torch.cuda.synchronize()
@@ -367,8 +436,16 @@ def kernel_profile(engine, torch, vocab, res, name, batch, steps=3):
     rows.sort(key=lambda r: -r[2])
     total_us = sum(r[2] for r in rows)
     total_n = sum(r[1] for r in rows)
-    res.put(name, "kernels", str(batch), value=dict(gpu_us_per_step=total_us, kernels_per_step=total_n,
-                                                     top=[dict(kernel=k, per_step=n, us=u) for k, n, u in rows[:15]]))
+    res.put(
+        name,
+        "kernels",
+        str(batch),
+        value=dict(
+            gpu_us_per_step=total_us,
+            kernels_per_step=total_n,
+            top=[dict(kernel=k, per_step=n, us=u) for k, n, u in rows[:15]],
+        ),
+    )
     log(f"{name} eager decode batch {batch}: {total_n:.0f} kernels, {total_us:.0f} us GPU per step")
     for k, n, u in rows[:15]:
         print(f"    {u:9.1f} us  {n:6.0f}x  {k}", flush=True)
@@ -379,10 +456,18 @@ def time_engine(engine, prompts, res, name, batch, label):
     outs, wall, first = engine_generate(engine, prompts, NEW_TOKENS, tag=f"{label}{batch}_")
     n_out = sum(len(o.outputs[0].token_ids) for o in outs)
     decode_rate = (batch * (NEW_TOKENS - 1) / (wall - first)) if first else None
-    row = dict(tok_s=n_out / wall, wall_s=wall, output_tokens=n_out, prefill_s=first, decode_tok_s=decode_rate)
+    row = dict(
+        tok_s=n_out / wall,
+        wall_s=wall,
+        output_tokens=n_out,
+        prefill_s=first,
+        decode_tok_s=decode_rate,
+    )
     res.put(name, label, str(batch), value=row)
-    log(f"{name} {label} batch {batch}: {row['tok_s']:.0f} tok/s e2e, decode {decode_rate or 0:.0f} tok/s, "
-        f"wall {wall:.2f}s, prefill {first or 0:.2f}s")
+    log(
+        f"{name} {label} batch {batch}: {row['tok_s']:.0f} tok/s e2e, decode {decode_rate or 0:.0f} tok/s, "
+        f"wall {wall:.2f}s, prefill {first or 0:.2f}s"
+    )
     return row
 
 
@@ -392,8 +477,14 @@ def time_hf_generate(hf, torch, prompts, res, name, batch):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     with torch.inference_mode():
-        out = hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
-                          min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+        out = hf.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            pad_token_id=0,
+        )
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     n_out = (out.shape[1] - ids.shape[1]) * batch
@@ -408,8 +499,13 @@ def time_hf_generate_batch(hf, torch, prompts, res, name, batch):
     """transformers ``generate_batch`` (continuous batching, greedy, NEW_TOKENS each): output tok/s."""
     from transformers import GenerationConfig
 
-    gc_ = GenerationConfig(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                           eos_token_id=None, pad_token_id=0)
+    gc_ = GenerationConfig(
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     out = hf.generate_batch(inputs=prompts, generation_config=gc_)
@@ -418,8 +514,10 @@ def time_hf_generate_batch(hf, torch, prompts, res, name, batch):
     n_out = sum(len(r.generated_tokens) for r in out.values())
     row = dict(tok_s=n_out / wall, wall_s=wall, output_tokens=n_out, requests=len(out))
     res.put(name, "hf_generate_batch", str(batch), value=row)
-    log(f"{name} hf generate_batch batch {batch}: {row['tok_s']:.0f} tok/s, wall {wall:.2f}s, "
-        f"{n_out} tokens from {len(out)} requests")
+    log(
+        f"{name} hf generate_batch batch {batch}: {row['tok_s']:.0f} tok/s, wall {wall:.2f}s, "
+        f"{n_out} tokens from {len(out)} requests"
+    )
     return row
 
 
@@ -440,8 +538,10 @@ def check_ops(torch, res) -> bool:
             want, want_h = ops.rms_norm(x, w, 1e-5, r, backend="torch")
             r2 = r.clone()
             got, got_h = ops.rms_norm(x, w, 1e-5, r2, backend="triton")
-            errs = [float((got.float() - want.float()).norm() / want.float().norm()),
-                    float((r2.float() - want_h.float()).norm() / want_h.float().norm())]
+            errs = [
+                float((got.float() - want.float()).norm() / want.float().norm()),
+                float((r2.float() - want_h.float()).norm() / want_h.float().norm()),
+            ]
             rope = RotaryEmbedding(D, 4096, 500000.0, None)
             rope.build_tables("cuda")
             qkv = torch.randn(T, (H + 2 * Hk) * D, device="cuda", generator=g).bfloat16()
@@ -449,22 +549,51 @@ def check_ops(torch, res) -> bool:
             q, k, v = q.view(T, H, D), k.view(T, Hk, D), v.view(T, Hk, D)
             pos = torch.randint(0, 4096, (T,), device="cuda", generator=g)
             slots = torch.randperm(64 * 16, device="cuda", generator=g)[:T] if T <= 1024 else None
-            caches = [torch.zeros(64, 16, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
-            q_ref = ops.rotary_and_write_kv(q.clone(), k, v, pos, rope.cos, rope.sin, caches[0], caches[1], slots,
-                                            backend="torch")
-            q_got = ops.rotary_and_write_kv(q.clone(), k, v, pos, rope.cos, rope.sin, caches[2], caches[3], slots,
-                                            backend="triton")
-            errs += [float((q_got.float() - q_ref.float()).norm() / q_ref.float().norm()),
-                     float((caches[2].float() - caches[0].float()).norm() / caches[0].float().norm()),
-                     float((caches[3].float() - caches[1].float()).norm() / caches[1].float().norm())]
+            caches = [
+                torch.zeros(64, 16, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(4)
+            ]
+            q_ref = ops.rotary_and_write_kv(
+                q.clone(),
+                k,
+                v,
+                pos,
+                rope.cos,
+                rope.sin,
+                caches[0],
+                caches[1],
+                slots,
+                backend="torch",
+            )
+            q_got = ops.rotary_and_write_kv(
+                q.clone(),
+                k,
+                v,
+                pos,
+                rope.cos,
+                rope.sin,
+                caches[2],
+                caches[3],
+                slots,
+                backend="triton",
+            )
+            errs += [
+                float((q_got.float() - q_ref.float()).norm() / q_ref.float().norm()),
+                float((caches[2].float() - caches[0].float()).norm() / caches[0].float().norm()),
+                float((caches[3].float() - caches[1].float()).norm() / caches[1].float().norm()),
+            ]
             gu = torch.randn(T, 2 * inter, device="cuda", generator=g).bfloat16()
-            s_ref, s_got = ops.silu_and_mul(gu, backend="torch"), ops.silu_and_mul(gu, backend="triton")
+            s_ref, s_got = (
+                ops.silu_and_mul(gu, backend="torch"),
+                ops.silu_and_mul(gu, backend="triton"),
+            )
             errs.append(float((s_got.float() - s_ref.float()).norm() / s_ref.float().norm()))
             nan = any(bool(t.isnan().any()) for t in (got, r2, q_got, caches[2], caches[3], s_got))
             worst = max(worst, *errs)
             ok = ok and not nan and max(errs) <= 1e-2
     res.put("ops_check", value=dict(passed=ok, worst_rel_err=worst))
-    log(f"fused ops on the GPU vs torch: {'passed' if ok else 'FAILED'}, worst relative error {worst:.2e}")
+    log(
+        f"fused ops on the GPU vs torch: {'passed' if ok else 'FAILED'}, worst relative error {worst:.2e}"
+    )
     return ok
 
 
@@ -476,8 +605,15 @@ def time_left(deadline_s: float) -> float:
     return deadline_s - (time.monotonic() - T_START)
 
 
-def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float, skip_hf: bool = False,
-        gguf: Optional[Path] = None) -> int:
+def run(
+    folder: Path,
+    out: Path,
+    models,
+    skip_hf_batch: bool,
+    deadline_s: float,
+    skip_hf: bool = False,
+    gguf: Path | None = None,
+) -> int:
     """Phase A per model: check and time the engine, then transformers ``generate``; phase B
     (if time is left before ``deadline_s``): transformers ``generate_batch``."""
     import torch
@@ -488,14 +624,27 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
     import transformers
     import triton
 
-    res.put("env", value=dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
-                              triton=triton.__version__, transformers=transformers.__version__))
+    res.put(
+        "env",
+        value=dict(
+            gpu=torch.cuda.get_device_name(),
+            torch=torch.__version__,
+            triton=triton.__version__,
+            transformers=transformers.__version__,
+        ),
+    )
     log(f"{res.data['env']}")
     ok = check_ops(torch, res)
     if GGUF_MODEL in models and gguf is None:
         raise SystemExit(f"{GGUF_MODEL} needs --gguf PATH (the embedded SmolLM2 file)")
-    vocab_of = {name: (49152 if name == GGUF_MODEL else
-                       json.loads((folder / name / "config.json").read_text())["vocab_size"]) for name in models}
+    vocab_of = {
+        name: (
+            49152
+            if name == GGUF_MODEL
+            else json.loads((folder / name / "config.json").read_text())["vocab_size"]
+        )
+        for name in models
+    }
     for name in models:
         d = folder / name
         vocab = vocab_of[name]
@@ -504,20 +653,40 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
             hf = build_hf_gguf(gguf, torch) if name == GGUF_MODEL else build_hf(d, torch, seed=0)
             n_params = sum(p.numel() for p in hf.parameters())
             weight_bytes = n_params * 2
-            log(f"{name}: transformers model built in {time.time() - t0:.1f}s, {n_params / 1e9:.3f}B params")
+            log(
+                f"{name}: transformers model built in {time.time() - t0:.1f}s, {n_params / 1e9:.3f}B params"
+            )
             t0 = time.time()
-            limits = dict(device="cuda", max_num_seqs=max(BATCHES), max_num_batched_tokens=8192,
-                          gpu_memory_utilization=0.5, max_model_len=4096)
+            limits = dict(
+                device="cuda",
+                max_num_seqs=max(BATCHES),
+                max_num_batched_tokens=8192,
+                gpu_memory_utilization=0.5,
+                max_model_len=4096,
+            )
             if name == GGUF_MODEL:  # the engine reads the file itself (its own GGUF loader)
                 engine = LLMEngine.from_model(str(gguf), **limits)
             else:
                 engine = LLMEngine.from_config(d, weights=dict(hf.state_dict()), **limits)
-            log(f"{name}: engine built in {time.time() - t0:.1f}s ({engine.kv_cache_manager.num_blocks} KV blocks,"
-                f" graphs captured in {engine.runner.graphs.capture_seconds:.1f}s)")
-            res.put(name, "setup", value=dict(params=n_params, weight_bytes=weight_bytes,
-                                              kv_blocks=engine.kv_cache_manager.num_blocks,
-                                              graph_capture_s=engine.runner.graphs.capture_seconds))
-            hf32 = (lambda: build_hf_gguf(gguf, torch, dtype=torch.float32)) if name == GGUF_MODEL else None
+            log(
+                f"{name}: engine built in {time.time() - t0:.1f}s ({engine.kv_cache_manager.num_blocks} KV blocks,"
+                f" graphs captured in {engine.runner.graphs.capture_seconds:.1f}s)"
+            )
+            res.put(
+                name,
+                "setup",
+                value=dict(
+                    params=n_params,
+                    weight_bytes=weight_bytes,
+                    kv_blocks=engine.kv_cache_manager.num_blocks,
+                    graph_capture_s=engine.runner.graphs.capture_seconds,
+                ),
+            )
+            hf32 = (
+                (lambda: build_hf_gguf(gguf, torch, dtype=torch.float32))
+                if name == GGUF_MODEL
+                else None
+            )
             if not check_against_hf(engine, hf, torch, vocab, res, name, hf32):
                 log(f"{name}: CHECK FAILED; timing anyway")
                 ok = False
@@ -527,10 +696,19 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
             engine_generate(engine, random_prompts(torch, 4, 600, vocab, 99), 4, tag="w")
             for batch in BATCHES:
                 # warm-up at this batch size (same prefill chunks and decode graph), then time
-                engine_generate(engine, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=500 + batch), 3,
-                                tag=f"w{batch}_")
+                engine_generate(
+                    engine,
+                    random_prompts(torch, batch, PROMPT_LEN, vocab, seed=500 + batch),
+                    3,
+                    tag=f"w{batch}_",
+                )
                 prompts = random_prompts(torch, batch, PROMPT_LEN, vocab, seed=batch)
-                res.put(name, "floor_tok_s", str(batch), value=batch / (weight_bytes / (COPY_TBPS * 1e12)))
+                res.put(
+                    name,
+                    "floor_tok_s",
+                    str(batch),
+                    value=batch / (weight_bytes / (COPY_TBPS * 1e12)),
+                )
                 time_engine(engine, prompts, res, name, batch, "engine")
             for batch in (1, 64):
                 step_breakdown(engine, torch, vocab, res, name, batch)
@@ -538,10 +716,20 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
             graphs = engine.runner.graphs
             engine.runner.graphs = None
             for batch in (1, 64):
-                engine_generate(engine, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=700 + batch), 3,
-                                tag=f"we{batch}_")
-                time_engine(engine, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=batch + 1),
-                            res, name, batch, "engine_eager")
+                engine_generate(
+                    engine,
+                    random_prompts(torch, batch, PROMPT_LEN, vocab, seed=700 + batch),
+                    3,
+                    tag=f"we{batch}_",
+                )
+                time_engine(
+                    engine,
+                    random_prompts(torch, batch, PROMPT_LEN, vocab, seed=batch + 1),
+                    res,
+                    name,
+                    batch,
+                    "engine_eager",
+                )
             engine.runner.graphs = graphs
             del engine, graphs
             gc.collect()
@@ -554,13 +742,25 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
                 continue
             with torch.inference_mode():  # transformers warm-up
                 w = torch.tensor(random_prompts(torch, 2, 64, vocab, 5), device="cuda")
-                hf.generate(input_ids=w, attention_mask=torch.ones_like(w), max_new_tokens=4, do_sample=False,
-                            pad_token_id=0)
+                hf.generate(
+                    input_ids=w,
+                    attention_mask=torch.ones_like(w),
+                    max_new_tokens=4,
+                    do_sample=False,
+                    pad_token_id=0,
+                )
             for batch in BATCHES:
                 if time_left(deadline_s) < 60:
                     res.put(name, "hf_generate", str(batch), value="not run: time")
                     continue
-                time_hf_generate(hf, torch, random_prompts(torch, batch, PROMPT_LEN, vocab, seed=batch), res, name, batch)
+                time_hf_generate(
+                    hf,
+                    torch,
+                    random_prompts(torch, batch, PROMPT_LEN, vocab, seed=batch),
+                    res,
+                    name,
+                    batch,
+                )
             del hf
             gc.collect()
             torch.cuda.empty_cache()
@@ -576,13 +776,23 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
                 log(f"{name}: generate_batch not run (time)")
                 continue
             try:
-                hf = build_hf_gguf(gguf, torch) if name == GGUF_MODEL else build_hf(folder / name, torch, seed=0)
+                hf = (
+                    build_hf_gguf(gguf, torch)
+                    if name == GGUF_MODEL
+                    else build_hf(folder / name, torch, seed=0)
+                )
                 for batch in BATCHES:
                     if time_left(deadline_s) < 45:
                         res.put(name, "hf_generate_batch", str(batch), value="not run: time")
                         continue
-                    time_hf_generate_batch(hf, torch, random_prompts(torch, batch, PROMPT_LEN, vocab_of[name],
-                                                                     seed=batch), res, name, batch)
+                    time_hf_generate_batch(
+                        hf,
+                        torch,
+                        random_prompts(torch, batch, PROMPT_LEN, vocab_of[name], seed=batch),
+                        res,
+                        name,
+                        batch,
+                    )
             except Exception as exc:  # noqa: BLE001 - record and go on
                 res.put(name, "hf_generate_batch", "error", value=f"{type(exc).__name__}: {exc}")
                 log(f"{name} hf generate_batch failed: {type(exc).__name__}: {exc}")
@@ -596,8 +806,10 @@ def run(folder: Path, out: Path, models, skip_hf_batch: bool, deadline_s: float,
 
 def print_table(data: dict) -> None:
     """The markdown table of bench/RESULTS.md from the results gathered so far."""
-    print("\n| model | batch | engine tok/s | engine decode tok/s | engine eager tok/s | HF generate tok/s "
-          "| HF generate_batch tok/s | weights-once floor tok/s | engine / generate | engine / floor |")
+    print(
+        "\n| model | batch | engine tok/s | engine decode tok/s | engine eager tok/s | HF generate tok/s "
+        "| HF generate_batch tok/s | weights-once floor tok/s | engine / generate | engine / floor |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, m in data.items():
         if not isinstance(m, dict) or "engine" not in m:
@@ -614,9 +826,12 @@ def print_table(data: dict) -> None:
 
             def f(x):
                 return f"{x['tok_s']:.0f}" if isinstance(x, dict) else ("-" if x is None else "err")
-            print(f"| {name} | {b} | {e['tok_s']:.0f} | {e['decode_tok_s'] or 0:.0f} | {f(ee)} | {f(hg)} | {f(hb)} | "
-                  f"{fl:.0f} | {(e['tok_s'] / hg['tok_s']) if isinstance(hg, dict) else float('nan'):.1f}x | "
-                  f"{e['tok_s'] / fl:.2f} |")
+
+            print(
+                f"| {name} | {b} | {e['tok_s']:.0f} | {e['decode_tok_s'] or 0:.0f} | {f(ee)} | {f(hg)} | {f(hb)} | "
+                f"{fl:.0f} | {(e['tok_s'] / hg['tok_s']) if isinstance(hg, dict) else float('nan'):.1f}x | "
+                f"{e['tok_s'] / fl:.2f} |"
+            )
 
 
 def main(argv=None) -> int:
@@ -630,20 +845,38 @@ def main(argv=None) -> int:
     r.add_argument("--out", default=os.environ.get("OUT", "."))
     r.add_argument("--models", default="llama3-8b-shape,smollm2-135m")
     r.add_argument("--skip-hf-batch", action="store_true", help="skip transformers generate_batch")
-    r.add_argument("--skip-hf", action="store_true",
-                   help="time the engine only (transformers is still built, for the check)")
-    r.add_argument("--gguf", type=Path, default=None,
-                   help=f"the embedded SmolLM2 GGUF file, for the model {GGUF_MODEL} (real weights)")
-    r.add_argument("--deadline-s", type=float, default=480.0,
-                   help="start no transformers measurement later than this many seconds into the run")
+    r.add_argument(
+        "--skip-hf",
+        action="store_true",
+        help="time the engine only (transformers is still built, for the check)",
+    )
+    r.add_argument(
+        "--gguf",
+        type=Path,
+        default=None,
+        help=f"the embedded SmolLM2 GGUF file, for the model {GGUF_MODEL} (real weights)",
+    )
+    r.add_argument(
+        "--deadline-s",
+        type=float,
+        default=480.0,
+        help="start no transformers measurement later than this many seconds into the run",
+    )
     args = ap.parse_args(argv)
     if args.cmd == "prepare":
         prepare(Path(args.dir))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    return run(Path(args.dir), out, args.models.split(","), args.skip_hf_batch, args.deadline_s, args.skip_hf,
-               args.gguf)
+    return run(
+        Path(args.dir),
+        out,
+        args.models.split(","),
+        args.skip_hf_batch,
+        args.deadline_s,
+        args.skip_hf,
+        args.gguf,
+    )
 
 
 if __name__ == "__main__":

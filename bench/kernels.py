@@ -57,8 +57,10 @@ def log(msg: str = "") -> None:
 
 # ----------------------------------------------------------------------------- inputs
 
-def make_paged(ctx_lens, num_kv_heads, head_dim, block_size, dtype, device, g, extra_blocks=4,
-               fill=None):
+
+def make_paged(
+    ctx_lens, num_kv_heads, head_dim, block_size, dtype, device, g, extra_blocks=4, fill=None
+):
     """A pool holding each sequence's K/V in shuffled blocks; returns caches, block table, dense."""
     n_blocks = [-(-c // block_size) for c in ctx_lens]
     num_blocks = sum(n_blocks) + extra_blocks
@@ -74,7 +76,7 @@ def make_paged(ctx_lens, num_kv_heads, head_dim, block_size, dtype, device, g, e
     bt = torch.full((len(ctx_lens), width), num_blocks + 10_000, dtype=torch.int32, device=device)
     used = 0
     for i, n in enumerate(n_blocks):
-        bt[i, :n] = perm[used:used + n]
+        bt[i, :n] = perm[used : used + n]
         used += n
     return k_cache, v_cache, bt
 
@@ -108,12 +110,14 @@ def rel_err(a, b):
 
 # ----------------------------------------------------------------------------- 1. correctness
 
+
 def check_correctness(device, quick: bool = False) -> bool:
     log("## correctness (compiled kernels vs torch_ref and dense float64)")
     tol = {torch.float32: 1e-3, torch.bfloat16: 2e-2, torch.float16: 1e-2}
     seed = int.from_bytes(os.urandom(4), "little")
     g = torch.Generator(device=device).manual_seed(seed)
     import random
+
     rng = random.Random(seed)
     log(f"seed {seed}")
     orig_alloc = tb._alloc
@@ -126,7 +130,11 @@ def check_correctness(device, quick: bool = False) -> bool:
             for head_dim in (64, 128):
                 for bs in (16, 32):
                     for mode in ("mixed", "decode", "split"):
-                        if quick and dtype != torch.bfloat16 and (head_dim, bs, mode) != (128, 16, "mixed"):
+                        if (
+                            quick
+                            and dtype != torch.bfloat16
+                            and (head_dim, bs, mode) != (128, 16, "mixed")
+                        ):
                             continue
                         cases.append((dtype, head_dim, bs, mode))
         for heads in ((4, 4), (12, 4), (8, 1), (32, 8)):
@@ -153,15 +161,17 @@ def check_correctness(device, quick: bool = False) -> bool:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             ref = torch_ref.paged_attention(q, k_cache, v_cache, bt, cu_t, sl)
-            dense = dense_attention_f64(q, k_cache, v_cache, bt, cu, ctx, head_dim ** -0.5)
+            dense = dense_attention_f64(q, k_cache, v_cache, bt, cu, ctx, head_dim**-0.5)
             e1, e2 = rel_err(out, ref), rel_err(out, dense)
             nan = bool(torch.isnan(out).any())
             good = (not nan) and e1 <= tol[dtype] and e2 <= tol[dtype]
             n_cases += 1
             if not good:
                 ok = False
-                log(f"FAIL {dtype} d={head_dim} bs={bs} {mode} heads={heads} nseg={nseg} "
-                    f"err_ref={e1:.2e} err_dense={e2:.2e} nan={nan}")
+                log(
+                    f"FAIL {dtype} d={head_dim} bs={bs} {mode} heads={heads} nseg={nseg} "
+                    f"err_ref={e1:.2e} err_dense={e2:.2e} nan={nan}"
+                )
         # KV write
         for dtype in (torch.float32, torch.bfloat16):
             n, hkv, hd, bs = 300, 8, 128, 16
@@ -174,7 +184,9 @@ def check_correctness(device, quick: bool = False) -> bool:
             tb.write_kv_cache(key, val, kc, vc, slots)
             kr, vr = torch.full_like(kc, float("nan")), torch.full_like(vc, float("nan"))
             torch_ref.write_kv_cache(key, val, kr, vr, slots)
-            same = torch.equal(kc.nan_to_num(), kr.nan_to_num()) and torch.equal(vc.nan_to_num(), vr.nan_to_num())
+            same = torch.equal(kc.nan_to_num(), kr.nan_to_num()) and torch.equal(
+                vc.nan_to_num(), vr.nan_to_num()
+            )
             n_cases += 1
             if not same:
                 ok = False
@@ -186,6 +198,7 @@ def check_correctness(device, quick: bool = False) -> bool:
 
 
 # ----------------------------------------------------------------------------- timing
+
 
 def bench(fn, inner=10, reps=15):
     """Median ms per call over CUDA-graph replays of ``inner`` calls (falls back to eager)."""
@@ -211,6 +224,7 @@ def bench(fn, inner=10, reps=15):
         def run():
             for _ in range(inner):
                 fn()
+
     run()
     torch.cuda.synchronize()
     times = []
@@ -227,9 +241,13 @@ def bench(fn, inner=10, reps=15):
 class DecodeProblem:
     def __init__(self, batch, ctx, device, g, block_size=BS, dtype=DT, table_width=None):
         self.batch, self.ctx = batch, ctx
-        self.k_cache, self.v_cache, self.bt = make_paged([ctx] * batch, HKV, D, block_size, dtype, device, g)
+        self.k_cache, self.v_cache, self.bt = make_paged(
+            [ctx] * batch, HKV, D, block_size, dtype, device, g
+        )
         if table_width is not None and table_width > self.bt.shape[1]:
-            pad = torch.zeros(batch, table_width - self.bt.shape[1], dtype=torch.int32, device=device)
+            pad = torch.zeros(
+                batch, table_width - self.bt.shape[1], dtype=torch.int32, device=device
+            )
             self.bt = torch.cat([self.bt, pad], 1)
         self.q = torch.randn(batch, H, D, generator=g, device=device).to(dtype)
         self.cu = torch.arange(batch + 1, dtype=torch.int32, device=device)
@@ -237,11 +255,17 @@ class DecodeProblem:
         self.kv_bytes = 2 * batch * ctx * HKV * D * self.k_cache.element_size()
 
     def triton(self, **kw):
-        return lambda: tb.paged_attention(self.q, self.k_cache, self.v_cache, self.bt, self.cu, self.sl, **kw)
+        return lambda: tb.paged_attention(
+            self.q, self.k_cache, self.v_cache, self.bt, self.cu, self.sl, **kw
+        )
 
     def contiguous(self):
-        k = torch.stack([dense_from_paged(self.k_cache, self.bt[i], self.ctx) for i in range(self.batch)])
-        v = torch.stack([dense_from_paged(self.v_cache, self.bt[i], self.ctx) for i in range(self.batch)])
+        k = torch.stack(
+            [dense_from_paged(self.k_cache, self.bt[i], self.ctx) for i in range(self.batch)]
+        )
+        v = torch.stack(
+            [dense_from_paged(self.v_cache, self.bt[i], self.ctx) for i in range(self.batch)]
+        )
         return k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()  # [B, Hkv, ctx, D]
 
     def sdpa(self, k, v):
@@ -257,6 +281,7 @@ class DecodeProblem:
             k = self.k_cache[idx].reshape(self.batch, -1, HKV, D)[:, : self.ctx].transpose(1, 2)
             v = self.v_cache[idx].reshape(self.batch, -1, HKV, D)[:, : self.ctx].transpose(1, 2)
             return F.scaled_dot_product_attention(q4, k, v, enable_gqa=True)
+
         return fn
 
 
@@ -264,7 +289,9 @@ class PrefillProblem:
     def __init__(self, seqs, new, prefix, device, g, dtype=DT):
         self.seqs, self.new, self.prefix = seqs, new, prefix
         self.ctx = prefix + new
-        self.k_cache, self.v_cache, self.bt = make_paged([self.ctx] * seqs, HKV, D, BS, dtype, device, g)
+        self.k_cache, self.v_cache, self.bt = make_paged(
+            [self.ctx] * seqs, HKV, D, BS, dtype, device, g
+        )
         self.q = torch.randn(seqs * new, H, D, generator=g, device=device).to(dtype)
         self.cu = torch.arange(0, seqs * new + 1, new, dtype=torch.int32, device=device)
         self.sl = torch.full((seqs,), self.ctx, dtype=torch.int32, device=device)
@@ -276,14 +303,20 @@ class PrefillProblem:
         self.mask = kpos <= qpos  # [new, ctx], True = attend
 
     def triton(self, **kw):
-        return lambda: tb.paged_attention(self.q, self.k_cache, self.v_cache, self.bt, self.cu, self.sl, **kw)
+        return lambda: tb.paged_attention(
+            self.q, self.k_cache, self.v_cache, self.bt, self.cu, self.sl, **kw
+        )
 
     def q4(self):
         return self.q.view(self.seqs, self.new, H, D).transpose(1, 2)  # [B, H, new, D]
 
     def contiguous(self, expand=False):
-        k = torch.stack([dense_from_paged(self.k_cache, self.bt[i], self.ctx) for i in range(self.seqs)])
-        v = torch.stack([dense_from_paged(self.v_cache, self.bt[i], self.ctx) for i in range(self.seqs)])
+        k = torch.stack(
+            [dense_from_paged(self.k_cache, self.bt[i], self.ctx) for i in range(self.seqs)]
+        )
+        v = torch.stack(
+            [dense_from_paged(self.v_cache, self.bt[i], self.ctx) for i in range(self.seqs)]
+        )
         k, v = k.transpose(1, 2), v.transpose(1, 2)
         if expand:
             k, v = k.repeat_interleave(H // HKV, 1), v.repeat_interleave(H // HKV, 1)
@@ -302,15 +335,31 @@ class PrefillProblem:
             k = self.k_cache[idx].reshape(self.seqs, -1, HKV, D)[:, : self.ctx].transpose(1, 2)
             v = self.v_cache[idx].reshape(self.seqs, -1, HKV, D)[:, : self.ctx].transpose(1, 2)
             return F.scaled_dot_product_attention(q4, k, v, attn_mask=self.mask, enable_gqa=True)
+
         return fn
 
 
-DECODE_SWEEP = [KernelConfig(16, 32, 2, 3), KernelConfig(16, 64, 4, 2), KernelConfig(16, 64, 4, 3),
-                KernelConfig(16, 64, 4, 4), KernelConfig(16, 128, 4, 2), KernelConfig(16, 128, 4, 3),
-                KernelConfig(16, 128, 8, 3), KernelConfig(16, 64, 2, 4)]
-PREFILL_SWEEP = [KernelConfig(64, 64, 4, 2), KernelConfig(64, 64, 4, 3), KernelConfig(128, 64, 4, 2),
-                 KernelConfig(128, 64, 8, 2), KernelConfig(128, 64, 8, 3), KernelConfig(128, 128, 8, 2),
-                 KernelConfig(128, 32, 4, 3), KernelConfig(64, 128, 4, 2), KernelConfig(128, 128, 8, 3)]
+DECODE_SWEEP = [
+    KernelConfig(16, 32, 2, 3),
+    KernelConfig(16, 64, 4, 2),
+    KernelConfig(16, 64, 4, 3),
+    KernelConfig(16, 64, 4, 4),
+    KernelConfig(16, 128, 4, 2),
+    KernelConfig(16, 128, 4, 3),
+    KernelConfig(16, 128, 8, 3),
+    KernelConfig(16, 64, 2, 4),
+]
+PREFILL_SWEEP = [
+    KernelConfig(64, 64, 4, 2),
+    KernelConfig(64, 64, 4, 3),
+    KernelConfig(128, 64, 4, 2),
+    KernelConfig(128, 64, 8, 2),
+    KernelConfig(128, 64, 8, 3),
+    KernelConfig(128, 128, 8, 2),
+    KernelConfig(128, 32, 4, 3),
+    KernelConfig(64, 128, 4, 2),
+    KernelConfig(128, 128, 8, 3),
+]
 
 
 def run_sweep(device, g, results):
@@ -321,18 +370,24 @@ def run_sweep(device, g, results):
         for cfg in DECODE_SWEEP:
             for nseg in (1, 2, 4, 8, 16):
                 try:
-                    row[(cfg, nseg)] = bench(p.triton(config=cfg, num_segments=nseg), inner=5, reps=7)
+                    row[(cfg, nseg)] = bench(
+                        p.triton(config=cfg, num_segments=nseg), inner=5, reps=7
+                    )
                 except Exception as exc:  # noqa: BLE001
                     log(f"  {cfg} nseg={nseg}: {type(exc).__name__}: {str(exc)[:200]}")
         best = min(row, key=row.get)
         for (cfg, nseg), ms in sorted(row.items(), key=lambda kv: kv[1])[:6]:
-            log(f"decode {batch}x{ctx} {cfg} nseg={nseg}: {ms:.4f} ms {p.kv_bytes / ms / 1e9:.2f} TB/s"
-                + (" *" if (cfg, nseg) == best else ""))
+            log(
+                f"decode {batch}x{ctx} {cfg} nseg={nseg}: {ms:.4f} ms {p.kv_bytes / ms / 1e9:.2f} TB/s"
+                + (" *" if (cfg, nseg) == best else "")
+            )
         for nseg in (1, 2, 4, 8, 16):
             b = min((ms for (c, n), ms in row.items() if n == nseg), default=float("nan"))
             log(f"decode {batch}x{ctx} best over configs at nseg={nseg}: {b:.4f} ms")
         results.setdefault("sweep_decode", {})[f"{batch}x{ctx}"] = {
-            f"{c.block_m},{c.tile_n},{c.num_warps},{c.num_stages}/{n}": ms for (c, n), ms in row.items()}
+            f"{c.block_m},{c.tile_n},{c.num_warps},{c.num_stages}/{n}": ms
+            for (c, n), ms in row.items()
+        }
         del p
     log("## sweep: prefill configs")
     p = PrefillProblem(*PREFILL_SHAPE, device, g)
@@ -344,7 +399,9 @@ def run_sweep(device, g, results):
             log(f"  {cfg}: {type(exc).__name__}: {str(exc)[:200]}")
     for cfg, ms in sorted(row.items(), key=lambda kv: kv[1]):
         log(f"prefill {cfg}: {ms:.4f} ms {p.flops / ms / 1e9:.1f} TFLOP/s")
-    results["sweep_prefill"] = {f"{c.block_m},{c.tile_n},{c.num_warps},{c.num_stages}": ms for c, ms in row.items()}
+    results["sweep_prefill"] = {
+        f"{c.block_m},{c.tile_n},{c.num_warps},{c.num_stages}": ms for c, ms in row.items()
+    }
 
 
 def run_split_grid(device, g, results):
@@ -363,7 +420,11 @@ def run_split_grid(device, g, results):
             bq = tb.DECODE_CONFIG[D].block_m // (H // HKV)
             rule = tb.choose_num_segments((batch // bq + batch) * HKV, ctx, sm)
             grid[f"{batch}x{ctx}"] = dict(zip(map(str, segs), ms))
-            log(f"{batch:>5} {ctx:>6} " + " ".join(f"{m:8.4f}" for m in ms) + f"  {best:>4}  {rule:>4}")
+            log(
+                f"{batch:>5} {ctx:>6} "
+                + " ".join(f"{m:8.4f}" for m in ms)
+                + f"  {best:>4}  {rule:>4}"
+            )
             del p
     results["split_grid"] = grid
 
@@ -378,8 +439,16 @@ def run_table(device, g, results):
         t_sdpa = bench(p.sdpa(k, v))
         del k, v
         t_naive = bench(p.naive(), inner=3, reps=7)
-        rows.append(dict(kind="decode", shape=f"{batch} x {ctx}", triton=t_tri, sdpa=t_sdpa, naive=t_naive,
-                         kv_bytes=p.kv_bytes))
+        rows.append(
+            dict(
+                kind="decode",
+                shape=f"{batch} x {ctx}",
+                triton=t_tri,
+                sdpa=t_sdpa,
+                naive=t_naive,
+                kv_bytes=p.kv_bytes,
+            )
+        )
         del p
         torch.cuda.empty_cache()
     p = PrefillProblem(*PREFILL_SHAPE, device, g)
@@ -392,49 +461,79 @@ def run_table(device, g, results):
     t_naive = bench(p.naive(), inner=3, reps=7)
     # ceiling: flash-style causal square of the whole context, same heads
     qsq = torch.randn(p.seqs, H, p.ctx, D, generator=g, device=device).to(DT)
-    t_sq = bench(lambda: F.scaled_dot_product_attention(qsq, ke, ve, is_causal=True))
+    t_sq = bench(lambda: F.scaled_dot_product_attention(qsq, ke, ve, is_causal=True))  # noqa: F821 (called before the del below)
     sq_flops = 4 * D * H * p.seqs * p.ctx * (p.ctx + 1) // 2
     del ke, ve, qsq
-    rows.append(dict(kind="prefill", shape=f"{p.seqs} x {p.new} over {p.prefix}", triton=t_tri,
-                     sdpa=min(t_sdpa, t_sdpa_x), sdpa_gqa=t_sdpa, sdpa_expanded=t_sdpa_x, naive=t_naive,
-                     kv_bytes=p.kv_bytes, flops=p.flops, causal_square_ms=t_sq, causal_square_flops=sq_flops))
+    rows.append(
+        dict(
+            kind="prefill",
+            shape=f"{p.seqs} x {p.new} over {p.prefix}",
+            triton=t_tri,
+            sdpa=min(t_sdpa, t_sdpa_x),
+            sdpa_gqa=t_sdpa,
+            sdpa_expanded=t_sdpa_x,
+            naive=t_naive,
+            kv_bytes=p.kv_bytes,
+            flops=p.flops,
+            causal_square_ms=t_sq,
+            causal_square_flops=sq_flops,
+        )
+    )
     results["table"] = rows
 
-    log("| work | Triton ms | TB/s (KV) | TFLOP/s | SDPA contiguous ms | naive gather+SDPA ms | "
-        "Triton vs SDPA (throughput) | Triton vs naive |")
+    log(
+        "| work | Triton ms | TB/s (KV) | TFLOP/s | SDPA contiguous ms | naive gather+SDPA ms | "
+        "Triton vs SDPA (throughput) | Triton vs naive |"
+    )
     log("|---|---|---|---|---|---|---|---|")
     for r in rows:
         tflops = f"{r['flops'] / r['triton'] / 1e9:.0f}" if "flops" in r else "-"
-        log(f"| {r['kind']} {r['shape']} | {r['triton']:.3f} | {r['kv_bytes'] / r['triton'] / 1e9:.2f} | {tflops} | "
+        log(
+            f"| {r['kind']} {r['shape']} | {r['triton']:.3f} | {r['kv_bytes'] / r['triton'] / 1e9:.2f} | {tflops} | "
             f"{r['sdpa']:.3f} ({r['kv_bytes'] / r['sdpa'] / 1e9:.2f} TB/s) | {r['naive']:.3f} | "
-            f"{r['sdpa'] / r['triton']:.2f}x | {r['naive'] / r['triton']:.2f}x |")
+            f"{r['sdpa'] / r['triton']:.2f}x | {r['naive'] / r['triton']:.2f}x |"
+        )
     pr = rows[-1]
-    log(f"prefill SDPA: offset-causal mask, enable_gqa {pr['sdpa_gqa']:.3f} ms "
+    log(
+        f"prefill SDPA: offset-causal mask, enable_gqa {pr['sdpa_gqa']:.3f} ms "
         f"({pr['flops'] / pr['sdpa_gqa'] / 1e9:.0f} TFLOP/s); K/V expanded to {H} heads {pr['sdpa_expanded']:.3f} ms "
         f"({pr['flops'] / pr['sdpa_expanded'] / 1e9:.0f} TFLOP/s); causal square {PREFILL_SHAPE[0]} x "
         f"{PREFILL_SHAPE[1] + PREFILL_SHAPE[2]} (flash ceiling) {pr['causal_square_ms']:.3f} ms "
-        f"({pr['causal_square_flops'] / pr['causal_square_ms'] / 1e9:.0f} TFLOP/s)")
+        f"({pr['causal_square_flops'] / pr['causal_square_ms'] / 1e9:.0f} TFLOP/s)"
+    )
     for r in rows[:-1]:
-        log(f"{r['kind']} {r['shape']}: KV-bytes floor at 4.25 TB/s {r['kv_bytes'] / 4.25e9:.3f} ms; "
-            f"Triton {r['kv_bytes'] / 4.25e9 / r['triton']:.2f} of floor, SDPA {r['kv_bytes'] / 4.25e9 / r['sdpa']:.2f}")
+        log(
+            f"{r['kind']} {r['shape']}: KV-bytes floor at 4.25 TB/s {r['kv_bytes'] / 4.25e9:.3f} ms; "
+            f"Triton {r['kv_bytes'] / 4.25e9 / r['triton']:.2f} of floor, SDPA {r['kv_bytes'] / 4.25e9 / r['sdpa']:.2f}"
+        )
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", action="store_true", help="time every tile configuration")
-    ap.add_argument("--split-grid", action="store_true", help="time split-K segment counts over a grid")
+    ap.add_argument(
+        "--split-grid", action="store_true", help="time split-K segment counts over a grid"
+    )
     ap.add_argument("--skip-check", action="store_true", help="skip the correctness step")
-    ap.add_argument("--quick-check", action="store_true",
-                    help="correctness on bf16 (all head dims, block sizes, modes) + one fp32/fp16 case each")
-    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for kernels.json/kernels.log")
+    ap.add_argument(
+        "--quick-check",
+        action="store_true",
+        help="correctness on bf16 (all head dims, block sizes, modes) + one fp32/fp16 case each",
+    )
+    ap.add_argument(
+        "--out", default=os.environ.get("OUT", "."), help="folder for kernels.json/kernels.log"
+    )
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench/kernels.py needs a CUDA GPU", file=sys.stderr)
         return 2
     device = torch.device("cuda")
     import triton
-    log(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {torch.cuda.get_device_name()} torch {torch.__version__} "
-        f"triton {triton.__version__}")
+
+    log(
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')} {torch.cuda.get_device_name()} torch {torch.__version__} "
+        f"triton {triton.__version__}"
+    )
     results: dict = {}
     t0 = time.time()
     try:

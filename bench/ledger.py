@@ -42,12 +42,26 @@ def usages(n: int, seed: int = 0) -> list[tuple[Usage, dict]]:
     for i in range(n):
         read = rng.choice((0, 1024, 2048, 4096))
         w = 0 if read else rng.choice((0, 1024))
-        u = Usage(uncached_input_tokens=rng.randint(10, 500), cache_read_tokens=read,
-                  cache_write_tokens=w, cache_write_by_ttl={"5m": w} if w else {},
-                  output_tokens=rng.randint(1, 400))
-        out.append((u, {"model": MODELS[i % 4], "provider": "anthropic", "price": PRICE,
-                        "prefix_hash": f"{rng.randrange(64):064x}", "ts": t0 + i * (30 * 86400 / n),
-                        "latency_ms": 100.0}))
+        u = Usage(
+            uncached_input_tokens=rng.randint(10, 500),
+            cache_read_tokens=read,
+            cache_write_tokens=w,
+            cache_write_by_ttl={"5m": w} if w else {},
+            output_tokens=rng.randint(1, 400),
+        )
+        out.append(
+            (
+                u,
+                {
+                    "model": MODELS[i % 4],
+                    "provider": "anthropic",
+                    "price": PRICE,
+                    "prefix_hash": f"{rng.randrange(64):064x}",
+                    "ts": t0 + i * (30 * 86400 / n),
+                    "latency_ms": 100.0,
+                },
+            )
+        )
     return out
 
 
@@ -71,7 +85,7 @@ def bench_batched(n: int, batch: int = 1000) -> tuple[float, float]:
         t = Tracker(os.path.join(d, "l.db"))
         start = time.perf_counter()
         for i in range(0, n, batch):
-            t.record_many(items[i:i + batch])
+            t.record_many(items[i : i + batch])
         ours = time.perf_counter() - start
         rows = [t._row(u, **kw) for u, kw in items]
         t.close()
@@ -85,12 +99,14 @@ def _raw_insert(path: str, rows: list[tuple], batch: int) -> float:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    sql = (f"INSERT OR IGNORE INTO requests ({', '.join(_COLUMNS)}) VALUES "
-           f"({', '.join('?' * len(_COLUMNS))})")
+    sql = (
+        f"INSERT OR IGNORE INTO requests ({', '.join(_COLUMNS)}) VALUES "
+        f"({', '.join('?' * len(_COLUMNS))})"
+    )
     start = time.perf_counter()
     for i in range(0, len(rows), batch):
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(sql, rows[i:i + batch])
+        conn.executemany(sql, rows[i : i + batch])
         conn.execute("COMMIT")
     elapsed = time.perf_counter() - start
     conn.close()
@@ -137,7 +153,9 @@ def main() -> int:
     ap.add_argument("--batched", type=int, default=200_000)
     ap.add_argument("--summary-rows", type=int, default=1_000_000)
     a = ap.parse_args()
-    print(f"promptcache ledger benchmark (SQLite {sqlite3.sqlite_version}, WAL, synchronous=NORMAL)")
+    print(
+        f"promptcache ledger benchmark (SQLite {sqlite3.sqlite_version}, WAL, synchronous=NORMAL)"
+    )
     print(f"{'measure':38} {'promptcache':>14} {'raw sqlite3':>14} {'ratio':>7}")
     ours, peer = bench_unbatched(a.unbatched)
     print(f"{'record() unbatched, records/s':38} {ours:14,.0f} {peer:14,.0f} {peer / ours:7.2f}")

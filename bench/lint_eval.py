@@ -43,8 +43,13 @@ corpus = importlib.util.module_from_spec(_spec)
 sys.modules["lint_corpus"] = corpus
 _spec.loader.exec_module(corpus)
 
-PCD_MAP = {"PCL001": "PC001", "PCL005": "PC001", "PCL002": "PC002", "PCL003": "PC003",
-           "PCL004": "PC006"}
+PCD_MAP = {
+    "PCL001": "PC001",
+    "PCL005": "PC001",
+    "PCL002": "PC002",
+    "PCL003": "PC003",
+    "PCL004": "PC006",
+}
 SHARED = ("PC001", "PC002", "PC003", "PC006")
 
 
@@ -87,8 +92,12 @@ def pcdlint(cases) -> tuple[set | None, str]:
     unmapped: Counter = Counter()
     errors = 0
     for case in cases:
-        res = subprocess.run([exe, "--format", "json", str(case.path)], capture_output=True,
-                             text=True, cwd=case.path.parent)
+        res = subprocess.run(
+            [exe, "--format", "json", str(case.path)],
+            capture_output=True,
+            text=True,
+            cwd=case.path.parent,
+        )
         if res.returncode == 2:
             errors += 1
         try:
@@ -116,8 +125,10 @@ def main() -> int:
 
     codes = [c for c in RULES if c < "PC900"]
     exact_e, exact_g, file_e, file_g = ours(cases)
-    print(f"corpus: {positives} positive files ({marks} expected findings), "
-          f"{len(cases) - positives} negative files")
+    print(
+        f"corpus: {positives} positive files ({marks} expected findings), "
+        f"{len(cases) - positives} negative files"
+    )
     print()
     print("promptcache lint, exact (file, line, code)")
     print(f"{'rule':8} {'TP':>4} {'FP':>4} {'FN':>4} {'precision':>10} {'recall':>8}")
@@ -128,8 +139,11 @@ def main() -> int:
     tp, fp, fn = total(rows, codes)
     print(f"{'overall':8} {tp:4d} {fp:4d} {fn:4d} {pct(tp, tp + fp):>10} {pct(tp, tp + fn):>8}")
     ok = tp + fp and tp / (tp + fp) >= 0.95 and tp / (tp + fn) >= 0.95
-    per_rule_ok = all((r[0] + r[1] == 0 or r[0] / (r[0] + r[1]) >= 0.95) and
-                      (r[0] + r[2] == 0 or r[0] / (r[0] + r[2]) >= 0.95) for r in rows.values())
+    per_rule_ok = all(
+        (r[0] + r[1] == 0 or r[0] / (r[0] + r[1]) >= 0.95)
+        and (r[0] + r[2] == 0 or r[0] / (r[0] + r[2]) >= 0.95)
+        for r in rows.values()
+    )
     missed = sorted(exact_e - exact_g)
     extra = sorted(exact_g - exact_e)
     for name, line, code in missed:
@@ -158,8 +172,10 @@ def main() -> int:
             line += f" {pct(ptp, ptp + pfp):>10} {pct(ptp, ptp + pfn):>10}"
         print(line)
     print()
-    print(f"targets (precision and recall >= 95%, overall and per rule): "
-          f"{'met' if ok and per_rule_ok else 'NOT met'}")
+    print(
+        f"targets (precision and recall >= 95%, overall and per rule): "
+        f"{'met' if ok and per_rule_ok else 'NOT met'}"
+    )
     return 0
 
 

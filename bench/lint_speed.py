@@ -37,8 +37,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PACKAGES = ["openai", "anthropic", "networkx", "pygments", "huggingface_hub", "rich",
-                    "jinja2", "fastapi"]
+DEFAULT_PACKAGES = [
+    "openai",
+    "anthropic",
+    "networkx",
+    "pygments",
+    "huggingface_hub",
+    "rich",
+    "jinja2",
+    "fastapi",
+]
 
 
 def build_tree(dest: Path, packages: list[str], source: Path | None = None) -> tuple[int, int]:
@@ -60,15 +68,19 @@ def build_tree(dest: Path, packages: list[str], source: Path | None = None) -> t
     return files, lines
 
 
-def timed(cmd: list[str], *, stdin: bytes | None = None, env: dict | None = None,
-          ok=(0, 1)) -> tuple[float, int]:
+def timed(
+    cmd: list[str], *, stdin: bytes | None = None, env: dict | None = None, ok=(0, 1)
+) -> tuple[float, int]:
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         env=env)
+    res = subprocess.run(
+        cmd, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
     dt = time.perf_counter() - t0
     if res.returncode not in ok:
-        raise SystemExit(f"lint_speed: {' '.join(cmd[:4])} ... exited {res.returncode}: "
-                         f"{res.stderr.decode(errors='replace')[-400:]}")
+        raise SystemExit(
+            f"lint_speed: {' '.join(cmd[:4])} ... exited {res.returncode}: "
+            f"{res.stderr.decode(errors='replace')[-400:]}"
+        )
     return dt, res.returncode
 
 
@@ -76,10 +88,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--packages", nargs="+", default=DEFAULT_PACKAGES)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--source", type=Path, default=None,
-                    help="folder holding the packages (default: this interpreter's site-packages)")
-    ap.add_argument("--pcdlint", default=None,
-                    help="command that runs pcdlint (default: the pcdlint script next to python)")
+    ap.add_argument(
+        "--source",
+        type=Path,
+        default=None,
+        help="folder holding the packages (default: this interpreter's site-packages)",
+    )
+    ap.add_argument(
+        "--pcdlint",
+        default=None,
+        help="command that runs pcdlint (default: the pcdlint script next to python)",
+    )
     args = ap.parse_args(argv)
 
     py = sys.executable
@@ -97,14 +116,19 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ, PYTHONPYCACHEPREFIX=str(pycache), PYTHONDONTWRITEBYTECODE="")
         lint_env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         lint_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+        )
         runs = {
             "py_compile": lambda: timed(pin + [py, "-m", "py_compile", "-"], stdin=names, env=env),
             "promptcache lint": lambda: timed(
-                pin + [py, "-m", "linters", "--isolated", "--format", "json", str(tree)], env=lint_env),
+                pin + [py, "-m", "linters", "--isolated", "--format", "json", str(tree)],
+                env=lint_env,
+            ),
         }
         if pcd_cmd:
-            runs["pcdlint"] = lambda: timed(pin + pcd_cmd + ["--format", "json", str(tree)], ok=(0, 1, 2))
+            runs["pcdlint"] = lambda: timed(
+                pin + pcd_cmd + ["--format", "json", str(tree)], ok=(0, 1, 2)
+            )
         best: dict[str, float] = {}
         for _ in range(args.repeat):
             for name, run in runs.items():  # interleaved, so load changes hit all tools alike
@@ -113,9 +137,11 @@ def main(argv: list[str] | None = None) -> int:
                 dt, _rc = run()
                 best[name] = min(best.get(name, dt), dt)
 
-    print(f"lint speed, {_dt.date.today()}, {platform.python_implementation()} "
-          f"{platform.python_version()}, {'one core (taskset -c 0)' if pin else 'no taskset'}, "
-          f"best of {args.repeat}")
+    print(
+        f"lint speed, {_dt.date.today()}, {platform.python_implementation()} "
+        f"{platform.python_version()}, {'one core (taskset -c 0)' if pin else 'no taskset'}, "
+        f"best of {args.repeat}"
+    )
     print(f"tree: {files} files, {lines} lines ({', '.join(args.packages)})")
     print(f"{'tool':18} {'seconds':>8} {'lines/s':>10} {'vs py_compile':>14} {'vs pcdlint':>11}")
     for name, dt in best.items():

@@ -19,7 +19,8 @@ import os
 import platform
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import promptcache
 from promptcache.demo_workload import QUESTIONS, SYSTEM_PROMPT, TOOLS
@@ -49,8 +50,14 @@ def history(n: int) -> list[dict[str, Any]]:
 
 
 def anthropic_tools() -> list[dict[str, Any]]:
-    return [{"name": t["function"]["name"], "description": t["function"]["description"],
-             "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    return [
+        {
+            "name": t["function"]["name"],
+            "description": t["function"]["description"],
+            "input_schema": t["function"]["parameters"],
+        }
+        for t in TOOLS
+    ]
 
 
 def run(label: str, fn: Callable[[int], Any], n: int) -> dict[str, Any]:
@@ -60,8 +67,12 @@ def run(label: str, fn: Callable[[int], Any], n: int) -> dict[str, Any]:
         fn(i)
         samples.append(time.perf_counter() - t0)
     samples.sort()
-    return {"label": label, "mean": statistics.fmean(samples) * 1e6,
-            "p50": samples[len(samples) // 2] * 1e6, "p99": samples[int(len(samples) * 0.99)] * 1e6}
+    return {
+        "label": label,
+        "mean": statistics.fmean(samples) * 1e6,
+        "p50": samples[len(samples) // 2] * 1e6,
+        "p99": samples[int(len(samples) * 0.99)] * 1e6,
+    }
 
 
 def main() -> int:
@@ -84,17 +95,23 @@ def main() -> int:
         return system + "\n\n" + "\n".join(json.dumps(t) for t in tools) + "\n\n" + q(i)
 
     def plain_dict(i: int) -> Any:
-        return {"model": MODEL, "max_tokens": 1024,
-                "system": [{"type": "text", "text": system, "cache_control": cache_control}],
-                "tools": tools, "messages": hist + [{"role": "user", "content": q(i)}]}
+        return {
+            "model": MODEL,
+            "max_tokens": 1024,
+            "system": [{"type": "text", "text": system, "cache_control": cache_control}],
+            "tools": tools,
+            "messages": hist + [{"role": "user", "content": q(i)}],
+        }
 
     def built_anthropic(i: int) -> Any:
-        return promptcache.build(system=system, tools=tools, messages=hist,
-                                 dynamic=q(i)).to_anthropic(MODEL)
+        return promptcache.build(
+            system=system, tools=tools, messages=hist, dynamic=q(i)
+        ).to_anthropic(MODEL)
 
     def built_openai(i: int) -> Any:
-        return promptcache.build(system=system, tools=tools, messages=hist,
-                                 dynamic=q(i)).to_openai("gpt-4o")
+        return promptcache.build(system=system, tools=tools, messages=hist, dynamic=q(i)).to_openai(
+            "gpt-4o"
+        )
 
     conv = promptcache.Conversation(system=system, tools=tools)
     conv.append(*hist)
@@ -109,29 +126,42 @@ def main() -> int:
     built_anthropic(-1)
     cold_ms = (time.perf_counter() - t0) * 1e3
 
-    for fn in (plain_string, plain_dict, build_only, built_anthropic, built_openai,
-               conversation_anthropic):  # warm-up
+    for fn in (
+        plain_string,
+        plain_dict,
+        build_only,
+        built_anthropic,
+        built_openai,
+        conversation_anthropic,
+    ):  # warm-up
         for i in range(50):
             fn(i)
-    rows = [run("plain string concat (+json.dumps tools)", plain_string, args.requests),
-            run("plain dict (Anthropic kwargs by hand)", plain_dict, args.requests),
-            run("promptcache.build", build_only, args.requests),
-            run("promptcache.build + to_anthropic", built_anthropic, args.requests),
-            run("promptcache.build + to_openai", built_openai, args.requests),
-            run("Conversation.prompt + to_anthropic", conversation_anthropic, args.requests)]
+    rows = [
+        run("plain string concat (+json.dumps tools)", plain_string, args.requests),
+        run("plain dict (Anthropic kwargs by hand)", plain_dict, args.requests),
+        run("promptcache.build", build_only, args.requests),
+        run("promptcache.build + to_anthropic", built_anthropic, args.requests),
+        run("promptcache.build + to_openai", built_openai, args.requests),
+        run("Conversation.prompt + to_anthropic", conversation_anthropic, args.requests),
+    ]
     base = rows[1]["mean"]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"python {platform.python_version()} on {os.cpu_count()} CPUs, load average "
-          f"{load:.2f}")
-    print(f"frozen prefix: system {sys_tokens} cl100k tokens + {len(tools)} tools; history "
-          f"{len(hist)} messages; {args.requests} requests; cold first build {cold_ms:.1f} ms")
+    print(f"python {platform.python_version()} on {os.cpu_count()} CPUs, load average {load:.2f}")
+    print(
+        f"frozen prefix: system {sys_tokens} cl100k tokens + {len(tools)} tools; history "
+        f"{len(hist)} messages; {args.requests} requests; cold first build {cold_ms:.1f} ms"
+    )
     print(f"{'assembly':<42}{'mean us':>10}{'p50 us':>10}{'p99 us':>10}{'x plain dict':>14}")
     for r in rows:
-        print(f"{r['label']:<42}{r['mean']:>10.1f}{r['p50']:>10.1f}{r['p99']:>10.1f}"
-              f"{r['mean'] / base:>14.1f}")
+        print(
+            f"{r['label']:<42}{r['mean']:>10.1f}{r['p50']:>10.1f}{r['p99']:>10.1f}"
+            f"{r['mean'] / base:>14.1f}"
+        )
     target = rows[3]["mean"]
-    print(f"\nbuild + to_anthropic: {target:.1f} us per request "
-          f"({'under' if target < 100 else 'OVER'} the 100 us target)")
+    print(
+        f"\nbuild + to_anthropic: {target:.1f} us per request "
+        f"({'under' if target < 100 else 'OVER'} the 100 us target)"
+    )
     return 0
 
 

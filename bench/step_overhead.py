@@ -66,16 +66,35 @@ def write_model_folder(folder: Path) -> Path:
 
     spec = read_gguf_tokenizer(GGUFReader(str(default_model_path())))
     tok = Tokenizer(spec)
-    cfg = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64,
-               intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=2, head_dim=16, vocab_size=tok.vocab_size, rms_norm_eps=1e-5,
-               rope_theta=10000.0, max_position_embeddings=2048, tie_word_embeddings=True,
-               hidden_act="silu", attention_bias=False, mlp_bias=False,
-               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, initializer_range=0.02)
+    cfg = dict(
+        architectures=["LlamaForCausalLM"],
+        model_type="llama",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=tok.vocab_size,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        hidden_act="silu",
+        attention_bias=False,
+        mlp_bias=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        initializer_range=0.02,
+    )
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(cfg, indent=1))
     (folder / "tokenizer.json").write_text(tok._tok.to_str())
-    tcfg = {"bos_token": tok.bos_token, "eos_token": tok.eos_token, "chat_template": spec.chat_template}
+    tcfg = {
+        "bos_token": tok.bos_token,
+        "eos_token": tok.eos_token,
+        "chat_template": spec.chat_template,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in tcfg.items() if v}))
     return folder
 
@@ -123,11 +142,25 @@ def build_engine(folder: Path, batch: int) -> LLMEngine:
     (float32 and one torch thread on the CPU; bf16 with CUDA graphs on CUDA)."""
     blocks = batch * -(-(PROMPT_LEN + MAX_TOKENS) // 16) + 16
     if DEVICE == "cpu":
-        return LLMEngine.from_config(folder, device="cpu", dtype="float32", num_threads=1,
-                                     num_kv_blocks=blocks, max_num_seqs=max(batch, 1),
-                                     max_num_batched_tokens=8192, seed=0)
-    return LLMEngine.from_config(folder, device=DEVICE, dtype="bfloat16", num_kv_blocks=blocks,
-                                 max_num_seqs=max(batch, 1), max_num_batched_tokens=8192, seed=0)
+        return LLMEngine.from_config(
+            folder,
+            device="cpu",
+            dtype="float32",
+            num_threads=1,
+            num_kv_blocks=blocks,
+            max_num_seqs=max(batch, 1),
+            max_num_batched_tokens=8192,
+            seed=0,
+        )
+    return LLMEngine.from_config(
+        folder,
+        device=DEVICE,
+        dtype="bfloat16",
+        num_kv_blocks=blocks,
+        max_num_seqs=max(batch, 1),
+        max_num_batched_tokens=8192,
+        seed=0,
+    )
 
 
 def add_requests(engine: LLMEngine, batch: int, seed: int) -> None:
@@ -146,8 +179,11 @@ def prefill(engine: LLMEngine, batch: int) -> None:
         outs = engine.step()
         got = {o.request_id for o in outs if o.outputs[0].token_ids}
         # a step that advanced every request and gave each a token: all are in decode now
-        if len(got) == batch and engine.scheduler.num_waiting == 0 and all(
-                not s.in_prefill for s in engine.scheduler.running):
+        if (
+            len(got) == batch
+            and engine.scheduler.num_waiting == 0
+            and all(not s.in_prefill for s in engine.scheduler.running)
+        ):
             return
 
 
@@ -206,14 +242,25 @@ def main(argv=None) -> int:
     """Command line: the phase table for each batch size, then the profile; returns 0."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batches", default="1,16,64,256", help="comma-separated batch sizes")
-    ap.add_argument("--steps", type=int, default=0,
-                    help="decode steps timed per batch (default: 100 / 100 / 60 / 30 by batch)")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=0,
+        help="decode steps timed per batch (default: 100 / 100 / 60 / 30 by batch)",
+    )
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile run at B=64")
-    ap.add_argument("--dir", type=Path, default=None,
-                    help="model folder: used when it holds config.json, else written there "
-                         "(default: a temp dir)")
-    ap.add_argument("--device", default="cpu",
-                    help="cpu (float32, 1 thread) or cuda (bf16, the forward synchronised)")
+    ap.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="model folder: used when it holds config.json, else written there "
+        "(default: a temp dir)",
+    )
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu (float32, 1 thread) or cuda (bf16, the forward synchronised)",
+    )
     args = ap.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",") if b]
     default_steps = {1: 100, 16: 100, 64: 60, 256: 30}
@@ -224,31 +271,44 @@ def main(argv=None) -> int:
         folder = args.dir or Path(tmp) / "tiny-smollm2-vocab"
         if not (folder / "config.json").is_file():
             write_model_folder(folder)
-        where = ("1 thread" if DEVICE == "cpu" else
-                 f"{DEVICE} {torch.cuda.get_device_name()}, forward synchronised")
-        print(f"# step overhead, tiny model (2 layers, hidden 64, vocab 49152), torch "
-              f"{torch.__version__}, {where}, {time.strftime('%Y-%m-%d %H:%M')}")
+        where = (
+            "1 thread"
+            if DEVICE == "cpu"
+            else f"{DEVICE} {torch.cuda.get_device_name()}, forward synchronised"
+        )
+        print(
+            f"# step overhead, tiny model (2 layers, hidden 64, vocab 49152), torch "
+            f"{torch.__version__}, {where}, {time.strftime('%Y-%m-%d %H:%M')}"
+        )
         import local_engine
 
         print(f"# engine code: {Path(local_engine.__file__).parent}")
-        print(f"# {PROMPT_LEN}-token prompts, {MAX_TOKENS} new tokens, greedy, ignore_eos; "
-              "ms per decode step, median over the timed steps (each column on its own)")
+        print(
+            f"# {PROMPT_LEN}-token prompts, {MAX_TOKENS} new tokens, greedy, ignore_eos; "
+            "ms per decode step, median over the timed steps (each column on its own)"
+        )
         rows = []
         for b in batches:
             n = args.steps or default_steps.get(b, 50)
             n = min(n, MAX_TOKENS - 4)
             rows.append(measure(folder, b, n))
-        hdr = ("| B | steps | schedule | prepare | forward | sample | post | step "
-               "| host = step - forward | host us / seq |")
+        hdr = (
+            "| B | steps | schedule | prepare | forward | sample | post | step "
+            "| host = step - forward | host us / seq |"
+        )
         print(hdr)
         print("|" + "---|" * (hdr.count("|") - 1))
         for r in rows:
-            print(f"| {r['batch']} | {r['steps']} | {r['schedule']:.3f} | {r['prepare']:.3f} | "
-                  f"{r['forward']:.3f} | {r['sample']:.3f} | {r['post']:.3f} | "
-                  f"{r['step']:.3f} | {r['host']:.3f} | "
-                  f"{1e3 * r['host_per_seq']:.1f} |")
+            print(
+                f"| {r['batch']} | {r['steps']} | {r['schedule']:.3f} | {r['prepare']:.3f} | "
+                f"{r['forward']:.3f} | {r['sample']:.3f} | {r['post']:.3f} | "
+                f"{r['step']:.3f} | {r['host']:.3f} | "
+                f"{1e3 * r['host_per_seq']:.1f} |"
+            )
         if not args.no_profile:
-            print("\n# cProfile, 20 decode steps at B=64, top 15 by cumulative time, then by own time")
+            print(
+                "\n# cProfile, 20 decode steps at B=64, top 15 by cumulative time, then by own time"
+            )
             print(profile(folder, 64, 20))
     print(f"# total {time.time() - t_start:.0f} s")
     return 0

@@ -11,5 +11,7 @@ shared = [{"role": "system", "content": "You answer in one short sentence. " * 2
 params = SamplingParams(temperature=0.0, max_tokens=12)
 for question in ["What is the capital of France?", "What is 2 + 2?"]:
     out = llm.chat(shared + [{"role": "user", "content": question}], params)[0]
-    print(f"{question!r} -> {out.text!r} "
-          f"(prompt {len(out.prompt_token_ids)} tokens, {out.num_cached_tokens} from the prefix cache)")
+    print(
+        f"{question!r} -> {out.text!r} "
+        f"(prompt {len(out.prompt_token_ids)} tokens, {out.num_cached_tokens} from the prefix cache)"
+    )

@@ -1,7 +1,7 @@
 """Normalize a provider's usage and price it: the same traffic at a hosted model's prices.
 
-    promptcache serve --port 8000 &
-    python examples/usage_and_cost.py --base-url http://127.0.0.1:8000/v1 --price-model gpt-4.1
+promptcache serve --port 8000 &
+python examples/usage_and_cost.py --base-url http://127.0.0.1:8000/v1 --price-model gpt-4.1
 """
 
 import argparse
@@ -17,12 +17,16 @@ args = parser.parse_args()
 
 client = openai.OpenAI(base_url=args.base_url, api_key="local")
 model = client.models.list().data[0].id
-messages = [{"role": "system", "content": "You are terse. " * 150},
-            {"role": "user", "content": "Say hi."}]
+messages = [
+    {"role": "system", "content": "You are terse. " * 150},
+    {"role": "user", "content": "Say hi."},
+]
 for attempt in ("cold", "warm"):
     reply = client.chat.completions.create(model=model, messages=messages, max_tokens=4)
-    usage = promptcache.normalize_usage("openai", reply)   # the response object itself
+    usage = promptcache.normalize_usage("openai", reply)  # the response object itself
     bill = promptcache.cost(usage, model=args.price_model)
-    print(f"{attempt}: uncached {usage.uncached_input_tokens}, cache read {usage.cache_read_tokens}, "
-          f"output {usage.output_tokens}, hit rate {usage.hit_rate:.2f}, "
-          f"cost ${bill.total:.6f} (no cache ${bill.baseline:.6f}, saving ${bill.saving:.6f})")
+    print(
+        f"{attempt}: uncached {usage.uncached_input_tokens}, cache read {usage.cache_read_tokens}, "
+        f"output {usage.output_tokens}, hit rate {usage.hit_rate:.2f}, "
+        f"cost ${bill.total:.6f} (no cache ${bill.baseline:.6f}, saving ${bill.saving:.6f})"
+    )

@@ -23,15 +23,19 @@ __all__ = ["lint_source", "lint_paths", "Finding", "LintConfig", "RULES"]
 def __getattr__(name: str):
     if name == "lint_source":
         from linters.runner import lint_source
+
         return lint_source
     if name == "Finding":
         from linters.model import Finding
+
         return Finding
     if name == "LintConfig":
         from linters.config import LintConfig
+
         return LintConfig
     if name == "RULES":
         from linters.rules import RULES
+
         return RULES
     if name == "lint_paths":
         return lint_paths

@@ -40,5 +40,12 @@ class Analysis:
         self.reported.add(id(node))
         line = getattr(node, "lineno", 1)
         end_line = getattr(node, "end_lineno", None) or line
-        return Finding(code, message, line, getattr(node, "col_offset", 0), end_line,
-                       getattr(node, "end_col_offset", None) or 0, fix=fix)
+        return Finding(
+            code,
+            message,
+            line,
+            getattr(node, "col_offset", 0),
+            end_line,
+            getattr(node, "end_col_offset", None) or 0,
+            fix=fix,
+        )

@@ -19,29 +19,58 @@ from linters.runner import Report, lint_targets
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``lint`` options to ``parser``."""
-    parser.add_argument("paths", nargs="*", metavar="PATH",
-                        help="files or folders to check (default: the current folder)")
-    parser.add_argument("--format", choices=formats.FORMATS, default="text",
-                        help="output format (default: text)")
-    parser.add_argument("--select", action="append", metavar="CODES",
-                        help="only these codes or prefixes, comma-separated (replaces the config)")
-    parser.add_argument("--ignore", action="append", metavar="CODES",
-                        help="skip these codes or prefixes, comma-separated (added to the config)")
-    parser.add_argument("--exclude", action="append", metavar="PATTERN",
-                        help="gitignore-style pattern of paths to leave out (added to the config)")
-    parser.add_argument("--fix", action="store_true",
-                        help="apply safe fixes in place (PC002: add sort_keys=True)")
-    parser.add_argument("--diff", action="store_true",
-                        help="print the fixes as a unified diff instead of writing them")
-    parser.add_argument("--config", metavar="FILE",
-                        help="read [tool.promptcache.lint] from this pyproject.toml")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="files or folders to check (default: the current folder)",
+    )
+    parser.add_argument(
+        "--format", choices=formats.FORMATS, default="text", help="output format (default: text)"
+    )
+    parser.add_argument(
+        "--select",
+        action="append",
+        metavar="CODES",
+        help="only these codes or prefixes, comma-separated (replaces the config)",
+    )
+    parser.add_argument(
+        "--ignore",
+        action="append",
+        metavar="CODES",
+        help="skip these codes or prefixes, comma-separated (added to the config)",
+    )
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        metavar="PATTERN",
+        help="gitignore-style pattern of paths to leave out (added to the config)",
+    )
+    parser.add_argument(
+        "--fix", action="store_true", help="apply safe fixes in place (PC002: add sort_keys=True)"
+    )
+    parser.add_argument(
+        "--diff",
+        action="store_true",
+        help="print the fixes as a unified diff instead of writing them",
+    )
+    parser.add_argument(
+        "--config", metavar="FILE", help="read [tool.promptcache.lint] from this pyproject.toml"
+    )
     parser.add_argument("--isolated", action="store_true", help="ignore every config file")
-    parser.add_argument("--no-respect-gitignore", action="store_true",
-                        help="also read files that .gitignore ignores")
-    parser.add_argument("--provider", choices=PROVIDERS,
-                        help="provider of .json/.jsonl request payloads (default: from their shape)")
-    parser.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
-                        help="worker processes (default: 1)")
+    parser.add_argument(
+        "--no-respect-gitignore",
+        action="store_true",
+        help="also read files that .gitignore ignores",
+    )
+    parser.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        help="provider of .json/.jsonl request payloads (default: from their shape)",
+    )
+    parser.add_argument(
+        "--jobs", "-j", type=int, default=1, metavar="N", help="worker processes (default: 1)"
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="no summary line")
     parser.add_argument("--list-rules", action="store_true", help="print the rules and exit")
 
@@ -68,8 +97,13 @@ def run(args: argparse.Namespace) -> int:
         return _usage("use either --fix or --diff, not both")
     try:
         config = load_config(Path(args.config) if args.config else None, isolated=args.isolated)
-        config = with_cli(config, select=args.select, ignore=args.ignore, exclude=args.exclude,
-                          provider=args.provider)
+        config = with_cli(
+            config,
+            select=args.select,
+            ignore=args.ignore,
+            exclude=args.exclude,
+            provider=args.provider,
+        )
         if args.no_respect_gitignore:
             from dataclasses import replace
 
@@ -142,8 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         def error(self, message: str) -> None:  # type: ignore[override]
             self.exit(2, f"{self.prog}: error: {message}\n")
 
-    parser = _Parser(prog="promptcache lint",
-                     description="check Python code for patterns that bust prompt caches")
+    parser = _Parser(
+        prog="promptcache lint",
+        description="check Python code for patterns that bust prompt caches",
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

@@ -33,9 +33,16 @@ import pathspec
 PROVIDERS = ("anthropic", "openai", "openai_compatible", "bedrock", "gemini")
 
 _TYPES = {
-    "select": list, "ignore": list, "exclude": list, "extend-exclude": list,
-    "per-file-ignores": dict, "respect-gitignore": bool, "min-static-chars": int,
-    "long-constant-chars": int, "extra-volatile-calls": list, "provider": str,
+    "select": list,
+    "ignore": list,
+    "exclude": list,
+    "extend-exclude": list,
+    "per-file-ignores": dict,
+    "respect-gitignore": bool,
+    "min-static-chars": int,
+    "long-constant-chars": int,
+    "extra-volatile-calls": list,
+    "provider": str,
 }
 
 
@@ -105,8 +112,9 @@ def expand_codes(items, what: str) -> frozenset[str]:
                 continue
             matched = [c for c in RULES if c.startswith(code)]
             if not matched:
-                raise ConfigError(f"{what}: unknown rule code {part.strip()!r} "
-                                  f"(known: {', '.join(RULES)})")
+                raise ConfigError(
+                    f"{what}: unknown rule code {part.strip()!r} (known: {', '.join(RULES)})"
+                )
             out.update(matched)
     return frozenset(out)
 
@@ -127,8 +135,9 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
-def load_config(path: Path | None = None, *, isolated: bool = False,
-                cwd: Path | None = None) -> LintConfig:
+def load_config(
+    path: Path | None = None, *, isolated: bool = False, cwd: Path | None = None
+) -> LintConfig:
     """Read the settings: from ``path`` if given, else the nearest pyproject with a
     ``[tool.promptcache.lint]`` table above ``cwd``; defaults when ``isolated`` or none.
 
@@ -192,7 +201,9 @@ def from_table(table: dict, *, root: Path, source: Path | None = None) -> LintCo
     if "extra-volatile-calls" in table:
         names = table["extra-volatile-calls"]
         if not all(isinstance(n, str) and n and " " not in n for n in names):
-            raise ConfigError(f"{where}: extra-volatile-calls must be dotted names like 'myapp.clock.now'")
+            raise ConfigError(
+                f"{where}: extra-volatile-calls must be dotted names like 'myapp.clock.now'"
+            )
         changes["extra_volatile_calls"] = frozenset(names)
     if "provider" in table:
         if table["provider"] not in PROVIDERS:
@@ -201,7 +212,9 @@ def from_table(table: dict, *, root: Path, source: Path | None = None) -> LintCo
     return replace(cfg, **changes)
 
 
-def with_cli(cfg: LintConfig, *, select=None, ignore=None, exclude=None, provider=None) -> LintConfig:
+def with_cli(
+    cfg: LintConfig, *, select=None, ignore=None, exclude=None, provider=None
+) -> LintConfig:
     """Command-line overrides: ``--select`` replaces the configured selection, ``--ignore``
     and ``--exclude`` add to the configured lists, ``--provider`` replaces."""
     changes: dict = {}

@@ -18,11 +18,30 @@ import pathspec
 
 from linters.config import LintConfig
 
-SKIP_DIRS = frozenset({
-    ".git", ".hg", ".svn", ".bzr", "__pycache__", ".venv", "venv", ".tox", ".nox",
-    ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", "node_modules",
-    "site-packages", ".eggs", ".ipynb_checkpoints", "__pypackages__", "build", "dist",
-})
+SKIP_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".bzr",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        "node_modules",
+        "site-packages",
+        ".eggs",
+        ".ipynb_checkpoints",
+        "__pypackages__",
+        "build",
+        "dist",
+    }
+)
 PAYLOAD_SUFFIXES = (".json", ".jsonl")
 
 
@@ -46,7 +65,7 @@ class _Ignores:
     def __init__(self, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]):
         self.specs = specs
 
-    def child(self, directory: Path) -> "_Ignores":
+    def child(self, directory: Path) -> _Ignores:
         spec = _read_ignore(directory / ".gitignore")
         return _Ignores(self.specs + [(directory, spec)]) if spec else self
 

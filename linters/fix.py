@@ -17,10 +17,13 @@ from linters.model import Finding
 
 def _sort_keys_arg(comma=cst.MaybeSentinel.DEFAULT) -> cst.Arg:
     return cst.Arg(
-        keyword=cst.Name("sort_keys"), value=cst.Name("True"),
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                              whitespace_after=cst.SimpleWhitespace("")),
-        comma=comma)
+        keyword=cst.Name("sort_keys"),
+        value=cst.Name("True"),
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+        comma=comma,
+    )
 
 
 def add_sort_keys(call: cst.Call) -> cst.Call:
@@ -41,13 +44,21 @@ def add_sort_keys(call: cst.Call) -> cst.Call:
         else:
             sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         tw, sw = trailing.whitespace_after, sep.whitespace_after
-        if isinstance(tw, cst.ParenthesizedWhitespace) and isinstance(sw, cst.ParenthesizedWhitespace):
+        if isinstance(tw, cst.ParenthesizedWhitespace) and isinstance(
+            sw, cst.ParenthesizedWhitespace
+        ):
             # keep a comment after the old last argument on its line, continue with the
             # indentation of the other arguments, and close as before
-            sep = trailing.with_changes(whitespace_after=sw.with_changes(
-                first_line=tw.first_line, empty_lines=tw.empty_lines))
-            trailing = trailing.with_changes(whitespace_after=tw.with_changes(
-                first_line=cst.TrailingWhitespace(), empty_lines=[]))
+            sep = trailing.with_changes(
+                whitespace_after=sw.with_changes(
+                    first_line=tw.first_line, empty_lines=tw.empty_lines
+                )
+            )
+            trailing = trailing.with_changes(
+                whitespace_after=tw.with_changes(
+                    first_line=cst.TrailingWhitespace(), empty_lines=[]
+                )
+            )
         args[-1] = last.with_changes(comma=sep)
         args.append(_sort_keys_arg(trailing))
     return call.with_changes(args=args)

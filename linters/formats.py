@@ -27,8 +27,10 @@ def summary(findings: list[Finding], files: int, fixed: int = 0) -> str:
     fixable = sum(1 for f in findings if f.fix)
     in_files = len({f.path for f in findings})
     fix_part = f" ({fixable} fixable with --fix)" if fixable else ""
-    return (f"{fixed_part}found {n} finding{'s' if n != 1 else ''}{fix_part} in {in_files} "
-            f"file{'s' if in_files != 1 else ''}, {checked}.")
+    return (
+        f"{fixed_part}found {n} finding{'s' if n != 1 else ''}{fix_part} in {in_files} "
+        f"file{'s' if in_files != 1 else ''}, {checked}."
+    )
 
 
 def text(findings: list[Finding]) -> str:
@@ -41,18 +43,20 @@ def as_json(findings: list[Finding]) -> str:
     out = []
     for f in findings:
         rule = RULES.get(f.code)
-        out.append({
-            "code": f.code,
-            "name": rule.name if rule else None,
-            "message": f.message,
-            "path": f.path,
-            "line": f.line,
-            "column": f.col,
-            "end_line": f.end_line,
-            "end_column": f.end_col,
-            "fixable": bool(f.fix),
-            "doc": rule.doc if rule else None,
-        })
+        out.append(
+            {
+                "code": f.code,
+                "name": rule.name if rule else None,
+                "message": f.message,
+                "path": f.path,
+                "line": f.line,
+                "column": f.col,
+                "end_line": f.end_line,
+                "end_column": f.end_col,
+                "fixable": bool(f.fix),
+                "doc": rule.doc if rule else None,
+            }
+        )
     return json.dumps(out, indent=2) + "\n"
 
 
@@ -71,28 +75,44 @@ def sarif(findings: list[Finding], version: str) -> str:
     index = {r.code: i for i, r in enumerate(RULES.values())}
     results = []
     for f in findings:
-        results.append({
-            "ruleId": f.code,
-            "ruleIndex": index.get(f.code, 0),
-            "level": "error",
-            "message": {"text": f.message},
-            "locations": [{
-                "physicalLocation": {
-                    "artifactLocation": {"uri": f.path, "uriBaseId": "%SRCROOT%"},
-                    "region": {"startLine": f.line, "startColumn": f.col,
-                               "endLine": f.end_line, "endColumn": max(f.end_col, 1)},
-                },
-            }],
-        })
+        results.append(
+            {
+                "ruleId": f.code,
+                "ruleIndex": index.get(f.code, 0),
+                "level": "error",
+                "message": {"text": f.message},
+                "locations": [
+                    {
+                        "physicalLocation": {
+                            "artifactLocation": {"uri": f.path, "uriBaseId": "%SRCROOT%"},
+                            "region": {
+                                "startLine": f.line,
+                                "startColumn": f.col,
+                                "endLine": f.end_line,
+                                "endColumn": max(f.end_col, 1),
+                            },
+                        },
+                    }
+                ],
+            }
+        )
     log = {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {"name": TOOL_NAME, "version": version,
-                                "informationUri": INFO_URI, "rules": rules}},
-            "columnKind": "unicodeCodePoints",
-            "results": results,
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": TOOL_NAME,
+                        "version": version,
+                        "informationUri": INFO_URI,
+                        "rules": rules,
+                    }
+                },
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+            }
+        ],
     }
     return json.dumps(log, indent=2) + "\n"
 
@@ -109,8 +129,10 @@ def github(findings: list[Finding]) -> str:
     """GitHub Actions annotations: ``::error file=...,line=...::message``."""
     lines = []
     for f in findings:
-        props = (f"file={_gh_escape_prop(f.path)},line={f.line},col={f.col},"
-                 f"endLine={f.end_line},endColumn={f.end_col},title={_gh_escape_prop(f.code)}")
+        props = (
+            f"file={_gh_escape_prop(f.path)},line={f.line},col={f.col},"
+            f"endLine={f.end_line},endColumn={f.end_col},title={_gh_escape_prop(f.code)}"
+        )
         lines.append(f"::error {props}::{_gh_escape_data(f'{f.code} {f.message}')}\n")
     return "".join(lines)
 

@@ -12,8 +12,8 @@ import re
 import tokenize
 
 NOQA_RE = re.compile(
-    r"#\s*noqa(?![\w-])(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?",
-    re.IGNORECASE)
+    r"#\s*noqa(?![\w-])(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.IGNORECASE
+)
 
 
 class NoqaMap:
@@ -36,7 +36,7 @@ class NoqaMap:
             # The parser accepted the file, so this is rare; fall back to plain text.
             for ln, line in enumerate(text.splitlines(), 1):
                 if "#" in line:
-                    self._comment(ln, line[line.index("#"):])
+                    self._comment(ln, line[line.index("#") :])
 
     def _comment(self, line: int, comment: str) -> None:
         m = NOQA_RE.search(comment)

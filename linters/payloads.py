@@ -34,8 +34,12 @@ def infer_provider(payload: dict) -> str:
         return "bedrock"
     if "contents" in payload:
         return "gemini"
-    if ("anthropic_version" in payload or "system" in payload or "cache_control" in payload
-            or "cache_control" in json.dumps(payload.get("messages", []))):
+    if (
+        "anthropic_version" in payload
+        or "system" in payload
+        or "cache_control" in payload
+        or "cache_control" in json.dumps(payload.get("messages", []))
+    ):
         return "anthropic"
     return "openai"
 
@@ -52,10 +56,10 @@ def value_offset(text: str, jpath: str, start: int = 0) -> int | None:
     for m in _PATH_TOKEN.finditer(jpath, 1):
         key, index = m.group(1), m.group(2)
         if key is not None:
-            if text[pos:pos + 1] != "{":
+            if text[pos : pos + 1] != "{":
                 return None
             pos = _WS.match(text, pos + 1).end()
-            while text[pos:pos + 1] == '"':
+            while text[pos : pos + 1] == '"':
                 name, pos = json.decoder.scanstring(text, pos + 1)
                 pos = _WS.match(text, pos).end() + 1  # the colon
                 pos = _WS.match(text, pos).end()
@@ -63,22 +67,22 @@ def value_offset(text: str, jpath: str, start: int = 0) -> int | None:
                     break
                 _, pos = _DECODER.raw_decode(text, pos)
                 pos = _WS.match(text, pos).end()
-                if text[pos:pos + 1] == ",":
+                if text[pos : pos + 1] == ",":
                     pos = _WS.match(text, pos + 1).end()
             else:
                 return None
         else:
-            if text[pos:pos + 1] != "[":
+            if text[pos : pos + 1] != "[":
                 return None
             pos = _WS.match(text, pos + 1).end()
             for _ in range(int(index)):
-                if text[pos:pos + 1] == "]":
+                if text[pos : pos + 1] == "]":
                     return None
                 _, pos = _DECODER.raw_decode(text, pos)
                 pos = _WS.match(text, pos).end()
-                if text[pos:pos + 1] == ",":
+                if text[pos : pos + 1] == ",":
                     pos = _WS.match(text, pos + 1).end()
-            if text[pos:pos + 1] == "]":
+            if text[pos : pos + 1] == "]":
                 return None
     return pos
 
@@ -116,21 +120,40 @@ def lint_payload(data: bytes, path: str, config: LintConfig) -> list[Finding]:
     try:
         from promptcache.check import check
     except ImportError as exc:
-        return [_finding("PC901", f"cannot check request payloads: promptcache.check is not "
-                                  f"available ({exc})", 1, path)]
+        return [
+            _finding(
+                "PC901",
+                f"cannot check request payloads: promptcache.check is not available ({exc})",
+                1,
+                path,
+            )
+        ]
     out: list[Finding] = []
     single = not path.endswith(".jsonl")
     for line, where, payload in docs:
         if not isinstance(payload, dict):
-            out.append(_finding("PC901", f"payload{where} is a JSON {type(payload).__name__}, "
-                                         "expected an object (one request body)", line, path))
+            out.append(
+                _finding(
+                    "PC901",
+                    f"payload{where} is a JSON {type(payload).__name__}, "
+                    "expected an object (one request body)",
+                    line,
+                    path,
+                )
+            )
             continue
         provider = config.provider or infer_provider(payload)
         try:
             found = check(payload, provider)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            out.append(_finding("PC901", f"payload{where} could not be checked as a {provider} "
-                                         f"request: {exc}", line, path))
+            out.append(
+                _finding(
+                    "PC901",
+                    f"payload{where} could not be checked as a {provider} request: {exc}",
+                    line,
+                    path,
+                )
+            )
             continue
         for f in found:
             code = CODE_MAP.get(f.code, "PC901")

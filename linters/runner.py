@@ -56,8 +56,12 @@ def _char_col(line: str, byte_col: int) -> int:
     return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore")) + 1
 
 
-def lint_source(source: bytes | str, path: str = "<string>", config: LintConfig | None = None,
-                codes: frozenset[str] | None = None) -> list[Finding]:
+def lint_source(
+    source: bytes | str,
+    path: str = "<string>",
+    config: LintConfig | None = None,
+    codes: frozenset[str] | None = None,
+) -> list[Finding]:
     """Findings for one Python source (bytes as read from disk, or text).
 
     ``codes`` restricts the rules (default: ``config.enabled``). Never raises for bad input:
@@ -77,14 +81,26 @@ def lint_source(source: bytes | str, path: str = "<string>", config: LintConfig 
         line = exc.lineno or 1
         col = max(exc.offset or 1, 1)
         msg = exc.msg or "invalid syntax"
-        return [Finding(PARSE_ERROR.code, f"syntax error: {msg}; the file was not checked",
-                        line, col, line, col, path)]
+        return [
+            Finding(
+                PARSE_ERROR.code,
+                f"syntax error: {msg}; the file was not checked",
+                line,
+                col,
+                line,
+                col,
+                path,
+            )
+        ]
     except (ValueError, RecursionError, MemoryError) as exc:
         if PARSE_ERROR.code not in codes:
             return []
         why = "too deeply nested" if isinstance(exc, (RecursionError, MemoryError)) else str(exc)
-        return [Finding(PARSE_ERROR.code, f"cannot parse: {why}; the file was not checked",
-                        1, 1, 1, 1, path)]
+        return [
+            Finding(
+                PARSE_ERROR.code, f"cannot parse: {why}; the file was not checked", 1, 1, 1, 1, path
+            )
+        ]
     if not gate(source):
         return []
     an = Analysis(tree, source, config)
@@ -123,8 +139,17 @@ def lint_target(target: Target, config: LintConfig) -> list[Finding]:
     try:
         data = target.path.read_bytes()
     except OSError as exc:
-        return [Finding(PARSE_ERROR.code, f"cannot read file: {exc.strerror or exc}", 1, 1, 1, 1,
-                        target.display)]
+        return [
+            Finding(
+                PARSE_ERROR.code,
+                f"cannot read file: {exc.strerror or exc}",
+                1,
+                1,
+                1,
+                1,
+                target.display,
+            )
+        ]
     if target.kind == "payload":
         from linters.payloads import lint_payload
 

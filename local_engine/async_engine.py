@@ -20,8 +20,9 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any
 
 logger = logging.getLogger("local_engine.async_engine")
 
@@ -59,8 +60,8 @@ class AsyncEngine:
 
     def __init__(self, engine: Any):
         self.engine = engine
-        self.error: Optional[BaseException] = None
-        self._cmds: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
+        self.error: BaseException | None = None
+        self._cmds: queue.SimpleQueue[tuple] = queue.SimpleQueue()
         self._wakeup = threading.Event()
         self._streams: dict[str, _Stream] = {}
         self._streams_lock = threading.Lock()
@@ -70,7 +71,7 @@ class AsyncEngine:
         self.steps = 0
 
     # ---- lifecycle ------------------------------------------------------------------------
-    def start(self) -> "AsyncEngine":
+    def start(self) -> AsyncEngine:
         """Start the background step-loop thread (idempotent); returns ``self``."""
         if not self._thread.is_alive():
             self._thread.start()
@@ -101,8 +102,13 @@ class AsyncEngine:
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 10.0)
 
     # ---- requests -------------------------------------------------------------------------
-    async def generate(self, request_id: str, prompt_token_ids: list[int], params: Any,
-                       cache_salt: Optional[str] = None) -> AsyncIterator[Any]:
+    async def generate(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: Any,
+        cache_salt: str | None = None,
+    ) -> AsyncIterator[Any]:
         """Queue a request and yield its ``RequestOutput`` after every step that advanced
         it, the last one with ``finished=True``.
 
@@ -149,7 +155,8 @@ class AsyncEngine:
         self._wakeup.set()
         if stream is not None and not stream.finished:
             stream.loop.call_soon_threadsafe(
-                stream.queue.put_nowait, RequestAbortedError(f"request {request_id} was aborted"))
+                stream.queue.put_nowait, RequestAbortedError(f"request {request_id} was aborted")
+            )
 
     async def call(self, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(engine)`` on the engine thread between steps and return its result

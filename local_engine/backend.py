@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Optional
 
 import torch
 
 BACKENDS = ("torch", "triton")
 
 
-def backend_module(backend: Optional[str], t: torch.Tensor, torch_module: str, triton_module: str,
-                   what: str) -> ModuleType:
+def backend_module(
+    backend: str | None, t: torch.Tensor, torch_module: str, triton_module: str, what: str
+) -> ModuleType:
     """The module implementing ``backend`` (``None``: triton for CUDA tensors, torch otherwise),
     imported on first use so the torch path never imports triton.
 

@@ -7,8 +7,8 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any
 
 from .errors import EngineError
 
@@ -45,7 +45,7 @@ class ModelConfig:
     rope_theta: float = 10000.0
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = True
-    rope_scaling: Optional[dict] = None
+    rope_scaling: dict | None = None
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """KV-cache bytes one token takes over all layers: ``2 * layers * kv_heads * head_dim *
@@ -85,24 +85,26 @@ class EngineConfig:
             see :func:`local_engine.engine.cpu_threads`).
     """
 
-    model: Optional[str] = None
+    model: str | None = None
     device: str = "cpu"
     dtype: Any = None
     block_size: int = 16
-    num_kv_blocks: Optional[int] = None
-    kv_cache_memory: Optional[int] = None
+    num_kv_blocks: int | None = None
+    kv_cache_memory: int | None = None
     gpu_memory_utilization: float = 0.9
-    max_model_len: Optional[int] = None
+    max_model_len: int | None = None
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
-    attention_backend: Optional[str] = None
+    attention_backend: str | None = None
     seed: int = 0
     debug_checks: bool = False
     swap_space: int = 0
-    enforce_eager: bool = False  # [TRITON] on CUDA: no decode CUDA graphs (local_engine/cuda_graphs.py)
-    num_threads: Optional[int] = None
+    enforce_eager: bool = (
+        False  # [TRITON] on CUDA: no decode CUDA graphs (local_engine/cuda_graphs.py)
+    )
+    num_threads: int | None = None
 
     DEFAULT_CPU_KV_CACHE_MEMORY = 512 * 1024 * 1024
 
@@ -144,15 +146,23 @@ class EngineConfig:
             return torch.float32 if self.device == "cpu" else torch.bfloat16
         if isinstance(self.dtype, torch.dtype):
             return self.dtype
-        names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-                 "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
-                 "half": torch.float16}
+        names = {
+            "float32": torch.float32,
+            "fp32": torch.float32,
+            "bfloat16": torch.bfloat16,
+            "bf16": torch.bfloat16,
+            "float16": torch.float16,
+            "fp16": torch.float16,
+            "half": torch.float16,
+        }
         try:
             return names[str(self.dtype).replace("torch.", "")]
         except KeyError:
-            raise EngineError(f"unknown dtype {self.dtype!r}; expected one of {sorted(names)}") from None
+            raise EngineError(
+                f"unknown dtype {self.dtype!r}; expected one of {sorted(names)}"
+            ) from None
 
-    def replace(self, **changes) -> "EngineConfig":
+    def replace(self, **changes) -> EngineConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 

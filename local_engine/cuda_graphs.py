@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -36,7 +36,7 @@ logger = logging.getLogger("local_engine")
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
 
 
-def graph_batch_sizes(max_batch: int, sizes: Sequence[int] = DEFAULT_BATCH_SIZES) -> List[int]:
+def graph_batch_sizes(max_batch: int, sizes: Sequence[int] = DEFAULT_BATCH_SIZES) -> list[int]:
     """The captured sizes for an engine running at most ``max_batch`` sequences per step:
     every size in ``sizes`` below ``max_batch``, then ``max_batch``."""
     if max_batch < 1:
@@ -57,9 +57,17 @@ class DecodeGraphRunner:
         batch_sizes: sizes to capture (default :func:`graph_batch_sizes`).
     """
 
-    def __init__(self, model, kv_caches: List[Tuple[torch.Tensor, torch.Tensor]], *, max_batch: int,
-                 max_blocks_per_seq: int, backend: Optional[str] = None,
-                 batch_sizes: Optional[Sequence[int]] = None, require_cuda: bool = True):
+    def __init__(
+        self,
+        model,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        *,
+        max_batch: int,
+        max_blocks_per_seq: int,
+        backend: str | None = None,
+        batch_sizes: Sequence[int] | None = None,
+        require_cuda: bool = True,
+    ):
         device = kv_caches[0][0].device
         if require_cuda and device.type != "cuda":
             raise ValueError("CUDA graphs need the model and KV cache on a CUDA device")
@@ -78,14 +86,18 @@ class DecodeGraphRunner:
         self.cu_seqlens_q = torch.arange(b + 1, dtype=torch.int32, device=device)
         self.seq_lens = torch.ones(b, dtype=torch.int32, device=device)
         self._empty = torch.zeros(0, dtype=torch.long, device=device)
-        self.graphs: Dict[int, Tuple[Callable[[], None], torch.Tensor]] = {}
+        self.graphs: dict[int, tuple[Callable[[], None], torch.Tensor]] = {}
         self.capture_seconds = 0.0
 
     def _meta(self, b: int) -> AttentionMetadata:
         return AttentionMetadata(
-            slot_mapping=self.slot_mapping[:b], block_tables=self.block_tables[:b],
-            cu_seqlens_q=self.cu_seqlens_q[:b + 1], seq_lens=self.seq_lens[:b],
-            logits_indices=self._empty, backend=self.backend)
+            slot_mapping=self.slot_mapping[:b],
+            block_tables=self.block_tables[:b],
+            cu_seqlens_q=self.cu_seqlens_q[: b + 1],
+            seq_lens=self.seq_lens[:b],
+            logits_indices=self._empty,
+            backend=self.backend,
+        )
 
     def _forward(self, b: int) -> torch.Tensor:
         """float32 logits ``[b, vocab]`` of a decode step over the fixed buffers."""
@@ -93,7 +105,7 @@ class DecodeGraphRunner:
         return self.model.compute_logits(hidden)
 
     @torch.inference_mode()
-    def capture(self) -> "DecodeGraphRunner":
+    def capture(self) -> DecodeGraphRunner:
         """Capture one graph per batch size (largest first, all in one memory pool). The
         buffers hold padding (slot -1) while capturing, so the KV cache is not written."""
         t0 = time.monotonic()
@@ -106,11 +118,15 @@ class DecodeGraphRunner:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.capture_seconds = time.monotonic() - t0
-        logger.info("captured %d decode CUDA graphs (batch %s) in %.1fs", len(self.sizes),
-                    ",".join(map(str, self.sizes)), self.capture_seconds)
+        logger.info(
+            "captured %d decode CUDA graphs (batch %s) in %.1fs",
+            len(self.sizes),
+            ",".join(map(str, self.sizes)),
+            self.capture_seconds,
+        )
         return self
 
-    def _capture_one(self, b: int, pool) -> Tuple[Callable[[], None], torch.Tensor]:
+    def _capture_one(self, b: int, pool) -> tuple[Callable[[], None], torch.Tensor]:
         """(replay function, output buffer) for batch size ``b``."""
         self._forward(b)  # eager warm-up: compiles the Triton kernels for this shape
         torch.cuda.synchronize()
@@ -121,11 +137,16 @@ class DecodeGraphRunner:
 
     def can_run(self, num_seqs: int, meta: AttentionMetadata) -> bool:
         """Whether a decode step of ``num_seqs`` sequences (one new token each) fits a graph."""
-        return (0 < num_seqs <= self.max_batch and bool(self.graphs)
-                and meta.block_tables.shape[1] <= self.max_blocks_per_seq)
+        return (
+            0 < num_seqs <= self.max_batch
+            and bool(self.graphs)
+            and meta.block_tables.shape[1] <= self.max_blocks_per_seq
+        )
 
     @torch.inference_mode()
-    def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    def run(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
         """Replay the smallest graph that holds this decode step.
 
         Args:

@@ -25,7 +25,7 @@ Measured on SmolLM2's vocabulary (2026-11-29, this repo's dev box): the Python o
 from __future__ import annotations
 
 import weakref
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 from .tokenizer import IncrementalDetokenizer, Tokenizer
 
@@ -39,11 +39,12 @@ CONTEXT_IDS = 6
 _REPLACEMENT = "\ufffd"
 
 # Tokenizer -> {skip_special_tokens: table}; None when the decoder is not plain byte-level
-_TABLES: "weakref.WeakKeyDictionary[Tokenizer, Dict[bool, Optional[List[Optional[str]]]]]" = \
+_TABLES: weakref.WeakKeyDictionary[Tokenizer, dict[bool, list[str | None] | None]] = (
     weakref.WeakKeyDictionary()
+)
 
 
-def token_text_table(tokenizer: Tokenizer, skip_special_tokens: bool) -> Optional[List[Optional[str]]]:
+def token_text_table(tokenizer: Tokenizer, skip_special_tokens: bool) -> list[str | None] | None:
     """For a byte-level BPE tokenizer: ``table[id]`` is the text the token adds after any text
     that ends on a complete character (``""`` for a skipped special token), or None where the
     token's bytes are not complete UTF-8 on their own. None (no table) for any other decoder.
@@ -53,8 +54,10 @@ def token_text_table(tokenizer: Tokenizer, skip_special_tokens: bool) -> Optiona
         hf = getattr(tokenizer, "_tok", None)
         table = None
         if hf is not None and type(hf.decoder).__name__ == "ByteLevel":
-            texts = hf.decode_batch([[i] for i in range(hf.get_vocab_size(with_added_tokens=True))],
-                                    skip_special_tokens=skip_special_tokens)
+            texts = hf.decode_batch(
+                [[i] for i in range(hf.get_vocab_size(with_added_tokens=True))],
+                skip_special_tokens=skip_special_tokens,
+            )
             table = [None if _REPLACEMENT in t else t for t in texts]
         per_tok[skip_special_tokens] = table
     return per_tok[skip_special_tokens]
@@ -74,25 +77,41 @@ class StreamDetokenizer:
     stop strings are checked).
     """
 
-    __slots__ = ("tokenizer", "skip", "_table", "_pending", "_decode", "_stream", "_hf",
-                 "_recent", "_fallback")
+    __slots__ = (
+        "tokenizer",
+        "skip",
+        "_table",
+        "_pending",
+        "_decode",
+        "_stream",
+        "_hf",
+        "_recent",
+        "_fallback",
+    )
 
-    def __init__(self, tokenizer: Tokenizer, prompt_tail: Sequence[int] = (),
-                 skip_special_tokens: bool = True, use_table: bool = True):
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        prompt_tail: Sequence[int] = (),
+        skip_special_tokens: bool = True,
+        use_table: bool = True,
+    ):
         self.tokenizer = tokenizer
         self.skip = skip_special_tokens
         context = list(prompt_tail)[-CONTEXT_IDS:]
-        self._pending: List[int] = []
+        self._pending: list[int] = []
         self._hf = getattr(tokenizer, "_tok", None)
         self._decode = self._hf.decode if self._hf is not None else None
-        self._recent: List[int] = context
+        self._recent: list[int] = context
         self._fallback = None
         self._stream = None
         self._table = token_text_table(tokenizer, skip_special_tokens) if use_table else None
         # a prompt that ends inside a character: its bytes may combine with the first output
         # token's; only the Python offset method gives that case the reference deltas
         # (DecodeStream then re-emits the context's text)
-        ragged = bool(context) and tokenizer.decode(context, skip_special_tokens).endswith(_REPLACEMENT)
+        ragged = bool(context) and tokenizer.decode(context, skip_special_tokens).endswith(
+            _REPLACEMENT
+        )
         if ragged or self._hf is None or (self._table is None and _DecodeStream is None):
             self._table = None
             self._fallback = IncrementalDetokenizer(tokenizer, context, skip_special_tokens)

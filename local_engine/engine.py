@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from dataclasses import dataclass
 
 import torch
 
 from .config import EngineConfig
+from .detokenizer import StreamDetokenizer, token_text_table
 from .errors import EngineError, RequestTooLongError
 from .kv_cache.manager import KVCacheManager
 from .loader import load_model
@@ -26,13 +26,12 @@ from .runner import ModelRunner, kv_block_bytes, plan_num_blocks
 from .sampling import SamplingParams, make_generator
 from .scheduler import Scheduler
 from .sequence import Sequence, SequenceStatus
-from .detokenizer import StreamDetokenizer, token_text_table
 from .tokenizer import Tokenizer
 
 logger = logging.getLogger("local_engine")
 
 
-def cpu_threads(requested: Optional[int]) -> int:
+def cpu_threads(requested: int | None) -> int:
     """Intra-op threads for CPU inference: ``requested`` when given, else torch's default (one
     per core) minus the cores other processes already keep busy (the 1-minute load average),
     at least 1. On a shared, busy 2-core box two threads that meet at every operator's barrier
@@ -53,18 +52,18 @@ class _SampleState:
     seq: Sequence
     detok: StreamDetokenizer
     text: str = ""
-    finish_reason: Optional[str] = None
-    stop_reason: Optional[object] = None
+    finish_reason: str | None = None
+    stop_reason: object | None = None
 
 
 @dataclass
 class _RequestState:
     request_id: str
-    prompt_token_ids: List[int]
+    prompt_token_ids: list[int]
     params: SamplingParams
-    samples: List[_SampleState]
+    samples: list[_SampleState]
     metrics: RequestMetrics
-    prompt: Optional[str] = None
+    prompt: str | None = None
     stop_ids: frozenset = frozenset()
 
     @property
@@ -91,7 +90,7 @@ class LLMEngine:
         EngineError: an unsupported model or configuration.
     """
 
-    def __init__(self, config: Optional[EngineConfig] = None, *, loaded=None):
+    def __init__(self, config: EngineConfig | None = None, *, loaded=None):
         self.config = config = config or EngineConfig()
         t0 = time.monotonic()
         if config.device == "cpu":
@@ -114,26 +113,39 @@ class LLMEngine:
         block_bytes = kv_block_bytes(mc, config.block_size, dtype)
         num_cpu_blocks = config.swap_space // block_bytes
         self.runner.allocate_swap_space(num_cpu_blocks)
-        self.kv_cache_manager = KVCacheManager(num_blocks, config.block_size,
-                                               config.enable_prefix_caching, num_cpu_blocks)
-        self.scheduler = Scheduler(self.kv_cache_manager, config.max_num_seqs,
-                                   config.max_num_batched_tokens, config.enable_chunked_prefill)
+        self.kv_cache_manager = KVCacheManager(
+            num_blocks, config.block_size, config.enable_prefix_caching, num_cpu_blocks
+        )
+        self.scheduler = Scheduler(
+            self.kv_cache_manager,
+            config.max_num_seqs,
+            config.max_num_batched_tokens,
+            config.enable_chunked_prefill,
+        )
         token_text_table(self.tokenizer, True)  # built once here, not on the first request
-        self._requests: Dict[str, _RequestState] = {}
-        self._seq_to_req: Dict[str, _RequestState] = {}
+        self._requests: dict[str, _RequestState] = {}
+        self._seq_to_req: dict[str, _RequestState] = {}
         self._metrics = MetricsRecorder()
         self.load_seconds = time.monotonic() - t0
         logger.info(
             "%s loaded in %.1fs on %s (%s, %d threads); KV cache: %d blocks x %d tokens = %d tokens max "
             "(%.1f MiB, %d bytes/token); swap space %d blocks; max_model_len=%d",
-            self.model_name, self.load_seconds, config.device, str(dtype).replace("torch.", ""),
-            torch.get_num_threads(), num_blocks, config.block_size, num_blocks * config.block_size,
-            num_blocks * block_bytes / 2 ** 20, block_bytes // config.block_size, num_cpu_blocks,
+            self.model_name,
+            self.load_seconds,
+            config.device,
+            str(dtype).replace("torch.", ""),
+            torch.get_num_threads(),
+            num_blocks,
+            config.block_size,
+            num_blocks * config.block_size,
+            num_blocks * block_bytes / 2**20,
+            block_bytes // config.block_size,
+            num_cpu_blocks,
             self.max_model_len,
         )
 
     @classmethod
-    def from_model(cls, model: Optional[str] = None, **overrides) -> "LLMEngine":
+    def from_model(cls, model: str | None = None, **overrides) -> LLMEngine:
         """``LLMEngine(EngineConfig(model=model, **overrides))``.
 
         Raises:
@@ -146,7 +158,7 @@ class LLMEngine:
 
     # [TRITON] an engine from an architecture alone (GPU benchmarks of the Llama-3-8B shape)
     @classmethod
-    def from_config(cls, folder, weights=None, **overrides) -> "LLMEngine":
+    def from_config(cls, folder, weights=None, **overrides) -> LLMEngine:
         """An engine for the architecture in ``folder/config.json`` (Hugging Face Llama format)
         with the tokenizer of ``folder/tokenizer.json`` and random weights (transformers'
         initialisation, seeded by ``seed``), or ``weights`` (HF-named tensors, any device).
@@ -164,15 +176,26 @@ class LLMEngine:
         if unknown:
             raise EngineError(f"unknown engine option(s): {sorted(unknown)}")
         folder = Path(folder)
-        loaded = LoadedModel(config=read_hf_config(folder), weights=weights,
-                             tokenizer=read_hf_tokenizer(folder), path=folder)
+        loaded = LoadedModel(
+            config=read_hf_config(folder),
+            weights=weights,
+            tokenizer=read_hf_tokenizer(folder),
+            path=folder,
+        )
         return cls(EngineConfig(model=str(folder), **overrides), loaded=loaded)
+
     # [/TRITON]
 
     # ---- requests ------------------------------------------------------------------------
-    def add_request(self, request_id: str, prompt_token_ids: List[int], params: Optional[SamplingParams] = None,
-                    cache_salt: Optional[str] = None, prompt: Optional[str] = None,
-                    arrival_time: Optional[float] = None) -> None:
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams | None = None,
+        cache_salt: str | None = None,
+        prompt: str | None = None,
+        arrival_time: float | None = None,
+    ) -> None:
         """Queue a request.
 
         Raises:
@@ -194,21 +217,27 @@ class LLMEngine:
             raise RequestTooLongError(
                 f"prompt is {len(ids)} tokens; this model's context is {self.max_model_len} "
                 f"tokens (max_model_len), which must hold the prompt plus at least one output token",
-                prompt_len=len(ids), limit=self.max_model_len)
+                prompt_len=len(ids),
+                limit=self.max_model_len,
+            )
         pool_tokens = self.kv_cache_manager.num_blocks * self.config.block_size
         if len(ids) + 1 > pool_tokens:
             raise RequestTooLongError(
                 f"prompt is {len(ids)} tokens but the KV cache holds at most {pool_tokens} tokens "
                 f"({self.kv_cache_manager.num_blocks} blocks of {self.config.block_size}); "
                 f"raise kv_cache_memory or num_kv_blocks",
-                prompt_len=len(ids), limit=pool_tokens)
+                prompt_len=len(ids),
+                limit=pool_tokens,
+            )
         seq_limit = self.scheduler.max_sequence_tokens
         if len(ids) + 1 > seq_limit:
             raise RequestTooLongError(
                 f"prompt is {len(ids)} tokens but with chunked prefill off one step computes at "
                 f"most {seq_limit} tokens (max_num_batched_tokens); shorten the prompt or enable "
                 f"chunked prefill",
-                prompt_len=len(ids), limit=seq_limit)
+                prompt_len=len(ids),
+                limit=seq_limit,
+            )
         max_total = min(self.max_model_len, seq_limit)
         if params.max_tokens is not None:
             max_total = min(max_total, len(ids) + params.max_tokens)
@@ -217,8 +246,12 @@ class LLMEngine:
         for i in range(params.n):
             seq = Sequence(
                 seq_id=request_id if i == 0 else f"{request_id}#{i}",
-                request_id=request_id, index=i, prompt_token_ids=ids, params=params,
-                arrival_time=now, cache_salt=cache_salt,
+                request_id=request_id,
+                index=i,
+                prompt_token_ids=ids,
+                params=params,
+                arrival_time=now,
+                cache_salt=cache_salt,
                 generator=make_generator(params.seed, i, self.runner.device),
                 max_total_len=max_total,
             )
@@ -228,10 +261,16 @@ class LLMEngine:
         if not params.ignore_eos:
             stop_ids |= self.tokenizer.stop_token_ids
         state = _RequestState(
-            request_id=request_id, prompt_token_ids=ids, params=params,
-            samples=[_SampleState(s, StreamDetokenizer(self.tokenizer, ids, params.skip_special_tokens))
-                     for s in seqs],
-            metrics=RequestMetrics(arrival_time=now), prompt=prompt, stop_ids=frozenset(stop_ids),
+            request_id=request_id,
+            prompt_token_ids=ids,
+            params=params,
+            samples=[
+                _SampleState(s, StreamDetokenizer(self.tokenizer, ids, params.skip_special_tokens))
+                for s in seqs
+            ],
+            metrics=RequestMetrics(arrival_time=now),
+            prompt=prompt,
+            stop_ids=frozenset(stop_ids),
         )
         self._requests[request_id] = state
         for s in seqs:
@@ -259,7 +298,7 @@ class LLMEngine:
         return len(self._requests)
 
     # ---- the step ------------------------------------------------------------------------
-    def step(self) -> List[RequestOutput]:
+    def step(self) -> list[RequestOutput]:
         """Run one scheduler step; return the outputs of the requests that advanced (each
         cumulative so far; ``finished`` set on the last one)."""
         sched = self.scheduler.schedule()
@@ -284,10 +323,15 @@ class LLMEngine:
                     row_seqs.append(sib.seq)
         if len(row_src) != logits.shape[0]:
             logits = logits[torch.tensor(row_src, dtype=torch.long, device=logits.device)]
-        sampled = self.runner.sample(logits, [s.params for s in row_seqs],
-                                     [s.generator for s in row_seqs]) if row_seqs else None
+        sampled = (
+            self.runner.sample(
+                logits, [s.params for s in row_seqs], [s.generator for s in row_seqs]
+            )
+            if row_seqs
+            else None
+        )
 
-        advanced: Dict[str, _RequestState] = {}
+        advanced: dict[str, _RequestState] = {}
         seq_to_req = self._seq_to_req
         cache_blocks = self.kv_cache_manager.cache_computed_blocks
         for s in sched.scheduled:
@@ -318,8 +362,9 @@ class LLMEngine:
                     seq.num_forks = 0
             self._metrics.generation_tokens += len(row_seqs)
             append = self._append_token
-            for seq, token, lps, lp in zip(row_seqs, sampled.token_ids, sampled.logprobs,
-                                           sampled.sampled_logprob):
+            for seq, token, lps, lp in zip(
+                row_seqs, sampled.token_ids, sampled.logprobs, sampled.sampled_logprob
+            ):
                 state = seq_to_req[seq.seq_id]
                 append(state, state.samples[seq.index], token, lps, lp, done)
         if self.config.debug_checks:
@@ -330,8 +375,15 @@ class LLMEngine:
                 self._finish_request(st, done)
         return outputs
 
-    def _append_token(self, state: _RequestState, sample: _SampleState, token: int,
-                      logprobs, sampled_lp: float, now: float) -> None:
+    def _append_token(
+        self,
+        state: _RequestState,
+        sample: _SampleState,
+        token: int,
+        logprobs,
+        sampled_lp: float,
+        now: float,
+    ) -> None:
         """Record one sampled token of ``sample`` (``generation_tokens`` is counted by the
         caller): metrics, log-probs, stop token / detokenized text / stop strings, length;
         finish the sequence when it stops."""
@@ -358,12 +410,15 @@ class LLMEngine:
         if sample.finish_reason is None and len(tokens) >= seq.max_total_len:
             sample.finish_reason = "length"
         if sample.finish_reason is not None:
-            status = (SequenceStatus.FINISHED_STOPPED if sample.finish_reason == "stop"
-                      else SequenceStatus.FINISHED_LENGTH)
+            status = (
+                SequenceStatus.FINISHED_STOPPED
+                if sample.finish_reason == "stop"
+                else SequenceStatus.FINISHED_LENGTH
+            )
             self.scheduler.finish(seq, status)
 
     @staticmethod
-    def _check_stop_strings(sample: _SampleState, stops: List[str], delta_len: int) -> None:
+    def _check_stop_strings(sample: _SampleState, stops: list[str], delta_len: int) -> None:
         """Cut the text at the earliest occurrence of any stop string (whichever comes first in
         the text, not in the list), looking only where the last ``delta_len`` characters could
         have completed one."""
@@ -379,7 +434,7 @@ class LLMEngine:
             sample.finish_reason, sample.stop_reason = "stop", best
 
     @staticmethod
-    def _visible_text(sample: _SampleState, stops: List[str]) -> str:
+    def _visible_text(sample: _SampleState, stops: list[str]) -> str:
         """While running, hold back a tail that could still become a stop string."""
         text = sample.text
         if sample.finish_reason is not None or not stops:
@@ -390,7 +445,7 @@ class LLMEngine:
                 if text.endswith(stop[:k]):
                     hold = k
                     break
-        return text[:len(text) - hold] if hold else text
+        return text[: len(text) - hold] if hold else text
 
     def _make_output(self, state: _RequestState) -> RequestOutput:
         outs = []
@@ -404,20 +459,29 @@ class LLMEngine:
                 finished = False
             # positional: index, text, token_ids, finish_reason, stop_reason, logprobs,
             # cumulative_logprob (half the cost of keywords; this runs per request per step)
-            outs.append(CompletionOutput(
-                seq.index,
-                self._visible_text(s, stops) if stops else s.text,
-                seq.all_token_ids[len(seq.prompt_token_ids):],  # a new list
-                s.finish_reason,
-                s.stop_reason,
-                list(seq.logprobs) if want_lp else None,
-                seq.cumulative_logprob if want_lp else None,
-            ))
+            outs.append(
+                CompletionOutput(
+                    seq.index,
+                    self._visible_text(s, stops) if stops else s.text,
+                    seq.all_token_ids[len(seq.prompt_token_ids) :],  # a new list
+                    s.finish_reason,
+                    s.stop_reason,
+                    list(seq.logprobs) if want_lp else None,
+                    seq.cumulative_logprob if want_lp else None,
+                )
+            )
         cached = state.samples[0].seq.num_cached_tokens
         # positional: request_id, prompt_token_ids, num_cached_tokens, outputs, finished,
         # metrics, prompt
-        return RequestOutput(state.request_id, state.prompt_token_ids, cached if cached > 0 else 0,
-                             outs, finished, state.metrics, state.prompt)
+        return RequestOutput(
+            state.request_id,
+            state.prompt_token_ids,
+            cached if cached > 0 else 0,
+            outs,
+            finished,
+            state.metrics,
+            state.prompt,
+        )
 
     def _finish_request(self, state: _RequestState, now: float) -> None:
         state.metrics.finish_time = now
@@ -436,12 +500,19 @@ class LLMEngine:
         kv = self.kv_cache_manager
         m = self._metrics
         return EngineMetrics(
-            prefix_cache_queries=kv.prefix_cache_queries, prefix_cache_hits=kv.prefix_cache_hits,
-            kv_usage=kv.usage(), num_blocks=kv.num_blocks, num_free_blocks=kv.num_free_blocks,
-            num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting,
-            num_preemptions=self.scheduler.num_preemptions, num_swaps=self.scheduler.num_swaps,
+            prefix_cache_queries=kv.prefix_cache_queries,
+            prefix_cache_hits=kv.prefix_cache_hits,
+            kv_usage=kv.usage(),
+            num_blocks=kv.num_blocks,
+            num_free_blocks=kv.num_free_blocks,
+            num_running=self.scheduler.num_running,
+            num_waiting=self.scheduler.num_waiting,
+            num_preemptions=self.scheduler.num_preemptions,
+            num_swaps=self.scheduler.num_swaps,
             num_evictions=kv.pool.num_evictions,
-            prompt_tokens=m.prompt_tokens, generation_tokens=m.generation_tokens,
+            prompt_tokens=m.prompt_tokens,
+            generation_tokens=m.generation_tokens,
             requests_finished=m.requests_finished,
-            ttft_seconds=list(m.ttft), tpot_seconds=list(m.tpot),
+            ttft_seconds=list(m.ttft),
+            tpot_seconds=list(m.tpot),
         )

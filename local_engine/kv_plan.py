@@ -23,43 +23,149 @@ import re
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
 
 from .config import ModelConfig
 
 #: Bytes per element of each KV-cache / weight dtype.
-DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
-               "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}
+DTYPE_BYTES = {
+    "fp32": 4,
+    "float32": 4,
+    "bf16": 2,
+    "bfloat16": 2,
+    "fp16": 2,
+    "float16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
+}
 
 
 def _preset(name, source, L, H, heads, kv, hd, inter, vocab, tied, ctx):
-    return name, source, ModelConfig(name=name, hidden_size=H, num_layers=L, num_heads=heads,
-                                     num_kv_heads=kv, head_dim=hd, intermediate_size=inter,
-                                     vocab_size=vocab, tie_word_embeddings=tied,
-                                     max_position_embeddings=ctx)
+    return (
+        name,
+        source,
+        ModelConfig(
+            name=name,
+            hidden_size=H,
+            num_layers=L,
+            num_heads=heads,
+            num_kv_heads=kv,
+            head_dim=hd,
+            intermediate_size=inter,
+            vocab_size=vocab,
+            tie_word_embeddings=tied,
+            max_position_embeddings=ctx,
+        ),
+    )
 
 
 _PRESET_LIST = [
-    _preset("llama-3-8b", "huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json",
-            32, 4096, 32, 8, 128, 14336, 128256, False, 8192),
-    _preset("llama-3-70b", "huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json",
-            80, 8192, 64, 8, 128, 28672, 128256, False, 8192),
-    _preset("qwen2.5-7b", "huggingface.co/Qwen/Qwen2.5-7B-Instruct/blob/main/config.json",
-            28, 3584, 28, 4, 128, 18944, 152064, False, 32768),
-    _preset("qwen2.5-72b", "huggingface.co/Qwen/Qwen2.5-72B-Instruct/blob/main/config.json",
-            80, 8192, 64, 8, 128, 29568, 152064, False, 32768),
-    _preset("mistral-7b", "huggingface.co/mistralai/Mistral-7B-Instruct-v0.3/blob/main/config.json",
-            32, 4096, 32, 8, 128, 14336, 32768, False, 32768),
-    _preset("smollm2-135m", "huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct/blob/main/config.json",
-            30, 576, 9, 3, 64, 1536, 49152, True, 8192),
-    _preset("smollm2-1.7b", "huggingface.co/HuggingFaceTB/SmolLM2-1.7B-Instruct/blob/main/config.json",
-            24, 2048, 32, 32, 64, 8192, 49152, True, 8192),
+    _preset(
+        "llama-3-8b",
+        "huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json",
+        32,
+        4096,
+        32,
+        8,
+        128,
+        14336,
+        128256,
+        False,
+        8192,
+    ),
+    _preset(
+        "llama-3-70b",
+        "huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json",
+        80,
+        8192,
+        64,
+        8,
+        128,
+        28672,
+        128256,
+        False,
+        8192,
+    ),
+    _preset(
+        "qwen2.5-7b",
+        "huggingface.co/Qwen/Qwen2.5-7B-Instruct/blob/main/config.json",
+        28,
+        3584,
+        28,
+        4,
+        128,
+        18944,
+        152064,
+        False,
+        32768,
+    ),
+    _preset(
+        "qwen2.5-72b",
+        "huggingface.co/Qwen/Qwen2.5-72B-Instruct/blob/main/config.json",
+        80,
+        8192,
+        64,
+        8,
+        128,
+        29568,
+        152064,
+        False,
+        32768,
+    ),
+    _preset(
+        "mistral-7b",
+        "huggingface.co/mistralai/Mistral-7B-Instruct-v0.3/blob/main/config.json",
+        32,
+        4096,
+        32,
+        8,
+        128,
+        14336,
+        32768,
+        False,
+        32768,
+    ),
+    _preset(
+        "smollm2-135m",
+        "huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct/blob/main/config.json",
+        30,
+        576,
+        9,
+        3,
+        64,
+        1536,
+        49152,
+        True,
+        8192,
+    ),
+    _preset(
+        "smollm2-1.7b",
+        "huggingface.co/HuggingFaceTB/SmolLM2-1.7B-Instruct/blob/main/config.json",
+        24,
+        2048,
+        32,
+        32,
+        64,
+        8192,
+        49152,
+        True,
+        8192,
+    ),
 ]
 PRESETS = {name: (cfg, source) for name, source, cfg in _PRESET_LIST}
-_ALIASES = {"llama3-8b": "llama-3-8b", "llama-3.1-8b": "llama-3-8b", "llama3-70b": "llama-3-70b",
-            "llama-3.1-70b": "llama-3-70b", "qwen-7b": "qwen2.5-7b", "qwen2-7b": "qwen2.5-7b",
-            "qwen-72b": "qwen2.5-72b", "mistral": "mistral-7b", "smollm2": "smollm2-135m",
-            "smollm2-135m-instruct": "smollm2-135m"}
+_ALIASES = {
+    "llama3-8b": "llama-3-8b",
+    "llama-3.1-8b": "llama-3-8b",
+    "llama3-70b": "llama-3-70b",
+    "llama-3.1-70b": "llama-3-70b",
+    "qwen-7b": "qwen2.5-7b",
+    "qwen2-7b": "qwen2.5-7b",
+    "qwen-72b": "qwen2.5-72b",
+    "mistral": "mistral-7b",
+    "smollm2": "smollm2-135m",
+    "smollm2-135m-instruct": "smollm2-135m",
+}
 
 
 class PlanError(ValueError):
@@ -77,8 +183,17 @@ def parse_bytes(text: str) -> int:
     if not m:
         raise PlanError(f"cannot read {text!r} as a size; write e.g. 80GiB, 24GB or 1073741824")
     value, unit = float(m.group(1)), (m.group(2) or "B").upper()
-    powers = {"B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12,
-              "KIB": 2 ** 10, "MIB": 2 ** 20, "GIB": 2 ** 30, "TIB": 2 ** 40}
+    powers = {
+        "B": 1,
+        "KB": 10**3,
+        "MB": 10**6,
+        "GB": 10**9,
+        "TB": 10**12,
+        "KIB": 2**10,
+        "MIB": 2**20,
+        "GIB": 2**30,
+        "TIB": 2**40,
+    }
     return int(value * powers[unit])
 
 
@@ -107,18 +222,27 @@ class KVPlan:
     blocks_per_request: int
     kv_bytes_per_request: int
     kv_bytes_batch: int
-    parameters: Optional[int]
+    parameters: int | None
     weight_bytes: int
-    memory: Optional[int] = None
-    memory_after_weights: Optional[int] = None
-    kv_blocks: Optional[int] = None
-    max_requests: Optional[int] = None
-    batch_fits: Optional[bool] = None
+    memory: int | None = None
+    memory_after_weights: int | None = None
+    kv_blocks: int | None = None
+    max_requests: int | None = None
+    batch_fits: bool | None = None
 
 
-def plan(cfg: ModelConfig, *, context: int, batch: int = 1, kv_dtype: str = "bf16",
-         block_size: int = 16, memory: Optional[int] = None, weight_bytes: Optional[int] = None,
-         weight_dtype: str = "bf16", source: str = "") -> KVPlan:
+def plan(
+    cfg: ModelConfig,
+    *,
+    context: int,
+    batch: int = 1,
+    kv_dtype: str = "bf16",
+    block_size: int = 16,
+    memory: int | None = None,
+    weight_bytes: int | None = None,
+    weight_dtype: str = "bf16",
+    source: str = "",
+) -> KVPlan:
     """Compute a :class:`KVPlan`.
 
     Args:
@@ -144,10 +268,20 @@ def plan(cfg: ModelConfig, *, context: int, batch: int = 1, kv_dtype: str = "bf1
     params = count_parameters(cfg)
     if weight_bytes is None:
         weight_bytes = params * DTYPE_BYTES[weight_dtype]
-    p = KVPlan(model=cfg.name, source=source, context=context, batch=batch, block_size=block_size,
-               kv_dtype=kv_dtype, kv_bytes_per_token=per_token, blocks_per_request=blocks,
-               kv_bytes_per_request=per_request, kv_bytes_batch=per_request * batch,
-               parameters=params, weight_bytes=weight_bytes)
+    p = KVPlan(
+        model=cfg.name,
+        source=source,
+        context=context,
+        batch=batch,
+        block_size=block_size,
+        kv_dtype=kv_dtype,
+        kv_bytes_per_token=per_token,
+        blocks_per_request=blocks,
+        kv_bytes_per_request=per_request,
+        kv_bytes_batch=per_request * batch,
+        parameters=params,
+        weight_bytes=weight_bytes,
+    )
     if memory is not None:
         left = memory - weight_bytes
         p.memory = memory
@@ -203,16 +337,20 @@ def resolve_model(model: str):
         return cfg, str(path), None
     names = ", ".join(sorted(PRESETS))
     if path.suffix in (".gguf", ".json") or "/" in model:
-        raise PlanError(f"{model}: no such file (give a preset ({names}), a .gguf file or a config.json)")
-    raise PlanError(f"unknown model {model!r}: give a preset ({names}), a .gguf file or a config.json")
+        raise PlanError(
+            f"{model}: no such file (give a preset ({names}), a .gguf file or a config.json)"
+        )
+    raise PlanError(
+        f"unknown model {model!r}: give a preset ({names}), a .gguf file or a config.json"
+    )
 
 
-def _fmt_bytes(n: Optional[int]) -> str:
+def _fmt_bytes(n: int | None) -> str:
     if n is None:
         return "-"
     sign = "-" if n < 0 else ""
     n = abs(n)
-    for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
             return f"{sign}{n / size:,.2f} {unit} ({sign}{n:,} B)"
     return f"{sign}{n:,} B"
@@ -226,8 +364,10 @@ def format_plan(p: KVPlan) -> str:
         ("weights", _fmt_bytes(p.weight_bytes)),
         ("KV dtype / block size", f"{p.kv_dtype} / {p.block_size} tokens"),
         ("KV per token", _fmt_bytes(p.kv_bytes_per_token)),
-        (f"KV per request ({p.context:,} tokens = {p.blocks_per_request:,} blocks)",
-         _fmt_bytes(p.kv_bytes_per_request)),
+        (
+            f"KV per request ({p.context:,} tokens = {p.blocks_per_request:,} blocks)",
+            _fmt_bytes(p.kv_bytes_per_request),
+        ),
         (f"KV for the batch ({p.batch} requests)", _fmt_bytes(p.kv_bytes_batch)),
     ]
     if p.memory is not None:
@@ -244,15 +384,29 @@ def format_plan(p: KVPlan) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``promptcache kv-plan``."""
-    parser.add_argument("--model", required=True,
-                        help=f"preset ({', '.join(sorted(PRESETS))}), a .gguf file, or a config.json/folder")
-    parser.add_argument("--context", type=int, required=True, help="tokens per request (prompt + output)")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help=f"preset ({', '.join(sorted(PRESETS))}), a .gguf file, or a config.json/folder",
+    )
+    parser.add_argument(
+        "--context", type=int, required=True, help="tokens per request (prompt + output)"
+    )
     parser.add_argument("--batch", type=int, default=1, help="concurrent requests (default 1)")
-    parser.add_argument("--kv-dtype", default="bf16", help="KV cache dtype: bf16, fp16, fp8, fp32 (default bf16)")
-    parser.add_argument("--weight-dtype", default="bf16",
-                        help="weight dtype for presets and config.json (default bf16; a .gguf uses its stored size)")
-    parser.add_argument("--memory", default=None, help="device memory, e.g. 80GiB (enables the fit part)")
-    parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
+    parser.add_argument(
+        "--kv-dtype", default="bf16", help="KV cache dtype: bf16, fp16, fp8, fp32 (default bf16)"
+    )
+    parser.add_argument(
+        "--weight-dtype",
+        default="bf16",
+        help="weight dtype for presets and config.json (default bf16; a .gguf uses its stored size)",
+    )
+    parser.add_argument(
+        "--memory", default=None, help="device memory, e.g. 80GiB (enables the fit part)"
+    )
+    parser.add_argument(
+        "--block-size", type=int, default=16, help="tokens per KV block (default 16)"
+    )
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
 
 
@@ -261,9 +415,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg, source, stored = resolve_model(args.model)
         memory = parse_bytes(args.memory) if args.memory is not None else None
-        p = plan(cfg, context=args.context, batch=args.batch, kv_dtype=args.kv_dtype.lower(),
-                 block_size=args.block_size, memory=memory, weight_bytes=stored,
-                 weight_dtype=args.weight_dtype.lower(), source=source)
+        p = plan(
+            cfg,
+            context=args.context,
+            batch=args.batch,
+            kv_dtype=args.kv_dtype.lower(),
+            block_size=args.block_size,
+            memory=memory,
+            weight_bytes=stored,
+            weight_dtype=args.weight_dtype.lower(),
+            source=source,
+        )
     except (PlanError, ValueError, OSError) as exc:
         print(f"promptcache kv-plan: error: {exc}", file=sys.stderr)
         return 2
@@ -274,5 +436,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["plan", "KVPlan", "PRESETS", "parse_bytes", "count_parameters", "resolve_model",
-           "add_arguments", "run"]
+__all__ = [
+    "plan",
+    "KVPlan",
+    "PRESETS",
+    "parse_bytes",
+    "count_parameters",
+    "resolve_model",
+    "add_arguments",
+    "run",
+]

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from typing import List, Optional, Sequence, Union
+from collections.abc import Sequence
 
-from .config import EngineConfig
 from .engine import LLMEngine
 from .errors import EngineError
 from .outputs import RequestOutput
 from .sampling import SamplingParams
 
-PromptType = Union[str, List[int]]
+PromptType = str | list[int]
 
 
 class LLM:
@@ -28,7 +27,7 @@ class LLM:
         print(out[0].text)
     """
 
-    def __init__(self, model: Optional[str] = None, **config):
+    def __init__(self, model: str | None = None, **config):
         self.engine = LLMEngine.from_model(model, **config)
         self._ids = itertools.count()
 
@@ -36,9 +35,12 @@ class LLM:
     def tokenizer(self):
         return self.engine.tokenizer
 
-    def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
-                 params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
-                 cache_salt: Optional[str] = None) -> List[RequestOutput]:
+    def generate(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        cache_salt: str | None = None,
+    ) -> list[RequestOutput]:
         """Generate for each prompt (text, or a list of token ids; one or a list of them).
         All prompts are queued at once and run with continuous batching.
 
@@ -48,7 +50,9 @@ class LLM:
             EngineError / RequestTooLongError: a bad prompt or parameters (nothing is queued
             after the first bad prompt; earlier ones are aborted).
         """
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+        if isinstance(prompts, str) or (
+            isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
+        ):
             prompts = [prompts]
         prompts = list(prompts)
         if params is None:
@@ -72,17 +76,27 @@ class LLM:
             raise
         return self._run(ids)
 
-    def chat(self, messages, params: Optional[SamplingParams] = None, tools: Optional[list] = None,
-             add_generation_prompt: bool = True, cache_salt: Optional[str] = None) -> List[RequestOutput]:
+    def chat(
+        self,
+        messages,
+        params: SamplingParams | None = None,
+        tools: list | None = None,
+        add_generation_prompt: bool = True,
+        cache_salt: str | None = None,
+    ) -> list[RequestOutput]:
         """Render one conversation (a list of ``{"role", "content"}`` dicts) or a list of them
         with the model's chat template and generate a reply for each."""
         if messages and isinstance(messages[0], dict):
             messages = [messages]
-        texts = [self.engine.tokenizer.apply_chat_template(m, add_generation_prompt=add_generation_prompt,
-                                                           tools=tools) for m in messages]
+        texts = [
+            self.engine.tokenizer.apply_chat_template(
+                m, add_generation_prompt=add_generation_prompt, tools=tools
+            )
+            for m in messages
+        ]
         return self.generate(texts, params, cache_salt=cache_salt)
 
-    def _run(self, ids: List[str]) -> List[RequestOutput]:
+    def _run(self, ids: list[str]) -> list[RequestOutput]:
         final = {}
         wanted = set(ids)
         while wanted - set(final):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, List
 
 #: Latency observations kept (most recent first out); older ones are dropped.
 MAX_OBSERVATIONS = 10_000
@@ -46,12 +45,14 @@ class EngineMetrics:
     generation_tokens: int
     requests_finished: int
     num_swaps: int = 0
-    ttft_seconds: List[float] = field(default_factory=list)
-    tpot_seconds: List[float] = field(default_factory=list)
+    ttft_seconds: list[float] = field(default_factory=list)
+    tpot_seconds: list[float] = field(default_factory=list)
 
     @property
     def prefix_cache_hit_rate(self) -> float:
-        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+        return (
+            self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+        )
 
     @property
     def kv_usage_percent(self) -> float:
@@ -71,5 +72,5 @@ class MetricsRecorder:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.requests_finished = 0
-        self.ttft: Deque[float] = deque(maxlen=MAX_OBSERVATIONS)
-        self.tpot: Deque[float] = deque(maxlen=MAX_OBSERVATIONS)
+        self.ttft: deque[float] = deque(maxlen=MAX_OBSERVATIONS)
+        self.tpot: deque[float] = deque(maxlen=MAX_OBSERVATIONS)

@@ -6,8 +6,7 @@ too."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from dataclasses import dataclass
 
 
 @dataclass
@@ -28,11 +27,11 @@ class CompletionOutput:
 
     index: int
     text: str
-    token_ids: List[int]
-    finish_reason: Optional[str] = None
-    stop_reason: Optional[object] = None
-    logprobs: Optional[List[Dict[int, float]]] = None
-    cumulative_logprob: Optional[float] = None
+    token_ids: list[int]
+    finish_reason: str | None = None
+    stop_reason: object | None = None
+    logprobs: list[dict[int, float]] | None = None
+    cumulative_logprob: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -52,13 +51,13 @@ class RequestMetrics:
     """
 
     arrival_time: float
-    first_scheduled_time: Optional[float] = None
-    first_token_time: Optional[float] = None
-    last_token_time: Optional[float] = None
-    finish_time: Optional[float] = None
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    finish_time: float | None = None
 
     @property
-    def ttft(self) -> Optional[float]:
+    def ttft(self) -> float | None:
         """Time to first token, seconds."""
         return None if self.first_token_time is None else self.first_token_time - self.arrival_time
 
@@ -78,19 +77,19 @@ class RequestOutput:
     """
 
     request_id: str
-    prompt_token_ids: List[int]
+    prompt_token_ids: list[int]
     num_cached_tokens: int
-    outputs: List[CompletionOutput]
+    outputs: list[CompletionOutput]
     finished: bool
     metrics: RequestMetrics
-    prompt: Optional[str] = None
+    prompt: str | None = None
 
     @property
     def text(self) -> str:
         return self.outputs[0].text
 
     @property
-    def token_ids(self) -> List[int]:
+    def token_ids(self) -> list[int]:
         return self.outputs[0].token_ids
 
 

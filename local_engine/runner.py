@@ -13,8 +13,8 @@ AttentionMetadata` so that a CUDA-graph runner can copy them into fixed-size buf
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
-from typing import List, Optional, Sequence as Seq, Tuple
 
 import numpy as np
 import torch
@@ -33,11 +33,14 @@ class BatchInputs:
     """The flat inputs of one forward step: ``input_ids`` and ``positions`` int64 ``[num_tokens]``,
     the attention metadata (slot mapping, block tables, cu_seqlens_q, seq_lens), and for each
     logits row the index of its sequence in the scheduled list."""
+
     input_ids: torch.Tensor
     positions: torch.Tensor
     meta: AttentionMetadata
-    sample_rows: List[int]  # index into scheduled list, for each logits row
-    is_decode: bool = False  # [TRITON] every sequence has exactly one new token (CUDA-graph eligible)
+    sample_rows: list[int]  # index into scheduled list, for each logits row
+    is_decode: bool = (
+        False  # [TRITON] every sequence has exactly one new token (CUDA-graph eligible)
+    )
 
 
 def kv_block_bytes(mc: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -46,7 +49,9 @@ def kv_block_bytes(mc: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
     return mc.kv_bytes_per_token(torch.empty((), dtype=dtype).element_size()) * block_size
 
 
-def plan_num_blocks(cfg: EngineConfig, mc: ModelConfig, dtype: torch.dtype, max_model_len: int) -> int:
+def plan_num_blocks(
+    cfg: EngineConfig, mc: ModelConfig, dtype: torch.dtype, max_model_len: int
+) -> int:
     """Pool size in blocks: ``num_kv_blocks`` when set; else ``kv_cache_memory`` bytes; else on
     CUDA ``gpu_memory_utilization`` of the free device memory (after the weights are loaded),
     on the CPU :attr:`EngineConfig.DEFAULT_CPU_KV_CACHE_MEMORY`. At least enough blocks for
@@ -79,6 +84,8 @@ def init_random_weights(model: torch.nn.Module, seed: int, std: float = 0.02) ->
             p.fill_(1.0)
         else:
             p.normal_(0.0, std, generator=gen)
+
+
 # [/TRITON]
 
 
@@ -91,7 +98,9 @@ def _as_block_table(block_tables, n: int) -> np.ndarray:
     from ``n`` lists of block ids (padded with 0)."""
     if isinstance(block_tables, np.ndarray):
         if block_tables.ndim != 2 or block_tables.shape[0] != n:
-            raise ValueError(f"block_tables has shape {block_tables.shape}; expected ({n}, max_blocks)")
+            raise ValueError(
+                f"block_tables has shape {block_tables.shape}; expected ({n}, max_blocks)"
+            )
         if block_tables.shape[1] == 0:
             return np.zeros((n, 1), dtype=np.int32)
         return block_tables.astype(np.int32, copy=False)
@@ -101,7 +110,7 @@ def _as_block_table(block_tables, n: int) -> np.ndarray:
     max_blocks = max((len(t) for t in tables), default=1) or 1
     bt = np.zeros((n, max_blocks), dtype=np.int32)
     for i, t in enumerate(tables):
-        bt[i, :len(t)] = t
+        bt[i, : len(t)] = t
     return bt
 
 
@@ -151,9 +160,12 @@ class ModelRunner:
             from .cuda_graphs import DecodeGraphRunner
 
             self.graphs = DecodeGraphRunner(
-                self.model, self.kv_caches, max_batch=self.cfg.max_num_seqs,
+                self.model,
+                self.kv_caches,
+                max_batch=self.cfg.max_num_seqs,
                 max_blocks_per_seq=-(-self.max_model_len // self.block_size),
-                backend=self.backend).capture()
+                backend=self.backend,
+            ).capture()
         # [/TRITON]
 
     # ---- batch construction --------------------------------------------------------------
@@ -182,10 +194,12 @@ class ModelRunner:
             ends = [p + 1 for p in starts]
         else:
             ends = [p + k for p, k in zip(starts, news)]
-            token_ids = [t for s, p, e in zip(scheduled, starts, ends)
-                         for t in s.seq.all_token_ids[p:e]]
-        sample_rows = [i for i, (s, e) in enumerate(zip(scheduled, ends))
-                       if e == len(s.seq.all_token_ids)]
+            token_ids = [
+                t for s, p, e in zip(scheduled, starts, ends) for t in s.seq.all_token_ids[p:e]
+            ]
+        sample_rows = [
+            i for i, (s, e) in enumerate(zip(scheduled, ends)) if e == len(s.seq.all_token_ids)
+        ]
         num_tokens = len(token_ids)
         bt = _as_block_table(block_tables, n)
         max_blocks = bt.shape[1]
@@ -203,13 +217,13 @@ class ModelRunner:
             total += _round_up(size, 2)
         host = self._host_buffer(total)
         o_ids, o_pos, o_slot, o_lp, o_32 = offs
-        h32 = host[o_32:o_32 + sizes64[4]].view(np.int32)
+        h32 = host[o_32 : o_32 + sizes64[4]].view(np.int32)
         o_bt = 0
 
         ends_np = np.array(ends, dtype=np.int64)
-        host[o_ids:o_ids + num_tokens] = token_ids
+        host[o_ids : o_ids + num_tokens] = token_ids
         if is_decode:
-            pos = host[o_pos:o_pos + n]
+            pos = host[o_pos : o_pos + n]
             pos[:] = starts
             rows = np.arange(n)
             cu = np.arange(n + 1, dtype=np.int64)
@@ -218,31 +232,39 @@ class ModelRunner:
             cu = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(news_np, out=cu[1:])
             rows = np.repeat(np.arange(n), news_np)
-            pos = host[o_pos:o_pos + num_tokens]
+            pos = host[o_pos : o_pos + num_tokens]
             # position of flat token t of sequence r: start_r + (t - cu_r)
-            np.subtract(np.arange(num_tokens, dtype=np.int64),
-                        np.repeat(cu[:-1] - np.array(starts, dtype=np.int64), news_np), out=pos)
-        slots = host[o_slot:o_slot + num_tokens]
+            np.subtract(
+                np.arange(num_tokens, dtype=np.int64),
+                np.repeat(cu[:-1] - np.array(starts, dtype=np.int64), news_np),
+                out=pos,
+            )
+        slots = host[o_slot : o_slot + num_tokens]
         np.multiply(bt[rows, pos // bs].astype(np.int64), bs, out=slots)
         slots += pos % bs
         if n_lp:
-            host[o_lp:o_lp + n_lp] = cu[1:][sample_rows] - 1
-        h32[o_bt:o_bt + n * max_blocks] = bt.reshape(-1)
-        h32[o_cu:o_cu + n + 1] = cu
-        h32[o_sl:o_sl + n] = ends_np
+            host[o_lp : o_lp + n_lp] = cu[1:][sample_rows] - 1
+        h32[o_bt : o_bt + n * max_blocks] = bt.reshape(-1)
+        h32[o_cu : o_cu + n + 1] = cu
+        h32[o_sl : o_sl + n] = ends_np
 
         dev = self._to_device(host, total)
-        d32 = dev[o_32:o_32 + sizes64[4]].view(torch.int32)
+        d32 = dev[o_32 : o_32 + sizes64[4]].view(torch.int32)
         meta = AttentionMetadata(
-            slot_mapping=dev[o_slot:o_slot + num_tokens],
-            block_tables=d32[o_bt:o_bt + n * max_blocks].view(n, max_blocks),
-            cu_seqlens_q=d32[o_cu:o_cu + n + 1],
-            seq_lens=d32[o_sl:o_sl + n],
-            logits_indices=dev[o_lp:o_lp + n_lp],
+            slot_mapping=dev[o_slot : o_slot + num_tokens],
+            block_tables=d32[o_bt : o_bt + n * max_blocks].view(n, max_blocks),
+            cu_seqlens_q=d32[o_cu : o_cu + n + 1],
+            seq_lens=d32[o_sl : o_sl + n],
+            logits_indices=dev[o_lp : o_lp + n_lp],
             backend=self.backend,
         )
-        return BatchInputs(dev[o_ids:o_ids + num_tokens], dev[o_pos:o_pos + num_tokens], meta,
-                           sample_rows, is_decode)
+        return BatchInputs(
+            dev[o_ids : o_ids + num_tokens],
+            dev[o_pos : o_pos + num_tokens],
+            meta,
+            sample_rows,
+            is_decode,
+        )
 
     def _host_buffer(self, size: int) -> np.ndarray:
         """An int64 host array of at least ``size`` entries to build one step's inputs in. On
@@ -277,10 +299,11 @@ class ModelRunner:
         if num_cpu_blocks <= 0:
             return
         shape = (self.kv_cache.shape[0], 2, num_cpu_blocks) + tuple(self.kv_cache.shape[3:])
-        self.cpu_kv_cache = torch.zeros(shape, dtype=self.dtype, device="cpu",
-                                        pin_memory=self.device.type == "cuda")
+        self.cpu_kv_cache = torch.zeros(
+            shape, dtype=self.dtype, device="cpu", pin_memory=self.device.type == "cuda"
+        )
 
-    def swap(self, swap_out: Seq[Tuple[int, int]], swap_in: Seq[Tuple[int, int]]) -> None:
+    def swap(self, swap_out: Seq[tuple[int, int]], swap_in: Seq[tuple[int, int]]) -> None:
         """Copy ``(device, cpu)`` blocks out, then ``(cpu, device)`` blocks in, all layers."""
         if swap_out:
             dev = torch.tensor([a for a, _ in swap_out], dtype=torch.long, device=self.device)
@@ -291,7 +314,7 @@ class ModelRunner:
             dev = torch.tensor([b for _, b in swap_in], dtype=torch.long, device=self.device)
             self.kv_cache[:, :, dev] = self.cpu_kv_cache[:, :, cpu].to(self.device)
 
-    def copy_blocks(self, copies: Seq[Tuple[int, int]]) -> None:
+    def copy_blocks(self, copies: Seq[tuple[int, int]]) -> None:
         """Copy whole KV blocks ``src -> dst`` in every layer (copy-on-write)."""
         if not copies:
             return
@@ -303,8 +326,11 @@ class ModelRunner:
     @torch.inference_mode()
     def forward_logits(self, batch: BatchInputs) -> torch.Tensor:
         """Run the model; float32 logits ``[len(batch.sample_rows), vocab]``."""
-        if (self.graphs is not None and batch.is_decode  # [TRITON] replay a captured decode step
-                and self.graphs.can_run(batch.input_ids.shape[0], batch.meta)):
+        if (
+            self.graphs is not None
+            and batch.is_decode  # [TRITON] replay a captured decode step
+            and self.graphs.can_run(batch.input_ids.shape[0], batch.meta)
+        ):
             logits = self.graphs.run(batch.input_ids, batch.positions, batch.meta)  # every row's
             if len(batch.sample_rows) == logits.shape[0]:
                 return logits
@@ -315,7 +341,11 @@ class ModelRunner:
         return self.model.compute_logits(hidden[batch.meta.logits_indices])
 
     @torch.inference_mode()
-    def sample(self, logits: torch.Tensor, params: Seq[SamplingParams],
-               generators: Seq[Optional[torch.Generator]]) -> SamplerOutput:
+    def sample(
+        self,
+        logits: torch.Tensor,
+        params: Seq[SamplingParams],
+        generators: Seq[torch.Generator | None],
+    ) -> SamplerOutput:
         """One token per logits row (rows may repeat a sequence's logits for ``n > 1``)."""
         return self.sampler(logits, params, generators)

@@ -8,8 +8,8 @@ its own generator and gets the same tokens alone or in a batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Union
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -46,12 +46,12 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
-    seed: Optional[int] = None
-    max_tokens: Optional[int] = 16
-    stop: Optional[Union[str, List[str]]] = None
-    stop_token_ids: Optional[List[int]] = None
+    seed: int | None = None
+    max_tokens: int | None = 16
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
     n: int = 1
-    logprobs: Optional[int] = None
+    logprobs: int | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
 
@@ -66,7 +66,9 @@ class SamplingParams:
             raise EngineError(f"top_k must be -1 (off) or a positive integer, got {self.top_k!r}")
         if self.top_k == 0:
             self.top_k = -1
-        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
+        if self.max_tokens is not None and (
+            not isinstance(self.max_tokens, int) or self.max_tokens < 1
+        ):
             raise EngineError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
         if not isinstance(self.n, int) or self.n < 1:
             raise EngineError(f"n must be a positive integer, got {self.n!r}")
@@ -86,13 +88,13 @@ class SamplingParams:
         return self.temperature < GREEDY_EPS
 
 
-def make_generator(seed: Optional[int], index: int, device="cpu") -> Optional[torch.Generator]:
+def make_generator(seed: int | None, index: int, device="cpu") -> torch.Generator | None:
     """The RNG of sample ``index`` of a seeded request (None when unseeded). Sample 0 uses
     ``seed`` itself; sample i uses ``seed`` mixed with i so the samples differ."""
     if seed is None:
         return None
     g = torch.Generator(device=device)
-    g.manual_seed((seed * 1_000_003 + index) % (2 ** 63) if index else seed % (2 ** 63))
+    g.manual_seed((seed * 1_000_003 + index) % (2**63) if index else seed % (2**63))
     return g
 
 
@@ -101,9 +103,9 @@ class SamplerOutput:
     """``token_ids[i]`` for row i; ``logprobs[i]`` a ``{token_id: logprob}`` dict (sampled token
     plus the top ones) when asked, else None; ``sampled_logprob[i]`` the sampled token's."""
 
-    token_ids: List[int]
-    logprobs: List[Optional[Dict[int, float]]]
-    sampled_logprob: List[float]
+    token_ids: list[int]
+    logprobs: list[dict[int, float] | None]
+    sampled_logprob: list[float]
 
 
 class Sampler:
@@ -113,8 +115,12 @@ class Sampler:
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
 
-    def __call__(self, logits: torch.Tensor, params: Sequence[SamplingParams],
-                 generators: Sequence[Optional[torch.Generator]]) -> SamplerOutput:
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        params: Sequence[SamplingParams],
+        generators: Sequence[torch.Generator | None],
+    ) -> SamplerOutput:
         rows = logits.shape[0]
         logits = logits.float()
         greedy = [p.greedy for p in params]
@@ -124,20 +130,25 @@ class Sampler:
                 # NumPy's vectorised argmax is ~10x torch's on the CPU (first maximum on ties
                 # and NaN as the maximum, as torch); the ids come back as Python ints directly
                 token_ids = logits.numpy().argmax(axis=1).tolist()
-                return SamplerOutput(token_ids=token_ids, logprobs=[None] * rows,
-                                     sampled_logprob=[0.0] * rows)
+                return SamplerOutput(
+                    token_ids=token_ids, logprobs=[None] * rows, sampled_logprob=[0.0] * rows
+                )
             out = logits.argmax(dim=-1)
         else:
-            temps = torch.tensor([1.0 if g else p.temperature for g, p in zip(greedy, params)],
-                                 dtype=torch.float32, device=logits.device)
+            temps = torch.tensor(
+                [1.0 if g else p.temperature for g, p in zip(greedy, params)],
+                dtype=torch.float32,
+                device=logits.device,
+            )
             scaled = logits / temps[:, None]
             scaled = self._top_k_top_p(scaled, params)
             probs = torch.softmax(scaled, dim=-1)
             noise = torch.empty_like(probs)
             shared = [i for i, g in enumerate(generators) if g is None and not greedy[i]]
             if shared:
-                noise[shared] = torch.empty(len(shared), probs.shape[1], device=probs.device
-                                            ).exponential_(generator=self.generator)
+                noise[shared] = torch.empty(
+                    len(shared), probs.shape[1], device=probs.device
+                ).exponential_(generator=self.generator)
             for i, g in enumerate(generators):
                 if g is not None and not greedy[i]:
                     noise[i].exponential_(generator=g)
@@ -146,20 +157,22 @@ class Sampler:
             gmask = torch.tensor(greedy, device=logits.device)
             out = torch.where(gmask, argmax, sampled)
         token_ids = out.tolist()
-        lps: List[Optional[Dict[int, float]]] = [None] * rows
+        lps: list[dict[int, float] | None] = [None] * rows
         sampled_lp = [0.0] * rows
         if want_lp:
             logp = torch.log_softmax(logits, dim=-1)
             chosen = logp.gather(1, out[:, None]).squeeze(1).tolist()
             k = max(p.logprobs or 0 for p in params)
-            top_v, top_i = (logp.topk(k, dim=-1) if k > 0 else (None, None))
+            top_v, top_i = logp.topk(k, dim=-1) if k > 0 else (None, None)
             for i, p in enumerate(params):
                 sampled_lp[i] = chosen[i]
                 if p.logprobs is None:
                     continue
                 d = {token_ids[i]: chosen[i]}
                 if p.logprobs:
-                    for v, t in zip(top_v[i, :p.logprobs].tolist(), top_i[i, :p.logprobs].tolist()):
+                    for v, t in zip(
+                        top_v[i, : p.logprobs].tolist(), top_i[i, : p.logprobs].tolist()
+                    ):
                         d.setdefault(t, v)
                 lps[i] = d
         return SamplerOutput(token_ids=token_ids, logprobs=lps, sampled_logprob=sampled_lp)

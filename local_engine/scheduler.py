@@ -22,7 +22,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Optional, Set, Tuple
 
 from .kv_cache.manager import KVCacheManager
 from .sequence import Sequence, SequenceStatus
@@ -47,11 +46,12 @@ class SchedulerOutput:
     """One step's plan: the sequences to run with their new-token counts (``scheduled``), block
     copies for copy-on-write, swap copies ``(src, dst)`` block ids, sequences preempted this step,
     and the total new tokens (at most ``max_num_batched_tokens``)."""
-    scheduled: List[ScheduledSequence] = field(default_factory=list)
-    block_copies: List[Tuple[int, int]] = field(default_factory=list)
-    swap_out: List[Tuple[int, int]] = field(default_factory=list)  # (device block, cpu block)
-    swap_in: List[Tuple[int, int]] = field(default_factory=list)  # (cpu block, device block)
-    preempted: List[Sequence] = field(default_factory=list)
+
+    scheduled: list[ScheduledSequence] = field(default_factory=list)
+    block_copies: list[tuple[int, int]] = field(default_factory=list)
+    swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device block, cpu block)
+    swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu block, device block)
+    preempted: list[Sequence] = field(default_factory=list)
     num_batched_tokens: int = 0
 
     @property
@@ -70,17 +70,22 @@ class Scheduler:
         enable_chunked_prefill: split prompts longer than the remaining budget.
     """
 
-    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 enable_chunked_prefill: bool = True):
+    def __init__(
+        self,
+        kv: KVCacheManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        enable_chunked_prefill: bool = True,
+    ):
         self.kv = kv
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.enable_chunked_prefill = enable_chunked_prefill
-        self.waiting: Deque[Sequence] = deque()
-        self.running: List[Sequence] = []
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
         self.num_preemptions = 0
         self.num_swaps = 0
-        self._pending_swap_out: List[Tuple[int, int]] = []
+        self._pending_swap_out: list[tuple[int, int]] = []
 
     @property
     def max_sequence_tokens(self) -> int:
@@ -148,14 +153,14 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
 
-    def _pending_hashes(self) -> Set[bytes]:
+    def _pending_hashes(self) -> set[bytes]:
         """Hashes of prompt blocks that running prefills will compute but have not yet."""
-        pending: Set[bytes] = set()
+        pending: set[bytes] = set()
         bs = self.kv.block_size
         for s in self.running:
             if s.in_prefill:
                 hashes = self.kv.update_block_hashes(s)
-                pending.update(hashes[s.num_computed_tokens // bs:s.num_prompt_tokens // bs])
+                pending.update(hashes[s.num_computed_tokens // bs : s.num_prompt_tokens // bs])
         return pending
 
     def schedule(self) -> SchedulerOutput:
@@ -165,7 +170,7 @@ class Scheduler:
         another request is computing this step."""
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
-        now = time.monotonic()
+        time.monotonic()
 
         # 1. running sequences
         i = 0
@@ -206,10 +211,15 @@ class Scheduler:
                     break
                 if seq.status == SequenceStatus.SWAPPED:
                     num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
-                    if num_new < seq.num_tokens - seq.num_computed_tokens and not self.enable_chunked_prefill:
+                    if (
+                        num_new < seq.num_tokens - seq.num_computed_tokens
+                        and not self.enable_chunked_prefill
+                    ):
                         break
-                    need = max(self.kv.num_swapped_blocks(seq),
-                               self.kv.blocks_needed(seq.num_computed_tokens + num_new))
+                    need = max(
+                        self.kv.num_swapped_blocks(seq),
+                        self.kv.blocks_needed(seq.num_computed_tokens + num_new),
+                    )
                     if need > self.kv.num_free_blocks:
                         break  # FCFS: wait until it fits
                     out.swap_in.extend(self.kv.swap_in(seq))
@@ -250,7 +260,9 @@ class Scheduler:
                 if self.kv.enable_caching and seq.in_prefill:
                     hashes = self.kv.update_block_hashes(seq)
                     bs = self.kv.block_size
-                    pending.update(hashes[seq.num_computed_tokens // bs:seq.num_prompt_tokens // bs])
+                    pending.update(
+                        hashes[seq.num_computed_tokens // bs : seq.num_prompt_tokens // bs]
+                    )
 
         out.num_batched_tokens = self.max_num_batched_tokens - budget
         # swap-outs decided this step (or left from a step that scheduled nothing) run first

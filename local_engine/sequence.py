@@ -11,7 +11,6 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
 
 import torch
 
@@ -21,6 +20,7 @@ from .sampling import SamplingParams
 class SequenceStatus(enum.Enum):
     """Lifecycle of a sequence: WAITING -> RUNNING -> FINISHED_*; RUNNING -> PREEMPTED (blocks
     given back, recomputed later) or SWAPPED (K/V kept in CPU memory) -> RUNNING."""
+
     WAITING = "waiting"
     RUNNING = "running"
     PREEMPTED = "preempted"  # waiting again after giving its blocks back
@@ -56,18 +56,18 @@ class Sequence:
     seq_id: str
     request_id: str
     index: int
-    prompt_token_ids: List[int]
+    prompt_token_ids: list[int]
     params: SamplingParams
     arrival_time: float = field(default_factory=time.monotonic)
-    cache_salt: Optional[str] = None
-    all_token_ids: List[int] = field(default_factory=list)
+    cache_salt: str | None = None
+    all_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
     num_cached_tokens: int = -1
     status: SequenceStatus = SequenceStatus.WAITING
     num_forks: int = 0
-    generator: Optional[torch.Generator] = None
-    block_hashes: List[bytes] = field(default_factory=list)
-    logprobs: List[Dict[int, float]] = field(default_factory=list)
+    generator: torch.Generator | None = None
+    block_hashes: list[bytes] = field(default_factory=list)
+    logprobs: list[dict[int, float]] = field(default_factory=list)
     cumulative_logprob: float = 0.0
     num_preemptions: int = 0
     max_total_len: int = 0  # prompt + max output tokens, capped by max_model_len
@@ -85,8 +85,8 @@ class Sequence:
         return len(self.all_token_ids)
 
     @property
-    def output_token_ids(self) -> List[int]:
-        return self.all_token_ids[len(self.prompt_token_ids):]
+    def output_token_ids(self) -> list[int]:
+        return self.all_token_ids[len(self.prompt_token_ids) :]
 
     @property
     def num_output_tokens(self) -> int:
@@ -101,6 +101,6 @@ class Sequence:
         """True while the prompt is not fully computed."""
         return self.num_computed_tokens < self.num_prompt_tokens
 
-    def extra_keys(self) -> Optional[tuple]:
+    def extra_keys(self) -> tuple | None:
         """Extra keys for block hashing (mixed into the first block, hence into all)."""
         return ("salt", self.cache_salt) if self.cache_salt is not None else None

@@ -21,8 +21,8 @@ renders it (``trim_blocks``, ``lstrip_blocks``, ``raise_exception``, ``tojson``)
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
-from typing import Dict, Iterable, List, Optional, Sequence
 
 from .errors import EngineError
 from .loader import TokenizerSpec
@@ -43,16 +43,23 @@ _QWEN2_REGEX = (
 )
 _DIGITS_THEN_GPT2 = {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"}
 _SPLIT_REGEX = {
-    "llama3": _LLAMA3_REGEX, "llama-bpe": _LLAMA3_REGEX, "llama-v3": _LLAMA3_REGEX,
-    "dbrx": _LLAMA3_REGEX, "smaug-bpe": _LLAMA3_REGEX, "falcon3": _LLAMA3_REGEX,
-    "qwen2": _QWEN2_REGEX, "deepseek-r1-qwen": _QWEN2_REGEX,
+    "llama3": _LLAMA3_REGEX,
+    "llama-bpe": _LLAMA3_REGEX,
+    "llama-v3": _LLAMA3_REGEX,
+    "dbrx": _LLAMA3_REGEX,
+    "smaug-bpe": _LLAMA3_REGEX,
+    "falcon3": _LLAMA3_REGEX,
+    "qwen2": _QWEN2_REGEX,
+    "deepseek-r1-qwen": _QWEN2_REGEX,
 }
 
 
 def _bytes_to_unicode() -> dict:
     """GPT-2's byte -> printable-character table (the alphabet of byte-level BPE vocabularies)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1)
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
     )
     cs = bs[:]
     n = 0
@@ -64,14 +71,12 @@ def _bytes_to_unicode() -> dict:
     return dict(zip(bs, map(chr, cs)))
 
 
-def _pre_tokenizer(pre: Optional[str]):
+def _pre_tokenizer(pre: str | None):
     from tokenizers import Regex, pre_tokenizers
 
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     if pre in _DIGITS_THEN_GPT2:
-        return pre_tokenizers.Sequence(
-            [pre_tokenizers.Digits(individual_digits=True), byte_level]
-        )
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
     if pre in _SPLIT_REGEX:
         return pre_tokenizers.Sequence(
             [
@@ -132,18 +137,20 @@ def _compile_template(template: str):
         raise TemplateError(message)
 
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
+        return json.dumps(
+            x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+        )
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     return env.from_string(template)
 
 
 @lru_cache(maxsize=1)
-def _byte_decoder() -> Dict[str, int]:
+def _byte_decoder() -> dict[str, int]:
     """:func:`_bytes_to_unicode` inverted: vocabulary character -> byte."""
     return {ch: b for b, ch in _bytes_to_unicode().items()}
 
@@ -201,19 +208,19 @@ class Tokenizer:
                 return bytes(table[ch] for ch in piece)
         return self._tok.decode([token_id], skip_special_tokens=False).encode("utf-8")
 
-    def id_of(self, token: str) -> Optional[int]:
+    def id_of(self, token: str) -> int | None:
         """The id of a token string (``"<|im_end|>"``) or None."""
         return self._tok.token_to_id(token)
 
     @property
-    def bos_token(self) -> Optional[str]:
+    def bos_token(self) -> str | None:
         return None if self.bos_token_id is None else self._tok.id_to_token(self.bos_token_id)
 
     @property
-    def eos_token(self) -> Optional[str]:
+    def eos_token(self) -> str | None:
         return None if self.eos_token_id is None else self._tok.id_to_token(self.eos_token_id)
 
-    def encode(self, text: str, add_special_tokens: bool = False) -> List[int]:
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Token ids of ``text``. Special-token strings in the text (``<|im_start|>``) map to
         their ids. ``add_special_tokens`` prepends BOS when the model asks for it."""
         ids = self._tok.encode(text, add_special_tokens=False).ids
@@ -221,7 +228,7 @@ class Tokenizer:
             ids = [self.bos_token_id] + ids
         return ids
 
-    def encode_batch(self, texts: Sequence[str]) -> List[List[int]]:
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text (no special tokens added), encoded in one ``tokenizers`` call."""
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
@@ -233,8 +240,13 @@ class Tokenizer:
         """True for control tokens (``<|im_start|>``, ``<|endoftext|>``, ...) per the file's token types."""
         return token_id in self._special_ids
 
-    def apply_chat_template(self, messages: List[dict], add_generation_prompt: bool = True,
-                            tools: Optional[list] = None, **kwargs) -> str:
+    def apply_chat_template(
+        self,
+        messages: list[dict],
+        add_generation_prompt: bool = True,
+        tools: list | None = None,
+        **kwargs,
+    ) -> str:
         """Render a conversation with the model's chat template (Jinja, sandboxed).
 
         Args:
@@ -266,10 +278,15 @@ class IncrementalDetokenizer:
     """Turns a growing list of token ids into text deltas without re-decoding everything and
     without emitting half a multi-byte character (vLLM's prefix/read-offset method)."""
 
-    def __init__(self, tokenizer: Tokenizer, prompt_tail: Sequence[int] = (), skip_special_tokens: bool = True):
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        prompt_tail: Sequence[int] = (),
+        skip_special_tokens: bool = True,
+    ):
         self.tokenizer = tokenizer
         self.skip = skip_special_tokens
-        self.ids: List[int] = list(prompt_tail)[-6:]
+        self.ids: list[int] = list(prompt_tail)[-6:]
         self.prefix_offset = 0
         self.read_offset = len(self.ids)
         self.text = ""
@@ -278,10 +295,10 @@ class IncrementalDetokenizer:
         """Append one id; returns the newly completed text (possibly empty)."""
         self.ids.append(token_id)
         dec = self.tokenizer.decode
-        prefix = dec(self.ids[self.prefix_offset:self.read_offset], self.skip)
-        full = dec(self.ids[self.prefix_offset:], self.skip)
+        prefix = dec(self.ids[self.prefix_offset : self.read_offset], self.skip)
+        full = dec(self.ids[self.prefix_offset :], self.skip)
         if len(full) > len(prefix) and not full.endswith("\ufffd"):
-            delta = full[len(prefix):]
+            delta = full[len(prefix) :]
             self.prefix_offset = self.read_offset
             self.read_offset = len(self.ids)
             self.text += delta

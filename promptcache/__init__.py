@@ -44,8 +44,8 @@ __all__ = sorted(_EXPORTS) + ["__version__"]
 # ``build`` and ``check`` name both a submodule and a function. Importing the functions here,
 # eagerly, binds the package attributes to the functions once the submodules have loaded
 # (a later ``import promptcache.build`` does not rebind them).
-from promptcache.build import Prompt, build  # noqa: E402
-from promptcache.check import check  # noqa: E402
+from promptcache.build import Prompt, build  # noqa: E402, F401
+from promptcache.check import check  # noqa: E402, F401
 
 
 def __getattr__(name: str) -> Any:

@@ -25,8 +25,9 @@ one (Anthropic rejects it), so ``ttl="5m", history_ttl="1h"`` is an error.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from promptcache.canonical import dumps_sorted
 from promptcache.tokens import count_tokens_memo, counter_generation, text_tokens
@@ -73,9 +74,16 @@ class Plan:
     cumulative: list[int] = field(default_factory=list)
 
 
-def plan(blocks: Sequence[Block], *, min_tokens: int, max_breakpoints: int = 4,
-         lookback: int = 0, ttl: str = "5m", history_ttl: str = "5m",
-         min_per_segment: bool = False) -> Plan:
+def plan(
+    blocks: Sequence[Block],
+    *,
+    min_tokens: int,
+    max_breakpoints: int = 4,
+    lookback: int = 0,
+    ttl: str = "5m",
+    history_ttl: str = "5m",
+    min_per_segment: bool = False,
+) -> Plan:
     """Choose breakpoints over ``blocks`` by the rule in the module docstring.
 
     Args:
@@ -94,8 +102,10 @@ def plan(blocks: Sequence[Block], *, min_tokens: int, max_breakpoints: int = 4,
         if t not in TTL_ORDER:
             raise ValueError(f"unknown cache TTL {t!r}; expected one of {sorted(TTL_ORDER)}")
     if TTL_ORDER[history_ttl] > TTL_ORDER[ttl]:
-        raise ValueError(f"history_ttl={history_ttl!r} is longer than ttl={ttl!r}: a longer-lived "
-                         "breakpoint may not follow a shorter-lived one")
+        raise ValueError(
+            f"history_ttl={history_ttl!r} is longer than ttl={ttl!r}: a longer-lived "
+            "breakpoint may not follow a shorter-lived one"
+        )
     out = Plan()
     cum = 0
     for b in blocks:
@@ -118,28 +128,42 @@ def plan(blocks: Sequence[Block], *, min_tokens: int, max_breakpoints: int = 4,
 
     chosen: list[Breakpoint] = []
 
-    def consider(kind: str, idx: Optional[int], t: str, why: str) -> None:
+    def consider(kind: str, idx: int | None, t: str, why: str) -> None:
         if idx is None:
             return
         if any(bp.index == idx for bp in chosen):
             return
         tokens = out.cumulative[idx]
         if tokens < min_tokens:
-            out.skipped.append(f"{kind}: not placed -- the prefix up to {blocks[idx].layer} is "
-                               f"{tokens} tokens, under the model's minimum of {min_tokens}")
+            out.skipped.append(
+                f"{kind}: not placed -- the prefix up to {blocks[idx].layer} is "
+                f"{tokens} tokens, under the model's minimum of {min_tokens}"
+            )
             return
         if len(chosen) >= max_breakpoints:
             out.skipped.append(f"{kind}: not placed -- all {max_breakpoints} breakpoints in use")
             return
-        chosen.append(Breakpoint(kind, blocks[idx].layer, blocks[idx].locator, idx, t, tokens,
-                                 why))
+        chosen.append(Breakpoint(kind, blocks[idx].layer, blocks[idx].locator, idx, t, tokens, why))
 
-    consider("frozen", f_idx, ttl, "end of the frozen layers (system, tools, documents): "
-             "reused by every request with this prefix_hash")
-    consider("session", s_idx, ttl, "end of the session layer: reused while the session "
-             "context is unchanged")
-    consider("history", h_idx, history_ttl, "newest stable history turn: the next request "
-             "appends after it and reads it from the cache")
+    consider(
+        "frozen",
+        f_idx,
+        ttl,
+        "end of the frozen layers (system, tools, documents): "
+        "reused by every request with this prefix_hash",
+    )
+    consider(
+        "session",
+        s_idx,
+        ttl,
+        "end of the session layer: reused while the session context is unchanged",
+    )
+    consider(
+        "history",
+        h_idx,
+        history_ttl,
+        "newest stable history turn: the next request appends after it and reads it from the cache",
+    )
     if lookback and h_idx is not None and any(bp.index == h_idx for bp in chosen):
         prev = max((bp.index for bp in chosen if bp.index < h_idx), default=-1)
         if h_idx - prev > lookback:
@@ -149,19 +173,25 @@ def plan(blocks: Sequence[Block], *, min_tokens: int, max_breakpoints: int = 4,
                 if blocks[i].markable and blocks[i].layer == "messages":
                     l_idx = i
                     break
-            consider("lookback", l_idx, history_ttl,
-                     f"the history breakpoint is {h_idx - prev} blocks after the previous one, "
-                     f"beyond the provider's {lookback}-block lookback: a stepping stone "
-                     f"{lookback} blocks back keeps the previous request's entry reachable")
+            consider(
+                "lookback",
+                l_idx,
+                history_ttl,
+                f"the history breakpoint is {h_idx - prev} blocks after the previous one, "
+                f"beyond the provider's {lookback}-block lookback: a stepping stone "
+                f"{lookback} blocks back keeps the previous request's entry reachable",
+            )
     ordered = sorted(chosen, key=lambda bp: bp.index)
     if min_per_segment:
         kept: list[Breakpoint] = []
         for bp in ordered:
             since = bp.prefix_tokens - (kept[-1].prefix_tokens if kept else 0)
             if since < min_tokens:
-                out.skipped.append(f"{bp.kind}: not placed -- only {since} tokens since the "
-                                   f"previous breakpoint, under the per-checkpoint minimum "
-                                   f"of {min_tokens}")
+                out.skipped.append(
+                    f"{bp.kind}: not placed -- only {since} tokens since the "
+                    f"previous breakpoint, under the per-checkpoint minimum "
+                    f"of {min_tokens}"
+                )
                 continue
             kept.append(bp)
         ordered = kept
@@ -172,7 +202,7 @@ def plan(blocks: Sequence[Block], *, min_tokens: int, max_breakpoints: int = 4,
 # ---- token counts of the neutral form ------------------------------------------------------
 
 
-def memo_tokens(key: str, text: str, model: Optional[str]) -> int:
+def memo_tokens(key: str, text: str, model: str | None) -> int:
     """Token count memoized by a content hash (frozen and session segments)."""
     return count_tokens_memo(key, text, model).tokens
 
@@ -180,7 +210,7 @@ def memo_tokens(key: str, text: str, model: Optional[str]) -> int:
 IMAGE_TOKENS = 1600  # a flat estimate for one image (Anthropic: ~1,600 for a 1.15 MP image)
 
 
-def block_tokens(block: dict[str, Any], model: Optional[str]) -> int:
+def block_tokens(block: dict[str, Any], model: str | None) -> int:
     """Estimated tokens of one neutral content block (see ``promptcache.build``)."""
     t = block.get("type")
     if t == "text":
@@ -214,24 +244,35 @@ def _segments(key: tuple[Any, ...], make: Any) -> list[int]:
     return hit
 
 
-def frozen_text_tokens(prompt: Any, model: Optional[str]) -> list[int]:
+def frozen_text_tokens(prompt: Any, model: str | None) -> list[int]:
     """Token counts of ``prompt.frozen_texts()`` (system texts, then rendered documents),
     memoized by the prompt's prefix hash and the model."""
-    return _segments(("f", prompt.prefix_hash, model), lambda: [
-        memo_tokens(f"{prompt.prefix_hash}:f{i}", t, model)
-        for i, t in enumerate(prompt.frozen_texts())])
+    return _segments(
+        ("f", prompt.prefix_hash, model),
+        lambda: [
+            memo_tokens(f"{prompt.prefix_hash}:f{i}", t, model)
+            for i, t in enumerate(prompt.frozen_texts())
+        ],
+    )
 
 
-def session_text_tokens(prompt: Any, model: Optional[str]) -> list[int]:
+def session_text_tokens(prompt: Any, model: str | None) -> list[int]:
     """Token counts of ``prompt.session`` texts, memoized by the session hash and the model."""
-    return _segments(("s", prompt.session_hash, model), lambda: [
-        memo_tokens(f"{prompt.session_hash}:s{i}", t, model)
-        for i, t in enumerate(prompt.session)])
+    return _segments(
+        ("s", prompt.session_hash, model),
+        lambda: [
+            memo_tokens(f"{prompt.session_hash}:s{i}", t, model)
+            for i, t in enumerate(prompt.session)
+        ],
+    )
 
 
-def tool_tokens(prompt: Any, model: Optional[str]) -> list[int]:
+def tool_tokens(prompt: Any, model: str | None) -> list[int]:
     """Token counts of each tool schema's canonical JSON, memoized by the prefix hash."""
-    return _segments(("t", prompt.prefix_hash, model), lambda: [
-        memo_tokens(f"{prompt.prefix_hash}:t{i}", dumps_sorted(t), model)
-        for i, t in enumerate(prompt.tools)])
-
+    return _segments(
+        ("t", prompt.prefix_hash, model),
+        lambda: [
+            memo_tokens(f"{prompt.prefix_hash}:t{i}", dumps_sorted(t), model)
+            for i, t in enumerate(prompt.tools)
+        ],
+    )

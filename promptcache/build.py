@@ -36,9 +36,10 @@ import marshal
 import threading
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Mapping as _AbcMapping
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from promptcache.canonical import (
     canonical_json,
@@ -51,8 +52,15 @@ from promptcache.canonical import (
 from promptcache.errors import PromptCacheWarning, VolatilePrefixError
 from promptcache.volatile import find_volatile
 
-__all__ = ["build", "Prompt", "Document", "VolatileFinding", "LAYERS", "FROZEN_LAYERS",
-           "normalize_messages"]
+__all__ = [
+    "build",
+    "Prompt",
+    "Document",
+    "VolatileFinding",
+    "LAYERS",
+    "FROZEN_LAYERS",
+    "normalize_messages",
+]
 
 # isinstance against typing.Mapping is slow; plain dicts are checked first
 _MAPPING = (dict, _AbcMapping)
@@ -70,7 +78,7 @@ class Document:
     """A reference document of the ``documents`` layer: ``text`` and an optional ``title``."""
 
     text: str
-    title: Optional[str] = None
+    title: str | None = None
 
     def render(self, index: int) -> str:
         """The document as prompt text (``index`` is 1-based), wrapped in ``<document>`` tags."""
@@ -91,9 +99,11 @@ class VolatileFinding:
     text: str
 
     def message(self) -> str:
-        return (f"volatile value in layer {self.layer!r} at {self.path} offset {self.offset}: "
-                f"{self.kind} {self.text!r} -- move it to `dynamic` (it changes the cached "
-                f"prefix on every request)")
+        return (
+            f"volatile value in layer {self.layer!r} at {self.path} offset {self.offset}: "
+            f"{self.kind} {self.text!r} -- move it to `dynamic` (it changes the cached "
+            f"prefix on every request)"
+        )
 
 
 # --------------------------------------------------------------------------- layer parsing
@@ -106,8 +116,10 @@ def _text_of_block(block: Any, where: str) -> str:
         btype = block.get("type", "text")
         if btype in ("text", "input_text", "output_text") and isinstance(block.get("text"), str):
             return block["text"]
-    raise TypeError(f"{where}: expected a string or a text block {{'type': 'text', 'text': ...}}, "
-                    f"got {_short(block)}")
+    raise TypeError(
+        f"{where}: expected a string or a text block {{'type': 'text', 'text': ...}}, "
+        f"got {_short(block)}"
+    )
 
 
 def _short(value: Any) -> str:
@@ -130,8 +142,9 @@ def _text_layer(value: Any, layer: str, *, structured_ok: bool) -> tuple[str, ..
     elif isinstance(value, (list, tuple)):
         items = list(value)
     else:
-        raise TypeError(f"{layer}: expected a string or a list of text blocks, "
-                        f"got {type(value).__name__}")
+        raise TypeError(
+            f"{layer}: expected a string or a list of text blocks, got {type(value).__name__}"
+        )
     out = []
     for i, item in enumerate(items):
         if structured_ok and isinstance(item, _MAPPING) and "text" not in item:
@@ -163,30 +176,45 @@ def _tool(tool: Any, i: int) -> dict[str, Any]:
     ttype = tool.get("type")
     if ttype == "function" and isinstance(tool.get("function"), _MAPPING):  # OpenAI chat
         fn = tool["function"]
-        name, desc, params, strict = (fn.get("name"), fn.get("description"),
-                                      fn.get("parameters"), fn.get("strict"))
+        name, desc, params, strict = (
+            fn.get("name"),
+            fn.get("description"),
+            fn.get("parameters"),
+            fn.get("strict"),
+        )
     elif ttype == "function" and "name" in tool:  # OpenAI Responses
-        name, desc, params, strict = (tool.get("name"), tool.get("description"),
-                                      tool.get("parameters"), tool.get("strict"))
+        name, desc, params, strict = (
+            tool.get("name"),
+            tool.get("description"),
+            tool.get("parameters"),
+            tool.get("strict"),
+        )
     elif "input_schema" in tool and ttype in (None, "custom"):  # Anthropic client tool
-        name, desc, params, strict = (tool.get("name"), tool.get("description"),
-                                      tool.get("input_schema"), tool.get("strict"))
+        name, desc, params, strict = (
+            tool.get("name"),
+            tool.get("description"),
+            tool.get("input_schema"),
+            tool.get("strict"),
+        )
     elif ttype is not None:
         # provider-native tool (Anthropic server tools, OpenAI built-ins): passed through as is
         native = {k: v for k, v in tool.items() if k != "cache_control"}
         return {"native": _norm_strings(native)}
     else:
-        raise ValueError(f"{where}: unrecognized tool schema with keys {sorted(tool)}; expected "
-                         "Anthropic {name, description, input_schema}, OpenAI chat "
-                         "{type: 'function', function: {name, description, parameters}} or "
-                         "OpenAI Responses {type: 'function', name, description, parameters}")
+        raise ValueError(
+            f"{where}: unrecognized tool schema with keys {sorted(tool)}; expected "
+            "Anthropic {name, description, input_schema}, OpenAI chat "
+            "{type: 'function', function: {name, description, parameters}} or "
+            "OpenAI Responses {type: 'function', name, description, parameters}"
+        )
     if not isinstance(name, str) or not name:
         raise ValueError(f"{where}: a tool needs a non-empty string 'name'")
     if params is None:
         params = {"type": "object", "properties": {}}
     if not isinstance(params, _MAPPING):
-        raise TypeError(f"{where}.parameters: expected a JSON Schema object, got "
-                        f"{type(params).__name__}")
+        raise TypeError(
+            f"{where}.parameters: expected a JSON Schema object, got {type(params).__name__}"
+        )
     out: dict[str, Any] = {"name": name}
     if desc is not None:
         if not isinstance(desc, str):
@@ -225,16 +253,16 @@ def _documents_layer(documents: Any) -> tuple[Document, ...]:
         elif isinstance(d, _MAPPING):
             text = d.get("text", d.get("content"))
             if not isinstance(text, str):
-                raise TypeError(f"documents[{i}]: expected {{'text': str, 'title': str}} "
-                                f"(or a string), got keys {sorted(d)}")
+                raise TypeError(
+                    f"documents[{i}]: expected {{'text': str, 'title': str}} "
+                    f"(or a string), got keys {sorted(d)}"
+                )
             title = d.get("title")
             if title is not None and not isinstance(title, str):
                 raise TypeError(f"documents[{i}].title: expected str")
-            out.append(Document(normalize_text(text),
-                                normalize_text(title) if title else None))
+            out.append(Document(normalize_text(text), normalize_text(title) if title else None))
         else:
-            raise TypeError(f"documents[{i}]: expected a string or a dict, "
-                            f"got {type(d).__name__}")
+            raise TypeError(f"documents[{i}]: expected a string or a dict, got {type(d).__name__}")
     return tuple(out)
 
 
@@ -252,7 +280,7 @@ def _documents_layer(documents: Any) -> tuple[Document, ...]:
 # message      {"role": "user"|"assistant", "content": [blocks]} (+ "name" when given)
 
 
-def _parse_data_url(url: str) -> Optional[tuple[str, str]]:
+def _parse_data_url(url: str) -> tuple[str, str] | None:
     if not url.startswith("data:"):
         return None
     head, _, data = url[5:].partition(",")
@@ -322,8 +350,9 @@ def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
     if isinstance(content, _MAPPING):
         content = [content]
     if not isinstance(content, (list, tuple)):
-        raise TypeError(f"{where}: expected a string or a list of content blocks, "
-                        f"got {type(content).__name__}")
+        raise TypeError(
+            f"{where}: expected a string or a list of content blocks, got {type(content).__name__}"
+        )
     out: list[dict[str, Any]] = []
     for j, part in enumerate(content):
         w = f"{where}[{j}]"
@@ -342,21 +371,37 @@ def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
         elif ptype == "input_image":
             url = part.get("image_url")
             parsed = _parse_data_url(url) if isinstance(url, str) else None
-            out.append({"type": "image", "media_type": parsed[0], "data": parsed[1]} if parsed
-                       else {"type": "image", "url": url} if isinstance(url, str)
-                       else {"type": "native", "provider": "openai", "block": _strip_cc(part)})
+            out.append(
+                {"type": "image", "media_type": parsed[0], "data": parsed[1]}
+                if parsed
+                else {"type": "image", "url": url}
+                if isinstance(url, str)
+                else {"type": "native", "provider": "openai", "block": _strip_cc(part)}
+            )
         elif ptype == "image":
             out.append(_image_from_anthropic(part, w))
         elif ptype == "tool_use":
             out.append(_tool_call(part.get("id"), part.get("name"), part.get("input"), w))
         elif ptype == "tool_result":
-            out.append({"type": "tool_result", "id": str(part.get("tool_use_id", "")),
-                        "content": _result_content(part.get("content"), f"{w}.content"),
-                        "is_error": bool(part.get("is_error", False))})
+            out.append(
+                {
+                    "type": "tool_result",
+                    "id": str(part.get("tool_use_id", "")),
+                    "content": _result_content(part.get("content"), f"{w}.content"),
+                    "is_error": bool(part.get("is_error", False)),
+                }
+            )
         elif ptype in ("refusal",):
             out.append({"type": "text", "text": part.get("refusal", "")})
-        elif ptype in ("thinking", "redacted_thinking", "document", "search_result",
-                       "server_tool_use", "web_search_tool_result", "container_upload"):
+        elif ptype in (
+            "thinking",
+            "redacted_thinking",
+            "document",
+            "search_result",
+            "server_tool_use",
+            "web_search_tool_result",
+            "container_upload",
+        ):
             out.append({"type": "native", "provider": "anthropic", "block": _strip_cc(part)})
         elif ptype in ("input_audio", "file", "input_file"):
             out.append({"type": "native", "provider": "openai", "block": _strip_cc(part)})
@@ -373,8 +418,12 @@ def _messages_layer(messages: Any) -> tuple[dict[str, Any], ...]:
     out: list[dict[str, Any]] = []
     for i, msg in enumerate(messages):
         # fast path: the common {"role": "user"|"assistant", "content": "text"}
-        if type(msg) is dict and len(msg) == 2 and type(msg.get("content")) is str \
-                and msg.get("role") in ("user", "assistant"):
+        if (
+            type(msg) is dict
+            and len(msg) == 2
+            and type(msg.get("content")) is str
+            and msg.get("role") in ("user", "assistant")
+        ):
             text = msg["content"]
             if "\r" in text:
                 text = normalize_newlines(text)
@@ -391,17 +440,37 @@ def _messages_layer(messages: Any) -> tuple[dict[str, Any], ...]:
             continue
         if mtype == "function_call_output":  # OpenAI Responses item
             out_val = msg.get("output")
-            _append(out, "user", [{"type": "tool_result", "id": str(msg.get("call_id", "")),
-                                   "content": _result_content(out_val, f"{w}.output"),
-                                   "is_error": False}])
+            _append(
+                out,
+                "user",
+                [
+                    {
+                        "type": "tool_result",
+                        "id": str(msg.get("call_id", "")),
+                        "content": _result_content(out_val, f"{w}.output"),
+                        "is_error": False,
+                    }
+                ],
+            )
             continue
         if role in ("system", "developer"):
-            raise ValueError(f"{w}: a {role!r} message belongs in build(system=...) (frozen) or "
-                             "build(session=...) (semi-stable), not in the history")
+            raise ValueError(
+                f"{w}: a {role!r} message belongs in build(system=...) (frozen) or "
+                "build(session=...) (semi-stable), not in the history"
+            )
         if role == "tool":  # OpenAI chat tool result
-            _append(out, "user", [{"type": "tool_result", "id": str(msg.get("tool_call_id", "")),
-                                   "content": _result_content(msg.get("content"), f"{w}.content"),
-                                   "is_error": False}])
+            _append(
+                out,
+                "user",
+                [
+                    {
+                        "type": "tool_result",
+                        "id": str(msg.get("tool_call_id", "")),
+                        "content": _result_content(msg.get("content"), f"{w}.content"),
+                        "is_error": False,
+                    }
+                ],
+            )
             continue
         if role not in ("user", "assistant"):
             raise ValueError(f"{w}: role must be 'user', 'assistant' or 'tool', got {role!r}")
@@ -409,10 +478,15 @@ def _messages_layer(messages: Any) -> tuple[dict[str, Any], ...]:
         for j, call in enumerate(msg.get("tool_calls") or ()):
             fn = call.get("function") if isinstance(call, _MAPPING) else None
             if not isinstance(fn, _MAPPING):
-                raise TypeError(f"{w}.tool_calls[{j}]: expected {{'id', 'type': 'function', "
-                                "'function': {'name', 'arguments'}}")
-            blocks.append(_tool_call(call.get("id"), fn.get("name"), fn.get("arguments"),
-                                     f"{w}.tool_calls[{j}]"))
+                raise TypeError(
+                    f"{w}.tool_calls[{j}]: expected {{'id', 'type': 'function', "
+                    "'function': {'name', 'arguments'}}"
+                )
+            blocks.append(
+                _tool_call(
+                    call.get("id"), fn.get("name"), fn.get("arguments"), f"{w}.tool_calls[{j}]"
+                )
+            )
         if msg.get("refusal") and not blocks:
             blocks.append({"type": "text", "text": str(msg["refusal"])})
         entry: dict[str, Any] = {"role": role, "content": blocks}
@@ -427,7 +501,11 @@ def _append(out: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) 
     if out and out[-1]["role"] == role and "name" not in out[-1]:
         last = out[-1]["content"]
         kinds = {"tool_result"} if role == "user" else {"tool_call", "text"}
-        if last and all(b["type"] in kinds for b in last) and all(b["type"] in kinds for b in blocks):
+        if (
+            last
+            and all(b["type"] in kinds for b in last)
+            and all(b["type"] in kinds for b in blocks)
+        ):
             last.extend(blocks)
             return
     out.append({"role": role, "content": list(blocks)})
@@ -497,8 +575,8 @@ class _Session:
 
 
 _MEMO_MAX = 256
-_frozen_memo: "OrderedDict[Any, _Frozen]" = OrderedDict()
-_session_memo: "OrderedDict[Any, _Session]" = OrderedDict()
+_frozen_memo: OrderedDict[Any, _Frozen] = OrderedDict()
+_session_memo: OrderedDict[Any, _Session] = OrderedDict()
 _memo_lock = threading.Lock()
 
 
@@ -521,7 +599,7 @@ def _key(value: Any) -> Any:
         return _NO_KEY
 
 
-def _memo_get(memo: "OrderedDict[Any, Any]", key: Any) -> Any:
+def _memo_get(memo: OrderedDict[Any, Any], key: Any) -> Any:
     if key is _NO_KEY or (isinstance(key, tuple) and _NO_KEY in key):
         return None
     with _memo_lock:
@@ -531,7 +609,7 @@ def _memo_get(memo: "OrderedDict[Any, Any]", key: Any) -> Any:
         return hit
 
 
-def _memo_put(memo: "OrderedDict[Any, Any]", key: Any, value: Any) -> None:
+def _memo_put(memo: OrderedDict[Any, Any], key: Any, value: Any) -> None:
     if key is _NO_KEY or (isinstance(key, tuple) and _NO_KEY in key):
         return
     with _memo_lock:
@@ -548,18 +626,27 @@ def _frozen(system: Any, tools: Any, documents: Any, sort_tools: bool) -> _Froze
     sys_t = _text_layer(system, "system", structured_ok=False)
     tools_t = _tools_layer(tools, sort_tools)
     docs_t = _documents_layer(documents)
-    canonical = canonical_json({
-        "v": _CANONICAL_VERSION,
-        "system": list(sys_t),
-        "tools": list(tools_t),
-        "documents": [{"text": d.text, "title": d.title} for d in docs_t],
-    })
+    canonical = canonical_json(
+        {
+            "v": _CANONICAL_VERSION,
+            "system": list(sys_t),
+            "tools": list(tools_t),
+            "documents": [{"text": d.text, "title": d.title} for d in docs_t],
+        }
+    )
     findings = _findings("system", ((f"system[{i}]", t) for i, t in enumerate(sys_t)))
     findings += _findings("tools", _scan_strings(list(tools_t), "tools"))
-    findings += _findings("documents", (
-        s for i, d in enumerate(docs_t)
-        for s in ((f"documents[{i}].text", d.text),
-                  *(((f"documents[{i}].title", d.title),) if d.title else ()))))
+    findings += _findings(
+        "documents",
+        (
+            s
+            for i, d in enumerate(docs_t)
+            for s in (
+                (f"documents[{i}].text", d.text),
+                *(((f"documents[{i}].title", d.title),) if d.title else ()),
+            )
+        ),
+    )
     result = _Frozen(sys_t, tools_t, docs_t, sha256_hex(canonical), canonical, tuple(findings))
     _memo_put(_frozen_memo, key, result)
     return result
@@ -597,12 +684,31 @@ class Prompt:
         warnings: human-readable warnings (one per finding, plus structural notes).
     """
 
-    __slots__ = ("system", "tools", "documents", "session", "messages", "dynamic",
-                 "prefix_hash", "session_hash", "findings", "warnings", "strict", "_canonical")
+    __slots__ = (
+        "system",
+        "tools",
+        "documents",
+        "session",
+        "messages",
+        "dynamic",
+        "prefix_hash",
+        "session_hash",
+        "findings",
+        "warnings",
+        "strict",
+        "_canonical",
+    )
 
-    def __init__(self, *, frozen: _Frozen, session: _Session,
-                 messages: tuple[dict[str, Any], ...], dynamic: tuple[dict[str, Any], ...],
-                 strict: bool, notes: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        frozen: _Frozen,
+        session: _Session,
+        messages: tuple[dict[str, Any], ...],
+        dynamic: tuple[dict[str, Any], ...],
+        strict: bool,
+        notes: Sequence[str] = (),
+    ) -> None:
         self.system = frozen.system
         self.tools = frozen.tools
         self.documents = frozen.documents
@@ -639,10 +745,12 @@ class Prompt:
         }
 
     def __repr__(self) -> str:
-        return (f"Prompt(prefix_hash={self.prefix_hash[:12]}..., system={len(self.system)}, "
-                f"tools={len(self.tools)}, documents={len(self.documents)}, "
-                f"session={len(self.session)}, messages={len(self.messages)}, "
-                f"dynamic={len(self.dynamic)})")
+        return (
+            f"Prompt(prefix_hash={self.prefix_hash[:12]}..., system={len(self.system)}, "
+            f"tools={len(self.tools)}, documents={len(self.documents)}, "
+            f"session={len(self.session)}, messages={len(self.messages)}, "
+            f"dynamic={len(self.dynamic)})"
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Prompt):
@@ -653,9 +761,15 @@ class Prompt:
 
     # ---- renderers ----------------------------------------------------------------------
 
-    def to_openai(self, model: str, *, api: str = "chat", cache_key: Optional[str] = None,
-                  retention: Any = None, breakpoints: Optional[bool] = None
-                  ) -> dict[str, Any]:
+    def to_openai(
+        self,
+        model: str,
+        *,
+        api: str = "chat",
+        cache_key: str | None = None,
+        retention: Any = None,
+        breakpoints: bool | None = None,
+    ) -> dict[str, Any]:
         """Keyword arguments for ``OpenAI().chat.completions.create(**kw)`` (``api="chat"``)
         or ``OpenAI().responses.create(**kw)`` (``api="responses"``). ``retention``: ``None``
         (``"24h"`` where the model accepts it), ``"in_memory"``, ``"24h"`` or ``False`` (omit).
@@ -664,11 +778,13 @@ class Prompt:
         """
         from promptcache.providers.openai import render
 
-        return render(self, model, api=api, cache_key=cache_key, retention=retention,
-                      breakpoints=breakpoints)
+        return render(
+            self, model, api=api, cache_key=cache_key, retention=retention, breakpoints=breakpoints
+        )
 
-    def to_openai_compatible(self, model: str, *, cache_salt: Optional[str] = None,
-                             api: str = "chat") -> dict[str, Any]:
+    def to_openai_compatible(
+        self, model: str, *, cache_salt: str | None = None, api: str = "chat"
+    ) -> dict[str, Any]:
         """Keyword arguments for the ``openai`` client pointed at vLLM, SGLang or the local
         engine: plain chat messages, ``extra_body={"cache_salt": ...}`` when given.
         See :func:`promptcache.providers.openai_compatible.render`."""
@@ -676,32 +792,52 @@ class Prompt:
 
         return render(self, model, cache_salt=cache_salt, api=api)
 
-    def to_anthropic(self, model: str, *, ttl: str = "5m", max_tokens: int = 1024,
-                     mode: str = "explicit", history_ttl: str = "5m",
-                     previous_message_id: Optional[str] = None) -> dict[str, Any]:
+    def to_anthropic(
+        self,
+        model: str,
+        *,
+        ttl: str = "5m",
+        max_tokens: int = 1024,
+        mode: str = "explicit",
+        history_ttl: str = "5m",
+        previous_message_id: str | None = None,
+    ) -> dict[str, Any]:
         """Keyword arguments for ``Anthropic().messages.create(**kw)`` with cache breakpoints
         placed. See :func:`promptcache.providers.anthropic.render`."""
         from promptcache.providers.anthropic import render
 
-        return render(self, model, ttl=ttl, max_tokens=max_tokens, mode=mode,
-                      history_ttl=history_ttl, previous_message_id=previous_message_id)
+        return render(
+            self,
+            model,
+            ttl=ttl,
+            max_tokens=max_tokens,
+            mode=mode,
+            history_ttl=history_ttl,
+            previous_message_id=previous_message_id,
+        )
 
-    def to_gemini(self, model: str, *, cached_content: Optional[str] = None) -> dict[str, Any]:
+    def to_gemini(self, model: str, *, cached_content: str | None = None) -> dict[str, Any]:
         """Keyword arguments for ``genai.Client().models.generate_content(**kw)``.
         See :func:`promptcache.providers.gemini.render`."""
         from promptcache.providers.gemini import render
 
         return render(self, model, cached_content=cached_content)
 
-    def to_bedrock(self, model: str, *, ttl: Optional[str] = None) -> dict[str, Any]:
+    def to_bedrock(self, model: str, *, ttl: str | None = None) -> dict[str, Any]:
         """Keyword arguments for boto3 ``bedrock-runtime`` ``converse(**kw)`` with
         ``cachePoint`` blocks. See :func:`promptcache.providers.bedrock.render`."""
         from promptcache.providers.bedrock import render
 
         return render(self, model, ttl=ttl)
 
-    def explain(self, model: str = "claude-sonnet-4-5", *, provider: Optional[str] = None,
-                file: Any = None, **render_kwargs: Any) -> Any:
+    def explain(
+        self,
+        model: str = "claude-sonnet-4-5",
+        *,
+        provider: str | None = None,
+        file: Any = None,
+        **render_kwargs: Any,
+    ) -> Any:
         """Layers with token counts, where breakpoints went and why, what will be cached, and
         every warning; printed (to ``file``, default stdout) and returned as an
         :class:`promptcache.explain.Explanation`."""
@@ -710,9 +846,17 @@ class Prompt:
         return explain(self, model, provider=provider, file=file, **render_kwargs)
 
 
-def build(*, system: Any = None, tools: Any = None, documents: Any = None, session: Any = None,
-          messages: Any = None, dynamic: Any = None, strict: bool = False,
-          sort_tools: bool = False) -> Prompt:
+def build(
+    *,
+    system: Any = None,
+    tools: Any = None,
+    documents: Any = None,
+    session: Any = None,
+    messages: Any = None,
+    dynamic: Any = None,
+    strict: bool = False,
+    sort_tools: bool = False,
+) -> Prompt:
     """Assemble a request in cache-friendly layers (most stable first) and return a
     :class:`Prompt` to render for a provider.
 
@@ -741,9 +885,16 @@ def build(*, system: Any = None, tools: Any = None, documents: Any = None, sessi
         TypeError, ValueError: a layer has a shape this function does not accept (the message
             names the layer and index).
     """
-    return _assemble(system=system, tools=tools, documents=documents, session=session,
-                     history=_messages_layer(messages), dynamic=dynamic, strict=strict,
-                     sort_tools=sort_tools)
+    return _assemble(
+        system=system,
+        tools=tools,
+        documents=documents,
+        session=session,
+        history=_messages_layer(messages),
+        dynamic=dynamic,
+        strict=strict,
+        sort_tools=sort_tools,
+    )
 
 
 def normalize_messages(messages: Any) -> tuple[dict[str, Any], ...]:
@@ -753,18 +904,30 @@ def normalize_messages(messages: Any) -> tuple[dict[str, Any], ...]:
     return _messages_layer(messages)
 
 
-def _assemble(*, system: Any, tools: Any, documents: Any, session: Any,
-              history: tuple[dict[str, Any], ...], dynamic: Any, strict: bool,
-              sort_tools: bool) -> Prompt:
+def _assemble(
+    *,
+    system: Any,
+    tools: Any,
+    documents: Any,
+    session: Any,
+    history: tuple[dict[str, Any], ...],
+    dynamic: Any,
+    strict: bool,
+    sort_tools: bool,
+) -> Prompt:
     frozen = _frozen(system, tools, documents, bool(sort_tools))
     sess = _session(session)
     _report(frozen.findings + sess.findings, strict)
     hist = history
     dyn = _dynamic_layer(dynamic)
     notes = []
-    if isinstance(system, (list, tuple)) and any(isinstance(b, _MAPPING) and "cache_control" in b
-                                                 for b in system):
-        notes.append("cache_control markers in `system` were dropped; the renderer places "
-                     "breakpoints by its own rule")
-    return Prompt(frozen=frozen, session=sess, messages=hist, dynamic=dyn, strict=strict,
-                  notes=notes)
+    if isinstance(system, (list, tuple)) and any(
+        isinstance(b, _MAPPING) and "cache_control" in b for b in system
+    ):
+        notes.append(
+            "cache_control markers in `system` were dropped; the renderer places "
+            "breakpoints by its own rule"
+        )
+    return Prompt(
+        frozen=frozen, session=sess, messages=hist, dynamic=dyn, strict=strict, notes=notes
+    )

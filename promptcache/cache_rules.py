@@ -63,8 +63,9 @@ import hashlib
 import re
 import struct
 import time
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable, Mapping, Protocol, Sequence
+from typing import Protocol
 
 __all__ = [
     "ANTHROPIC_MAX_BREAKPOINTS",
@@ -287,9 +288,13 @@ class CacheUsage:
 
     def __post_init__(self) -> None:
         total = self.cache_read_tokens + self.cache_write_total + self.uncached_tokens
-        if total != self.prompt_tokens or min(
-            self.cache_read_tokens, self.uncached_tokens, *self.cache_write_tokens.values(), 0
-        ) < 0:
+        if (
+            total != self.prompt_tokens
+            or min(
+                self.cache_read_tokens, self.uncached_tokens, *self.cache_write_tokens.values(), 0
+            )
+            < 0
+        ):
             raise ValueError(f"inconsistent usage: {self}")
 
 
@@ -346,7 +351,12 @@ class CacheState:
         e.stamp = self._stamp
 
     def _write(
-        self, partition: Hashable, digest: bytes, length: int, ttl: float, now: float,
+        self,
+        partition: Hashable,
+        digest: bytes,
+        length: int,
+        ttl: float,
+        now: float,
         max_age: float | None = None,
     ) -> None:
         e = self._live(partition, digest, now)
@@ -370,7 +380,9 @@ class CacheState:
 # --------------------------------------------------------------------------------------
 
 
-def anthropic_min_cacheable_tokens(model: str | None, default: int = ANTHROPIC_DEFAULT_MIN_CACHEABLE_TOKENS) -> int:
+def anthropic_min_cacheable_tokens(
+    model: str | None, default: int = ANTHROPIC_DEFAULT_MIN_CACHEABLE_TOKENS
+) -> int:
     """The minimum cacheable prompt length (tokens) for an Anthropic model id such as
     ``"claude-sonnet-4-5-20250929"``, from the SDK's per-model table
     (:func:`promptcache.limits.cache_rules`, each row citing its page and date); ``default``
@@ -401,9 +413,7 @@ def check_anthropic_breakpoints(breakpoints: Sequence[Breakpoint]) -> None:
     for bp in breakpoints:
         if bp.ttl not in ANTHROPIC_TTL_SECONDS:
             where = f"{bp.param}: " if bp.param else ""
-            raise CacheRuleError(
-                f"{where}Input should be '5m' or '1h'", param=bp.param
-            )
+            raise CacheRuleError(f"{where}Input should be '5m' or '1h'", param=bp.param)
         if bp.ttl == "5m":
             seen_5m = True
         elif seen_5m:
@@ -444,7 +454,7 @@ def anthropic_usage(
     candidates: set[int] = set()
     for bp in bps:
         k = ends.index(bp.end)
-        candidates.update(ends[max(0, k - ANTHROPIC_LOOKBACK_BLOCKS + 1): k + 1])
+        candidates.update(ends[max(0, k - ANTHROPIC_LOOKBACK_BLOCKS + 1) : k + 1])
     digests = src.digests(candidates | {b.end for b in bps})
 
     read = 0
@@ -523,7 +533,8 @@ def openai_usage(
     if retention not in ("in_memory", "24h"):
         raise CacheRuleError(
             f"Invalid value for 'prompt_cache_retention': {retention!r}; expected "
-            "'in_memory' or '24h'.", param="prompt_cache_retention",
+            "'in_memory' or '24h'.",
+            param="prompt_cache_retention",
         )
     src = layout.source()
     n = src.length
@@ -537,7 +548,9 @@ def openai_usage(
             read = length
             break
     ttl = OPENAI_TTL_SECONDS[retention]
-    max_age = OPENAI_IN_MEMORY_MAX_SECONDS if retention == "in_memory" else OPENAI_TTL_SECONDS["24h"]
+    max_age = (
+        OPENAI_IN_MEMORY_MAX_SECONDS if retention == "in_memory" else OPENAI_TTL_SECONDS["24h"]
+    )
     for length in lengths:
         state._write(partition, digests[length], length, ttl, now, max_age=max_age)
     return CacheUsage(n, read, {}, n - read, writes_reported=False)
@@ -568,20 +581,24 @@ def openai_breakpoint_usage(
         )
     for t in [ttl, *(b.ttl for b in layout.breakpoints)]:
         if t not in ("30m", "12h"):
-            raise CacheRuleError(f"Invalid prompt cache ttl {t!r}; expected '30m' or '12h'.", param="ttl")
+            raise CacheRuleError(
+                f"Invalid prompt cache ttl {t!r}; expected '30m' or '12h'.", param="ttl"
+            )
     src = layout.source()
     n = src.length
     now = state.clock()
     explicit = [b for b in layout.breakpoints if 0 < b.end <= n]
     if mode == "implicit":
-        chosen = explicit[-(OPENAI_MAX_WRITTEN_BREAKPOINTS - 1):]
+        chosen = explicit[-(OPENAI_MAX_WRITTEN_BREAKPOINTS - 1) :]
         if implicit_end is not None and 0 < implicit_end <= n:
             chosen = chosen + [Breakpoint(implicit_end, ttl, "implicit")]
     else:
         chosen = explicit[-OPENAI_MAX_WRITTEN_BREAKPOINTS:]
     chosen = [b for b in chosen if b.end >= OPENAI_MIN_CACHED_TOKENS]
 
-    candidates = [L for L in state._lengths(partition, now, latest=OPENAI_MATCH_BREAKPOINTS) if L <= n]
+    candidates = [
+        L for L in state._lengths(partition, now, latest=OPENAI_MATCH_BREAKPOINTS) if L <= n
+    ]
     digests = src.digests(set(candidates) | {b.end for b in chosen})
     read = 0
     for length in reversed(candidates):

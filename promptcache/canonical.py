@@ -39,7 +39,9 @@ def _plain(value: Any, path: str = "$") -> Any:
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                raise TypeError(f"{path}: JSON object keys must be str, got {type(k).__name__} {k!r}")
+                raise TypeError(
+                    f"{path}: JSON object keys must be str, got {type(k).__name__} {k!r}"
+                )
             out[k] = _plain(v, f"{path}.{k}")
         return out
     if isinstance(value, (list, tuple)):

@@ -31,8 +31,9 @@ Token counts behind ``below-minimum`` are estimates for non-OpenAI models
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Union
+from typing import Any
 
 from promptcache.breakpoints import TTL_ORDER, text_tokens
 from promptcache.canonical import dumps_sorted
@@ -53,7 +54,7 @@ class Finding:
     severity: str
     path: str
     message: str
-    offset: Optional[int] = None
+    offset: int | None = None
 
     def __str__(self) -> str:
         at = f" (offset {self.offset})" if self.offset is not None else ""
@@ -78,8 +79,8 @@ class Drift:
 class _Block:
     path: str
     text: str
-    marker: Optional[dict[str, Any]]
-    marker_path: Optional[str]
+    marker: dict[str, Any] | None
+    marker_path: str | None
     field: str
 
 
@@ -92,8 +93,9 @@ def _loads(payload: Any) -> Any:
         except ValueError as exc:
             raise ValueError(f"payload is not valid JSON: {exc}") from exc
     if not isinstance(payload, dict):
-        raise TypeError(f"payload must be a JSON object (dict, str or bytes), got "
-                        f"{type(payload).__name__}")
+        raise TypeError(
+            f"payload must be a JSON object (dict, str or bytes), got {type(payload).__name__}"
+        )
     return payload
 
 
@@ -114,17 +116,26 @@ def _text_of(value: Any) -> str:
 
 def _anthropic_blocks(p: dict[str, Any]) -> Iterator[_Block]:
     for i, tool in enumerate(p.get("tools") or []):
-        yield _Block(f"$.tools[{i}]", _text_of(tool), (tool or {}).get("cache_control"),
-                     f"$.tools[{i}].cache_control", "tools")
+        yield _Block(
+            f"$.tools[{i}]",
+            _text_of(tool),
+            (tool or {}).get("cache_control"),
+            f"$.tools[{i}].cache_control",
+            "tools",
+        )
     system = p.get("system")
     if isinstance(system, str):
         yield _Block("$.system", system, None, None, "system")
     elif isinstance(system, list):
         for j, b in enumerate(system):
             text = b.get("text", "") if isinstance(b, dict) else str(b)
-            yield _Block(f"$.system[{j}].text" if isinstance(b, dict) else f"$.system[{j}]", text,
-                         b.get("cache_control") if isinstance(b, dict) else None,
-                         f"$.system[{j}].cache_control", "system")
+            yield _Block(
+                f"$.system[{j}].text" if isinstance(b, dict) else f"$.system[{j}]",
+                text,
+                b.get("cache_control") if isinstance(b, dict) else None,
+                f"$.system[{j}].cache_control",
+                "system",
+            )
     for m, msg in enumerate(p.get("messages") or []):
         content = msg.get("content") if isinstance(msg, dict) else None
         if isinstance(content, str):
@@ -135,26 +146,35 @@ def _anthropic_blocks(p: dict[str, Any]) -> Iterator[_Block]:
                     continue
                 path = f"$.messages[{m}].content[{b}]"
                 text = block["text"] if isinstance(block.get("text"), str) else _text_of(block)
-                yield _Block(path + (".text" if isinstance(block.get("text"), str) else ""), text,
-                             block.get("cache_control"), path + ".cache_control", "messages")
+                yield _Block(
+                    path + (".text" if isinstance(block.get("text"), str) else ""),
+                    text,
+                    block.get("cache_control"),
+                    path + ".cache_control",
+                    "messages",
+                )
 
 
 def _bedrock_blocks(p: dict[str, Any]) -> Iterator[_Block]:
     def run(items: list[Any], base: str, field: str) -> Iterator[_Block]:
-        pending: Optional[_Block] = None
+        pending: _Block | None = None
         for i, item in enumerate(items):
             if isinstance(item, dict) and "cachePoint" in item:
                 if pending is not None:
                     pending.marker = item["cachePoint"]
                     pending.marker_path = f"{base}[{i}].cachePoint"
                 else:  # a cache point with nothing before it in this list
-                    yield _Block(f"{base}[{i}]", "", item["cachePoint"], f"{base}[{i}].cachePoint",
-                                 field)
+                    yield _Block(
+                        f"{base}[{i}]", "", item["cachePoint"], f"{base}[{i}].cachePoint", field
+                    )
                 continue
             if pending is not None:
                 yield pending
-            text = item["text"] if isinstance(item, dict) and isinstance(item.get("text"), str) \
+            text = (
+                item["text"]
+                if isinstance(item, dict) and isinstance(item.get("text"), str)
                 else _text_of(item)
+            )
             pending = _Block(f"{base}[{i}]", text, None, None, field)
         if pending is not None:
             yield pending
@@ -189,9 +209,13 @@ def _openai_blocks(p: dict[str, Any]) -> Iterator[_Block]:
                     continue
                 path = f"$.{key}[{m}].content[{b}]"
                 text = part["text"] if isinstance(part.get("text"), str) else _text_of(part)
-                yield _Block(path + (".text" if isinstance(part.get("text"), str) else ""), text,
-                             part.get("prompt_cache_breakpoint"),
-                             path + ".prompt_cache_breakpoint", field)
+                yield _Block(
+                    path + (".text" if isinstance(part.get("text"), str) else ""),
+                    text,
+                    part.get("prompt_cache_breakpoint"),
+                    path + ".prompt_cache_breakpoint",
+                    field,
+                )
         for c, call in enumerate(msg.get("tool_calls") or []):
             yield _Block(f"$.{key}[{m}].tool_calls[{c}]", _text_of(call), None, None, field)
         for k in ("arguments", "output"):
@@ -202,14 +226,18 @@ def _openai_blocks(p: dict[str, Any]) -> Iterator[_Block]:
 def _gemini_blocks(p: dict[str, Any]) -> Iterator[_Block]:
     config = p.get("config") or p.get("generation_config") or {}
     si = config.get("system_instruction") or p.get("system_instruction")
-    base = "$.config.system_instruction" if config.get("system_instruction") else \
-        "$.system_instruction"
+    base = (
+        "$.config.system_instruction"
+        if config.get("system_instruction")
+        else "$.system_instruction"
+    )
     if isinstance(si, str):
         yield _Block(base, si, None, None, "system")
     elif isinstance(si, dict):
         for j, part in enumerate(si.get("parts") or []):
-            yield _Block(f"{base}.parts[{j}].text", (part or {}).get("text", ""), None, None,
-                         "system")
+            yield _Block(
+                f"{base}.parts[{j}].text", (part or {}).get("text", ""), None, None, "system"
+            )
     for i, tool in enumerate(config.get("tools") or []):
         yield _Block(f"$.config.tools[{i}]", _text_of(tool), None, None, "tools")
     for m, c in enumerate(p.get("contents") or []):
@@ -218,8 +246,13 @@ def _gemini_blocks(p: dict[str, Any]) -> Iterator[_Block]:
             yield _Block(f"$.contents[{m}].parts[{j}]", text, None, None, "messages")
 
 
-_WALKERS = {"anthropic": _anthropic_blocks, "bedrock": _bedrock_blocks, "openai": _openai_blocks,
-            "openai_compatible": _openai_blocks, "gemini": _gemini_blocks}
+_WALKERS = {
+    "anthropic": _anthropic_blocks,
+    "bedrock": _bedrock_blocks,
+    "openai": _openai_blocks,
+    "openai_compatible": _openai_blocks,
+    "gemini": _gemini_blocks,
+}
 
 
 def _ttl(provider: str, marker: dict[str, Any]) -> str:
@@ -233,7 +266,7 @@ def _ttl(provider: str, marker: dict[str, Any]) -> str:
 
 
 def _canonical_findings(p: dict[str, Any], provider: str) -> Iterator[Finding]:
-    def unsorted_path(value: Any, path: str) -> Optional[str]:
+    def unsorted_path(value: Any, path: str) -> str | None:
         if isinstance(value, dict):
             keys = list(value)
             if keys != sorted(keys):
@@ -255,28 +288,47 @@ def _canonical_findings(p: dict[str, Any], provider: str) -> Iterator[Finding]:
         except ValueError:
             return
         if s != dumps_sorted(parsed):
-            yield Finding("non-canonical-json", "warning", path,
-                          "tool-call arguments are not canonical JSON (keys sorted, separators "
-                          "',' ':'); if they are re-serialized per request the prefix changes: "
-                          f"use {dumps_sorted(parsed)[:60]!r}")
+            yield Finding(
+                "non-canonical-json",
+                "warning",
+                path,
+                "tool-call arguments are not canonical JSON (keys sorted, separators "
+                "',' ':'); if they are re-serialized per request the prefix changes: "
+                f"use {dumps_sorted(parsed)[:60]!r}",
+            )
 
     if provider in ("anthropic",):
         for m, msg in enumerate(p.get("messages") or []):
-            for b, block in enumerate((msg or {}).get("content") or []
-                                      if isinstance((msg or {}).get("content"), list) else []):
+            for b, block in enumerate(
+                (msg or {}).get("content") or []
+                if isinstance((msg or {}).get("content"), list)
+                else []
+            ):
                 if isinstance(block, dict) and block.get("type") == "tool_use":
                     bad = unsorted_path(block.get("input"), f"$.messages[{m}].content[{b}].input")
                     if bad:
-                        yield Finding("non-canonical-json", "warning", bad,
-                                      "tool_use input keys are not sorted: build them with sorted "
-                                      "keys so the history serializes identically every time")
+                        yield Finding(
+                            "non-canonical-json",
+                            "warning",
+                            bad,
+                            "tool_use input keys are not sorted: build them with sorted "
+                            "keys so the history serializes identically every time",
+                        )
         for i, tool in enumerate(p.get("tools") or []):
-            bad = unsorted_path(_without(tool, "cache_control").get("input_schema")
-                                if isinstance(tool, dict) else None, f"$.tools[{i}].input_schema")
+            bad = unsorted_path(
+                _without(tool, "cache_control").get("input_schema")
+                if isinstance(tool, dict)
+                else None,
+                f"$.tools[{i}].input_schema",
+            )
             if bad:
-                yield Finding("non-canonical-json", "warning", bad,
-                              "tool schema keys are not sorted: if the schema is rebuilt per "
-                              "request in another order the whole cache misses")
+                yield Finding(
+                    "non-canonical-json",
+                    "warning",
+                    bad,
+                    "tool schema keys are not sorted: if the schema is rebuilt per "
+                    "request in another order the whole cache misses",
+                )
     elif provider in ("openai", "openai_compatible"):
         key = "messages" if "messages" in p else "input"
         for m, msg in enumerate(p.get(key) or [] if isinstance(p.get(key), list) else []):
@@ -289,17 +341,29 @@ def _canonical_findings(p: dict[str, Any], provider: str) -> Iterator[Finding]:
             if msg.get("type") == "function_call" and isinstance(msg.get("arguments"), str):
                 yield from args_string(msg["arguments"], f"$.{key}[{m}].arguments")
         for i, tool in enumerate(p.get("tools") or []):
-            schema = ((tool or {}).get("function") or {}).get("parameters") \
-                if isinstance(tool, dict) and "function" in tool else (tool or {}).get("parameters")
+            schema = (
+                ((tool or {}).get("function") or {}).get("parameters")
+                if isinstance(tool, dict) and "function" in tool
+                else (tool or {}).get("parameters")
+            )
             bad = unsorted_path(schema, f"$.tools[{i}].parameters")
             if bad:
-                yield Finding("non-canonical-json", "warning", bad,
-                              "tool schema keys are not sorted: if the schema is rebuilt per "
-                              "request in another order the whole cache misses")
+                yield Finding(
+                    "non-canonical-json",
+                    "warning",
+                    bad,
+                    "tool schema keys are not sorted: if the schema is rebuilt per "
+                    "request in another order the whole cache misses",
+                )
 
 
-def check(payload: Union[dict[str, Any], str, bytes], provider: str = "anthropic", *,
-          model: Optional[str] = None, previous: Any = None) -> list[Finding]:
+def check(
+    payload: dict[str, Any] | str | bytes,
+    provider: str = "anthropic",
+    *,
+    model: str | None = None,
+    previous: Any = None,
+) -> list[Finding]:
     """Check one request body against ``provider``'s prompt-cache rules.
 
     Args:
@@ -329,30 +393,50 @@ def check(payload: Union[dict[str, Any], str, bytes], provider: str = "anthropic
 
     from promptcache.limits import cache_rules
 
-    rules = cache_rules(str(model), "bedrock" if provider == "bedrock" else
-                        "openai" if provider in ("openai", "openai_compatible") and
-                        str(model).lower().startswith(("gpt", "o1", "o3", "o4", "chatgpt"))
-                        else provider if provider != "openai_compatible" else "local")
+    rules = cache_rules(
+        str(model),
+        "bedrock"
+        if provider == "bedrock"
+        else "openai"
+        if provider in ("openai", "openai_compatible")
+        and str(model).lower().startswith(("gpt", "o1", "o3", "o4", "chatgpt"))
+        else provider
+        if provider != "openai_compatible"
+        else "local",
+    )
     limit = rules.max_breakpoints if rules.max_breakpoints else 4
     if len(markers) > limit:
         over = markers[limit]
-        findings.append(Finding("too-many-breakpoints", "error", over.marker_path or over.path,
-                                f"{len(markers)} cache breakpoints; at most {limit} are allowed "
-                                f"(counted in tools -> system -> messages order, this is number "
-                                f"{limit + 1})"))
+        findings.append(
+            Finding(
+                "too-many-breakpoints",
+                "error",
+                over.marker_path or over.path,
+                f"{len(markers)} cache breakpoints; at most {limit} are allowed "
+                f"(counted in tools -> system -> messages order, this is number "
+                f"{limit + 1})",
+            )
+        )
     # TTL order: no breakpoint may outlive an earlier one
-    shortest: Optional[tuple[int, str]] = None
+    shortest: tuple[int, str] | None = None
     for b in markers:
         t = _ttl(provider, b.marker)  # type: ignore[arg-type]
         rank = TTL_ORDER.get(t)
         if rank is None:
-            findings.append(Finding("ttl-order", "error", b.marker_path or b.path,
-                                    f"unknown cache TTL {t!r}"))
+            findings.append(
+                Finding("ttl-order", "error", b.marker_path or b.path, f"unknown cache TTL {t!r}")
+            )
             continue
         if shortest is not None and rank > shortest[0]:
-            findings.append(Finding("ttl-order", "error", b.marker_path or b.path,
-                                    f"a {t} breakpoint after a {shortest[1]} one: longer-lived "
-                                    "breakpoints must come first (tools -> system -> messages)"))
+            findings.append(
+                Finding(
+                    "ttl-order",
+                    "error",
+                    b.marker_path or b.path,
+                    f"a {t} breakpoint after a {shortest[1]} one: longer-lived "
+                    "breakpoints must come first (tools -> system -> messages)",
+                )
+            )
         if shortest is None or rank < shortest[0]:
             shortest = (rank, t)
     # minimum cacheable length
@@ -363,14 +447,26 @@ def check(payload: Union[dict[str, Any], str, bytes], provider: str = "anthropic
         if b.marker is None:
             continue
         if rules.min_tokens and cum < rules.min_tokens:
-            findings.append(Finding("below-minimum", "warning", b.marker_path or b.path,
-                                    f"the prefix up to this breakpoint is about {cum} tokens, under "
-                                    f"the minimum of {rules.min_tokens} for {model or 'this model'}"
-                                    " -- it caches nothing"))
+            findings.append(
+                Finding(
+                    "below-minimum",
+                    "warning",
+                    b.marker_path or b.path,
+                    f"the prefix up to this breakpoint is about {cum} tokens, under "
+                    f"the minimum of {rules.min_tokens} for {model or 'this model'}"
+                    " -- it caches nothing",
+                )
+            )
         elif rules.min_per_segment and cum - prev_cum < rules.min_tokens:
-            findings.append(Finding("segment-below-minimum", "warning", b.marker_path or b.path,
-                                    f"only about {cum - prev_cum} tokens since the previous "
-                                    f"checkpoint; Bedrock needs {rules.min_tokens} per checkpoint"))
+            findings.append(
+                Finding(
+                    "segment-below-minimum",
+                    "warning",
+                    b.marker_path or b.path,
+                    f"only about {cum - prev_cum} tokens since the previous "
+                    f"checkpoint; Bedrock needs {rules.min_tokens} per checkpoint",
+                )
+            )
         prev_cum = cum
     # volatile values ahead of the cached prefix
     if markers and not automatic:
@@ -380,21 +476,40 @@ def check(payload: Union[dict[str, Any], str, bytes], provider: str = "anthropic
         region = [b for b in blocks if b.field in ("tools", "system")]
     for b in region:
         for m in find_volatile(b.text):
-            findings.append(Finding("volatile-in-prefix", "warning", b.path,
-                                    f"{m.kind} {m.text!r} in the cached prefix changes it on every "
-                                    "request; move it after the last breakpoint (the dynamic part)",
-                                    offset=m.start))
+            findings.append(
+                Finding(
+                    "volatile-in-prefix",
+                    "warning",
+                    b.path,
+                    f"{m.kind} {m.text!r} in the cached prefix changes it on every "
+                    "request; move it after the last breakpoint (the dynamic part)",
+                    offset=m.start,
+                )
+            )
     findings.extend(_canonical_findings(p, provider))
     if provider in ("anthropic", "bedrock") and not markers and not automatic:
-        findings.append(Finding("no-breakpoints", "info", "$",
-                                "no cache marker: this request reads and writes no prompt cache"))
+        findings.append(
+            Finding(
+                "no-breakpoints",
+                "info",
+                "$",
+                "no cache marker: this request reads and writes no prompt cache",
+            )
+        )
     if previous is not None:
         drift = diff_requests(previous, p, provider)
         if drift is not None:
-            findings.append(Finding("prefix-drift", "info", drift.path,
-                                    f"the prefix differs from the previous request here "
-                                    f"(after {drift.char_offset} shared characters): "
-                                    f"{drift.before!r} -> {drift.after!r}", offset=drift.offset))
+            findings.append(
+                Finding(
+                    "prefix-drift",
+                    "info",
+                    drift.path,
+                    f"the prefix differs from the previous request here "
+                    f"(after {drift.char_offset} shared characters): "
+                    f"{drift.before!r} -> {drift.after!r}",
+                    offset=drift.offset,
+                )
+            )
     return findings
 
 
@@ -409,7 +524,7 @@ def _prefix_leaves(p: dict[str, Any], provider: str) -> list[tuple[str, str]]:
     return leaves
 
 
-def diff_requests(previous: Any, current: Any, provider: str = "anthropic") -> Optional[Drift]:
+def diff_requests(previous: Any, current: Any, provider: str = "anthropic") -> Drift | None:
     """The first place where ``current`` stops sharing ``previous``'s prefix, walking both in
     the provider's cache order (model, tools, system, messages) and ignoring cache markers.
     Returns ``None`` when ``current`` only appends to ``previous`` (a clean continuation).
@@ -430,8 +545,13 @@ def diff_requests(previous: Any, current: Any, provider: str = "anthropic") -> O
             n = min(len(ta), len(tb))
             while off < n and ta[off] == tb[off]:
                 off += 1
-            return Drift(pb, off, chars + off, ta[max(0, off - 10): off + 30],
-                         tb[max(0, off - 10): off + 30])
+            return Drift(
+                pb,
+                off,
+                chars + off,
+                ta[max(0, off - 10) : off + 30],
+                tb[max(0, off - 10) : off + 30],
+            )
         chars += len(ta)
     if len(b) < len(a):
         pa, ta = a[len(b)]

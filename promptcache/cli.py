@@ -18,9 +18,18 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "lint": ("linters.cli", "check Python code for patterns that bust prompt caches"),
     "report": ("promptcache.report", "summarize the ledger: hit rate, cost and saving"),
     "simulate": ("promptcache.simulate", "replay a request trace under a provider's cache rules"),
-    "serve": ("local_engine.server.cli", "start the local engine's OpenAI/Anthropic-compatible server"),
-    "demo": ("promptcache.demo", "run the naive vs promptcache.build workload against the local engine"),
-    "kv-plan": ("local_engine.kv_plan", "KV-cache capacity planning for a model, context and batch"),
+    "serve": (
+        "local_engine.server.cli",
+        "start the local engine's OpenAI/Anthropic-compatible server",
+    ),
+    "demo": (
+        "promptcache.demo",
+        "run the naive vs promptcache.build workload against the local engine",
+    ),
+    "kv-plan": (
+        "local_engine.kv_plan",
+        "KV-cache capacity planning for a model, context and batch",
+    ),
 }
 
 

@@ -108,8 +108,11 @@ def request_prefix_hash(api: str, body: dict[str, Any]) -> str | None:
 
 def _decoder_for(response: Any) -> Callable[[bytes], bytes]:
     """A fresh decoder for the response's Content-Encoding (gzip/deflate/br/zstd)."""
-    codings = [c.strip().lower() for c in response.headers.get("content-encoding", "").split(",")
-               if c.strip() and c.strip().lower() != "identity"]
+    codings = [
+        c.strip().lower()
+        for c in response.headers.get("content-encoding", "").split(",")
+        if c.strip() and c.strip().lower() != "identity"
+    ]
     if not codings:
         return lambda b: b
     root = type(response).__module__.split(".")[0]
@@ -121,13 +124,14 @@ def _decoder_for(response: Any) -> Callable[[bytes], bytes]:
         objs = []
         for c in reversed(codings):
             if c not in ("gzip", "deflate"):
-                raise ValueError(f"cannot decode Content-Encoding {c!r} for tracking")
+                raise ValueError(f"cannot decode Content-Encoding {c!r} for tracking") from None
             objs.append(zlib.decompressobj(16 + zlib.MAX_WBITS if c == "gzip" else zlib.MAX_WBITS))
 
         def dec(b: bytes) -> bytes:
             for o in objs:
                 b = o.decompress(b)
             return b
+
         return dec
 
 
@@ -140,8 +144,21 @@ def _chain(decoders: list[Any], data: bytes) -> bytes:
 class _Call:
     """What is known about one tracked HTTP exchange."""
 
-    __slots__ = ("api", "body", "t0", "t_first", "t_end", "stream", "events", "buf", "sse_buf",
-                 "decode", "done", "status", "lock")
+    __slots__ = (
+        "api",
+        "body",
+        "t0",
+        "t_first",
+        "t_end",
+        "stream",
+        "events",
+        "buf",
+        "sse_buf",
+        "decode",
+        "done",
+        "status",
+        "lock",
+    )
 
     def __init__(self, api: str, body: dict[str, Any], t0: float) -> None:
         self.api, self.body, self.t0 = api, body, t0
@@ -166,8 +183,12 @@ def _is_output_event(api: str, ev: dict[str, Any]) -> bool:
         return isinstance(kind, str) and kind.endswith(".delta")
     for choice in ev.get("choices") or []:
         delta = choice.get("delta") or {}
-        if delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content") \
-                or choice.get("text"):
+        if (
+            delta.get("content")
+            or delta.get("tool_calls")
+            or delta.get("reasoning_content")
+            or choice.get("text")
+        ):
             return True
     return False
 
@@ -175,9 +196,16 @@ def _is_output_event(api: str, ev: dict[str, Any]) -> bool:
 class _Recorder:
     """Shared state of one wrapped client: turns observed exchanges into ledger records."""
 
-    def __init__(self, sdk: str, base_host: str, tracker: Any, provider: str | None,
-                 price: Price | None, callbacks: Sequence[Callable[..., Any]],
-                 metadata: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        sdk: str,
+        base_host: str,
+        tracker: Any,
+        provider: str | None,
+        price: Price | None,
+        callbacks: Sequence[Callable[..., Any]],
+        metadata: dict[str, Any] | None,
+    ) -> None:
         self.sdk = sdk
         self.provider = provider or provider_for_host(base_host, sdk)
         self._tracker = tracker
@@ -204,8 +232,9 @@ class _Recorder:
     def on_request(self, request: Any) -> None:
         try:
             path = request.url.path.rstrip("/")
-            api = next((name for suffix, name in _TRACKED_PATHS.items()
-                        if path.endswith(suffix)), None)
+            api = next(
+                (name for suffix, name in _TRACKED_PATHS.items() if path.endswith(suffix)), None
+            )
             if api is None or request.method != "POST":
                 return
             if api == "completions" and path.endswith("/chat/completions"):
@@ -240,7 +269,9 @@ class _Recorder:
             call.decode = _decoder_for(response)
             root = importlib.import_module(type(response).__module__.split(".")[0])
             inner = response.stream
-            if isinstance(inner, root.AsyncByteStream) and not isinstance(inner, root.SyncByteStream):
+            if isinstance(inner, root.AsyncByteStream) and not isinstance(
+                inner, root.SyncByteStream
+            ):
                 response.stream = _make_async_stream(root, inner, self, call)
             else:
                 response.stream = _make_sync_stream(root, inner, self, call)
@@ -263,8 +294,9 @@ class _Recorder:
             call.done = True  # stop tracking this call, keep serving the caller
 
     def _event(self, call: _Call, block: str) -> None:
-        data = "\n".join(line[5:].lstrip(" ") for line in block.split("\n")
-                         if line.startswith("data:"))
+        data = "\n".join(
+            line[5:].lstrip(" ") for line in block.split("\n") if line.startswith("data:")
+        )
         if not data or data.strip() == "[DONE]":
             return
         try:
@@ -299,8 +331,11 @@ class _Recorder:
             log.exception("promptcache: could not record a call in the ledger")
 
     def _record(self, call: _Call, payload: Any) -> None:
-        fmt = "anthropic" if call.api == "messages" else (
-            "openai" if self.provider in ("openai", "azure_openai") else "openai_compatible")
+        fmt = (
+            "anthropic"
+            if call.api == "messages"
+            else ("openai" if self.provider in ("openai", "azure_openai") else "openai_compatible")
+        )
         if fmt == "openai_compatible" and self.provider == "deepseek":
             fmt = "deepseek"
         try:
@@ -313,9 +348,17 @@ class _Recorder:
         latency_ms = (call.t_end - call.t0) * 1000.0
         ttft_ms = None if call.t_first is None else (call.t_first - call.t0) * 1000.0
         prefix_hash = request_prefix_hash(call.api, call.body)
-        fields = dict(model=model, provider=self.provider, api=call.api,
-                      prefix_hash=prefix_hash, latency_ms=latency_ms, ttft_ms=ttft_ms,
-                      stream=call.stream, metadata=self.metadata or None, price=self.price)
+        fields = dict(
+            model=model,
+            provider=self.provider,
+            api=call.api,
+            prefix_hash=prefix_hash,
+            latency_ms=latency_ms,
+            ttft_ms=ttft_ms,
+            stream=call.stream,
+            metadata=self.metadata or None,
+            price=self.price,
+        )
         if getattr(self.tracker, "store_prompts", False):
             fields["prompt"] = json.dumps(call.body, ensure_ascii=False)
         self.tracker.record(usage, **fields)
@@ -362,9 +405,15 @@ def _make_async_stream(root: Any, inner: Any, rec: _Recorder, call: _Call) -> An
     return TrackingAsyncStream()
 
 
-def wrap(client: Any, tracker: Any = None, *, provider: str | None = None,
-         price: Price | None = None, callbacks: Sequence[Callable[..., Any]] = (),
-         metadata: dict[str, Any] | None = None) -> Any:
+def wrap(
+    client: Any,
+    tracker: Any = None,
+    *,
+    provider: str | None = None,
+    price: Price | None = None,
+    callbacks: Sequence[Callable[..., Any]] = (),
+    metadata: dict[str, Any] | None = None,
+) -> Any:
     """Record every completion call ``client`` makes; returns the same ``client``.
 
     ``client``: ``openai.OpenAI``/``AsyncOpenAI`` or ``anthropic.Anthropic``/
@@ -384,8 +433,10 @@ def wrap(client: Any, tracker: Any = None, *, provider: str | None = None,
     http = getattr(client, "_client", None)
     hooks = getattr(http, "event_hooks", None)
     if not isinstance(hooks, dict):
-        raise TypeError(f"promptcache.wrap() takes an openai or anthropic client, got "
-                        f"{type(client).__module__}.{type(client).__name__}")
+        raise TypeError(
+            f"promptcache.wrap() takes an openai or anthropic client, got "
+            f"{type(client).__module__}.{type(client).__name__}"
+        )
     if getattr(http, _MARK, None) is not None:
         return client
     sdk = type(client).__module__.split(".")[0]
@@ -393,21 +444,23 @@ def wrap(client: Any, tracker: Any = None, *, provider: str | None = None,
     rec = _Recorder(sdk, host, tracker, provider, price, callbacks, metadata)
     is_async = inspect.iscoroutinefunction(getattr(http, "send", None))
     if is_async:
+
         async def on_request(request: Any) -> None:
             rec.on_request(request)
 
         async def on_response(response: Any) -> None:
             rec.on_response(response)
     else:
+
         def on_request(request: Any) -> None:
             rec.on_request(request)
 
         def on_response(response: Any) -> None:
             rec.on_response(response)
+
     hooks = http.event_hooks
     hooks.setdefault("request", []).append(on_request)
     hooks.setdefault("response", []).append(on_response)
     http.event_hooks = hooks
     setattr(http, _MARK, rec)
     return client
-

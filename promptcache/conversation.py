@@ -11,14 +11,15 @@ the summary lives in the semi-stable session layer, after them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from promptcache.breakpoints import block_tokens
 from promptcache.build import Prompt, _assemble, _session, normalize_messages
 
 __all__ = ["Conversation", "Summarizer", "SUMMARY_HEADER"]
 
-Summarizer = Callable[[list, Optional[str]], str]
+Summarizer = Callable[[list, str | None], str]
 SUMMARY_HEADER = "Summary of the conversation so far:"
 
 
@@ -45,11 +46,21 @@ class Conversation:
         ValueError: a threshold without a summarizer, or a non-positive threshold.
     """
 
-    def __init__(self, *, system: Any = None, tools: Any = None, documents: Any = None,
-                 session: Any = None, summarizer: Optional[Summarizer] = None,
-                 max_history_tokens: Optional[int] = None, max_turns: Optional[int] = None,
-                 keep_last_turns: int = 0, model: Optional[str] = None, strict: bool = False,
-                 sort_tools: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        system: Any = None,
+        tools: Any = None,
+        documents: Any = None,
+        session: Any = None,
+        summarizer: Summarizer | None = None,
+        max_history_tokens: int | None = None,
+        max_turns: int | None = None,
+        keep_last_turns: int = 0,
+        model: str | None = None,
+        strict: bool = False,
+        sort_tools: bool = False,
+    ) -> None:
         if (max_history_tokens is not None or max_turns is not None) and summarizer is None:
             raise ValueError("a max_history_tokens / max_turns threshold needs a summarizer")
         for name, v in (("max_history_tokens", max_history_tokens), ("max_turns", max_turns)):
@@ -57,15 +68,16 @@ class Conversation:
                 raise ValueError(f"{name} must be at least 1, got {v!r}")
         if keep_last_turns < 0:
             raise ValueError(f"keep_last_turns must be >= 0, got {keep_last_turns!r}")
-        self._frozen_args = dict(system=system, tools=tools, documents=documents,
-                                 strict=strict, sort_tools=sort_tools)
+        self._frozen_args = dict(
+            system=system, tools=tools, documents=documents, strict=strict, sort_tools=sort_tools
+        )
         self._session_texts = list(_session(session).texts)
         self.summarizer = summarizer
         self.max_history_tokens = max_history_tokens
         self.max_turns = max_turns
         self.keep_last_turns = keep_last_turns
         self.model = model
-        self.summary: Optional[str] = None
+        self.summary: str | None = None
         self.compactions = 0
         self._raw: list[Any] = []
         self._raw_end: list[int] = []  # len(self._neutral) after each raw message
@@ -75,18 +87,24 @@ class Conversation:
 
     # ---- history ----------------------------------------------------------------------
 
-    def append(self, *messages: Any) -> "Conversation":
+    def append(self, *messages: Any) -> Conversation:
         """Append messages (OpenAI chat, OpenAI Responses or Anthropic form) to the history.
         Each is normalized once; earlier ones are not touched. Returns ``self``."""
         for msg in messages:
             neutral = normalize_messages([msg])
-            if (len(neutral) == 1 and self._neutral and neutral[0]["role"] == "user"
-                    and all(b["type"] == "tool_result" for b in neutral[0]["content"])
-                    and self._neutral[-1]["role"] == "user"
-                    and all(b["type"] == "tool_result" for b in self._neutral[-1]["content"])):
+            if (
+                len(neutral) == 1
+                and self._neutral
+                and neutral[0]["role"] == "user"
+                and all(b["type"] == "tool_result" for b in neutral[0]["content"])
+                and self._neutral[-1]["role"] == "user"
+                and all(b["type"] == "tool_result" for b in self._neutral[-1]["content"])
+            ):
                 # consecutive tool results belong to one turn (as build() merges them)
-                self._neutral[-1] = {**self._neutral[-1],
-                                     "content": self._neutral[-1]["content"] + neutral[0]["content"]}
+                self._neutral[-1] = {
+                    **self._neutral[-1],
+                    "content": self._neutral[-1]["content"] + neutral[0]["content"],
+                }
                 self._tokens[-1] += sum(block_tokens(b, self.model) for b in neutral[0]["content"])
             else:
                 for n in neutral:
@@ -118,9 +136,9 @@ class Conversation:
 
     def needs_compaction(self) -> bool:
         """Whether a threshold is exceeded."""
-        return ((self.max_history_tokens is not None
-                 and self.history_tokens > self.max_history_tokens)
-                or (self.max_turns is not None and self.turns > self.max_turns))
+        return (
+            self.max_history_tokens is not None and self.history_tokens > self.max_history_tokens
+        ) or (self.max_turns is not None and self.turns > self.max_turns)
 
     # ---- commit and clear -------------------------------------------------------------
 
@@ -146,7 +164,7 @@ class Conversation:
         self.summary = summary.strip()
         self._neutral = self._neutral[cut:]
         self._tokens = self._tokens[cut:]
-        self._raw_end = [e - cut for e in self._raw_end[len(retired_raw):]]
+        self._raw_end = [e - cut for e in self._raw_end[len(retired_raw) :]]
         self._raw = list(kept_raw)
         self._session_arg = self._session_texts + [f"{SUMMARY_HEADER}\n{self.summary}"]
         self.compactions += 1
@@ -175,16 +193,22 @@ class Conversation:
         exceeded."""
         if self.needs_compaction():
             self.compact()
-        return _assemble(system=self._frozen_args["system"], tools=self._frozen_args["tools"],
-                         documents=self._frozen_args["documents"], session=self._session_arg,
-                         history=tuple(self._neutral), dynamic=dynamic,
-                         strict=self._frozen_args["strict"],
-                         sort_tools=self._frozen_args["sort_tools"])
+        return _assemble(
+            system=self._frozen_args["system"],
+            tools=self._frozen_args["tools"],
+            documents=self._frozen_args["documents"],
+            session=self._session_arg,
+            history=tuple(self._neutral),
+            dynamic=dynamic,
+            strict=self._frozen_args["strict"],
+            sort_tools=self._frozen_args["sort_tools"],
+        )
 
     def __len__(self) -> int:
         return len(self._neutral)
 
     def __repr__(self) -> str:
-        return (f"Conversation(messages={len(self._neutral)}, turns={self.turns}, "
-                f"history_tokens~{self.history_tokens}, compactions={self.compactions})")
-
+        return (
+            f"Conversation(messages={len(self._neutral)}, turns={self.turns}, "
+            f"history_tokens~{self.history_tokens}, compactions={self.compactions})"
+        )

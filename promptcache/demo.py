@@ -29,9 +29,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Callable, Optional
+from typing import Any
 
 from promptcache.demo_workload import QUESTIONS, SYSTEM_PROMPT, TOOLS
 
@@ -40,18 +41,36 @@ DEFAULT_PRICE_MODEL = "gpt-4.1"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``promptcache demo``."""
-    parser.add_argument("--requests", type=int, default=10,
-                        help="requests per run (default 10, at least 2)")
-    parser.add_argument("--max-tokens", type=int, default=8,
-                        help="output tokens per request (default 8: the demo is about the prompt)")
-    parser.add_argument("--model", default=None,
-                        help="model for the engine (default: the embedded SmolLM2-135M-Instruct)")
-    parser.add_argument("--db", default=None,
-                        help="ledger path (default: the Tracker's default under your data directory)")
-    parser.add_argument("--price-model", default=DEFAULT_PRICE_MODEL,
-                        help=f"hosted model whose prices value the traffic (default {DEFAULT_PRICE_MODEL})")
-    parser.add_argument("--startup-timeout", type=float, default=180.0,
-                        help="seconds to wait for the engine's /health (default 180)")
+    parser.add_argument(
+        "--requests", type=int, default=10, help="requests per run (default 10, at least 2)"
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=8,
+        help="output tokens per request (default 8: the demo is about the prompt)",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="model for the engine (default: the embedded SmolLM2-135M-Instruct)",
+    )
+    parser.add_argument(
+        "--db",
+        default=None,
+        help="ledger path (default: the Tracker's default under your data directory)",
+    )
+    parser.add_argument(
+        "--price-model",
+        default=DEFAULT_PRICE_MODEL,
+        help=f"hosted model whose prices value the traffic (default {DEFAULT_PRICE_MODEL})",
+    )
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=180.0,
+        help="seconds to wait for the engine's /health (default 180)",
+    )
 
 
 @dataclass
@@ -84,7 +103,7 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
-def start_engine(model: Optional[str], timeout: float) -> tuple[subprocess.Popen, str, str]:
+def start_engine(model: str | None, timeout: float) -> tuple[subprocess.Popen, str, str]:
     """Start ``promptcache serve`` on a free loopback port and wait for ``/health``.
 
     Returns (process, base_url, log_path). Raises RuntimeError with the server's last log
@@ -112,7 +131,9 @@ def start_engine(model: Optional[str], timeout: float) -> tuple[subprocess.Popen
             pass
         if time.monotonic() - t0 > timeout:
             proc.terminate()
-            raise RuntimeError(f"the engine was not healthy after {timeout:.0f}s:\n{_tail(log_path)}")
+            raise RuntimeError(
+                f"the engine was not healthy after {timeout:.0f}s:\n{_tail(log_path)}"
+            )
         dots += 1
         if dots % 10 == 0:
             _say(f"  ... loading the model ({time.monotonic() - t0:.0f}s)")
@@ -170,8 +191,9 @@ def built_request(question: str, model: str) -> dict[str, Any]:
     return prompt.to_openai(model)
 
 
-def play(name: str, make: Callable[[str], dict[str, Any]], client: Any, n: int,
-         max_tokens: int) -> RunStats:
+def play(
+    name: str, make: Callable[[str], dict[str, Any]], client: Any, n: int, max_tokens: int
+) -> RunStats:
     """Send ``n`` streaming chat requests built by ``make(question)``; measure each."""
     stats = RunStats(name)
     for i in range(n):
@@ -181,7 +203,10 @@ def play(name: str, make: Callable[[str], dict[str, Any]], client: Any, n: int,
         ttft = None
         usage = None
         stream = client.chat.completions.create(
-            **kwargs, max_tokens=max_tokens, temperature=0.0, stream=True,
+            **kwargs,
+            max_tokens=max_tokens,
+            temperature=0.0,
+            stream=True,
             stream_options={"include_usage": True},
         )
         for chunk in stream:
@@ -192,19 +217,23 @@ def play(name: str, make: Callable[[str], dict[str, Any]], client: Any, n: int,
         if ttft is None:  # no text at all (e.g. immediate stop): first chunk time is all we have
             ttft = time.perf_counter() - t0
         if usage is None:
-            raise RuntimeError("the server sent no usage chunk despite stream_options.include_usage")
+            raise RuntimeError(
+                "the server sent no usage chunk despite stream_options.include_usage"
+            )
         details = usage.prompt_tokens_details
         cached = (details.cached_tokens or 0) if details is not None else 0
         stats.prompt_tokens.append(usage.prompt_tokens)
         stats.cached_tokens.append(cached)
         stats.output_tokens.append(usage.completion_tokens)
         stats.ttft_s.append(ttft)
-        _say(f"  [{name} {i + 1:2d}/{n}] prompt {usage.prompt_tokens:5d} tok, "
-             f"cached {cached:5d}, TTFT {ttft * 1000:7.0f} ms")
+        _say(
+            f"  [{name} {i + 1:2d}/{n}] prompt {usage.prompt_tokens:5d} tok, "
+            f"cached {cached:5d}, TTFT {ttft * 1000:7.0f} ms"
+        )
     return stats
 
 
-def _traffic_cost(stats: RunStats, price_model: str) -> Optional[Decimal]:
+def _traffic_cost(stats: RunStats, price_model: str) -> Decimal | None:
     """USD the same token counts would cost at ``price_model``'s bundled prices, cache reads
     at the cache-read price (OpenAI-style usage: prompt tokens include cached ones)."""
     try:
@@ -213,8 +242,14 @@ def _traffic_cost(stats: RunStats, price_model: str) -> Optional[Decimal]:
         total = Decimal(0)
         for p, c, o in zip(stats.prompt_tokens, stats.cached_tokens, stats.output_tokens):
             usage = promptcache.normalize_usage(
-                "openai", {"prompt_tokens": p, "completion_tokens": o, "total_tokens": p + o,
-                           "prompt_tokens_details": {"cached_tokens": c}})
+                "openai",
+                {
+                    "prompt_tokens": p,
+                    "completion_tokens": o,
+                    "total_tokens": p + o,
+                    "prompt_tokens_details": {"cached_tokens": c},
+                },
+            )
             total += promptcache.cost(usage, model=price_model).total
         return total
     except Exception as exc:  # pricing is a nice-to-have in the demo; say why it is missing
@@ -225,11 +260,13 @@ def _traffic_cost(stats: RunStats, price_model: str) -> Optional[Decimal]:
 def print_table(naive: RunStats, built: RunStats, price_model: str) -> None:
     """Print the side-by-side table (tokens, hit rate, median TTFT in ms, cost in USD at
     ``price_model``'s bundled prices) and the ratios."""
-    rows = [("requests", lambda s: f"{len(s.prompt_tokens)}"),
-            ("prompt tokens", lambda s: f"{sum(s.prompt_tokens):,}"),
-            ("cached tokens", lambda s: f"{sum(s.cached_tokens):,}"),
-            ("hit rate", lambda s: f"{s.hit_rate:.2f}"),
-            ("median TTFT (ms)", lambda s: f"{s.median_ttft * 1000:.0f}")]
+    rows = [
+        ("requests", lambda s: f"{len(s.prompt_tokens)}"),
+        ("prompt tokens", lambda s: f"{sum(s.prompt_tokens):,}"),
+        ("cached tokens", lambda s: f"{sum(s.cached_tokens):,}"),
+        ("hit rate", lambda s: f"{s.hit_rate:.2f}"),
+        ("median TTFT (ms)", lambda s: f"{s.median_ttft * 1000:.0f}"),
+    ]
     costs = {s.name: _traffic_cost(s, price_model) for s in (naive, built)}
     if all(v is not None for v in costs.values()):
         rows.append((f"cost at {price_model} (USD)", lambda s: f"{costs[s.name]:.4f}"))
@@ -241,8 +278,10 @@ def print_table(naive: RunStats, built: RunStats, price_model: str) -> None:
     ratio = naive.median_ttft / built.median_ttft if built.median_ttft else float("nan")
     print(f"\nmedian TTFT ratio (naive / built): {ratio:.1f}x")
     if all(v is not None for v in costs.values()) and costs["naive"]:
-        print(f"cost ratio (built / naive): {costs['built'] / costs['naive']:.2f} "
-              "(hosted prices applied to the local engine's token counts)")
+        print(
+            f"cost ratio (built / naive): {costs['built'] / costs['naive']:.2f} "
+            "(hosted prices applied to the local engine's token counts)"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -254,8 +293,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         import openai
     except ImportError:
-        print("promptcache demo: error: the demo needs the engine extra: "
-              "pip install 'promptcache[engine]'", file=sys.stderr)
+        print(
+            "promptcache demo: error: the demo needs the engine extra: "
+            "pip install 'promptcache[engine]'",
+            file=sys.stderr,
+        )
         return 2
     import promptcache
 
@@ -278,29 +320,44 @@ def run(args: argparse.Namespace) -> int:
 
         def client_for(run_name: str) -> Any:
             # One wrapped client per run, so the ledger can tell the runs apart.
-            client = openai.OpenAI(base_url=base_url, api_key="local-demo", max_retries=0,
-                                   timeout=120)
-            return promptcache.wrap(client, tracker, provider="local", price=price,
-                                    metadata={"demo_run": run_name,
-                                              "priced_as": args.price_model})
+            client = openai.OpenAI(
+                base_url=base_url, api_key="local-demo", max_retries=0, timeout=120
+            )
+            return promptcache.wrap(
+                client,
+                tracker,
+                provider="local",
+                price=price,
+                metadata={"demo_run": run_name, "priced_as": args.price_model},
+            )
 
         naive_client, built_client = client_for("naive"), client_for("built")
         model = naive_client.models.list().data[0].id
         rng = random.Random(0)
         _say(f"run 1/2: naive prompts ({args.requests} requests)")
-        naive = play("naive", lambda q: naive_request(q, model, rng), naive_client,
-                     args.requests, args.max_tokens)
+        naive = play(
+            "naive",
+            lambda q: naive_request(q, model, rng),
+            naive_client,
+            args.requests,
+            args.max_tokens,
+        )
         _say(f"run 2/2: promptcache.build ({args.requests} requests)")
-        built = play("built", lambda q: built_request(q, model), built_client, args.requests,
-                     args.max_tokens)
+        built = play(
+            "built", lambda q: built_request(q, model), built_client, args.requests, args.max_tokens
+        )
         print_table(naive, built, args.price_model)
-        print(f"\nrecorded in the ledger at {tracker.path}; see it with\n"
-              f"  promptcache report --db {tracker.path} --by metadata.demo_run")
+        print(
+            f"\nrecorded in the ledger at {tracker.path}; see it with\n"
+            f"  promptcache report --db {tracker.path} --by metadata.demo_run"
+        )
         print(f"finished in {time.monotonic() - t_start:.0f}s")
         return 0
     except Exception as exc:
-        print(f"promptcache demo: error: {type(exc).__name__}: {exc}\n"
-              f"engine log: {log_path}", file=sys.stderr)
+        print(
+            f"promptcache demo: error: {type(exc).__name__}: {exc}\nengine log: {log_path}",
+            file=sys.stderr,
+        )
         return 1
     finally:
         stop_engine(proc)

@@ -73,7 +73,10 @@ TOOLS = [
                 "properties": {
                     "order_id": {"type": "string", "description": "Order number, e.g. NW-104233."},
                     "email": {"type": "string", "description": "Email address on the order."},
-                    "open_claim": {"type": "boolean", "description": "Open a carrier claim for a package marked delivered but not received."},
+                    "open_claim": {
+                        "type": "boolean",
+                        "description": "Open a carrier claim for a package marked delivered but not received.",
+                    },
                 },
                 "required": ["order_id", "email"],
             },
@@ -88,8 +91,31 @@ TOOLS = [
                 "type": "object",
                 "properties": {
                     "order_id": {"type": "string"},
-                    "items": {"type": "array", "items": {"type": "object", "properties": {"sku": {"type": "string"}, "quantity": {"type": "integer", "minimum": 1}, "reason": {"type": "string", "enum": ["too_small", "too_large", "defective", "not_as_described", "changed_mind"]}}, "required": ["sku", "quantity", "reason"]}},
-                    "exchange_sku": {"type": "string", "description": "SKU to send instead, for an exchange."},
+                    "items": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "sku": {"type": "string"},
+                                "quantity": {"type": "integer", "minimum": 1},
+                                "reason": {
+                                    "type": "string",
+                                    "enum": [
+                                        "too_small",
+                                        "too_large",
+                                        "defective",
+                                        "not_as_described",
+                                        "changed_mind",
+                                    ],
+                                },
+                            },
+                            "required": ["sku", "quantity", "reason"],
+                        },
+                    },
+                    "exchange_sku": {
+                        "type": "string",
+                        "description": "SKU to send instead, for an exchange.",
+                    },
                 },
                 "required": ["order_id", "items"],
             },
@@ -104,8 +130,14 @@ TOOLS = [
                 "type": "object",
                 "properties": {
                     "customer_id": {"type": "string"},
-                    "action": {"type": "string", "enum": ["update_address", "set_email_preferences", "lock"]},
-                    "payload": {"type": "object", "description": "Fields for the action, e.g. the new address."},
+                    "action": {
+                        "type": "string",
+                        "enum": ["update_address", "set_email_preferences", "lock"],
+                    },
+                    "payload": {
+                        "type": "object",
+                        "description": "Fields for the action, e.g. the new address.",
+                    },
                 },
                 "required": ["customer_id", "action"],
             },

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-from promptcache.breakpoints import (Breakpoint, block_tokens, frozen_text_tokens,
-                                     session_text_tokens, tool_tokens)
+from promptcache.breakpoints import (
+    Breakpoint,
+    block_tokens,
+    frozen_text_tokens,
+    session_text_tokens,
+    tool_tokens,
+)
 from promptcache.limits import CacheRules, cache_rules, provider_of
 from promptcache.tokens import count_tokens
 
@@ -61,22 +66,30 @@ class Explanation:
 
     def __str__(self) -> str:
         approx = "~" if self.approximate else ""
-        lines = [f"prompt {self.prefix_hash[:16]} for {self.provider} {self.model} "
-                 f"(minimum cacheable prefix {self.rules.min_tokens} tokens"
-                 f"{'' if self.rules.known else ', provider default'})"]
+        lines = [
+            f"prompt {self.prefix_hash[:16]} for {self.provider} {self.model} "
+            f"(minimum cacheable prefix {self.rules.min_tokens} tokens"
+            f"{'' if self.rules.known else ', provider default'})"
+        ]
         lines.append(f"  {'layer':<10} {'items':>5} {'tokens':>9} {'cumulative':>11}")
         for layer in self.layers:
-            lines.append(f"  {layer.name:<10} {layer.items:>5} {approx}{layer.tokens:>8} "
-                         f"{approx}{layer.cumulative:>10}")
+            lines.append(
+                f"  {layer.name:<10} {layer.items:>5} {approx}{layer.tokens:>8} "
+                f"{approx}{layer.cumulative:>10}"
+            )
         if self.breakpoints:
             lines.append("breakpoints:")
             for bp in self.breakpoints:
-                lines.append(f"  {bp.kind:<8} on {bp.layer} block {bp.index} (ttl {bp.ttl}, prefix "
-                             f"{approx}{bp.prefix_tokens} tokens): {bp.reason}")
+                lines.append(
+                    f"  {bp.kind:<8} on {bp.layer} block {bp.index} (ttl {bp.ttl}, prefix "
+                    f"{approx}{bp.prefix_tokens} tokens): {bp.reason}"
+                )
         for s in self.skipped:
             lines.append(f"  skipped {s}")
-        lines.append(f"cached for the next request: {approx}{self.cacheable_tokens} of "
-                     f"{approx}{self.total_tokens} tokens")
+        lines.append(
+            f"cached for the next request: {approx}{self.cacheable_tokens} of "
+            f"{approx}{self.total_tokens} tokens"
+        )
         for n in self.notes:
             lines.append(f"note: {n}")
         for w in self.warnings:
@@ -92,8 +105,11 @@ def _layers(prompt: Any, model: str) -> list[LayerInfo]:
         ("system", n_sys, sum(frozen[:n_sys])),
         ("documents", len(prompt.documents), sum(frozen[n_sys:])),
         ("session", len(prompt.session), sum(session_text_tokens(prompt, model))),
-        ("messages", len(prompt.messages),
-         sum(block_tokens(b, model) for m in prompt.messages for b in m["content"])),
+        (
+            "messages",
+            len(prompt.messages),
+            sum(block_tokens(b, model) for m in prompt.messages for b in m["content"]),
+        ),
         ("dynamic", len(prompt.dynamic), sum(block_tokens(b, model) for b in prompt.dynamic)),
     ]
     out, cum = [], 0
@@ -104,8 +120,16 @@ def _layers(prompt: Any, model: str) -> list[LayerInfo]:
     return out
 
 
-def explain(prompt: Any, model: str, *, provider: Optional[str] = None, file: Any = None,
-            quiet: bool = False, ttl: str = "5m", history_ttl: str = "5m") -> Explanation:
+def explain(
+    prompt: Any,
+    model: str,
+    *,
+    provider: str | None = None,
+    file: Any = None,
+    quiet: bool = False,
+    ttl: str = "5m",
+    history_ttl: str = "5m",
+) -> Explanation:
     """Explain ``prompt`` for ``model`` (provider guessed from the name unless given), print
     the report to ``file`` (default stdout; nothing when ``quiet``) and return it.
 
@@ -133,42 +157,77 @@ def explain(prompt: Any, model: str, *, provider: Optional[str] = None, file: An
             from promptcache.providers.bedrock import layout
 
             _, blocks = layout(prompt, model)
-            p = plan(blocks, min_tokens=rules.min_tokens, max_breakpoints=rules.max_breakpoints,
-                     lookback=rules.lookback_blocks, ttl=ttl, history_ttl=history_ttl,
-                     min_per_segment=rules.min_per_segment)
+            p = plan(
+                blocks,
+                min_tokens=rules.min_tokens,
+                max_breakpoints=rules.max_breakpoints,
+                lookback=rules.lookback_blocks,
+                ttl=ttl,
+                history_ttl=history_ttl,
+                min_per_segment=rules.min_per_segment,
+            )
         breakpoints, skipped = p.breakpoints, p.skipped
         cacheable = breakpoints[-1].prefix_tokens if breakpoints else 0
-        notes.append(f"{provider} caches only up to explicit breakpoints (at most "
-                     f"{rules.max_breakpoints}; lookback {rules.lookback_blocks} blocks); "
-                     f"source: {rules.source.split(';')[0]} (read {rules.read_on})")
+        notes.append(
+            f"{provider} caches only up to explicit breakpoints (at most "
+            f"{rules.max_breakpoints}; lookback {rules.lookback_blocks} blocks); "
+            f"source: {rules.source.split(';')[0]} (read {rules.read_on})"
+        )
     elif provider == "openai":
-        cacheable = 0 if stable < rules.min_tokens else \
-            rules.min_tokens + (stable - rules.min_tokens) // rules.increment * rules.increment
-        notes.append(f"OpenAI caches the longest previously seen prefix automatically, from "
-                     f"{rules.min_tokens} tokens in steps of {rules.increment}; requests are "
-                     f"routed by prompt_cache_key pc-{prompt.prefix_hash[:32]}")
+        cacheable = (
+            0
+            if stable < rules.min_tokens
+            else rules.min_tokens + (stable - rules.min_tokens) // rules.increment * rules.increment
+        )
+        notes.append(
+            f"OpenAI caches the longest previously seen prefix automatically, from "
+            f"{rules.min_tokens} tokens in steps of {rules.increment}; requests are "
+            f"routed by prompt_cache_key pc-{prompt.prefix_hash[:32]}"
+        )
         if rules.explicit_breakpoints:
             from promptcache.providers.openai import render
 
             kw = render(prompt, model)
-            marked = sum(1 for m in kw["messages"] if isinstance(m.get("content"), list)
-                         and any("prompt_cache_breakpoint" in part for part in m["content"]))
-            notes.append(f"{model} takes explicit prompt_cache_breakpoint markers: {marked} "
-                         "placed (end of frozen layers, session, newest history turn)")
+            marked = sum(
+                1
+                for m in kw["messages"]
+                if isinstance(m.get("content"), list)
+                and any("prompt_cache_breakpoint" in part for part in m["content"])
+            )
+            notes.append(
+                f"{model} takes explicit prompt_cache_breakpoint markers: {marked} "
+                "placed (end of frozen layers, session, newest history turn)"
+            )
     elif provider == "gemini":
         cacheable = stable if stable >= rules.min_tokens else 0
-        notes.append(f"Gemini caches implicitly from {rules.min_tokens} tokens; an explicit cache "
-                     "of the frozen prefix: promptcache.providers.gemini.create_cached_content")
+        notes.append(
+            f"Gemini caches implicitly from {rules.min_tokens} tokens; an explicit cache "
+            "of the frozen prefix: promptcache.providers.gemini.create_cached_content"
+        )
     else:
         block = rules.increment or 16
         cacheable = stable // block * block
         notes.append(f"automatic prefix caching in whole {block}-token KV blocks")
     warnings = list(prompt.warnings)
     if approximate:
-        warnings.append(f"token counts are estimates (no offline tokenizer for {model}); "
-                        "register an exact counter with promptcache.tokens.register_counter")
-    exp = Explanation(provider, model, rules, prompt.prefix_hash, layers, breakpoints, skipped,
-                      cacheable, total, approximate, notes, warnings)
+        warnings.append(
+            f"token counts are estimates (no offline tokenizer for {model}); "
+            "register an exact counter with promptcache.tokens.register_counter"
+        )
+    exp = Explanation(
+        provider,
+        model,
+        rules,
+        prompt.prefix_hash,
+        layers,
+        breakpoints,
+        skipped,
+        cacheable,
+        total,
+        approximate,
+        notes,
+        warnings,
+    )
     if not quiet:
         print(str(exp), file=file or sys.stdout)
     return exp

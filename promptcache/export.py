@@ -36,13 +36,21 @@ log = logging.getLogger("promptcache.export")
 
 #: promptcache provider label -> ``gen_ai.provider.name`` well-known value
 GENAI_PROVIDER = {
-    "anthropic": "anthropic", "openai": "openai", "azure_openai": "azure.ai.openai",
-    "gemini": "gcp.gemini", "vertex": "gcp.vertex_ai", "bedrock": "aws.bedrock",
+    "anthropic": "anthropic",
+    "openai": "openai",
+    "azure_openai": "azure.ai.openai",
+    "gemini": "gcp.gemini",
+    "vertex": "gcp.vertex_ai",
+    "bedrock": "aws.bedrock",
     "deepseek": "deepseek",
 }
 
-_OPERATION = {"chat.completions": "chat", "messages": "chat", "responses": "chat",
-              "completions": "text_completion"}
+_OPERATION = {
+    "chat.completions": "chat",
+    "messages": "chat",
+    "responses": "chat",
+    "completions": "text_completion",
+}
 
 
 def _cost(usage: Usage, model: str | None, price: Any = None) -> Any:
@@ -55,9 +63,16 @@ def _cost(usage: Usage, model: str | None, price: Any = None) -> Any:
         return None
 
 
-def genai_attributes(usage: Usage, *, model: str | None = None, provider: str | None = None,
-                     api: str | None = None, request_model: str | None = None,
-                     prefix_hash: str | None = None, price: Any = None) -> dict[str, Any]:
+def genai_attributes(
+    usage: Usage,
+    *,
+    model: str | None = None,
+    provider: str | None = None,
+    api: str | None = None,
+    request_model: str | None = None,
+    prefix_hash: str | None = None,
+    price: Any = None,
+) -> dict[str, Any]:
     """Span attributes for one request, GenAI semantic-convention names first.
 
     Token attributes are ints; ``promptcache.cost_usd``/``promptcache.saving_usd`` are
@@ -111,8 +126,9 @@ class PrometheusExporter:
         try:
             import prometheus_client as pc
         except ImportError:  # pragma: no cover - exercised only without the extra
-            raise ImportError("PrometheusExporter needs prometheus-client: "
-                              "pip install 'promptcache[prometheus]'") from None
+            raise ImportError(
+                "PrometheusExporter needs prometheus-client: pip install 'promptcache[prometheus]'"
+            ) from None
         kw: dict[str, Any] = {"namespace": namespace}
         if registry is not None:
             kw["registry"] = registry
@@ -121,26 +137,39 @@ class PrometheusExporter:
         self.tokens = pc.Counter("tokens", "Tokens by kind", labels + ["kind"], **kw)
         self.cost = pc.Counter("cost_usd", "Cost in USD", labels, **kw)
         self.saving = pc.Counter("saving_usd", "Saving vs. no cache in USD", labels, **kw)
-        self.unreported = pc.Counter("unreported_requests",
-                                     "Requests whose server did not report caching", labels, **kw)
+        self.unreported = pc.Counter(
+            "unreported_requests", "Requests whose server did not report caching", labels, **kw
+        )
         buckets = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
-        self.latency = pc.Histogram("request_latency_seconds", "Request latency", labels,
-                                    buckets=buckets, **kw)
-        self.ttft = pc.Histogram("ttft_seconds", "Time to first token (streams)", labels,
-                                 buckets=buckets, **kw)
+        self.latency = pc.Histogram(
+            "request_latency_seconds", "Request latency", labels, buckets=buckets, **kw
+        )
+        self.ttft = pc.Histogram(
+            "ttft_seconds", "Time to first token (streams)", labels, buckets=buckets, **kw
+        )
 
-    def __call__(self, usage: Usage, *, model: str | None = None, provider: str | None = None,
-                 latency_ms: float | None = None, ttft_ms: float | None = None,
-                 price: Any = None, **_: Any) -> None:
+    def __call__(
+        self,
+        usage: Usage,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        latency_ms: float | None = None,
+        ttft_ms: float | None = None,
+        price: Any = None,
+        **_: Any,
+    ) -> None:
         """Count one request (signature of a ``wrap(..., callbacks=[...])`` callback)."""
         model = model or usage.model or "unknown"
         provider = provider or usage.provider or "unknown"
         lab = {"provider": provider, "model": model}
         self.requests.labels(**lab).inc()
-        for kind, n in (("uncached", usage.uncached_input_tokens),
-                        ("cache_read", usage.cache_read_tokens),
-                        ("cache_write", usage.cache_write_tokens),
-                        ("output", usage.output_tokens)):
+        for kind, n in (
+            ("uncached", usage.uncached_input_tokens),
+            ("cache_read", usage.cache_read_tokens),
+            ("cache_write", usage.cache_write_tokens),
+            ("output", usage.output_tokens),
+        ):
             self.tokens.labels(kind=kind, **lab).inc(n)
         if not usage.cache_reported:
             self.unreported.labels(**lab).inc()
@@ -168,51 +197,77 @@ class OpenTelemetryExporter:
         try:
             from opentelemetry import metrics, trace
         except ImportError:  # pragma: no cover
-            raise ImportError("OpenTelemetryExporter needs opentelemetry-api: "
-                              "pip install 'promptcache[otel]'") from None
+            raise ImportError(
+                "OpenTelemetryExporter needs opentelemetry-api: pip install 'promptcache[otel]'"
+            ) from None
         from promptcache import __version__
 
         self._trace = trace
         self.tracer = trace.get_tracer("promptcache", __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter("promptcache", __version__, meter_provider=meter_provider)
         self.token_usage = meter.create_histogram(
-            "gen_ai.client.token.usage", unit="{token}",
-            description="Measures number of input and output tokens used")
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Measures number of input and output tokens used",
+        )
         self.duration = meter.create_histogram(
-            "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration")
+            "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration"
+        )
         self.tokens = meter.create_counter(
-            "promptcache.tokens", unit="{token}",
-            description="Tokens by kind: uncached, cache_read, cache_write, output")
-        self.cost = meter.create_counter("promptcache.cost", unit="USD",
-                                         description="Cost of the requests")
+            "promptcache.tokens",
+            unit="{token}",
+            description="Tokens by kind: uncached, cache_read, cache_write, output",
+        )
+        self.cost = meter.create_counter(
+            "promptcache.cost", unit="USD", description="Cost of the requests"
+        )
 
-    def __call__(self, usage: Usage, *, model: str | None = None, provider: str | None = None,
-                 api: str | None = None, prefix_hash: str | None = None,
-                 latency_ms: float | None = None, ttft_ms: float | None = None,
-                 price: Any = None, **_: Any) -> None:
+    def __call__(
+        self,
+        usage: Usage,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        api: str | None = None,
+        prefix_hash: str | None = None,
+        latency_ms: float | None = None,
+        ttft_ms: float | None = None,
+        price: Any = None,
+        **_: Any,
+    ) -> None:
         """Emit one span and the metrics (signature of a ``wrap`` callback)."""
-        attrs = genai_attributes(usage, model=model, provider=provider, api=api,
-                                 prefix_hash=prefix_hash, price=price)
+        attrs = genai_attributes(
+            usage, model=model, provider=provider, api=api, prefix_hash=prefix_hash, price=price
+        )
         if ttft_ms is not None:
             attrs["promptcache.ttft_ms"] = float(ttft_ms)
         end_ns = time.time_ns()
         start_ns = end_ns - int((latency_ms or 0.0) * 1e6)
         name = f"{attrs['gen_ai.operation.name']} {attrs.get('gen_ai.request.model', '')}".strip()
-        span = self.tracer.start_span(name, kind=self._trace.SpanKind.CLIENT,
-                                      attributes=attrs, start_time=start_ns)
+        span = self.tracer.start_span(
+            name, kind=self._trace.SpanKind.CLIENT, attributes=attrs, start_time=start_ns
+        )
         span.end(end_time=end_ns)
-        base = {k: attrs[k] for k in ("gen_ai.operation.name", "gen_ai.provider.name",
-                                      "gen_ai.request.model", "gen_ai.response.model")
-                if k in attrs}
+        base = {
+            k: attrs[k]
+            for k in (
+                "gen_ai.operation.name",
+                "gen_ai.provider.name",
+                "gen_ai.request.model",
+                "gen_ai.response.model",
+            )
+            if k in attrs
+        }
         self.token_usage.record(usage.prompt_tokens, {**base, "gen_ai.token.type": "input"})
         self.token_usage.record(usage.output_tokens, {**base, "gen_ai.token.type": "output"})
         if latency_ms is not None:
             self.duration.record(latency_ms / 1000.0, base)
-        for kind, n in (("uncached", usage.uncached_input_tokens),
-                        ("cache_read", usage.cache_read_tokens),
-                        ("cache_write", usage.cache_write_tokens),
-                        ("output", usage.output_tokens)):
+        for kind, n in (
+            ("uncached", usage.uncached_input_tokens),
+            ("cache_read", usage.cache_read_tokens),
+            ("cache_write", usage.cache_write_tokens),
+            ("output", usage.output_tokens),
+        ):
             self.tokens.add(n, {**base, "promptcache.token.kind": kind})
         if "promptcache.cost_usd" in attrs:
             self.cost.add(attrs["promptcache.cost_usd"], base)
-

@@ -44,8 +44,15 @@ from promptcache.errors import PromptCacheError
 from promptcache.pricing import Cost, Price, cost_pico
 from promptcache.usage import Usage
 
-__all__ = ["Tracker", "LedgerError", "Record", "SummaryRow", "default_path", "parse_since",
-           "SCHEMA_VERSION"]
+__all__ = [
+    "Tracker",
+    "LedgerError",
+    "Record",
+    "SummaryRow",
+    "default_path",
+    "parse_since",
+    "SCHEMA_VERSION",
+]
 
 log = logging.getLogger("promptcache.ledger")
 
@@ -146,16 +153,50 @@ _MIGRATIONS: list[list[str]] = [
     ["DROP INDEX IF EXISTS requests_prefix"],
 ]
 
-_ROLLUP_SUMS = ("requests", "uncached_input_tokens", "cache_read_tokens", "cache_write_tokens",
-                "output_tokens", "reported_read", "reported_prompt", "unreported", "cost_pusd",
-                "baseline_pusd", "unpriced", "misses", "latency_sum", "latency_n")
+_ROLLUP_SUMS = (
+    "requests",
+    "uncached_input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reported_read",
+    "reported_prompt",
+    "unreported",
+    "cost_pusd",
+    "baseline_pusd",
+    "unpriced",
+    "misses",
+    "latency_sum",
+    "latency_n",
+)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
-_COLUMNS = ("record_id", "ts", "day", "provider", "model", "api", "prefix_hash",
-            "uncached_input_tokens", "cache_read_tokens", "cache_write_tokens",
-            "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens",
-            "reasoning_tokens", "cache_reported", "cost_pusd", "baseline_pusd", "price_id",
-            "latency_ms", "ttft_ms", "stream", "flags", "metadata", "prompt_text")
+_COLUMNS = (
+    "record_id",
+    "ts",
+    "day",
+    "provider",
+    "model",
+    "api",
+    "prefix_hash",
+    "uncached_input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cache_reported",
+    "cost_pusd",
+    "baseline_pusd",
+    "price_id",
+    "latency_ms",
+    "ttft_ms",
+    "stream",
+    "flags",
+    "metadata",
+    "prompt_text",
+)
 
 
 @dataclass(frozen=True)
@@ -242,8 +283,10 @@ def parse_since(since: Any, now: float | None = None) -> float | None:
             return parse_since(datetime.fromisoformat(since.strip()), now)
         except ValueError:
             pass
-    raise ValueError(f"since={since!r}: expected a duration such as 30m, 24h, 7d, 2w, an "
-                     "ISO date such as 2026-07-01, or a Unix timestamp")
+    raise ValueError(
+        f"since={since!r}: expected a duration such as 30m, 24h, 7d, 2w, an "
+        "ISO date such as 2026-07-01, or a Unix timestamp"
+    )
 
 
 _PRICE_JSON: dict[int, tuple[Price, str]] = {}
@@ -298,9 +341,15 @@ def _pusd(amount: Decimal) -> int:
 class _Dialect:
     name = "sqlite"
     param = "?"
-    ddl = {"pk": "INTEGER PRIMARY KEY AUTOINCREMENT", "float": "REAL", "bigint": "INTEGER",
-           "ins": "INSERT OR IGNORE INTO", "tail": "", "hour": "CAST(ts / 3600 AS INTEGER)",
-           "zero_read": "(cache_read_tokens = 0)"}
+    ddl = {
+        "pk": "INTEGER PRIMARY KEY AUTOINCREMENT",
+        "float": "REAL",
+        "bigint": "INTEGER",
+        "ins": "INSERT OR IGNORE INTO",
+        "tail": "",
+        "hour": "CAST(ts / 3600 AS INTEGER)",
+        "zero_read": "(cache_read_tokens = 0)",
+    }
     insert_ignore = "INSERT OR IGNORE INTO"
     conflict_tail = ""
     hour_expr = "CAST(ts / 3600 AS INTEGER)"
@@ -311,10 +360,15 @@ class _Dialect:
 class _PgDialect(_Dialect):
     name = "postgresql"
     param = "%s"
-    ddl = {"pk": "BIGSERIAL PRIMARY KEY", "float": "DOUBLE PRECISION", "bigint": "BIGINT",
-           "ins": "INSERT INTO", "tail": " ON CONFLICT DO NOTHING",
-           "hour": "CAST(FLOOR(ts / 3600) AS BIGINT)",
-           "zero_read": "CAST(cache_read_tokens = 0 AS INTEGER)"}
+    ddl = {
+        "pk": "BIGSERIAL PRIMARY KEY",
+        "float": "DOUBLE PRECISION",
+        "bigint": "BIGINT",
+        "ins": "INSERT INTO",
+        "tail": " ON CONFLICT DO NOTHING",
+        "hour": "CAST(FLOOR(ts / 3600) AS BIGINT)",
+        "zero_read": "CAST(cache_read_tokens = 0 AS INTEGER)",
+    }
     insert_ignore = "INSERT INTO"
     conflict_tail = " ON CONFLICT (record_id) DO NOTHING"
     hour_expr = "CAST(FLOOR(ts / 3600) AS BIGINT)"
@@ -338,13 +392,19 @@ class Tracker:
     promptcache (schema version above :data:`SCHEMA_VERSION`).
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *,
-                 store_prompts: bool = False, synchronous: str = "NORMAL",
-                 busy_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        store_prompts: bool = False,
+        synchronous: str = "NORMAL",
+        busy_timeout_s: float = 60.0,
+    ) -> None:
         target = str(path) if path is not None else default_path()
         if target == ":memory:":
-            raise LedgerError("an in-memory ledger cannot be shared across threads or "
-                              "processes; give a file path")
+            raise LedgerError(
+                "an in-memory ledger cannot be shared across threads or processes; give a file path"
+            )
         self.store_prompts = store_prompts
         self.busy_timeout_s = busy_timeout_s
         if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
@@ -365,8 +425,9 @@ class Tracker:
             try:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                raise LedgerError(f"cannot create the ledger directory for {self.path}: "
-                                  f"{e.strerror}") from None
+                raise LedgerError(
+                    f"cannot create the ledger directory for {self.path}: {e.strerror}"
+                ) from None
         self._migrate()
 
     # -- connections ---------------------------------------------------------------
@@ -380,26 +441,37 @@ class Tracker:
             try:
                 import psycopg
             except ImportError:
-                raise LedgerError("a postgresql:// ledger needs psycopg: "
-                                  "pip install 'psycopg[binary]'") from None
+                raise LedgerError(
+                    "a postgresql:// ledger needs psycopg: pip install 'psycopg[binary]'"
+                ) from None
             try:
-                conn = psycopg.connect(self.url, autocommit=True,
-                                       connect_timeout=int(max(1, self.busy_timeout_s)))
+                conn = psycopg.connect(
+                    self.url, autocommit=True, connect_timeout=int(max(1, self.busy_timeout_s))
+                )
             except psycopg.Error as e:
-                raise LedgerError(f"cannot connect to the PostgreSQL ledger: "
-                                  f"{str(e).strip().splitlines()[0]}") from None
+                raise LedgerError(
+                    f"cannot connect to the PostgreSQL ledger: {str(e).strip().splitlines()[0]}"
+                ) from None
             return conn
         try:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s,
-                                   isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+            )
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
-                raise LedgerError(f"{self.path}: could not switch to WAL mode (got {mode}); "
-                                  "is it on a network file system?")
+                raise LedgerError(
+                    f"{self.path}: could not switch to WAL mode (got {mode}); "
+                    "is it on a network file system?"
+                )
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         except sqlite3.DatabaseError as e:
-            raise LedgerError(f"cannot open the ledger {self.path}: {e} (is it a promptcache ledger?)") from None
+            raise LedgerError(
+                f"cannot open the ledger {self.path}: {e} (is it a promptcache ledger?)"
+            ) from None
         return conn
 
     def _conn(self) -> Any:
@@ -457,49 +529,68 @@ class Tracker:
         d = self.dialect
         try:
             with self._write() as cur:
-                cur.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, "
-                            "value TEXT NOT NULL)")
-                cur.execute(f"SELECT value FROM meta WHERE key = {d.param}",
-                            ("schema_version",))
+                cur.execute(
+                    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+                )
+                cur.execute(f"SELECT value FROM meta WHERE key = {d.param}", ("schema_version",))
                 row = cur.fetchone()
                 version = int(row[0]) if row else 0
                 if version > SCHEMA_VERSION:
                     raise LedgerError(
                         f"ledger {self} has schema version {version}, newer than this "
-                        f"promptcache understands ({SCHEMA_VERSION}); upgrade promptcache")
+                        f"promptcache understands ({SCHEMA_VERSION}); upgrade promptcache"
+                    )
                 for v in range(version, SCHEMA_VERSION):
                     for stmt in _MIGRATIONS[v]:
                         cur.execute(stmt.format(**d.ddl))
                 if version != SCHEMA_VERSION:
                     if row:
-                        cur.execute(f"UPDATE meta SET value = {d.param} WHERE key = "
-                                    f"{d.param}", (str(SCHEMA_VERSION), "schema_version"))
+                        cur.execute(
+                            f"UPDATE meta SET value = {d.param} WHERE key = {d.param}",
+                            (str(SCHEMA_VERSION), "schema_version"),
+                        )
                     else:
-                        cur.execute(f"INSERT INTO meta (key, value) VALUES ({d.param}, "
-                                    f"{d.param})", ("schema_version", str(SCHEMA_VERSION)))
+                        cur.execute(
+                            f"INSERT INTO meta (key, value) VALUES ({d.param}, {d.param})",
+                            ("schema_version", str(SCHEMA_VERSION)),
+                        )
         except sqlite3.DatabaseError as e:
-            raise LedgerError(f"{self.path} is not a promptcache ledger (or is damaged): "
-                              f"{e}") from None
+            raise LedgerError(
+                f"{self.path} is not a promptcache ledger (or is damaged): {e}"
+            ) from None
 
     @property
     def schema_version(self) -> int:
         """The schema version stored in the database."""
         cur = self._conn().cursor()
-        cur.execute(f"SELECT value FROM meta WHERE key = {self.dialect.param}",
-                    ("schema_version",))
+        cur.execute(f"SELECT value FROM meta WHERE key = {self.dialect.param}", ("schema_version",))
         return int(cur.fetchone()[0])
 
     # -- writing -------------------------------------------------------------------
 
-    def _row(self, usage: Usage, *, model: str | None = None, provider: str | None = None,
-             price: Price | None = None, cost: Cost | None = None, api: str | None = None,
-             prefix_hash: str | None = None, latency_ms: float | None = None,
-             ttft_ms: float | None = None, stream: bool = False,
-             metadata: Mapping[str, Any] | None = None, prompt: str | None = None,
-             ts: float | None = None, record_id: str | None = None) -> tuple[Any, ...]:
+    def _row(
+        self,
+        usage: Usage,
+        *,
+        model: str | None = None,
+        provider: str | None = None,
+        price: Price | None = None,
+        cost: Cost | None = None,
+        api: str | None = None,
+        prefix_hash: str | None = None,
+        latency_ms: float | None = None,
+        ttft_ms: float | None = None,
+        stream: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+        prompt: str | None = None,
+        ts: float | None = None,
+        record_id: str | None = None,
+    ) -> tuple[Any, ...]:
         if not isinstance(usage, Usage):
-            raise TypeError("Tracker.record needs a promptcache.Usage; convert a response "
-                            "with promptcache.normalize_usage(provider, response) first")
+            raise TypeError(
+                "Tracker.record needs a promptcache.Usage; convert a response "
+                "with promptcache.normalize_usage(provider, response) first"
+            )
         model = model or usage.model
         provider = provider or usage.provider
         cost_p = base_p = price_json = None
@@ -515,12 +606,27 @@ class Tracker:
         ts = time.time() if ts is None else float(ts)
         day = _day(ts)
         return (
-            record_id or os.urandom(16).hex(), ts, day, provider, model, api, prefix_hash,
-            usage.uncached_input_tokens, usage.cache_read_tokens, usage.cache_write_tokens,
-            usage.cache_write_5m_tokens, usage.cache_write_1h_tokens, usage.output_tokens,
-            usage.reasoning_tokens, int(usage.cache_reported),
-            cost_p, base_p, price_json,
-            latency_ms, ttft_ms, int(bool(stream)),
+            record_id or os.urandom(16).hex(),
+            ts,
+            day,
+            provider,
+            model,
+            api,
+            prefix_hash,
+            usage.uncached_input_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            usage.cache_write_5m_tokens,
+            usage.cache_write_1h_tokens,
+            usage.output_tokens,
+            usage.reasoning_tokens,
+            int(usage.cache_reported),
+            cost_p,
+            base_p,
+            price_json,
+            latency_ms,
+            ttft_ms,
+            int(bool(stream)),
             json.dumps(list(usage.flags)) if usage.flags else None,
             json.dumps(dict(metadata), sort_keys=True, default=str) if metadata else None,
             prompt if (self.store_prompts and prompt is not None) else None,
@@ -545,12 +651,14 @@ class Tracker:
             if text is not None:
                 pid = cache.get(text)
                 if pid is None:
-                    cur.execute(f"{d.ddl['ins']} prices (price_json) VALUES ({d.param})"
-                                f"{d.ddl['tail']}", (text,))
+                    cur.execute(
+                        f"{d.ddl['ins']} prices (price_json) VALUES ({d.param}){d.ddl['tail']}",
+                        (text,),
+                    )
                     cur.execute(f"SELECT id FROM prices WHERE price_json = {d.param}", (text,))
                     pid = int(cur.fetchone()[0])
                     cache[text] = pid
-                row = row[:col] + (pid,) + row[col + 1:]
+                row = row[:col] + (pid,) + row[col + 1 :]
             out.append(row)
         return out
 
@@ -602,9 +710,12 @@ class Tracker:
             existing: set[str] = set()
             ids = [r[0] for r in uniq]
             for i in range(0, len(ids), 500):
-                chunk = ids[i:i + 500]
-                cur.execute("SELECT record_id FROM requests WHERE record_id IN "
-                            f"({', '.join('?' * len(chunk))})", chunk)
+                chunk = ids[i : i + 500]
+                cur.execute(
+                    "SELECT record_id FROM requests WHERE record_id IN "
+                    f"({', '.join('?' * len(chunk))})",
+                    chunk,
+                )
                 existing.update(x[0] for x in cur.fetchall())
             new = [r for r in uniq if r[0] not in existing]
             if new:
@@ -628,13 +739,22 @@ class Tracker:
         ix = self._IDX
         agg: dict[tuple, list] = {}
         for r in rows:
-            key = (int(r[ix["ts"]] // 3600), r[ix["provider"]] or "", r[ix["model"]] or "",
-                   r[ix["prefix_hash"]] or "", r[ix["api"]] or "")
+            key = (
+                int(r[ix["ts"]] // 3600),
+                r[ix["provider"]] or "",
+                r[ix["model"]] or "",
+                r[ix["prefix_hash"]] or "",
+                r[ix["api"]] or "",
+            )
             a = agg.get(key)
             if a is None:
                 a = agg[key] = [0] * 12 + [0.0, 0]
-            un, rd, wr, out = (r[ix["uncached_input_tokens"]], r[ix["cache_read_tokens"]],
-                               r[ix["cache_write_tokens"]], r[ix["output_tokens"]])
+            un, rd, wr, out = (
+                r[ix["uncached_input_tokens"]],
+                r[ix["cache_read_tokens"]],
+                r[ix["cache_write_tokens"]],
+                r[ix["output_tokens"]],
+            )
             rep = r[ix["cache_reported"]]
             cost_p, base_p, lat = r[ix["cost_pusd"]], r[ix["baseline_pusd"]], r[ix["latency_ms"]]
             a[0] += 1
@@ -657,9 +777,11 @@ class Tracker:
         d = self.dialect
         cols = ("hour", "provider", "model", "prefix_hash", "api") + _ROLLUP_SUMS
         upd = ", ".join(f"{c} = rollup.{c} + excluded.{c}" for c in _ROLLUP_SUMS)
-        sql = (f"INSERT INTO rollup ({', '.join(cols)}) VALUES "
-               f"({', '.join([d.param] * len(cols))}) ON CONFLICT (hour, provider, model, "
-               f"prefix_hash, api) DO UPDATE SET {upd}")
+        sql = (
+            f"INSERT INTO rollup ({', '.join(cols)}) VALUES "
+            f"({', '.join([d.param] * len(cols))}) ON CONFLICT (hour, provider, model, "
+            f"prefix_hash, api) DO UPDATE SET {upd}"
+        )
         # sorted keys: concurrent PostgreSQL writers lock rollup rows in the same order
         cur.executemany(sql, [k + tuple(v[:12]) + (v[12], v[13]) for k, v in sorted(agg.items())])
 
@@ -671,8 +793,9 @@ class Tracker:
         cur.execute("SELECT COUNT(*) FROM requests")
         return int(cur.fetchone()[0])
 
-    def summary(self, by: str | None = "provider", since: Any = None,
-                until: Any = None) -> list[SummaryRow]:
+    def summary(
+        self, by: str | None = "provider", since: Any = None, until: Any = None
+    ) -> list[SummaryRow]:
         """Aggregate the ledger. ``by``: ``"provider"``, ``"model"``, ``"prefix_hash"``,
         ``"day"`` (UTC date), ``"hour"`` (UTC, ISO text), ``"api"``, ``"metadata.KEY"`` (a
         key of the metadata given to ``record``/``wrap``; scans the records), or None for
@@ -683,7 +806,7 @@ class Tracker:
         Whole hours are read from the hourly rollup (maintained with every insert);
         only the partial hours at the edges of ``since``/``until`` scan records (by the
         ``ts`` index), so the cost does not grow with the number of records."""
-        meta_key = by[len("metadata."):] if by and by.startswith("metadata.") else None
+        meta_key = by[len("metadata.") :] if by and by.startswith("metadata.") else None
         if meta_key is not None and not re.fullmatch(r"[A-Za-z0-9_]{1,64}", meta_key):
             raise ValueError(f"by={by!r}: a metadata key is letters, digits and _")
         if by is not None and by not in GROUPS and meta_key is None:
@@ -731,7 +854,8 @@ class Tracker:
             if meta_key is not None:
                 key = d.meta_expr.format(key=meta_key)
             where, params = _range_where("ts", r_lo, r_hi, d.param)
-            cur.execute(f"""SELECT {key} AS k, COUNT(*),
+            cur.execute(
+                f"""SELECT {key} AS k, COUNT(*),
                 SUM(uncached_input_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens),
                 SUM(output_tokens), SUM(cache_reported * cache_read_tokens),
                 SUM(cache_reported * (uncached_input_tokens + cache_read_tokens
@@ -740,7 +864,9 @@ class Tracker:
                 COUNT(*) - COUNT(cost_pusd), SUM(cache_reported * {d.is_zero_read}),
                 SUM(latency_ms), COUNT(latency_ms)
                 FROM requests {where}
-                GROUP BY k""", params)
+                GROUP BY k""",
+                params,
+            )
             for r in cur.fetchall():
                 k = r[0]
                 add(int(k) if by == "hour" and k is not None else k, r[1:])
@@ -749,19 +875,28 @@ class Tracker:
             if a[0] == 0:
                 continue
             if by == "hour" and k is not None:
-                k = datetime.fromtimestamp(int(k) * 3600, timezone.utc).strftime(
-                    "%Y-%m-%dT%H:00Z")
+                k = datetime.fromtimestamp(int(k) * 3600, timezone.utc).strftime("%Y-%m-%dT%H:00Z")
             uncached, read, write, output = a[1], a[2], a[3], a[4]
             cost_p, base_p = Decimal(a[8]) / PICO, Decimal(a[9]) / PICO
-            out.append(SummaryRow(
-                key=None if k is None else str(k), requests=a[0],
-                uncached_input_tokens=uncached, cache_read_tokens=read,
-                cache_write_tokens=write, output_tokens=output,
-                prompt_tokens=uncached + read + write,
-                hit_rate=(a[5] / a[6]) if a[6] else None, unreported_requests=a[7],
-                cost=cost_p, baseline=base_p, saving=base_p - cost_p,
-                unpriced_requests=a[10], misses=a[11],
-                mean_latency_ms=(a[12] / a[13]) if a[13] else None))
+            out.append(
+                SummaryRow(
+                    key=None if k is None else str(k),
+                    requests=a[0],
+                    uncached_input_tokens=uncached,
+                    cache_read_tokens=read,
+                    cache_write_tokens=write,
+                    output_tokens=output,
+                    prompt_tokens=uncached + read + write,
+                    hit_rate=(a[5] / a[6]) if a[6] else None,
+                    unreported_requests=a[7],
+                    cost=cost_p,
+                    baseline=base_p,
+                    saving=base_p - cost_p,
+                    unpriced_requests=a[10],
+                    misses=a[11],
+                    mean_latency_ms=(a[12] / a[13]) if a[13] else None,
+                )
+            )
         if by in ("day", "hour"):
             out.sort(key=lambda s: s.key or "")
         else:
@@ -786,27 +921,46 @@ class Tracker:
         out = []
         for r in reversed(cur.fetchall()):
             row = dict(zip(_COLUMNS, r))
-            w5, w1, w = (row["cache_write_5m_tokens"], row["cache_write_1h_tokens"],
-                         row["cache_write_tokens"])
+            w5, w1, w = (
+                row["cache_write_5m_tokens"],
+                row["cache_write_1h_tokens"],
+                row["cache_write_tokens"],
+            )
             ttl = {"5m": w5, "1h": w1}
             if w - w5 - w1:
                 ttl["other"] = w - w5 - w1
-            usage = Usage(uncached_input_tokens=row["uncached_input_tokens"],
-                          cache_read_tokens=row["cache_read_tokens"], cache_write_tokens=w,
-                          output_tokens=row["output_tokens"], cache_write_by_ttl=ttl,
-                          cache_reported=bool(row["cache_reported"]),
-                          reasoning_tokens=row["reasoning_tokens"],
-                          provider=row["provider"], model=row["model"],
-                          flags=tuple(json.loads(row["flags"])) if row["flags"] else ())
-            out.append(Record(
-                record_id=row["record_id"], ts=row["ts"], provider=row["provider"],
-                model=row["model"], api=row["api"], prefix_hash=row["prefix_hash"],
-                usage=usage,
-                cost=None if row["cost_pusd"] is None else Decimal(row["cost_pusd"]) / PICO,
-                baseline=(None if row["baseline_pusd"] is None
-                          else Decimal(row["baseline_pusd"]) / PICO),
-                latency_ms=row["latency_ms"], ttft_ms=row["ttft_ms"],
-                stream=bool(row["stream"]),
-                metadata=json.loads(row["metadata"]) if row["metadata"] else {},
-                prompt_text=row["prompt_text"]))
+            usage = Usage(
+                uncached_input_tokens=row["uncached_input_tokens"],
+                cache_read_tokens=row["cache_read_tokens"],
+                cache_write_tokens=w,
+                output_tokens=row["output_tokens"],
+                cache_write_by_ttl=ttl,
+                cache_reported=bool(row["cache_reported"]),
+                reasoning_tokens=row["reasoning_tokens"],
+                provider=row["provider"],
+                model=row["model"],
+                flags=tuple(json.loads(row["flags"])) if row["flags"] else (),
+            )
+            out.append(
+                Record(
+                    record_id=row["record_id"],
+                    ts=row["ts"],
+                    provider=row["provider"],
+                    model=row["model"],
+                    api=row["api"],
+                    prefix_hash=row["prefix_hash"],
+                    usage=usage,
+                    cost=None if row["cost_pusd"] is None else Decimal(row["cost_pusd"]) / PICO,
+                    baseline=(
+                        None
+                        if row["baseline_pusd"] is None
+                        else Decimal(row["baseline_pusd"]) / PICO
+                    ),
+                    latency_ms=row["latency_ms"],
+                    ttft_ms=row["ttft_ms"],
+                    stream=bool(row["stream"]),
+                    metadata=json.loads(row["metadata"]) if row["metadata"] else {},
+                    prompt_text=row["prompt_text"],
+                )
+            )
         return out

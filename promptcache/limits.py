@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Optional
 
 __all__ = ["CacheRules", "cache_rules", "RULES", "provider_of"]
 
@@ -18,21 +17,31 @@ __all__ = ["CacheRules", "cache_rules", "RULES", "provider_of"]
 # real minimum is silently ignored by the provider; an explicit Gemini cache below it fails)
 # and says so in ``notes``.
 SRC_OPENAI_GUIDE = "https://developers.openai.com/api/docs/guides/prompt-caching"
-SRC_OPENAI_SDK = ("openai-python 3.57.0, openai/types/chat/completion_create_params.py "
-                  "(PromptCacheOptions, PromptCacheBreakpoint, prompt_cache_retention)")
+SRC_OPENAI_SDK = (
+    "openai-python 3.57.0, openai/types/chat/completion_create_params.py "
+    "(PromptCacheOptions, PromptCacheBreakpoint, prompt_cache_retention)"
+)
 SRC_AZURE_RETENTION = "https://learn.microsoft.com/azure/foundry/openai/how-to/prompt-caching"
 SRC_ANTHROPIC = "https://platform.claude.com/docs/en/build-with-claude/prompt-caching"
-SRC_ANTHROPIC_QUOTE = ("minimums as quoted from the Anthropic docs in "
-                       "https://github.com/anthropics/anthropic-sdk-python/issues/1194")
-SRC_ANTHROPIC_NEWER = ("https://docs.litellm.ai/docs/completion/prompt_caching (table for Claude "
-                       "5 / Opus 4.8); https://clawdemy.org/lessons/building-with-claude/"
-                       "prompt-caching-and-context-management/cheatsheet/")
-SRC_ANTHROPIC_SDK = ("anthropic-python 2.14.0: anthropic/types/cache_control_ephemeral_param.py "
-                     "(ttl 5m|1h), message_create_params.py (top-level cache_control, diagnostics)")
+SRC_ANTHROPIC_QUOTE = (
+    "minimums as quoted from the Anthropic docs in "
+    "https://github.com/anthropics/anthropic-sdk-python/issues/1194"
+)
+SRC_ANTHROPIC_NEWER = (
+    "https://docs.litellm.ai/docs/completion/prompt_caching (table for Claude "
+    "5 / Opus 4.8); https://clawdemy.org/lessons/building-with-claude/"
+    "prompt-caching-and-context-management/cheatsheet/"
+)
+SRC_ANTHROPIC_SDK = (
+    "anthropic-python 2.14.0: anthropic/types/cache_control_ephemeral_param.py "
+    "(ttl 5m|1h), message_create_params.py (top-level cache_control, diagnostics)"
+)
 SRC_GEMINI = "https://ai.google.dev/gemini-api/docs/caching"
 SRC_BEDROCK = "https://docs.aws.amazon.com/bedrock/latest/userguide/prompt-caching.html"
-SRC_BEDROCK_API = ("https://docs.aws.amazon.com/bedrock/latest/APIReference/"
-                   "API_runtime_CachePointBlock.html (ttl 5m|1h); botocore 1.44 service model")
+SRC_BEDROCK_API = (
+    "https://docs.aws.amazon.com/bedrock/latest/APIReference/"
+    "API_runtime_CachePointBlock.html (ttl 5m|1h); botocore 1.44 service model"
+)
 SRC_BEDROCK_TABLE = "https://portkey.ai/docs/integrations/llms/bedrock/prompt-caching (AWS table)"
 READ_ON = "2026-11-29"
 
@@ -79,35 +88,70 @@ class CacheRules:
     min_per_segment: bool = False
 
 
-def _openai(family: str, *, retention: tuple[str, ...] = (), explicit: bool = False,
-            notes: str = "") -> CacheRules:
+def _openai(
+    family: str, *, retention: tuple[str, ...] = (), explicit: bool = False, notes: str = ""
+) -> CacheRules:
     return CacheRules(
-        "openai", family, min_tokens=1024, increment=128,
+        "openai",
+        family,
+        min_tokens=1024,
+        increment=128,
         ttls=("30m",) if explicit else ("in_memory",) + (("24h",) if retention else ()),
-        max_breakpoints=4 if explicit else 0, retention=retention,
+        max_breakpoints=4 if explicit else 0,
+        retention=retention,
         explicit_breakpoints=explicit,
-        source=f"{SRC_OPENAI_GUIDE}; {SRC_OPENAI_SDK}; {SRC_AZURE_RETENTION}", notes=notes)
+        source=f"{SRC_OPENAI_GUIDE}; {SRC_OPENAI_SDK}; {SRC_AZURE_RETENTION}",
+        notes=notes,
+    )
 
 
-def _anthropic(family: str, min_tokens: int, notes: str = "", *,
-               source: str = SRC_ANTHROPIC_QUOTE) -> CacheRules:
-    return CacheRules("anthropic", family, min_tokens, ttls=("5m", "1h"), max_breakpoints=4,
-                      lookback_blocks=20, source=f"{SRC_ANTHROPIC}; {source}; {SRC_ANTHROPIC_SDK}",
-                      notes=notes)
+def _anthropic(
+    family: str, min_tokens: int, notes: str = "", *, source: str = SRC_ANTHROPIC_QUOTE
+) -> CacheRules:
+    return CacheRules(
+        "anthropic",
+        family,
+        min_tokens,
+        ttls=("5m", "1h"),
+        max_breakpoints=4,
+        lookback_blocks=20,
+        source=f"{SRC_ANTHROPIC}; {source}; {SRC_ANTHROPIC_SDK}",
+        notes=notes,
+    )
 
 
-def _bedrock(family: str, min_tokens: int, *, ttls: tuple[str, ...] = ("5m",),
-             cacheable: tuple[str, ...] = ("tools", "system", "messages"),
-             notes: str = "") -> CacheRules:
-    return CacheRules("bedrock", family, min_tokens, ttls=ttls, max_breakpoints=4,
-                      lookback_blocks=20 if family.startswith("claude") else 0,
-                      source=f"{SRC_BEDROCK}; {SRC_BEDROCK_API}; {SRC_BEDROCK_TABLE}",
-                      cacheable=cacheable, min_per_segment=True, notes=notes)
+def _bedrock(
+    family: str,
+    min_tokens: int,
+    *,
+    ttls: tuple[str, ...] = ("5m",),
+    cacheable: tuple[str, ...] = ("tools", "system", "messages"),
+    notes: str = "",
+) -> CacheRules:
+    return CacheRules(
+        "bedrock",
+        family,
+        min_tokens,
+        ttls=ttls,
+        max_breakpoints=4,
+        lookback_blocks=20 if family.startswith("claude") else 0,
+        source=f"{SRC_BEDROCK}; {SRC_BEDROCK_API}; {SRC_BEDROCK_TABLE}",
+        cacheable=cacheable,
+        min_per_segment=True,
+        notes=notes,
+    )
 
 
 def _gemini(family: str, min_tokens: int, notes: str = "") -> CacheRules:
-    return CacheRules("gemini", family, min_tokens, ttls=("1h",), max_breakpoints=0,
-                      source=SRC_GEMINI, notes=notes)
+    return CacheRules(
+        "gemini",
+        family,
+        min_tokens,
+        ttls=("1h",),
+        max_breakpoints=0,
+        source=SRC_GEMINI,
+        notes=notes,
+    )
 
 
 _R24 = ("in_memory", "24h")
@@ -143,13 +187,18 @@ RULES: tuple[CacheRules, ...] = (
     _anthropic("claude-mythos-5", 512, source=SRC_ANTHROPIC_NEWER),
     _anthropic("claude-sonnet-5", 1024, source=SRC_ANTHROPIC_NEWER),
     _anthropic("claude-opus-4-8", 1024, source=SRC_ANTHROPIC_NEWER),
-    _anthropic("claude-opus-4-7", 4096, "one page says 2,048; the larger figure is used",
-               source=SRC_ANTHROPIC_NEWER),
+    _anthropic(
+        "claude-opus-4-7",
+        4096,
+        "one page says 2,048; the larger figure is used",
+        source=SRC_ANTHROPIC_NEWER,
+    ),
     _anthropic("claude-mythos-preview", 4096, source=SRC_ANTHROPIC_NEWER),
     _anthropic("claude-opus-4-6", 4096),
     _anthropic("claude-opus-4-5", 4096),
-    _anthropic("claude-sonnet-4-6", 1024, "documented 1,024; issue #1194 observed caching "
-               "only from 2,048"),
+    _anthropic(
+        "claude-sonnet-4-6", 1024, "documented 1,024; issue #1194 observed caching only from 2,048"
+    ),
     _anthropic("claude-sonnet-4-5", 1024),
     _anthropic("claude-opus-4-1", 1024),
     _anthropic("claude-opus-4", 1024),
@@ -173,27 +222,52 @@ RULES: tuple[CacheRules, ...] = (
     _bedrock("claude-sonnet-4", 1024),
     _bedrock("claude-3-7-sonnet", 1024),
     _bedrock("claude-3-5-haiku", 2048),
-    _bedrock("nova-", 1000, cacheable=("system", "messages"),
-             notes="Nova: tools not cacheable; at most 32k tokens cached"),
+    _bedrock(
+        "nova-",
+        1000,
+        cacheable=("system", "messages"),
+        notes="Nova: tools not cacheable; at most 32k tokens cached",
+    ),
     # ---- Gemini: implicit caching (automatic) and explicit cached contents (default TTL 1h)
     # above the same per-model minimum. The current pages disagree for 2.5 (1,024/4,096 on
     # the English page, 2,048 on a newer localized one); the larger figure is used.
     _gemini("gemini-2.5-flash", 2048, "English page: 1,024; newer page: 2,048"),
     _gemini("gemini-2.5-pro", 4096, "English page: 4,096; newer page: 2,048"),
-    _gemini("gemini-3", 4096, "Gemini 3.x Flash and Pro: 4,096 (3 Flash Preview: 1,024 on "
-            "the English page)"),
+    _gemini(
+        "gemini-3",
+        4096,
+        "Gemini 3.x Flash and Pro: 4,096 (3 Flash Preview: 1,024 on the English page)",
+    ),
 )
 
 _DEFAULTS: dict[str, CacheRules] = {
-    "openai": CacheRules("openai", "", 1024, 128, ("in_memory",), source=SRC_OPENAI_GUIDE,
-                         known=False),
-    "anthropic": CacheRules("anthropic", "", 1024, ttls=("5m", "1h"), max_breakpoints=4,
-                            lookback_blocks=20, source=SRC_ANTHROPIC, known=False),
-    "bedrock": CacheRules("bedrock", "", 1024, ttls=("5m",), max_breakpoints=4,
-                          source=SRC_BEDROCK, known=False, min_per_segment=True),
+    "openai": CacheRules(
+        "openai", "", 1024, 128, ("in_memory",), source=SRC_OPENAI_GUIDE, known=False
+    ),
+    "anthropic": CacheRules(
+        "anthropic",
+        "",
+        1024,
+        ttls=("5m", "1h"),
+        max_breakpoints=4,
+        lookback_blocks=20,
+        source=SRC_ANTHROPIC,
+        known=False,
+    ),
+    "bedrock": CacheRules(
+        "bedrock",
+        "",
+        1024,
+        ttls=("5m",),
+        max_breakpoints=4,
+        source=SRC_BEDROCK,
+        known=False,
+        min_per_segment=True,
+    ),
     "gemini": CacheRules("gemini", "", 4096, ttls=("1h",), source=SRC_GEMINI, known=False),
-    "local": CacheRules("local", "", 0, 16, (), notes="local engine: full 16-token KV blocks",
-                        known=False),
+    "local": CacheRules(
+        "local", "", 0, 16, (), notes="local engine: full 16-token KV blocks", known=False
+    ),
 }
 
 
@@ -212,7 +286,7 @@ def provider_of(model: str) -> str:
 
 
 @lru_cache(maxsize=1024)
-def cache_rules(model: str, provider: Optional[str] = None) -> CacheRules:
+def cache_rules(model: str, provider: str | None = None) -> CacheRules:
     """The :class:`CacheRules` row for ``model`` (longest matching family prefix).
 
     Args:
@@ -226,8 +300,8 @@ def cache_rules(model: str, provider: Optional[str] = None) -> CacheRules:
         # "us.anthropic.claude-sonnet-4-5-20250929-v1:0" -> "claude-sonnet-4-5-20250929-v1:0"
         name = name.split("anthropic.", 1)[-1] if "anthropic." in name else name.split(".", 1)[-1]
     if name.startswith("models/"):
-        name = name[len("models/"):]
-    best: Optional[CacheRules] = None
+        name = name[len("models/") :]
+    best: CacheRules | None = None
     for row in RULES:
         if row.provider == provider and name.startswith(row.family):
             if best is None or len(row.family) > len(best.family):

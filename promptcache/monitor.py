@@ -15,8 +15,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from promptcache.tokens import count_tokens
 
@@ -54,10 +55,12 @@ class PrefixChange:
     at: float
 
     def __str__(self) -> str:
-        return (f"prompt {self.name!r}: frozen prefix changed in layer {self.layer!r} at "
-                f"character {self.char_offset} (about token {self.token_offset}); "
-                f"{self.before!r} -> {self.after!r}; {self.changes_in_window} change(s) in the "
-                f"last window")
+        return (
+            f"prompt {self.name!r}: frozen prefix changed in layer {self.layer!r} at "
+            f"character {self.char_offset} (about token {self.token_offset}); "
+            f"{self.before!r} -> {self.after!r}; {self.changes_in_window} change(s) in the "
+            f"last window"
+        )
 
 
 @dataclass
@@ -72,7 +75,7 @@ def _common_prefix(a: str, b: str) -> int:
     i = 0
     # compare in chunks first (fast path for long equal prefixes)
     step = 4096
-    while i + step <= n and a[i:i + step] == b[i:i + step]:
+    while i + step <= n and a[i : i + step] == b[i : i + step]:
         i += step
     while i < n and a[i] == b[i]:
         i += 1
@@ -91,9 +94,14 @@ class PrefixMonitor:
     Thread-safe. Holds the last frozen text of each name in memory (nothing is persisted).
     """
 
-    def __init__(self, window_s: float = 3600.0, *, model: Optional[str] = None,
-                 clock: Callable[[], float] = time.time,
-                 on_change: Optional[Callable[[PrefixChange], Any]] = None) -> None:
+    def __init__(
+        self,
+        window_s: float = 3600.0,
+        *,
+        model: str | None = None,
+        clock: Callable[[], float] = time.time,
+        on_change: Callable[[PrefixChange], Any] | None = None,
+    ) -> None:
         if window_s <= 0:
             raise ValueError(f"window_s must be positive, got {window_s!r}")
         self.window_s = float(window_s)
@@ -102,9 +110,9 @@ class PrefixMonitor:
         self._on_change = on_change
         self._state: dict[str, _State] = {}
         self._lock = threading.Lock()
-        self.miss_reasons: dict[str, "CacheMiss"] = {}
+        self.miss_reasons: dict[str, CacheMiss] = {}
 
-    def observe(self, name: str, prompt: Any) -> Optional[PrefixChange]:
+    def observe(self, name: str, prompt: Any) -> PrefixChange | None:
         """Record ``prompt`` (a :class:`promptcache.Prompt`) as the current version of
         ``name``; return a :class:`PrefixChange` if its prefix hash differs from the last
         one seen, else ``None`` (also on the first observation)."""
@@ -129,8 +137,9 @@ class PrefixMonitor:
         while st.changes and st.changes[0] <= now - self.window_s:
             st.changes.popleft()
 
-    def _describe(self, name: str, st: _State, new: dict[str, str], new_hash: str,
-                  now: float) -> PrefixChange:
+    def _describe(
+        self, name: str, st: _State, new: dict[str, str], new_hash: str, now: float
+    ) -> PrefixChange:
         st.changes.append(now)
         self._trim(st, now)
         before_tokens = 0  # tokens of the layers before the differing one
@@ -139,13 +148,23 @@ class PrefixMonitor:
             if old_t != new_t:
                 off = _common_prefix(old_t, new_t)
                 tok = before_tokens + count_tokens(new_t[:off], self.model).tokens
-                return PrefixChange(name, layer, off, tok, st.prefix_hash, new_hash,
-                                    len(st.changes), old_t[max(0, off - 10): off + 30],
-                                    new_t[max(0, off - 10): off + 30], now)
+                return PrefixChange(
+                    name,
+                    layer,
+                    off,
+                    tok,
+                    st.prefix_hash,
+                    new_hash,
+                    len(st.changes),
+                    old_t[max(0, off - 10) : off + 30],
+                    new_t[max(0, off - 10) : off + 30],
+                    now,
+                )
             before_tokens += count_tokens(new_t, self.model).tokens if new_t else 0
         # equal texts but different hash (e.g. document titles): report the whole prefix
-        return PrefixChange(name, "documents", 0, 0, st.prefix_hash, new_hash, len(st.changes),
-                            "", "", now)
+        return PrefixChange(
+            name, "documents", 0, 0, st.prefix_hash, new_hash, len(st.changes), "", "", now
+        )
 
     def changes(self, name: str) -> int:
         """How many times ``name``'s prefix changed within the window (0 if never seen)."""
@@ -156,13 +175,13 @@ class PrefixMonitor:
             self._trim(st, self._clock())
             return len(st.changes)
 
-    def prefix_hash(self, name: str) -> Optional[str]:
+    def prefix_hash(self, name: str) -> str | None:
         """The last prefix hash seen for ``name`` (``None`` if never seen)."""
         with self._lock:
             st = self._state.get(name)
             return st.prefix_hash if st else None
 
-    def observe_response(self, name: str, response: Any) -> Optional["CacheMiss"]:
+    def observe_response(self, name: str, response: Any) -> CacheMiss | None:
         """Record the provider's explanation of a cache miss for ``name`` (see
         :func:`cache_miss_reason`) and return it (``None`` when there was none)."""
         miss = cache_miss_reason(response)
@@ -191,12 +210,15 @@ class CacheMiss:
     and a readable ``description``."""
 
     reason: str
-    missed_tokens: Optional[int]
+    missed_tokens: int | None
     description: str
 
     def __str__(self) -> str:
-        extra = f" (~{self.missed_tokens} tokens not read from the cache)" \
-            if self.missed_tokens is not None else ""
+        extra = (
+            f" (~{self.missed_tokens} tokens not read from the cache)"
+            if self.missed_tokens is not None
+            else ""
+        )
         return f"cache miss: {self.description}{extra}"
 
 
@@ -208,7 +230,7 @@ def _get(obj: Any, key: str) -> Any:
     return getattr(obj, key, None)
 
 
-def cache_miss_reason(response: Any) -> Optional[CacheMiss]:
+def cache_miss_reason(response: Any) -> CacheMiss | None:
     """Anthropic's explanation of a prompt-cache miss, from a ``Message`` (SDK object) or its
     JSON dict: ``diagnostics.cache_miss_reason`` (source: anthropic-python 2.14.0,
     ``anthropic/types/diagnostics.py`` and ``cache_miss_*.py``). ``None`` when the response
@@ -220,5 +242,8 @@ def cache_miss_reason(response: Any) -> Optional[CacheMiss]:
     if not isinstance(rtype, str):
         return None
     missed = _get(reason, "cache_missed_input_tokens")
-    return CacheMiss(rtype, int(missed) if isinstance(missed, int) else None,
-                     _MISS_TEXT.get(rtype, rtype.replace("_", " ")))
+    return CacheMiss(
+        rtype,
+        int(missed) if isinstance(missed, int) else None,
+        _MISS_TEXT.get(rtype, rtype.replace("_", " ")),
+    )

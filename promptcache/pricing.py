@@ -31,12 +31,26 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Price", "Cost", "cost", "price_for", "register_price", "load_prices",
-           "known_models", "MILLION"]
+__all__ = [
+    "Price",
+    "Cost",
+    "cost",
+    "price_for",
+    "register_price",
+    "load_prices",
+    "known_models",
+    "MILLION",
+]
 
 MILLION = Decimal(1_000_000)
-_PRICE_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h",
-                 "storage_per_hour")
+_PRICE_FIELDS = (
+    "input",
+    "output",
+    "cache_read",
+    "cache_write_5m",
+    "cache_write_1h",
+    "storage_per_hour",
+)
 
 
 def _dec(value: Any, name: str) -> Decimal | None:
@@ -99,13 +113,17 @@ class Price:
             object.__setattr__(self, name, _dec(getattr(self, name), name))
         if self.input is None or self.output is None:
             raise PricingError("Price needs both input and output prices")
-        object.__setattr__(self, "cache_write",
-                           {str(k): _dec(v, f"cache_write[{k!r}]")
-                            for k, v in dict(self.cache_write).items()})
+        object.__setattr__(
+            self,
+            "cache_write",
+            {str(k): _dec(v, f"cache_write[{k!r}]") for k, v in dict(self.cache_write).items()},
+        )
         bad = set(self.long_context) - set(_PRICE_FIELDS) - {"cache_write"}
         if bad:
-            raise PricingError(f"long_context may override {', '.join(_PRICE_FIELDS)}; "
-                               f"got {', '.join(sorted(bad))}")
+            raise PricingError(
+                f"long_context may override {', '.join(_PRICE_FIELDS)}; "
+                f"got {', '.join(sorted(bad))}"
+            )
         if self.long_context and not self.long_context_threshold:
             raise PricingError("long_context prices need long_context_threshold (tokens)")
         object.__setattr__(self, "long_context", dict(self.long_context))
@@ -126,8 +144,9 @@ class Price:
                 kw["cache_write"].update(v)
             else:
                 kw[k] = v
-        long = Price(**kw, model=self.model, provider=self.provider, source=self.source,
-                     date=self.date)
+        long = Price(
+            **kw, model=self.model, provider=self.provider, source=self.source, date=self.date
+        )
         object.__setattr__(self, "_long", long)  # frozen: cache the derived price once
         return long
 
@@ -138,12 +157,15 @@ class Price:
         if value is None:
             value = self.cache_write.get(ttl)
         if value is None:
-            raise PricingError(f"no cache write price for TTL {ttl!r} for model "
-                               f"{self.model or '(custom price)'}; pass "
-                               f"Price(cache_write_{ttl}=...)" if ttl in ("5m", "1h") else
-                               f"no cache write price for TTL {ttl!r} for model "
-                               f"{self.model or '(custom price)'}; pass "
-                               f"Price(cache_write={{{ttl!r}: ...}})")
+            raise PricingError(
+                f"no cache write price for TTL {ttl!r} for model "
+                f"{self.model or '(custom price)'}; pass "
+                f"Price(cache_write_{ttl}=...)"
+                if ttl in ("5m", "1h")
+                else f"no cache write price for TTL {ttl!r} for model "
+                f"{self.model or '(custom price)'}; pass "
+                f"Price(cache_write={{{ttl!r}: ...}})"
+            )
         return value
 
     def break_even_reads(self, ttl: str = "5m") -> int:
@@ -162,8 +184,9 @@ class Price:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (prices as decimal strings)."""
-        d: dict[str, Any] = {k: (None if getattr(self, k) is None else str(getattr(self, k)))
-                             for k in _PRICE_FIELDS}
+        d: dict[str, Any] = {
+            k: (None if getattr(self, k) is None else str(getattr(self, k))) for k in _PRICE_FIELDS
+        }
         d["cache_write"] = {k: str(v) for k, v in self.cache_write.items()}
         d.update(model=self.model, provider=self.provider, source=self.source, date=self.date)
         return d
@@ -199,13 +222,19 @@ class Cost:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (amounts as decimal strings)."""
-        return {"input": str(self.input), "cache_read": str(self.cache_read),
-                "cache_write": str(self.cache_write), "output": str(self.output),
-                "total": str(self.total), "baseline": str(self.baseline),
-                "saving": str(self.saving),
-                "cache_write_by_ttl": {k: str(v) for k, v in self.cache_write_by_ttl.items()},
-                "break_even": dict(self.break_even), "upper_bound": self.upper_bound,
-                "model": self.model}
+        return {
+            "input": str(self.input),
+            "cache_read": str(self.cache_read),
+            "cache_write": str(self.cache_write),
+            "output": str(self.output),
+            "total": str(self.total),
+            "baseline": str(self.baseline),
+            "saving": str(self.saving),
+            "cache_write_by_ttl": {k: str(v) for k, v in self.cache_write_by_ttl.items()},
+            "break_even": dict(self.break_even),
+            "upper_bound": self.upper_bound,
+            "model": self.model,
+        }
 
 
 def cost(usage: Usage, model: str | None = None, price: Price | None = None) -> Cost:
@@ -222,8 +251,10 @@ def cost(usage: Usage, model: str | None = None, price: Price | None = None) -> 
     ``Usage``.
     """
     if not isinstance(usage, Usage):
-        raise UsageError("cost() takes a promptcache.Usage; convert a provider response "
-                         "first with promptcache.normalize_usage(provider, response)")
+        raise UsageError(
+            "cost() takes a promptcache.Usage; convert a provider response "
+            "first with promptcache.normalize_usage(provider, response)"
+        )
     model = model or usage.model
     if price is None:
         if not model:
@@ -238,12 +269,14 @@ def cost(usage: Usage, model: str | None = None, price: Price | None = None) -> 
                 raise PricingError(
                     f"the usage has {usage.cache_read_tokens} cache-read tokens but the price "
                     f"for {price.model or model or 'this request (a custom Price)'} has no "
-                    f"cache_read; pass promptcache.Price(..., cache_read=...)")
+                    f"cache_read; pass promptcache.Price(..., cache_read=...)"
+                )
             c_read = usage.cache_read_tokens * price.cache_read / MILLION
         else:
             c_read = Decimal(0)
-        by_ttl = {ttl: n * price.write_price(ttl) / MILLION
-                  for ttl, n in usage.cache_write_by_ttl.items()}
+        by_ttl = {
+            ttl: n * price.write_price(ttl) / MILLION for ttl, n in usage.cache_write_by_ttl.items()
+        }
         c_write = sum(by_ttl.values(), Decimal(0))
         c_output = usage.output_tokens * price.output / MILLION
         total = c_input + c_read + c_write + c_output
@@ -255,10 +288,20 @@ def cost(usage: Usage, model: str | None = None, price: Price | None = None) -> 
             break_even[ttl] = price.break_even_reads(ttl)
         except PricingError:
             pass
-    return Cost(input=c_input, cache_read=c_read, cache_write=c_write, output=c_output,
-                total=total, baseline=baseline, saving=saving, cache_write_by_ttl=by_ttl,
-                break_even=break_even, upper_bound=not usage.cache_reported,
-                model=price.model or model, price=price)
+    return Cost(
+        input=c_input,
+        cache_read=c_read,
+        cache_write=c_write,
+        output=c_output,
+        total=total,
+        baseline=baseline,
+        saving=saving,
+        cache_write_by_ttl=by_ttl,
+        break_even=break_even,
+        upper_bound=not usage.cache_reported,
+        model=price.model or model,
+        price=price,
+    )
 
 
 # --- fast exact path in integer pico-dollars (the ledger's per-record cost) -----------
@@ -284,11 +327,19 @@ def _rates(price: Price) -> dict[str, Any] | None:
 
     try:
         rates: dict[str, Any] | None = {
-            "input": pico(price.input), "output": pico(price.output),
+            "input": pico(price.input),
+            "output": pico(price.output),
             "cache_read": pico(price.cache_read),
-            "write": {k: pico(v) for k, v in {**price.cache_write, "5m": price.cache_write_5m,
-                                              "1h": price.cache_write_1h}.items()
-                      if v is not None}}
+            "write": {
+                k: pico(v)
+                for k, v in {
+                    **price.cache_write,
+                    "5m": price.cache_write_5m,
+                    "1h": price.cache_write_1h,
+                }.items()
+                if v is not None
+            },
+        }
     except ValueError:
         rates = None
     if len(_RATES) > 1024:
@@ -297,8 +348,9 @@ def _rates(price: Price) -> dict[str, Any] | None:
     return rates
 
 
-def cost_pico(usage: Usage, model: str | None = None,
-              price: Price | None = None) -> tuple[int, int, Price]:
+def cost_pico(
+    usage: Usage, model: str | None = None, price: Price | None = None
+) -> tuple[int, int, Price]:
     """``(total, baseline, price)`` of :func:`cost` in integer pico-dollars (1e-12 USD),
     computed with integers (exact for prices with at most 6 decimals, else rounded half
     even from the exact Decimal result). Same errors as :func:`cost`."""
@@ -311,15 +363,19 @@ def cost_pico(usage: Usage, model: str | None = None,
     r = _rates(price)
     if r is None:
         c = cost(usage, price=price)
-        return (int((c.total * PICO_PER_USD).to_integral_value()),
-                int((c.baseline * PICO_PER_USD).to_integral_value()), price)
+        return (
+            int((c.total * PICO_PER_USD).to_integral_value()),
+            int((c.baseline * PICO_PER_USD).to_integral_value()),
+            price,
+        )
     total = usage.uncached_input_tokens * r["input"] + usage.output_tokens * r["output"]
     if usage.cache_read_tokens:
         if r["cache_read"] is None:
             raise PricingError(
                 f"the usage has {usage.cache_read_tokens} cache-read tokens but the price "
                 f"for {price.model or model or 'this request (a custom Price)'} has no "
-                f"cache_read; pass promptcache.Price(..., cache_read=...)")
+                f"cache_read; pass promptcache.Price(..., cache_read=...)"
+            )
         total += usage.cache_read_tokens * r["cache_read"]
     for ttl, n in usage.cache_write_by_ttl.items():
         rate = r["write"].get(ttl)
@@ -338,20 +394,34 @@ _USER: dict[str, Price] = {}
 
 
 def _price_from_row(name: str, row: Mapping[str, Any], where: str) -> Price:
-    known = set(_PRICE_FIELDS) | {"cache_write", "provider", "source", "date", "aliases",
-                                  "note", "long_context_threshold", "long_context"}
+    known = set(_PRICE_FIELDS) | {
+        "cache_write",
+        "provider",
+        "source",
+        "date",
+        "aliases",
+        "note",
+        "long_context_threshold",
+        "long_context",
+    }
     unknown = set(row) - known
     if unknown:
-        raise PricingError(f"{where}: model {name!r} has unknown field(s) "
-                           f"{', '.join(sorted(unknown))}")
+        raise PricingError(
+            f"{where}: model {name!r} has unknown field(s) {', '.join(sorted(unknown))}"
+        )
     kwargs = {k: row.get(k) for k in _PRICE_FIELDS}
     if "input" not in row or "output" not in row:
         raise PricingError(f"{where}: model {name!r} needs input and output prices")
-    return Price(**kwargs, cache_write=dict(row.get("cache_write", {})),
-                 long_context_threshold=row.get("long_context_threshold"),
-                 long_context=dict(row.get("long_context", {})), model=name,
-                 provider=row.get("provider"), source=row.get("source"),
-                 date=str(row["date"]) if row.get("date") is not None else None)
+    return Price(
+        **kwargs,
+        cache_write=dict(row.get("cache_write", {})),
+        long_context_threshold=row.get("long_context_threshold"),
+        long_context=dict(row.get("long_context", {})),
+        model=name,
+        provider=row.get("provider"),
+        source=row.get("source"),
+        date=str(row["date"]) if row.get("date") is not None else None,
+    )
 
 
 def _parse_table(text: str, where: str) -> tuple[dict[str, Price], dict[str, str]]:
@@ -361,7 +431,7 @@ def _parse_table(text: str, where: str) -> tuple[dict[str, Price], dict[str, str
         raise PricingError(f"{where}: not valid TOML: {e}") from None
     models = data.get("models")
     if not isinstance(models, dict):
-        raise PricingError(f"{where}: expected a [models.\"NAME\"] table per model")
+        raise PricingError(f'{where}: expected a [models."NAME"] table per model')
     table, aliases = {}, {}
     for name, row in models.items():
         if not isinstance(row, dict):
@@ -429,7 +499,8 @@ def _candidates(model: str) -> list[str]:
 
 # What may follow a table name in a snapshot id: dates, "latest", "-001", Bedrock versions.
 _SNAPSHOT_SUFFIX = re.compile(
-    r"^(?:[-@](?:\d{8}|\d{4}-\d{2}-\d{2}|latest|\d{3})|-v\d+(?::\d+)?|:\d+)*$")
+    r"^(?:[-@](?:\d{8}|\d{4}-\d{2}-\d{2}|latest|\d{3})|-v\d+(?::\d+)?|:\d+)*$"
+)
 
 
 _LOOKUP: dict[str, Price] = {}
@@ -460,8 +531,11 @@ def _price_for(model: str) -> Price:
     best = None
     for c in cands:
         for name in table:
-            if c.startswith(name) and _SNAPSHOT_SUFFIX.match(c[len(name):]) and (
-                    best is None or len(name) > len(best)):
+            if (
+                c.startswith(name)
+                and _SNAPSHOT_SUFFIX.match(c[len(name) :])
+                and (best is None or len(name) > len(best))
+            ):
                 best = name
     if best is not None:
         return table[best]
@@ -469,5 +543,7 @@ def _price_for(model: str) -> Price:
 
     close = difflib.get_close_matches(cands[-1], list(table), n=3, cutoff=0.5)
     hint = f" (closest: {', '.join(close)})" if close else ""
-    raise PricingError(f"no price known for model {model!r}{hint}; pass "
-                       "price=promptcache.Price(input=..., output=...) or load a TOML file")
+    raise PricingError(
+        f"no price known for model {model!r}{hint}; pass "
+        "price=promptcache.Price(input=..., output=...) or load a TOML file"
+    )

@@ -48,12 +48,16 @@ def _esc(x: Any) -> str:
 
 
 def _usd(x: Decimal) -> str:
-    return f"${x.quantize(Decimal('0.000001'))}" if abs(x) < 1 else f"${x.quantize(Decimal('0.01'))}"
+    return (
+        f"${x.quantize(Decimal('0.000001'))}" if abs(x) < 1 else f"${x.quantize(Decimal('0.01'))}"
+    )
 
 
 def _empty(chart: str, text: str) -> str:
-    return (f'<svg data-chart="{chart}" width="{_W}" height="60" role="img">'
-            f'<text x="10" y="30">{_esc(text)}</text></svg>')
+    return (
+        f'<svg data-chart="{chart}" width="{_W}" height="60" role="img">'
+        f'<text x="10" y="30">{_esc(text)}</text></svg>'
+    )
 
 
 def _hit_rate_chart(rows: list[Any]) -> str:
@@ -64,31 +68,40 @@ def _hit_rate_chart(rows: list[Any]) -> str:
     n = len(pts)
     xs = [_PAD_L + (iw * (i + 0.5) / n) for i in range(n)]
     ys = [_PAD_T + ih * (1 - v) for _, v in pts]
-    out = [f'<svg data-chart="hit-rate" width="{_W}" height="{_H}" role="img" '
-           f'aria-label="cache hit rate over time">']
+    out = [
+        f'<svg data-chart="hit-rate" width="{_W}" height="{_H}" role="img" '
+        f'aria-label="cache hit rate over time">'
+    ]
     for frac in (0, 0.25, 0.5, 0.75, 1.0):
         y = _PAD_T + ih * (1 - frac)
-        out.append(f'<line class="grid" x1="{_PAD_L}" x2="{_W - _PAD_R}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        out.append(
+            f'<line class="grid" x1="{_PAD_L}" x2="{_W - _PAD_R}" y1="{y:.1f}" y2="{y:.1f}"/>'
+        )
         out.append(f'<text x="{_PAD_L - 6}" y="{y + 4:.1f}" text-anchor="end">{frac:.0%}</text>')
     out.append(f'<line class="axis" x1="{_PAD_L}" x2="{_PAD_L}" y1="{_PAD_T}" y2="{_PAD_T + ih}"/>')
-    out.append(f'<line class="axis" x1="{_PAD_L}" x2="{_W - _PAD_R}" y1="{_PAD_T + ih}" '
-               f'y2="{_PAD_T + ih}"/>')
+    out.append(
+        f'<line class="axis" x1="{_PAD_L}" x2="{_W - _PAD_R}" y1="{_PAD_T + ih}" '
+        f'y2="{_PAD_T + ih}"/>'
+    )
     if n > 1:
         poly = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys))
         out.append(f'<polyline class="line" points="{poly}"/>')
     step = max(1, n // 8)
     for i, ((key, v), x, y) in enumerate(zip(pts, xs, ys)):
-        out.append(f'<circle class="pt" cx="{x:.1f}" cy="{y:.1f}" r="3.5" data-key="{_esc(key)}" '
-                   f'data-value="{v:.6f}"><title>{_esc(key)}: {v:.1%}</title></circle>')
+        out.append(
+            f'<circle class="pt" cx="{x:.1f}" cy="{y:.1f}" r="3.5" data-key="{_esc(key)}" '
+            f'data-value="{v:.6f}"><title>{_esc(key)}: {v:.1%}</title></circle>'
+        )
         if i % step == 0:
-            out.append(f'<text x="{x:.1f}" y="{_PAD_T + ih + 16}" text-anchor="middle">'
-                       f'{_esc(str(key)[5:])}</text>')
+            out.append(
+                f'<text x="{x:.1f}" y="{_PAD_T + ih + 16}" text-anchor="middle">'
+                f"{_esc(str(key)[5:])}</text>"
+            )
     out.append("</svg>")
     return "".join(out)
 
 
-def _bar_chart(chart: str, items: list[tuple[str, list[tuple[str, float, str]]]],
-               unit: str) -> str:
+def _bar_chart(chart: str, items: list[tuple[str, list[tuple[str, float, str]]]], unit: str) -> str:
     """Horizontal grouped bars: items = [(label, [(css_class, value, text), ...]), ...]."""
     if not items:
         return _empty(chart, "no data in this period")
@@ -101,13 +114,17 @@ def _bar_chart(chart: str, items: list[tuple[str, list[tuple[str, float, str]]]]
     out = [f'<svg data-chart="{chart}" width="{_W}" height="{h}" role="img">']
     y = _PAD_T
     for label, bars in items:
-        out.append(f'<text x="{lab_w - 6}" y="{y + per * bar_h / 2 + 4:.1f}" text-anchor="end">'
-                   f'{_esc(label[:22])}</text>')
+        out.append(
+            f'<text x="{lab_w - 6}" y="{y + per * bar_h / 2 + 4:.1f}" text-anchor="end">'
+            f"{_esc(label[:22])}</text>"
+        )
         for cls, v, txt in bars:
             w = max(0.0, iw * v / vmax)
-            out.append(f'<rect class="bar {cls}" x="{lab_w}" y="{y}" width="{w:.1f}" '
-                       f'height="{bar_h - 2}" data-key="{_esc(label)}" data-series="{cls}" '
-                       f'data-value="{v!r}"><title>{_esc(label)} {cls}: {_esc(txt)}</title></rect>')
+            out.append(
+                f'<rect class="bar {cls}" x="{lab_w}" y="{y}" width="{w:.1f}" '
+                f'height="{bar_h - 2}" data-key="{_esc(label)}" data-series="{cls}" '
+                f'data-value="{v!r}"><title>{_esc(label)} {cls}: {_esc(txt)}</title></rect>'
+            )
             out.append(f'<text x="{lab_w + w + 4:.1f}" y="{y + bar_h - 4}">{_esc(txt)}</text>')
             y += bar_h
         y += gap
@@ -135,58 +152,98 @@ def render_html(tracker: Any, since: Any = None, now: float | None = None) -> st
     by_prefix.sort(key=lambda r: (-missed(r), -r.requests))
     by_prefix = by_prefix[:10]
 
-    parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-             "<title>promptcache report</title>", f"<style>{_CSS}</style></head><body>",
-             "<h1>promptcache report</h1>"]
-    period = ("all time" if lo is None else "since " + datetime.fromtimestamp(
-        lo, timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
-    parts.append(f"<div class='sub'>ledger {_esc(tracker)} &middot; {period} &middot; generated "
-                 f"{datetime.fromtimestamp(now, timezone.utc):%Y-%m-%d %H:%M UTC}</div>")
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<title>promptcache report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>promptcache report</h1>",
+    ]
+    period = (
+        "all time"
+        if lo is None
+        else "since " + datetime.fromtimestamp(lo, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    )
+    parts.append(
+        f"<div class='sub'>ledger {_esc(tracker)} &middot; {period} &middot; generated "
+        f"{datetime.fromtimestamp(now, timezone.utc):%Y-%m-%d %H:%M UTC}</div>"
+    )
     if total is None:
         parts.append("<p>No requests recorded in this period.</p></body></html>")
         return "".join(parts)
     hit = "n/a" if total.hit_rate is None else f"{total.hit_rate:.1%}"
     parts.append("<div class='kpis'>")
-    for label, value in (("requests", f"{total.requests:,}"), ("cache hit rate", hit),
-                         ("cost", _usd(total.cost)), ("without cache", _usd(total.baseline)),
-                         ("saving", _usd(total.saving)),
-                         ("prompt tokens", f"{total.prompt_tokens:,}")):
-        parts.append(f"<div class='kpi' data-kpi='{_esc(label)}'><b>{value}</b>"
-                     f"<span>{label}</span></div>")
+    for label, value in (
+        ("requests", f"{total.requests:,}"),
+        ("cache hit rate", hit),
+        ("cost", _usd(total.cost)),
+        ("without cache", _usd(total.baseline)),
+        ("saving", _usd(total.saving)),
+        ("prompt tokens", f"{total.prompt_tokens:,}"),
+    ):
+        parts.append(
+            f"<div class='kpi' data-kpi='{_esc(label)}'><b>{value}</b><span>{label}</span></div>"
+        )
     parts.append("</div>")
     if total.unreported_requests:
-        parts.append(f"<p class='note'>{total.unreported_requests} request(s) came from servers "
-                     "that did not report cached tokens; their hit rate is unknown and left out "
-                     "of the rates (it is not counted as a miss).</p>")
+        parts.append(
+            f"<p class='note'>{total.unreported_requests} request(s) came from servers "
+            "that did not report cached tokens; their hit rate is unknown and left out "
+            "of the rates (it is not counted as a miss).</p>"
+        )
     if total.unpriced_requests:
-        parts.append(f"<p class='note'>{total.unpriced_requests} request(s) have no known price "
-                     "and count as $0.</p>")
+        parts.append(
+            f"<p class='note'>{total.unpriced_requests} request(s) have no known price "
+            "and count as $0.</p>"
+        )
 
     parts.append(f"<h2>Cache hit rate per {'hour' if use_hours else 'day'} (token-weighted)</h2>")
     parts.append(_hit_rate_chart(time_rows))
 
     parts.append("<h2>Cost and saving by model</h2>")
-    items = [(r.key or "(unknown)", [
-        ("cost", float(r.cost), _usd(r.cost)),
-        ("base", float(r.baseline), f"{_usd(r.baseline)} without cache, saving {_usd(r.saving)}"),
-    ]) for r in by_model]
+    items = [
+        (
+            r.key or "(unknown)",
+            [
+                ("cost", float(r.cost), _usd(r.cost)),
+                (
+                    "base",
+                    float(r.baseline),
+                    f"{_usd(r.baseline)} without cache, saving {_usd(r.saving)}",
+                ),
+            ],
+        )
+        for r in by_model
+    ]
     parts.append(_bar_chart("cost-by-model", items, "USD: orange = cost, grey = no-cache baseline"))
 
     parts.append("<h2>Top prefixes by missed prompt tokens</h2>")
-    items = [(r.key[:16], [("miss", float(missed(r)),
-                            f"{missed(r):,} tokens missed, {r.misses}/{r.requests} requests "
-                            "without a hit")]) for r in by_prefix]
+    items = [
+        (
+            r.key[:16],
+            [
+                (
+                    "miss",
+                    float(missed(r)),
+                    f"{missed(r):,} tokens missed, {r.misses}/{r.requests} requests without a hit",
+                )
+            ],
+        )
+        for r in by_prefix
+    ]
     parts.append(_bar_chart("prefix-misses", items, "prompt tokens not read from the cache"))
 
-    parts.append("<h2>By model</h2><table><tr><th>model</th><th>requests</th><th>prompt tokens"
-                 "</th><th>cache read</th><th>cache write</th><th>hit rate</th><th>cost</th>"
-                 "<th>no-cache</th><th>saving</th></tr>")
+    parts.append(
+        "<h2>By model</h2><table><tr><th>model</th><th>requests</th><th>prompt tokens"
+        "</th><th>cache read</th><th>cache write</th><th>hit rate</th><th>cost</th>"
+        "<th>no-cache</th><th>saving</th></tr>"
+    )
     for r in by_model:
         parts.append(
             f"<tr><td>{_esc(r.key)}</td><td>{r.requests:,}</td><td>{r.prompt_tokens:,}</td>"
             f"<td>{r.cache_read_tokens:,}</td><td>{r.cache_write_tokens:,}</td>"
             f"<td>{'n/a' if r.hit_rate is None else f'{r.hit_rate:.1%}'}</td>"
-            f"<td>{_usd(r.cost)}</td><td>{_usd(r.baseline)}</td><td>{_usd(r.saving)}</td></tr>")
+            f"<td>{_usd(r.cost)}</td><td>{_usd(r.baseline)}</td><td>{_usd(r.saving)}</td></tr>"
+        )
     parts.append("</table></body></html>")
     return "".join(parts)
 

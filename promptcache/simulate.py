@@ -42,19 +42,29 @@ import argparse
 import hashlib
 import json
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from promptcache.usage import Usage
 
-__all__ = ["Segment", "TraceRequest", "SimulationResult", "load_trace", "simulate",
-           "relayout", "segments_from_tokens", "segments_from_request", "add_arguments", "run",
-           "TraceError"]
+__all__ = [
+    "Segment",
+    "TraceRequest",
+    "SimulationResult",
+    "load_trace",
+    "simulate",
+    "relayout",
+    "segments_from_tokens",
+    "segments_from_request",
+    "add_arguments",
+    "run",
+    "TraceError",
+]
 
 PROVIDERS = ("anthropic", "bedrock", "openai")
-LAYER_ORDER = {"tools": 0, "system": 1, "documents": 2, "session": 3, "messages": 4,
-               "dynamic": 5}
+LAYER_ORDER = {"tools": 0, "system": 1, "documents": 2, "session": 3, "messages": 4, "dynamic": 5}
 
 
 class TraceError(ValueError):
@@ -122,11 +132,16 @@ class SimulationResult:
             "saving": None if self.cost is None else str(self.baseline - self.cost),
             "unpriced_requests": self.unpriced,
             "per_request": [
-                {"line": r.line, "ts": r.ts, "prompt_tokens": u.prompt_tokens,
-                 "cache_read_tokens": u.cache_read_tokens,
-                 "cache_write_tokens": dict(u.cache_write_by_ttl),
-                 "uncached_input_tokens": u.uncached_input_tokens}
-                for r, u in zip(self.requests, self.usages)],
+                {
+                    "line": r.line,
+                    "ts": r.ts,
+                    "prompt_tokens": u.prompt_tokens,
+                    "cache_read_tokens": u.cache_read_tokens,
+                    "cache_write_tokens": dict(u.cache_write_by_ttl),
+                    "uncached_input_tokens": u.uncached_input_tokens,
+                }
+                for r, u in zip(self.requests, self.usages)
+            ],
         }
 
 
@@ -148,8 +163,9 @@ def _segments_from_json(raw: Any, line: int) -> list[Segment]:
             raise TraceError(f"line {line}: segments[{i}] must be an object")
         unknown = set(s) - {"tokens", "hash", "cache", "boundary", "layer"}
         if unknown:
-            raise TraceError(f"line {line}: segments[{i}] has unknown field(s) "
-                             f"{', '.join(sorted(unknown))}")
+            raise TraceError(
+                f"line {line}: segments[{i}] has unknown field(s) {', '.join(sorted(unknown))}"
+            )
         if "hash" not in s or not isinstance(s["hash"], str):
             raise TraceError(f"line {line}: segments[{i}].hash must be a string")
         cache = s.get("cache")
@@ -157,16 +173,29 @@ def _segments_from_json(raw: Any, line: int) -> list[Segment]:
             raise TraceError(f"line {line}: segments[{i}].cache must be 5m, 1h, 30m or 12h")
         layer = s.get("layer")
         if layer is not None and layer not in LAYER_ORDER:
-            raise TraceError(f"line {line}: segments[{i}].layer must be one of "
-                             f"{', '.join(LAYER_ORDER)}")
-        out.append(Segment(_int(s.get("tokens"), f"segments[{i}].tokens", line), s["hash"],
-                           cache, bool(s.get("boundary", True)), layer))
+            raise TraceError(
+                f"line {line}: segments[{i}].layer must be one of {', '.join(LAYER_ORDER)}"
+            )
+        out.append(
+            Segment(
+                _int(s.get("tokens"), f"segments[{i}].tokens", line),
+                s["hash"],
+                cache,
+                bool(s.get("boundary", True)),
+                layer,
+            )
+        )
     return out
 
 
-def segments_from_tokens(token_ids: Sequence[int], block_ends: Sequence[int],
-                         breakpoints: dict[int, str] | None = None, *, salt: str = "",
-                         grid: tuple[int, int] = (1024, 128)) -> list[Segment]:
+def segments_from_tokens(
+    token_ids: Sequence[int],
+    block_ends: Sequence[int],
+    breakpoints: dict[int, str] | None = None,
+    *,
+    salt: str = "",
+    grid: tuple[int, int] = (1024, 128),
+) -> list[Segment]:
     """Record one prompt known as token ids (e.g. from your own engine) as segments that
     replay EXACTLY like the token ids themselves, without storing them.
 
@@ -184,8 +213,11 @@ def segments_from_tokens(token_ids: Sequence[int], block_ends: Sequence[int],
     out, start = [], 0
     for end in sorted(c for c in cuts if 0 < c <= n):
         h = hashlib.sha256(salt.encode() + b"|" + ",".join(map(str, token_ids[start:end])).encode())
-        out.append(Segment(end - start, h.hexdigest()[:32], (breakpoints or {}).get(end),
-                           end in ends, None))
+        out.append(
+            Segment(
+                end - start, h.hexdigest()[:32], (breakpoints or {}).get(end), end in ends, None
+            )
+        )
         start = end
     return out
 
@@ -231,8 +263,11 @@ def segments_from_request(req: dict[str, Any], model: str | None) -> list[Segmen
         elif isinstance(content, list):
             for b in content:
                 text = b.get("text") if isinstance(b, dict) and b.get("type") == "text" else None
-                add(f"{role}: {text}" if text is not None else _json_text(b), layer,
-                    b.get("cache_control") if isinstance(b, dict) else None)
+                add(
+                    f"{role}: {text}" if text is not None else _json_text(b),
+                    layer,
+                    b.get("cache_control") if isinstance(b, dict) else None,
+                )
         for call in m.get("tool_calls") or []:
             add(_json_text(call), layer)
     top = req.get("cache_control")  # Anthropic automatic caching: the last cacheable block
@@ -248,7 +283,9 @@ def load_trace(path_or_lines: str | Iterable[str], model: str | None = None) -> 
     """Parse a JSONL trace (a path, or an iterable of lines). Raises :class:`TraceError`
     naming the line for malformed JSON, missing fields, non-increasing ``ts``, or a
     ``request`` payload that cannot be cut into blocks; ``OSError`` if unreadable."""
-    lines = open(path_or_lines, encoding="utf-8") if isinstance(path_or_lines, str) else path_or_lines
+    lines = (
+        open(path_or_lines, encoding="utf-8") if isinstance(path_or_lines, str) else path_or_lines
+    )
     out: list[TraceRequest] = []
     try:
         for n, text in enumerate(lines, 1):
@@ -264,8 +301,10 @@ def load_trace(path_or_lines: str | Iterable[str], model: str | None = None) -> 
             if isinstance(ts, bool) or not isinstance(ts, (int, float)):
                 raise TraceError(f"line {n}: 'ts' (Unix seconds) is required")
             if out and ts < out[-1].ts:
-                raise TraceError(f"line {n}: ts {ts} is before the previous line's "
-                                 f"{out[-1].ts}; sort the trace by time")
+                raise TraceError(
+                    f"line {n}: ts {ts} is before the previous line's "
+                    f"{out[-1].ts}; sort the trace by time"
+                )
             m = d.get("model") or (d.get("request") or {}).get("model") or model
             if "segments" in d:
                 segs = _segments_from_json(d["segments"], n)
@@ -277,11 +316,18 @@ def load_trace(path_or_lines: str | Iterable[str], model: str | None = None) -> 
             else:
                 raise TraceError(f"line {n}: needs 'segments' or a 'request' payload")
             req = d.get("request") or {}
-            out.append(TraceRequest(
-                float(ts), segs, _int(d.get("output_tokens", 0), "output_tokens", n), m,
-                d.get("prompt_cache_key", req.get("prompt_cache_key")),
-                d.get("retention", req.get("prompt_cache_retention")), n,
-                req if isinstance(d.get("request"), dict) else None))
+            out.append(
+                TraceRequest(
+                    float(ts),
+                    segs,
+                    _int(d.get("output_tokens", 0), "output_tokens", n),
+                    m,
+                    d.get("prompt_cache_key", req.get("prompt_cache_key")),
+                    d.get("retention", req.get("prompt_cache_retention")),
+                    n,
+                    req if isinstance(d.get("request"), dict) else None,
+                )
+            )
     finally:
         if isinstance(path_or_lines, str):
             lines.close()  # type: ignore[union-attr]
@@ -306,8 +352,14 @@ def _layout(req: TraceRequest) -> Any:
     return PromptLayout(BlockPrefix([(s.tokens, s.hash) for s in req.segments]), ends, bps)
 
 
-def simulate(requests: Sequence[TraceRequest], provider: str, model: str | None = None, *,
-             min_cacheable_tokens: int | None = None, price: Any = None) -> SimulationResult:
+def simulate(
+    requests: Sequence[TraceRequest],
+    provider: str,
+    model: str | None = None,
+    *,
+    min_cacheable_tokens: int | None = None,
+    price: Any = None,
+) -> SimulationResult:
     """Replay ``requests`` (in time order) on an empty cache under ``provider``'s rules.
 
     ``model``: overrides each request's model (rules such as Anthropic's minimum length and
@@ -340,8 +392,9 @@ def simulate(requests: Sequence[TraceRequest], provider: str, model: str | None 
             if provider in ("anthropic", "bedrock"):
                 cr.check_anthropic_breakpoints(layout.breakpoints)
                 mn = min_cacheable_tokens or cr.anthropic_min_cacheable_tokens(m)
-                cu = cr.anthropic_usage(state, layout, min_cacheable_tokens=mn,
-                                        partition=("anthropic", m))
+                cu = cr.anthropic_usage(
+                    state, layout, min_cacheable_tokens=mn, partition=("anthropic", m)
+                )
             else:
                 part = ("openai", m, req.prompt_cache_key)
                 uses = cr.openai_uses_breakpoints(m)
@@ -350,18 +403,24 @@ def simulate(requests: Sequence[TraceRequest], provider: str, model: str | None 
                 if uses:
                     # the implicit breakpoint: the end of the last content block
                     end = layout.block_ends[-1] if layout.block_ends else layout.source().length
-                    cu = cr.openai_breakpoint_usage(state, layout, implicit_end=end,
-                                                    partition=part)
+                    cu = cr.openai_breakpoint_usage(state, layout, implicit_end=end, partition=part)
                 else:
-                    cu = cr.openai_usage(state, layout, retention=req.retention or "in_memory",
-                                         partition=part)
+                    cu = cr.openai_usage(
+                        state, layout, retention=req.retention or "in_memory", partition=part
+                    )
         except cr.CacheRuleError as e:
-            raise TraceError(f"line {req.line}: the provider would reject this request: "
-                             f"{e.message}") from None
-        u = Usage(uncached_input_tokens=cu.uncached_tokens, cache_read_tokens=cu.cache_read_tokens,
-                  cache_write_tokens=cu.cache_write_total,
-                  cache_write_by_ttl=dict(cu.cache_write_tokens),
-                  output_tokens=req.output_tokens, provider=provider, model=m)
+            raise TraceError(
+                f"line {req.line}: the provider would reject this request: {e.message}"
+            ) from None
+        u = Usage(
+            uncached_input_tokens=cu.uncached_tokens,
+            cache_read_tokens=cu.cache_read_tokens,
+            cache_write_tokens=cu.cache_write_total,
+            cache_write_by_ttl=dict(cu.cache_write_tokens),
+            output_tokens=req.output_tokens,
+            provider=provider,
+            model=m,
+        )
         usages.append(u)
         try:
             c = cost(u, model=m, price=price)
@@ -373,12 +432,23 @@ def simulate(requests: Sequence[TraceRequest], provider: str, model: str | None 
     for u in usages[1:]:
         total = total + u
     priced = unpriced < len(usages)
-    return SimulationResult(usages, total, total_cost if priced else None,
-                            total_base if priced else None, unpriced, list(requests))
+    return SimulationResult(
+        usages,
+        total,
+        total_cost if priced else None,
+        total_base if priced else None,
+        unpriced,
+        list(requests),
+    )
 
 
-def relayout(requests: Sequence[TraceRequest], provider: str, model: str | None = None, *,
-             min_cacheable_tokens: int | None = None) -> list[TraceRequest]:
+def relayout(
+    requests: Sequence[TraceRequest],
+    provider: str,
+    model: str | None = None,
+    *,
+    min_cacheable_tokens: int | None = None,
+) -> list[TraceRequest]:
     """The same requests laid out as ``promptcache.build`` lays them: segments stably
     sorted by layer (tools, system, documents, session, messages, dynamic; a segment
     without a layer counts as messages) and, for Anthropic/Bedrock, breakpoints placed by
@@ -397,14 +467,25 @@ def relayout(requests: Sequence[TraceRequest], provider: str, model: str | None 
         m = model or req.model
         if provider in ("anthropic", "bedrock"):
             mn = min_cacheable_tokens or cr.anthropic_min_cacheable_tokens(m)
-            blocks = [Block(s.layer or "messages", i, s.tokens, (s.layer or "messages") != "dynamic")
-                      for i, s in enumerate(segs)]
+            blocks = [
+                Block(s.layer or "messages", i, s.tokens, (s.layer or "messages") != "dynamic")
+                for i, s in enumerate(segs)
+            ]
             p = plan(blocks, min_tokens=mn, lookback=cr.ANTHROPIC_LOOKBACK_BLOCKS)
             for bp in p.breakpoints:
                 s = segs[bp.index]
                 segs[bp.index] = Segment(s.tokens, s.hash, bp.ttl, True, s.layer)
-        out.append(TraceRequest(req.ts, segs, req.output_tokens, req.model,
-                                req.prompt_cache_key, req.retention, req.line))
+        out.append(
+            TraceRequest(
+                req.ts,
+                segs,
+                req.output_tokens,
+                req.model,
+                req.prompt_cache_key,
+                req.retention,
+                req.line,
+            )
+        )
     return out
 
 
@@ -445,20 +526,31 @@ def _relayout_payload(req: TraceRequest, provider: str, model: str | None) -> Tr
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            prompt = build(system="\n".join(stable) or None, tools=body.get("tools") or None,
-                           messages=messages or None,
-                           dynamic="\n".join(dynamic) if dynamic else None)
+            prompt = build(
+                system="\n".join(stable) or None,
+                tools=body.get("tools") or None,
+                messages=messages or None,
+                dynamic="\n".join(dynamic) if dynamic else None,
+            )
             m = model or body.get("model") or "model"
             if provider in ("anthropic", "bedrock"):
                 payload = prompt.to_anthropic(m, max_tokens=int(body.get("max_tokens") or 1024))
             else:
                 payload = prompt.to_openai(m)
     except (ValueError, TypeError) as e:
-        raise TraceError(f"line {req.line}: promptcache.build could not lay out this request: "
-                         f"{e}") from None
-    return TraceRequest(req.ts, segments_from_request(payload, m), req.output_tokens, req.model,
-                        payload.get("prompt_cache_key", req.prompt_cache_key), req.retention,
-                        req.line, payload)
+        raise TraceError(
+            f"line {req.line}: promptcache.build could not lay out this request: {e}"
+        ) from None
+    return TraceRequest(
+        req.ts,
+        segments_from_request(payload, m),
+        req.output_tokens,
+        req.model,
+        payload.get("prompt_cache_key", req.prompt_cache_key),
+        req.retention,
+        req.line,
+        payload,
+    )
 
 
 # --- command line ---------------------------------------------------------------------
@@ -467,27 +559,46 @@ def _relayout_payload(req: TraceRequest, provider: str, model: str | None) -> Tr
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``promptcache simulate``."""
     parser.add_argument("trace", metavar="TRACE.jsonl", help="the trace (JSON Lines)")
-    parser.add_argument("--provider", required=True, choices=PROVIDERS,
-                        help="whose cache rules to apply")
-    parser.add_argument("--model", default=None,
-                        help="model id (rules and prices depend on it; default: per trace line)")
-    parser.add_argument("--min-cacheable-tokens", type=int, default=None, metavar="N",
-                        help="override the Anthropic minimum cacheable length")
+    parser.add_argument(
+        "--provider", required=True, choices=PROVIDERS, help="whose cache rules to apply"
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="model id (rules and prices depend on it; default: per trace line)",
+    )
+    parser.add_argument(
+        "--min-cacheable-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="override the Anthropic minimum cacheable length",
+    )
     parser.add_argument("--prices", metavar="TOML", help="extra/override prices (TOML file)")
-    parser.add_argument("--compare", action="store_true",
-                        help="also replay the trace re-laid by promptcache.build")
+    parser.add_argument(
+        "--compare", action="store_true", help="also replay the trace re-laid by promptcache.build"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (with per-request rows)")
 
 
 def _fmt(res: SimulationResult) -> dict[str, str]:
     t = res.total
     rate = "n/a" if res.hit_rate is None else f"{res.hit_rate:.1%}"
-    money = (lambda x: "n/a" if x is None else f"${x.quantize(Decimal('0.000001'))}")
-    return {"requests": f"{len(res.usages):,}", "prompt tokens": f"{t.prompt_tokens:,}",
-            "cache read": f"{t.cache_read_tokens:,}", "cache write": f"{t.cache_write_tokens:,}",
-            "uncached": f"{t.uncached_input_tokens:,}", "hit rate": rate,
-            "cost": money(res.cost), "no-cache cost": money(res.baseline),
-            "saving": money(None if res.cost is None else res.baseline - res.cost)}
+
+    def money(x: Decimal | None) -> str:
+        return "n/a" if x is None else f"${x.quantize(Decimal('0.000001'))}"
+
+    return {
+        "requests": f"{len(res.usages):,}",
+        "prompt tokens": f"{t.prompt_tokens:,}",
+        "cache read": f"{t.cache_read_tokens:,}",
+        "cache write": f"{t.cache_write_tokens:,}",
+        "uncached": f"{t.uncached_input_tokens:,}",
+        "hit rate": rate,
+        "cost": money(res.cost),
+        "no-cache cost": money(res.baseline),
+        "saving": money(None if res.cost is None else res.baseline - res.cost),
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -502,8 +613,13 @@ def run(args: argparse.Namespace) -> int:
         reqs = load_trace(args.trace, model=args.model)
         kw = {"min_cacheable_tokens": args.min_cacheable_tokens}
         res = simulate(reqs, args.provider, args.model, **kw)
-        cmp = (simulate(relayout(reqs, args.provider, args.model, **kw), args.provider,
-                        args.model, **kw) if args.compare else None)
+        cmp = (
+            simulate(
+                relayout(reqs, args.provider, args.model, **kw), args.provider, args.model, **kw
+            )
+            if args.compare
+            else None
+        )
     except (TraceError, PromptCacheError) as e:
         print(f"promptcache simulate: {e}", file=sys.stderr)
         return 2
@@ -518,8 +634,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     a = _fmt(res)
     models = sorted({r.model or "?" for r in reqs}) if not args.model else [args.model]
-    print(f"{args.provider} cache rules, model {', '.join(models)}, {len(reqs)} requests "
-          f"over {reqs[-1].ts - reqs[0].ts:,.0f} s")
+    print(
+        f"{args.provider} cache rules, model {', '.join(models)}, {len(reqs)} requests "
+        f"over {reqs[-1].ts - reqs[0].ts:,.0f} s"
+    )
     if cmp is None:
         for k, v in a.items():
             print(f"  {k:14} {v:>16}")
@@ -531,6 +649,9 @@ def run(args: argparse.Namespace) -> int:
         if res.cost and cmp.cost is not None:
             print(f"  cost ratio (build / traced): {cmp.cost / res.cost:.3f}")
     if res.unpriced:
-        print(f"  {res.unpriced} request(s) have no known price for their model; pass "
-              "--prices FILE or --model", file=sys.stderr)
+        print(
+            f"  {res.unpriced} request(s) have no known price for their model; pass "
+            "--prices FILE or --model",
+            file=sys.stderr,
+        )
     return 0

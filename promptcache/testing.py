@@ -33,7 +33,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 import pytest
 
@@ -68,10 +69,17 @@ class LocalEngineServer:
     not listen in time.
     """
 
-    def __init__(self, cache_mode: str = "automatic", *, model: Optional[str] = None,
-                 api_key: Optional[str] = None, test_clock: bool = False,
-                 extra_args: Iterable[str] = (), startup_timeout: float = 300.0,
-                 env: Optional[dict] = None):
+    def __init__(
+        self,
+        cache_mode: str = "automatic",
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        test_clock: bool = False,
+        extra_args: Iterable[str] = (),
+        startup_timeout: float = 300.0,
+        env: dict | None = None,
+    ):
         self.cache_mode = cache_mode
         self.model = model
         self.api_key = api_key
@@ -79,15 +87,25 @@ class LocalEngineServer:
         self.extra_args = list(extra_args)
         self.startup_timeout = startup_timeout
         self.env = env
-        self.base_url: Optional[str] = None
-        self.proc: Optional[subprocess.Popen] = None
-        self.log_path: Optional[str] = None
+        self.base_url: str | None = None
+        self.proc: subprocess.Popen | None = None
+        self.log_path: str | None = None
         self._log = None
 
     # ---- process -------------------------------------------------------------------------
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "promptcache", "serve", "--host", "127.0.0.1", "--port", "0",
-               "--cache-mode", self.cache_mode]
+        cmd = [
+            sys.executable,
+            "-m",
+            "promptcache",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--cache-mode",
+            self.cache_mode,
+        ]
         if self.model:
             cmd += ["--model", self.model]
         if self.api_key:
@@ -96,13 +114,15 @@ class LocalEngineServer:
             cmd.append("--test-clock")
         return cmd + self.extra_args
 
-    def start(self) -> "LocalEngineServer":
+    def start(self) -> LocalEngineServer:
         fd, self.log_path = tempfile.mkstemp(prefix="promptcache-serve-", suffix=".log")
         os.close(fd)
         self._log = open(self.log_path, "wb")
         env = {**os.environ, **(self.env or {})}
         env.pop("PROMPTCACHE_API_KEY", None)
-        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(
+            self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env
+        )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             m = _LISTENING.search(self.log_text())
@@ -111,10 +131,14 @@ class LocalEngineServer:
                 self._wait_healthy(deadline)
                 return self
             if self.proc.poll() is not None:
-                raise RuntimeError(f"promptcache serve exited with code {self.proc.returncode}:\n{self.tail()}")
+                raise RuntimeError(
+                    f"promptcache serve exited with code {self.proc.returncode}:\n{self.tail()}"
+                )
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"promptcache serve did not listen within {self.startup_timeout:.0f}s:\n{self.tail()}")
+        raise RuntimeError(
+            f"promptcache serve did not listen within {self.startup_timeout:.0f}s:\n{self.tail()}"
+        )
 
     def _wait_healthy(self, deadline: float) -> None:
         import httpx
@@ -137,7 +161,7 @@ class LocalEngineServer:
     def tail(self, lines: int = 30) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
-    def stop(self, timeout: float = 60.0) -> Optional[int]:
+    def stop(self, timeout: float = 60.0) -> int | None:
         """SIGTERM (the server drains in-flight requests), then SIGKILL after ``timeout``
         seconds. Returns the exit code."""
         if self.proc is None:
@@ -154,7 +178,7 @@ class LocalEngineServer:
             self._log = None
         return self.proc.returncode
 
-    def __enter__(self) -> "LocalEngineServer":
+    def __enter__(self) -> LocalEngineServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -195,8 +219,12 @@ class LocalEngineServer:
         """Move the emulated cache clock forward (needs ``test_clock=True``)."""
         import httpx
 
-        r = httpx.post(self.base_url + "/v1/promptcache/clock/advance", json={"seconds": seconds},
-                       headers=self._headers(), timeout=30)
+        r = httpx.post(
+            self.base_url + "/v1/promptcache/clock/advance",
+            json={"seconds": seconds},
+            headers=self._headers(),
+            timeout=30,
+        )
         r.raise_for_status()
         return r.json()["now"]
 
@@ -236,7 +264,9 @@ def cached_tokens(response: Any) -> int:
     """
     usage = _get(response, "usage") if _get(response, "usage") is not None else response
     if usage is None:
-        raise ValueError("the response carries no usage (streams need stream_options.include_usage)")
+        raise ValueError(
+            "the response carries no usage (streams need stream_options.include_usage)"
+        )
     if _get(usage, "cache_read_input_tokens") is not None:  # Anthropic
         return int(_get(usage, "cache_read_input_tokens"))
     for details in ("prompt_tokens_details", "input_tokens_details"):  # OpenAI
@@ -254,8 +284,10 @@ def assert_cache_hit(response: Any, min_tokens: int = 1) -> int:
     n = cached_tokens(response)
     if n < min_tokens:
         usage = _get(response, "usage") or response
-        raise AssertionError(f"expected a prompt-cache hit of at least {min_tokens} tokens, got {n} "
-                             f"(usage: {usage!r})")
+        raise AssertionError(
+            f"expected a prompt-cache hit of at least {min_tokens} tokens, got {n} "
+            f"(usage: {usage!r})"
+        )
     return n
 
 
@@ -271,10 +303,20 @@ def assert_cache_miss(response: Any) -> None:
 
 def pytest_addoption(parser):
     group = parser.getgroup("promptcache", "promptcache local engine")
-    group.addoption("--promptcache-cache-mode", default=None, choices=["automatic", "anthropic", "openai"],
-                    help="cache mode of the promptcache_engine fixture's server")
-    group.addoption("--promptcache-model", default=None, help="model for the promptcache_engine server")
-    parser.addini("promptcache_cache_mode", "cache mode of the promptcache_engine fixture", default="automatic")
+    group.addoption(
+        "--promptcache-cache-mode",
+        default=None,
+        choices=["automatic", "anthropic", "openai"],
+        help="cache mode of the promptcache_engine fixture's server",
+    )
+    group.addoption(
+        "--promptcache-model", default=None, help="model for the promptcache_engine server"
+    )
+    parser.addini(
+        "promptcache_cache_mode",
+        "cache mode of the promptcache_engine fixture",
+        default="automatic",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -298,7 +340,9 @@ def promptcache_engine_factory(request):
 @pytest.fixture(scope="session")
 def promptcache_engine(request, promptcache_engine_factory) -> LocalEngineServer:
     """The local engine on a free loopback port, in the configured cache mode."""
-    mode = request.config.getoption("--promptcache-cache-mode") or request.config.getini("promptcache_cache_mode")
+    mode = request.config.getoption("--promptcache-cache-mode") or request.config.getini(
+        "promptcache_cache_mode"
+    )
     return promptcache_engine_factory(mode or "automatic")
 
 

@@ -24,9 +24,10 @@ import math
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Callable, Optional
+from functools import cache, lru_cache
+from typing import Any
 
 __all__ = [
     "TokenCount",
@@ -78,7 +79,7 @@ class TokenCount:
     approximate: bool
 
 
-def encoding_for_model(model: Optional[str]) -> Optional[str]:
+def encoding_for_model(model: str | None) -> str | None:
     """The tiktoken encoding name of an OpenAI model, or ``None`` for other models.
 
     Matches a model name or a dated snapshot (``gpt-4o-2024-08-06``), with an optional
@@ -89,7 +90,7 @@ def encoding_for_model(model: Optional[str]) -> Optional[str]:
     name = model.lower()
     for prefix in ("openai/", "ft:"):
         if name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
     for prefix, enc in _OPENAI_PREFIXES:
         if name.startswith(prefix):
             return enc
@@ -131,7 +132,7 @@ def unregister_counter(model_prefix: str) -> None:
     text_tokens.cache_clear()
 
 
-def _find_counter(model: Optional[str]) -> Optional[tuple[str, Counter]]:
+def _find_counter(model: str | None) -> tuple[str, Counter] | None:
     if not model or not _counters:
         return None
     best = None
@@ -154,7 +155,7 @@ def _tiktoken_cached_file(name: str) -> bool:
     return os.path.exists(os.path.join(cache_dir, hashlib.sha1(url.encode()).hexdigest()))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_encoding(name: str) -> Any:
     """A tiktoken ``Encoding`` for ``name`` loaded without the network, or ``None``."""
     try:
@@ -179,7 +180,7 @@ def _encode_len(enc: Any, text: str) -> int:
     return len(enc.encode(text, disallowed_special=()))
 
 
-def count_tokens(text: str, model: Optional[str] = None) -> TokenCount:
+def count_tokens(text: str, model: str | None = None) -> TokenCount:
     """Count the tokens of ``text`` for ``model``.
 
     Args:
@@ -214,7 +215,7 @@ _memo: dict[tuple[str, str], TokenCount] = {}
 _MEMO_MAX = 4096
 
 
-def count_tokens_memo(key: str, text: str, model: Optional[str] = None) -> TokenCount:
+def count_tokens_memo(key: str, text: str, model: str | None = None) -> TokenCount:
     """:func:`count_tokens` memoized by ``key`` (a content hash of ``text``) and ``model``.
 
     The caller guarantees that equal keys mean equal text (``Prompt`` passes the SHA-256 of
@@ -233,13 +234,13 @@ def count_tokens_memo(key: str, text: str, model: Optional[str] = None) -> Token
 
 
 @lru_cache(maxsize=65536)
-def text_tokens(text: str, model: Optional[str] = None) -> int:
+def text_tokens(text: str, model: str | None = None) -> int:
     """``count_tokens(text, model).tokens`` memoized by the string itself (cleared when a
     counter is registered or removed)."""
     return count_tokens(text, model).tokens
 
 
-def anthropic_counter(client: Any, *, overhead: Optional[int] = None) -> Counter:
+def anthropic_counter(client: Any, *, overhead: int | None = None) -> Counter:
     """A counter (for :func:`register_counter`) that asks Anthropic's count-tokens endpoint:
     ``client.messages.count_tokens(model=model, messages=[{"role": "user", "content":
     text}]).input_tokens``, minus the tokens of the message wrapper (``overhead``; measured
@@ -253,8 +254,7 @@ def anthropic_counter(client: Any, *, overhead: Optional[int] = None) -> Counter
 
     def count(text: str, model: str) -> int:
         def ask(t: str) -> int:
-            r = client.messages.count_tokens(model=model,
-                                             messages=[{"role": "user", "content": t}])
+            r = client.messages.count_tokens(model=model, messages=[{"role": "user", "content": t}])
             n = r["input_tokens"] if isinstance(r, dict) else r.input_tokens
             return int(n)
 

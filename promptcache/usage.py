@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,8 +94,12 @@ class Usage:
     flags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("uncached_input_tokens", "cache_read_tokens", "cache_write_tokens",
-                     "output_tokens"):
+        for name in (
+            "uncached_input_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "output_tokens",
+        ):
             _check_count(name, getattr(self, name))
         if self.reasoning_tokens is not None:
             _check_count("reasoning_tokens", self.reasoning_tokens)
@@ -103,15 +107,18 @@ class Usage:
         for k, v in ttl.items():
             _check_count(f"cache_write_by_ttl[{k!r}]", v)
         if not ttl and self.cache_write_tokens:
-            raise UsageError("cache_write_by_ttl is empty but cache_write_tokens is "
-                             f"{self.cache_write_tokens}; give the TTL split, e.g. {{'5m': n}}")
+            raise UsageError(
+                "cache_write_by_ttl is empty but cache_write_tokens is "
+                f"{self.cache_write_tokens}; give the TTL split, e.g. {{'5m': n}}"
+            )
         if ttl and sum(ttl.values()) != self.cache_write_tokens:
-            raise UsageError(f"cache_write_by_ttl {ttl} sums to {sum(ttl.values())}, "
-                             f"not cache_write_tokens={self.cache_write_tokens}")
+            raise UsageError(
+                f"cache_write_by_ttl {ttl} sums to {sum(ttl.values())}, "
+                f"not cache_write_tokens={self.cache_write_tokens}"
+            )
         if not self.cache_reported and (self.cache_read_tokens or self.cache_write_tokens):
             raise UsageError("cache_reported=False but cache token counts were given")
-        object.__setattr__(self, "cache_write_by_ttl",
-                           {k: v for k, v in sorted(ttl.items()) if v})
+        object.__setattr__(self, "cache_write_by_ttl", {k: v for k, v in sorted(ttl.items()) if v})
         object.__setattr__(self, "flags", tuple(self.flags))
 
     @property
@@ -152,13 +159,18 @@ class Usage:
         if not isinstance(other, Usage):
             return NotImplemented
         if self.cache_reported != other.cache_reported:
-            raise UsageError("cannot add a usage whose caching was reported to one whose "
-                             "caching was not; keep them apart (unknown is not a miss)")
+            raise UsageError(
+                "cannot add a usage whose caching was reported to one whose "
+                "caching was not; keep them apart (unknown is not a miss)"
+            )
         ttl: dict[str, int] = dict(self.cache_write_by_ttl)
         for k, v in other.cache_write_by_ttl.items():
             ttl[k] = ttl.get(k, 0) + v
-        reasoning = (None if self.reasoning_tokens is None and other.reasoning_tokens is None
-                     else (self.reasoning_tokens or 0) + (other.reasoning_tokens or 0))
+        reasoning = (
+            None
+            if self.reasoning_tokens is None and other.reasoning_tokens is None
+            else (self.reasoning_tokens or 0) + (other.reasoning_tokens or 0)
+        )
         return Usage(
             uncached_input_tokens=self.uncached_input_tokens + other.uncached_input_tokens,
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
@@ -252,8 +264,9 @@ def normalize_usage(provider: str, usage: Any, *, model: str | None = None) -> U
     key = (provider or "").lower().replace("-", "_")
     module_name = PROVIDERS.get(key)
     if module_name is None:
-        raise UsageError(f"unknown provider {provider!r}; expected one of "
-                         f"{', '.join(sorted(PROVIDERS))}")
+        raise UsageError(
+            f"unknown provider {provider!r}; expected one of {', '.join(sorted(PROVIDERS))}"
+        )
     mod = importlib.import_module(f"promptcache.providers.{module_name}")
     if usage is None:
         raise UsageError(f"no usage given for provider {provider!r}")
@@ -272,8 +285,9 @@ def normalize_usage(provider: str, usage: Any, *, model: str | None = None) -> U
 # --- helpers shared by the provider parsers -------------------------------------------
 
 
-def read_count(data: Mapping[str, Any] | None, *keys: str, where: str,
-               required: bool = False) -> int | None:
+def read_count(
+    data: Mapping[str, Any] | None, *keys: str, where: str, required: bool = False
+) -> int | None:
     """The first of ``keys`` present (not None) in ``data`` as a validated token count.
 
     Returns None when none is present (or ``data`` is None) unless ``required``, in which
@@ -288,15 +302,17 @@ def read_count(data: Mapping[str, Any] | None, *keys: str, where: str,
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             if isinstance(value, bool) or not isinstance(value, int):
-                raise UsageError(f"{where}.{key} must be an integer token count, "
-                                 f"got {value!r}")
+                raise UsageError(f"{where}.{key} must be an integer token count, got {value!r}")
             if value < 0:
-                raise UsageError(f"{where}.{key} is negative ({value}); token counts "
-                                 "cannot be negative")
+                raise UsageError(
+                    f"{where}.{key} is negative ({value}); token counts cannot be negative"
+                )
             return value
     if required:
-        raise UsageError(f"{where} has no {' / '.join(keys)} field; is this a "
-                         "usage payload of the right provider?")
+        raise UsageError(
+            f"{where} has no {' / '.join(keys)} field; is this a "
+            "usage payload of the right provider?"
+        )
     return None
 
 
@@ -312,5 +328,6 @@ def subpart(data: Any, key: str) -> Mapping[str, Any] | None:
 def check_part(part: int, whole: int, part_name: str, whole_name: str) -> None:
     """Raise :class:`UsageError` when a reported sub-count exceeds its total."""
     if part > whole:
-        raise UsageError(f"inconsistent usage: {part_name}={part} is more than "
-                         f"{whole_name}={whole}")
+        raise UsageError(
+            f"inconsistent usage: {part_name}={part} is more than {whole_name}={whole}"
+        )

@@ -46,9 +46,9 @@ not hide a date, UUID or epoch time inside it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date as _date
-from typing import Iterator
 
 __all__ = ["VolatileMatch", "find_volatile", "iter_volatile", "MODEL_FAMILY"]
 
@@ -104,7 +104,9 @@ MODEL_FAMILY = re.compile(
     r"opus|haiku|turbo|codex)\d*",
     re.IGNORECASE,
 )
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-")  # no "/": a path is not a model id
+_NAME_CHARS = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-"
+)  # no "/": a path is not a model id
 _NAME_SPLIT = re.compile(r"[-._:/]")
 _DIGIT = re.compile(r"\d")  # the other kinds hold digits: a digitless candidate hides none
 _NAME_MAX = 120  # how far back a model name is looked for
@@ -153,11 +155,12 @@ def _model_snapshot(text: str, start: int) -> bool:
     stop = max(0, j - _NAME_MAX)
     while j > stop and text[j - 1] in _NAME_CHARS:
         j -= 1
-    name = text[j:start - 1]
+    name = text[j : start - 1]
     # a model id names its family and a version (gpt-4o, claude-3-5-sonnet, o1); a word such as
     # "embedding" or "titan" alone before a date is not one (``embedding-cache-2026-11-29``)
-    return (any(MODEL_FAMILY.fullmatch(seg) for seg in _NAME_SPLIT.split(name))
-            and any(c.isdigit() for c in name))
+    return any(MODEL_FAMILY.fullmatch(seg) for seg in _NAME_SPLIT.split(name)) and any(
+        c.isdigit() for c in name
+    )
 
 
 def _random_segment(token: str) -> bool:
@@ -209,7 +212,9 @@ def _classify(m: re.Match[str]) -> str | None:
         y, mo, d = int(g("c_y")), int(g("c_m")), int(g("c_d"))
         if g("c_time") is None:  # a bare 8-digit number: only a real day of 2000-2099
             return "date" if 2000 <= y <= 2099 and _real_day(y, mo, d) else None
-        hour, minute = next((g(f"c_H{i}"), g(f"c_M{i}")) for i in (1, 2, 3) if g(f"c_H{i}") is not None)
+        hour, minute = next(
+            (g(f"c_H{i}"), g(f"c_M{i}")) for i in (1, 2, 3) if g(f"c_H{i}") is not None
+        )
         if _valid_year(y) and _real_day(y, mo, d) and int(hour) < 24 and int(minute) < 60:
             return "iso_datetime"
         return None
@@ -229,8 +234,11 @@ def _accept(text: str, m: re.Match[str]) -> str | None:
     """The kind of match ``m`` of ``text``, or None when it is not volatile (an invalid
     date, a non-random base64 candidate, a dated model identifier's release date)."""
     kind = _classify(m)
-    if kind == "date" and (m.lastgroup == "compact" or m.group("sep1") == "-") \
-            and _model_snapshot(text, m.start()):
+    if (
+        kind == "date"
+        and (m.lastgroup == "compact" or m.group("sep1") == "-")
+        and _model_snapshot(text, m.start())
+    ):
         return None
     return kind
 

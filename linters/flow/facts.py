@@ -13,21 +13,21 @@ from dataclasses import dataclass, field
 BUILTIN_NAMES = frozenset(dir(builtins))
 
 # Binding kinds.
-ASSIGN = "assign"      # x = value
-AUG = "aug"            # x += value
-APPEND = "append"      # x.append(value) / x.insert(i, value)
-EXTEND = "extend"      # x.extend(value)
-SETITEM = "setitem"    # x[k] = value
-DEEPSET = "deepset"    # x[i][k] = value / x[i].attr = value: changes an element of x
-UPDATE = "update"      # x.update(value)
-ITER = "iter"          # for x in value / comprehension target
-UNPACK = "unpack"      # a, b = value (value is the whole right-hand side)
-WITH = "with"          # with value as x
-PARAM = "param"        # a function parameter
-IMPORT = "import"      # import / from-import (value is the qualified name, a str)
-DEF = "def"            # def / class
-SHUFFLE = "shuffle"    # random.shuffle(x)
-OPAQUE = "opaque"      # except ... as x, match captures, anything else
+ASSIGN = "assign"  # x = value
+AUG = "aug"  # x += value
+APPEND = "append"  # x.append(value) / x.insert(i, value)
+EXTEND = "extend"  # x.extend(value)
+SETITEM = "setitem"  # x[k] = value
+DEEPSET = "deepset"  # x[i][k] = value / x[i].attr = value: changes an element of x
+UPDATE = "update"  # x.update(value)
+ITER = "iter"  # for x in value / comprehension target
+UNPACK = "unpack"  # a, b = value (value is the whole right-hand side)
+WITH = "with"  # with value as x
+PARAM = "param"  # a function parameter
+IMPORT = "import"  # import / from-import (value is the qualified name, a str)
+DEF = "def"  # def / class
+SHUFFLE = "shuffle"  # random.shuffle(x)
+OPAQUE = "opaque"  # except ... as x, match captures, anything else
 
 
 class Binding:
@@ -61,10 +61,22 @@ class Scope:
     are skipped, as Python does).
     """
 
-    __slots__ = ("kind", "name", "node", "parent", "cls", "bindings", "params", "param_notes",
-                 "returns", "funcs", "self_attrs", "globals")
+    __slots__ = (
+        "kind",
+        "name",
+        "node",
+        "parent",
+        "cls",
+        "bindings",
+        "params",
+        "param_notes",
+        "returns",
+        "funcs",
+        "self_attrs",
+        "globals",
+    )
 
-    def __init__(self, kind: str, name: str, node, parent: "Scope | None", cls: "Scope | None" = None):
+    def __init__(self, kind: str, name: str, node, parent: Scope | None, cls: Scope | None = None):
         self.kind = kind
         self.name = name
         self.node = node
@@ -83,11 +95,11 @@ class Scope:
 
 
 # Sink kinds.
-PREFIX = "prefix"      # text that is part of the cached prefix (system prompt, instructions)
-TOOLS = "tools"        # tool definitions
+PREFIX = "prefix"  # text that is part of the cached prefix (system prompt, instructions)
+TOOLS = "tools"  # tool definitions
 MESSAGES = "messages"  # a message list: every message but the last is prefix
-ROLE = "role"          # a message with role system/developer, wherever it sits
-PROMPT = "prompt"      # a whole prompt string: its beginning is the cached prefix
+ROLE = "role"  # a message with role system/developer, wherever it sits
+PROMPT = "prompt"  # a whole prompt string: its beginning is the cached prefix
 
 
 @dataclass(slots=True)

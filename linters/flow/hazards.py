@@ -12,7 +12,19 @@ from typing import NamedTuple
 
 from linters.flow import tables
 from linters.flow.facts import (
-    ASSIGN, AUG, DEF, IMPORT, ITER, OPAQUE, PARAM, SETITEM, SHUFFLE, UNPACK, UPDATE, WITH, Binding,
+    ASSIGN,
+    AUG,
+    DEF,
+    IMPORT,
+    ITER,
+    OPAQUE,
+    PARAM,
+    SETITEM,
+    SHUFFLE,
+    UNPACK,
+    UPDATE,
+    WITH,
+    Binding,
     Scope,
 )
 from linters.flow.resolve import is_template, short
@@ -38,7 +50,6 @@ class Hazard(NamedTuple):
     node: ast.AST
     detail: object
     fixable: bool = False
-
 
 
 class HazardMixin:
@@ -140,7 +151,8 @@ class HazardMixin:
         bindings = self.resolve(node.id, scope, node.lineno)
         out: list[Hazard] = []
         if tables.REQUEST_ID_RE.match(node.id) and not any(
-                b.kind in (ASSIGN, AUG) for b in bindings):
+            b.kind in (ASSIGN, AUG) for b in bindings
+        ):
             return [Hazard(VOLATILE, node, f"`{node.id}` (a per-request id)")]
         for b in bindings:
             out.extend(self._h_binding(b, node))
@@ -174,8 +186,10 @@ class HazardMixin:
             name = use.id if type(use) is ast.Name else short(use)
             hs = tuple(
                 Hazard(VOLATILE, use, f"`{name}`, set from {h.detail} on line {b.line},")
-                if h.kind == VOLATILE else h
-                for h in hs)
+                if h.kind == VOLATILE
+                else h
+                for h in hs
+            )
         return hs
 
     def _h_attribute(self, node: ast.Attribute, scope: Scope) -> list[Hazard] | tuple:
@@ -200,7 +214,9 @@ class HazardMixin:
             if q in tables.SANITIZING_CALLS:
                 return ()
             if q in tables.ORDERING_CALLS:
-                return [h for a in args for h in self.hazards(a, scope) if h.kind not in (SET, VIEW)]
+                return [
+                    h for a in args for h in self.hazards(a, scope) if h.kind not in (SET, VIEW)
+                ]
             mode = tables.JSON_DUMPS.get(q)
             if mode is not None:
                 return self._h_json(node, q, mode, scope)
@@ -293,7 +309,11 @@ class HazardMixin:
             return all(self._not_runtime_mapping(v, scope, depth + 1) for v in node.values)
         if t is ast.Name:
             bl = self.resolve(node.id, scope, node.lineno)
-            if len(bl) == 1 and bl[0].kind == ASSIGN and type(bl[0].value) in (ast.Dict, ast.List, ast.Tuple, ast.Constant):
+            if (
+                len(bl) == 1
+                and bl[0].kind == ASSIGN
+                and type(bl[0].value) in (ast.Dict, ast.List, ast.Tuple, ast.Constant)
+            ):
                 return self.deterministic_order(bl[0].value, bl[0].scope, depth + 1)
         return False
 
@@ -308,7 +328,13 @@ class HazardMixin:
             if q in tables.DICT_CONSTRUCTORS or q.endswith(("json.loads", "json.load")):
                 return False
             if type(node.func) is ast.Attribute and node.func.attr in (
-                    "model_dump", "dict", "to_dict", "json", "asdict", "copy"):
+                "model_dump",
+                "dict",
+                "to_dict",
+                "json",
+                "asdict",
+                "copy",
+            ):
                 return False
             return True
         if t is ast.Name:
@@ -317,8 +343,9 @@ class HazardMixin:
                     return False
                 if b.kind == ASSIGN and not self._not_runtime_mapping(b.value, b.scope, depth + 1):
                     return False
-                if b.kind == PARAM and _annotation_is(b.scope.param_notes.get(node.id),
-                                                      ("dict", "Dict", "Mapping", "MutableMapping")):
+                if b.kind == PARAM and _annotation_is(
+                    b.scope.param_notes.get(node.id), ("dict", "Dict", "Mapping", "MutableMapping")
+                ):
                     return False
             return True
         return True
@@ -349,20 +376,27 @@ class HazardMixin:
                 return self.is_set(func.value, scope, depth + 1)
             return False
         if t is ast.BinOp and type(node.op) in (ast.BitOr, ast.BitAnd, ast.Sub, ast.BitXor):
-            return (self.is_set(node.left, scope, depth + 1) or self.is_set(node.right, scope, depth + 1)
-                    or _is_keys_view(node.left) or _is_keys_view(node.right))
+            return (
+                self.is_set(node.left, scope, depth + 1)
+                or self.is_set(node.right, scope, depth + 1)
+                or _is_keys_view(node.left)
+                or _is_keys_view(node.right)
+            )
         if t is ast.Name:
             for b in self.resolve(node.id, scope, node.lineno):
                 if b.kind == ASSIGN and self.is_set(b.value, b.scope, depth + 1):
                     return True
                 if b.kind == PARAM and _annotation_is(
-                        b.scope.param_notes.get(node.id),
-                        ("set", "frozenset", "Set", "FrozenSet", "AbstractSet", "MutableSet")):
+                    b.scope.param_notes.get(node.id),
+                    ("set", "frozenset", "Set", "FrozenSet", "AbstractSet", "MutableSet"),
+                ):
                     return True
             return False
         if t is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self":
-            return any(b.kind == ASSIGN and self.is_set(b.value, b.scope, depth + 1)
-                       for b in self.self_attr(node.attr, scope))
+            return any(
+                b.kind == ASSIGN and self.is_set(b.value, b.scope, depth + 1)
+                for b in self.self_attr(node.attr, scope)
+            )
         return False
 
     def input_dict(self, node, scope: Scope, iterated: bool = True) -> str | None:
@@ -401,8 +435,10 @@ class HazardMixin:
                     return True
             return False
         if t is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self":
-            return any(b.kind == ASSIGN and self.is_mapping(b.value, b.scope, depth + 1)
-                       for b in self.self_attr(node.attr, scope))
+            return any(
+                b.kind == ASSIGN and self.is_mapping(b.value, b.scope, depth + 1)
+                for b in self.self_attr(node.attr, scope)
+            )
         return False
 
     def _input_dict(self, node, scope, depth) -> str | None:
@@ -419,8 +455,9 @@ class HazardMixin:
             if q in tables.DICT_CONSTRUCTORS and node.args:
                 return self._input_dict(node.args[0], scope, depth + 1)
             return None
-        if t is ast.Name or (t is ast.Attribute and type(node.value) is ast.Name
-                             and node.value.id == "self"):
+        if t is ast.Name or (
+            t is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self"
+        ):
             if t is ast.Name:
                 bindings = self.resolve(node.id, scope, node.lineno)
                 label = node.id
@@ -441,22 +478,34 @@ class HazardMixin:
                     if why:
                         return f"`{label}` is {why}"
                 elif b.kind in (SETITEM, UPDATE):
-                    loop = next((it for it in b.in_loop if it is not None and classify(
-                        self.segments(it, b.scope)) == DYNAMIC), None)
+                    loop = next(
+                        (
+                            it
+                            for it in b.in_loop
+                            if it is not None and classify(self.segments(it, b.scope)) == DYNAMIC
+                        ),
+                        None,
+                    )
                     if loop is not None:
-                        return (f"`{label}` is filled in a loop over `{short(loop)}` (line {b.line}), "
-                                "so its order is the input's")
+                        return (
+                            f"`{label}` is filled in a loop over `{short(loop)}` (line {b.line}), "
+                            "so its order is the input's"
+                        )
                     if home is not None and b.scope is not home and b.scope.kind == "function":
-                        return (f"`{label}` is filled by `{b.scope.name}()` at run time (line "
-                                f"{b.line}), so its order is the order of the calls")
+                        return (
+                            f"`{label}` is filled by `{b.scope.name}()` at run time (line "
+                            f"{b.line}), so its order is the order of the calls"
+                        )
         return None
 
 
-
-
 def _is_keys_view(node) -> bool:
-    return (type(node) is ast.Call and type(node.func) is ast.Attribute
-            and node.func.attr in ("keys", "items") and not node.args)
+    return (
+        type(node) is ast.Call
+        and type(node.func) is ast.Attribute
+        and node.func.attr in ("keys", "items")
+        and not node.args
+    )
 
 
 def _annotation_is(note, names: tuple[str, ...]) -> bool:

@@ -53,7 +53,11 @@ class LiteralMixin:
             return None
         if t is ast.Call:
             func = node.func
-            if type(func) is ast.Attribute and func.attr in ("strip", "lstrip", "rstrip") and not node.args:
+            if (
+                type(func) is ast.Attribute
+                and func.attr in ("strip", "lstrip", "rstrip")
+                and not node.args
+            ):
                 s = self.literal_str(func.value, scope, depth + 1)
                 return None if s is None else getattr(s, func.attr)()
             q = self.facts.qualname(func)
@@ -86,7 +90,9 @@ class LiteralMixin:
                 if k is None:
                     out.update(self.literal_obj(v, scope, depth + 1))
                 else:
-                    out[self.literal_obj(k, scope, depth + 1)] = self.literal_obj(v, scope, depth + 1)
+                    out[self.literal_obj(k, scope, depth + 1)] = self.literal_obj(
+                        v, scope, depth + 1
+                    )
             return out
         if t is ast.Name:
             bl = self.resolve(node.id, scope, node.lineno)

@@ -37,7 +37,7 @@ class Resolver:
         self.facts = facts
         self.extra_volatile = extra_volatile
         self._fscopes: dict[int, Scope] | None = None
-        self._active: set[int] = set()      # nodes whose hazards are being computed
+        self._active: set[int] = set()  # nodes whose hazards are being computed
         self._active_seg: set[int] = set()  # nodes whose segments are being computed
 
     def resolve(self, name: str, scope: Scope, line: int) -> list[Binding]:
@@ -80,8 +80,7 @@ class Resolver:
                 if b.kind == DEF and isinstance(b.value, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     return self.function_scope(b.value), False
             return None, False
-        if (type(func) is ast.Attribute and type(func.value) is ast.Name
-                and func.value.id == "self"):
+        if type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == "self":
             cls = class_of(scope)
             if cls is not None:
                 fs = cls.funcs.get(func.attr)
@@ -132,18 +131,38 @@ class Resolver:
 
     @staticmethod
     def _request_id_key(node) -> bool:
-        return (type(node) is ast.Constant and type(node.value) is str
-                and tables.REQUEST_ID_RE.match(node.value) is not None)
+        return (
+            type(node) is ast.Constant
+            and type(node.value) is str
+            and tables.REQUEST_ID_RE.match(node.value) is not None
+        )
+
 
 def is_template(value) -> bool:
     """True for expressions that assemble text around their parts (f-strings, ``+``,
     ``.format``, ``.join``, ``%``, literals, containers), whose hazards are reported where
     they sit rather than where the assembled value is used."""
     t = type(value)
-    if t in (ast.JoinedStr, ast.BinOp, ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set,
-             ast.ListComp, ast.GeneratorExp, ast.DictComp, ast.SetComp, ast.IfExp):
+    if t in (
+        ast.JoinedStr,
+        ast.BinOp,
+        ast.Constant,
+        ast.List,
+        ast.Tuple,
+        ast.Dict,
+        ast.Set,
+        ast.ListComp,
+        ast.GeneratorExp,
+        ast.DictComp,
+        ast.SetComp,
+        ast.IfExp,
+    ):
         return True
-    if t is ast.Call and type(value.func) is ast.Attribute and value.func.attr in (
-            "format", "join", "replace", "format_map", "substitute", "safe_substitute", "render"):
+    if (
+        t is ast.Call
+        and type(value.func) is ast.Attribute
+        and value.func.attr
+        in ("format", "join", "replace", "format_map", "substitute", "safe_substitute", "render")
+    ):
         return True
     return False

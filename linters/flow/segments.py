@@ -22,7 +22,6 @@ _FORMATTER = string.Formatter()
 _PERCENT_RE = re.compile(r"%%|%(\([^)]*\))?[-#0 +]*(\*|\d+)?(\.(\*|\d+))?[hlL]?[diouxXeEfFgGcrsa]")
 
 
-
 def classify(segs) -> str:
     """``"d"`` if any part is per-request or volatile, ``"s"`` if all parts are static,
     else ``"u"``."""
@@ -36,7 +35,6 @@ def classify(segs) -> str:
     return kind
 
 
-
 def static_chars(segs) -> int | None:
     """Total static characters (None stands for file contents: unknown but large)."""
     total = 0
@@ -48,10 +46,23 @@ def static_chars(segs) -> int | None:
     return total
 
 
-
 _MARKUP = frozenset("{}<>;=|\\")
-CODE_SUFFIXES = (".css", ".html", ".htm", ".js", ".ts", ".json", ".xml", ".svg", ".csv",
-                 ".yaml", ".yml", ".toml", ".ini", ".py")
+CODE_SUFFIXES = (
+    ".css",
+    ".html",
+    ".htm",
+    ".js",
+    ".ts",
+    ".json",
+    ".xml",
+    ".svg",
+    ".csv",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".ini",
+    ".py",
+)
 
 
 def looks_like_prose(text: str) -> bool:
@@ -107,7 +118,9 @@ class SegmentMixin:
             if v is None:
                 return ()
             if type(v) is str:
-                return ((STATIC, len(v), looks_like_prose(v)) if len(v) >= 200 else (STATIC, len(v)),)
+                return (
+                    (STATIC, len(v), looks_like_prose(v)) if len(v) >= 200 else (STATIC, len(v)),
+                )
             return ((STATIC, len(str(v))),)
         if t is ast.JoinedStr:
             out = []
@@ -203,8 +216,10 @@ class SegmentMixin:
             assigns = [b for b in bindings if b.kind == ASSIGN]
             if len(assigns) == 1:
                 a = assigns[0]
-                augs = sorted((b for b in bindings if b.kind == AUG and b.line >= a.line),
-                              key=lambda b: (b.line, b.col))
+                augs = sorted(
+                    (b for b in bindings if b.kind == AUG and b.line >= a.line),
+                    key=lambda b: (b.line, b.col),
+                )
                 if is_template(a.value) or augs:
                     out = list(self.segments(a.value, a.scope))
                     for b in augs:
@@ -222,7 +237,10 @@ class SegmentMixin:
             return _U
         if ITER in kinds or UNPACK in kinds or WITH in kinds:
             for b in bindings:
-                if b.kind in (ITER, UNPACK, WITH) and classify(self.segments(b.value, b.scope)) == DYNAMIC:
+                if (
+                    b.kind in (ITER, UNPACK, WITH)
+                    and classify(self.segments(b.value, b.scope)) == DYNAMIC
+                ):
                     return ((DYNAMIC, node, f"`{name}` (from `{short(b.value)}`)"),)
         return _U
 
@@ -233,7 +251,9 @@ class SegmentMixin:
         if type(base) is ast.Name and base.id == "self":
             bl = [b for b in self.self_attr(node.attr, scope) if b.kind == ASSIGN]
             if len(bl) == 1:
-                return self._collapse(self.segments(bl[0].value, bl[0].scope), node, f"`{short(node)}`")
+                return self._collapse(
+                    self.segments(bl[0].value, bl[0].scope), node, f"`{short(node)}`"
+                )
             return _U
         k = classify(self.segments(base, scope))
         if k == DYNAMIC:
@@ -303,8 +323,12 @@ class SegmentMixin:
                     if s[0] == VOLAT:
                         return ((VOLAT, node, s[2]),)
                 return ((DYNAMIC, node, f"`{short(node)}`"),)
-        if q is not None and q.startswith("builtins.") and parts and all(
-                classify(self.segments(p, scope)) == STATIC for p in parts):
+        if (
+            q is not None
+            and q.startswith("builtins.")
+            and parts
+            and all(classify(self.segments(p, scope)) == STATIC for p in parts)
+        ):
             return ((STATIC, 0),)
         return _U
 
@@ -371,8 +395,9 @@ class SegmentMixin:
     def param_is_dynamic(self, fs: Scope, name: str) -> bool:
         """A parameter counts as per-request unless every call in this module passes static
         text for it (or leaves the default). ``self``/``cls`` never count."""
-        if fs.kind != "function" or (fs.cls is not None and fs.params and fs.params[0] == name
-                                     and name in ("self", "cls")):
+        if fs.kind != "function" or (
+            fs.cls is not None and fs.params and fs.params[0] == name and name in ("self", "cls")
+        ):
             return False
         if tables.PREFIX_NAME_RE.search(name) or tables.STRONG_PREFIX_NAME_RE.search(name):
             return False  # prompt text handed down (``system``, ``system_prompt``): not per-request

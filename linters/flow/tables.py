@@ -63,9 +63,22 @@ CLOCK_DEFAULT_CALLS: dict[str, int] = {
 RANDOM_MODULES: dict[str, frozenset[str]] = {
     "random": frozenset({"seed", "Random", "SystemRandom", "getstate", "setstate"}),
     "secrets": frozenset({"SystemRandom", "compare_digest"}),
-    "numpy.random": frozenset({"seed", "default_rng", "RandomState", "Generator", "SeedSequence",
-                               "PCG64", "MT19937", "Philox", "SFC64", "BitGenerator",
-                               "get_state", "set_state"}),
+    "numpy.random": frozenset(
+        {
+            "seed",
+            "default_rng",
+            "RandomState",
+            "Generator",
+            "SeedSequence",
+            "PCG64",
+            "MT19937",
+            "Philox",
+            "SFC64",
+            "BitGenerator",
+            "get_state",
+            "set_state",
+        }
+    ),
 }
 
 # ``random.shuffle(x)`` reorders ``x`` in place.
@@ -85,22 +98,56 @@ JSON_DUMPS: dict[str, str] = {
 }
 
 # Calls whose result carries no ordering or volatility of its arguments.
-SANITIZING_CALLS = frozenset({
-    "builtins.len", "builtins.bool", "builtins.isinstance", "builtins.issubclass",
-    "builtins.hasattr", "builtins.callable", "builtins.type", "builtins.any", "builtins.all",
-})
+SANITIZING_CALLS = frozenset(
+    {
+        "builtins.len",
+        "builtins.bool",
+        "builtins.isinstance",
+        "builtins.issubclass",
+        "builtins.hasattr",
+        "builtins.callable",
+        "builtins.type",
+        "builtins.any",
+        "builtins.all",
+    }
+)
 ORDERING_CALLS = frozenset({"builtins.sorted"})  # removes iteration-order hazards
-ITERATING_CALLS = frozenset({
-    "builtins.list", "builtins.tuple", "builtins.enumerate", "builtins.str", "builtins.repr",
-    "builtins.iter", "builtins.zip", "builtins.dict", "builtins.reversed",
-})
+ITERATING_CALLS = frozenset(
+    {
+        "builtins.list",
+        "builtins.tuple",
+        "builtins.enumerate",
+        "builtins.str",
+        "builtins.repr",
+        "builtins.iter",
+        "builtins.zip",
+        "builtins.dict",
+        "builtins.reversed",
+    }
+)
 SET_CONSTRUCTORS = frozenset({"builtins.set", "builtins.frozenset"})
 SET_METHODS = frozenset({"union", "intersection", "difference", "symmetric_difference", "copy"})
-DICT_CONSTRUCTORS = frozenset({"builtins.dict", "collections.OrderedDict", "collections.defaultdict"})
-TEXT_PASSTHROUGH_METHODS = frozenset({
-    "strip", "lstrip", "rstrip", "upper", "lower", "title", "capitalize", "casefold",
-    "replace", "expandtabs", "removeprefix", "removesuffix", "encode", "decode",
-})
+DICT_CONSTRUCTORS = frozenset(
+    {"builtins.dict", "collections.OrderedDict", "collections.defaultdict"}
+)
+TEXT_PASSTHROUGH_METHODS = frozenset(
+    {
+        "strip",
+        "lstrip",
+        "rstrip",
+        "upper",
+        "lower",
+        "title",
+        "capitalize",
+        "casefold",
+        "replace",
+        "expandtabs",
+        "removeprefix",
+        "removesuffix",
+        "encode",
+        "decode",
+    }
+)
 TEXT_PASSTHROUGH_CALLS = frozenset({"builtins.str", "textwrap.dedent", "inspect.cleandoc"})
 FILE_READ_METHODS = frozenset({"read_text", "read", "read_bytes"})
 
@@ -136,10 +183,14 @@ BUILD_PREFIX_LAYERS: dict[str, str] = {
 }
 BUILD_CALLS = frozenset({"promptcache.build", "promptcache.build.build"})
 # Calls whose first positional argument (or ``content=``) is a system message.
-SYSTEM_MESSAGE_CALLS = frozenset({
-    "SystemMessage", "SystemMessagePromptTemplate.from_template", "ChatMessage.system",
-    "SystemPromptPart",
-})
+SYSTEM_MESSAGE_CALLS = frozenset(
+    {
+        "SystemMessage",
+        "SystemMessagePromptTemplate.from_template",
+        "ChatMessage.system",
+        "SystemPromptPart",
+    }
+)
 # Methods whose first positional argument is a tool list.
 TOOLS_METHODS = frozenset({"bind_tools", "bind_functions"})
 # ``<client>.responses.create(input=[...])``: ``input`` is the message list.
@@ -150,29 +201,73 @@ SYSTEM_ROLES = frozenset({"system", "developer"})
 # Secondary hints: variables and functions named like a system prompt or a tool list.
 # Strong names count anywhere; weak ones only in modules that talk to an LLM.
 STRONG_PREFIX_NAME_RE = re.compile(
-    r"(?i)sys(tem)?_?prompt|system_?(message|msg|instructions?|preamble)")
+    r"(?i)sys(tem)?_?prompt|system_?(message|msg|instructions?|preamble)"
+)
 PREFIX_NAME_RE = re.compile(
     r"(?i)^(system|sys_prompt)$|system_?(prompt|message|msg|instructions?|template|preamble)"
     r"|^(base_|agent_|default_)?(instructions|preamble)$|_instructions$"
 )
-TOOLS_NAME_RE = re.compile(r"(?i)^(tools|[a-z0-9_]*_tools|tool_(definitions|defs|schemas|specs|list))$")
+TOOLS_NAME_RE = re.compile(
+    r"(?i)^(tools|[a-z0-9_]*_tools|tool_(definitions|defs|schemas|specs|list))$"
+)
 PREFIX_DECORATOR_ATTRS = frozenset({"system_prompt", "instructions"})
 
 # Top-level packages whose import marks a module as talking to an LLM.
-LLM_MODULES = frozenset({
-    "openai", "anthropic", "google.generativeai", "google.genai", "vertexai", "cohere",
-    "mistralai", "litellm", "langchain", "langchain_core", "langchain_openai",
-    "langchain_anthropic", "langchain_community", "llama_index", "promptcache", "groq",
-    "together", "ollama", "instructor", "pydantic_ai", "dspy", "agents", "boto3",
-    "fireworks", "replicate", "huggingface_hub", "vllm", "transformers", "llm",
-})
+LLM_MODULES = frozenset(
+    {
+        "openai",
+        "anthropic",
+        "google.generativeai",
+        "google.genai",
+        "vertexai",
+        "cohere",
+        "mistralai",
+        "litellm",
+        "langchain",
+        "langchain_core",
+        "langchain_openai",
+        "langchain_anthropic",
+        "langchain_community",
+        "llama_index",
+        "promptcache",
+        "groq",
+        "together",
+        "ollama",
+        "instructor",
+        "pydantic_ai",
+        "dspy",
+        "agents",
+        "boto3",
+        "fireworks",
+        "replicate",
+        "huggingface_hub",
+        "vllm",
+        "transformers",
+        "llm",
+    }
+)
 
 # Byte strings: a file holding none of them cannot produce a finding, so it is only parsed
 # (for PC900), never walked. (Plain ``in`` scans are faster than one alternation regex.)
 GATE_WORDS = (
-    b"system", b"System", b"SYSTEM", b"instruction", b"INSTRUCTION", b"preamble", b"PREAMBLE",
-    b"tool", b"TOOL", b"Tool", b"messages", b"contents", b"responses", b"role",
-    b"cache_control", b"prompt", b"PROMPT", b"Prompt",
+    b"system",
+    b"System",
+    b"SYSTEM",
+    b"instruction",
+    b"INSTRUCTION",
+    b"preamble",
+    b"PREAMBLE",
+    b"tool",
+    b"TOOL",
+    b"Tool",
+    b"messages",
+    b"contents",
+    b"responses",
+    b"role",
+    b"cache_control",
+    b"prompt",
+    b"PROMPT",
+    b"Prompt",
 )
 
 

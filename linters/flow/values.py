@@ -25,12 +25,30 @@ from linters.flow.hazards import JSON, PARAM_H, SET, VIEW, VOLATILE, Hazard, Haz
 from linters.flow.literals import LiteralMixin
 from linters.flow.resolve import Resolver, short
 from linters.flow.segments import (
-    DYNAMIC, STATIC, UNKNOWN, VOLAT, SegmentMixin, classify, static_chars,
+    DYNAMIC,
+    STATIC,
+    UNKNOWN,
+    VOLAT,
+    SegmentMixin,
+    classify,
+    static_chars,
 )
 
 __all__ = [
-    "Evaluator", "Hazard", "VOLATILE", "JSON", "SET", "VIEW", "PARAM_H", "STATIC", "DYNAMIC",
-    "VOLAT", "UNKNOWN", "classify", "static_chars", "short",
+    "Evaluator",
+    "Hazard",
+    "VOLATILE",
+    "JSON",
+    "SET",
+    "VIEW",
+    "PARAM_H",
+    "STATIC",
+    "DYNAMIC",
+    "VOLAT",
+    "UNKNOWN",
+    "classify",
+    "static_chars",
+    "short",
 ]
 
 
@@ -57,8 +75,9 @@ class Evaluator(HazardMixin, SegmentMixin, LiteralMixin, Resolver):
         if t in (ast.List, ast.Tuple):
             return [(e, scope, False) for e in node.elts]
         if t is ast.BinOp and type(node.op) is ast.Add:
-            return (self.message_items(node.left, scope, line, depth + 1)
-                    + self.message_items(node.right, scope, line, depth + 1))
+            return self.message_items(node.left, scope, line, depth + 1) + self.message_items(
+                node.right, scope, line, depth + 1
+            )
         if t is ast.Call:
             func = node.func
             q = self.facts.qualname(func)
@@ -76,17 +95,24 @@ class Evaluator(HazardMixin, SegmentMixin, LiteralMixin, Resolver):
                     items.extend(self.message_items(b.value, b.scope, b.line, depth + 1))
                 elif b.kind == APPEND:
                     call = b.node
-                    if (type(call) is ast.Call and call.func.attr == "insert"
-                            and len(call.args) == 2):
+                    if (
+                        type(call) is ast.Call
+                        and call.func.attr == "insert"
+                        and len(call.args) == 2
+                    ):
                         # list.insert semantics; an unknown index counts as the front
                         idx = call.args[0]
-                        pos = idx.value if type(idx) is ast.Constant and type(idx.value) is int else 0
+                        pos = (
+                            idx.value if type(idx) is ast.Constant and type(idx.value) is int else 0
+                        )
                         items.insert(pos, (b.value, b.scope, b.in_loop))
                     else:
                         items.append((b.value, b.scope, b.in_loop))
                 elif b.kind in (EXTEND, AUG):
-                    items.extend((e, s, b.in_loop or r) for e, s, r in
-                                 self.message_items(b.value, b.scope, b.line, depth + 1))
+                    items.extend(
+                        (e, s, b.in_loop or r)
+                        for e, s, r in self.message_items(b.value, b.scope, b.line, depth + 1)
+                    )
                 elif b.kind == DEEPSET and not _targets_last(b.node):
                     # ``messages[0]["content"] += ...`` changes an earlier message
                     items.insert(0, (b.value, b.scope, True))
@@ -102,5 +128,9 @@ def _targets_last(stmt) -> bool:
         if type(target) is ast.Subscript:
             first = target.slice
         target = target.value
-    return (type(first) is ast.UnaryOp and type(first.op) is ast.USub
-            and type(first.operand) is ast.Constant and first.operand.value == 1)
+    return (
+        type(first) is ast.UnaryOp
+        and type(first.op) is ast.USub
+        and type(first.operand) is ast.Constant
+        and first.operand.value == 1
+    )

@@ -11,22 +11,77 @@ import ast
 
 from linters.flow import tables
 from linters.flow.facts import (
-    APPEND, ASSIGN, AUG, DEEPSET, DEF, EXTEND, IMPORT, ITER, MESSAGES, OPAQUE, PARAM, PREFIX, PROMPT, ROLE,
-    SETITEM, SHUFFLE, TOOLS, UNPACK, UPDATE, WITH, Binding, ModuleFacts, Request, Scope, Sink,
+    APPEND,
+    ASSIGN,
+    AUG,
+    DEEPSET,
+    DEF,
+    EXTEND,
+    IMPORT,
+    ITER,
+    MESSAGES,
+    OPAQUE,
+    PARAM,
+    PREFIX,
+    PROMPT,
+    ROLE,
+    SETITEM,
+    SHUFFLE,
+    TOOLS,
+    UNPACK,
+    UPDATE,
+    WITH,
+    Binding,
+    ModuleFacts,
+    Request,
+    Scope,
+    Sink,
 )
 
-_SCALAR_FIELDS = frozenset({
-    "ctx", "id", "attr", "arg", "name", "names", "module", "level", "kind", "type_comment",
-    "conversion", "is_async", "n", "s", "asname", "lineno", "col_offset",
-})
+_SCALAR_FIELDS = frozenset(
+    {
+        "ctx",
+        "id",
+        "attr",
+        "arg",
+        "name",
+        "names",
+        "module",
+        "level",
+        "kind",
+        "type_comment",
+        "conversion",
+        "is_async",
+        "n",
+        "s",
+        "asname",
+        "lineno",
+        "col_offset",
+    }
+)
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _AST = ast.AST
-_MUTATORS = {"append": APPEND, "insert": APPEND, "extend": EXTEND, "update": UPDATE,
-             "setdefault": SETITEM, "appendleft": APPEND}
-_SPECIAL_CALL_NAMES = (tables.SYSTEM_MESSAGE_CALLS | tables.TOOLS_METHODS
-                       | tables.RESPONSES_METHODS | {"shuffle", "seed"})
-_SINK_KEYWORDS = (set(tables.PREFIX_KEYWORDS) | set(tables.TOOLS_KEYWORDS) | set(tables.PROMPT_KEYWORDS)
-                  | set(tables.MESSAGES_KEYWORDS) | set(tables.BUILD_PREFIX_LAYERS))
+_MUTATORS = {
+    "append": APPEND,
+    "insert": APPEND,
+    "extend": EXTEND,
+    "update": UPDATE,
+    "setdefault": SETITEM,
+    "appendleft": APPEND,
+}
+_SPECIAL_CALL_NAMES = (
+    tables.SYSTEM_MESSAGE_CALLS
+    | tables.TOOLS_METHODS
+    | tables.RESPONSES_METHODS
+    | {"shuffle", "seed"}
+)
+_SINK_KEYWORDS = (
+    set(tables.PREFIX_KEYWORDS)
+    | set(tables.TOOLS_KEYWORDS)
+    | set(tables.PROMPT_KEYWORDS)
+    | set(tables.MESSAGES_KEYWORDS)
+    | set(tables.BUILD_PREFIX_LAYERS)
+)
 _HINTS: dict[str, int] = {}  # name -> 1 strong prefix hint, 4 weak one, 2 tools hint, 3 none
 
 
@@ -34,14 +89,33 @@ def _hint_kind(name: str) -> int:
     """What a variable's name hints at: 1 a system prompt, 4 weakly so, 2 tools, 3 nothing."""
     kind = _HINTS.get(name)
     if kind is None:
-        kind = _HINTS[name] = (1 if tables.STRONG_PREFIX_NAME_RE.search(name) else
-                               4 if tables.PREFIX_NAME_RE.search(name) else
-                               2 if tables.TOOLS_NAME_RE.match(name) else 3)
+        kind = _HINTS[name] = (
+            1
+            if tables.STRONG_PREFIX_NAME_RE.search(name)
+            else 4
+            if tables.PREFIX_NAME_RE.search(name)
+            else 2
+            if tables.TOOLS_NAME_RE.match(name)
+            else 3
+        )
     return kind
+
+
 _LIST_VALUES = (ast.List, ast.ListComp, ast.Tuple, ast.BinOp)
 _MUTATION_KINDS = frozenset({APPEND, EXTEND, SETITEM, UPDATE, SHUFFLE, DEEPSET})
-_FILL_METHODS = frozenset({"partial", "invoke", "ainvoke", "format_messages", "format_prompt",
-                           "stream", "astream", "batch", "abatch"})
+_FILL_METHODS = frozenset(
+    {
+        "partial",
+        "invoke",
+        "ainvoke",
+        "format_messages",
+        "format_prompt",
+        "stream",
+        "astream",
+        "batch",
+        "abatch",
+    }
+)
 _BODY_KEYS = frozenset({"messages", "contents"})
 _REQUEST_KEYS = ("tools", "system", "messages", "model")
 
@@ -113,13 +187,19 @@ class _Walker:
         """Flow ``value`` into ``target``: a name, tuples pairwise, ``self.a``, ``x[k]``."""
         t = type(target)
         if t is ast.Name:
-            self.add(scope, target.id, Binding(kind, value, scope, node.lineno, node.col_offset,
-                                               loops, node))
+            self.add(
+                scope,
+                target.id,
+                Binding(kind, value, scope, node.lineno, node.col_offset, loops, node),
+            )
         elif t is ast.Tuple or t is ast.List:
             vt = type(value)
-            if (kind == ASSIGN and (vt is ast.Tuple or vt is ast.List)
-                    and len(value.elts) == len(target.elts)
-                    and not any(type(e) is ast.Starred for e in value.elts)):
+            if (
+                kind == ASSIGN
+                and (vt is ast.Tuple or vt is ast.List)
+                and len(value.elts) == len(target.elts)
+                and not any(type(e) is ast.Starred for e in value.elts)
+            ):
                 for a, b in zip(target.elts, value.elts):
                     self.bind(a, b, ASSIGN, scope, loops, node)
             else:
@@ -142,16 +222,27 @@ class _Walker:
                 while type(root) in (ast.Subscript, ast.Attribute):
                     root = root.value
                 if type(root) is ast.Name and root.id != "self":
-                    self.add(scope, root.id, Binding(DEEPSET, value, scope, node.lineno,
-                                                     node.col_offset, loops, node))
+                    self.add(
+                        scope,
+                        root.id,
+                        Binding(DEEPSET, value, scope, node.lineno, node.col_offset, loops, node),
+                    )
                     return
             if type(base) is ast.Name:
-                self.add(scope, base.id, Binding(k, value, scope, node.lineno, node.col_offset,
-                                                 loops, node))
-            elif (type(base) is ast.Attribute and type(base.value) is ast.Name
-                  and base.value.id == "self" and scope.cls is not None):
+                self.add(
+                    scope,
+                    base.id,
+                    Binding(k, value, scope, node.lineno, node.col_offset, loops, node),
+                )
+            elif (
+                type(base) is ast.Attribute
+                and type(base.value) is ast.Name
+                and base.value.id == "self"
+                and scope.cls is not None
+            ):
                 scope.cls.self_attrs.setdefault(base.attr, []).append(
-                    Binding(k, value, scope, node.lineno, node.col_offset, loops, node))
+                    Binding(k, value, scope, node.lineno, node.col_offset, loops, node)
+                )
 
     def hint(self, name: str, value, scope: Scope) -> None:
         """Record a secondary-hint sink for a variable named like a system prompt or tools."""
@@ -162,9 +253,14 @@ class _Walker:
             self.facts.sinks.append(Sink(PREFIX, value, scope, f"`{name}` (a system prompt)", True))
         elif kind == 4:
             self.hint_sinks.append(Sink(PREFIX, value, scope, f"`{name}` (a system prompt)", True))
-        elif kind == 2 and (type(value) in _LIST_VALUES or (
-                type(value) is ast.Call and type(value.func) is ast.Name
-                and value.func.id in ("list", "sorted", "tuple"))):
+        elif kind == 2 and (
+            type(value) in _LIST_VALUES
+            or (
+                type(value) is ast.Call
+                and type(value.func) is ast.Name
+                and value.func.id in ("list", "sorted", "tuple")
+            )
+        ):
             self.hint_sinks.append(Sink(TOOLS, value, scope, f"`{name}` (tool definitions)", True))
 
     # -- the walk ------------------------------------------------------------------------
@@ -207,8 +303,9 @@ class _Walker:
     # -- statements ----------------------------------------------------------------------
     def function(self, node, scope, loops, push) -> bool:
         """``def``: bind the name; open a PARAM-bound scope; sink a prompt builder's returns."""
-        self.add(scope, node.name, Binding(DEF, node, scope, node.lineno, node.col_offset,
-                                           loops, node))
+        self.add(
+            scope, node.name, Binding(DEF, node, scope, node.lineno, node.col_offset, loops, node)
+        )
         cls = scope if scope.kind == "class" else None
         parent = scope.parent if scope.kind == "class" else scope
         fs = Scope("function", node.name, node, parent, cls)
@@ -240,8 +337,9 @@ class _Walker:
 
     def classdef(self, node, scope, loops, push) -> bool:
         """``class``: bind the name, open a scope whose methods share ``self.attr`` bindings."""
-        self.add(scope, node.name, Binding(DEF, node, scope, node.lineno, node.col_offset,
-                                           loops, node))
+        self.add(
+            scope, node.name, Binding(DEF, node, scope, node.lineno, node.col_offset, loops, node)
+        )
         parent = scope.parent if scope.kind == "class" else scope
         cs = Scope("class", node.name, node, parent)
         scope.funcs[node.name] = cs
@@ -317,8 +415,11 @@ class _Walker:
                 local = alias.name.partition(".")[0]
                 qual = local
             imports[local] = qual
-            self.add(scope, local, Binding(IMPORT, qual, scope, node.lineno, node.col_offset,
-                                           loops, node))
+            self.add(
+                scope,
+                local,
+                Binding(IMPORT, qual, scope, node.lineno, node.col_offset, loops, node),
+            )
             self.note_module(alias.name)
         return True
 
@@ -332,8 +433,11 @@ class _Walker:
             local = alias.asname or alias.name
             qual = f"{mod}.{alias.name}" if mod else alias.name
             imports[local] = qual
-            self.add(scope, local, Binding(IMPORT, qual, scope, node.lineno, node.col_offset,
-                                           loops, node))
+            self.add(
+                scope,
+                local,
+                Binding(IMPORT, qual, scope, node.lineno, node.col_offset, loops, node),
+            )
         if node.level == 0 and node.module:
             self.note_module(node.module)
         return True
@@ -366,8 +470,11 @@ class _Walker:
     def handler(self, node, scope, loops, push) -> bool:
         """``except E as x``: ``x`` is OPAQUE (an exception, not prompt text); walk the body."""
         if node.name:
-            self.add(scope, node.name, Binding(OPAQUE, None, scope, node.lineno, node.col_offset,
-                                               loops, node))
+            self.add(
+                scope,
+                node.name,
+                Binding(OPAQUE, None, scope, node.lineno, node.col_offset, loops, node),
+            )
         if node.type is not None:
             push((node.type, scope, loops))
         for s in node.body:
@@ -396,12 +503,20 @@ class _Walker:
                 value = node.args[-1]
                 rt = type(recv)
                 if rt is ast.Name:
-                    self.add(scope, recv.id, Binding(kind, value, scope, node.lineno,
-                                                     node.col_offset, loops, node))
-                elif (rt is ast.Attribute and type(recv.value) is ast.Name
-                      and recv.value.id == "self" and scope.cls is not None):
+                    self.add(
+                        scope,
+                        recv.id,
+                        Binding(kind, value, scope, node.lineno, node.col_offset, loops, node),
+                    )
+                elif (
+                    rt is ast.Attribute
+                    and type(recv.value) is ast.Name
+                    and recv.value.id == "self"
+                    and scope.cls is not None
+                ):
                     scope.cls.self_attrs.setdefault(recv.attr, []).append(
-                        Binding(kind, value, scope, node.lineno, node.col_offset, loops, node))
+                        Binding(kind, value, scope, node.lineno, node.col_offset, loops, node)
+                    )
             if type(recv) is ast.Name and recv.id == "self":
                 key = "self." + attr
                 lst = calls.get(key)
@@ -471,7 +586,8 @@ class _Walker:
                 self.facts.sinks.append(Sink(MESSAGES, v, scope, tables.MESSAGES_KEYWORDS[ks]))
         if self.facts.has_cache_control:
             self.facts.requests.append(
-                Request({k: parts[k] for k in _REQUEST_KEYS if k in parts}, scope, node))
+                Request({k: parts[k] for k in _REQUEST_KEYS if k in parts}, scope, node)
+            )
 
     def tuple_(self, node, scope, loops, push) -> bool:
         """``("system", text)``: a LangChain-style system message, so a ROLE sink."""
@@ -562,8 +678,11 @@ class _Walker:
             facts.seeds[key] = min(facts.seeds.get(key, node.lineno), node.lineno)
             return
         if qual in tables.SHUFFLE_CALLS and node.args and type(node.args[0]) is ast.Name:
-            self.add(scope, node.args[0].id, Binding(SHUFFLE, node, scope, node.lineno,
-                                                     node.col_offset, False, node))
+            self.add(
+                scope,
+                node.args[0].id,
+                Binding(SHUFFLE, node, scope, node.lineno, node.col_offset, False, node),
+            )
             return
         if name in tables.SYSTEM_MESSAGE_CALLS or _dotted_tail(func) in tables.SYSTEM_MESSAGE_CALLS:
             sinks.append(Sink(ROLE, node, scope, "a system message"))
@@ -573,8 +692,12 @@ class _Walker:
             sinks.append(Sink(TOOLS, node.args[0], scope, "the tool definitions"))
             self.strong = True
         is_build = qual in tables.BUILD_CALLS
-        responses = (name in tables.RESPONSES_METHODS and type(func) is ast.Attribute
-                     and type(func.value) is ast.Attribute and func.value.attr == "responses")
+        responses = (
+            name in tables.RESPONSES_METHODS
+            and type(func) is ast.Attribute
+            and type(func.value) is ast.Attribute
+            and func.value.attr == "responses"
+        )
         parts: dict[str, ast.expr] = {}
         for kw in node.keywords:
             arg = kw.arg
@@ -583,8 +706,14 @@ class _Walker:
             value = kw.value
             if is_build:
                 if arg in tables.BUILD_PREFIX_LAYERS:
-                    sinks.append(Sink(TOOLS if arg == "tools" else PREFIX, value, scope,
-                                      tables.BUILD_PREFIX_LAYERS[arg]))
+                    sinks.append(
+                        Sink(
+                            TOOLS if arg == "tools" else PREFIX,
+                            value,
+                            scope,
+                            tables.BUILD_PREFIX_LAYERS[arg],
+                        )
+                    )
                 elif arg == "messages":
                     sinks.append(Sink(MESSAGES, value, scope, "the `messages` layer"))
                 continue
@@ -606,9 +735,12 @@ class _Walker:
                 parts[arg] = value
         if is_build:
             self.strong = True
-        elif facts.has_cache_control and ("messages" in parts or "system" in parts or "tools" in parts):
+        elif facts.has_cache_control and (
+            "messages" in parts or "system" in parts or "tools" in parts
+        ):
             facts.requests.append(
-                Request({k: parts[k] for k in _REQUEST_KEYS if k in parts}, scope, node))
+                Request({k: parts[k] for k in _REQUEST_KEYS if k in parts}, scope, node)
+            )
 
 
 _HANDLERS = {

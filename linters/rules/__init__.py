@@ -12,10 +12,16 @@ from linters.rules import cache_control, layout, ordering, serialization, volati
 
 FAMILIES = (volatile, serialization, ordering, layout, cache_control)
 
-PARSE_ERROR = Rule("PC900", "parse-error",
-                   "the file could not be parsed (Python syntax error, or a payload that is not JSON)")
-PAYLOAD_UNCHECKED = Rule("PC901", "payload-not-checked",
-                         "a request payload could not be checked (promptcache.check is missing or refused it)")
+PARSE_ERROR = Rule(
+    "PC900",
+    "parse-error",
+    "the file could not be parsed (Python syntax error, or a payload that is not JSON)",
+)
+PAYLOAD_UNCHECKED = Rule(
+    "PC901",
+    "payload-not-checked",
+    "a request payload could not be checked (promptcache.check is missing or refused it)",
+)
 
 RULES: dict[str, Rule] = {r.code: r for fam in FAMILIES for r in fam.RULES}
 RULES[PARSE_ERROR.code] = PARSE_ERROR

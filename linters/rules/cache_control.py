@@ -22,11 +22,17 @@ import math
 from linters.model import Finding, Rule
 
 RULES = (
-    Rule("PC005", "cache-control-misuse",
-         "`cache_control` misuse in a literal request: more than 4 breakpoints, a 1h "
-         "breakpoint after a 5m one, an unknown TTL or type"),
-    Rule("PC008", "breakpoint-below-minimum",
-         "`cache_control` on a literal prefix shorter than the model's minimum cacheable length"),
+    Rule(
+        "PC005",
+        "cache-control-misuse",
+        "`cache_control` misuse in a literal request: more than 4 breakpoints, a 1h "
+        "breakpoint after a 5m one, an unknown TTL or type",
+    ),
+    Rule(
+        "PC008",
+        "breakpoint-below-minimum",
+        "`cache_control` on a literal prefix shorter than the model's minimum cacheable length",
+    ),
 )
 
 MAX_BREAKPOINTS = 4
@@ -55,7 +61,7 @@ class _Walk:
 
     def __init__(self, ev):
         self.ev = ev
-        self.size = 0          # UTF-8 bytes of prefix so far, None once unknown
+        self.size = 0  # UTF-8 bytes of prefix so far, None once unknown
         self.bps: list[_BP] = []
         self.tools = False
 
@@ -187,8 +193,10 @@ def _min_tokens(model: str | None) -> int:
         from promptcache.limits import cache_rules
     except ImportError:
         return DEFAULT_MIN_TOKENS
-    rules = cache_rules(model, "bedrock" if model.startswith(("anthropic.", "us.anthropic.", "eu."))
-                        else "anthropic")
+    rules = cache_rules(
+        model,
+        "bedrock" if model.startswith(("anthropic.", "us.anthropic.", "eu.")) else "anthropic",
+    )
     if not getattr(rules, "known", True):
         return min(rules.min_tokens or DEFAULT_MIN_TOKENS, DEFAULT_MIN_TOKENS)
     return rules.min_tokens or DEFAULT_MIN_TOKENS
@@ -214,24 +222,42 @@ def check(an) -> list[Finding]:
             if id(bp.node) in an.reported:
                 continue
             if i == MAX_BREAKPOINTS:
-                out.append(an.finding(
-                    "PC005", bp.node,
-                    f"cache breakpoint number {i + 1} of {len(bps)}: a request may carry at most "
-                    f"{MAX_BREAKPOINTS} (counted tools -> system -> messages); the API rejects it"))
+                out.append(
+                    an.finding(
+                        "PC005",
+                        bp.node,
+                        f"cache breakpoint number {i + 1} of {len(bps)}: a request may carry at most "
+                        f"{MAX_BREAKPOINTS} (counted tools -> system -> messages); the API rejects it",
+                    )
+                )
                 continue
             if bp.type is not None and bp.type != "ephemeral":
-                out.append(an.finding(
-                    "PC005", bp.node, f"cache_control type {bp.type!r}: the only type is 'ephemeral'"))
+                out.append(
+                    an.finding(
+                        "PC005",
+                        bp.node,
+                        f"cache_control type {bp.type!r}: the only type is 'ephemeral'",
+                    )
+                )
                 continue
             if bp.ttl is not None and bp.ttl not in TTLS:
-                out.append(an.finding(
-                    "PC005", bp.node, f"cache_control ttl {bp.ttl!r}: use '5m' (default) or '1h'"))
+                out.append(
+                    an.finding(
+                        "PC005",
+                        bp.node,
+                        f"cache_control ttl {bp.ttl!r}: use '5m' (default) or '1h'",
+                    )
+                )
                 continue
             if bp.ttl == "1h" and shorter is not None:
-                out.append(an.finding(
-                    "PC005", bp.node,
-                    f"a 1h breakpoint after a 5m one (line {shorter.node.lineno}): longer TTLs "
-                    "must come first in tools -> system -> messages order; the API rejects it"))
+                out.append(
+                    an.finding(
+                        "PC005",
+                        bp.node,
+                        f"a 1h breakpoint after a 5m one (line {shorter.node.lineno}): longer TTLs "
+                        "must come first in tools -> system -> messages order; the API rejects it",
+                    )
+                )
                 continue
             if bp.ttl == "5m" and shorter is None:
                 shorter = bp
@@ -240,10 +266,14 @@ def check(an) -> list[Finding]:
                 if walk.tools:
                     upper += TOOLS_OVERHEAD_TOKENS
                 if upper < minimum:
-                    out.append(an.finding(
-                        "PC008", bp.node,
-                        f"this breakpoint caches a prefix of at most ~{upper} tokens, below the "
-                        f"{minimum}-token minimum for {model or 'Claude models'}: nothing is "
-                        "cached and every request pays full input price; cache a longer prefix "
-                        "or drop the marker"))
+                    out.append(
+                        an.finding(
+                            "PC008",
+                            bp.node,
+                            f"this breakpoint caches a prefix of at most ~{upper} tokens, below the "
+                            f"{minimum}-token minimum for {model or 'Claude models'}: nothing is "
+                            "cached and every request pays full input price; cache a longer prefix "
+                            "or drop the marker",
+                        )
+                    )
     return out

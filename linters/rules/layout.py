@@ -17,10 +17,16 @@ from linters.flow.values import DYNAMIC, STATIC, VOLAT, classify, static_chars
 from linters.model import Finding, Rule
 
 RULES = (
-    Rule("PC004", "dynamic-before-static",
-         "dynamic content placed before static content in one prompt string or message list"),
-    Rule("PC007", "dynamic-before-long-constant",
-         "string building puts a per-request value ahead of a long constant"),
+    Rule(
+        "PC004",
+        "dynamic-before-static",
+        "dynamic content placed before static content in one prompt string or message list",
+    ),
+    Rule(
+        "PC007",
+        "dynamic-before-long-constant",
+        "string building puts a per-request value ahead of a long constant",
+    ),
 )
 
 
@@ -29,7 +35,7 @@ def _first_dynamic_before_static(segs, min_chars: int):
     for i, s in enumerate(segs):
         if s[0] != DYNAMIC:
             continue
-        after = static_chars(segs[i + 1:])
+        after = static_chars(segs[i + 1 :])
         if after is None or after >= min_chars:
             return s, after
         return None
@@ -61,7 +67,7 @@ def _content(ev, node, scope, depth=0):
 
 def _message_text(ev, content, scope):
     if content is None:
-        return ((("u",),))
+        return (("u",),)
     if type(content) in (ast.List, ast.Tuple):
         out = []
         for e in content.elts:
@@ -83,10 +89,14 @@ def check(an) -> list[Finding]:
         if id(node) in an.reported:
             return
         more = "a file's contents" if after is None else f"{after} characters of static text"
-        out.append(an.finding(
-            "PC004", node,
-            f"{seg[2]} is per-request and comes before {more} in {label}: everything after it "
-            "misses the cache; put the static text first and the per-request part last"))
+        out.append(
+            an.finding(
+                "PC004",
+                node,
+                f"{seg[2]} is per-request and comes before {more} in {label}: everything after it "
+                "misses the cache; put the static text first and the per-request part last",
+            )
+        )
 
     for sink in an.facts.sinks:
         if sink.kind == PREFIX or sink.kind == PROMPT:
@@ -111,15 +121,28 @@ def check(an) -> list[Finding]:
             for i, s in enumerate(segs):
                 if s[0] not in (DYNAMIC, VOLAT):
                     continue
-                big = next((t for t in segs[i + 1:] if t[0] == STATIC
-                            and (t[1] is None or t[1] >= long_chars)
-                            and (len(t) < 3 or t[2])), None)  # prose, not CSS/HTML/JSON
+                big = next(
+                    (
+                        t
+                        for t in segs[i + 1 :]
+                        if t[0] == STATIC
+                        and (t[1] is None or t[1] >= long_chars)
+                        and (len(t) < 3 or t[2])
+                    ),
+                    None,
+                )  # prose, not CSS/HTML/JSON
                 if big is not None and id(s[1]) not in an.reported:
-                    size = "a file's contents" if big[1] is None else f"a {big[1]}-character constant"
-                    out.append(an.finding(
-                        "PC007", s[1],
-                        f"{s[2]} is per-request and is placed ahead of {size}: the constant can "
-                        "only be cached if it comes first; move the per-request part after it"))
+                    size = (
+                        "a file's contents" if big[1] is None else f"a {big[1]}-character constant"
+                    )
+                    out.append(
+                        an.finding(
+                            "PC007",
+                            s[1],
+                            f"{s[2]} is per-request and is placed ahead of {size}: the constant can "
+                            "only be cached if it comes first; move the per-request part after it",
+                        )
+                    )
                 break
     return out
 
@@ -137,17 +160,27 @@ def _check_messages(an, sink, min_chars, out) -> None:
     for i, (k, segs, content) in enumerate(kinds):
         if k != DYNAMIC:
             continue
-        later = next((c for kk, sg, c in kinds[i + 1:]
-                      if kk == STATIC and (static_chars(sg) is None or static_chars(sg) >= min_chars)), None)
+        later = next(
+            (
+                c
+                for kk, sg, c in kinds[i + 1 :]
+                if kk == STATIC and (static_chars(sg) is None or static_chars(sg) >= min_chars)
+            ),
+            None,
+        )
         if later is None:
             return
         seg = next((x for x in segs if x[0] in (DYNAMIC, VOLAT)), None)
         node = seg[1] if seg is not None else content
         if id(node) in an.reported:
             return
-        out.append(an.finding(
-            "PC004", node,
-            f"a per-request message ({seg[2] if seg else 'dynamic content'}) comes before a "
-            f"static message in {sink.label}: the static message after it misses the cache; "
-            "put static messages (system, examples, documents) first"))
+        out.append(
+            an.finding(
+                "PC004",
+                node,
+                f"a per-request message ({seg[2] if seg else 'dynamic content'}) comes before a "
+                f"static message in {sink.label}: the static message after it misses the cache; "
+                "put static messages (system, examples, documents) first",
+            )
+        )
         return

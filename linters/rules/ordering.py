@@ -12,10 +12,16 @@ from linters.model import Finding, Rule
 from linters.rules.volatile import where
 
 RULES = (
-    Rule("PC003", "set-order-in-prompt",
-         "text or tools built by iterating an unordered collection (a set, `set(...)`)"),
-    Rule("PC006", "input-ordered-tools",
-         "tool definitions built from a dict view whose insertion order depends on input"),
+    Rule(
+        "PC003",
+        "set-order-in-prompt",
+        "text or tools built by iterating an unordered collection (a set, `set(...)`)",
+    ),
+    Rule(
+        "PC006",
+        "input-ordered-tools",
+        "tool definitions built from a dict view whose insertion order depends on input",
+    ),
 )
 
 
@@ -27,13 +33,21 @@ def check(an) -> list[Finding]:
         if id(h.node) in an.reported:
             continue
         if h.kind == SET:
-            out.append(an.finding(
-                "PC003", h.node,
-                f"{h.detail}, building {where(r)}: set order differs between processes "
-                "(PYTHONHASHSEED), so the prefix does too; iterate `sorted(...)` instead"))
+            out.append(
+                an.finding(
+                    "PC003",
+                    h.node,
+                    f"{h.detail}, building {where(r)}: set order differs between processes "
+                    "(PYTHONHASHSEED), so the prefix does too; iterate `sorted(...)` instead",
+                )
+            )
         elif h.kind == VIEW:
-            out.append(an.finding(
-                "PC006", h.node,
-                f"{where(r)} built from a dict view: {h.detail}; sort it by a stable "
-                "key (e.g. `sorted(..., key=lambda t: t['name'])`)"))
+            out.append(
+                an.finding(
+                    "PC006",
+                    h.node,
+                    f"{where(r)} built from a dict view: {h.detail}; sort it by a stable "
+                    "key (e.g. `sorted(..., key=lambda t: t['name'])`)",
+                )
+            )
     return out

@@ -7,9 +7,14 @@ from linters.flow.values import JSON
 from linters.model import Finding, Rule
 from linters.rules.volatile import where
 
-RULES = (Rule("PC002", "unsorted-json-in-prompt",
-              "`json.dumps` without `sort_keys=True` feeds a prompt or tool definitions",
-              fixable=True),)
+RULES = (
+    Rule(
+        "PC002",
+        "unsorted-json-in-prompt",
+        "`json.dumps` without `sort_keys=True` feeds a prompt or tool definitions",
+        fixable=True,
+    ),
+)
 
 
 def check(an) -> list[Finding]:
@@ -19,9 +24,13 @@ def check(an) -> list[Finding]:
         h = r.hazard
         if h.kind != JSON or id(h.node) in an.reported:
             continue
-        out.append(an.finding(
-            "PC002", h.node,
-            f"{h.detail} feeds {where(r)}: key order follows how the dict was built, "
-            "so equal data can render a different prefix; pass `sort_keys=True`",
-            fix="sort_keys" if h.fixable else None))
+        out.append(
+            an.finding(
+                "PC002",
+                h.node,
+                f"{h.detail} feeds {where(r)}: key order follows how the dict was built, "
+                "so equal data can render a different prefix; pass `sort_keys=True`",
+                fix="sort_keys" if h.fixable else None,
+            )
+        )
     return out

@@ -11,9 +11,14 @@ from linters.flow.facts import MESSAGES, PROMPT, ROLE
 from linters.flow.values import VOLAT, VOLATILE, static_chars
 from linters.model import Finding, Rule
 
-RULES = (Rule("PC001", "volatile-in-prefix",
-              "a volatile value (clock, date, UUID, random, request id, pid, hostname) is "
-              "interpolated into a cached prefix"),)
+RULES = (
+    Rule(
+        "PC001",
+        "volatile-in-prefix",
+        "a volatile value (clock, date, UUID, random, request id, pid, hostname) is "
+        "interpolated into a cached prefix",
+    ),
+)
 
 
 def _system_placeholders(an) -> set[str]:
@@ -26,8 +31,12 @@ def _system_placeholders(an) -> set[str]:
         expr = sink.expr
         if type(expr) is ast.Tuple:
             template = expr.elts[1]
-        elif (type(expr) is ast.Call and type(expr.func) is ast.Attribute
-              and expr.func.attr == "from_template" and expr.args):
+        elif (
+            type(expr) is ast.Call
+            and type(expr.func) is ast.Attribute
+            and expr.func.attr == "from_template"
+            and expr.args
+        ):
             template = expr.args[0]
         else:
             continue
@@ -35,8 +44,11 @@ def _system_placeholders(an) -> set[str]:
         if not text:
             continue
         try:
-            names.update(f.split(".", 1)[0].split("[", 1)[0]
-                         for _, f, _, _ in string.Formatter().parse(text) if f)
+            names.update(
+                f.split(".", 1)[0].split("[", 1)[0]
+                for _, f, _, _ in string.Formatter().parse(text)
+                if f
+            )
         except ValueError:
             continue
     return names
@@ -53,16 +65,23 @@ def _template_fills(an) -> list[Finding]:
         pairs = [(kw.arg, kw.value) for kw in call.keywords if kw.arg in names]
         if call.args and type(call.args[0]) is ast.Dict:
             d = call.args[0]
-            pairs += [(k.value, v) for k, v in zip(d.keys, d.values)
-                      if type(k) is ast.Constant and k.value in names]
+            pairs += [
+                (k.value, v)
+                for k, v in zip(d.keys, d.values)
+                if type(k) is ast.Constant and k.value in names
+            ]
         for key, value in pairs:
             for h in an.ev.hazards(value, scope):
                 if h.kind != VOLATILE or id(h.node) in an.reported:
                     continue
-                out.append(an.finding(
-                    "PC001", h.node,
-                    f"{h.detail} fills `{{{key}}}` of a system-message template: the cached "
-                    "prefix changes on every request; move the variable to the human message"))
+                out.append(
+                    an.finding(
+                        "PC001",
+                        h.node,
+                        f"{h.detail} fills `{{{key}}}` of a system-message template: the cached "
+                        "prefix changes on every request; move the variable to the human message",
+                    )
+                )
     return out
 
 
@@ -78,21 +97,29 @@ def check(an) -> list[Finding]:
         for i, seg in enumerate(segs):
             if seg[0] != VOLAT or id(seg[1]) in an.reported:
                 continue
-            after = static_chars(segs[i + 1:])
+            after = static_chars(segs[i + 1 :])
             if after is None or after >= an.config.min_static_chars:
-                out.append(an.finding(
-                    "PC001", seg[1],
-                    f"{seg[2]} comes before {'a file' if after is None else f'{after} characters'} "
-                    f"of static text in {sink.label}: the cached prefix changes on every request; "
-                    "move it to the end of the prompt"))
+                out.append(
+                    an.finding(
+                        "PC001",
+                        seg[1],
+                        f"{seg[2]} comes before {'a file' if after is None else f'{after} characters'} "
+                        f"of static text in {sink.label}: the cached prefix changes on every request; "
+                        "move it to the end of the prompt",
+                    )
+                )
     for r in an.reaches:
         h = r.hazard
         if h.kind != VOLATILE or id(h.node) in an.reported:
             continue
-        out.append(an.finding(
-            "PC001", h.node,
-            f"{h.detail} reaches {where(r)}: the cached prefix changes on every request; move "
-            "it after the static text, into the last user message or `dynamic=`"))
+        out.append(
+            an.finding(
+                "PC001",
+                h.node,
+                f"{h.detail} reaches {where(r)}: the cached prefix changes on every request; move "
+                "it after the static text, into the last user message or `dynamic=`",
+            )
+        )
     return out
 
 

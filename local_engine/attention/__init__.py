@@ -11,16 +11,19 @@ Backends:
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from local_engine.backend import BACKENDS, backend_module
 
 
-def _module(backend: Optional[str], t: torch.Tensor):
-    return backend_module(backend, t, "local_engine.attention.torch_ref",
-                          "local_engine.attention.triton_backend", "attention")
+def _module(backend: str | None, t: torch.Tensor):
+    return backend_module(
+        backend,
+        t,
+        "local_engine.attention.torch_ref",
+        "local_engine.attention.triton_backend",
+        "attention",
+    )
 
 
 def paged_attention(
@@ -30,8 +33,8 @@ def paged_attention(
     block_tables: torch.Tensor,
     cu_seqlens_q: torch.Tensor,
     seq_lens: torch.Tensor,
-    scale: Optional[float] = None,
-    backend: Optional[str] = None,
+    scale: float | None = None,
+    backend: str | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's new query tokens over its whole paged context.
 
@@ -67,7 +70,7 @@ def write_kv_cache(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
-    backend: Optional[str] = None,
+    backend: str | None = None,
 ) -> None:
     """Write new tokens' K/V into the paged cache, in place.
 

@@ -5,7 +5,6 @@ them are tensors so that a CUDA-graph runner can copy them into fixed-size buffe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -13,15 +12,15 @@ import torch
 @dataclass
 class AttentionMetadata:
     """Attributes:
-        slot_mapping: int64 ``[num_tokens]``; flat KV slot (``block * block_size + offset``) of
-            each new token, negative for padding.
-        block_tables: int32 ``[num_seqs, max_blocks]``, physical blocks in logical order
-            (unused entries 0).
-        cu_seqlens_q: int32 ``[num_seqs + 1]``, cumulative new-token counts.
-        seq_lens: int32 ``[num_seqs]``, whole context length (cached + new) per sequence.
-        logits_indices: int64 ``[num_sample_rows]``, rows of the flat batch whose logits are
-            needed (each sequence's last new token when it samples).
-        backend: attention backend name or None (by device).
+    slot_mapping: int64 ``[num_tokens]``; flat KV slot (``block * block_size + offset``) of
+        each new token, negative for padding.
+    block_tables: int32 ``[num_seqs, max_blocks]``, physical blocks in logical order
+        (unused entries 0).
+    cu_seqlens_q: int32 ``[num_seqs + 1]``, cumulative new-token counts.
+    seq_lens: int32 ``[num_seqs]``, whole context length (cached + new) per sequence.
+    logits_indices: int64 ``[num_sample_rows]``, rows of the flat batch whose logits are
+        needed (each sequence's last new token when it samples).
+    backend: attention backend name or None (by device).
     """
 
     slot_mapping: torch.Tensor
@@ -29,7 +28,7 @@ class AttentionMetadata:
     cu_seqlens_q: torch.Tensor
     seq_lens: torch.Tensor
     logits_indices: torch.Tensor
-    backend: Optional[str] = None
+    backend: str | None = None
 
     @property
     def num_seqs(self) -> int:

@@ -9,8 +9,6 @@ against and the engine's CPU path.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 
@@ -39,7 +37,7 @@ def paged_attention(
     block_tables: torch.Tensor,
     cu_seqlens_q: torch.Tensor,
     seq_lens: torch.Tensor,
-    scale: Optional[float] = None,
+    scale: float | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`."""
     num_tokens, num_heads, head_dim = q.shape
@@ -48,7 +46,7 @@ def paged_attention(
         raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
     group = num_heads // num_kv_heads
     if scale is None:
-        scale = head_dim ** -0.5
+        scale = head_dim**-0.5
     out = torch.empty_like(q)
     cu = cu_seqlens_q.tolist()
     lens = seq_lens.tolist()
@@ -68,8 +66,16 @@ def paged_attention(
         # Gather the context through the block table: [ctx, KV, D] -> [1, H, ctx, D].
         k = k_cache[blocks].flatten(0, 1)[:ctx]
         v = v_cache[blocks].flatten(0, 1)[:ctx]
-        k = k[:, :, None, :].expand(ctx, num_kv_heads, group, head_dim).reshape(ctx, num_heads, head_dim)
-        v = v[:, :, None, :].expand(ctx, num_kv_heads, group, head_dim).reshape(ctx, num_heads, head_dim)
+        k = (
+            k[:, :, None, :]
+            .expand(ctx, num_kv_heads, group, head_dim)
+            .reshape(ctx, num_heads, head_dim)
+        )
+        v = (
+            v[:, :, None, :]
+            .expand(ctx, num_kv_heads, group, head_dim)
+            .reshape(ctx, num_heads, head_dim)
+        )
         compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
         qh = q[start:end].to(compute).transpose(0, 1).unsqueeze(0)
         kh = k.to(compute).transpose(0, 1).unsqueeze(0)
@@ -80,8 +86,9 @@ def paged_attention(
             q_pos = torch.arange(ctx - q_len, ctx, device=q.device)[:, None]
             mask = torch.arange(ctx, device=q.device)[None, :] <= q_pos
         # q_len == ctx (nothing cached): the plain causal square; q_len == 1: sees everything.
-        o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask,
-                                           is_causal=(q_len == ctx and q_len > 1), scale=scale)
+        o = F.scaled_dot_product_attention(
+            qh, kh, vh, attn_mask=mask, is_causal=(q_len == ctx and q_len > 1), scale=scale
+        )
         out[start:end] = o[0].transpose(0, 1).to(q.dtype)
     return out
 
@@ -101,7 +108,10 @@ def _decode_batched(q, k_cache, v_cache, block_tables, cu, lens, decode, scale, 
     blocks = block_tables[idx, :n_blocks].to(torch.long)  # [S, nb]
     # Entries past a sequence's own blocks are padding and may hold anything (the contract
     # ignores them): point them at block 0 so the gather stays in bounds; they are masked.
-    own = torch.arange(n_blocks, device=dev)[None, :] < ((ctx + block_size - 1) // block_size)[:, None]
+    own = (
+        torch.arange(n_blocks, device=dev)[None, :]
+        < ((ctx + block_size - 1) // block_size)[:, None]
+    )
     blocks = torch.where(own, blocks, torch.zeros_like(blocks))
     s = len(decode)
     compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype

@@ -53,12 +53,30 @@ def _find_seq(cu_q_ptr, target, num_seqs, BLOCK_Q: tl.constexpr):
 
 @triton.jit
 def _attend_tile(
-    acc, l_i, m_i, q, t, bt_row, k_ptr, v_ptr, kv_head_off_k, kv_head_off_v,
-    ctx, pos, qk_scale,
-    stride_kb, stride_kt, stride_vb, stride_vt,
+    acc,
+    l_i,
+    m_i,
+    q,
+    t,
+    bt_row,
+    k_ptr,
+    v_ptr,
+    kv_head_off_k,
+    kv_head_off_v,
+    ctx,
+    pos,
+    qk_scale,
+    stride_kb,
+    stride_kt,
+    stride_vb,
+    stride_vt,
     offs_d,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    TILE_N: tl.constexpr, MASKED: tl.constexpr, DOT_MODE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    TILE_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    DOT_MODE: tl.constexpr,
 ):
     n = t * TILE_N + tl.arange(0, TILE_N)
     if MASKED:
@@ -80,10 +98,16 @@ def _attend_tile(
     else:
         d_ok = offs_d < HEAD_DIM
         if MASKED:
-            k = tl.load(k_ptr + k_off[None, :] + offs_d[:, None],
-                        mask=d_ok[:, None] & n_ok[None, :], other=0.0)
-            v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :],
-                        mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+            k = tl.load(
+                k_ptr + k_off[None, :] + offs_d[:, None],
+                mask=d_ok[:, None] & n_ok[None, :],
+                other=0.0,
+            )
+            v = tl.load(
+                v_ptr + v_off[:, None] + offs_d[None, :],
+                mask=n_ok[:, None] & d_ok[None, :],
+                other=0.0,
+            )
         else:
             k = tl.load(k_ptr + k_off[None, :] + offs_d[:, None], mask=d_ok[:, None], other=0.0)
             v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=d_ok[None, :], other=0.0)
@@ -105,7 +129,9 @@ def _attend_tile(
     elif DOT_MODE == 1:
         pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
     else:
-        pv = tl.dot(p.to(q.dtype).to(tl.float32), v.to(q.dtype).to(tl.float32), input_precision="ieee")
+        pv = tl.dot(
+            p.to(q.dtype).to(tl.float32), v.to(q.dtype).to(tl.float32), input_precision="ieee"
+        )
     acc = acc * alpha[:, None] + pv
     return acc, l_i, m_new
 
@@ -114,16 +140,41 @@ def _attend_tile(
 # or multiples of 16)
 @triton.jit(do_not_specialize=["num_seqs", "num_segments"])
 def paged_attention_kernel(
-    out_ptr, seg_out_ptr, seg_max_ptr, seg_sum_ptr,
-    q_ptr, k_ptr, v_ptr, bt_ptr, cu_q_ptr, seq_lens_ptr,
-    qk_scale, num_seqs, num_segments,
-    stride_qt, stride_qh, stride_ot, stride_oh,
-    stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+    out_ptr,
+    seg_out_ptr,
+    seg_max_ptr,
+    seg_sum_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    bt_ptr,
+    cu_q_ptr,
+    seq_lens_ptr,
+    qk_scale,
+    num_seqs,
+    num_segments,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_vb,
+    stride_vt,
+    stride_vh,
     stride_bt,
-    NUM_HEADS: tl.constexpr, G: tl.constexpr,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr,
-    SPLIT: tl.constexpr, DOT_MODE: tl.constexpr, NUM_STAGES: tl.constexpr,
+    NUM_HEADS: tl.constexpr,
+    G: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    TILE_N: tl.constexpr,
+    SPLIT: tl.constexpr,
+    DOT_MODE: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
 ):
     """One program per (block of query rows, KV head, split-K segment). Causal attention of
     ``BLOCK_Q`` new tokens x the ``G`` query heads sharing KV head ``program_id(1)`` over the
@@ -148,8 +199,11 @@ def paged_attention_kernel(
         tok = (q_start + q_idx).to(tl.int64)
         offs_d = tl.arange(0, HEAD_DIM_PAD)
         q_mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
-        q = tl.load(q_ptr + tok[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-                    mask=q_mask, other=0.0)
+        q = tl.load(
+            q_ptr + tok[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+            mask=q_mask,
+            other=0.0,
+        )
 
         first_pos = ctx - q_len + q_off
         last_pos = ctx - q_len + tl.minimum(q_off + BLOCK_Q, q_len) - 1
@@ -171,34 +225,91 @@ def paged_attention_kernel(
         kv_head_off_v = kvh * stride_vh
         for t in tl.range(t_lo, tl.minimum(t_hi, n_full), num_stages=NUM_STAGES):
             acc, l_i, m_i = _attend_tile(
-                acc, l_i, m_i, q, t, bt_row, k_ptr, v_ptr, kv_head_off_k, kv_head_off_v,
-                ctx, pos, qk_scale, stride_kb, stride_kt, stride_vb, stride_vt, offs_d,
-                HEAD_DIM, HEAD_DIM_PAD, BLOCK_SIZE, TILE_N, False, DOT_MODE)
+                acc,
+                l_i,
+                m_i,
+                q,
+                t,
+                bt_row,
+                k_ptr,
+                v_ptr,
+                kv_head_off_k,
+                kv_head_off_v,
+                ctx,
+                pos,
+                qk_scale,
+                stride_kb,
+                stride_kt,
+                stride_vb,
+                stride_vt,
+                offs_d,
+                HEAD_DIM,
+                HEAD_DIM_PAD,
+                BLOCK_SIZE,
+                TILE_N,
+                False,
+                DOT_MODE,
+            )
         for t in tl.range(tl.maximum(t_lo, n_full), t_hi):
             acc, l_i, m_i = _attend_tile(
-                acc, l_i, m_i, q, t, bt_row, k_ptr, v_ptr, kv_head_off_k, kv_head_off_v,
-                ctx, pos, qk_scale, stride_kb, stride_kt, stride_vb, stride_vt, offs_d,
-                HEAD_DIM, HEAD_DIM_PAD, BLOCK_SIZE, TILE_N, True, DOT_MODE)
+                acc,
+                l_i,
+                m_i,
+                q,
+                t,
+                bt_row,
+                k_ptr,
+                v_ptr,
+                kv_head_off_k,
+                kv_head_off_v,
+                ctx,
+                pos,
+                qk_scale,
+                stride_kb,
+                stride_kt,
+                stride_vb,
+                stride_vt,
+                offs_d,
+                HEAD_DIM,
+                HEAD_DIM_PAD,
+                BLOCK_SIZE,
+                TILE_N,
+                True,
+                DOT_MODE,
+            )
 
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)
         o = acc / l_safe[:, None]
         if SPLIT:
             # scratch [num_tokens, NUM_HEADS, num_segments, HEAD_DIM_PAD] (+ stats without the dim)
             stat = (tok * NUM_HEADS + head) * num_segments + seg
-            tl.store(seg_out_ptr + stat[:, None] * HEAD_DIM_PAD + offs_d[None, :], o,
-                     mask=row_ok[:, None])
+            tl.store(
+                seg_out_ptr + stat[:, None] * HEAD_DIM_PAD + offs_d[None, :],
+                o,
+                mask=row_ok[:, None],
+            )
             tl.store(seg_max_ptr + stat, m_i, mask=row_ok)
             tl.store(seg_sum_ptr + stat, l_i, mask=row_ok)
         else:
-            tl.store(out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
-                     o.to(out_ptr.dtype.element_ty), mask=q_mask)
+            tl.store(
+                out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+                o.to(out_ptr.dtype.element_ty),
+                mask=q_mask,
+            )
 
 
 @triton.jit(do_not_specialize=["num_segments"])
 def _reduce_segments_kernel(
-    out_ptr, seg_out_ptr, seg_max_ptr, seg_sum_ptr, num_segments,
-    stride_ot, stride_oh,
-    NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    out_ptr,
+    seg_out_ptr,
+    seg_max_ptr,
+    seg_sum_ptr,
+    num_segments,
+    stride_ot,
+    stride_oh,
+    NUM_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
     SEG_PAD: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
@@ -207,13 +318,18 @@ def _reduce_segments_kernel(
     s_ok = s < num_segments
     base = (t * NUM_HEADS + h) * num_segments
     m = tl.load(seg_max_ptr + base + s, mask=s_ok, other=NEG_BIG)
-    l = tl.load(seg_sum_ptr + base + s, mask=s_ok, other=0.0)
+    seg_sum = tl.load(seg_sum_ptr + base + s, mask=s_ok, other=0.0)
     m_all = tl.max(m, 0)
-    w = l * tl.exp2(m - m_all)
+    w = seg_sum * tl.exp2(m - m_all)
     w_sum = tl.sum(w, 0)
     w_sum = tl.where(w_sum == 0.0, 1.0, w_sum)
     d = tl.arange(0, HEAD_DIM_PAD)
-    o = tl.load(seg_out_ptr + (base + s)[:, None] * HEAD_DIM_PAD + d[None, :], mask=s_ok[:, None], other=0.0)
+    o = tl.load(
+        seg_out_ptr + (base + s)[:, None] * HEAD_DIM_PAD + d[None, :], mask=s_ok[:, None], other=0.0
+    )
     res = tl.sum(o * (w / w_sum)[:, None], 0)
-    tl.store(out_ptr + t * stride_ot + h * stride_oh + d, res.to(out_ptr.dtype.element_ty),
-             mask=d < HEAD_DIM)
+    tl.store(
+        out_ptr + t * stride_ot + h * stride_oh + d,
+        res.to(out_ptr.dtype.element_ty),
+        mask=d < HEAD_DIM,
+    )

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import triton
 
-from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
 from local_engine.attention import triton_kv_write
+from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
 
 LOG2E = 1.4426950408889634
 
@@ -58,8 +57,8 @@ PREFILL_CONFIG = {64: KernelConfig(128, 32, 4, 3), 128: KernelConfig(128, 32, 4,
 # batch 1..128 x context 1k..32k, 1..32 segments): the best segment count made the number of
 # busy programs (sequences x KV heads x segments) about 4-8 per SM, and grids already at
 # ~4 per SM (64 x 8 = 512 programs) ran best unsplit.
-SPLIT_TARGET_PROGRAMS_PER_SM = 4.0   # segments = prev_pow2(floor(target * SMs / programs))
-SPLIT_MIN_TOKENS_PER_SEGMENT = 128   # no segment shorter than this (of the longest context)
+SPLIT_TARGET_PROGRAMS_PER_SM = 4.0  # segments = prev_pow2(floor(target * SMs / programs))
+SPLIT_MIN_TOKENS_PER_SEGMENT = 128  # no segment shorter than this (of the longest context)
 SPLIT_MAX_SEGMENTS = 32
 
 _SM_COUNT: dict = {}
@@ -111,7 +110,8 @@ def _check_runnable(t: torch.Tensor) -> None:
     if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError(
             "the Triton attention backend needs CUDA tensors; on the CPU it runs only under "
-            "TRITON_INTERPRET=1 (set before triton is imported) — use backend='torch' instead")
+            "TRITON_INTERPRET=1 (set before triton is imported) — use backend='torch' instead"
+        )
 
 
 def paged_attention(
@@ -121,11 +121,11 @@ def paged_attention(
     block_tables: torch.Tensor,
     cu_seqlens_q: torch.Tensor,
     seq_lens: torch.Tensor,
-    scale: Optional[float] = None,
+    scale: float | None = None,
     *,
-    config: Optional[KernelConfig] = None,
-    num_segments: Optional[int] = None,
-    out: Optional[torch.Tensor] = None,
+    config: KernelConfig | None = None,
+    num_segments: int | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
@@ -142,20 +142,27 @@ def paged_attention(
         raise ValueError(f"q must be [num_tokens, num_heads, head_dim]; got {tuple(q.shape)}")
     num_tokens, num_heads, head_dim = q.shape
     if k_cache.dim() != 4 or k_cache.shape != v_cache.shape or k_cache.shape[3] != head_dim:
-        raise ValueError(f"caches must be [num_blocks, block_size, num_kv_heads, {head_dim}]; got "
-                         f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+        raise ValueError(
+            f"caches must be [num_blocks, block_size, num_kv_heads, {head_dim}]; got "
+            f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
+        )
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     if num_heads % num_kv_heads:
         raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
     num_seqs = seq_lens.shape[0]
-    if cu_seqlens_q.shape != (num_seqs + 1,) or block_tables.dim() != 2 or block_tables.shape[0] != num_seqs:
+    if (
+        cu_seqlens_q.shape != (num_seqs + 1,)
+        or block_tables.dim() != 2
+        or block_tables.shape[0] != num_seqs
+    ):
         raise ValueError(
             f"expected cu_seqlens_q [{num_seqs + 1}] and block_tables [{num_seqs}, max_blocks]; got "
-            f"{tuple(cu_seqlens_q.shape)} and {tuple(block_tables.shape)}")
+            f"{tuple(cu_seqlens_q.shape)} and {tuple(block_tables.shape)}"
+        )
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("k_cache/v_cache need a contiguous last (head_dim) dimension")
     if scale is None:
-        scale = head_dim ** -0.5
+        scale = head_dim**-0.5
     if out is None:
         out = _alloc((num_tokens, num_heads, head_dim), q.dtype, q.device)
     elif out.shape != q.shape or out.dtype != q.dtype or out.stride(2) != 1:
@@ -182,29 +189,66 @@ def paged_attention(
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     split = num_segments > 1
     if split:
-        seg_out = _alloc((num_tokens, num_heads, num_segments, head_dim_pad), torch.float32, q.device)
+        seg_out = _alloc(
+            (num_tokens, num_heads, num_segments, head_dim_pad), torch.float32, q.device
+        )
         seg_max = _alloc((num_tokens, num_heads, num_segments), torch.float32, q.device)
         seg_sum = _alloc((num_tokens, num_heads, num_segments), torch.float32, q.device)
     else:
         seg_out = seg_max = seg_sum = out  # unused
     paged_attention_kernel[(num_q_blocks, num_kv_heads, num_segments)](
-        out, seg_out, seg_max, seg_sum,
-        q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens,
-        float(scale) * LOG2E, num_seqs, num_segments,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        out,
+        seg_out,
+        seg_max,
+        seg_sum,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        cu_seqlens_q,
+        seq_lens,
+        float(scale) * LOG2E,
+        num_seqs,
+        num_segments,
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
         block_tables.stride(0),
-        NUM_HEADS=num_heads, G=group, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-        BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_Q=block_q, TILE_N=config.tile_n,
-        SPLIT=split, DOT_MODE=_dot_mode(q), NUM_STAGES=config.num_stages,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        NUM_HEADS=num_heads,
+        G=group,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PAD=head_dim_pad,
+        BLOCK_SIZE=block_size,
+        BLOCK_M=block_m,
+        BLOCK_Q=block_q,
+        TILE_N=config.tile_n,
+        SPLIT=split,
+        DOT_MODE=_dot_mode(q),
+        NUM_STAGES=config.num_stages,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )
     if split:
         _reduce_segments_kernel[(num_tokens, num_heads)](
-            out, seg_out, seg_max, seg_sum, num_segments, out.stride(0), out.stride(1),
-            NUM_HEADS=num_heads, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-            SEG_PAD=triton.next_power_of_2(num_segments), num_warps=4,
+            out,
+            seg_out,
+            seg_max,
+            seg_sum,
+            num_segments,
+            out.stride(0),
+            out.stride(1),
+            NUM_HEADS=num_heads,
+            HEAD_DIM=head_dim,
+            HEAD_DIM_PAD=head_dim_pad,
+            SEG_PAD=triton.next_power_of_2(num_segments),
+            num_warps=4,
         )
     return out
 

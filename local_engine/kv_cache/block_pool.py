@@ -18,7 +18,7 @@ import hashlib
 import json
 import struct
 from collections import OrderedDict
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from collections.abc import Iterable, Sequence
 
 BlockHash = bytes
 
@@ -27,8 +27,9 @@ BlockHash = bytes
 ROOT_HASH: BlockHash = hashlib.sha256(b"promptcache-kv-root").digest()
 
 
-def hash_block_tokens(parent: Optional[BlockHash], token_ids: Sequence[int],
-                      extra_keys: Optional[tuple] = None) -> BlockHash:
+def hash_block_tokens(
+    parent: BlockHash | None, token_ids: Sequence[int], extra_keys: tuple | None = None
+) -> BlockHash:
     """SHA-256 chain hash of one full block.
 
     Args:
@@ -55,7 +56,7 @@ class KVBlock:
     def __init__(self, block_id: int):
         self.block_id = block_id
         self.ref_cnt = 0
-        self.block_hash: Optional[BlockHash] = None
+        self.block_hash: BlockHash | None = None
 
     def __repr__(self) -> str:
         h = self.block_hash.hex()[:8] if self.block_hash else None
@@ -79,12 +80,12 @@ class BlockPool:
             raise ValueError(f"num_blocks must be positive, got {num_blocks}")
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        self.blocks: List[KVBlock] = [KVBlock(i) for i in range(num_blocks)]
+        self.blocks: list[KVBlock] = [KVBlock(i) for i in range(num_blocks)]
         # Plain free blocks; popped from the end. Initially ordered so block 0 is taken first.
-        self.free_uncached: List[KVBlock] = list(reversed(self.blocks))
+        self.free_uncached: list[KVBlock] = list(reversed(self.blocks))
         # Cached blocks with ref 0, least recently used first (block_id -> block).
-        self.cached_free: "OrderedDict[int, KVBlock]" = OrderedDict()
-        self.hash_to_block: Dict[BlockHash, KVBlock] = {}
+        self.cached_free: OrderedDict[int, KVBlock] = OrderedDict()
+        self.hash_to_block: dict[BlockHash, KVBlock] = {}
         self.num_evictions = 0
 
     # ---- queries -------------------------------------------------------------------------
@@ -101,7 +102,7 @@ class BlockPool:
         """Fraction of blocks in use (0..1); cached-free blocks count as free."""
         return self.num_used_blocks / self.num_blocks
 
-    def lookup(self, block_hash: BlockHash) -> Optional[KVBlock]:
+    def lookup(self, block_hash: BlockHash) -> KVBlock | None:
         """The cached block with this hash, if any (does not touch it)."""
         return self.hash_to_block.get(block_hash)
 
@@ -113,7 +114,7 @@ class BlockPool:
                 self.cached_free.pop(b.block_id, None)
             b.ref_cnt += 1
 
-    def allocate(self, n: int) -> List[KVBlock]:
+    def allocate(self, n: int) -> list[KVBlock]:
         """``n`` blocks with ref 1: plain free ones first, then evict LRU cached ones.
 
         Raises:
@@ -176,7 +177,7 @@ class BlockPool:
         return n
 
     # ---- debugging -----------------------------------------------------------------------
-    def check(self, expected_refs: Optional[Dict[int, int]] = None) -> None:
+    def check(self, expected_refs: dict[int, int] | None = None) -> None:
         """Check the invariants; raise :class:`PoolInvariantError` on the first violation.
 
         - free + cached-free + in-use = total, each block in exactly one state;
@@ -216,4 +217,11 @@ class BlockPool:
                 )
 
 
-__all__ = ["BlockPool", "KVBlock", "BlockHash", "hash_block_tokens", "PoolInvariantError", "ROOT_HASH"]
+__all__ = [
+    "BlockPool",
+    "KVBlock",
+    "BlockHash",
+    "hash_block_tokens",
+    "PoolInvariantError",
+    "ROOT_HASH",
+]

@@ -9,7 +9,7 @@ given out: a sequence holding no blocks reads it.
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -27,9 +27,9 @@ class BlockTableRows:
 
     def __init__(self, rows: int = 64, cols: int = 64):
         self.table = np.zeros((max(rows, 2), max(cols, 1)), dtype=np.int32)
-        self.row_of: Dict[str, int] = {}
-        self.length: Dict[str, int] = {}
-        self._free_rows: List[int] = list(range(self.table.shape[0] - 1, 0, -1))
+        self.row_of: dict[str, int] = {}
+        self.length: dict[str, int] = {}
+        self._free_rows: list[int] = list(range(self.table.shape[0] - 1, 0, -1))
 
     def _grow(self, rows: int, cols: int) -> None:
         r, c = self.table.shape
@@ -61,7 +61,7 @@ class BlockTableRows:
         n = self.length[seq_id]
         if n + len(ids) > self.table.shape[1]:
             self._grow(0, n + len(ids))
-        self.table[row, n:n + len(ids)] = ids
+        self.table[row, n : n + len(ids)] = ids
         self.length[seq_id] = n + len(ids)
 
     def set(self, seq_id: str, index: int, block_id: int) -> None:
@@ -78,13 +78,13 @@ class BlockTableRows:
         row = self.row_of.pop(seq_id, None)
         if row is None:
             return
-        self.table[row, :self.length.pop(seq_id)] = 0
+        self.table[row, : self.length.pop(seq_id)] = 0
         self._free_rows.append(row)
 
-    def ids(self, seq_id: str) -> List[int]:
+    def ids(self, seq_id: str) -> list[int]:
         """The sequence's block ids as Python ints (``[]`` when it holds none)."""
         row = self.row_of.get(seq_id)
-        return [] if row is None else self.table[row, :self.length[seq_id]].tolist()
+        return [] if row is None else self.table[row, : self.length[seq_id]].tolist()
 
     def gather(self, seq_ids: Iterable[str]) -> np.ndarray:
         """int32 ``[len(seq_ids), max_len]`` (a new array): each sequence's block ids, padded

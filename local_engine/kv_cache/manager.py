@@ -15,13 +15,13 @@ Lifecycle of a sequence (vLLM v1's ``KVCacheManager`` shape):
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence as Seq, Tuple
+from collections.abc import Sequence as Seq
 
 import numpy as np
 
 from ..sequence import Sequence
-from .block_table import BlockTableRows
 from .block_pool import BlockPool, KVBlock, PoolInvariantError, hash_block_tokens
+from .block_table import BlockTableRows
 
 
 class KVCacheManager:
@@ -37,21 +37,22 @@ class KVCacheManager:
         ``prefix_cache_queries`` / ``prefix_cache_hits``: prompt tokens looked up / found.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True,
-                 num_cpu_blocks: int = 0):
+    def __init__(
+        self, num_blocks: int, block_size: int, enable_caching: bool = True, num_cpu_blocks: int = 0
+    ):
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.pool = BlockPool(num_blocks, enable_caching)
-        self.req_blocks: Dict[str, List[KVBlock]] = {}
+        self.req_blocks: dict[str, list[KVBlock]] = {}
         # per sequence: its block ids as a row of one int32 matrix (kept in step with
         # req_blocks, so a step gathers its block tables with one NumPy index), and how many of
         # its leading blocks are known to carry a hash (cache_computed_blocks starts there)
         self.block_tables = BlockTableRows()
-        self._num_hashed: Dict[str, int] = {}
+        self._num_hashed: dict[str, int] = {}
         # swap space: CPU block ids, free list and per-sequence tables of swapped-out blocks
         self.num_cpu_blocks = num_cpu_blocks
-        self.free_cpu_blocks: List[int] = list(range(num_cpu_blocks - 1, -1, -1))
-        self.swapped: Dict[str, List[int]] = {}
+        self.free_cpu_blocks: list[int] = list(range(num_cpu_blocks - 1, -1, -1))
+        self.swapped: dict[str, list[int]] = {}
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
 
@@ -72,7 +73,7 @@ class KVCacheManager:
         """Blocks that hold ``num_tokens`` tokens: ``ceil(num_tokens / block_size)``."""
         return -(-num_tokens // self.block_size)
 
-    def block_ids(self, seq_id: str) -> List[int]:
+    def block_ids(self, seq_id: str) -> list[int]:
         """The sequence's block table (physical block ids in logical order)."""
         return [b.block_id for b in self.req_blocks.get(seq_id, ())]
 
@@ -85,7 +86,7 @@ class KVCacheManager:
         return self.block_tables.gather(seq_ids)
 
     # ---- hashing -------------------------------------------------------------------------
-    def update_block_hashes(self, seq: Sequence) -> List[bytes]:
+    def update_block_hashes(self, seq: Sequence) -> list[bytes]:
         """Extend ``seq.block_hashes`` to cover every full block of ``seq.all_token_ids``."""
         bs = self.block_size
         hashes = seq.block_hashes
@@ -93,12 +94,12 @@ class KVCacheManager:
         while len(hashes) < n_full:
             i = len(hashes)
             parent = hashes[-1] if hashes else None
-            tokens = seq.all_token_ids[i * bs:(i + 1) * bs]
+            tokens = seq.all_token_ids[i * bs : (i + 1) * bs]
             hashes.append(hash_block_tokens(parent, tokens, seq.extra_keys() if i == 0 else None))
         return hashes
 
     # ---- lookup --------------------------------------------------------------------------
-    def get_computed_blocks(self, seq: Sequence) -> Tuple[List[KVBlock], int]:
+    def get_computed_blocks(self, seq: Sequence) -> tuple[list[KVBlock], int]:
         """Longest run of cached full blocks at the start of ``seq``'s tokens.
 
         At least one token is left to compute: a fully cached token list (its length a
@@ -110,7 +111,7 @@ class KVCacheManager:
             return [], 0
         hashes = self.update_block_hashes(seq)
         max_blocks = (seq.num_tokens - 1) // self.block_size
-        hits: List[KVBlock] = []
+        hits: list[KVBlock] = []
         for h in hashes[:max_blocks]:
             b = self.pool.lookup(h)
             if b is None:
@@ -123,8 +124,9 @@ class KVCacheManager:
         self.prefix_cache_queries += num_query_tokens
         self.prefix_cache_hits += num_hit_tokens
 
-    def num_blocks_to_allocate(self, seq: Sequence, num_new_tokens: int,
-                               computed_blocks: Seq[KVBlock] = ()) -> int:
+    def num_blocks_to_allocate(
+        self, seq: Sequence, num_new_tokens: int, computed_blocks: Seq[KVBlock] = ()
+    ) -> int:
         """Free blocks ``allocate_slots`` would consume (new blocks, copy-on-write copies and
         cached-free hits that leave the evictable list)."""
         held = self.req_blocks.get(seq.seq_id, [])
@@ -136,14 +138,19 @@ class KVCacheManager:
         need += sum(1 for b in computed_blocks if b.ref_cnt == 0)
         return need
 
-    def _needs_cow(self, held: List[KVBlock], num_computed: int, num_new: int) -> bool:
-        return (num_new > 0 and held and num_computed % self.block_size != 0
-                and num_computed // self.block_size < len(held)
-                and held[num_computed // self.block_size].ref_cnt > 1)
+    def _needs_cow(self, held: list[KVBlock], num_computed: int, num_new: int) -> bool:
+        return (
+            num_new > 0
+            and held
+            and num_computed % self.block_size != 0
+            and num_computed // self.block_size < len(held)
+            and held[num_computed // self.block_size].ref_cnt > 1
+        )
 
     # ---- allocation ----------------------------------------------------------------------
-    def allocate_slots(self, seq: Sequence, num_new_tokens: int,
-                       computed_blocks: Seq[KVBlock] = ()) -> Optional[List[Tuple[int, int]]]:
+    def allocate_slots(
+        self, seq: Sequence, num_new_tokens: int, computed_blocks: Seq[KVBlock] = ()
+    ) -> list[tuple[int, int]] | None:
         """Make room for ``num_new_tokens`` more tokens of ``seq`` (after ``computed_blocks``,
         the prefix-cache hits from :meth:`get_computed_blocks`, when it is first scheduled).
 
@@ -158,15 +165,20 @@ class KVCacheManager:
             if held:
                 nc = seq.num_computed_tokens
                 if -(-(nc + num_new_tokens) // self.block_size) <= len(held) and not (
-                        num_new_tokens > 0 and nc % self.block_size
-                        and nc // self.block_size < len(held)
-                        and held[nc // self.block_size].ref_cnt > 1):
+                    num_new_tokens > 0
+                    and nc % self.block_size
+                    and nc // self.block_size < len(held)
+                    and held[nc // self.block_size].ref_cnt > 1
+                ):
                     return []
-        if self.num_blocks_to_allocate(seq, num_new_tokens, computed_blocks) > self.pool.num_free_blocks:
+        if (
+            self.num_blocks_to_allocate(seq, num_new_tokens, computed_blocks)
+            > self.pool.num_free_blocks
+        ):
             return None
         held = self.req_blocks.setdefault(seq.seq_id, [])
         table = self.block_tables
-        copies: List[Tuple[int, int]] = []
+        copies: list[tuple[int, int]] = []
         if computed_blocks:
             assert not held, "prefix-cache hits only for a sequence holding no blocks"
             self.pool.touch(computed_blocks)
@@ -244,7 +256,7 @@ class KVCacheManager:
         """True when ``seq`` holds device blocks and enough CPU swap blocks are free for all of them."""
         return 0 < len(self.req_blocks.get(seq.seq_id, ())) <= len(self.free_cpu_blocks)
 
-    def swap_out(self, seq: Sequence) -> List[Tuple[int, int]]:
+    def swap_out(self, seq: Sequence) -> list[tuple[int, int]]:
         """Give ``seq``'s device blocks back, keeping their contents in CPU blocks.
 
         Returns: ``(device_block, cpu_block)`` copies the runner must do before anything
@@ -261,7 +273,7 @@ class KVCacheManager:
         """Number of CPU blocks holding ``seq``'s swapped-out KV (0 when it is not swapped)."""
         return len(self.swapped.get(seq.seq_id, ()))
 
-    def swap_in(self, seq: Sequence) -> Optional[List[Tuple[int, int]]]:
+    def swap_in(self, seq: Sequence) -> list[tuple[int, int]] | None:
         """Bring a swapped-out sequence's blocks back into fresh device blocks.
 
         Returns: ``(cpu_block, device_block)`` copies, or None when the pool is short (nothing
@@ -289,22 +301,29 @@ class KVCacheManager:
     def check_invariants(self) -> None:
         """Raise :class:`PoolInvariantError` unless every block's ref count equals the number
         of block tables holding it and the pool's own invariants hold."""
-        refs: Dict[int, int] = {}
+        refs: dict[int, int] = {}
         for blocks in self.req_blocks.values():
             for b in blocks:
                 refs[b.block_id] = refs.get(b.block_id, 0) + 1
         self.pool.check(refs)
         held_cpu = [c for cpu in self.swapped.values() for c in cpu]
-        if len(set(held_cpu)) != len(held_cpu) or set(held_cpu) & set(self.free_cpu_blocks) \
-                or len(held_cpu) + len(self.free_cpu_blocks) != self.num_cpu_blocks:
+        if (
+            len(set(held_cpu)) != len(held_cpu)
+            or set(held_cpu) & set(self.free_cpu_blocks)
+            or len(held_cpu) + len(self.free_cpu_blocks) != self.num_cpu_blocks
+        ):
             raise PoolInvariantError("CPU swap blocks: lost, duplicated, or both free and held")
         if set(self.swapped) & set(self.req_blocks):
             raise PoolInvariantError("a sequence holds both device blocks and swapped-out blocks")
         for seq_id, blocks in self.req_blocks.items():
             if self.block_tables.ids(seq_id) != [b.block_id for b in blocks]:
-                raise PoolInvariantError(f"sequence {seq_id}: block-id table out of step with its blocks")
-            if any(b.block_hash is None for b in blocks[:self._num_hashed.get(seq_id, 0)]):
-                raise PoolInvariantError(f"sequence {seq_id}: a block before the hashed mark has no hash")
+                raise PoolInvariantError(
+                    f"sequence {seq_id}: block-id table out of step with its blocks"
+                )
+            if any(b.block_hash is None for b in blocks[: self._num_hashed.get(seq_id, 0)]):
+                raise PoolInvariantError(
+                    f"sequence {seq_id}: a block before the hashed mark has no hash"
+                )
 
 
 __all__ = ["KVCacheManager", "PoolInvariantError"]

@@ -12,7 +12,7 @@ import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any
 
 from ..config import ModelConfig
 from ..errors import ModelNotFoundError
@@ -28,19 +28,19 @@ class TokenizerSpec:
     (``tokens``, ``merges``, ``token_types``, ``pre``) is set.
     """
 
-    tokens: Optional[list] = None
-    merges: Optional[list] = None
-    token_types: Optional[list] = None
-    model: Optional[str] = None  # tokenizer.ggml.model, e.g. "gpt2"
-    pre: Optional[str] = None  # tokenizer.ggml.pre, e.g. "smollm"
-    tokenizer_json: Optional[str] = None
-    bos_token_id: Optional[int] = None
-    eos_token_id: Optional[int] = None
-    pad_token_id: Optional[int] = None
+    tokens: list | None = None
+    merges: list | None = None
+    token_types: list | None = None
+    model: str | None = None  # tokenizer.ggml.model, e.g. "gpt2"
+    pre: str | None = None  # tokenizer.ggml.pre, e.g. "smollm"
+    tokenizer_json: str | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
     extra_stop_token_ids: list = field(default_factory=list)
     add_bos_token: bool = False
-    chat_template: Optional[str] = None
-    special_tokens: Dict[str, str] = field(default_factory=dict)
+    chat_template: str | None = None
+    special_tokens: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -48,7 +48,7 @@ class LoadedModel:
     """A loaded checkpoint: architecture, float32 weights (HF names), tokenizer description."""
 
     config: ModelConfig
-    weights: Dict[str, Any]
+    weights: dict[str, Any]
     tokenizer: TokenizerSpec
     path: Path
 
@@ -70,7 +70,7 @@ def default_model_path() -> Path:
     return path
 
 
-def resolve_model_path(model: Optional[str]) -> Path:
+def resolve_model_path(model: str | None) -> Path:
     """Turn ``EngineConfig.model`` into a ``.gguf`` file or an HF checkpoint folder.
 
     Raises:
@@ -101,7 +101,7 @@ def resolve_model_path(model: Optional[str]) -> Path:
     )
 
 
-def load_model(model: Optional[str] = None) -> LoadedModel:
+def load_model(model: str | None = None) -> LoadedModel:
     """Load a model (see the module docstring).
 
     Raises:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any
 
 import numpy as np
 import torch
@@ -147,8 +147,14 @@ def read_gguf_tokenizer(reader) -> TokenizerSpec:
         bos_token_id=opt_int("tokenizer.ggml.bos_token_id"),
         eos_token_id=opt_int("tokenizer.ggml.eos_token_id"),
         pad_token_id=opt_int("tokenizer.ggml.padding_token_id"),
-        extra_stop_token_ids=[i for i in [opt_int("tokenizer.ggml.eot_token_id"),
-                                          opt_int("tokenizer.ggml.eom_token_id")] if i is not None],
+        extra_stop_token_ids=[
+            i
+            for i in [
+                opt_int("tokenizer.ggml.eot_token_id"),
+                opt_int("tokenizer.ggml.eom_token_id"),
+            ]
+            if i is not None
+        ],
         add_bos_token=bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
         chat_template=_field(reader, "tokenizer.chat_template"),
     )
@@ -167,7 +173,7 @@ def load_gguf(path: Path) -> LoadedModel:
     except Exception as exc:  # the reader raises ValueError/struct.error on a damaged file
         raise EngineError(f"{path}: not a readable GGUF file ({exc})") from exc
     config = read_gguf_config(reader, path)
-    weights: Dict[str, torch.Tensor] = {}
+    weights: dict[str, torch.Tensor] = {}
     for t in reader.tensors:
         name = hf_tensor_name(t.name)
         if name is None:
@@ -179,4 +185,6 @@ def load_gguf(path: Path) -> LoadedModel:
         elif t.name.endswith("attn_k.weight"):
             w = reverse_rotary_permute(w, config.num_kv_heads)
         weights[name] = torch.from_numpy(np.ascontiguousarray(w))
-    return LoadedModel(config=config, weights=weights, tokenizer=read_gguf_tokenizer(reader), path=path)
+    return LoadedModel(
+        config=config, weights=weights, tokenizer=read_gguf_tokenizer(reader), path=path
+    )

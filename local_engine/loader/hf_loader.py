@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict
 
 import torch
 
@@ -32,7 +31,10 @@ def read_hf_config(folder: Path) -> ModelConfig:
     hidden = int(cfg["hidden_size"])
     heads = int(cfg["num_attention_heads"])
     rope_scaling = cfg.get("rope_scaling")
-    if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) not in ("llama3", "default"):
+    if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) not in (
+        "llama3",
+        "default",
+    ):
         raise EngineError(f"{folder}: rope_scaling {rope_scaling!r} is not supported")
     theta = cfg.get("rope_theta")
     if theta is None and isinstance(cfg.get("rope_parameters"), dict):
@@ -50,7 +52,9 @@ def read_hf_config(folder: Path) -> ModelConfig:
         rope_theta=float(theta if theta is not None else 10000.0),
         max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        rope_scaling=rope_scaling if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) == "llama3" else None,
+        rope_scaling=rope_scaling
+        if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) == "llama3"
+        else None,
     )
 
 
@@ -105,10 +109,12 @@ def load_hf_folder(folder: Path) -> LoadedModel:
     from safetensors.torch import load_file
 
     config = read_hf_config(folder)
-    weights: Dict[str, torch.Tensor] = {}
+    weights: dict[str, torch.Tensor] = {}
     for shard in sorted(folder.glob("*.safetensors")):
         for name, t in load_file(str(shard)).items():
             weights[name] = t.to(torch.float32)
     if "lm_head.weight" not in weights:
         config.tie_word_embeddings = True
-    return LoadedModel(config=config, weights=weights, tokenizer=read_hf_tokenizer(folder), path=folder)
+    return LoadedModel(
+        config=config, weights=weights, tokenizer=read_hf_tokenizer(folder), path=folder
+    )

@@ -16,7 +16,6 @@ and SiLU-and-multiply go through :mod:`local_engine.ops`; attention through
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -37,19 +36,22 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
         self.eps = eps
 
-    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None,
-                backend: Optional[str] = None):
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None, backend: str | None = None
+    ):
         """``x`` ``[T, hidden]``. Without ``residual`` returns ``norm(x)``; with it returns
         ``(norm(x + residual), x + residual)`` (the new residual stream)."""
         out, h = ops.rms_norm(x, self.weight, self.eps, residual, backend=backend)
         return out if residual is None else (out, h)
 
 
-def rope_inv_freq(head_dim: int, theta: float, scaling: Optional[dict]) -> torch.Tensor:
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:
     """Rotary inverse frequencies ``theta ** (-2i / head_dim)``, float32 ``[head_dim // 2]``;
     with ``rope_scaling = {"rope_type": "llama3", ...}`` adjusted as in Llama 3.1
     (transformers ``_compute_llama3_parameters``)."""
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim))
+    inv = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim)
+    )
     if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
         factor = scaling["factor"]
         low, high = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
@@ -68,9 +70,14 @@ class RotaryEmbedding(nn.Module):
     """Rotate-half rotary embedding's float32 cos/sin tables ``[max_pos, head_dim]`` (applied by
     :func:`local_engine.ops.rotary_and_write_kv`)."""
 
-    def __init__(self, head_dim: int, max_positions: int, theta: float, scaling: Optional[dict]):
+    def __init__(self, head_dim: int, max_positions: int, theta: float, scaling: dict | None):
         super().__init__()
-        self.head_dim, self.max_positions, self.theta, self.scaling = head_dim, max_positions, theta, scaling
+        self.head_dim, self.max_positions, self.theta, self.scaling = (
+            head_dim,
+            max_positions,
+            theta,
+            scaling,
+        )
         self.build_tables("cpu")
 
     def build_tables(self, device) -> None:
@@ -87,17 +94,24 @@ class LlamaAttention(nn.Module):
     """Grouped-query self-attention over the paged KV cache: fused q/k/v projection, rotary
     embedding, KV write through the slot mapping, :func:`paged_attention`, output projection.
     Shapes: ``x`` ``[num_tokens, hidden]`` -> ``[num_tokens, hidden]``."""
+
     def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            cfg.num_heads,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+        )
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=False)
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
         self.rope = rope
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
 
-    def forward(self, x, positions, meta: AttentionMetadata, kv_cache: Tuple[torch.Tensor, torch.Tensor]):
+    def forward(
+        self, x, positions, meta: AttentionMetadata, kv_cache: tuple[torch.Tensor, torch.Tensor]
+    ):
         """``x`` ``[T, hidden]``, ``positions`` int64 ``[T]``; ``kv_cache`` this layer's
         ``(k_cache, v_cache)``, each ``[num_blocks, block_size, num_kv_heads, head_dim]``, written
         in place at ``meta.slot_mapping``. Returns ``[T, hidden]`` in ``x``'s dtype."""
@@ -108,23 +122,42 @@ class LlamaAttention(nn.Module):
         k = k.view(T, self.num_kv_heads, self.head_dim)
         v = v.view(T, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = kv_cache
-        q = ops.rotary_and_write_kv(q, k, v, positions, self.rope.cos, self.rope.sin, k_cache, v_cache,
-                                    meta.slot_mapping, backend=meta.backend)
-        out = paged_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q,
-                              meta.seq_lens, scale=self.scale, backend=meta.backend)
+        q = ops.rotary_and_write_kv(
+            q,
+            k,
+            v,
+            positions,
+            self.rope.cos,
+            self.rope.sin,
+            k_cache,
+            v_cache,
+            meta.slot_mapping,
+            backend=meta.backend,
+        )
+        out = paged_attention(
+            q,
+            k_cache,
+            v_cache,
+            meta.block_tables,
+            meta.cu_seqlens_q,
+            meta.seq_lens,
+            scale=self.scale,
+            backend=meta.backend,
+        )
         return self.o_proj(out.reshape(T, self.q_size))
 
 
 class LlamaMLP(nn.Module):
     """SwiGLU feed-forward: ``down(silu(gate(x)) * up(x))`` with gate and up fused into one
     matmul. ``[T, hidden]`` -> ``[T, hidden]``."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.inter = cfg.intermediate_size
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
-    def forward(self, x, backend: Optional[str] = None):
+    def forward(self, x, backend: str | None = None):
         """``x`` ``[T, hidden]`` -> ``[T, hidden]``."""
         return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x), backend=backend))
 
@@ -132,6 +165,7 @@ class LlamaMLP(nn.Module):
 class LlamaDecoderLayer(nn.Module):
     """One pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``, written
     over a separate residual stream so each norm is fused with the add before it."""
+
     def __init__(self, cfg: ModelConfig, rope: RotaryEmbedding):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -158,11 +192,15 @@ class LlamaForCausalLM(nn.Module):
     """The whole model. ``forward`` returns final hidden states ``[num_tokens, hidden]``;
     :meth:`compute_logits` maps selected rows to float32 logits ``[rows, vocab]``."""
 
-    def __init__(self, cfg: ModelConfig, max_positions: Optional[int] = None):
+    def __init__(self, cfg: ModelConfig, max_positions: int | None = None):
         super().__init__()
         self.config = cfg
-        rope = RotaryEmbedding(cfg.head_dim, max_positions or cfg.max_position_embeddings,
-                               cfg.rope_theta, cfg.rope_scaling)
+        rope = RotaryEmbedding(
+            cfg.head_dim,
+            max_positions or cfg.max_position_embeddings,
+            cfg.rope_theta,
+            cfg.rope_scaling,
+        )
         self.rope = rope
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList([LlamaDecoderLayer(cfg, rope) for _ in range(cfg.num_layers)])
@@ -171,12 +209,13 @@ class LlamaForCausalLM(nn.Module):
         for p in self.parameters():
             p.requires_grad_(False)
 
-    def load_weights(self, weights: Dict[str, torch.Tensor]) -> None:
+    def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Copy HF-named float32 tensors in (fusing q/k/v and gate/up).
 
         Raises:
             EngineError: a tensor is missing or has the wrong shape.
         """
+
         def take(name):
             if name not in weights:
                 raise EngineError(f"model weights lack {name}")
@@ -184,10 +223,14 @@ class LlamaForCausalLM(nn.Module):
 
         def put(param, tensor, name):
             if tuple(param.shape) != tuple(tensor.shape):
-                raise EngineError(f"{name}: expected shape {tuple(param.shape)}, file has {tuple(tensor.shape)}")
+                raise EngineError(
+                    f"{name}: expected shape {tuple(param.shape)}, file has {tuple(tensor.shape)}"
+                )
             param.data.copy_(tensor)
 
-        put(self.embed_tokens.weight, take("model.embed_tokens.weight"), "model.embed_tokens.weight")
+        put(
+            self.embed_tokens.weight, take("model.embed_tokens.weight"), "model.embed_tokens.weight"
+        )
         put(self.norm.weight, take("model.norm.weight"), "model.norm.weight")
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
@@ -195,18 +238,36 @@ class LlamaForCausalLM(nn.Module):
             put(self.lm_head.weight, take("lm_head.weight"), "lm_head.weight")
         for i, layer in enumerate(self.layers):
             p = f"model.layers.{i}."
-            put(layer.input_layernorm.weight, take(p + "input_layernorm.weight"), p + "input_layernorm")
-            put(layer.post_attention_layernorm.weight, take(p + "post_attention_layernorm.weight"),
-                p + "post_attention_layernorm")
+            put(
+                layer.input_layernorm.weight,
+                take(p + "input_layernorm.weight"),
+                p + "input_layernorm",
+            )
+            put(
+                layer.post_attention_layernorm.weight,
+                take(p + "post_attention_layernorm.weight"),
+                p + "post_attention_layernorm",
+            )
             qkv = torch.cat([take(p + f"self_attn.{n}_proj.weight") for n in "qkv"], dim=0)
             put(layer.self_attn.qkv_proj.weight, qkv, p + "self_attn.qkv_proj")
-            put(layer.self_attn.o_proj.weight, take(p + "self_attn.o_proj.weight"), p + "self_attn.o_proj")
-            gu = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")], dim=0)
+            put(
+                layer.self_attn.o_proj.weight,
+                take(p + "self_attn.o_proj.weight"),
+                p + "self_attn.o_proj",
+            )
+            gu = torch.cat(
+                [take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")], dim=0
+            )
             put(layer.mlp.gate_up_proj.weight, gu, p + "mlp.gate_up_proj")
             put(layer.mlp.down_proj.weight, take(p + "mlp.down_proj.weight"), p + "mlp.down_proj")
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-                kv_caches: List[Tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
         """Args:
             input_ids: int64 ``[num_tokens]``; positions: int64 ``[num_tokens]`` (position of
                 each token in its sequence); meta: see :class:`AttentionMetadata`;

@@ -15,19 +15,24 @@ device; the same arithmetic as Hugging Face ``modeling_llama.py``), ``"triton"``
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
 import torch
 
 from local_engine.backend import BACKENDS, backend_module
 
 
-def _module(backend: Optional[str], t: torch.Tensor):
-    return backend_module(backend, t, "local_engine.ops.torch_ops", "local_engine.ops.triton_ops", "ops")
+def _module(backend: str | None, t: torch.Tensor):
+    return backend_module(
+        backend, t, "local_engine.ops.torch_ops", "local_engine.ops.triton_ops", "ops"
+    )
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor] = None,
-             backend: Optional[str] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+def rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None = None,
+    backend: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """RMSNorm, optionally after adding the residual stream.
 
     Without ``residual``: returns ``(norm(x) * weight, x)``. With it: ``h = x + residual``
@@ -43,16 +48,27 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Option
         ValueError: shapes that disagree, or an unknown backend.
     """
     if x.dim() != 2 or weight.shape != (x.shape[1],):
-        raise ValueError(f"rms_norm: x must be [tokens, hidden] and weight [hidden]; got "
-                         f"{tuple(x.shape)} and {tuple(weight.shape)}")
+        raise ValueError(
+            f"rms_norm: x must be [tokens, hidden] and weight [hidden]; got "
+            f"{tuple(x.shape)} and {tuple(weight.shape)}"
+        )
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"rms_norm: residual {tuple(residual.shape)} != x {tuple(x.shape)}")
     return _module(backend, x).rms_norm(x, weight, eps, residual)
 
 
-def rotary_and_write_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
-                        cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                        slot_mapping: torch.Tensor, backend: Optional[str] = None) -> torch.Tensor:
+def rotary_and_write_kv(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    positions: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    backend: str | None = None,
+) -> torch.Tensor:
     """Rotate ``q`` and ``k`` by their positions (rotate-half rotary embedding) and write the
     rotated ``k`` and ``v`` into the paged cache through the slot mapping.
 
@@ -72,16 +88,28 @@ def rotary_and_write_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, posit
     Raises:
         ValueError: shapes that disagree, or an unknown backend.
     """
-    if q.dim() != 3 or k.dim() != 3 or v.shape != k.shape or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
-        raise ValueError(f"rotary_and_write_kv: q [T, Hq, D] and k, v [T, Hkv, D] expected; got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if (
+        q.dim() != 3
+        or k.dim() != 3
+        or v.shape != k.shape
+        or q.shape[0] != k.shape[0]
+        or q.shape[2] != k.shape[2]
+    ):
+        raise ValueError(
+            f"rotary_and_write_kv: q [T, Hq, D] and k, v [T, Hkv, D] expected; got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if positions.shape != (q.shape[0],) or slot_mapping.shape != (q.shape[0],):
-        raise ValueError(f"rotary_and_write_kv: positions {tuple(positions.shape)} and slot_mapping "
-                         f"{tuple(slot_mapping.shape)} must be [{q.shape[0]}]")
-    return _module(backend, q).rotary_and_write_kv(q, k, v, positions, cos, sin, k_cache, v_cache, slot_mapping)
+        raise ValueError(
+            f"rotary_and_write_kv: positions {tuple(positions.shape)} and slot_mapping "
+            f"{tuple(slot_mapping.shape)} must be [{q.shape[0]}]"
+        )
+    return _module(backend, q).rotary_and_write_kv(
+        q, k, v, positions, cos, sin, k_cache, v_cache, slot_mapping
+    )
 
 
-def silu_and_mul(x: torch.Tensor, backend: Optional[str] = None) -> torch.Tensor:
+def silu_and_mul(x: torch.Tensor, backend: str | None = None) -> torch.Tensor:
     """SwiGLU's gate: ``silu(x[:, :I]) * x[:, I:]`` for ``x`` ``[num_tokens, 2 * I]`` (the fused
     gate/up projection), returning ``[num_tokens, I]`` in ``x``'s dtype.
 
@@ -89,7 +117,9 @@ def silu_and_mul(x: torch.Tensor, backend: Optional[str] = None) -> torch.Tensor
         ValueError: ``x`` not 2-D with an even last dimension, or an unknown backend.
     """
     if x.dim() != 2 or x.shape[1] % 2:
-        raise ValueError(f"silu_and_mul: x must be [tokens, 2 * intermediate]; got {tuple(x.shape)}")
+        raise ValueError(
+            f"silu_and_mul: x must be [tokens, 2 * intermediate]; got {tuple(x.shape)}"
+        )
     return _module(backend, x).silu_and_mul(x)
 
 

@@ -4,16 +4,15 @@
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
 import torch
 import torch.nn.functional as F
 
 from local_engine.attention import write_kv_cache
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
-             residual: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """See :func:`local_engine.ops.rms_norm` (returns a new ``h``; ``residual`` is not written)."""
     h = x if residual is None else x + residual
     hf = h.float()
@@ -27,7 +26,9 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + rotated * sin
 
 
-def rotary_and_write_kv(q, k, v, positions, cos, sin, k_cache, v_cache, slot_mapping) -> torch.Tensor:
+def rotary_and_write_kv(
+    q, k, v, positions, cos, sin, k_cache, v_cache, slot_mapping
+) -> torch.Tensor:
     """See :func:`local_engine.ops.rotary_and_write_kv` (returns a new rotated ``q``)."""
     c = cos[positions].unsqueeze(1).to(q.dtype)
     s = sin[positions].unsqueeze(1).to(q.dtype)

@@ -20,8 +20,19 @@ import triton.language as tl
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, stride_x, stride_r, stride_o, N, eps,
-                     HAS_RES: tl.constexpr, BLOCK_N: tl.constexpr):
+def _rms_norm_kernel(
+    x_ptr,
+    res_ptr,
+    w_ptr,
+    out_ptr,
+    stride_x,
+    stride_r,
+    stride_o,
+    N,
+    eps,
+    HAS_RES: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
@@ -45,24 +56,62 @@ def rms_norm(x, weight, eps, residual=None):
     if x.stride(1) != 1:
         x = x.contiguous()
     if residual is not None and residual.stride(1) != 1:
-        raise ValueError("rms_norm: residual needs a contiguous last dimension (it is written in place)")
+        raise ValueError(
+            "rms_norm: residual needs a contiguous last dimension (it is written in place)"
+        )
     if T == 0:
         return out, (x if residual is None else residual)
     block = triton.next_power_of_2(N)
     res = residual if residual is not None else x
-    _rms_norm_kernel[(T,)](x, res, weight, out, x.stride(0), res.stride(0), out.stride(0), N, eps,
-                           HAS_RES=residual is not None, BLOCK_N=block,
-                           num_warps=8 if block >= 4096 else (4 if block >= 1024 else 1))
+    _rms_norm_kernel[(T,)](
+        x,
+        res,
+        weight,
+        out,
+        x.stride(0),
+        res.stride(0),
+        out.stride(0),
+        N,
+        eps,
+        HAS_RES=residual is not None,
+        BLOCK_N=block,
+        num_warps=8 if block >= 4096 else (4 if block >= 1024 else 1),
+    )
     return out, res
 
 
 @triton.jit
-def _rotary_kv_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, cos_ptr, sin_ptr, kc_ptr, vc_ptr, slot_ptr,
-                      stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_cos,
-                      stride_kcb, stride_kct, stride_kch, stride_vcb, stride_vct, stride_vch,
-                      NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr,
-                      HQ_PAD: tl.constexpr, HK_PAD: tl.constexpr, HALF_PAD: tl.constexpr,
-                      BLOCK_SIZE: tl.constexpr):
+def _rotary_kv_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    pos_ptr,
+    cos_ptr,
+    sin_ptr,
+    kc_ptr,
+    vc_ptr,
+    slot_ptr,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_cos,
+    stride_kcb,
+    stride_kct,
+    stride_kch,
+    stride_vcb,
+    stride_vct,
+    stride_vch,
+    NUM_HEADS: tl.constexpr,
+    NUM_KV_HEADS: tl.constexpr,
+    HALF: tl.constexpr,
+    HQ_PAD: tl.constexpr,
+    HK_PAD: tl.constexpr,
+    HALF_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
     t = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + t).to(tl.int64)
     d = tl.arange(0, HALF_PAD)
@@ -111,33 +160,60 @@ def rotary_and_write_kv(q, k, v, positions, cos, sin, k_cache, v_cache, slot_map
         if t.stride(-1) != 1:
             raise ValueError(f"rotary_and_write_kv: {name} needs a contiguous last dimension")
     if cos.dtype != torch.float32 or cos.shape != sin.shape or cos.dim() != 2 or cos.shape[1] != D:
-        raise ValueError(f"rotary_and_write_kv: cos/sin must be float32 [max_positions, {D}]; got "
-                         f"{cos.dtype} {tuple(cos.shape)}")
+        raise ValueError(
+            f"rotary_and_write_kv: cos/sin must be float32 [max_positions, {D}]; got "
+            f"{cos.dtype} {tuple(cos.shape)}"
+        )
     if k_cache.shape != v_cache.shape or k_cache.dim() != 4 or tuple(k_cache.shape[2:]) != (Hk, D):
-        raise ValueError(f"rotary_and_write_kv: caches must be [num_blocks, block_size, {Hk}, {D}]; got "
-                         f"{tuple(k_cache.shape)}")
+        raise ValueError(
+            f"rotary_and_write_kv: caches must be [num_blocks, block_size, {Hk}, {D}]; got "
+            f"{tuple(k_cache.shape)}"
+        )
     if T == 0:
         return q
     half = D // 2
     _rotary_kv_kernel[(T,)](
-        q, k, v, positions, cos, sin, k_cache, v_cache, slot_mapping,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), cos.stride(0),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        NUM_HEADS=H, NUM_KV_HEADS=Hk, HALF=half, HQ_PAD=triton.next_power_of_2(H),
-        HK_PAD=triton.next_power_of_2(Hk), HALF_PAD=triton.next_power_of_2(half),
-        BLOCK_SIZE=k_cache.shape[1], num_warps=4 if H * D >= 2048 else 1,
+        q,
+        k,
+        v,
+        positions,
+        cos,
+        sin,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        cos.stride(0),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        NUM_HEADS=H,
+        NUM_KV_HEADS=Hk,
+        HALF=half,
+        HQ_PAD=triton.next_power_of_2(H),
+        HK_PAD=triton.next_power_of_2(Hk),
+        HALF_PAD=triton.next_power_of_2(half),
+        BLOCK_SIZE=k_cache.shape[1],
+        num_warps=4 if H * D >= 2048 else 1,
     )
     return q
 
 
 @triton.jit
-def _silu_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, I, BLOCK: tl.constexpr):
+def _silu_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, inter, BLOCK: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < I
+    mask = cols < inter
     g = tl.load(x_ptr + t * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(x_ptr + t * stride_x + I + cols, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(x_ptr + t * stride_x + inter + cols, mask=mask, other=0.0).to(tl.float32)
     y = g / (1.0 + tl.exp(-g)) * u
     tl.store(out_ptr + t * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -152,6 +228,7 @@ def silu_and_mul(x):
     if x.stride(1) != 1:
         x = x.contiguous()
     block = min(1024, triton.next_power_of_2(inter))
-    _silu_mul_kernel[(T, triton.cdiv(inter, block))](x, out, x.stride(0), out.stride(0), inter,
-                                                     BLOCK=block, num_warps=4 if block >= 512 else 1)
+    _silu_mul_kernel[(T, triton.cdiv(inter, block))](
+        x, out, x.stride(0), out.stride(0), inter, BLOCK=block, num_warps=4 if block >= 512 else 1
+    )
     return out

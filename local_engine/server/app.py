@@ -29,8 +29,15 @@ PUBLIC_PATHS = {"/health"}
 
 
 def _endpoint(path: str) -> str:
-    for known in ("/v1/chat/completions", "/v1/completions", "/v1/messages/count_tokens",
-                  "/v1/messages", "/v1/models", "/health", "/metrics"):
+    for known in (
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/messages/count_tokens",
+        "/v1/messages",
+        "/v1/models",
+        "/health",
+        "/metrics",
+    ):
         if path == known or path.startswith(known + "/"):
             return known
     return "other"
@@ -43,10 +50,23 @@ class ServerMiddleware:
         self.app = app
         self.st = state
 
-    async def _reject(self, scope, receive, send, status: int, message: str, code: str | None = None,
-                      headers: dict | None = None) -> None:
-        body = error_body(scope["path"], status, message, code=code,
-                          request_id=scope.get("state", {}).get("request_id"))
+    async def _reject(
+        self,
+        scope,
+        receive,
+        send,
+        status: int,
+        message: str,
+        code: str | None = None,
+        headers: dict | None = None,
+    ) -> None:
+        body = error_body(
+            scope["path"],
+            status,
+            message,
+            code=code,
+            request_id=scope.get("state", {}).get("request_id"),
+        )
         await JSONResponse(body, status_code=status, headers=headers)(scope, receive, send)
 
     async def __call__(self, scope, receive, send):
@@ -61,7 +81,9 @@ class ServerMiddleware:
         state["arrival"] = time.monotonic()
         state["log"] = {}
         status_holder = {"status": 500}
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+        }
 
         async def send_wrapper(message):
             if message["type"] == "http.response.start":
@@ -78,9 +100,14 @@ class ServerMiddleware:
                     given = auth[7:].strip()
                 if not given or not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
                     status_holder["status"] = 401
-                    msg = ("Incorrect API key provided." if given else
-                           "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'.")
-                    return await self._reject(scope, receive, send_wrapper, 401, msg, code="invalid_api_key")
+                    msg = (
+                        "Incorrect API key provided."
+                        if given
+                        else "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
+                    )
+                    return await self._reject(
+                        scope, receive, send_wrapper, 401, msg, code="invalid_api_key"
+                    )
             length = headers.get("content-length")
             if length is not None:
                 try:
@@ -90,9 +117,13 @@ class ServerMiddleware:
                 if too_big:
                     status_holder["status"] = 413
                     return await self._reject(
-                        scope, receive, send_wrapper, 413,
+                        scope,
+                        receive,
+                        send_wrapper,
+                        413,
                         f"Request body is {int(length)} bytes; the limit is {cfg.max_body_bytes} bytes.",
-                        headers={"connection": "close"})
+                        headers={"connection": "close"},
+                    )
             seen = 0
 
             async def receive_wrapper():
@@ -101,7 +132,9 @@ class ServerMiddleware:
                 if message["type"] == "http.request":
                     seen += len(message.get("body", b""))
                     if seen > cfg.max_body_bytes:
-                        raise APIError(413, f"Request body exceeds the limit of {cfg.max_body_bytes} bytes.")
+                        raise APIError(
+                            413, f"Request body exceeds the limit of {cfg.max_body_bytes} bytes."
+                        )
                 return message
 
             await self.app(scope, receive_wrapper, send_wrapper)
@@ -116,8 +149,15 @@ class ServerMiddleware:
             if endpoint not in ("/metrics", "/health") or status >= 400:
                 info = state.get("log") or {}
                 fields = " ".join(f"{k}={v}" for k, v in info.items())
-                logger.info("%s %s %s %d %.1fms %s", rid, scope.get("method", ""), path, status,
-                            duration * 1000, fields)
+                logger.info(
+                    "%s %s %s %d %.1fms %s",
+                    rid,
+                    scope.get("method", ""),
+                    path,
+                    status,
+                    duration * 1000,
+                    fields,
+                )
 
 
 def create_app(engine: Any, config: ServerConfig | None = None) -> FastAPI:
@@ -132,8 +172,13 @@ def create_app(engine: Any, config: ServerConfig | None = None) -> FastAPI:
         yield
         await engine.shutdown(drain_timeout=config.drain_timeout)
 
-    app = FastAPI(title="promptcache local engine", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    app = FastAPI(
+        title="promptcache local engine",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     app.state.server = state
 
     @app.exception_handler(APIError)
@@ -157,13 +202,19 @@ def create_app(engine: Any, config: ServerConfig | None = None) -> FastAPI:
         for err in exc.errors():
             path = field_path(None, tuple(err.get("loc", ()))[1:])
             param = param or path or None
-            parts.append(f"{path}: {err.get('msg', 'invalid value')}" if path else str(err.get("msg")))
-        return error_response(request, APIError(400, "; ".join(parts[:3]) or "Invalid request.", param=param))
+            parts.append(
+                f"{path}: {err.get('msg', 'invalid value')}" if path else str(err.get("msg"))
+            )
+        return error_response(
+            request, APIError(400, "; ".join(parts[:3]) or "Invalid request.", param=param)
+        )
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):
         logger.exception("internal error on %s", request.url.path)
-        return error_response(request, APIError(500, f"Internal server error: {type(exc).__name__}"))
+        return error_response(
+            request, APIError(500, f"Internal server error: {type(exc).__name__}")
+        )
 
     app.include_router(openai_router)
     app.include_router(anthropic_router)

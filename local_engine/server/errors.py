@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import types
-from typing import Annotated, Any, Optional, Union, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -55,8 +55,9 @@ class APIError(Exception):
     ``param``: the offending request field's path (OpenAI reports it); ``code``: OpenAI's
     machine code (``invalid_api_key``, ``context_length_exceeded`` ...)."""
 
-    def __init__(self, status: int, message: str, *, param: Optional[str] = None,
-                 code: Optional[str] = None):
+    def __init__(
+        self, status: int, message: str, *, param: str | None = None, code: str | None = None
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
@@ -69,27 +70,51 @@ def is_anthropic_path(path: str) -> bool:
     return path.startswith("/v1/messages")
 
 
-def error_body(path: str, status: int, message: str, *, param: Optional[str] = None,
-               code: Optional[str] = None, request_id: Optional[str] = None) -> dict:
+def error_body(
+    path: str,
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    request_id: str | None = None,
+) -> dict:
     """The JSON body of an error for a request to ``path``."""
     if is_anthropic_path(path):
-        body = {"type": "error",
-                "error": {"type": ANTHROPIC_ERROR_TYPES.get(status, "api_error"), "message": message}}
+        body = {
+            "type": "error",
+            "error": {"type": ANTHROPIC_ERROR_TYPES.get(status, "api_error"), "message": message},
+        }
         if request_id:
             body["request_id"] = request_id
         return body
-    return {"error": {"message": message, "type": OPENAI_ERROR_TYPES.get(status, "server_error"),
-                      "param": param, "code": code}}
+    return {
+        "error": {
+            "message": message,
+            "type": OPENAI_ERROR_TYPES.get(status, "server_error"),
+            "param": param,
+            "code": code,
+        }
+    }
 
 
 def error_response(request: Request, exc: APIError) -> JSONResponse:
     """The JSON error response for ``exc`` in the shape of the API that ``request`` called."""
     rid = getattr(request.state, "request_id", None)
-    return JSONResponse(error_body(request.url.path, exc.status, exc.message, param=exc.param,
-                                   code=exc.code, request_id=rid), status_code=exc.status)
+    return JSONResponse(
+        error_body(
+            request.url.path,
+            exc.status,
+            exc.message,
+            param=exc.param,
+            code=exc.code,
+            request_id=rid,
+        ),
+        status_code=exc.status,
+    )
 
 
-def _walk(tp: Any, loc: tuple) -> Optional[list]:
+def _walk(tp: Any, loc: tuple) -> list | None:
     """The structural part of ``loc`` under the type ``tp``: field names, list indexes and
     dict keys, without the union-member tags pydantic inserts (``'str'``,
     ``'list[ContentPart]'``, ``'function-after[...]'`` ...). None when ``loc`` does not
@@ -133,7 +158,7 @@ def _walk(tp: Any, loc: tuple) -> Optional[list]:
 _TAG = re.compile(r"^(str|int|float|bool|bytes|none|any)$|[\[\]-]|^[A-Z]")
 
 
-def field_path(model: Optional[type], loc: tuple) -> str:
+def field_path(model: type | None, loc: tuple) -> str:
     """A pydantic error location as the request field path, e.g. ``('messages', 0,
     'content', 'list[ContentPart]', 0, 'type')`` -> ``"messages.0.content.0.type"``.
 
@@ -154,7 +179,7 @@ def _input_note(err: dict) -> str:
     return f" (got {text if len(text) <= 40 else text[:37] + '...'})"
 
 
-def validation_message(exc: ValidationError, model: Optional[type] = None) -> tuple[str, Optional[str]]:
+def validation_message(exc: ValidationError, model: type | None = None) -> tuple[str, str | None]:
     """A one-line message for a pydantic error and the offending field's path.
 
     E.g. ``stream: Input should be a valid boolean (got "yes")`` and ``"stream"``. Each

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, AsyncIterator, Optional
+from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -25,10 +26,17 @@ class ClientGone(Exception):
     """The client disconnected before the response was complete."""
 
 
-def make_sampling_params(*, temperature: Optional[float], top_p: Optional[float],
-                         top_k: Optional[int] = None, seed: Optional[int] = None,
-                         max_tokens: Optional[int], stop: Any = None, n: int = 1,
-                         logprobs: Optional[int] = None):
+def make_sampling_params(
+    *,
+    temperature: float | None,
+    top_p: float | None,
+    top_k: int | None = None,
+    seed: int | None = None,
+    max_tokens: int | None,
+    stop: Any = None,
+    n: int = 1,
+    logprobs: int | None = None,
+):
     """The engine's ``SamplingParams`` from API fields (None -> the API's default:
     temperature 1, top_p 1, all tokens, up to the context length)."""
     from local_engine.errors import EngineError
@@ -39,20 +47,25 @@ def make_sampling_params(*, temperature: Optional[float], top_p: Optional[float]
             temperature=1.0 if temperature is None else float(temperature),
             top_p=1.0 if top_p is None else float(top_p),
             top_k=-1 if not top_k else int(top_k),
-            seed=seed, max_tokens=max_tokens, stop=stop, n=n, logprobs=logprobs,
+            seed=seed,
+            max_tokens=max_tokens,
+            stop=stop,
+            n=n,
+            logprobs=logprobs,
         )
     except EngineError as exc:
         raise APIError(400, str(exc)) from None
 
 
-def request_salt(request: Request, body_salt: Optional[str]) -> Optional[str]:
+def request_salt(request: Request, body_salt: str | None) -> str | None:
     """The tenant's cache salt: the ``cache_salt`` field, else the ``X-Cache-Salt``
     header, else None (shared cache)."""
     return body_salt or request.headers.get("x-cache-salt") or None
 
 
-async def start_request(state: ServerState, request_id: str, token_ids: list[int], params: Any,
-                        salt: Optional[str]) -> tuple[AsyncIterator[Any], Any]:
+async def start_request(
+    state: ServerState, request_id: str, token_ids: list[int], params: Any, salt: str | None
+) -> tuple[AsyncIterator[Any], Any]:
     """Submit a request and wait for its first output (after prefill).
 
     Returns (the output iterator, the first ``RequestOutput``). Raises :class:`APIError`:
@@ -63,13 +76,21 @@ async def start_request(state: ServerState, request_id: str, token_ids: list[int
     from local_engine.errors import EngineError, RequestTooLongError
 
     limit = state.max_model_len
-    if params.max_tokens is not None and len(token_ids) < limit < len(token_ids) + params.max_tokens:
+    if (
+        params.max_tokens is not None
+        and len(token_ids) < limit < len(token_ids) + params.max_tokens
+    ):
         # As vLLM and the hosted APIs do: refuse up front rather than run for minutes.
-        raise APIError(400, f"This model's maximum context length is {limit} tokens. However, you "
-                            f"requested {len(token_ids) + params.max_tokens} tokens "
-                            f"({len(token_ids)} in the messages, {params.max_tokens} in the "
-                            f"completion). Please reduce the length of the messages or the "
-                            f"completion.", param="max_tokens", code="context_length_exceeded")
+        raise APIError(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, you "
+            f"requested {len(token_ids) + params.max_tokens} tokens "
+            f"({len(token_ids)} in the messages, {params.max_tokens} in the "
+            f"completion). Please reduce the length of the messages or the "
+            f"completion.",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
     agen = state.engine.generate(request_id, token_ids, params, cache_salt=salt)
     try:
         first = await agen.__anext__()
@@ -94,8 +115,8 @@ class Timing:
     def __init__(self, state: ServerState, arrival: float):
         self.state = state
         self.arrival = arrival
-        self.first_token: Optional[float] = None
-        self.last: Optional[float] = None
+        self.first_token: float | None = None
+        self.last: float | None = None
         self.tokens = 0
 
     def observe(self, out: Any) -> None:
@@ -116,7 +137,7 @@ class Timing:
         self.tokens = total
 
     @property
-    def ttft(self) -> Optional[float]:
+    def ttft(self) -> float | None:
         return None if self.first_token is None else self.first_token - self.arrival
 
 
@@ -171,23 +192,35 @@ def token_text(tokenizer, token_id: int) -> str:
     return tokenizer.decode([token_id], skip_special_tokens=False)
 
 
-def chat_logprobs(tokenizer, token_ids: list[int], logprobs: Optional[list[dict]], top: int) -> list[dict]:
+def chat_logprobs(
+    tokenizer, token_ids: list[int], logprobs: list[dict] | None, top: int
+) -> list[dict]:
     """OpenAI chat ``logprobs.content`` entries for ``token_ids`` (natural-log probs)."""
     out = []
     for tid, lp in zip(token_ids, logprobs or []):
         t = token_text(tokenizer, tid)
         ranked = sorted(lp.items(), key=lambda kv: -kv[1])[:top]
-        out.append({
-            "token": t, "logprob": float(lp.get(tid, ranked[0][1] if ranked else 0.0)),
-            "bytes": list(tokenizer.token_bytes(tid)),  # a token may hold part of a character
-            "top_logprobs": [{"token": token_text(tokenizer, k), "logprob": float(v),
-                              "bytes": list(tokenizer.token_bytes(k))} for k, v in ranked],
-        })
+        out.append(
+            {
+                "token": t,
+                "logprob": float(lp.get(tid, ranked[0][1] if ranked else 0.0)),
+                "bytes": list(tokenizer.token_bytes(tid)),  # a token may hold part of a character
+                "top_logprobs": [
+                    {
+                        "token": token_text(tokenizer, k),
+                        "logprob": float(v),
+                        "bytes": list(tokenizer.token_bytes(k)),
+                    }
+                    for k, v in ranked
+                ],
+            }
+        )
     return out
 
 
-def completion_logprobs(tokenizer, token_ids: list[int], logprobs: Optional[list[dict]], top: int,
-                        text_offset: int = 0) -> dict:
+def completion_logprobs(
+    tokenizer, token_ids: list[int], logprobs: list[dict] | None, top: int, text_offset: int = 0
+) -> dict:
     """OpenAI legacy completions ``logprobs`` object."""
     tokens, token_lps, tops, offsets = [], [], [], []
     pos = text_offset
@@ -199,13 +232,18 @@ def completion_logprobs(tokenizer, token_ids: list[int], logprobs: Optional[list
         tops.append({token_text(tokenizer, k): float(v) for k, v in ranked})
         offsets.append(pos)
         pos += len(t)
-    return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
+    return {
+        "tokens": tokens,
+        "token_logprobs": token_lps,
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
 
 
 def text_delta(prev: str, cur: str) -> str:
     """The new text of a cumulative output (``cur`` normally extends ``prev``)."""
     if cur.startswith(prev):
-        return cur[len(prev):]
+        return cur[len(prev) :]
     k = 0
     for a, b in zip(prev, cur):
         if a != b:

@@ -21,7 +21,7 @@ Engine series (read from an engine snapshot at scrape time):
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -34,36 +34,51 @@ DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0
 
 
 class _EngineCollector:
-    def __init__(self, owner: "ServerMetrics"):
+    def __init__(self, owner: ServerMetrics):
         self.owner = owner
 
     def collect(self):
         snap = self.owner.snapshot
         if snap is None:
             return
-        q = CounterMetricFamily("promptcache_prefix_cache_queries_tokens",
-                                "Prompt tokens looked up in the engine's prefix cache")
+        q = CounterMetricFamily(
+            "promptcache_prefix_cache_queries_tokens",
+            "Prompt tokens looked up in the engine's prefix cache",
+        )
         q.add_metric([], snap.prefix_cache_queries)
         yield q
-        h = CounterMetricFamily("promptcache_prefix_cache_hits_tokens",
-                                "Prompt tokens served from the engine's prefix cache")
+        h = CounterMetricFamily(
+            "promptcache_prefix_cache_hits_tokens",
+            "Prompt tokens served from the engine's prefix cache",
+        )
         h.add_metric([], snap.prefix_cache_hits)
         yield h
-        yield GaugeMetricFamily("promptcache_prefix_cache_hit_rate",
-                                "Engine prefix-cache hits / queries (tokens, cumulative)",
-                                value=snap.prefix_cache_hit_rate)
-        yield GaugeMetricFamily("promptcache_kv_cache_usage_ratio",
-                                "Fraction of KV-cache blocks held by live sequences (0..1)",
-                                value=snap.kv_usage)
-        yield GaugeMetricFamily("promptcache_kv_cache_blocks_used",
-                                "KV-cache blocks neither free nor evictable",
-                                value=snap.num_blocks - snap.num_free_blocks)
-        yield GaugeMetricFamily("promptcache_kv_cache_blocks_total", "KV-cache pool size in blocks",
-                                value=snap.num_blocks)
-        yield GaugeMetricFamily("promptcache_num_requests_running", "Sequences running",
-                                value=snap.num_running)
-        yield GaugeMetricFamily("promptcache_num_requests_waiting", "Sequences waiting",
-                                value=snap.num_waiting)
+        yield GaugeMetricFamily(
+            "promptcache_prefix_cache_hit_rate",
+            "Engine prefix-cache hits / queries (tokens, cumulative)",
+            value=snap.prefix_cache_hit_rate,
+        )
+        yield GaugeMetricFamily(
+            "promptcache_kv_cache_usage_ratio",
+            "Fraction of KV-cache blocks held by live sequences (0..1)",
+            value=snap.kv_usage,
+        )
+        yield GaugeMetricFamily(
+            "promptcache_kv_cache_blocks_used",
+            "KV-cache blocks neither free nor evictable",
+            value=snap.num_blocks - snap.num_free_blocks,
+        )
+        yield GaugeMetricFamily(
+            "promptcache_kv_cache_blocks_total",
+            "KV-cache pool size in blocks",
+            value=snap.num_blocks,
+        )
+        yield GaugeMetricFamily(
+            "promptcache_num_requests_running", "Sequences running", value=snap.num_running
+        )
+        yield GaugeMetricFamily(
+            "promptcache_num_requests_waiting", "Sequences waiting", value=snap.num_waiting
+        )
         p = CounterMetricFamily("promptcache_engine_preemptions", "Sequences preempted")
         p.add_metric([], snap.num_preemptions)
         yield p
@@ -74,23 +89,48 @@ class ServerMetrics:
 
     def __init__(self):
         self.registry = CollectorRegistry()
-        self.snapshot: Optional[Any] = None
+        self.snapshot: Any | None = None
         r = self.registry
-        self.requests = Counter("promptcache_requests", "HTTP requests by endpoint and status",
-                                ["endpoint", "status"], registry=r)
-        self.ttft = Histogram("promptcache_time_to_first_token_seconds",
-                              "Request arrival to first output token", buckets=TTFT_BUCKETS, registry=r)
-        self.itl = Histogram("promptcache_inter_token_latency_seconds",
-                             "Time between consecutive output tokens", buckets=ITL_BUCKETS, registry=r)
-        self.duration = Histogram("promptcache_request_duration_seconds",
-                                  "Request arrival to the last byte of the response",
-                                  buckets=DURATION_BUCKETS, registry=r)
-        self.prompt_tokens = Counter("promptcache_prompt_tokens", "Prompt tokens served", registry=r)
-        self.cached_tokens = Counter("promptcache_reported_cached_tokens",
-                                     "Cached prompt tokens reported to clients", registry=r)
-        self.write_tokens = Counter("promptcache_reported_cache_write_tokens",
-                                    "Cache-write prompt tokens reported to clients", registry=r)
-        self.output_tokens = Counter("promptcache_generation_tokens", "Output tokens served", registry=r)
+        self.requests = Counter(
+            "promptcache_requests",
+            "HTTP requests by endpoint and status",
+            ["endpoint", "status"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "promptcache_time_to_first_token_seconds",
+            "Request arrival to first output token",
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "promptcache_inter_token_latency_seconds",
+            "Time between consecutive output tokens",
+            buckets=ITL_BUCKETS,
+            registry=r,
+        )
+        self.duration = Histogram(
+            "promptcache_request_duration_seconds",
+            "Request arrival to the last byte of the response",
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "promptcache_prompt_tokens", "Prompt tokens served", registry=r
+        )
+        self.cached_tokens = Counter(
+            "promptcache_reported_cached_tokens",
+            "Cached prompt tokens reported to clients",
+            registry=r,
+        )
+        self.write_tokens = Counter(
+            "promptcache_reported_cache_write_tokens",
+            "Cache-write prompt tokens reported to clients",
+            registry=r,
+        )
+        self.output_tokens = Counter(
+            "promptcache_generation_tokens", "Output tokens served", registry=r
+        )
         r.register(_EngineCollector(self))
 
     def render(self, snapshot: Any) -> bytes:

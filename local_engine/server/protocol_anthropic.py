@@ -10,7 +10,7 @@ hosted API's message order rules are checked by :func:`check_message_order`.
 from __future__ import annotations
 
 import json
-from typing import Any, List, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -26,7 +26,7 @@ class CacheControl(_Model):
     """``cache_control``: ``{"type": "ephemeral", "ttl": "5m" | "1h"}`` (a breakpoint)."""
 
     type: Literal["ephemeral"]
-    ttl: Optional[Literal["5m", "1h"]] = None
+    ttl: Literal["5m", "1h"] | None = None
 
 
 class ContentBlock(_Model):
@@ -34,8 +34,8 @@ class ContentBlock(_Model):
 
     model_config = ConfigDict(extra="allow")
     type: str
-    text: Optional[str] = None
-    cache_control: Optional[CacheControl] = None
+    text: str | None = None
+    cache_control: CacheControl | None = None
 
 
 class TextBlock(_Model):
@@ -43,7 +43,7 @@ class TextBlock(_Model):
 
     type: Literal["text"]
     text: str
-    cache_control: Optional[CacheControl] = None
+    cache_control: CacheControl | None = None
 
 
 class Message(_Model):
@@ -51,7 +51,7 @@ class Message(_Model):
     content blocks)."""
 
     role: Literal["user", "assistant"]
-    content: Union[str, List[ContentBlock]]
+    content: str | list[ContentBlock]
 
 
 class Tool(_Model):
@@ -60,9 +60,9 @@ class Tool(_Model):
 
     model_config = ConfigDict(extra="allow")
     name: str
-    description: Optional[str] = None
-    input_schema: Optional[dict] = None
-    cache_control: Optional[CacheControl] = None
+    description: str | None = None
+    input_schema: dict | None = None
+    cache_control: CacheControl | None = None
 
 
 class ToolChoice(_Model):
@@ -71,13 +71,15 @@ class ToolChoice(_Model):
     the server parses)."""
 
     type: Literal["auto", "any", "tool", "none"]
-    name: Optional[str] = None
-    disable_parallel_tool_use: Optional[bool] = None
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
 
     @model_validator(mode="after")
     def _name(self):
         if self.type == "tool" and not self.name:
-            raise ValueError('a "tool" tool_choice names the tool: {"type": "tool", "name": "<tool name>"}')
+            raise ValueError(
+                'a "tool" tool_choice names the tool: {"type": "tool", "name": "<tool name>"}'
+            )
         return self
 
 
@@ -85,7 +87,7 @@ class Diagnostics(_Model):
     """This server's ``diagnostics``: ``previous_message_id`` asks for the cache-miss
     reason against that earlier response (Anthropic's cache diagnostics)."""
 
-    previous_message_id: Optional[str] = None
+    previous_message_id: str | None = None
 
 
 class CountTokensRequest(_Model):
@@ -93,12 +95,12 @@ class CountTokensRequest(_Model):
     prompt fields of a Messages request."""
 
     model: str
-    messages: List[Message] = Field(min_length=1)
-    system: Union[str, List[TextBlock], None] = None
-    tools: Optional[List[Tool]] = None
-    tool_choice: Optional[ToolChoice] = None
-    cache_control: Optional[CacheControl] = None
-    thinking: Optional[dict] = None
+    messages: list[Message] = Field(min_length=1)
+    system: str | list[TextBlock] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    cache_control: CacheControl | None = None
+    thinking: dict | None = None
 
 
 class MessagesRequest(CountTokensRequest):
@@ -106,14 +108,14 @@ class MessagesRequest(CountTokensRequest):
     ``diagnostics`` and ``cache_salt``."""
 
     max_tokens: int = Field(ge=1)
-    stop_sequences: Optional[List[str]] = None
-    temperature: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
-    top_k: Optional[int] = Field(default=None, ge=0)
-    stream: Optional[bool] = False
-    metadata: Optional[dict] = None
-    diagnostics: Optional[Diagnostics] = None
-    cache_salt: Optional[str] = None
+    stop_sequences: list[str] | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=0)
+    stream: bool | None = False
+    metadata: dict | None = None
+    diagnostics: Diagnostics | None = None
+    cache_salt: str | None = None
 
 
 # ---------------------------------------------------------------------------- tool_choice
@@ -133,15 +135,21 @@ def check_tool_choice(req: CountTokensRequest, *, generating: bool = True) -> No
     declared = [t.name for t in req.tools or []]
     if choice.type == "tool" and choice.name not in declared:
         listing = ", ".join(repr(n) for n in declared) or "no tools are given"
-        raise APIError(400, f"tool_choice.name: the tool {choice.name!r} is not in tools ({listing}). Name "
-                            'one of the tools, or send tool_choice {"type": "auto"}.')
+        raise APIError(
+            400,
+            f"tool_choice.name: the tool {choice.name!r} is not in tools ({listing}). Name "
+            'one of the tools, or send tool_choice {"type": "auto"}.',
+        )
     if generating and choice.type in ("any", "tool"):
         shown = choice.model_dump(exclude_none=True)
-        raise APIError(400, f"tool_choice: {json.dumps(shown)} cannot be honoured: it requires the model to "
-                            "call a tool, and this server's local model has no constrained decoding to "
-                            'guarantee a tool call. Send tool_choice {"type": "auto"} (the tools are offered; '
-                            'the model may call one or answer in text) or {"type": "none"} (the tools are '
-                            "not offered), or leave tool_choice out.")
+        raise APIError(
+            400,
+            f"tool_choice: {json.dumps(shown)} cannot be honoured: it requires the model to "
+            "call a tool, and this server's local model has no constrained decoding to "
+            'guarantee a tool call. Send tool_choice {"type": "auto"} (the tools are offered; '
+            'the model may call one or answer in text) or {"type": "none"} (the tools are '
+            "not offered), or leave tool_choice out.",
+        )
 
 
 def offered_tools(req: CountTokensRequest) -> list[Tool]:
@@ -185,13 +193,19 @@ def check_message_order(req: CountTokensRequest) -> None:
         for kind, field in (("tool_use", "id"), ("tool_result", "tool_use_id")):
             for j, block in _blocks_of(msg, kind):
                 if not isinstance(block.get(field), str):
-                    raise APIError(400, f"messages.{i}.content.{j}.{field}: Field required (a string)")
+                    raise APIError(
+                        400, f"messages.{i}.content.{j}.{field}: Field required (a string)"
+                    )
     for i, msg in enumerate(msgs):
         results = _blocks_of(msg, "tool_result")
         if not results:
             continue
         prev = msgs[i - 1] if i > 0 else None
-        uses = [b.get("id") for _, b in _blocks_of(prev, "tool_use")] if prev and prev.role == "assistant" else []
+        uses = (
+            [b.get("id") for _, b in _blocks_of(prev, "tool_use")]
+            if prev and prev.role == "assistant"
+            else []
+        )
         for j, block in results:
             rid = block.get("tool_use_id")
             if rid in uses:
@@ -202,10 +216,13 @@ def check_message_order(req: CountTokensRequest) -> None:
                 where = f"messages.{i - 1} ({'an' if prev.role == 'assistant' else 'a'} {prev.role} message) has no tool_use block"
             else:
                 where = f"messages.{i - 1} has tool_use ids {', '.join(map(str, uses))}"
-            raise APIError(400, f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
-                                f"blocks: {rid}. Each `tool_result` block must have a corresponding "
-                                f"`tool_use` block in the previous message. ({where}; a tool_result answers "
-                                "a tool_use of the assistant message right before it.)")
+            raise APIError(
+                400,
+                f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                f"blocks: {rid}. Each `tool_result` block must have a corresponding "
+                f"`tool_use` block in the previous message. ({where}; a tool_result answers "
+                "a tool_use of the assistant message right before it.)",
+            )
     for i, msg in enumerate(msgs[:-1]):
         if msg.role != "assistant":
             continue
@@ -213,16 +230,19 @@ def check_message_order(req: CountTokensRequest) -> None:
         answered = {b.get("tool_use_id") for _, b in _blocks_of(msgs[i + 1], "tool_result")}
         missing = [str(u) for u in uses if u not in answered]
         if missing:
-            raise APIError(400, f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
-                                f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
-                                "corresponding `tool_result` block in the next message. (Add a tool_result "
-                                f"block for each to messages.{i + 1}.)")
+            raise APIError(
+                400,
+                f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                "corresponding `tool_result` block in the next message. (Add a tool_result "
+                f"block for each to messages.{i + 1}.)",
+            )
 
 
 # ---------------------------------------------------------------------------- rendering
 
 
-def _cc(block_cc: Optional[CacheControl], path: str) -> Optional[tuple[str, str]]:
+def _cc(block_cc: CacheControl | None, path: str) -> tuple[str, str] | None:
     if block_cc is None:
         return None
     return (block_cc.ttl or "5m", f"{path}.cache_control")
@@ -236,7 +256,9 @@ def _tool_result_text(content: Any) -> str:
         if isinstance(c, dict) and c.get("type") == "text":
             parts.append(str(c.get("text", "")))
         else:
-            raise RenderError("tool_result content other than text is not supported by this server's model")
+            raise RenderError(
+                "tool_result content other than text is not supported by this server's model"
+            )
     return "\n".join(parts)
 
 
@@ -255,13 +277,22 @@ def _content_blocks(msg: Message, i: int) -> list[Block]:
             for f in ("id", "name", "input"):
                 if f not in extra:
                     raise RenderError(f"{path}.{f}: Field required")
-            text = canonical_json({"type": "tool_use", "id": extra["id"], "name": extra["name"],
-                                   "input": extra["input"]})
+            text = canonical_json(
+                {
+                    "type": "tool_use",
+                    "id": extra["id"],
+                    "name": extra["name"],
+                    "input": extra["input"],
+                }
+            )
         elif cb.type == "tool_result":
             if "tool_use_id" not in extra:
                 raise RenderError(f"{path}.tool_use_id: Field required")
-            body = {"type": "tool_result", "tool_use_id": extra["tool_use_id"],
-                    "content": _tool_result_text(extra.get("content"))}
+            body = {
+                "type": "tool_result",
+                "tool_use_id": extra["tool_use_id"],
+                "content": _tool_result_text(extra.get("content")),
+            }
             if extra.get("is_error"):
                 body["is_error"] = True
             text = canonical_json(body)
@@ -285,14 +316,21 @@ def messages_to_turns(req: CountTokensRequest) -> tuple[list[Block], list[Block]
     tools = []
     for k, t in enumerate(offered_tools(req)):
         d = t.model_dump(exclude_none=True)
-        tools.append(Block(canonical_json(strip_cache_markers(d)), "tools",
-                           cache_control=_cc(t.cache_control, f"tools.{k}")))
+        tools.append(
+            Block(
+                canonical_json(strip_cache_markers(d)),
+                "tools",
+                cache_control=_cc(t.cache_control, f"tools.{k}"),
+            )
+        )
     system: list[Block] = []
     if isinstance(req.system, str):
         system = [Block(req.system, "system")]
     elif req.system:
-        system = [Block(b.text, "system", cache_control=_cc(b.cache_control, f"system.{k}"))
-                  for k, b in enumerate(req.system)]
+        system = [
+            Block(b.text, "system", cache_control=_cc(b.cache_control, f"system.{k}"))
+            for k, b in enumerate(req.system)
+        ]
     turns = [Turn(m.role, _content_blocks(m, i), i) for i, m in enumerate(req.messages)]
     if req.cache_control is not None:
         last = next((t.blocks[-1] for t in reversed(turns) if t.blocks), None)

@@ -11,7 +11,7 @@ Reference: https://platform.openai.com/docs/api-reference/chat/create (2026-11-2
 from __future__ import annotations
 
 import json
-from typing import Any, List, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -27,14 +27,14 @@ class PromptCacheBreakpoint(_Model):
     """``prompt_cache_breakpoint`` on a content part (GPT-5.6+): ends a reusable prefix."""
 
     mode: Literal["explicit"]
-    ttl: Optional[Literal["30m", "12h"]] = None
+    ttl: Literal["30m", "12h"] | None = None
 
 
 class PromptCacheOptions(_Model):
     """``prompt_cache_options`` (GPT-5.6+): ``mode`` implicit|explicit, request ``ttl``."""
 
     mode: Literal["implicit", "explicit"] = "implicit"
-    ttl: Optional[Literal["30m"]] = None
+    ttl: Literal["30m"] | None = None
 
 
 class CacheControl(_Model):
@@ -42,7 +42,7 @@ class CacheControl(_Model):
     ``--cache-mode anthropic`` (as OpenAI-compatible gateways to Claude accept it)."""
 
     type: Literal["ephemeral"]
-    ttl: Optional[Literal["5m", "1h"]] = None
+    ttl: Literal["5m", "1h"] | None = None
 
 
 class ContentPart(_Model):
@@ -50,9 +50,9 @@ class ContentPart(_Model):
     are refused with a 400 when rendered (the local model reads text only)."""
 
     type: str
-    text: Optional[str] = None
-    prompt_cache_breakpoint: Optional[PromptCacheBreakpoint] = None
-    cache_control: Optional[CacheControl] = None
+    text: str | None = None
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
+    cache_control: CacheControl | None = None
 
 
 class ToolCall(_Model):
@@ -62,8 +62,8 @@ class ToolCall(_Model):
 
     model_config = ConfigDict(extra="allow")
     id: str
-    type: Optional[str] = None
-    function: Optional[dict] = None
+    type: str | None = None
+    function: dict | None = None
 
 
 class ChatMessage(_Model):
@@ -72,10 +72,10 @@ class ChatMessage(_Model):
     ``tool_call_id`` (tool)."""
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: Union[str, List[ContentPart], None] = None
-    name: Optional[str] = None
-    tool_calls: Optional[List[ToolCall]] = None
-    tool_call_id: Optional[str] = None
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
 
 
 class StreamOptions(_Model):
@@ -84,17 +84,21 @@ class StreamOptions(_Model):
     include_usage: bool = False
 
 
-_TOOL_CHOICE_SHAPES = ('"none", "auto", "required", {"type": "function", "function": {"name": ...}}, '
-                       '{"type": "custom", "custom": {"name": ...}} or {"type": "allowed_tools", '
-                       '"allowed_tools": {"mode": "auto"|"required", "tools": [...]}}')
+_TOOL_CHOICE_SHAPES = (
+    '"none", "auto", "required", {"type": "function", "function": {"name": ...}}, '
+    '{"type": "custom", "custom": {"name": ...}} or {"type": "allowed_tools", '
+    '"allowed_tools": {"mode": "auto"|"required", "tools": [...]}}'
+)
 
 
 def _named(choice: dict, kind: str) -> str:
     inner = choice.get(kind)
     name = inner.get("name") if isinstance(inner, dict) else None
     if not isinstance(name, str) or not name:
-        raise ValueError(f"a {kind!r} tool_choice needs {{\"type\": {json.dumps(kind)}, "
-                         f"{json.dumps(kind)}: {{\"name\": \"<tool name>\"}}}}")
+        raise ValueError(
+            f'a {kind!r} tool_choice needs {{"type": {json.dumps(kind)}, '
+            f'{json.dumps(kind)}: {{"name": "<tool name>"}}}}'
+        )
     return name
 
 
@@ -103,25 +107,25 @@ class ChatCompletionRequest(_Model):
     server's ``cache_salt`` (a tenant's cache isolation key)."""
 
     model: str
-    messages: List[ChatMessage] = Field(min_length=1)
-    max_tokens: Optional[int] = Field(default=None, ge=1)
-    max_completion_tokens: Optional[int] = Field(default=None, ge=1)
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
     n: int = Field(default=1, ge=1, le=128)
-    stop: Union[str, List[str], None] = None
-    seed: Optional[int] = None
-    temperature: Optional[float] = Field(default=None, ge=0.0, le=2.0)
-    top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
-    logprobs: Optional[bool] = False
-    top_logprobs: Optional[int] = Field(default=None, ge=0, le=20)
-    user: Optional[str] = None
-    prompt_cache_key: Optional[str] = None
-    prompt_cache_retention: Optional[Literal["in_memory", "24h"]] = None
-    prompt_cache_options: Optional[PromptCacheOptions] = None
-    stream: Optional[bool] = False
-    stream_options: Optional[StreamOptions] = None
-    tools: Optional[List[dict]] = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    logprobs: bool | None = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    user: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    tools: list[dict] | None = None
     tool_choice: Any = None
-    cache_salt: Optional[str] = None
+    cache_salt: str | None = None
 
     @field_validator("stop")
     @classmethod
@@ -144,21 +148,28 @@ class ChatCompletionRequest(_Model):
             _named(v, kind)
         elif kind == "allowed_tools":
             allowed = v.get("allowed_tools")
-            if (not isinstance(allowed, dict) or allowed.get("mode") not in ("auto", "required")
-                    or not isinstance(allowed.get("tools"), list)):
-                raise ValueError('an "allowed_tools" tool_choice needs {"type": "allowed_tools", '
-                                 '"allowed_tools": {"mode": "auto" or "required", "tools": [...]}}')
+            if (
+                not isinstance(allowed, dict)
+                or allowed.get("mode") not in ("auto", "required")
+                or not isinstance(allowed.get("tools"), list)
+            ):
+                raise ValueError(
+                    'an "allowed_tools" tool_choice needs {"type": "allowed_tools", '
+                    '"allowed_tools": {"mode": "auto" or "required", "tools": [...]}}'
+                )
             for t in allowed["tools"]:
                 if not isinstance(t, dict) or t.get("type") not in ("function", "custom"):
-                    raise ValueError('allowed_tools.tools entries are {"type": "function", '
-                                     '"function": {"name": ...}} or {"type": "custom", "custom": {"name": ...}}')
+                    raise ValueError(
+                        'allowed_tools.tools entries are {"type": "function", '
+                        '"function": {"name": ...}} or {"type": "custom", "custom": {"name": ...}}'
+                    )
                 _named(t, t["type"])
         else:
             raise ValueError(f"unknown tool_choice type {kind!r}; expected {_TOOL_CHOICE_SHAPES}")
         return v
 
     @property
-    def output_limit(self) -> Optional[int]:
+    def output_limit(self) -> int | None:
         """``max_completion_tokens`` (current name) or else ``max_tokens`` (deprecated), or None."""
         return self.max_completion_tokens or self.max_tokens
 
@@ -168,21 +179,21 @@ class CompletionRequest(_Model):
     string, strings, token ids or lists of token ids; plus ``cache_salt``."""
 
     model: str
-    prompt: Union[str, List[str], List[int], List[List[int]]]
-    max_tokens: Optional[int] = Field(default=16, ge=1)
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(default=16, ge=1)
     n: int = Field(default=1, ge=1, le=128)
-    stop: Union[str, List[str], None] = None
-    seed: Optional[int] = None
-    temperature: Optional[float] = Field(default=None, ge=0.0, le=2.0)
-    top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
-    logprobs: Optional[int] = Field(default=None, ge=0, le=5)
-    echo: Optional[bool] = False
-    user: Optional[str] = None
-    prompt_cache_key: Optional[str] = None
-    prompt_cache_retention: Optional[Literal["in_memory", "24h"]] = None
-    stream: Optional[bool] = False
-    stream_options: Optional[StreamOptions] = None
-    cache_salt: Optional[str] = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+    echo: bool | None = False
+    user: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    cache_salt: str | None = None
 
     @field_validator("stop")
     @classmethod
@@ -198,7 +209,7 @@ class CompletionRequest(_Model):
             raise ValueError("prompt must not be empty")
         return v
 
-    def prompts(self) -> list[Union[str, list[int]]]:
+    def prompts(self) -> list[str | list[int]]:
         """The prompt as a list of single prompts (text or token ids)."""
         p = self.prompt
         if isinstance(p, str):
@@ -212,13 +223,15 @@ class CompletionRequest(_Model):
 
 #: what a request that forces a tool call is told (the engine samples freely: nothing
 #: makes its output a well-formed call of a given tool)
-CANNOT_FORCE = ("cannot be honoured: it requires the model to call a tool, and this server's local "
-                "model has no constrained decoding to guarantee a tool call. Send tool_choice \"auto\" "
-                "(the tools are offered; the model may call one or answer in text) or \"none\" (the "
-                "tools are not offered), or leave tool_choice out.")
+CANNOT_FORCE = (
+    "cannot be honoured: it requires the model to call a tool, and this server's local "
+    'model has no constrained decoding to guarantee a tool call. Send tool_choice "auto" '
+    '(the tools are offered; the model may call one or answer in text) or "none" (the '
+    "tools are not offered), or leave tool_choice out."
+)
 
 
-def _tool_key(tool: dict) -> tuple[str, Optional[str]]:
+def _tool_key(tool: dict) -> tuple[str, str | None]:
     """(type, name) of a ``tools`` entry: ``{"type": "function", "function": {"name"}}`` or
     ``{"type": "custom", "custom": {"name"}}``."""
     kind = tool.get("type") or "function"
@@ -252,18 +265,28 @@ def check_tool_choice(req: ChatCompletionRequest, *, generating: bool = True) ->
     if choice is None:
         return
     if not req.tools:
-        raise APIError(400, "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' "
-                            "are specified. Send 'tools' too, or leave 'tool_choice' out.", param="tool_choice")
+        raise APIError(
+            400,
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' "
+            "are specified. Send 'tools' too, or leave 'tool_choice' out.",
+            param="tool_choice",
+        )
     declared = [_tool_key(t) for t in req.tools]
     if isinstance(choice, dict):
         for kind, name in _chosen(choice):
             if (kind, name) not in declared:
                 listing = ", ".join(f"{k} {n!r}" for k, n in declared if n) or "none with a name"
-                raise APIError(400, f"Invalid value for 'tool_choice': it names the {kind} tool {name!r}, "
-                                    f"which 'tools' does not declare (declared: {listing}). Name a "
-                                    f"declared tool, or send tool_choice \"auto\".", param="tool_choice")
-    required = choice == "required" or (isinstance(choice, dict) and (
-        choice["type"] != "allowed_tools" or choice["allowed_tools"]["mode"] == "required"))
+                raise APIError(
+                    400,
+                    f"Invalid value for 'tool_choice': it names the {kind} tool {name!r}, "
+                    f"which 'tools' does not declare (declared: {listing}). Name a "
+                    f'declared tool, or send tool_choice "auto".',
+                    param="tool_choice",
+                )
+    required = choice == "required" or (
+        isinstance(choice, dict)
+        and (choice["type"] != "allowed_tools" or choice["allowed_tools"]["mode"] == "required")
+    )
     if required and generating:
         raise APIError(400, f"tool_choice {json.dumps(choice)} {CANNOT_FORCE}", param="tool_choice")
 
@@ -303,14 +326,22 @@ def check_message_order(req: ChatCompletionRequest) -> None:
         if msg.role != "tool":
             continue
         if not msg.tool_call_id:
-            raise APIError(400, f"Missing required parameter: 'messages.{i}.tool_call_id'. A tool message "
-                                "answers one call of the preceding assistant message's tool_calls: set "
-                                "tool_call_id to that call's id.", param=f"messages.{i}.tool_call_id")
+            raise APIError(
+                400,
+                f"Missing required parameter: 'messages.{i}.tool_call_id'. A tool message "
+                "answers one call of the preceding assistant message's tool_calls: set "
+                "tool_call_id to that call's id.",
+                param=f"messages.{i}.tool_call_id",
+            )
         j = i - 1
         while j >= 0 and msgs[j].role == "tool":
             j -= 1
         prev = msgs[j] if j >= 0 else None
-        ids = [tc.id for tc in (prev.tool_calls or [])] if prev is not None and prev.role == "assistant" else []
+        ids = (
+            [tc.id for tc in (prev.tool_calls or [])]
+            if prev is not None and prev.role == "assistant"
+            else []
+        )
         if msg.tool_call_id in ids:
             continue
         if prev is None:
@@ -318,12 +349,18 @@ def check_message_order(req: ChatCompletionRequest) -> None:
         elif not ids:
             where = f"it follows messages.{j}, a {prev.role} message without tool_calls"
         else:
-            where = (f"its tool_call_id {msg.tool_call_id!r} is not one of the tool_calls ids of "
-                     f"messages.{j} ({', '.join(repr(x) for x in ids)})")
-        raise APIError(400, "Invalid parameter: messages with role 'tool' must be a response to a "
-                            f"preceeding message with 'tool_calls'. messages.{i}: {where}; put each tool "
-                            "message after the assistant message whose tool_calls include its "
-                            "tool_call_id.", param=f"messages.{i}.role")
+            where = (
+                f"its tool_call_id {msg.tool_call_id!r} is not one of the tool_calls ids of "
+                f"messages.{j} ({', '.join(repr(x) for x in ids)})"
+            )
+        raise APIError(
+            400,
+            "Invalid parameter: messages with role 'tool' must be a response to a "
+            f"preceeding message with 'tool_calls'. messages.{i}: {where}; put each tool "
+            "message after the assistant message whose tool_calls include its "
+            "tool_call_id.",
+            param=f"messages.{i}.role",
+        )
     for j, msg in enumerate(msgs):
         if msg.role != "assistant" or not msg.tool_calls:
             continue
@@ -334,10 +371,14 @@ def check_message_order(req: ChatCompletionRequest) -> None:
             k += 1
         missing = [tc.id for tc in msg.tool_calls if tc.id not in answered]
         if missing:
-            raise APIError(400, "An assistant message with 'tool_calls' must be followed by tool messages "
-                                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
-                                f"response messages: {', '.join(missing)} (messages.{j}); add a tool message "
-                                "with each id right after it.", param=f"messages.{j}.tool_calls")
+            raise APIError(
+                400,
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {', '.join(missing)} (messages.{j}); add a tool message "
+                "with each id right after it.",
+                param=f"messages.{j}.tool_calls",
+            )
 
 
 # ---------------------------------------------------------------------------- rendering
@@ -360,10 +401,15 @@ def _part_blocks(msg: ChatMessage, i: int) -> list[Block]:
             raise RenderError(f"messages.{i}.content.{j}.text: Field required")
         b = Block(part.text, role_section, i)
         if part.prompt_cache_breakpoint is not None:
-            b.openai_breakpoint = (part.prompt_cache_breakpoint.ttl,
-                                   f"messages.{i}.content.{j}.prompt_cache_breakpoint")
+            b.openai_breakpoint = (
+                part.prompt_cache_breakpoint.ttl,
+                f"messages.{i}.content.{j}.prompt_cache_breakpoint",
+            )
         if part.cache_control is not None:
-            b.cache_control = (part.cache_control.ttl or "5m", f"messages.{i}.content.{j}.cache_control")
+            b.cache_control = (
+                part.cache_control.ttl or "5m",
+                f"messages.{i}.content.{j}.cache_control",
+            )
         out.append(b)
     return out
 
@@ -379,10 +425,7 @@ def chat_to_turns(req: ChatCompletionRequest) -> tuple[list[Block], list[Block],
         RenderError: unsupported content (images, audio, files) or a user message without
             content.
     """
-    tools = [
-        Block(canonical_json(strip_cache_markers(t)), "tools")
-        for t in offered_tools(req)
-    ]
+    tools = [Block(canonical_json(strip_cache_markers(t)), "tools") for t in offered_tools(req)]
     system: list[Block] = []
     turns: list[Turn] = []
     for i, msg in enumerate(req.messages):

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any
 
 BLOCK_MARK = "\U0010fffd"
 TURN_MARK = "\U0010fffc"
@@ -62,9 +63,9 @@ class Block:
 
     text: str
     section: str
-    message_index: Optional[int] = None
-    cache_control: Optional[tuple[str, str]] = None
-    openai_breakpoint: Optional[tuple[Optional[str], str]] = None
+    message_index: int | None = None
+    cache_control: tuple[str, str] | None = None
+    openai_breakpoint: tuple[str | None, str] | None = None
 
 
 @dataclass
@@ -73,7 +74,7 @@ class Turn:
 
     role: str
     blocks: list[Block]
-    message_index: Optional[int] = None
+    message_index: int | None = None
 
 
 @dataclass
@@ -131,7 +132,9 @@ def render_chat(
     """
     blocks: list[Block] = []
     messages: list[dict] = []
-    turn_kinds: list[tuple[str, Optional[int]]] = []  # per turn mark: ("system", None) / ("message", i)
+    turn_kinds: list[
+        tuple[str, int | None]
+    ] = []  # per turn mark: ("system", None) / ("message", i)
 
     if tools or system:
         parts = []
@@ -164,9 +167,14 @@ def render_chat(
         # every boundary at the end (emulated breakpoints then cover the whole prompt)
         ids = tokenizer.encode(_MARKS.sub("", text), add_special_tokens=False)
         n = len(ids)
-        return RenderedPrompt(ids, blocks, [n] * len(blocks), n if tools else 0,
-                              n if (tools or system) else 0,
-                              [n for k, i in turn_kinds if k == "message"])
+        return RenderedPrompt(
+            ids,
+            blocks,
+            [n] * len(blocks),
+            n if tools else 0,
+            n if (tools or system) else 0,
+            [n for k, i in turn_kinds if k == "message"],
+        )
 
     pieces = _MARKS.split(text)
     encoded = _encode_pieces(tokenizer, pieces)

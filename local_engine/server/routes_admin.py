@@ -24,8 +24,12 @@ async def health(request: Request):
     st = _state(request)
     eng = st.engine
     ok = eng.is_running and getattr(eng, "_accepting", True)
-    body = {"status": "ok" if ok else "unavailable", "model": st.model_name,
-            "cache_mode": st.emulator.mode, "in_flight": eng.num_in_flight}
+    body = {
+        "status": "ok" if ok else "unavailable",
+        "model": st.model_name,
+        "cache_mode": st.emulator.mode,
+        "in_flight": eng.num_in_flight,
+    }
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
@@ -35,9 +39,23 @@ def _anthropic_style(request: Request) -> bool:
 
 def _model_entry(st: ServerState, anthropic: bool) -> dict:
     if anthropic:
-        created = _dt.datetime.fromtimestamp(st.started, _dt.timezone.utc).isoformat().replace("+00:00", "Z")
-        return {"type": "model", "id": st.model_name, "display_name": st.model_name, "created_at": created}
-    return {"id": st.model_name, "object": "model", "created": int(st.started), "owned_by": "promptcache"}
+        created = (
+            _dt.datetime.fromtimestamp(st.started, _dt.timezone.utc)
+            .isoformat()
+            .replace("+00:00", "Z")
+        )
+        return {
+            "type": "model",
+            "id": st.model_name,
+            "display_name": st.model_name,
+            "created_at": created,
+        }
+    return {
+        "id": st.model_name,
+        "object": "model",
+        "created": int(st.started),
+        "owned_by": "promptcache",
+    }
 
 
 @router.get("/v1/models")
@@ -46,7 +64,9 @@ async def list_models(request: Request):
     st = _state(request)
     if _anthropic_style(request):
         e = _model_entry(st, True)
-        return JSONResponse({"data": [e], "has_more": False, "first_id": e["id"], "last_id": e["id"]})
+        return JSONResponse(
+            {"data": [e], "has_more": False, "first_id": e["id"], "last_id": e["id"]}
+        )
     return JSONResponse({"object": "list", "data": [_model_entry(st, False)]})
 
 
@@ -56,8 +76,12 @@ async def get_model(model_id: str, request: Request):
     ``anthropic-version`` header); 404 for any other id."""
     st = _state(request)
     if model_id != st.model_name:
-        raise APIError(404, f"The model '{model_id}' does not exist; this server serves '{st.model_name}'.",
-                       param="model", code="model_not_found")
+        raise APIError(
+            404,
+            f"The model '{model_id}' does not exist; this server serves '{st.model_name}'.",
+            param="model",
+            code="model_not_found",
+        )
     return JSONResponse(_model_entry(st, _anthropic_style(request)))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from promptcache.cache_rules import ManualClock
 
@@ -37,13 +37,13 @@ class ServerConfig:
     """
 
     cache_mode: str = "automatic"
-    api_key: Optional[str] = None
+    api_key: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    anthropic_min_cache_tokens: Optional[int] = None
+    anthropic_min_cache_tokens: int | None = None
     test_clock: bool = False
     log_prompts: bool = False
     drain_timeout: float = 30.0
-    served_model_name: Optional[str] = None
+    served_model_name: str | None = None
 
 
 @dataclass
@@ -53,16 +53,17 @@ class ServerState:
     emulator: CacheEmulator
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
     diagnostics: DiagnosticsStore = field(default_factory=DiagnosticsStore)
-    clock: Optional[ManualClock] = None
+    clock: ManualClock | None = None
     started: float = field(default_factory=time.time)
 
     @classmethod
-    def build(cls, engine: Any, config: ServerConfig) -> "ServerState":
+    def build(cls, engine: Any, config: ServerConfig) -> ServerState:
         """The state for ``engine`` (an :class:`AsyncEngine`) and ``config``: a cache emulator for
         the configured mode, on a manual clock when ``config.test_clock``."""
         clock = ManualClock() if config.test_clock else None
-        emulator = CacheEmulator(config.cache_mode, clock=clock,
-                                 anthropic_min_tokens=config.anthropic_min_cache_tokens)
+        emulator = CacheEmulator(
+            config.cache_mode, clock=clock, anthropic_min_tokens=config.anthropic_min_cache_tokens
+        )
         return cls(engine=engine, config=config, emulator=emulator, clock=clock)
 
     @property

@@ -12,4 +12,5 @@ def empty_request(provider: str, needs: str) -> EmptyRequestError:
     return EmptyRequestError(
         f"nothing to send: the {provider} API needs {needs}, and this Prompt has no history "
         "and no dynamic part; pass messages=[...] (the conversation so far) or dynamic=... "
-        "(this request's question) to promptcache.build(...)")
+        "(this request's question) to promptcache.build(...)"
+    )

@@ -11,9 +11,8 @@ from __future__ import annotations
 # Owned by promptcache.build (SDK-BUILD): ``render(prompt, model, ...)`` turns a
 # ``promptcache.build`` Prompt into the keyword arguments of ``Anthropic().messages.create``
 # with ``cache_control`` breakpoints placed by the rule of ``promptcache.breakpoints``.
-
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from promptcache.providers import empty_request
 
@@ -43,8 +42,10 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
 def _image(block: dict[str, Any]) -> dict[str, Any]:
     if "url" in block:
         return {"source": {"type": "url", "url": block["url"]}, "type": "image"}
-    return {"source": {"data": block["data"], "media_type": block["media_type"],
-                       "type": "base64"}, "type": "image"}
+    return {
+        "source": {"data": block["data"], "media_type": block["media_type"], "type": "base64"},
+        "type": "image",
+    }
 
 
 def _where(where: Any) -> str:
@@ -64,21 +65,31 @@ def content_block(block: dict[str, Any], *where: Any) -> dict[str, Any]:
         return _image(block)
     if t == "tool_call":
         if "arguments_raw" in block:
-            raise ValueError(f"{where}: tool call {block['name']!r} has arguments that are not "
-                             "JSON; Anthropic needs an object as tool_use input")
-        return {"id": block["id"], "input": block["arguments"], "name": block["name"],
-                "type": "tool_use"}
+            raise ValueError(
+                f"{where}: tool call {block['name']!r} has arguments that are not "
+                "JSON; Anthropic needs an object as tool_use input"
+            )
+        return {
+            "id": block["id"],
+            "input": block["arguments"],
+            "name": block["name"],
+            "type": "tool_use",
+        }
     if t == "tool_result":
-        out: dict[str, Any] = {"content": [content_block(b, f"{where}.content")
-                                           for b in block.get("content", ())],
-                               "tool_use_id": block["id"], "type": "tool_result"}
+        out: dict[str, Any] = {
+            "content": [content_block(b, f"{where}.content") for b in block.get("content", ())],
+            "tool_use_id": block["id"],
+            "type": "tool_result",
+        }
         if block.get("is_error"):
             out["is_error"] = True
         return out
     if t == "native":
         if block.get("provider") != "anthropic":
-            raise ValueError(f"{where}: a {block['block'].get('type')!r} block from "
-                             f"{block.get('provider')} cannot be sent to Anthropic")
+            raise ValueError(
+                f"{where}: a {block['block'].get('type')!r} block from "
+                f"{block.get('provider')} cannot be sent to Anthropic"
+            )
         return dict(block["block"])
     raise ValueError(f"{where}: unknown block type {t!r}")
 
@@ -90,12 +101,11 @@ def _cache_control(ttl: str) -> dict[str, Any]:
 _frozen_layouts: dict[tuple[Any, ...], tuple[list, list, list]] = {}
 
 
-def _frozen_layout(prompt: "Prompt", model: str) -> tuple[list, list, list]:
+def _frozen_layout(prompt: Prompt, model: str) -> tuple[list, list, list]:
     """Rendered tools, system blocks (frozen + session) and their Blocks, memoized by
     (prefix hash, session hash, model, counter generation). Shared: callers copy the lists
     and copy a dict before adding ``cache_control`` to it."""
-    from promptcache.breakpoints import (Block, frozen_text_tokens, session_text_tokens,
-                                         tool_tokens)
+    from promptcache.breakpoints import Block, frozen_text_tokens, session_text_tokens, tool_tokens
     from promptcache.tokens import counter_generation
 
     key = (prompt.prefix_hash, prompt.session_hash, model, counter_generation())
@@ -121,7 +131,7 @@ def _frozen_layout(prompt: "Prompt", model: str) -> tuple[list, list, list]:
     return tools, system, blocks
 
 
-_message_memo: "OrderedDict[tuple, tuple[Any, ...]]" = OrderedDict()
+_message_memo: OrderedDict[tuple, tuple[Any, ...]] = OrderedDict()
 _MESSAGE_MEMO_MAX = 8192
 
 
@@ -157,7 +167,7 @@ def _render_message(msg: dict[str, Any], m: int, model: str) -> tuple[list, list
     return content, tokens, markable
 
 
-def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
+def layout(prompt: Prompt, model: str) -> tuple[dict[str, Any], list[Any]]:
     """The request body without markers, and its blocks in cache order (tools -> system ->
     messages) as :class:`promptcache.breakpoints.Block` with locators
     ``("tools", i)``, ``("system", j)``, ``("messages", m, b)``. The frozen part is rendered
@@ -201,8 +211,9 @@ def _mark(body: dict[str, Any], locator: tuple, cache_control: dict[str, Any]) -
     seq[i] = {**seq[i], "cache_control": cache_control}
 
 
-def plan_for(prompt: "Prompt", model: str, *, ttl: str = "5m",
-             history_ttl: str = "5m") -> tuple[dict[str, Any], "Plan"]:
+def plan_for(
+    prompt: Prompt, model: str, *, ttl: str = "5m", history_ttl: str = "5m"
+) -> tuple[dict[str, Any], Plan]:
     """The unmarked body and the breakpoint :class:`~promptcache.breakpoints.Plan` for
     ``model`` (used by ``render`` and by ``Prompt.explain``)."""
     from promptcache.breakpoints import plan
@@ -213,14 +224,27 @@ def plan_for(prompt: "Prompt", model: str, *, ttl: str = "5m",
         if t not in ("5m", "1h"):
             raise ValueError(f"Anthropic cache TTLs are '5m' and '1h', got {t!r}")
     body, blocks = layout(prompt, model)
-    p = plan(blocks, min_tokens=rules.min_tokens, max_breakpoints=rules.max_breakpoints,
-             lookback=rules.lookback_blocks, ttl=ttl, history_ttl=history_ttl)
+    p = plan(
+        blocks,
+        min_tokens=rules.min_tokens,
+        max_breakpoints=rules.max_breakpoints,
+        lookback=rules.lookback_blocks,
+        ttl=ttl,
+        history_ttl=history_ttl,
+    )
     return body, p
 
 
-def render(prompt: "Prompt", model: str, *, ttl: str = "5m", max_tokens: int = 1024,
-           mode: str = "explicit", history_ttl: str = "5m",
-           previous_message_id: Optional[str] = None) -> dict[str, Any]:
+def render(
+    prompt: Prompt,
+    model: str,
+    *,
+    ttl: str = "5m",
+    max_tokens: int = 1024,
+    mode: str = "explicit",
+    history_ttl: str = "5m",
+    previous_message_id: str | None = None,
+) -> dict[str, Any]:
     """Keyword arguments for ``Anthropic().messages.create(**kw)``.
 
     Layout: ``tools`` (Anthropic form, keys sorted, order as built); ``system`` as text
@@ -295,12 +319,15 @@ def _anthropic_usage_dict(data: dict) -> tuple[dict, str | None]:
         return dict(usage), data.get("model")
     if "input_tokens" in data or "output_tokens" in data:
         return dict(data), None
-    raise UsageError("no Anthropic usage found: expected a Message with .usage, a usage "
-                     "object with input_tokens, or a message_start event")
+    raise UsageError(
+        "no Anthropic usage found: expected a Message with .usage, a usage "
+        "object with input_tokens, or a message_start event"
+    )
 
 
-def usage_from_anthropic_fields(usage: dict, *, provider: str, model: str | None,
-                                where: str = "usage"):
+def usage_from_anthropic_fields(
+    usage: dict, *, provider: str, model: str | None, where: str = "usage"
+):
     """Build a :class:`promptcache.Usage` from Anthropic usage fields (also used for
     Bedrock InvokeModel, whose body is the Anthropic format)."""
     from promptcache.usage import WRITE_TTL_ASSUMED, Usage, UsageError, read_count, subpart
@@ -319,19 +346,28 @@ def usage_from_anthropic_fields(usage: dict, *, provider: str, model: str | None
         if w5 + w1 != write:
             raise UsageError(
                 f"inconsistent usage: cache_creation splits into {w5} (5m) + {w1} (1h) = "
-                f"{w5 + w1}, but cache_creation_input_tokens={write}")
+                f"{w5 + w1}, but cache_creation_input_tokens={write}"
+            )
         ttl = {"5m": w5, "1h": w1}
     else:
         ttl = {"5m": write} if write else {}
         if write:
             flags.append(WRITE_TTL_ASSUMED)  # no split reported: Anthropic's default TTL is 5m
     details = subpart(usage, "output_tokens_details")
-    reasoning = read_count(details, "thinking_tokens", "reasoning_tokens",
-                           where=f"{where}.output_tokens_details")
-    return Usage(uncached_input_tokens=uncached, cache_read_tokens=read,
-                 cache_write_tokens=write, output_tokens=output, cache_write_by_ttl=ttl,
-                 reasoning_tokens=reasoning, provider=provider, model=model,
-                 flags=tuple(flags))
+    reasoning = read_count(
+        details, "thinking_tokens", "reasoning_tokens", where=f"{where}.output_tokens_details"
+    )
+    return Usage(
+        uncached_input_tokens=uncached,
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+        output_tokens=output,
+        cache_write_by_ttl=ttl,
+        reasoning_tokens=reasoning,
+        provider=provider,
+        model=model,
+        flags=tuple(flags),
+    )
 
 
 def parse_usage(data: dict, *, provider: str = "anthropic"):

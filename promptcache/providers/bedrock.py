@@ -12,17 +12,21 @@ from __future__ import annotations
 # ``promptcache.build`` Prompt into the keyword arguments of boto3's
 # ``client("bedrock-runtime").converse(**kw)`` with ``cachePoint`` blocks placed by the rule of
 # ``promptcache.breakpoints`` (a cachePoint block caches everything before it).
-
 import base64 as _base64
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from promptcache.providers import empty_request
 
 if TYPE_CHECKING:  # pragma: no cover
     from promptcache.build import Prompt
 
-_IMAGE_FORMATS = {"image/png": "png", "image/jpeg": "jpeg", "image/jpg": "jpeg",
-                  "image/gif": "gif", "image/webp": "webp"}
+_IMAGE_FORMATS = {
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "image/jpg": "jpeg",
+    "image/gif": "gif",
+    "image/webp": "webp",
+}
 
 
 def _content(block: dict[str, Any], where: str) -> dict[str, Any]:
@@ -31,42 +35,59 @@ def _content(block: dict[str, Any], where: str) -> dict[str, Any]:
         return {"text": block["text"]}
     if t == "image":
         if "url" in block:
-            raise ValueError(f"{where}: Bedrock Converse takes images as bytes or S3 locations, "
-                             f"not URLs ({block['url'][:60]})")
+            raise ValueError(
+                f"{where}: Bedrock Converse takes images as bytes or S3 locations, "
+                f"not URLs ({block['url'][:60]})"
+            )
         fmt = _IMAGE_FORMATS.get(str(block.get("media_type")).lower())
         if fmt is None:
-            raise ValueError(f"{where}: image type {block.get('media_type')!r} is not one of "
-                             f"{sorted(_IMAGE_FORMATS)}")
+            raise ValueError(
+                f"{where}: image type {block.get('media_type')!r} is not one of "
+                f"{sorted(_IMAGE_FORMATS)}"
+            )
         return {"image": {"format": fmt, "source": {"bytes": _base64.b64decode(block["data"])}}}
     if t == "tool_call":
         if "arguments_raw" in block:
-            raise ValueError(f"{where}: tool call {block['name']!r} has arguments that are not "
-                             "JSON; Bedrock needs an object as toolUse input")
-        return {"toolUse": {"input": block["arguments"], "name": block["name"],
-                            "toolUseId": block["id"]}}
+            raise ValueError(
+                f"{where}: tool call {block['name']!r} has arguments that are not "
+                "JSON; Bedrock needs an object as toolUse input"
+            )
+        return {
+            "toolUse": {
+                "input": block["arguments"],
+                "name": block["name"],
+                "toolUseId": block["id"],
+            }
+        }
     if t == "tool_result":
         content = [_content(b, f"{where}.content") for b in block.get("content", ())]
         out: dict[str, Any] = {"content": content or [{"text": ""}], "toolUseId": block["id"]}
         if block.get("is_error"):
             out["status"] = "error"
         return {"toolResult": out}
-    raise ValueError(f"{where}: a {block.get('block', {}).get('type', t)!r} block has no "
-                     "Bedrock Converse form")
+    raise ValueError(
+        f"{where}: a {block.get('block', {}).get('type', t)!r} block has no Bedrock Converse form"
+    )
 
 
-def _cache_point(ttl: Optional[str]) -> dict[str, Any]:
+def _cache_point(ttl: str | None) -> dict[str, Any]:
     return {"cachePoint": {"type": "default"} if ttl is None else {"ttl": ttl, "type": "default"}}
 
 
-def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
+def layout(prompt: Prompt, model: str) -> tuple[dict[str, Any], list[Any]]:
     """The Converse body without cache points and its blocks in cache order (toolConfig ->
     system -> messages), with locators ``("tools", i)``, ``("system", j)``,
     ``("messages", m, b)``. Consecutive messages of one role are merged (Converse requires
     alternating roles); ``dynamic`` joins a trailing user message. ``messages`` is empty for
     a prompt with no history and no dynamic part (``explain`` plans such a prefix; ``render``
     refuses to send it)."""
-    from promptcache.breakpoints import (Block, block_tokens, frozen_text_tokens,
-                                         session_text_tokens, tool_tokens)
+    from promptcache.breakpoints import (
+        Block,
+        block_tokens,
+        frozen_text_tokens,
+        session_text_tokens,
+        tool_tokens,
+    )
 
     body: dict[str, Any] = {}
     blocks: list[Block] = []
@@ -94,8 +115,10 @@ def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
     if system:
         body["system"] = system
     messages: list[dict[str, Any]] = []
-    turns = [(msg["role"], msg["content"], "messages", f"messages[{i}]")
-             for i, msg in enumerate(prompt.messages)]
+    turns = [
+        (msg["role"], msg["content"], "messages", f"messages[{i}]")
+        for i, msg in enumerate(prompt.messages)
+    ]
     if prompt.dynamic:
         turns.append(("user", list(prompt.dynamic), "dynamic", "dynamic"))
     for role, content, layer, where in turns:
@@ -105,16 +128,26 @@ def layout(prompt: "Prompt", model: str) -> tuple[dict[str, Any], list[Any]]:
         for b, block in enumerate(content):
             rendered = _content(block, f"{where}[{b}]")
             messages[m]["content"].append(rendered)
-            blocks.append(Block(layer, ("messages", m, len(messages[m]["content"]) - 1),
-                                block_tokens(block, model) if layer == "messages" else 0,
-                                layer == "messages"))
+            blocks.append(
+                Block(
+                    layer,
+                    ("messages", m, len(messages[m]["content"]) - 1),
+                    block_tokens(block, model) if layer == "messages" else 0,
+                    layer == "messages",
+                )
+            )
     body["messages"] = messages  # empty for a prefix-only prompt: render() refuses to send it
     return body, blocks
 
 
-def render(prompt: "Prompt", model: str, *, ttl: Optional[str] = None,
-           history_ttl: Optional[str] = None, max_tokens: Optional[int] = None
-           ) -> dict[str, Any]:
+def render(
+    prompt: Prompt,
+    model: str,
+    *,
+    ttl: str | None = None,
+    history_ttl: str | None = None,
+    max_tokens: int | None = None,
+) -> dict[str, Any]:
     """Keyword arguments for ``boto3.client("bedrock-runtime").converse(**kw)``.
 
     Fields: ``modelId``; ``toolConfig.tools`` (``toolSpec`` with ``inputSchema.json``);
@@ -140,8 +173,10 @@ def render(prompt: "Prompt", model: str, *, ttl: Optional[str] = None,
     rules = cache_rules(model, "bedrock")
     for t in (ttl, history_ttl):
         if t is not None and rules.known and t not in rules.ttls:
-            raise ValueError(f"cache TTL {t!r} is not available for {model} on Bedrock; "
-                             f"available: {list(rules.ttls)}")
+            raise ValueError(
+                f"cache TTL {t!r} is not available for {model} on Bedrock; "
+                f"available: {list(rules.ttls)}"
+            )
     body, blocks = layout(prompt, model)
     for b in blocks:
         if b.layer in ("system", "documents", "session"):
@@ -154,13 +189,19 @@ def render(prompt: "Prompt", model: str, *, ttl: Optional[str] = None,
             b.markable = False
     eff_ttl = ttl or "5m"
     eff_hist = history_ttl or "5m"
-    p = plan(blocks, min_tokens=rules.min_tokens, max_breakpoints=rules.max_breakpoints,
-             lookback=rules.lookback_blocks, ttl=eff_ttl, history_ttl=eff_hist,
-             min_per_segment=rules.min_per_segment)
+    p = plan(
+        blocks,
+        min_tokens=rules.min_tokens,
+        max_breakpoints=rules.max_breakpoints,
+        lookback=rules.lookback_blocks,
+        ttl=eff_ttl,
+        history_ttl=eff_hist,
+        min_per_segment=rules.min_per_segment,
+    )
     # insert from the end so earlier positions stay valid
     for bp in sorted(p.breakpoints, key=lambda bp: bp.index, reverse=True):
         kind = bp.locator[0]
-        send_ttl = (ttl if bp.kind in ("frozen", "session") else history_ttl)
+        send_ttl = ttl if bp.kind in ("frozen", "session") else history_ttl
         marker = _cache_point(send_ttl)
         if kind == "tools":
             body["toolConfig"]["tools"].insert(bp.locator[1] + 1, marker)
@@ -207,19 +248,27 @@ def _converse_usage(usage: dict, *, provider: str, model: str | None):
         for i, d in enumerate(details):
             label = d.get("ttl") if isinstance(d, dict) else None
             if label not in ("5m", "1h"):
-                raise UsageError(f"usage.cacheDetails[{i}].ttl must be '5m' or '1h', "
-                                 f"got {label!r}")
+                raise UsageError(f"usage.cacheDetails[{i}].ttl must be '5m' or '1h', got {label!r}")
             n = read_count(d, "inputTokens", where=f"usage.cacheDetails[{i}]", required=True)
             ttl[label] = ttl.get(label, 0) + n
         if sum(ttl.values()) != write:
-            raise UsageError(f"inconsistent usage: cacheDetails sum to {sum(ttl.values())}, "
-                             f"but cacheWriteInputTokens={write}")
+            raise UsageError(
+                f"inconsistent usage: cacheDetails sum to {sum(ttl.values())}, "
+                f"but cacheWriteInputTokens={write}"
+            )
     else:
         ttl = {"5m": write} if write else {}
         flags = (WRITE_TTL_ASSUMED,) if write else ()
-    return Usage(uncached_input_tokens=uncached, cache_read_tokens=read,
-                 cache_write_tokens=write, cache_write_by_ttl=ttl, output_tokens=output,
-                 provider=provider, model=model, flags=flags)
+    return Usage(
+        uncached_input_tokens=uncached,
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+        cache_write_by_ttl=ttl,
+        output_tokens=output,
+        provider=provider,
+        model=model,
+        flags=flags,
+    )
 
 
 def _header_usage(headers: dict, *, provider: str, model: str | None):
@@ -236,12 +285,14 @@ def _header_usage(headers: dict, *, provider: str, model: str | None):
         except ValueError:
             from promptcache.errors import UsageError
 
-            raise UsageError(f"header {_HEADER_PREFIX + name} is not an integer: {raw!r}")
+            raise UsageError(f"header {_HEADER_PREFIX + name} is not an integer: {raw!r}") from None
 
-    usage = {"inputTokens": num("input-token-count"),
-             "outputTokens": num("output-token-count"),
-             "cacheReadInputTokens": num("cache-read-input-token-count"),
-             "cacheWriteInputTokens": num("cache-write-input-token-count")}
+    usage = {
+        "inputTokens": num("input-token-count"),
+        "outputTokens": num("output-token-count"),
+        "cacheReadInputTokens": num("cache-read-input-token-count"),
+        "cacheWriteInputTokens": num("cache-write-input-token-count"),
+    }
     read_count(usage, "inputTokens", where="InvokeModel headers", required=True)
     return _converse_usage(usage, provider=provider, model=model)
 
@@ -260,16 +311,22 @@ def parse_usage(data: dict, *, provider: str = "bedrock"):
         usage = data
     if usage is not None and "inputTokens" in usage:
         return _converse_usage(dict(usage), provider=provider, model=model)
-    if (usage is not None and "input_tokens" in usage) or "input_tokens" in data \
-            or data.get("type") == "message_start":
+    if (
+        (usage is not None and "input_tokens" in usage)
+        or "input_tokens" in data
+        or data.get("type") == "message_start"
+    ):
         return anthropic_parse(data, provider=provider)
     headers = subpart(subpart(data, "ResponseMetadata"), "HTTPHeaders") or (
-        data if any(str(k).lower().startswith(_HEADER_PREFIX) for k in data) else None)
+        data if any(str(k).lower().startswith(_HEADER_PREFIX) for k in data) else None
+    )
     if headers is not None:
         return _header_usage(dict(headers), provider=provider, model=model)
-    raise UsageError("no Bedrock usage found: expected a Converse response with usage "
-                     "(inputTokens...), an InvokeModel body with Anthropic usage, or the "
-                     "x-amzn-bedrock-*-token-count response headers")
+    raise UsageError(
+        "no Bedrock usage found: expected a Converse response with usage "
+        "(inputTokens...), an InvokeModel body with Anthropic usage, or the "
+        "x-amzn-bedrock-*-token-count response headers"
+    )
 
 
 def parse_usage_stream(events: list, *, provider: str = "bedrock"):
@@ -279,8 +336,11 @@ def parse_usage_stream(events: list, *, provider: str = "bedrock"):
     from promptcache.usage import UsageError
 
     for ev in reversed(events):
-        if isinstance(ev, dict) and isinstance(ev.get("metadata"), dict) \
-                and isinstance(ev["metadata"].get("usage"), dict):
+        if (
+            isinstance(ev, dict)
+            and isinstance(ev.get("metadata"), dict)
+            and isinstance(ev["metadata"].get("usage"), dict)
+        ):
             return parse_usage(ev, provider=provider)
     if any(isinstance(ev, dict) and ev.get("type") == "message_start" for ev in events):
         return anthropic_stream(events, provider=provider)

@@ -12,10 +12,9 @@ from __future__ import annotations
 # ``promptcache.build`` Prompt into the keyword arguments of google-genai's
 # ``genai.Client().models.generate_content(**kw)``; ``cached_content_config`` and
 # ``create_cached_content`` make an explicit cache of the frozen prefix.
-
 import base64 as _base64
 import mimetypes as _mimetypes
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from promptcache.providers import empty_request
 
@@ -23,10 +22,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from promptcache.build import Prompt
 
 
-def _tools(prompt: "Prompt") -> list[dict[str, Any]]:
+def _tools(prompt: Prompt) -> list[dict[str, Any]]:
     decls = []
     native = []
-    for i, t in enumerate(prompt.tools):
+    for t in prompt.tools:
         if "native" in t:
             native.append(dict(t["native"]))
             continue
@@ -38,7 +37,7 @@ def _tools(prompt: "Prompt") -> list[dict[str, Any]]:
     return out + native
 
 
-def _system_instruction(texts: tuple[str, ...]) -> Optional[dict[str, Any]]:
+def _system_instruction(texts: tuple[str, ...]) -> dict[str, Any] | None:
     if not texts:
         return None
     return {"parts": [{"text": t} for t in texts], "role": "user"}
@@ -52,12 +51,18 @@ def _part(block: dict[str, Any], names: dict[str, str], where: str) -> dict[str,
         if "url" in block:
             mime = _mimetypes.guess_type(block["url"])[0] or "image/jpeg"
             return {"file_data": {"file_uri": block["url"], "mime_type": mime}}
-        return {"inline_data": {"data": _base64.b64decode(block["data"]),
-                                "mime_type": block["media_type"]}}
+        return {
+            "inline_data": {
+                "data": _base64.b64decode(block["data"]),
+                "mime_type": block["media_type"],
+            }
+        }
     if t == "tool_call":
         if "arguments_raw" in block:
-            raise ValueError(f"{where}: tool call {block['name']!r} has arguments that are not "
-                             "JSON; Gemini needs an object as function_call args")
+            raise ValueError(
+                f"{where}: tool call {block['name']!r} has arguments that are not "
+                "JSON; Gemini needs an object as function_call args"
+            )
         call: dict[str, Any] = {"args": block["arguments"], "name": block["name"]}
         if block.get("id"):
             call["id"] = block["id"]
@@ -65,21 +70,26 @@ def _part(block: dict[str, Any], names: dict[str, str], where: str) -> dict[str,
     if t == "tool_result":
         name = names.get(block["id"])
         if name is None:
-            raise ValueError(f"{where}: tool result {block['id']!r} answers no earlier tool call "
-                             "(Gemini needs the function name)")
-        text = "\n\n".join(b.get("text", "") for b in block.get("content", ())
-                           if b["type"] == "text")
-        resp: dict[str, Any] = {"name": name,
-                                "response": {"error": text} if block.get("is_error")
-                                else {"output": text}}
+            raise ValueError(
+                f"{where}: tool result {block['id']!r} answers no earlier tool call "
+                "(Gemini needs the function name)"
+            )
+        text = "\n\n".join(
+            b.get("text", "") for b in block.get("content", ()) if b["type"] == "text"
+        )
+        resp: dict[str, Any] = {
+            "name": name,
+            "response": {"error": text} if block.get("is_error") else {"output": text},
+        }
         if block["id"]:
             resp["id"] = block["id"]
         return {"function_response": resp}
-    raise ValueError(f"{where}: a {block.get('block', {}).get('type', t)!r} block has no "
-                     "Gemini form")
+    raise ValueError(
+        f"{where}: a {block.get('block', {}).get('type', t)!r} block has no Gemini form"
+    )
 
 
-def _contents(prompt: "Prompt", extra_first: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def _contents(prompt: Prompt, extra_first: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     names: dict[str, str] = {}
     out: list[dict[str, Any]] = []
     if extra_first:
@@ -88,19 +98,23 @@ def _contents(prompt: "Prompt", extra_first: tuple[str, ...] = ()) -> list[dict[
         for b in msg["content"]:
             if b["type"] == "tool_call":
                 names[b["id"]] = b["name"]
-        parts = [_part(b, names, f"messages[{i}].content[{j}]")
-                 for j, b in enumerate(msg["content"])]
+        parts = [
+            _part(b, names, f"messages[{i}].content[{j}]") for j, b in enumerate(msg["content"])
+        ]
         out.append({"parts": parts, "role": "model" if msg["role"] == "assistant" else "user"})
     if prompt.dynamic:
-        out.append({"parts": [_part(b, names, f"dynamic[{j}]")
-                              for j, b in enumerate(prompt.dynamic)], "role": "user"})
+        out.append(
+            {
+                "parts": [_part(b, names, f"dynamic[{j}]") for j, b in enumerate(prompt.dynamic)],
+                "role": "user",
+            }
+        )
     if not out:
         raise empty_request("Gemini generateContent", "at least one content turn")
     return out
 
 
-def render(prompt: "Prompt", model: str, *, cached_content: Optional[str] = None
-           ) -> dict[str, Any]:
+def render(prompt: Prompt, model: str, *, cached_content: str | None = None) -> dict[str, Any]:
     """Keyword arguments for ``genai.Client().models.generate_content(**kw)``.
 
     Implicit caching (the default): ``config.system_instruction`` holds the frozen texts
@@ -136,8 +150,9 @@ def render(prompt: "Prompt", model: str, *, cached_content: Optional[str] = None
     return kw
 
 
-def cached_content_config(prompt: "Prompt", model: str, *, ttl: str = "3600s",
-                          display_name: Optional[str] = None) -> dict[str, Any]:
+def cached_content_config(
+    prompt: Prompt, model: str, *, ttl: str = "3600s", display_name: str | None = None
+) -> dict[str, Any]:
     """Keyword arguments for ``client.caches.create(**kw)`` caching the frozen prefix (system
     texts, documents, tools) of ``prompt``.
 
@@ -154,11 +169,15 @@ def cached_content_config(prompt: "Prompt", model: str, *, ttl: str = "3600s",
         raise ValueError("no frozen content to cache (system, documents and tools are empty)")
     tokens = sum(frozen_text_tokens(prompt, model)) + sum(tool_tokens(prompt, model))
     if tokens < rules.min_tokens:
-        raise ValueError(f"the frozen prefix is about {tokens} tokens, under Gemini's minimum of "
-                         f"{rules.min_tokens} for {model} ({rules.source}); rely on implicit "
-                         "caching or add content")
-    config: dict[str, Any] = {"display_name": display_name or f"pc-{prompt.prefix_hash[:16]}",
-                              "ttl": ttl}
+        raise ValueError(
+            f"the frozen prefix is about {tokens} tokens, under Gemini's minimum of "
+            f"{rules.min_tokens} for {model} ({rules.source}); rely on implicit "
+            "caching or add content"
+        )
+    config: dict[str, Any] = {
+        "display_name": display_name or f"pc-{prompt.prefix_hash[:16]}",
+        "ttl": ttl,
+    }
     si = _system_instruction(prompt.frozen_texts())
     if si:
         config["system_instruction"] = si
@@ -168,14 +187,16 @@ def cached_content_config(prompt: "Prompt", model: str, *, ttl: str = "3600s",
     return {"model": model, "config": config}
 
 
-def create_cached_content(client: Any, prompt: "Prompt", model: str, *, ttl: str = "3600s",
-                          display_name: Optional[str] = None) -> Any:
+def create_cached_content(
+    client: Any, prompt: Prompt, model: str, *, ttl: str = "3600s", display_name: str | None = None
+) -> Any:
     """Create an explicit Gemini cache of ``prompt``'s frozen prefix with ``client``
     (a ``google.genai.Client``) and return the ``CachedContent``; pass its ``.name`` to
     ``Prompt.to_gemini(model, cached_content=...)``. Raises like
     :func:`cached_content_config`."""
-    return client.caches.create(**cached_content_config(prompt, model, ttl=ttl,
-                                                        display_name=display_name))
+    return client.caches.create(
+        **cached_content_config(prompt, model, ttl=ttl, display_name=display_name)
+    )
 
 
 # --- usage parsing -------------------------------------------------------------------
@@ -201,8 +222,10 @@ def _metadata(data: dict) -> tuple[dict, str | None]:
             return dict(meta), data.get("modelVersion") or data.get("model_version")
     if any(k in data for k in ("promptTokenCount", "prompt_token_count")):
         return dict(data), None
-    raise UsageError("no Gemini usage found: expected a GenerateContentResponse with "
-                     "usageMetadata / usage_metadata, or the usage metadata itself")
+    raise UsageError(
+        "no Gemini usage found: expected a GenerateContentResponse with "
+        "usageMetadata / usage_metadata, or the usage metadata itself"
+    )
 
 
 def parse_usage(data: dict, *, provider: str = "gemini"):
@@ -212,16 +235,19 @@ def parse_usage(data: dict, *, provider: str = "gemini"):
     meta, model = _metadata(data)
     w = "usageMetadata"
     prompt = read_count(meta, "promptTokenCount", "prompt_token_count", where=w) or 0
-    cached = read_count(meta, "cachedContentTokenCount", "cached_content_token_count",
-                        where=w) or 0
-    tool = read_count(meta, "toolUsePromptTokenCount", "tool_use_prompt_token_count",
-                      where=w) or 0
+    cached = read_count(meta, "cachedContentTokenCount", "cached_content_token_count", where=w) or 0
+    tool = read_count(meta, "toolUsePromptTokenCount", "tool_use_prompt_token_count", where=w) or 0
     cand = read_count(meta, "candidatesTokenCount", "candidates_token_count", where=w) or 0
     thoughts = read_count(meta, "thoughtsTokenCount", "thoughts_token_count", where=w)
     check_part(cached, prompt, "cachedContentTokenCount", "promptTokenCount")
-    return Usage(uncached_input_tokens=prompt - cached + tool, cache_read_tokens=cached,
-                 output_tokens=cand + (thoughts or 0), reasoning_tokens=thoughts,
-                 provider=provider, model=model)
+    return Usage(
+        uncached_input_tokens=prompt - cached + tool,
+        cache_read_tokens=cached,
+        output_tokens=cand + (thoughts or 0),
+        reasoning_tokens=thoughts,
+        provider=provider,
+        model=model,
+    )
 
 
 def parse_usage_stream(events: list, *, provider: str = "gemini"):
@@ -230,6 +256,7 @@ def parse_usage_stream(events: list, *, provider: str = "gemini"):
 
     for ev in reversed(events):
         if isinstance(ev, dict) and any(
-                isinstance(ev.get(k), dict) for k in ("usageMetadata", "usage_metadata")):
+            isinstance(ev.get(k), dict) for k in ("usageMetadata", "usage_metadata")
+        ):
             return parse_usage(ev, provider=provider)
     raise UsageError("no chunk in the Gemini stream carries usageMetadata")

@@ -11,8 +11,7 @@ from __future__ import annotations
 # Owned by promptcache.build (SDK-BUILD). ``render(prompt, model, ...)`` turns a
 # ``promptcache.build`` Prompt into the keyword arguments of the official client's
 # ``chat.completions.create`` (api="chat") or ``responses.create`` (api="responses").
-
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any
 
 from promptcache.canonical import dumps_sorted
 from promptcache.providers import empty_request
@@ -23,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _AUTO = "auto"
 
 
-def prompt_cache_key(prompt: "Prompt") -> str:
+def prompt_cache_key(prompt: Prompt) -> str:
     """The default ``prompt_cache_key``: ``"pc-"`` + the first 32 hex digits of the prefix
     hash, so requests that share the frozen prefix are routed to the same cache."""
     return "pc-" + prompt.prefix_hash[:32]
@@ -57,8 +56,10 @@ def _tool_responses(tool: dict[str, Any]) -> dict[str, Any]:
 
 def _native(block: dict[str, Any], where: str) -> dict[str, Any]:
     if block.get("provider") != "openai":
-        raise ValueError(f"{where}: a {block['block'].get('type')!r} block from "
-                         f"{block.get('provider')} cannot be sent to OpenAI")
+        raise ValueError(
+            f"{where}: a {block['block'].get('type')!r} block from "
+            f"{block.get('provider')} cannot be sent to OpenAI"
+        )
     return dict(block["block"])
 
 
@@ -68,7 +69,7 @@ def _data_url(block: dict[str, Any]) -> str:
     return f"data:{block['media_type']};base64,{block['data']}"
 
 
-def _chat_parts(blocks: list[dict[str, Any]], where: str) -> Union[str, list[dict[str, Any]]]:
+def _chat_parts(blocks: list[dict[str, Any]], where: str) -> str | list[dict[str, Any]]:
     """Neutral text/image blocks -> a string (text only) or a list of chat content parts."""
     if all(b["type"] == "text" for b in blocks):
         return "\n\n".join(b["text"] for b in blocks) if len(blocks) != 1 else blocks[0]["text"]
@@ -90,7 +91,7 @@ def _args(block: dict[str, Any]) -> str:
     return raw if raw is not None else dumps_sorted(block.get("arguments", {}))
 
 
-def _result_text(block: dict[str, Any]) -> Union[str, list[dict[str, Any]]]:
+def _result_text(block: dict[str, Any]) -> str | list[dict[str, Any]]:
     content = block.get("content") or []
     text = _chat_parts(content, "tool_result") if content else ""
     if block.get("is_error") and isinstance(text, str):
@@ -98,7 +99,7 @@ def _result_text(block: dict[str, Any]) -> Union[str, list[dict[str, Any]]]:
     return text
 
 
-def chat_messages(prompt: "Prompt") -> list[dict[str, Any]]:
+def chat_messages(prompt: Prompt) -> list[dict[str, Any]]:
     """The Chat Completions ``messages``: one system message with the frozen text (system
     then documents), one with the session layer, the history, then ``dynamic`` as the last
     user message. Tool results become ``role: "tool"`` messages."""
@@ -128,10 +129,18 @@ def _chat_message(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
             raise ValueError(f"{where}: assistant blocks {kinds} have no Chat Completions form")
         entry: dict[str, Any] = {"role": "assistant"}
         if text:
-            entry["content"] = "".join(b["text"] for b in text) if len(text) > 1 else text[0]["text"]
+            entry["content"] = (
+                "".join(b["text"] for b in text) if len(text) > 1 else text[0]["text"]
+            )
         if calls:
-            entry["tool_calls"] = [{"function": {"arguments": _args(c), "name": c["name"]},
-                                    "id": c["id"], "type": "function"} for c in calls]
+            entry["tool_calls"] = [
+                {
+                    "function": {"arguments": _args(c), "name": c["name"]},
+                    "id": c["id"],
+                    "type": "function",
+                }
+                for c in calls
+            ]
         if "content" not in entry and "tool_calls" not in entry:
             entry["content"] = ""
         if "name" in msg:
@@ -153,20 +162,26 @@ def _chat_message(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _responses_input(prompt: "Prompt") -> list[dict[str, Any]]:
+def _responses_input(prompt: Prompt) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     frozen = prompt.frozen_texts()
     if frozen:
-        out.append({"content": [{"text": "\n\n".join(frozen), "type": "input_text"}],
-                    "role": "system"})
+        out.append(
+            {"content": [{"text": "\n\n".join(frozen), "type": "input_text"}], "role": "system"}
+        )
     if prompt.session:
-        out.append({"content": [{"text": "\n\n".join(prompt.session), "type": "input_text"}],
-                    "role": "system"})
+        out.append(
+            {
+                "content": [{"text": "\n\n".join(prompt.session), "type": "input_text"}],
+                "role": "system",
+            }
+        )
     for i, msg in enumerate(prompt.messages):
         out.extend(_responses_items(msg, f"messages[{i}]"))
     if prompt.dynamic:
-        out.append({"content": _responses_parts(list(prompt.dynamic), "dynamic", "user"),
-                    "role": "user"})
+        out.append(
+            {"content": _responses_parts(list(prompt.dynamic), "dynamic", "user"), "role": "user"}
+        )
     return out
 
 
@@ -174,8 +189,9 @@ def _responses_parts(blocks: list[dict[str, Any]], where: str, role: str) -> lis
     parts = []
     for j, b in enumerate(blocks):
         if b["type"] == "text":
-            parts.append({"text": b["text"],
-                          "type": "output_text" if role == "assistant" else "input_text"})
+            parts.append(
+                {"text": b["text"], "type": "output_text" if role == "assistant" else "input_text"}
+            )
         elif b["type"] == "image":
             parts.append({"detail": "auto", "image_url": _data_url(b), "type": "input_image"})
         elif b["type"] == "native":
@@ -193,8 +209,12 @@ def _responses_items(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
     def flush() -> None:
         if pending:
             if role == "assistant":
-                out.append({"content": "".join(b["text"] for b in pending if b["type"] == "text"),
-                            "role": "assistant"})
+                out.append(
+                    {
+                        "content": "".join(b["text"] for b in pending if b["type"] == "text"),
+                        "role": "assistant",
+                    }
+                )
             else:
                 out.append({"content": _responses_parts(list(pending), where, role), "role": role})
             pending.clear()
@@ -202,21 +222,38 @@ def _responses_items(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
     for b in msg["content"]:
         if b["type"] == "tool_call":
             flush()
-            out.append({"arguments": _args(b), "call_id": b["id"], "name": b["name"],
-                        "type": "function_call"})
+            out.append(
+                {
+                    "arguments": _args(b),
+                    "call_id": b["id"],
+                    "name": b["name"],
+                    "type": "function_call",
+                }
+            )
         elif b["type"] == "tool_result":
             flush()
             res = _result_text(b)
-            out.append({"call_id": b["id"], "output": res if isinstance(res, str) else
-                        dumps_sorted(res), "type": "function_call_output"})
+            out.append(
+                {
+                    "call_id": b["id"],
+                    "output": res if isinstance(res, str) else dumps_sorted(res),
+                    "type": "function_call_output",
+                }
+            )
         else:
             pending.append(b)
     flush()
     return out
 
 
-def _apply_breakpoints(prompt: "Prompt", model: str, messages: list[dict[str, Any]],
-                       tools: list[dict[str, Any]], api: str, rules: Any) -> Any:
+def _apply_breakpoints(
+    prompt: Prompt,
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    api: str,
+    rules: Any,
+) -> Any:
     """Mark up to 3 content parts with ``prompt_cache_breakpoint`` (gpt-5.6+ in the default
     implicit mode: one implicit breakpoint plus the latest three explicit ones are written)
     by the rule of :mod:`promptcache.breakpoints`. Returns the plan."""
@@ -237,14 +274,24 @@ def _apply_breakpoints(prompt: "Prompt", model: str, messages: list[dict[str, An
             layer = "dynamic"
         else:
             layer = "messages"
-        text = dumps_sorted(m.get("content", "")) if not isinstance(m.get("content"), str) \
+        text = (
+            dumps_sorted(m.get("content", ""))
+            if not isinstance(m.get("content"), str)
             else m["content"]
+        )
         role = m.get("role") or m.get("type")
         markable = role in ("system", "user", "tool", "developer") and layer != "dynamic"
-        blocks.append(Block(layer, i, text_tokens(text, model) if layer != "dynamic" else 0,
-                            markable))
-    p = plan(blocks, min_tokens=rules.min_tokens, max_breakpoints=3, lookback=0,
-             ttl="30m", history_ttl="30m")
+        blocks.append(
+            Block(layer, i, text_tokens(text, model) if layer != "dynamic" else 0, markable)
+        )
+    p = plan(
+        blocks,
+        min_tokens=rules.min_tokens,
+        max_breakpoints=3,
+        lookback=0,
+        ttl="30m",
+        history_ttl="30m",
+    )
     for bp in p.breakpoints:
         m = messages[bp.locator]
         marker = {"mode": "explicit"}
@@ -259,8 +306,15 @@ def _apply_breakpoints(prompt: "Prompt", model: str, messages: list[dict[str, An
     return p
 
 
-def render(prompt: "Prompt", model: str, *, api: str = "chat", cache_key: Optional[str] = None,
-           retention: Any = _AUTO, breakpoints: Optional[bool] = None) -> dict[str, Any]:
+def render(
+    prompt: Prompt,
+    model: str,
+    *,
+    api: str = "chat",
+    cache_key: str | None = None,
+    retention: Any = _AUTO,
+    breakpoints: bool | None = None,
+) -> dict[str, Any]:
     """Keyword arguments for ``OpenAI().chat.completions.create(**kw)`` (``api="chat"``) or
     ``OpenAI().responses.create(**kw)`` (``api="responses"``).
 
@@ -299,8 +353,10 @@ def render(prompt: "Prompt", model: str, *, api: str = "chat", cache_key: Option
         kw["input"] = body
         tools = [_tool_responses(t) for t in prompt.tools]
     if not body:
-        raise empty_request("OpenAI " + ("Chat Completions" if api == "chat" else "Responses"),
-                            "a non-empty " + ("messages" if api == "chat" else "input") + " list")
+        raise empty_request(
+            "OpenAI " + ("Chat Completions" if api == "chat" else "Responses"),
+            "a non-empty " + ("messages" if api == "chat" else "input") + " list",
+        )
     if tools:
         kw["tools"] = tools
     kw["prompt_cache_key"] = cache_key if cache_key is not None else prompt_cache_key(prompt)
@@ -310,14 +366,15 @@ def render(prompt: "Prompt", model: str, *, api: str = "chat", cache_key: Option
     elif retention is not False:
         if rules.known and retention not in rules.retention:
             allowed = list(rules.retention) or "none (omit it)"
-            raise ValueError(f"prompt_cache_retention={retention!r} is not accepted by {model}; "
-                             f"accepted: {allowed}")
+            raise ValueError(
+                f"prompt_cache_retention={retention!r} is not accepted by {model}; "
+                f"accepted: {allowed}"
+            )
         kw["prompt_cache_retention"] = retention
     use_bp = rules.explicit_breakpoints if breakpoints is None else bool(breakpoints)
     if use_bp:
         _apply_breakpoints(prompt, model, body, tools, api, rules)
     return kw
-
 
 
 # --- usage parsing -------------------------------------------------------------------
@@ -339,41 +396,70 @@ def render(prompt: "Prompt", model: str, *, api: str = "chat", cache_key: Option
 DEFAULT_WRITE_TTL = "30m"
 
 
-def usage_from_chat_fields(usage: dict, *, provider: str, model: str | None,
-                           where: str = "usage"):
+def usage_from_chat_fields(usage: dict, *, provider: str, model: str | None, where: str = "usage"):
     """Build a ``Usage`` from Chat Completions usage fields (also used by
     OpenAI-compatible servers: vLLM, SGLang, the local engine, DeepSeek)."""
-    from promptcache.usage import (CACHE_NOT_REPORTED, WRITE_TTL_ASSUMED, Usage,
-                                   check_part, read_count, subpart)
+    from promptcache.usage import (
+        CACHE_NOT_REPORTED,
+        WRITE_TTL_ASSUMED,
+        Usage,
+        check_part,
+        read_count,
+        subpart,
+    )
 
     prompt = read_count(usage, "prompt_tokens", where=where, required=True)
     output = read_count(usage, "completion_tokens", where=where) or 0
     details = subpart(usage, "prompt_tokens_details")
     cached = read_count(details, "cached_tokens", where=f"{where}.prompt_tokens_details")
-    written = read_count(details, "cache_write_tokens",
-                         where=f"{where}.prompt_tokens_details") or 0
+    written = read_count(details, "cache_write_tokens", where=f"{where}.prompt_tokens_details") or 0
     out_details = subpart(usage, "completion_tokens_details")
-    reasoning = read_count(out_details, "reasoning_tokens",
-                           where=f"{where}.completion_tokens_details")
+    reasoning = read_count(
+        out_details, "reasoning_tokens", where=f"{where}.completion_tokens_details"
+    )
     if cached is None and not written:
-        return Usage(uncached_input_tokens=prompt, output_tokens=output,
-                     cache_reported=False, reasoning_tokens=reasoning, provider=provider,
-                     model=model, flags=(CACHE_NOT_REPORTED,))
+        return Usage(
+            uncached_input_tokens=prompt,
+            output_tokens=output,
+            cache_reported=False,
+            reasoning_tokens=reasoning,
+            provider=provider,
+            model=model,
+            flags=(CACHE_NOT_REPORTED,),
+        )
     cached = cached or 0
-    check_part(cached + written, prompt,
-               "prompt_tokens_details.cached_tokens + cache_write_tokens", "prompt_tokens")
-    return Usage(uncached_input_tokens=prompt - cached - written, cache_read_tokens=cached,
-                 cache_write_tokens=written,
-                 cache_write_by_ttl={DEFAULT_WRITE_TTL: written} if written else {},
-                 output_tokens=output, reasoning_tokens=reasoning, provider=provider,
-                 model=model, flags=(WRITE_TTL_ASSUMED,) if written else ())
+    check_part(
+        cached + written,
+        prompt,
+        "prompt_tokens_details.cached_tokens + cache_write_tokens",
+        "prompt_tokens",
+    )
+    return Usage(
+        uncached_input_tokens=prompt - cached - written,
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
+        cache_write_by_ttl={DEFAULT_WRITE_TTL: written} if written else {},
+        output_tokens=output,
+        reasoning_tokens=reasoning,
+        provider=provider,
+        model=model,
+        flags=(WRITE_TTL_ASSUMED,) if written else (),
+    )
 
 
-def usage_from_responses_fields(usage: dict, *, provider: str, model: str | None,
-                                where: str = "usage"):
+def usage_from_responses_fields(
+    usage: dict, *, provider: str, model: str | None, where: str = "usage"
+):
     """Build a ``Usage`` from Responses API usage fields."""
-    from promptcache.usage import (CACHE_NOT_REPORTED, WRITE_TTL_ASSUMED, Usage, UsageError,
-                                   check_part, read_count, subpart)
+    from promptcache.usage import (
+        CACHE_NOT_REPORTED,
+        WRITE_TTL_ASSUMED,
+        Usage,
+        UsageError,
+        check_part,
+        read_count,
+        subpart,
+    )
 
     total_in = read_count(usage, "input_tokens", where=where, required=True)
     output = read_count(usage, "output_tokens", where=where) or 0
@@ -381,31 +467,54 @@ def usage_from_responses_fields(usage: dict, *, provider: str, model: str | None
     dw = f"{where}.input_tokens_details"
     cached = read_count(details, "cached_tokens", where=dw)
     written = read_count(details, "cache_write_tokens", where=dw) or 0
-    reasoning = read_count(subpart(usage, "output_tokens_details"), "reasoning_tokens",
-                           where=f"{where}.output_tokens_details")
+    reasoning = read_count(
+        subpart(usage, "output_tokens_details"),
+        "reasoning_tokens",
+        where=f"{where}.output_tokens_details",
+    )
     if cached is None and not written:
-        return Usage(uncached_input_tokens=total_in, output_tokens=output,
-                     cache_reported=False, reasoning_tokens=reasoning, provider=provider,
-                     model=model, flags=(CACHE_NOT_REPORTED,))
+        return Usage(
+            uncached_input_tokens=total_in,
+            output_tokens=output,
+            cache_reported=False,
+            reasoning_tokens=reasoning,
+            provider=provider,
+            model=model,
+            flags=(CACHE_NOT_REPORTED,),
+        )
     cached = cached or 0
-    check_part(cached + written, total_in,
-               "input_tokens_details.cached_tokens + cache_write_tokens", "input_tokens")
+    check_part(
+        cached + written,
+        total_in,
+        "input_tokens_details.cached_tokens + cache_write_tokens",
+        "input_tokens",
+    )
     flags: tuple[str, ...] = ()
     split = subpart(details, "cache_write_tokens_details")
     if split is not None:
         w30 = read_count(split, "ttl_30m_tokens", where=f"{dw}.cache_write_tokens_details") or 0
         w12 = read_count(split, "ttl_12h_tokens", where=f"{dw}.cache_write_tokens_details") or 0
         if w30 + w12 != written:
-            raise UsageError(f"inconsistent usage: cache_write_tokens_details splits into "
-                             f"{w30} (30m) + {w12} (12h) = {w30 + w12}, but "
-                             f"cache_write_tokens={written}")
+            raise UsageError(
+                f"inconsistent usage: cache_write_tokens_details splits into "
+                f"{w30} (30m) + {w12} (12h) = {w30 + w12}, but "
+                f"cache_write_tokens={written}"
+            )
         ttl = {"30m": w30, "12h": w12}
     else:
         ttl = {DEFAULT_WRITE_TTL: written} if written else {}
         flags = (WRITE_TTL_ASSUMED,) if written else ()
-    return Usage(uncached_input_tokens=total_in - cached - written, cache_read_tokens=cached,
-                 cache_write_tokens=written, cache_write_by_ttl=ttl, output_tokens=output,
-                 reasoning_tokens=reasoning, provider=provider, model=model, flags=flags)
+    return Usage(
+        uncached_input_tokens=total_in - cached - written,
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
+        cache_write_by_ttl=ttl,
+        output_tokens=output,
+        reasoning_tokens=reasoning,
+        provider=provider,
+        model=model,
+        flags=flags,
+    )
 
 
 def _usage_and_model(data: dict) -> tuple[dict, str | None]:
@@ -418,8 +527,10 @@ def _usage_and_model(data: dict) -> tuple[dict, str | None]:
         return dict(usage), data.get("model")
     if any(k in data for k in ("prompt_tokens", "input_tokens")):
         return dict(data), None
-    raise UsageError("no OpenAI usage found: expected a response with .usage (for a stream, "
-                     "pass stream_options={'include_usage': True}), or a usage object")
+    raise UsageError(
+        "no OpenAI usage found: expected a response with .usage (for a stream, "
+        "pass stream_options={'include_usage': True}), or a usage object"
+    )
 
 
 def parse_usage(data: dict, *, provider: str = "openai"):
@@ -442,11 +553,16 @@ def last_usage_event(events: list) -> dict:
         if isinstance(ev.get("usage"), dict):
             return ev
         resp = ev.get("response")
-        if str(ev.get("type", "")).startswith("response.") and isinstance(resp, dict) \
-                and isinstance(resp.get("usage"), dict):
+        if (
+            str(ev.get("type", "")).startswith("response.")
+            and isinstance(resp, dict)
+            and isinstance(resp.get("usage"), dict)
+        ):
             return ev
-    raise UsageError("no chunk in the OpenAI stream carries usage; request it with "
-                     "stream_options={'include_usage': True}")
+    raise UsageError(
+        "no chunk in the OpenAI stream carries usage; request it with "
+        "stream_options={'include_usage': True}"
+    )
 
 
 def parse_usage_stream(events: list, *, provider: str = "openai"):

@@ -13,15 +13,15 @@ from __future__ import annotations
 # engine). They cache by token prefix in fixed blocks (vLLM and the local engine: 16 tokens),
 # so no cache markers are needed; what matters is that the frozen layers render to the same
 # bytes every time, which ``promptcache.build`` guarantees.
-
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from promptcache.build import Prompt
 
 
-def render(prompt: "Prompt", model: str, *, cache_salt: Optional[str] = None,
-           api: str = "chat") -> dict[str, Any]:
+def render(
+    prompt: Prompt, model: str, *, cache_salt: str | None = None, api: str = "chat"
+) -> dict[str, Any]:
     """Keyword arguments for ``OpenAI(base_url=...).chat.completions.create(**kw)`` against
     an OpenAI-compatible server.
 
@@ -80,15 +80,26 @@ def parse_usage(data: dict, *, provider: str = "openai_compatible"):
     prompt = read_count(usage, "prompt_tokens", where="usage")
     hit, miss = hit or 0, miss or 0
     if prompt is not None and hit + miss != prompt:
-        raise UsageError(f"inconsistent usage: prompt_cache_hit_tokens={hit} + "
-                         f"prompt_cache_miss_tokens={miss} != prompt_tokens={prompt}")
+        raise UsageError(
+            f"inconsistent usage: prompt_cache_hit_tokens={hit} + "
+            f"prompt_cache_miss_tokens={miss} != prompt_tokens={prompt}"
+        )
     output = read_count(usage, "completion_tokens", where="usage") or 0
     from promptcache.usage import subpart
 
-    reasoning = read_count(subpart(usage, "completion_tokens_details"), "reasoning_tokens",
-                           where="usage.completion_tokens_details")
-    return Usage(uncached_input_tokens=miss, cache_read_tokens=hit, output_tokens=output,
-                 reasoning_tokens=reasoning, provider=provider, model=model)
+    reasoning = read_count(
+        subpart(usage, "completion_tokens_details"),
+        "reasoning_tokens",
+        where="usage.completion_tokens_details",
+    )
+    return Usage(
+        uncached_input_tokens=miss,
+        cache_read_tokens=hit,
+        output_tokens=output,
+        reasoning_tokens=reasoning,
+        provider=provider,
+        model=model,
+    )
 
 
 def parse_usage_stream(events: list, *, provider: str = "openai_compatible"):

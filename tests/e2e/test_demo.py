@@ -11,15 +11,33 @@ from promptcache import Tracker
 
 def test_demo_prints_the_table_and_records_both_runs(tmp_path):
     db = tmp_path / "demo.db"
-    proc = subprocess.run([sys.executable, "-m", "promptcache", "demo", "--requests", "3",
-                           "--max-tokens", "2", "--db", str(db)],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "promptcache",
+            "demo",
+            "--requests",
+            "3",
+            "--max-tokens",
+            "2",
+            "--db",
+            str(db),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     # Per-request progress lines: prompt and cached tokens for each run.
-    per = {run: [tuple(map(int, m)) for m in
-                 re.findall(rf"\[{run}\s+\d+/3\] prompt\s+(\d+) tok, cached\s+(\d+)", out)]
-           for run in ("naive", "built")}
+    per = {
+        run: [
+            tuple(map(int, m))
+            for m in re.findall(rf"\[{run}\s+\d+/3\] prompt\s+(\d+) tok, cached\s+(\d+)", out)
+        ]
+        for run in ("naive", "built")
+    }
     assert len(per["naive"]) == 3 and len(per["built"]) == 3
     # Naive: a fresh timestamp at the very top, so at most the chat template's first block
     # (the "<|im_start|>system\nCurrent time: 2026-" part) can ever match.

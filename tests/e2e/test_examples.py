@@ -20,15 +20,24 @@ BLOCK = 16  # the engine's default block size: cached counts are whole blocks
 
 
 def run_example(name: str, *args: str) -> str:
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / name), *args],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
 
 def test_build_and_wrap(promptcache_engine, tmp_path):
-    out = run_example("build_and_wrap.py", "--base-url", promptcache_engine.openai_base_url,
-                      "--db", str(tmp_path / "ledger.db"))
+    out = run_example(
+        "build_and_wrap.py",
+        "--base-url",
+        promptcache_engine.openai_base_url,
+        "--db",
+        str(tmp_path / "ledger.db"),
+    )
     rows = [tuple(map(int, m)) for m in re.findall(r"prompt (\d+) tokens, cached (\d+)", out)]
     assert len(rows) == 3
     (p1, c1), (p2, c2), (p3, c3) = rows
@@ -44,12 +53,19 @@ def test_build_and_wrap(promptcache_engine, tmp_path):
 
 
 def test_usage_and_cost(promptcache_engine):
-    out = run_example("usage_and_cost.py", "--base-url", promptcache_engine.openai_base_url,
-                      "--price-model", "gpt-4.1")
+    out = run_example(
+        "usage_and_cost.py",
+        "--base-url",
+        promptcache_engine.openai_base_url,
+        "--price-model",
+        "gpt-4.1",
+    )
     # gpt-4.1, USD per million tokens (openai.com/api/pricing, read 2026-11-29):
     # input 2.00, cached input 0.50, output 8.00.
-    pat = (r"(cold|warm): uncached (\d+), cache read (\d+), output (\d+), hit rate ([0-9.]+), "
-           r"cost \$([0-9.]+) \(no cache \$([0-9.]+), saving \$([0-9.]+)\)")
+    pat = (
+        r"(cold|warm): uncached (\d+), cache read (\d+), output (\d+), hit rate ([0-9.]+), "
+        r"cost \$([0-9.]+) \(no cache \$([0-9.]+), saving \$([0-9.]+)\)"
+    )
     rows = re.findall(pat, out)
     assert [r[0] for r in rows] == ["cold", "warm"], out
     for _, unc, read, outp, _hr, total, base, saving in rows:
@@ -66,8 +82,10 @@ def test_usage_and_cost(promptcache_engine):
 
 def test_anthropic_client(promptcache_engine):
     out = run_example("anthropic_client.py", "--base-url", promptcache_engine.base_url)
-    rows = [tuple(map(int, m)) for m in
-            re.findall(r"input (\d+), cache read (\d+), cache write (\d+)", out)]
+    rows = [
+        tuple(map(int, m))
+        for m in re.findall(r"input (\d+), cache read (\d+), cache write (\d+)", out)
+    ]
     assert len(rows) == 2
     (i1, r1, _), (i2, r2, _) = rows
     assert r1 == 0 and r2 > 0 and r2 % BLOCK == 0
@@ -78,8 +96,10 @@ def test_anthropic_client(promptcache_engine):
 
 def test_offline_engine():
     out = run_example("offline_engine.py")
-    rows = [tuple(map(int, m)) for m in
-            re.findall(r"prompt (\d+) tokens, (\d+) from the prefix cache", out)]
+    rows = [
+        tuple(map(int, m))
+        for m in re.findall(r"prompt (\d+) tokens, (\d+) from the prefix cache", out)
+    ]
     assert len(rows) == 2
     (p1, c1), (p2, c2) = rows
     assert c1 == 0 and c2 > 0 and c2 % BLOCK == 0 and c2 <= p2 - 1

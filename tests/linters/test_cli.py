@@ -53,7 +53,9 @@ def test_exit_statuses_and_text_output(proj, capsys):
     assert capsys.readouterr().out == "no findings, 1 file checked.\n"
     assert main(["bad.py", "ok.py"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"bad.py:5:{COL}: PC001 `datetime.now()` (the clock) reaches the system prompt")
+    assert out[0].startswith(
+        f"bad.py:5:{COL}: PC001 `datetime.now()` (the clock) reaches the system prompt"
+    )
     assert out[-1] == "found 1 finding in 1 file, 2 files checked."
 
 
@@ -88,11 +90,20 @@ def test_json_format(proj, capsys):
     write(proj / "b.py", BAD_JSON)
     assert main(["--format", "json", "b.py"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert data == [{
-        "code": "PC002", "name": "unsorted-json-in-prompt", "message": data[0]["message"],
-        "path": "b.py", "line": 4, "column": JCOL, "end_line": 4, "end_column": JEND,
-        "fixable": True, "doc": "docs/rules/PC002.md",
-    }]
+    assert data == [
+        {
+            "code": "PC002",
+            "name": "unsorted-json-in-prompt",
+            "message": data[0]["message"],
+            "path": "b.py",
+            "line": 4,
+            "column": JCOL,
+            "end_line": 4,
+            "end_column": JEND,
+            "fixable": True,
+            "doc": "docs/rules/PC002.md",
+        }
+    ]
 
 
 def test_sarif_format(proj, capsys):
@@ -116,7 +127,8 @@ def test_github_format_escapes(proj, capsys):
     assert main(["--format", "github", "a,b.py"]) == 1
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith(
-        f"::error file=a%2Cb.py,line=5,col={COL},endLine=5,endColumn={END},title=PC001::PC001 ")
+        f"::error file=a%2Cb.py,line=5,col={COL},endLine=5,endColumn={END},title=PC001::PC001 "
+    )
 
 
 def test_folders_recurse_respect_gitignore_and_skip_venvs(proj, capsys):
@@ -137,8 +149,13 @@ def test_folders_recurse_respect_gitignore_and_skip_venvs(proj, capsys):
     assert paths == ["app/main.py", "app/scratch_keep.py"]
     assert main(["-q", "--no-respect-gitignore", "."]) == 1
     paths = sorted({ln.split(":")[0] for ln in capsys.readouterr().out.splitlines()})
-    assert paths == ["app/local.py", "app/main.py", "app/scratch_1.py", "app/scratch_keep.py",
-                     "generated/out.py"]
+    assert paths == [
+        "app/local.py",
+        "app/main.py",
+        "app/scratch_1.py",
+        "app/scratch_keep.py",
+        "generated/out.py",
+    ]
     # a file named explicitly is read even when ignored
     assert main(["-q", "generated/out.py"]) == 1
 
@@ -156,14 +173,17 @@ def test_pyproject_config(proj, capsys):
     write(proj / "pkg" / "b.py", BAD_JSON)
     write(proj / "tests" / "t.py", BAD)
     write(proj / "migrations" / "m.py", BAD)
-    write(proj / "pyproject.toml", textwrap.dedent("""\
+    write(
+        proj / "pyproject.toml",
+        textwrap.dedent("""\
         [project]
         name = "x"
         [tool.promptcache.lint]
         ignore = ["PC002"]
         exclude = ["migrations/"]
         per-file-ignores = { "tests/**" = ["PC001"] }
-    """))
+    """),
+    )
     assert main(["-q", "."]) == 1
     assert [ln.split(":")[0] for ln in capsys.readouterr().out.splitlines()] == ["pkg/a.py"]
     assert main(["-q", "--isolated", "."]) == 1
@@ -173,13 +193,16 @@ def test_pyproject_config(proj, capsys):
     assert main(["-q", "b.py"]) == 0
 
 
-@pytest.mark.parametrize("table,needle", [
-    ('colour = "red"', "unknown key 'colour'"),
-    ('select = "PC001"', "select must be a list"),
-    ('ignore = ["PC777"]', "unknown rule code 'PC777'"),
-    ('min-static-chars = -1', "min-static-chars must be >= 0"),
-    ('provider = "acme"', "provider must be one of"),
-])
+@pytest.mark.parametrize(
+    "table,needle",
+    [
+        ('colour = "red"', "unknown key 'colour'"),
+        ('select = "PC001"', "select must be a list"),
+        ('ignore = ["PC777"]', "unknown rule code 'PC777'"),
+        ("min-static-chars = -1", "min-static-chars must be >= 0"),
+        ('provider = "acme"', "provider must be one of"),
+    ],
+)
 def test_bad_config_is_a_usage_error(proj, capsys, table, needle):
     write(proj / "a.py", CLEAN)
     write(proj / "pyproject.toml", f"[tool.promptcache.lint]\n{table}\n")
@@ -197,7 +220,10 @@ def test_broken_toml_is_a_usage_error(proj, capsys):
 
 def test_parse_error_is_reported_not_raised(proj, capsys):
     write(proj / "broken.py", "def f(:\n")
-    write(proj / "latin.py", "# -*- coding: latin-1 -*-\nx = 'caf\xe9'\n".encode("latin-1").decode("latin-1"))
+    write(
+        proj / "latin.py",
+        "# -*- coding: latin-1 -*-\nx = 'caf\xe9'\n".encode("latin-1").decode("latin-1"),
+    )
     (proj / "latin.py").write_bytes("# -*- coding: latin-1 -*-\nx = 'caf\xe9'\n".encode("latin-1"))
     (proj / "undecodable.py").write_bytes(b"x = '\xff\xfe'\n")
     assert main(["-q", "."]) == 1
@@ -222,10 +248,13 @@ def test_jobs_give_the_same_findings(proj, capsys):
     assert capsys.readouterr().out == one
 
 
-@pytest.mark.parametrize("argv", [
-    [sys.executable, "-m", "linters"],
-    [str(Path(sys.executable).with_name("promptcache")), "lint"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [sys.executable, "-m", "linters"],
+        [str(Path(sys.executable).with_name("promptcache")), "lint"],
+    ],
+)
 def test_entry_points(proj, argv):
     write(proj / "a.py", BAD)
     res = subprocess.run(argv + ["a.py"], capture_output=True, text=True, cwd=proj)

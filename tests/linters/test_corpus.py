@@ -13,7 +13,8 @@ from linters.config import LintConfig
 from linters.runner import lint_source
 
 _spec = importlib.util.spec_from_file_location(
-    "lint_corpus", Path(__file__).resolve().parents[1] / "lint_corpus" / "corpus.py")
+    "lint_corpus", Path(__file__).resolve().parents[1] / "lint_corpus" / "corpus.py"
+)
 corpus = importlib.util.module_from_spec(_spec)
 sys.modules["lint_corpus"] = corpus
 _spec.loader.exec_module(corpus)
@@ -35,4 +36,6 @@ def test_corpus_is_big_enough():
 def test_corpus_case(case):
     found = lint_source(case.path.read_bytes(), case.path.name, LintConfig(root=case.path.parent))
     got = {(case.normalize(f.line), f.code) for f in found}
-    assert got == set(case.expected), "\n".join(f"{f.line}:{f.col} {f.code} {f.message}" for f in found)
+    assert got == set(case.expected), "\n".join(
+        f"{f.line}:{f.col} {f.code} {f.message}" for f in found
+    )

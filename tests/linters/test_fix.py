@@ -23,12 +23,14 @@ def fixed(body: str) -> str:
     assert n == 1
     after = out.decode()
     assert lint_source(out, "t.py", LintConfig()) == []  # the fix removes the finding
-    return after[len(HEAD):-len(CALL)]
+    return after[len(HEAD) : -len(CALL)]
 
 
 def test_single_line_call():
-    assert fixed("def f(d):\n    return d\nPROMPT = 'Data: ' + json.dumps(f(1))  # keep me\n") == \
-        "def f(d):\n    return d\nPROMPT = 'Data: ' + json.dumps(f(1), sort_keys=True)  # keep me\n"
+    assert (
+        fixed("def f(d):\n    return d\nPROMPT = 'Data: ' + json.dumps(f(1))  # keep me\n")
+        == "def f(d):\n    return d\nPROMPT = 'Data: ' + json.dumps(f(1), sort_keys=True)  # keep me\n"
+    )
 
 
 def test_existing_keywords_are_kept():
@@ -45,13 +47,15 @@ def test_multiline_call_with_trailing_comma_gets_its_own_line():
             indent=2,  # pretty
         )
     """)
-    assert fixed(body).endswith(textwrap.dedent("""\
+    assert fixed(body).endswith(
+        textwrap.dedent("""\
         PROMPT = "Catalog:" + json.dumps(
             f(1),
             indent=2,  # pretty
             sort_keys=True,
         )
-    """))
+    """)
+    )
 
 
 def test_multiline_single_argument():
@@ -62,12 +66,14 @@ def test_multiline_single_argument():
             f(1),
         )
     """)
-    assert fixed(body).endswith('json.dumps(\n    f(1),\n    sort_keys=True,\n)\n')
+    assert fixed(body).endswith("json.dumps(\n    f(1),\n    sort_keys=True,\n)\n")
 
 
 def test_explicit_false_and_orjson_are_reported_but_not_fixed():
-    src = (HEAD + "import orjson\ndef f(d):\n    return d\n"
-           "PROMPT = json.dumps(f(1), sort_keys=False) + orjson.dumps(f(2)).decode()\n" + CALL).encode()
+    src = (
+        HEAD + "import orjson\ndef f(d):\n    return d\n"
+        "PROMPT = json.dumps(f(1), sort_keys=False) + orjson.dumps(f(2)).decode()\n" + CALL
+    ).encode()
     findings = lint_source(src, "t.py", LintConfig())
     assert [(f.code, f.fix) for f in findings] == [("PC002", None), ("PC002", None)]
     assert fix_source(src, findings) == (src, 0)
@@ -75,8 +81,10 @@ def test_explicit_false_and_orjson_are_reported_but_not_fixed():
 
 def test_cli_fix_writes_and_reports_what_is_left(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    src = (HEAD + "from datetime import datetime\ndef f(d):\n    return d\n"
-           "PROMPT = json.dumps(f(1)) + str(datetime.now())\n" + CALL)
+    src = (
+        HEAD + "from datetime import datetime\ndef f(d):\n    return d\n"
+        "PROMPT = json.dumps(f(1)) + str(datetime.now())\n" + CALL
+    )
     (tmp_path / "a.py").write_text(src)
     assert main(["a.py", "--fix"]) == 1  # PC001 has no automatic fix
     out = capsys.readouterr().out.splitlines()
@@ -105,15 +113,20 @@ def test_cli_diff_prints_and_writes_nothing(tmp_path, monkeypatch, capsys):
         ' anthropic.Anthropic().messages.create(model="m", system=PROMPT, messages=[])',
     ]
     assert (tmp_path / "a.py").read_text() == src
-    (tmp_path / "a.py").write_text(src.replace("json.dumps(f(1))", "json.dumps(f(1), sort_keys=True)"))
+    (tmp_path / "a.py").write_text(
+        src.replace("json.dumps(f(1))", "json.dumps(f(1), sort_keys=True)")
+    )
     assert main(["a.py", "--diff"]) == 0
     assert capsys.readouterr().out == ""
 
 
 @pytest.mark.parametrize("enc_line", ["", "# -*- coding: utf-8 -*-\n"])
 def test_fix_preserves_crlf_and_unicode(enc_line):
-    src = (enc_line + HEAD + "def f(d):\n    return d\nPROMPT = 'Café: ' + json.dumps(f(1))\n"
-           + CALL).replace("\n", "\r\n").encode()
+    src = (
+        (enc_line + HEAD + "def f(d):\n    return d\nPROMPT = 'Café: ' + json.dumps(f(1))\n" + CALL)
+        .replace("\n", "\r\n")
+        .encode()
+    )
     findings = lint_source(src, "t.py", LintConfig())
     out, n = fix_source(src, findings)
     assert n == 1

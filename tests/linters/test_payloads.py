@@ -18,8 +18,12 @@ def block(ttl=None):
 
 
 def request(system, model="claude-sonnet-4-5"):
-    return {"model": model, "max_tokens": 10, "system": system,
-            "messages": [{"role": "user", "content": "hi"}]}
+    return {
+        "model": model,
+        "max_tokens": 10,
+        "system": system,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
 
 
 @pytest.fixture
@@ -42,24 +46,40 @@ def test_json_payload_findings_point_at_the_line(here, capsys):
     # the fifth "cache_control" key of the file is the one over the limit
     lines = text.splitlines()
     fifth = [i for i, ln in enumerate(lines, 1) if '"cache_control"' in ln][4]
-    assert line.startswith(f"five.json:{fifth}:1: PC005 $.system[4].cache_control: 5 cache breakpoints")
+    assert line.startswith(
+        f"five.json:{fifth}:1: PC005 $.system[4].cache_control: 5 cache breakpoints"
+    )
 
 
 def test_jsonl_one_request_per_line(here, capsys):
     good = request([block()])
     ttl = request([block(), block("1h")])
-    stamped = request([{"type": "text", "text": "Now: 2026-11-29T10:31:02Z. " + LONG,
-                        "cache_control": {"type": "ephemeral"}}])
+    stamped = request(
+        [
+            {
+                "type": "text",
+                "text": "Now: 2026-11-29T10:31:02Z. " + LONG,
+                "cache_control": {"type": "ephemeral"},
+            }
+        ]
+    )
     (here / "trace.jsonl").write_text("\n".join(json.dumps(r) for r in (good, ttl, stamped)) + "\n")
     status, out = run(capsys, "trace.jsonl")
     assert status == 1
     assert [ln.split()[0] + " " + ln.split()[1] for ln in out] == [
-        "trace.jsonl:2:1: PC005", "trace.jsonl:3:1: PC001"]
+        "trace.jsonl:2:1: PC005",
+        "trace.jsonl:3:1: PC001",
+    ]
 
 
 def test_clean_payload_and_provider_override(here, capsys):
-    openai_req = {"model": "gpt-4o", "messages": [
-        {"role": "system", "content": "You are helpful."}, {"role": "user", "content": "hi"}]}
+    openai_req = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "system", "content": "You are helpful."},
+            {"role": "user", "content": "hi"},
+        ],
+    }
     (here / "o.json").write_text(json.dumps(openai_req))
     assert run(capsys, "o.json") == (0, [])
     assert infer_provider(openai_req) == "openai"
@@ -73,10 +93,19 @@ def test_clean_payload_and_provider_override(here, capsys):
 def test_dated_model_names_in_payloads_are_not_pc001(here, capsys):
     """The payload linter shares promptcache.volatile: a model snapshot date is stable."""
     text = "Escalate from claude-3-5-sonnet-20241022 to o1-2024-12-17. " + LONG
-    named = request([{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}],
-                    model="claude-3-5-sonnet-20241022")
-    dated = request([{"type": "text", "text": "Today is 2024-08-06. " + LONG,
-                      "cache_control": {"type": "ephemeral"}}])
+    named = request(
+        [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}],
+        model="claude-3-5-sonnet-20241022",
+    )
+    dated = request(
+        [
+            {
+                "type": "text",
+                "text": "Today is 2024-08-06. " + LONG,
+                "cache_control": {"type": "ephemeral"},
+            }
+        ]
+    )
     (here / "m.jsonl").write_text(json.dumps(named) + "\n" + json.dumps(dated) + "\n")
     status, out = run(capsys, "m.jsonl")
     assert status == 1
@@ -90,7 +119,11 @@ def test_bad_payloads_are_findings(here, capsys):
     status, out = run(capsys, "bad.json", "list.json", "bad.jsonl")
     assert status == 1
     assert [ln.split(": ")[0] + " " + ln.split()[1] for ln in out] == [
-        "bad.json:3:1 PC900", "bad.jsonl:2:1 PC900", "list.json:1:1 PC901", "list.json:1:1 PC901"]
+        "bad.json:3:1 PC900",
+        "bad.jsonl:2:1 PC900",
+        "list.json:1:1 PC901",
+        "list.json:1:1 PC901",
+    ]
 
 
 def test_folders_do_not_read_json(here, capsys):
@@ -106,12 +139,14 @@ def test_missing_check_is_one_clear_finding(here, capsys, monkeypatch):
     status, out = run(capsys, "a.json")
     assert status == 1
     (line,) = out
-    assert line.startswith("a.json:1:1: PC901 cannot check request payloads: promptcache.check is not available")
+    assert line.startswith(
+        "a.json:1:1: PC901 cannot check request payloads: promptcache.check is not available"
+    )
 
 
 def test_value_offset_walks_paths():
     text = '{"a": [1, {"b": "x"}, 3], "c": {"d": [true]}}'
-    assert text[value_offset(text, "$.a[1].b"):].startswith('"x"')
-    assert text[value_offset(text, "$.c.d[0]"):].startswith("true")
+    assert text[value_offset(text, "$.a[1].b") :].startswith('"x"')
+    assert text[value_offset(text, "$.c.d[0]") :].startswith("true")
     assert value_offset(text, "$.a[5]") is None
     assert value_offset(text, "$.zz") is None

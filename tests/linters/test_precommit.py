@@ -58,8 +58,9 @@ def _new_repo(tmp_path: Path, config: str) -> tuple[Path, dict]:
     (repo / ".pre-commit-config.yaml").write_text(config)
     env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "pc-home"), PRE_COMMIT_COLOR="never")
     env["PATH"] = f"{PRE_COMMIT.parent}{os.pathsep}{env.get('PATH', '')}"
-    subprocess.run([str(PRE_COMMIT), "install"], cwd=repo, env=env, check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        [str(PRE_COMMIT), "install"], cwd=repo, env=env, check=True, capture_output=True, text=True
+    )
     _git(repo, "add", ".pre-commit-config.yaml")
     return repo, env
 
@@ -67,8 +68,14 @@ def _new_repo(tmp_path: Path, config: str) -> tuple[Path, dict]:
 def _commit_cycle(repo: Path, env: dict, timeout: int) -> None:
     (repo / "app.py").write_text(BAD)
     _git(repo, "add", "app.py")
-    bad = subprocess.run(["git", "commit", "-m", "bad"], cwd=repo, env=env, capture_output=True,
-                         text=True, timeout=timeout)
+    bad = subprocess.run(
+        ["git", "commit", "-m", "bad"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     out = bad.stdout + bad.stderr
     assert bad.returncode != 0, out
     assert "promptcache lint" in out and "Failed" in out
@@ -77,8 +84,14 @@ def _commit_cycle(repo: Path, env: dict, timeout: int) -> None:
 
     (repo / "app.py").write_text(GOOD)
     _git(repo, "add", "app.py")
-    good = subprocess.run(["git", "commit", "-m", "good"], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    good = subprocess.run(
+        ["git", "commit", "-m", "good"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     out = good.stdout + good.stderr
     assert good.returncode == 0, out
     assert "Passed" in out

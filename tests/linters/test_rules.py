@@ -26,24 +26,28 @@ def messages(src: str) -> list[str]:
 
 # -- PC001: volatile sources and data flow ------------------------------------------------
 
-@pytest.mark.parametrize("imports,call", [
-    ("import datetime", "datetime.datetime.now()"),
-    ("from datetime import datetime as dt", "dt.utcnow()"),
-    ("from datetime import date", "date.today()"),
-    ("import time", "time.time()"),
-    ("from time import time_ns", "time_ns()"),
-    ("import time", "time.strftime('%H:%M')"),
-    ("import uuid", "uuid.uuid4().hex"),
-    ("from uuid import uuid1", "uuid1()"),
-    ("import random", "random.randint(1, 6)"),
-    ("import secrets", "secrets.token_hex(8)"),
-    ("import numpy as np", "np.random.rand()"),
-    ("import os", "os.getpid()"),
-    ("import socket", "socket.gethostname()"),
-    ("import platform", "platform.node()"),
-    ("from django.utils import timezone", "timezone.now()"),
-    ("import pandas as pd", "pd.Timestamp.now()"),
-])
+
+@pytest.mark.parametrize(
+    "imports,call",
+    [
+        ("import datetime", "datetime.datetime.now()"),
+        ("from datetime import datetime as dt", "dt.utcnow()"),
+        ("from datetime import date", "date.today()"),
+        ("import time", "time.time()"),
+        ("from time import time_ns", "time_ns()"),
+        ("import time", "time.strftime('%H:%M')"),
+        ("import uuid", "uuid.uuid4().hex"),
+        ("from uuid import uuid1", "uuid1()"),
+        ("import random", "random.randint(1, 6)"),
+        ("import secrets", "secrets.token_hex(8)"),
+        ("import numpy as np", "np.random.rand()"),
+        ("import os", "os.getpid()"),
+        ("import socket", "socket.gethostname()"),
+        ("import platform", "platform.node()"),
+        ("from django.utils import timezone", "timezone.now()"),
+        ("import pandas as pd", "pd.Timestamp.now()"),
+    ],
+)
 def test_volatile_sources_in_system_prompt(imports, call):
     src = f"""
     {imports}
@@ -54,12 +58,15 @@ def test_volatile_sources_in_system_prompt(imports, call):
     assert found(src) == [(4, "PC001")]
 
 
-@pytest.mark.parametrize("imports,call", [
-    ("import time", "time.strftime('%Y', FIXED)"),       # explicit time tuple
-    ("import uuid", "uuid.uuid5(uuid.NAMESPACE_DNS, 'x')"),  # name-based: deterministic
-    ("import random", "random.Random(42).choice(XS)"),    # seeded instance
-    ("from datetime import datetime", "datetime.fromtimestamp(0)"),
-])
+@pytest.mark.parametrize(
+    "imports,call",
+    [
+        ("import time", "time.strftime('%Y', FIXED)"),  # explicit time tuple
+        ("import uuid", "uuid.uuid5(uuid.NAMESPACE_DNS, 'x')"),  # name-based: deterministic
+        ("import random", "random.Random(42).choice(XS)"),  # seeded instance
+        ("from datetime import datetime", "datetime.fromtimestamp(0)"),
+    ],
+)
 def test_deterministic_lookalikes_are_not_volatile(imports, call):
     src = f"""
     {imports}
@@ -257,6 +264,7 @@ def test_extra_volatile_calls_from_config():
 
 # -- PC002 --------------------------------------------------------------------------------
 
+
 def test_json_dumps_rules():
     src = """
     import json
@@ -290,6 +298,7 @@ def test_json_dict_literal_with_runtime_mapping_value():
 
 
 # -- PC003 / PC006 ------------------------------------------------------------------------
+
 
 def test_set_iteration_forms():
     src = """
@@ -335,6 +344,7 @@ def test_dict_views_by_origin():
 
 # -- PC004 / PC007 ------------------------------------------------------------------------
 
+
 def test_dynamic_before_static_threshold():
     src = """
     import anthropic
@@ -378,6 +388,7 @@ def test_long_constant_after_per_request_value():
 
 # -- PC005 / PC008 ------------------------------------------------------------------------
 
+
 def _request(blocks: str, model: str = "claude-sonnet-4-5") -> str:
     return f"""
     from pathlib import Path
@@ -390,12 +401,18 @@ def _request(blocks: str, model: str = "claude-sonnet-4-5") -> str:
 
 
 def test_breakpoint_count_and_ttl_order():
-    five = "\n".join(['    {"type": "text", "text": LONG, "cache_control": {"type": "ephemeral"}},'] * 5)
+    five = "\n".join(
+        ['    {"type": "text", "text": LONG, "cache_control": {"type": "ephemeral"}},'] * 5
+    )
     assert found(_request(five)) == [(9, "PC005")]
-    four = "\n".join(['    {"type": "text", "text": LONG, "cache_control": {"type": "ephemeral"}},'] * 4)
+    four = "\n".join(
+        ['    {"type": "text", "text": LONG, "cache_control": {"type": "ephemeral"}},'] * 4
+    )
     assert found(_request(four)) == []
-    order = ('    {"type": "text", "text": LONG, "cache_control": {"type": "ephemeral", "ttl": "5m"}},\n'
-             '    {"type": "text", "text": LONG, "cache_control": {"type": "ephemeral", "ttl": "1h"}},')
+    order = (
+        '    {"type": "text", "text": LONG, "cache_control": {"type": "ephemeral", "ttl": "5m"}},\n'
+        '    {"type": "text", "text": LONG, "cache_control": {"type": "ephemeral", "ttl": "1h"}},'
+    )
     assert found(_request(order)) == [(6, "PC005")]
     bad = '    {"type": "text", "text": LONG, "cache_control": {"type": "persistent"}},'
     assert found(_request(bad)) == [(5, "PC005")]
@@ -403,10 +420,18 @@ def test_breakpoint_count_and_ttl_order():
 
 def test_breakpoint_below_minimum_depends_on_model_and_length():
     # 1,000 ASCII bytes -> at most 400 tokens at 2.5 bytes/token: below 1,024.
-    short = '    {"type": "text", "text": "' + "a" * 1000 + '", "cache_control": {"type": "ephemeral"}},'
+    short = (
+        '    {"type": "text", "text": "'
+        + "a" * 1000
+        + '", "cache_control": {"type": "ephemeral"}},'
+    )
     assert found(_request(short)) == [(5, "PC008")]
     # 3,000 bytes -> up to 1,200 tokens: may reach 1,024 on Sonnet 4.5, not 2,048 on Haiku 3.5.
-    mid = '    {"type": "text", "text": "' + "a" * 3000 + '", "cache_control": {"type": "ephemeral"}},'
+    mid = (
+        '    {"type": "text", "text": "'
+        + "a" * 3000
+        + '", "cache_control": {"type": "ephemeral"}},'
+    )
     assert found(_request(mid)) == []
     assert found(_request(mid, "claude-3-5-haiku-20241022")) == [(5, "PC008")]
     unknown = '    {"type": "text", "text": LONG, "cache_control": {"type": "ephemeral"}},'
@@ -414,6 +439,7 @@ def test_breakpoint_below_minimum_depends_on_model_and_length():
 
 
 # -- parse errors, noqa -------------------------------------------------------------------
+
 
 def test_parse_error_is_one_finding():
     out = lint_source("def f(:\n    pass\n", "bad.py")
@@ -458,18 +484,20 @@ def test_columns_are_characters_not_bytes():
     src = 'from datetime import datetime\nimport anthropic\nanthropic.Anthropic().messages.create(model="m", system=f"Zürich — {datetime.now()}", messages=[])\n'
     (f,) = lint_source(src, "t.py")
     line = src.splitlines()[2]
-    assert line[f.col - 1:].startswith("datetime.now()")
+    assert line[f.col - 1 :].startswith("datetime.now()")
 
 
 def test_linter_never_imports_torch_or_engine():
     import subprocess
     import sys
 
-    code = ("import sys, linters.cli, linters.runner, linters.fix, linters.payloads;"
-            "from linters.runner import lint_source;"
-            "lint_source(b'import anthropic\\nx = 1\\n', 'x.py');"
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'local_engine', 'triton')];"
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, linters.cli, linters.runner, linters.fix, linters.payloads;"
+        "from linters.runner import lint_source;"
+        "lint_source(b'import anthropic\\nx = 1\\n', 'x.py');"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'local_engine', 'triton')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
 

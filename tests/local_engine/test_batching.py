@@ -20,7 +20,11 @@ def test_several_requests_in_one_step_and_join_between_steps(engine):
     engine.add_request("cb-1", _ids(engine, "The quick brown fox"), p)
     engine.add_request("cb-2", _ids(engine, "Once upon a time"), p)
     outs = engine.step()
-    assert sorted(o.request_id for o in outs) == ["cb-0", "cb-1", "cb-2"]  # three prefills, one step
+    assert sorted(o.request_id for o in outs) == [
+        "cb-0",
+        "cb-1",
+        "cb-2",
+    ]  # three prefills, one step
     assert all(len(o.token_ids) == 1 for o in outs)
     outs = engine.step()
     assert sorted(o.request_id for o in outs) == ["cb-0", "cb-1", "cb-2"]  # three decodes, one step
@@ -38,8 +42,11 @@ def test_finished_request_frees_its_blocks_at_once(engine_factory):
     eng = engine_factory(enable_prefix_caching=False)
     kv = eng.kv_cache_manager
     eng.add_request("short", _ids(eng, "Hi " * 40), SamplingParams(temperature=0, max_tokens=1))
-    eng.add_request("long", _ids(eng, "Hello " * 20), SamplingParams(temperature=0, max_tokens=50,
-                                                                    ignore_eos=True))
+    eng.add_request(
+        "long",
+        _ids(eng, "Hello " * 20),
+        SamplingParams(temperature=0, max_tokens=50, ignore_eos=True),
+    )
     outs = {o.request_id: o for o in eng.step()}
     assert outs["short"].finished and not outs["long"].finished
     # only "long" holds blocks now: ceil(21 tokens computed+1 / 16) blocks
@@ -53,8 +60,10 @@ def test_finished_request_frees_its_blocks_at_once(engine_factory):
 
 def test_batched_equals_alone_greedy(engine):
     tok = engine.tokenizer
-    prompts = [_ids(engine, tok.apply_chat_template([{"role": "user", "content": q}]))
-               for q in ["Name a color.", "What is 2+2?", "Say hello in French."]]
+    prompts = [
+        _ids(engine, tok.apply_chat_template([{"role": "user", "content": q}]))
+        for q in ["Name a color.", "What is 2+2?", "Say hello in French."]
+    ]
     p = SamplingParams(temperature=0.0, max_tokens=16)
     alone = []
     for i, ids in enumerate(prompts):

@@ -27,14 +27,26 @@ def test_same_seed_same_text_alone_or_batched(engine):
     ids = chat_ids(engine, "Invent a name for a cat.")
     p = SamplingParams(temperature=1.0, top_p=0.95, seed=7, max_tokens=16)
     alone = run(engine, "seed-alone", ids, p)
-    engine.add_request("seed-noise-1", chat_ids(engine, "Count to five."), SamplingParams(temperature=1.0, max_tokens=20))
+    engine.add_request(
+        "seed-noise-1",
+        chat_ids(engine, "Count to five."),
+        SamplingParams(temperature=1.0, max_tokens=20),
+    )
     engine.add_request("seed-batched", ids, p)
-    engine.add_request("seed-noise-2", chat_ids(engine, "Name a fruit."), SamplingParams(temperature=1.0, max_tokens=20))
+    engine.add_request(
+        "seed-noise-2",
+        chat_ids(engine, "Name a fruit."),
+        SamplingParams(temperature=1.0, max_tokens=20),
+    )
     final, _ = run_to_completion(engine)
     assert final["seed-batched"].token_ids == alone.token_ids
     assert final["seed-batched"].text == alone.text
-    other = [run(engine, f"seed-{s}", ids, SamplingParams(temperature=1.0, seed=s, max_tokens=16)).token_ids
-             for s in (8, 9)]
+    other = [
+        run(
+            engine, f"seed-{s}", ids, SamplingParams(temperature=1.0, seed=s, max_tokens=16)
+        ).token_ids
+        for s in (8, 9)
+    ]
     assert len({tuple(alone.token_ids), *map(tuple, other)}) > 1
 
 
@@ -44,10 +56,12 @@ def test_stop_string_ends_generation_and_is_not_in_the_text(engine):
     words = [w for w in full.text.replace(",", " ").split() if len(w) > 3]
     assert len(words) >= 3, full.text
     stop = words[2]
-    cut = run(engine, "stop-cut", ids, SamplingParams(temperature=0, max_tokens=40, stop=[stop, "zzzz"]))
+    cut = run(
+        engine, "stop-cut", ids, SamplingParams(temperature=0, max_tokens=40, stop=[stop, "zzzz"])
+    )
     assert cut.outputs[0].finish_reason == "stop"
     assert cut.outputs[0].stop_reason == stop
-    assert cut.text == full.text[:full.text.index(stop)]
+    assert cut.text == full.text[: full.text.index(stop)]
     assert stop not in cut.text
 
 
@@ -59,11 +73,21 @@ def test_the_earliest_stop_string_in_the_text_wins_whatever_the_list_order(engin
     i+2 arrives; the old rule (first in the list) cut at i+1 when ``late`` was listed first."""
     ids = chat_ids(engine, "Write one sentence about the sea.")
     full = run(engine, "early-full", ids, SamplingParams(temperature=0, max_tokens=30)).text
-    i = next(k for k in range(1, len(full) - 3)
-             if full[k:k + 3].isalpha() and full.find(full[k:k + 3]) == k and full.find(full[k + 1:k + 3]) == k + 1)
-    early, late = full[i:i + 3], full[i + 1:i + 3]
+    i = next(
+        k
+        for k in range(1, len(full) - 3)
+        if full[k : k + 3].isalpha()
+        and full.find(full[k : k + 3]) == k
+        and full.find(full[k + 1 : k + 3]) == k + 1
+    )
+    early, late = full[i : i + 3], full[i + 1 : i + 3]
     for stops in ([late, early], [early, late]):
-        out = run(engine, f"early-{stops[0]}", ids, SamplingParams(temperature=0, max_tokens=30, stop=stops))
+        out = run(
+            engine,
+            f"early-{stops[0]}",
+            ids,
+            SamplingParams(temperature=0, max_tokens=30, stop=stops),
+        )
         assert out.text == full[:i], (stops, full, out.text)
         assert out.outputs[0].stop_reason == early
 
@@ -75,24 +99,27 @@ def test_stop_string_spanning_tokens_and_streamed_text(engine):
     a step."""
     tok = engine.tokenizer
     ids = chat_ids(engine, "Describe a sunrise over the sea in two sentences.")
-    full = run(engine, "span-full", ids, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
+    full = run(
+        engine, "span-full", ids, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+    )
     pieces = [tok.decode(full.token_ids[:k]) for k in range(len(full.token_ids) + 1)]
     # token k's text is pieces[k + 1][len(pieces[k]):]; start 1 character into token 3's
     # text and end 1 character into the first later token, so the stop spans >= 2 tokens
     start = len(pieces[3]) + 1
     k = next(k for k in range(4, len(pieces) - 1) if len(pieces[k]) > start + 1)
-    stop = full.text[start:len(pieces[k]) + 1]
+    stop = full.text[start : len(pieces[k]) + 1]
     assert len(pieces[4]) > start and not stop.isspace()
     first = full.text.index(stop)
-    engine.add_request("span-cut", ids, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True,
-                                                       stop=stop))
+    engine.add_request(
+        "span-cut", ids, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True, stop=stop)
+    )
     seen = []
     while engine.has_unfinished_requests():
         seen += [o for o in engine.step() if o.request_id == "span-cut"]
     final = seen[-1]
     assert final.outputs[0].finish_reason == "stop" and final.outputs[0].stop_reason == stop
     assert final.text == full.text[:first]
-    assert final.token_ids == full.token_ids[:len(final.token_ids)]
+    assert final.token_ids == full.token_ids[: len(final.token_ids)]
     for prev, cur in zip(seen, seen[1:]):
         assert final.text.startswith(prev.text) and cur.text.startswith(prev.text)
         assert len(cur.token_ids) == len(prev.token_ids) + 1
@@ -101,15 +128,30 @@ def test_stop_string_spanning_tokens_and_streamed_text(engine):
 
 def test_stop_token_ids_and_max_tokens(engine):
     ids = chat_ids(engine, "Write one sentence about rivers.")
-    full = run(engine, "stoptok-full", ids, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))
+    full = run(
+        engine, "stoptok-full", ids, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    )
     assert full.outputs[0].finish_reason == "length" and len(full.token_ids) == 20
     target = full.token_ids[5]
     first = full.token_ids.index(target)
-    cut = run(engine, "stoptok-cut", ids, SamplingParams(temperature=0, max_tokens=20, stop_token_ids=[target]))
-    assert cut.token_ids == full.token_ids[:first + 1]
+    cut = run(
+        engine,
+        "stoptok-cut",
+        ids,
+        SamplingParams(temperature=0, max_tokens=20, stop_token_ids=[target]),
+    )
+    assert cut.token_ids == full.token_ids[: first + 1]
     assert cut.outputs[0].finish_reason == "stop" and cut.outputs[0].stop_reason == target
-    eos = run(engine, "eos", chat_ids(engine, "Say just: yes"), SamplingParams(temperature=0, max_tokens=30))
-    assert eos.outputs[0].finish_reason == "stop" and eos.token_ids[-1] in engine.tokenizer.stop_token_ids
+    eos = run(
+        engine,
+        "eos",
+        chat_ids(engine, "Say just: yes"),
+        SamplingParams(temperature=0, max_tokens=30),
+    )
+    assert (
+        eos.outputs[0].finish_reason == "stop"
+        and eos.token_ids[-1] in engine.tokenizer.stop_token_ids
+    )
     assert "<|im_end|>" not in eos.text
 
 
@@ -125,15 +167,21 @@ def test_logprobs_match_teacher_forcing(engine):
         assert d[tok] == pytest.approx(row[tok].item(), abs=1e-4)
         top3 = row.topk(3).indices.tolist()
         assert set(top3) <= set(d)
-    assert c.cumulative_logprob == pytest.approx(sum(d[t] for t, d in zip(c.token_ids, c.logprobs)), abs=1e-4)
+    assert c.cumulative_logprob == pytest.approx(
+        sum(d[t] for t, d in zip(c.token_ids, c.logprobs)), abs=1e-4
+    )
 
 
 def test_n_samples_share_the_prompt_copy_on_write(engine):
     kv = engine.kv_cache_manager
     ids = chat_ids(engine, "Give me a random word.")
     assert len(ids) % 16 != 0  # the prompt's last block is partial: forked samples share it
-    out = run(engine, "n3", ids, SamplingParams(temperature=1.0, seed=11, n=3, max_tokens=10,
-                                                   ignore_eos=True, logprobs=0))
+    out = run(
+        engine,
+        "n3",
+        ids,
+        SamplingParams(temperature=1.0, seed=11, n=3, max_tokens=10, ignore_eos=True, logprobs=0),
+    )
     assert [c.index for c in out.outputs] == [0, 1, 2]
     assert all(c.finish_reason == "length" and len(c.token_ids) == 10 for c in out.outputs)
     assert len({tuple(c.token_ids) for c in out.outputs}) > 1
@@ -160,7 +208,7 @@ def test_refusals_name_the_lengths(engine_factory):
     with pytest.raises(EngineError, match="empty"):
         eng.add_request("empty", [], SamplingParams())
     with pytest.raises(EngineError, match="out of range"):
-        eng.add_request("bad", [1, 10 ** 9], SamplingParams())
+        eng.add_request("bad", [1, 10**9], SamplingParams())
     eng.add_request("ok", [1, 2, 3], SamplingParams(max_tokens=200, ignore_eos=True))
     with pytest.raises(EngineError, match="already in use"):
         eng.add_request("ok", [1, 2, 3], SamplingParams())
@@ -173,8 +221,12 @@ def test_refusals_name_the_lengths(engine_factory):
 def test_abort_mid_flight_returns_kv_to_idle(engine):
     kv = engine.kv_cache_manager
     idle = kv.num_free_blocks
-    engine.add_request("ab-1", chat_ids(engine, "Tell me a long story."), SamplingParams(max_tokens=100))
-    engine.add_request("ab-2", chat_ids(engine, "Another long story."), SamplingParams(max_tokens=100, n=2))
+    engine.add_request(
+        "ab-1", chat_ids(engine, "Tell me a long story."), SamplingParams(max_tokens=100)
+    )
+    engine.add_request(
+        "ab-2", chat_ids(engine, "Another long story."), SamplingParams(max_tokens=100, n=2)
+    )
     engine.step()
     engine.step()
     assert kv.num_free_blocks < idle
@@ -207,8 +259,15 @@ def test_preemption_gives_the_same_outputs(engine, engine_factory, swap_space):
     # 10 blocks = 160 token slots; swap: 64 CPU blocks of 737,280 B (30 layers x 2 x 16 tokens
     # x 3 KV heads x 64 x 4 B)
     tight = engine_factory(num_kv_blocks=10, debug_checks=True, swap_space=swap_space)
-    prompts = [chat_ids(engine, q) for q in ["Describe a sunset.", "Describe a forest.",
-                                             "Describe the ocean.", "Describe a city."]]
+    prompts = [
+        chat_ids(engine, q)
+        for q in [
+            "Describe a sunset.",
+            "Describe a forest.",
+            "Describe the ocean.",
+            "Describe a city.",
+        ]
+    ]
     p = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     for i, ids in enumerate(prompts):
         tight.add_request(f"pre-{i}", ids, p)
@@ -225,8 +284,10 @@ def test_preemption_gives_the_same_outputs(engine, engine_factory, swap_space):
 def test_lru_eviction_loses_the_least_recently_used_prefix(engine_factory):
     eng = engine_factory(num_kv_blocks=12, debug_checks=True)
     tok = eng.tokenizer
-    prefixes = {name: tok.encode(f"Document {name}: " + f"{name} facts. " * 30)[:48]
-                for name in ("alpha", "beta", "gamma")}
+    prefixes = {
+        name: tok.encode(f"Document {name}: " + f"{name} facts. " * 30)[:48]
+        for name in ("alpha", "beta", "gamma")
+    }
     p = SamplingParams(temperature=0, max_tokens=1)
     # each request is 49 prompt tokens = 4 blocks; its 3 full blocks stay cached after it ends:
     # 9 cached-free blocks + 3 plain free ones
@@ -238,8 +299,10 @@ def test_lru_eviction_loses_the_least_recently_used_prefix(engine_factory):
     # ones plus 2 evicted, beta's, tail first (its blocks 2 and 1)
     run(eng, "cold", tok.encode("Unrelated text " * 40)[:64] + [15], p)
     assert eng.kv_cache_manager.pool.num_evictions == 2
-    hits = {name: run(eng, f"probe-{name}", prefixes[name] + [16], p).num_cached_tokens
-            for name in ("gamma", "alpha", "beta")}
+    hits = {
+        name: run(eng, f"probe-{name}", prefixes[name] + [16], p).num_cached_tokens
+        for name in ("gamma", "alpha", "beta")
+    }
     assert hits == {"gamma": 48, "alpha": 48, "beta": 16}
 
 

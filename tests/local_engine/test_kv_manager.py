@@ -34,7 +34,9 @@ def test_chain_hash_depends_on_parent_tokens_and_salt():
     assert len(a) == 32
     assert a != hash_block_tokens(None, list(range(1, 17)))
     assert hash_block_tokens(a, [5] * 16) != hash_block_tokens(None, [5] * 16)
-    assert hash_block_tokens(None, [5] * 16, ("salt", "x")) != hash_block_tokens(None, [5] * 16, ("salt", "y"))
+    assert hash_block_tokens(None, [5] * 16, ("salt", "x")) != hash_block_tokens(
+        None, [5] * 16, ("salt", "y")
+    )
 
 
 def test_prefix_hit_rounds_down_to_blocks_and_shares_blocks():
@@ -184,7 +186,10 @@ def test_a_block_declined_for_a_duplicate_hash_is_registered_once_the_hash_is_fr
         s.num_computed_tokens = len(prompt)
     kv.cache_computed_blocks(a)
     kv.cache_computed_blocks(b)
-    hashed = lambda sid: [kv.pool.blocks[i].block_hash is not None for i in kv.block_ids(sid)]
+
+    def hashed(sid):
+        return [kv.pool.blocks[i].block_hash is not None for i in kv.block_ids(sid)]
+
     assert hashed("a") == [True, True, False] and hashed("b") == [False, False, False]
     kv.check_invariants()
     kv.free(a)
@@ -254,6 +259,8 @@ def test_block_table_rows_grow_in_rows_and_columns_and_reuse_released_rows():
     arr = rows.gather(ids)
     width = max(len(v) for v in want.values())
     assert arr.shape == (len(ids), width) == (len(want) + 1, 7)
-    assert arr.tolist() == [want[s] + [0] * (width - len(want[s])) for s in sorted(want)] + [[0] * width]
+    assert arr.tolist() == [want[s] + [0] * (width - len(want[s])) for s in sorted(want)] + [
+        [0] * width
+    ]
     assert all(rows.ids(s) == want[s] for s in want) and rows.ids("s0") == []
     assert len(set(rows.row_of.values())) == len(want) and 0 not in rows.row_of.values()

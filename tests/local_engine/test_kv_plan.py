@@ -6,13 +6,12 @@ import json
 
 import pytest
 
-from local_engine import kv_plan
 from local_engine.kv_plan import PRESETS, PlanError, count_parameters, parse_bytes, plan
 
 
 def test_llama3_8b_hand_computed():
     cfg, _ = PRESETS["llama-3-8b"]
-    p = plan(cfg, context=4096, batch=32, kv_dtype="bf16", memory=80 * 2 ** 30)
+    p = plan(cfg, context=4096, batch=32, kv_dtype="bf16", memory=80 * 2**30)
     # 2 (K,V) x 32 layers x 8 KV heads x 128 head_dim x 2 bytes = 131,072 B per token
     assert p.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2 == 131_072
     # 4096 tokens = 256 blocks of 16 -> 4096 x 131,072 = 536,870,912 B (512 MiB)
@@ -45,7 +44,9 @@ def test_llama3_70b_fp8_context_rounds_up_to_blocks():
 
 def test_smollm2_and_qwen_and_mistral_per_token():
     # SmolLM2-135M: 2 x 30 x 3 x 64 x 4 (fp32) = 46,080 B
-    assert plan(PRESETS["smollm2-135m"][0], context=16, kv_dtype="fp32").kv_bytes_per_token == 46_080
+    assert (
+        plan(PRESETS["smollm2-135m"][0], context=16, kv_dtype="fp32").kv_bytes_per_token == 46_080
+    )
     # Qwen2.5-7B: 2 x 28 x 4 x 128 x 2 = 57,344 B
     assert plan(PRESETS["qwen2.5-7b"][0], context=16).kv_bytes_per_token == 57_344
     # Mistral 7B: 2 x 32 x 8 x 128 x 2 = 131,072 B
@@ -65,13 +66,21 @@ def test_smollm2_parameter_count_matches_the_gguf_file(gguf_path):
 
 
 def test_weights_larger_than_memory_fit_nothing():
-    p = plan(PRESETS["llama-3-70b"][0], context=4096, batch=1, memory=80 * 2 ** 30)
+    p = plan(PRESETS["llama-3-70b"][0], context=4096, batch=1, memory=80 * 2**30)
     assert p.memory_after_weights < 0 and p.kv_blocks == 0 and p.max_requests == 0
     assert not p.batch_fits
 
 
-@pytest.mark.parametrize("text,expected", [("80GiB", 80 * 2 ** 30), ("24GB", 24 * 10 ** 9),
-                                            ("1.5 MiB", 1_572_864), ("1024", 1024), ("2kb", 2000)])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("80GiB", 80 * 2**30),
+        ("24GB", 24 * 10**9),
+        ("1.5 MiB", 1_572_864),
+        ("1024", 1024),
+        ("2kb", 2000),
+    ],
+)
 def test_parse_bytes(text, expected):
     assert parse_bytes(text) == expected
 
@@ -84,21 +93,59 @@ def test_parse_bytes_rejects_garbage():
 def test_cli_json_and_errors(capsys, gguf_path, tmp_path):
     from promptcache.cli import main
 
-    assert main(["kv-plan", "--model", "llama3-8b", "--context", "4096", "--batch", "32",
-                 "--memory", "80GiB", "--json"]) == 0
+    assert (
+        main(
+            [
+                "kv-plan",
+                "--model",
+                "llama3-8b",
+                "--context",
+                "4096",
+                "--batch",
+                "32",
+                "--memory",
+                "80GiB",
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["max_requests"] == 130 and data["kv_bytes_per_token"] == 131_072
 
     # a GGUF file: numbers from its metadata, weights at their stored (quantized) size
-    assert main(["kv-plan", "--model", str(gguf_path), "--context", "2048", "--kv-dtype", "fp32",
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "kv-plan",
+                "--model",
+                str(gguf_path),
+                "--context",
+                "2048",
+                "--kv-dtype",
+                "fp32",
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["kv_bytes_per_token"] == 46_080 and data["weight_bytes"] < 134_515_008
 
     # an HF config.json
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "num_hidden_layers": 3, "intermediate_size": 128, "vocab_size": 100}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "num_hidden_layers": 3,
+                "intermediate_size": 128,
+                "vocab_size": 100,
+            }
+        )
+    )
     assert main(["kv-plan", "--model", str(tmp_path), "--context", "32", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["kv_bytes_per_token"] == 2 * 3 * 2 * 16 * 2  # head_dim 64/4 = 16

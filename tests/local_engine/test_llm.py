@@ -18,7 +18,10 @@ def test_generate_text_and_token_prompts_in_order(llm, engine):
     outs = llm.generate(texts, p)
     assert [o.prompt for o in outs] == texts
     assert [o.prompt_token_ids for o in outs] == [engine.tokenizer.encode(t) for t in texts]
-    assert all(o.finished and len(o.token_ids) == 8 and o.outputs[0].finish_reason == "length" for o in outs)
+    assert all(
+        o.finished and len(o.token_ids) == 8 and o.outputs[0].finish_reason == "length"
+        for o in outs
+    )
     assert outs[0].text == engine.tokenizer.decode(outs[0].token_ids)
     again = llm.generate(engine.tokenizer.encode(texts[1]), p)  # one token-id prompt
     assert len(again) == 1 and again[0].token_ids == outs[1].token_ids

@@ -26,19 +26,41 @@ def hf_folder(tmp_path_factory, gguf_path):
     cfg = loaded.config
     d = tmp_path_factory.mktemp("hf_folder")
     save_file({k: v.contiguous() for k, v in loaded.weights.items()}, str(d / "model.safetensors"))
-    (d / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
-        "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
-        "num_key_value_heads": cfg.num_kv_heads, "vocab_size": cfg.vocab_size,
-        "rms_norm_eps": cfg.rms_norm_eps, "rope_theta": cfg.rope_theta,
-        "max_position_embeddings": cfg.max_position_embeddings, "tie_word_embeddings": True,
-        "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}))
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": cfg.hidden_size,
+                "intermediate_size": cfg.intermediate_size,
+                "num_hidden_layers": cfg.num_layers,
+                "num_attention_heads": cfg.num_heads,
+                "num_key_value_heads": cfg.num_kv_heads,
+                "vocab_size": cfg.vocab_size,
+                "rms_norm_eps": cfg.rms_norm_eps,
+                "rope_theta": cfg.rope_theta,
+                "max_position_embeddings": cfg.max_position_embeddings,
+                "tie_word_embeddings": True,
+                "hidden_act": "silu",
+                "bos_token_id": 1,
+                "eos_token_id": 2,
+                "torch_dtype": "float32",
+            }
+        )
+    )
     tok = Tokenizer(loaded.tokenizer)
     (d / "tokenizer.json").write_text(tok._tok.to_str())
-    (d / "tokenizer_config.json").write_text(json.dumps({
-        "chat_template": loaded.tokenizer.chat_template, "eos_token": "<|im_end|>",
-        "bos_token": "<|im_start|>", "pad_token": "<|im_end|>", "add_bos_token": False}))
+    (d / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "chat_template": loaded.tokenizer.chat_template,
+                "eos_token": "<|im_end|>",
+                "bos_token": "<|im_start|>",
+                "pad_token": "<|im_end|>",
+                "add_bos_token": False,
+            }
+        )
+    )
     return d
 
 
@@ -53,11 +75,14 @@ def test_hf_folder_matches_transformers_and_the_gguf_engine(hf_folder, engine, e
     tok = eng.tokenizer
     assert tok.eos_token_id == 2 and 2 in tok.stop_token_ids
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": "Name three rivers."}]))
-    assert ids == engine.tokenizer.encode(engine.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Name three rivers."}]))
+    assert ids == engine.tokenizer.encode(
+        engine.tokenizer.apply_chat_template([{"role": "user", "content": "Name three rivers."}])
+    )
     ours = all_position_logits(eng, ids)
     assert torch.equal(ours, all_position_logits(engine, ids))  # same weights, same numbers
-    ref_model = transformers.AutoModelForCausalLM.from_pretrained(str(hf_folder), dtype=torch.float32).eval()
+    ref_model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(hf_folder), dtype=torch.float32
+    ).eval()
     with torch.no_grad():
         ref = ref_model(torch.tensor([ids])).logits[0]
     err = ((ours - ref).abs().max() / ref.abs().max()).item()
@@ -68,7 +93,11 @@ def test_reverse_permute_inverts_llama_cpp_permute():
     # llama.cpp convert_hf_to_gguf.py: w.reshape(n_head, 2, dim // n_head // 2, *rest)
     #                                     .swapaxes(1, 2).reshape(w.shape)
     n_head, head_dim, cols = 3, 8, 5
-    w = torch.arange(n_head * head_dim * cols, dtype=torch.float32).reshape(n_head * head_dim, cols).numpy()
+    w = (
+        torch.arange(n_head * head_dim * cols, dtype=torch.float32)
+        .reshape(n_head * head_dim, cols)
+        .numpy()
+    )
     permuted = w.reshape(n_head, 2, head_dim // 2, cols).swapaxes(1, 2).reshape(w.shape)
     assert (reverse_rotary_permute(permuted, n_head) == w).all()
 

@@ -82,8 +82,14 @@ def _rel_err(ours, ref):
 def test_logits_match_transformers(engine, hf_model, chunks):
     tok = engine.tokenizer
     text = tok.apply_chat_template(
-        [{"role": "system", "content": "You are terse."},
-         {"role": "user", "content": "Compare Rust and Go for a CLI tool; give 3 bullet points. ✓"}])
+        [
+            {"role": "system", "content": "You are terse."},
+            {
+                "role": "user",
+                "content": "Compare Rust and Go for a CLI tool; give 3 bullet points. ✓",
+            },
+        ]
+    )
     ids = tok.encode(text)
     if chunks is None:
         chunks = (len(ids),)
@@ -101,8 +107,11 @@ def test_logits_match_transformers(engine, hf_model, chunks):
 def test_greedy_32_tokens_match_transformers(engine, hf_model, group):
     tok = engine.tokenizer
     params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
-    prompts = {i: tok.encode(tok.apply_chat_template([{"role": "user", "content": p}]))
-               for i, p in enumerate(PROMPTS) if i // 4 == group}
+    prompts = {
+        i: tok.encode(tok.apply_chat_template([{"role": "user", "content": p}]))
+        for i, p in enumerate(PROMPTS)
+        if i // 4 == group
+    }
     for i, ids in prompts.items():
         engine.add_request(f"greedy-{i}", ids, params)
     final, _ = run_to_completion(engine)
@@ -123,5 +132,7 @@ def test_greedy_32_tokens_match_transformers(engine, hf_model, group):
         )
         near_ties.append((i, k, gap))
     if near_ties:
-        warnings.warn(f"greedy divergences at near-ties (prompt, step, top-2 gap): {near_ties}")
+        warnings.warn(
+            f"greedy divergences at near-ties (prompt, step, top-2 gap): {near_ties}", stacklevel=1
+        )
     assert engine.kv_cache_manager.num_free_blocks == engine.kv_cache_manager.num_blocks

@@ -28,8 +28,12 @@ def test_num_cached_tokens_is_shared_length_rounded_down(engine, shared):
     engine.kv_cache_manager.reset_prefix_cache()
     base = _prompt(engine, 140, f"The committee met on day {shared} to discuss budgets")
     first = list(base)
-    second = list(base[:shared]) + [t + 1 for t in base[shared:shared + 40]]  # differs from `shared` on
-    assert first[:shared] == second[:shared] and (shared == len(first) or first[shared] != second[shared])
+    second = list(base[:shared]) + [
+        t + 1 for t in base[shared : shared + 40]
+    ]  # differs from `shared` on
+    assert first[:shared] == second[:shared] and (
+        shared == len(first) or first[shared] != second[shared]
+    )
     a = _run_one(engine, f"pc-a-{shared}", first)
     b = _run_one(engine, f"pc-b-{shared}", second)
     assert a.num_cached_tokens == 0
@@ -54,10 +58,16 @@ def test_outputs_identical_with_and_without_prefix_caching(engine, engine_factor
     engine.kv_cache_manager.reset_prefix_cache()
     tok = engine.tokenizer
     system = {"role": "system", "content": "You are a concise assistant for a bike shop. " * 12}
-    questions = ["Do you repair e-bikes?", "What are your opening hours?", "Can I rent a tandem?",
-                 "How much is a tune-up?"]
-    prompts = [tok.encode(tok.apply_chat_template([system, {"role": "user", "content": q}]))
-               for q in questions]
+    questions = [
+        "Do you repair e-bikes?",
+        "What are your opening hours?",
+        "Can I rent a tandem?",
+        "How much is a tune-up?",
+    ]
+    prompts = [
+        tok.encode(tok.apply_chat_template([system, {"role": "user", "content": q}]))
+        for q in questions
+    ]
     params = SamplingParams(temperature=0.0, max_tokens=10)
     with_cache, without = [], []
     for i, ids in enumerate(prompts):  # one after another so later ones hit the cache

@@ -22,10 +22,19 @@ BS = 16
 
 
 def make_runner(device="cpu"):
-    mc = ModelConfig(name="tiny", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                     head_dim=16, intermediate_size=64, vocab_size=1000)
-    cfg = EngineConfig(device=device, dtype="float32", block_size=BS, num_threads=1,
-                       enforce_eager=True)
+    mc = ModelConfig(
+        name="tiny",
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=16,
+        intermediate_size=64,
+        vocab_size=1000,
+    )
+    cfg = EngineConfig(
+        device=device, dtype="float32", block_size=BS, num_threads=1, enforce_eager=True
+    )
     r = ModelRunner(cfg, mc, None, 512)
     r.allocate_kv_cache(64)
     return r
@@ -65,10 +74,15 @@ def check(batch, exp, decode):
     assert batch.sample_rows == exp["rows"]
     assert m.block_tables.tolist() == exp["bt"]
     assert batch.is_decode == decode
-    for t, dtype in ((batch.input_ids, torch.int64), (batch.positions, torch.int64),
-                     (m.slot_mapping, torch.int64), (m.logits_indices, torch.int64),
-                     (m.block_tables, torch.int32), (m.cu_seqlens_q, torch.int32),
-                     (m.seq_lens, torch.int32)):
+    for t, dtype in (
+        (batch.input_ids, torch.int64),
+        (batch.positions, torch.int64),
+        (m.slot_mapping, torch.int64),
+        (m.logits_indices, torch.int64),
+        (m.block_tables, torch.int32),
+        (m.cu_seqlens_q, torch.int32),
+        (m.seq_lens, torch.int32),
+    ):
         assert t.dtype == dtype and t.is_contiguous()
         assert t.data_ptr() % 16 == 0  # kernels specialise on 16-byte aligned pointers
 
@@ -79,13 +93,16 @@ def schedules(budget, chunked, seed):
     decodes, finishing), the tokens sampled at random."""
     rng = random.Random(seed)
     kv = KVCacheManager(64, BS, enable_caching=True)
-    sched = Scheduler(kv, max_num_seqs=6, max_num_batched_tokens=budget,
-                      enable_chunked_prefill=chunked)
+    sched = Scheduler(
+        kv, max_num_seqs=6, max_num_batched_tokens=budget, enable_chunked_prefill=chunked
+    )
     shared = [rng.randrange(1000) for _ in range(40)]  # prefix-cache hits for some requests
     n_added = 0
     for _ in range(120):
         if n_added < 14 and rng.random() < 0.3:
-            prompt = (shared if rng.random() < 0.5 else []) + [rng.randrange(1000) for _ in range(rng.randrange(1, 60))]
+            prompt = (shared if rng.random() < 0.5 else []) + [
+                rng.randrange(1000) for _ in range(rng.randrange(1, 60))
+            ]
             seq = Sequence(f"s{n_added}", f"s{n_added}", 0, prompt, SamplingParams())
             seq.max_total_len = len(prompt) + rng.randrange(1, 30)
             sched.add(seq)
@@ -120,7 +137,9 @@ def test_prepare_matches_the_per_token_definition(runner, budget, chunked):
     assert kinds == {True, False}  # both the decode-only and the mixed path were exercised
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the pinned-buffer copy)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device (the pinned-buffer copy)"
+)
 def test_prepare_on_cuda_matches_the_definition_step_after_step():
     """On CUDA the inputs go through one reused pinned host buffer and one non-blocking copy:
     each step's tensors, read back after the next step was prepared (its copy waits for the
@@ -162,7 +181,10 @@ def test_prepare_after_a_copy_on_write_fork(runner):
     lists = [kv.block_ids("p"), kv.block_ids("p#1")]
     assert lists[0][0] == lists[1][0] and lists[0][1] != lists[1][1]
     exp = expected(out, lists)
-    assert exp["slots"] == [lists[0][1] * BS + 4, lists[1][1] * BS + 4]  # token 20: block 1, offset 4
+    assert exp["slots"] == [
+        lists[0][1] * BS + 4,
+        lists[1][1] * BS + 4,
+    ]  # token 20: block 1, offset 4
     check(runner.prepare(out, kv.block_table_array(["p", "p#1"])), exp, True)
     kv.check_invariants()
 

@@ -32,8 +32,11 @@ def assert_freqs(freqs, expected):
 
 
 def test_greedy_is_argmax():
-    out = Sampler(0)(torch.tensor([[0.1, 3.0, 2.9], [5.0, -1.0, 0.0]]),
-                     [SamplingParams(temperature=0)] * 2, [None, None])
+    out = Sampler(0)(
+        torch.tensor([[0.1, 3.0, 2.9], [5.0, -1.0, 0.0]]),
+        [SamplingParams(temperature=0)] * 2,
+        [None, None],
+    )
     assert out.token_ids == [1, 0]
 
 
@@ -43,7 +46,10 @@ def test_plain_sampling_follows_softmax():
 
 def test_temperature_half_squares_the_probabilities():
     # p_i^(1/0.5) renormalized: [0.25, 0.09, 0.0225, 0.0025] / 0.365
-    assert_freqs(draw(SamplingParams(temperature=0.5)), [0.25 / 0.365, 0.09 / 0.365, 0.0225 / 0.365, 0.0025 / 0.365])
+    assert_freqs(
+        draw(SamplingParams(temperature=0.5)),
+        [0.25 / 0.365, 0.09 / 0.365, 0.0225 / 0.365, 0.0025 / 0.365],
+    )
 
 
 def test_top_k_two():
@@ -51,11 +57,14 @@ def test_top_k_two():
     assert_freqs(draw(SamplingParams(top_k=2)), [0.625, 0.375, 0.0, 0.0])
 
 
-@pytest.mark.parametrize("top_p,expected", [
-    (0.7, [0.625, 0.375, 0.0, 0.0]),            # mass before token 2 is 0.8 >= 0.7: cut
-    (0.85, [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0.0]),  # mass before token 3 is 0.95: cut
-    (0.4, [1.0, 0.0, 0.0, 0.0]),                # the best token is always kept
-])
+@pytest.mark.parametrize(
+    "top_p,expected",
+    [
+        (0.7, [0.625, 0.375, 0.0, 0.0]),  # mass before token 2 is 0.8 >= 0.7: cut
+        (0.85, [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0.0]),  # mass before token 3 is 0.95: cut
+        (0.4, [1.0, 0.0, 0.0, 0.0]),  # the best token is always kept
+    ],
+)
 def test_top_p(top_p, expected):
     assert_freqs(draw(SamplingParams(top_p=top_p)), expected)
 
@@ -72,8 +81,12 @@ def test_seeded_rows_are_reproducible_and_independent_of_the_batch():
     g = make_generator(1234, 0)
     other = SamplingParams(temperature=1.0)
     sampler = Sampler(99)
-    draws_batched = [sampler(torch.stack([LOGITS, LOGITS, LOGITS]), [other, p, other],
-                             [None, g, None]).token_ids[1] for _ in range(20)]
+    draws_batched = [
+        sampler(
+            torch.stack([LOGITS, LOGITS, LOGITS]), [other, p, other], [None, g, None]
+        ).token_ids[1]
+        for _ in range(20)
+    ]
     assert draws_alone == draws_batched
     assert len(set(draws_alone)) > 1  # it does sample
     g2 = make_generator(1234, 1)  # sample 1 of the same request draws differently
@@ -92,11 +105,19 @@ def test_logprobs_are_log_softmax_of_the_raw_logits():
     assert out.sampled_logprob[0] == pytest.approx(ref[0].item(), abs=1e-6)
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    ({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"), ({"top_k": -5}, "top_k"),
-    ({"max_tokens": 0}, "max_tokens"), ({"n": 0}, "n"), ({"logprobs": 50}, "logprobs"),
-    ({"stop": [3]}, "stop"), ({"seed": "x"}, "seed"),
-])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"top_k": -5}, "top_k"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"n": 0}, "n"),
+        ({"logprobs": 50}, "logprobs"),
+        ({"stop": [3]}, "stop"),
+        ({"seed": "x"}, "seed"),
+    ],
+)
 def test_bad_params_name_the_field(kwargs, field):
     with pytest.raises(EngineError, match=field):
         SamplingParams(**kwargs)

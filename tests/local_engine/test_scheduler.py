@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +19,9 @@ BS = 16
 
 
 class Driver:
-    def __init__(self, num_blocks=64, max_num_seqs=8, budget=64, chunked=True, caching=True, cpu_blocks=0):
+    def __init__(
+        self, num_blocks=64, max_num_seqs=8, budget=64, chunked=True, caching=True, cpu_blocks=0
+    ):
         self.kv = KVCacheManager(num_blocks, BS, caching, cpu_blocks)
         self.sched = Scheduler(self.kv, max_num_seqs, budget, chunked)
         self.rng = random.Random(0)
@@ -58,7 +59,7 @@ class Driver:
 
 def test_token_budget_and_chunked_prefill_do_not_stall_decodes():
     d = Driver(budget=32)
-    a = d.add("a", range(10), max_new=20)
+    d.add("a", range(10), max_new=20)
     d.step()  # a prefilled
     long = d.add("long", range(100, 200), max_new=2)  # 100-token prompt
     out = d.step()
@@ -78,7 +79,9 @@ def test_without_chunking_a_prompt_waits_for_a_step_with_room():
     d.add("a", range(20))
     d.add("b", range(100, 120))
     out = d.step()
-    assert [(s.seq.seq_id, s.num_new_tokens) for s in out.scheduled] == [("a", 20)]  # b: 20 > 12 left
+    assert [(s.seq.seq_id, s.num_new_tokens) for s in out.scheduled] == [
+        ("a", 20)
+    ]  # b: 20 > 12 left
     out = d.step()
     assert [(s.seq.seq_id, s.num_new_tokens) for s in out.scheduled] == [("a", 1), ("b", 20)]
     assert d.sched.max_sequence_tokens == 32  # longer prompts are refused at the door
@@ -95,7 +98,7 @@ def test_max_num_seqs():
 
 def test_fcfs_and_no_starvation():
     d = Driver(num_blocks=12, max_num_seqs=4, budget=64)
-    seqs = [d.add(f"r{i}", range(i * 100, i * 100 + 40), max_new=8) for i in range(6)]
+    [d.add(f"r{i}", range(i * 100, i * 100 + 40), max_new=8) for i in range(6)]
     first_scheduled = {}
     for step in range(200):
         out = d.step()
@@ -113,9 +116,9 @@ def test_fcfs_and_no_starvation():
 def test_prefix_aware_holding_back():
     d = Driver(budget=80)
     shared = list(range(1000, 1064))  # 4 blocks
-    a = d.add("a", shared + [1, 2, 3])
+    d.add("a", shared + [1, 2, 3])
     b = d.add("b", shared + [4, 5, 6])
-    c = d.add("c", range(5000, 5010))  # unrelated: not blocked by b being held back
+    d.add("c", range(5000, 5010))  # unrelated: not blocked by b being held back
     out = d.step()
     assert [(s.seq.seq_id, s.num_new_tokens) for s in out.scheduled] == [("a", 67), ("c", 10)]
     assert b.status == SequenceStatus.WAITING
@@ -160,8 +163,8 @@ def test_preemption_by_recompute_newest_first_and_resume():
 
 def test_preemption_swaps_to_cpu_when_there_is_room():
     d = Driver(num_blocks=6, max_num_seqs=4, budget=256, cpu_blocks=8)
-    a = d.add("a", range(30), max_new=40)
-    b = d.add("b", range(100, 130), max_new=40)
+    d.add("a", range(30), max_new=40)
+    d.add("b", range(100, 130), max_new=40)
     swapped_out = swapped_in = 0
     for _ in range(300):
         out = d.step()
@@ -201,16 +204,31 @@ ops = st.lists(
         st.tuples(st.just("abort"), st.integers(0, 30)),
         st.tuples(st.just("preempt")),
     ),
-    min_size=1, max_size=60,
+    min_size=1,
+    max_size=60,
 )
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=ops, num_blocks=st.integers(6, 24), budget=st.integers(8, 96),
-       caching=st.booleans(), chunked=st.booleans(), cpu_blocks=st.sampled_from([0, 4, 16]))
-def test_random_interleavings_keep_the_pool_consistent(ops, num_blocks, budget, caching, chunked, cpu_blocks):
-    d = Driver(num_blocks=num_blocks, max_num_seqs=4, budget=budget, chunked=chunked, caching=caching,
-               cpu_blocks=cpu_blocks)
+@given(
+    ops=ops,
+    num_blocks=st.integers(6, 24),
+    budget=st.integers(8, 96),
+    caching=st.booleans(),
+    chunked=st.booleans(),
+    cpu_blocks=st.sampled_from([0, 4, 16]),
+)
+def test_random_interleavings_keep_the_pool_consistent(
+    ops, num_blocks, budget, caching, chunked, cpu_blocks
+):
+    d = Driver(
+        num_blocks=num_blocks,
+        max_num_seqs=4,
+        budget=budget,
+        chunked=chunked,
+        caching=caching,
+        cpu_blocks=cpu_blocks,
+    )
     seqs = []
     prefixes = [list(range(p * 1000, p * 1000 + 64)) for p in range(4)]
     for op in ops:

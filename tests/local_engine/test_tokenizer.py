@@ -15,7 +15,7 @@ CORPUS = [
     "日本語のテキストと中文文本，以及한국어 텍스트.",
     "Emoji: 🎉🚀👩‍💻 and flags 🇫🇷",
     "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n",
-    "for (int i = 0; i < 10; ++i) { printf(\"%d\\n\", i); }",
+    'for (int i = 0; i < 10; ++i) { printf("%d\\n", i); }',
     '{"key": "value", "list": [1, 2, 3], "nested": {"a": null}}',
     "<|im_start|>user\nWhat's up?<|im_end|>\n<|im_start|>assistant\n",
     "Tabs\tand\nnewlines\r\nand\n\n\nblank lines",
@@ -55,27 +55,44 @@ def test_special_tokens(engine):
     assert tok.eos_token_id == 2 and tok.eos_token == "<|im_end|>"
     assert {0, 2} <= tok.stop_token_ids  # <|endoftext|>, <|im_end|>
     assert tok.decode([1, 4093, 198, 2]) == "user\n"
-    assert tok.decode([1, 4093, 198, 2], skip_special_tokens=False) == "<|im_start|>user\n<|im_end|>"
+    assert (
+        tok.decode([1, 4093, 198, 2], skip_special_tokens=False) == "<|im_start|>user\n<|im_end|>"
+    )
 
 
-@pytest.mark.parametrize("messages", [
-    [{"role": "user", "content": "Hi there"}],
-    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Why is the sky blue?"},
-     {"role": "assistant", "content": "Rayleigh scattering."}, {"role": "user", "content": "More?"}],
-])
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user", "content": "Hi there"}],
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Why is the sky blue?"},
+            {"role": "assistant", "content": "Rayleigh scattering."},
+            {"role": "user", "content": "More?"},
+        ],
+    ],
+)
 @pytest.mark.parametrize("add_generation_prompt", [True, False])
 def test_chat_template_matches_transformers(engine, hf_tokenizer, messages, add_generation_prompt):
-    ours = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
-    ref = hf_tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
-                                           tokenize=False)
+    ours = engine.tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt
+    )
+    ref = hf_tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=False
+    )
     assert ours == ref
     if messages[0]["role"] != "system":
         assert ours.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
 
 
-@pytest.mark.parametrize("text", ["Say something with emoji 🎉 and 日本語",
-                                  "naïve café — “quotes” 👩‍👩‍👧 🇫🇷",
-                                  "<|im_start|>user\nhi<|im_end|>"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Say something with emoji 🎉 and 日本語",
+        "naïve café — “quotes” 👩‍👩‍👧 🇫🇷",
+        "<|im_start|>user\nhi<|im_end|>",
+    ],
+)
 def test_token_bytes_concatenate_to_the_texts_utf8(engine, text):
     """``token_bytes`` of the ids of ``text`` joined equal ``text.encode('utf-8')`` (the
     definition of byte-level BPE), including tokens that hold part of a character, which decode

@@ -29,7 +29,14 @@ def test_torch_reference_matches_dense_float64(block_size):
     heads, kv_heads, head_dim = 6, 2, 32
     # (context length, new tokens): decode; prefill with nothing cached; prefix + chunk;
     # one token context; length not a multiple of the block size.
-    cases = [(37, 1), (50, 50), (70, 9), (1, 1), (block_size, 3), (3 * block_size + 5, 2 * block_size)]
+    cases = [
+        (37, 1),
+        (50, 50),
+        (70, 9),
+        (1, 1),
+        (block_size, 3),
+        (3 * block_size + 5, 2 * block_size),
+    ]
     blocks_needed = sum(-(-c // block_size) for c, _ in cases)
     num_blocks = blocks_needed + 4
     k_cache = torch.full((num_blocks, block_size, kv_heads, head_dim), float("nan"))
@@ -41,25 +48,40 @@ def test_torch_reference_matches_dense_float64(block_size):
     k_full, v_full, slots = [], [], []
     for i, (ctx, _) in enumerate(cases):
         n = -(-ctx // block_size)
-        tables[i, :n] = perm[used:used + n]
+        tables[i, :n] = perm[used : used + n]
         used += n
         k_full.append(torch.randn(ctx, kv_heads, head_dim, generator=gen))
         v_full.append(torch.randn(ctx, kv_heads, head_dim, generator=gen))
-        slots.append(torch.tensor([int(tables[i, p // block_size]) * block_size + p % block_size
-                                   for p in range(ctx)]))
+        slots.append(
+            torch.tensor(
+                [int(tables[i, p // block_size]) * block_size + p % block_size for p in range(ctx)]
+            )
+        )
     # Write every context token through the slot mapping (the cached prefix and the new ones).
-    write_kv_cache(torch.cat(k_full), torch.cat(v_full), k_cache, v_cache, torch.cat(slots),
-                   backend="torch")
+    write_kv_cache(
+        torch.cat(k_full), torch.cat(v_full), k_cache, v_cache, torch.cat(slots), backend="torch"
+    )
     q_lens = [ql for _, ql in cases]
     cu = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
     q = torch.randn(int(cu[-1]), heads, head_dim, generator=gen)
-    out = paged_attention(q, k_cache, v_cache, tables, cu,
-                          torch.tensor([c for c, _ in cases], dtype=torch.int32), backend="torch")
+    out = paged_attention(
+        q,
+        k_cache,
+        v_cache,
+        tables,
+        cu,
+        torch.tensor([c for c, _ in cases], dtype=torch.int32),
+        backend="torch",
+    )
     group = heads // kv_heads
-    for i, (ctx, ql) in enumerate(cases):
-        ref = dense_reference(q[cu[i]:cu[i + 1]], k_full[i].repeat_interleave(group, 1),
-                              v_full[i].repeat_interleave(group, 1), ql)
-        got = out[cu[i]:cu[i + 1]].double()
+    for i, (_, ql) in enumerate(cases):
+        ref = dense_reference(
+            q[cu[i] : cu[i + 1]],
+            k_full[i].repeat_interleave(group, 1),
+            v_full[i].repeat_interleave(group, 1),
+            ql,
+        )
+        got = out[cu[i] : cu[i + 1]].double()
         assert not torch.isnan(got).any()
         torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
 
@@ -77,6 +99,12 @@ def test_negative_slot_is_skipped():
 def test_unknown_backend_is_a_clear_error():
     q = torch.zeros(1, 2, 4)
     with pytest.raises(ValueError, match="unknown attention backend"):
-        paged_attention(q, torch.zeros(1, 4, 1, 4), torch.zeros(1, 4, 1, 4),
-                        torch.zeros(1, 1, dtype=torch.int32), torch.tensor([0, 1], dtype=torch.int32),
-                        torch.tensor([1], dtype=torch.int32), backend="cuda-magic")
+        paged_attention(
+            q,
+            torch.zeros(1, 4, 1, 4),
+            torch.zeros(1, 4, 1, 4),
+            torch.zeros(1, 1, dtype=torch.int32),
+            torch.tensor([0, 1], dtype=torch.int32),
+            torch.tensor([1], dtype=torch.int32),
+            backend="cuda-magic",
+        )

@@ -58,8 +58,19 @@ def fresh_seed() -> int:
 class Batch:
     """A random batch: per-sequence dense K/V and the same data scattered into a paged pool."""
 
-    def __init__(self, ctx_lens, q_lens, *, num_heads, num_kv_heads, head_dim, block_size, dtype,
-                 seed, extra_blocks=3):
+    def __init__(
+        self,
+        ctx_lens,
+        q_lens,
+        *,
+        num_heads,
+        num_kv_heads,
+        head_dim,
+        block_size,
+        dtype,
+        seed,
+        extra_blocks=3,
+    ):
         g = torch.Generator().manual_seed(seed)
         self.seed = seed
         self.dtype = dtype
@@ -69,16 +80,20 @@ class Batch:
         n_blocks = [-(-c // block_size) for c in ctx_lens]
         num_blocks = sum(n_blocks) + extra_blocks
         # unused slots hold NaN: reading outside a context poisons the result
-        self.k_cache = torch.full((num_blocks, block_size, num_kv_heads, head_dim), float("nan"), dtype=dtype)
+        self.k_cache = torch.full(
+            (num_blocks, block_size, num_kv_heads, head_dim), float("nan"), dtype=dtype
+        )
         self.v_cache = torch.full_like(self.k_cache, float("nan"))
         perm = torch.randperm(num_blocks, generator=g).tolist()  # block tables in random order
         width = max(n_blocks) + 2
         # entries past a sequence's length are out of range: they must never be dereferenced
-        self.block_tables = torch.full((len(ctx_lens), width), num_blocks + 10_000, dtype=torch.int32)
+        self.block_tables = torch.full(
+            (len(ctx_lens), width), num_blocks + 10_000, dtype=torch.int32
+        )
         self.k_dense, self.v_dense = [], []
         used = 0
         for i, c in enumerate(ctx_lens):
-            blocks = perm[used:used + n_blocks[i]]
+            blocks = perm[used : used + n_blocks[i]]
             used += n_blocks[i]
             self.block_tables[i, : n_blocks[i]] = torch.tensor(blocks, dtype=torch.int32)
             k = torch.randn(c, num_kv_heads, head_dim, generator=g).to(dtype)
@@ -89,17 +104,26 @@ class Batch:
                 b, o = blocks[p // block_size], p % block_size
                 self.k_cache[b, o] = k[p]
                 self.v_cache[b, o] = v[p]
-        self.cu_seqlens_q = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
+        self.cu_seqlens_q = torch.tensor(
+            [0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32
+        )
         self.seq_lens = torch.tensor(ctx_lens, dtype=torch.int32)
         self.q = torch.randn(int(self.cu_seqlens_q[-1]), num_heads, head_dim, generator=g).to(dtype)
 
     def args(self):
-        return (self.q, self.k_cache, self.v_cache, self.block_tables, self.cu_seqlens_q, self.seq_lens)
+        return (
+            self.q,
+            self.k_cache,
+            self.v_cache,
+            self.block_tables,
+            self.cu_seqlens_q,
+            self.seq_lens,
+        )
 
     def dense_float64(self, scale=None) -> torch.Tensor:
         """Causal attention in float64 on the dense per-sequence K/V (no paging)."""
         d = self.head_dim
-        scale = d ** -0.5 if scale is None else scale
+        scale = d**-0.5 if scale is None else scale
         group = self.num_heads // self.num_kv_heads
         out = torch.zeros(self.q.shape, dtype=torch.float64)
         for i, (c, ql) in enumerate(zip(self.ctx_lens, self.q_lens)):
@@ -120,8 +144,10 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def check(tb, batch: Batch, **kw):
     out = tb.paged_attention(*batch.args(), None, **kw)
-    tag = (f"seed={batch.seed} dtype={batch.dtype} ctx={batch.ctx_lens} q={batch.q_lens} "
-           f"H={batch.num_heads}/{batch.num_kv_heads} d={batch.head_dim} bs={batch.block_size} {kw}")
+    tag = (
+        f"seed={batch.seed} dtype={batch.dtype} ctx={batch.ctx_lens} q={batch.q_lens} "
+        f"H={batch.num_heads}/{batch.num_kv_heads} d={batch.head_dim} bs={batch.block_size} {kw}"
+    )
     assert out.shape == batch.q.shape and out.dtype == batch.dtype, tag
     assert not torch.isnan(out).any(), f"unwritten or NaN output elements: {tag}"
     ref = torch_ref.paged_attention(*batch.args())
@@ -147,8 +173,16 @@ def mixed_lens(bs):
 @pytest.mark.parametrize("block_size", [16, 32])
 def test_mixed_batch_matches_references(tb, dtype, head_dim, block_size):
     ctx, ql = mixed_lens(block_size)
-    b = Batch(ctx, ql, num_heads=4, num_kv_heads=2, head_dim=head_dim, block_size=block_size,
-              dtype=dtype, seed=fresh_seed())
+    b = Batch(
+        ctx,
+        ql,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=head_dim,
+        block_size=block_size,
+        dtype=dtype,
+        seed=fresh_seed(),
+    )
     check(tb, b)
 
 
@@ -157,8 +191,16 @@ def test_mixed_batch_matches_references(tb, dtype, head_dim, block_size):
 def test_decode_batch(tb, dtype, num_segments):
     # decode-shaped call (one new token per sequence): takes the decode tile configuration
     ctx = [1, 15, 16, 17, 50, 100]
-    b = Batch(ctx, [1] * len(ctx), num_heads=8, num_kv_heads=2, head_dim=64, block_size=16,
-              dtype=dtype, seed=fresh_seed())
+    b = Batch(
+        ctx,
+        [1] * len(ctx),
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype=dtype,
+        seed=fresh_seed(),
+    )
     check(tb, b, num_segments=num_segments)
 
 
@@ -167,8 +209,16 @@ def test_split_k_on_prefill_and_mixed(tb, num_segments):
     # split-K with several query rows per sequence: segments beyond a row's causal limit
     # contribute nothing; a segment count larger than a short context's tiles leaves empty ones
     ctx, ql = mixed_lens(16)
-    b = Batch(ctx, ql, num_heads=4, num_kv_heads=1, head_dim=64, block_size=16,
-              dtype=torch.float32, seed=fresh_seed())
+    b = Batch(
+        ctx,
+        ql,
+        num_heads=4,
+        num_kv_heads=1,
+        head_dim=64,
+        block_size=16,
+        dtype=torch.float32,
+        seed=fresh_seed(),
+    )
     check(tb, b, num_segments=num_segments)
 
 
@@ -176,14 +226,30 @@ def test_split_k_on_prefill_and_mixed(tb, num_segments):
 def test_gqa_groups(tb, heads):
     # MHA (G=1), a group of 3 (not a power of two), MQA (G=8), G=3 with several KV heads
     h, hkv = heads
-    b = Batch([21, 40, 3], [4, 1, 3], num_heads=h, num_kv_heads=hkv, head_dim=64, block_size=16,
-              dtype=torch.float32, seed=fresh_seed())
+    b = Batch(
+        [21, 40, 3],
+        [4, 1, 3],
+        num_heads=h,
+        num_kv_heads=hkv,
+        head_dim=64,
+        block_size=16,
+        dtype=torch.float32,
+        seed=fresh_seed(),
+    )
     check(tb, b)
 
 
 def test_sequence_with_no_new_tokens_and_custom_scale(tb):
-    b = Batch([20, 33, 5], [3, 0, 5], num_heads=4, num_kv_heads=2, head_dim=64, block_size=16,
-              dtype=torch.float32, seed=fresh_seed())
+    b = Batch(
+        [20, 33, 5],
+        [3, 0, 5],
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype=torch.float32,
+        seed=fresh_seed(),
+    )
     out = tb.paged_attention(*b.args(), 0.05)
     assert not torch.isnan(out).any()
     assert rel_err(out, b.dense_float64(scale=0.05)) <= 1e-3
@@ -194,8 +260,16 @@ def test_non_contiguous_q_and_dispatch(tb):
     # q as a view into a packed qkv projection (row stride > num_heads * head_dim)
     from local_engine.attention import paged_attention
 
-    b = Batch([30, 7], [6, 7], num_heads=4, num_kv_heads=2, head_dim=64, block_size=16,
-              dtype=torch.float32, seed=fresh_seed())
+    b = Batch(
+        [30, 7],
+        [6, 7],
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype=torch.float32,
+        seed=fresh_seed(),
+    )
     qkv = torch.randn(b.q.shape[0], 8, 64)
     qkv[:, :4] = b.q
     q_view = qkv[:, :4]
@@ -205,16 +279,25 @@ def test_non_contiguous_q_and_dispatch(tb):
 
 
 def test_rejects_bad_shapes(tb):
-    b = Batch([5], [5], num_heads=3, num_kv_heads=2, head_dim=64, block_size=16,
-              dtype=torch.float32, seed=fresh_seed())
+    b = Batch(
+        [5],
+        [5],
+        num_heads=3,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype=torch.float32,
+        seed=fresh_seed(),
+    )
     with pytest.raises(ValueError, match="multiple of num_kv_heads"):
         tb.paged_attention(*b.args())
     q4 = torch.randn(5, 4, 64)
     with pytest.raises(ValueError, match="cu_seqlens_q"):
         tb.paged_attention(q4, b.k_cache, b.v_cache, b.block_tables, b.cu_seqlens_q[:1], b.seq_lens)
     with pytest.raises(ValueError, match="caches must be"):
-        tb.paged_attention(torch.randn(5, 4, 128), b.k_cache, b.v_cache, b.block_tables,
-                           b.cu_seqlens_q, b.seq_lens)
+        tb.paged_attention(
+            torch.randn(5, 4, 128), b.k_cache, b.v_cache, b.block_tables, b.cu_seqlens_q, b.seq_lens
+        )
 
 
 def test_choose_num_segments_rule(tb):
@@ -266,18 +349,27 @@ def test_write_kv_cache(tb, dtype):
 def test_write_then_attend_end_to_end(tb):
     """Fill an empty (NaN) pool through the Triton write, prefill, then decode one token."""
     seed = fresh_seed()
-    g = torch.Generator().manual_seed(seed)
+    torch.Generator().manual_seed(seed)
     h, hkv, d, bs, dtype = 4, 2, 64, 16, torch.float32
     ctx = [19, 33]
-    ref = Batch(ctx, ctx, num_heads=h, num_kv_heads=hkv, head_dim=d, block_size=bs, dtype=dtype, seed=seed)
+    ref = Batch(
+        ctx, ctx, num_heads=h, num_kv_heads=hkv, head_dim=d, block_size=bs, dtype=dtype, seed=seed
+    )
     k_cache = torch.full_like(ref.k_cache, float("nan"))
     v_cache = torch.full_like(ref.v_cache, float("nan"))
     slot = []
     for i, c in enumerate(ctx):
         slot += [int(ref.block_tables[i, p // bs]) * bs + p % bs for p in range(c)]
-    tb.write_kv_cache(torch.cat(ref.k_dense), torch.cat(ref.v_dense), k_cache, v_cache,
-                      torch.tensor(slot, dtype=torch.int64))
-    out = tb.paged_attention(ref.q, k_cache, v_cache, ref.block_tables, ref.cu_seqlens_q, ref.seq_lens)
+    tb.write_kv_cache(
+        torch.cat(ref.k_dense),
+        torch.cat(ref.v_dense),
+        k_cache,
+        v_cache,
+        torch.tensor(slot, dtype=torch.int64),
+    )
+    out = tb.paged_attention(
+        ref.q, k_cache, v_cache, ref.block_tables, ref.cu_seqlens_q, ref.seq_lens
+    )
     assert rel_err(out, ref.dense_float64()) <= 1e-3, f"seed={seed}"
     # decode: only the last token of each sequence, over the same cache
     q_dec = ref.q[ref.cu_seqlens_q[1:].long() - 1]
@@ -300,6 +392,14 @@ def test_random_sweep(tb, trial):
         ql[0] = 1
     hkv = rng.choice([1, 2, 3])
     h = hkv * rng.choice([1, 2, 3, 4, 8])
-    b = Batch(ctx, ql, num_heads=h, num_kv_heads=hkv, head_dim=rng.choice([64, 128]), block_size=bs,
-              dtype=rng.choice([torch.float32, torch.bfloat16, torch.float16]), seed=seed)
+    b = Batch(
+        ctx,
+        ql,
+        num_heads=h,
+        num_kv_heads=hkv,
+        head_dim=rng.choice([64, 128]),
+        block_size=bs,
+        dtype=rng.choice([torch.float32, torch.bfloat16, torch.float16]),
+        seed=seed,
+    )
     check(tb, b, num_segments=rng.choice([None, 1, 2, 4]))

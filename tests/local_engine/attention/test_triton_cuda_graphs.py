@@ -32,6 +32,7 @@ class ReplayByRerun(DecodeGraphRunner):
         def replay():
             self.replays.append(b)
             out.copy_(self._forward(b))
+
         return replay, out
 
 
@@ -44,10 +45,20 @@ def tiny_model_folder(tmp_path):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     (tmp_path / "tokenizer.json").write_text(tok.to_str())
-    cfg = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-               num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=len(vocab),
-               rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=512,
-               tie_word_embeddings=False)
+    cfg = dict(
+        model_type="llama",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=len(vocab),
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     return tmp_path
 
@@ -56,13 +67,25 @@ def run_engine(folder, seed, use_graphs):
     from local_engine import SamplingParams
     from local_engine.engine import LLMEngine
 
-    eng = LLMEngine.from_config(folder, device="cpu", seed=seed, max_num_seqs=8, num_kv_blocks=40,
-                                max_model_len=256, block_size=16)
+    eng = LLMEngine.from_config(
+        folder,
+        device="cpu",
+        seed=seed,
+        max_num_seqs=8,
+        num_kv_blocks=40,
+        max_model_len=256,
+        block_size=16,
+    )
     runner = eng.runner
     if use_graphs:
-        runner.graphs = ReplayByRerun(runner.model, runner.kv_caches, max_batch=8,
-                                      max_blocks_per_seq=256 // 16, batch_sizes=[1, 2, 4, 8],
-                                      require_cuda=False).capture()
+        runner.graphs = ReplayByRerun(
+            runner.model,
+            runner.kv_caches,
+            max_batch=8,
+            max_blocks_per_seq=256 // 16,
+            batch_sizes=[1, 2, 4, 8],
+            require_cuda=False,
+        ).capture()
     logits_log = []
     orig = runner.forward_logits
 
@@ -70,13 +93,16 @@ def run_engine(folder, seed, use_graphs):
         out = orig(batch)
         logits_log.append((batch.is_decode, out.clone()))
         return out
+
     runner.forward_logits = logged
     g = torch.Generator().manual_seed(seed)
     lengths = [3, 17, 33, 5, 40]
     max_tokens = [9, 4, 12, 7, 2]
     for i, (n, m) in enumerate(zip(lengths, max_tokens)):
         ids = torch.randint(0, 256, (n,), generator=g).tolist()
-        eng.add_request(f"r{i}", ids, SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True))
+        eng.add_request(
+            f"r{i}", ids, SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True)
+        )
     outs = {}
     steps = 0
     while eng.has_unfinished_requests():
@@ -85,8 +111,11 @@ def run_engine(folder, seed, use_graphs):
                 outs[o.request_id] = o.outputs[0].token_ids
         steps += 1
         if steps == 3:  # a late arrival: its prefill step runs eagerly between replays
-            eng.add_request("late", torch.randint(0, 256, (21,), generator=g).tolist(),
-                            SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True))
+            eng.add_request(
+                "late",
+                torch.randint(0, 256, (21,), generator=g).tolist(),
+                SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True),
+            )
     return eng, outs, logits_log
 
 

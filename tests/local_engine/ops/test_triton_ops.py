@@ -21,7 +21,6 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported anywhere in this process
 
 import importlib
-import math
 
 import pytest
 import torch
@@ -79,7 +78,7 @@ def test_rms_norm(interpreted, dtype, hidden, with_residual):
         assert h.data_ptr() == res_in.data_ptr(), "the residual stream is updated in place"
         # one rounded add: within one bf16 ulp (2^-7 relative) of torch's (the interpreter's
         # float->bf16 cast may truncate where the GPU rounds to nearest); exact in fp32
-        tol = 2 ** -7 if dtype == torch.bfloat16 else 0.0
+        tol = 2**-7 if dtype == torch.bfloat16 else 0.0
         torch.testing.assert_close(h, ref_h, rtol=tol, atol=0)
     else:
         assert h is x
@@ -90,14 +89,16 @@ def complex_rotary(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Te
     D = x.shape[-1]
     half = D // 2
     inv = theta ** (-torch.arange(half, dtype=torch.float64) * 2 / D)
-    ang = pos.double()[:, None] * inv[None, :]                      # [T, half]
+    ang = pos.double()[:, None] * inv[None, :]  # [T, half]
     z = torch.complex(x[..., :half].double(), x[..., half:].double())
-    z = z * torch.polar(torch.ones_like(ang), ang)[:, None, :]      # broadcast over heads
+    z = z * torch.polar(torch.ones_like(ang), ang)[:, None, :]  # broadcast over heads
     return torch.cat([z.real, z.imag], dim=-1)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("heads,kv_heads,head_dim,block_size", [(9, 3, 64, 16), (4, 1, 16, 32), (8, 8, 32, 16)])
+@pytest.mark.parametrize(
+    "heads,kv_heads,head_dim,block_size", [(9, 3, 64, 16), (4, 1, 16, 32), (8, 8, 32, 16)]
+)
 def test_rotary_and_write_kv(interpreted, dtype, heads, kv_heads, head_dim, block_size):
     from local_engine.models.llama import RotaryEmbedding
 
@@ -119,8 +120,9 @@ def test_rotary_and_write_kv(interpreted, dtype, heads, kv_heads, head_dim, bloc
     v_orig = v.clone()
     q_in = q.clone()
 
-    out = ops.rotary_and_write_kv(q_in, k, v, positions, rope.cos, rope.sin, k_cache, v_cache, slots,
-                                  backend="triton")
+    out = ops.rotary_and_write_kv(
+        q_in, k, v, positions, rope.cos, rope.sin, k_cache, v_cache, slots, backend="triton"
+    )
     assert out.data_ptr() == q_in.data_ptr(), "queries are rotated in place"
     assert rel(out, q_want) < TOL[dtype]
     flat_k = k_cache.view(-1, kv_heads, head_dim)
@@ -130,14 +132,16 @@ def test_rotary_and_write_kv(interpreted, dtype, heads, kv_heads, head_dim, bloc
     torch.testing.assert_close(flat_v[slots[live]], v_orig[live], rtol=0, atol=0)
     written = torch.zeros(flat_k.shape[0], dtype=torch.bool)
     written[slots[live]] = True
-    assert torch.isnan(flat_k[~written]).all() and torch.isnan(flat_v[~written]).all(), \
+    assert torch.isnan(flat_k[~written]).all() and torch.isnan(flat_v[~written]).all(), (
         "only the mapped slots are written (the padding row's slot -1 writes nothing)"
+    )
 
     # the torch backend agrees
     k_ref = torch.full_like(k_cache, float("nan"))
     v_ref = k_ref.clone()
-    q_ref = ops.rotary_and_write_kv(q.clone(), k, v, positions, rope.cos, rope.sin, k_ref, v_ref, slots,
-                                    backend="torch")
+    q_ref = ops.rotary_and_write_kv(
+        q.clone(), k, v, positions, rope.cos, rope.sin, k_ref, v_ref, slots, backend="torch"
+    )
     assert rel(out, q_ref) < TOL[dtype]
     assert rel(flat_k[slots[live]], k_ref.view(-1, kv_heads, head_dim)[slots[live]]) < TOL[dtype]
 
@@ -177,9 +181,18 @@ def test_model_forward_triton_matches_torch(interpreted):
     from local_engine.models.llama import LlamaForCausalLM
     from local_engine.runner import init_random_weights
 
-    mc = ModelConfig(name="tiny", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
-                     intermediate_size=96, vocab_size=50, max_position_embeddings=128,
-                     tie_word_embeddings=False)
+    mc = ModelConfig(
+        name="tiny",
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        vocab_size=50,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+    )
     with torch.device("meta"):
         model = LlamaForCausalLM(mc, max_positions=128)
     model = model.to_empty(device="cpu")
@@ -192,8 +205,10 @@ def test_model_forward_triton_matches_torch(interpreted):
                 p.mul_(10)
 
     bs, nb = 16, 8
-    caches = {b: [(torch.zeros(nb, bs, 2, 16), torch.zeros(nb, bs, 2, 16)) for _ in range(2)]
-              for b in ("torch", "triton")}
+    caches = {
+        b: [(torch.zeros(nb, bs, 2, 16), torch.zeros(nb, bs, 2, 16)) for _ in range(2)]
+        for b in ("torch", "triton")
+    }
     tables = torch.tensor([[3, 5, 0], [7, 1, 2]], dtype=torch.int32)
     lens = [20, 9]
     ids = [torch.randint(0, 50, (n,)) for n in lens]
@@ -202,10 +217,18 @@ def test_model_forward_triton_matches_torch(interpreted):
         pos = torch.cat([torch.arange(s, s + len(t)) for s, t in zip(starts, new_ids)])
         seq = torch.cat([torch.full((len(t),), i) for i, t in enumerate(new_ids)])
         slots = tables[seq, pos // bs].long() * bs + pos % bs
-        cu = torch.tensor([0] + list(torch.tensor([len(t) for t in new_ids]).cumsum(0)), dtype=torch.int32)
+        cu = torch.tensor(
+            [0] + list(torch.tensor([len(t) for t in new_ids]).cumsum(0)), dtype=torch.int32
+        )
         seq_lens = torch.tensor([s + len(t) for s, t in zip(starts, new_ids)], dtype=torch.int32)
-        meta = AttentionMetadata(slot_mapping=slots, block_tables=tables, cu_seqlens_q=cu, seq_lens=seq_lens,
-                                 logits_indices=cu[1:].long() - 1, backend=backend)
+        meta = AttentionMetadata(
+            slot_mapping=slots,
+            block_tables=tables,
+            cu_seqlens_q=cu,
+            seq_lens=seq_lens,
+            logits_indices=cu[1:].long() - 1,
+            backend=backend,
+        )
         hidden = model(torch.cat(new_ids), pos, meta, caches[backend])
         return model.compute_logits(hidden[meta.logits_indices])
 

@@ -18,11 +18,17 @@ TEST_SERVER_ARGS = ["--num-kv-blocks", "512"]
 def server_factory():
     servers: dict[tuple, LocalEngineServer] = {}
 
-    def make(cache_mode: str = "automatic", *, test_clock: bool = True, api_key=None, extra_args=()):
+    def make(
+        cache_mode: str = "automatic", *, test_clock: bool = True, api_key=None, extra_args=()
+    ):
         key = (cache_mode, test_clock, api_key, tuple(extra_args))
         if key not in servers:
-            servers[key] = LocalEngineServer(cache_mode, test_clock=test_clock, api_key=api_key,
-                                             extra_args=[*TEST_SERVER_ARGS, *extra_args]).start()
+            servers[key] = LocalEngineServer(
+                cache_mode,
+                test_clock=test_clock,
+                api_key=api_key,
+                extra_args=[*TEST_SERVER_ARGS, *extra_args],
+            ).start()
         return servers[key]
 
     yield make
@@ -69,7 +75,18 @@ def chat_ids(tokenizer):
     return ids
 
 
-ITEMS = ["kettle", "toaster", "blender", "grinder", "mixer", "juicer", "oven", "fryer", "steamer", "scale"]
+ITEMS = [
+    "kettle",
+    "toaster",
+    "blender",
+    "grinder",
+    "mixer",
+    "juicer",
+    "oven",
+    "fryer",
+    "steamer",
+    "scale",
+]
 
 
 def policy_text(tag: str, n: int = 55) -> str:
@@ -77,7 +94,8 @@ def policy_text(tag: str, n: int = 55) -> str:
     tokens), starting with ``tag`` so that different tags share no cached block."""
     clauses = " ".join(
         f"Policy {i}: a {ITEMS[i % 10]} bought in store {i % 7} may be returned within {10 + i % 20} days."
-        for i in range(n))
+        for i in range(n)
+    )
     return f"[{tag}] {clauses}"
 
 

@@ -28,11 +28,13 @@ def test_concurrent_requests_match_the_engine_alone(engine):
     async def main():
         ae = AsyncEngine(engine).start()
         try:
+
             async def one(i):
                 last = None
                 async for out in ae.generate(f"r{i}", prompts[i], params):
                     last = out
                 return last
+
             return await asyncio.gather(*(one(i) for i in range(3)))
         finally:
             await ae.shutdown()
@@ -59,14 +61,16 @@ def test_closing_the_stream_aborts_and_frees_blocks(engine):
             idle = await _free(ae)
             gen = ae.generate("long", ids, SamplingParams(temperature=0.0, max_tokens=300))
             n = 0
-            async for out in gen:
+            async for _out in gen:
                 n += 1
                 if n == 3:
                     busy = await _free(ae)
                     break
             await gen.aclose()
             for _ in range(100):
-                if await _free(ae) == idle and not await ae.call(lambda e: e.has_unfinished_requests()):
+                if await _free(ae) == idle and not await ae.call(
+                    lambda e: e.has_unfinished_requests()
+                ):
                     return idle, busy, True
                 await asyncio.sleep(0.05)
             return idle, busy, False
@@ -82,7 +86,9 @@ def test_refused_request_raises_at_the_first_iteration(engine):
         ae = AsyncEngine(engine).start()
         try:
             with pytest.raises(RequestTooLongError) as e:
-                async for _ in ae.generate("big", [100] * (engine.max_model_len + 5), SamplingParams(max_tokens=1)):
+                async for _ in ae.generate(
+                    "big", [100] * (engine.max_model_len + 5), SamplingParams(max_tokens=1)
+                ):
                     pass
             return str(e.value)
         finally:
@@ -100,7 +106,9 @@ def test_shutdown_drains_then_refuses(engine):
         results = []
 
         async def consume():
-            async for out in ae.generate("drain", ids, SamplingParams(temperature=0.0, max_tokens=12)):
+            async for out in ae.generate(
+                "drain", ids, SamplingParams(temperature=0.0, max_tokens=12)
+            ):
                 results.append(out)
 
         task = asyncio.ensure_future(consume())

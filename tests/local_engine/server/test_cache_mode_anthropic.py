@@ -52,9 +52,13 @@ def model_name(tag: str) -> str:
 
 def ask(client, model, doc, question, ttl=None, **kw):
     cc = {"type": "ephemeral", **({"ttl": ttl} if ttl else {})}
-    return client.messages.create(model=model, max_tokens=1,
-                                  system=[{"type": "text", "text": doc, "cache_control": cc}],
-                                  messages=[{"role": "user", "content": question}], **kw)
+    return client.messages.create(
+        model=model,
+        max_tokens=1,
+        system=[{"type": "text", "text": doc, "cache_control": cc}],
+        messages=[{"role": "user", "content": question}],
+        **kw,
+    )
 
 
 def total(u) -> int:
@@ -65,15 +69,24 @@ def test_write_then_read_then_5_minute_expiry(server, client, doc, doc_tokens, c
     m = model_name("ttl")
     r1 = ask(client, m, doc, "Can I return a kettle?")
     u = r1.usage
-    prompt_len = len(chat_ids([{"role": "system", "content": doc},
-                               {"role": "user", "content": "Can I return a kettle?"}]))
+    prompt_len = len(
+        chat_ids(
+            [
+                {"role": "system", "content": doc},
+                {"role": "user", "content": "Can I return a kettle?"},
+            ]
+        )
+    )
     assert total(u) == prompt_len
     assert (u.cache_read_input_tokens, u.cache_creation_input_tokens) == (0, doc_tokens)
     assert u.cache_creation.ephemeral_5m_input_tokens == doc_tokens
     assert u.input_tokens == prompt_len - doc_tokens  # only what follows the breakpoint
 
     r2 = ask(client, m, doc, "And a toaster bought in store 3?")
-    assert (r2.usage.cache_read_input_tokens, r2.usage.cache_creation_input_tokens) == (doc_tokens, 0)
+    assert (r2.usage.cache_read_input_tokens, r2.usage.cache_creation_input_tokens) == (
+        doc_tokens,
+        0,
+    )
 
     server.advance_clock(299)  # 4:59 after the last use
     assert ask(client, m, doc, "q3").usage.cache_read_input_tokens == doc_tokens
@@ -81,7 +94,10 @@ def test_write_then_read_then_5_minute_expiry(server, client, doc, doc_tokens, c
     assert ask(client, m, doc, "q4").usage.cache_read_input_tokens == doc_tokens
     server.advance_clock(300)  # 5 minutes idle: expired, written again
     r5 = ask(client, m, doc, "q5")
-    assert (r5.usage.cache_read_input_tokens, r5.usage.cache_creation_input_tokens) == (0, doc_tokens)
+    assert (r5.usage.cache_read_input_tokens, r5.usage.cache_creation_input_tokens) == (
+        0,
+        doc_tokens,
+    )
 
 
 def test_1h_ttl_outlives_5_minutes(server, client, doc, doc_tokens):
@@ -113,13 +129,17 @@ def test_20_block_lookback(client, doc, tokenizer):
     def with_breakpoint(k):
         blocks = [dict(b) for b in notes]
         blocks[k - 1]["cache_control"] = {"type": "ephemeral"}
-        return client.messages.create(model=m, max_tokens=1, system=doc,
-                                      messages=[{"role": "user", "content": blocks}])
+        return client.messages.create(
+            model=m, max_tokens=1, system=doc, messages=[{"role": "user", "content": blocks}]
+        )
 
     # end of block 3 in tokens: the system turn, then the user turn up to "Note 3."
     head = SYS + doc + "<|im_end|>\n<|im_start|>user\n"
-    end3 = len(tokenizer.encode(head + "Note 1.")) + len(tokenizer.encode("\n\nNote 2.")) + len(
-        tokenizer.encode("\n\nNote 3."))
+    end3 = (
+        len(tokenizer.encode(head + "Note 1."))
+        + len(tokenizer.encode("\n\nNote 2."))
+        + len(tokenizer.encode("\n\nNote 3."))
+    )
     r1 = with_breakpoint(3)
     assert r1.usage.cache_creation_input_tokens == end3
     # breakpoint on block 25: its window is blocks 6..25, block 3 is outside -> miss
@@ -133,14 +153,20 @@ def test_20_block_lookback(client, doc, tokenizer):
 def test_automatic_caching_moves_the_breakpoint_forward(client, doc, tokenizer):
     m = model_name("auto")
     turn1 = [{"role": "user", "content": "Which items can I return?"}]
-    r1 = client.messages.create(model=m, max_tokens=1, system=doc, messages=turn1,
-                                cache_control={"type": "ephemeral"})
-    end1 = len(tokenizer.encode(SYS + doc + "<|im_end|>\n<|im_start|>user\nWhich items can I return?"))
+    r1 = client.messages.create(
+        model=m, max_tokens=1, system=doc, messages=turn1, cache_control={"type": "ephemeral"}
+    )
+    end1 = len(
+        tokenizer.encode(SYS + doc + "<|im_end|>\n<|im_start|>user\nWhich items can I return?")
+    )
     assert (r1.usage.cache_read_input_tokens, r1.usage.cache_creation_input_tokens) == (0, end1)
-    turn2 = turn1 + [{"role": "assistant", "content": "Most of them."},
-                     {"role": "user", "content": "Even ovens?"}]
-    r2 = client.messages.create(model=m, max_tokens=1, system=doc, messages=turn2,
-                                cache_control={"type": "ephemeral"})
+    turn2 = turn1 + [
+        {"role": "assistant", "content": "Most of them."},
+        {"role": "user", "content": "Even ovens?"},
+    ]
+    r2 = client.messages.create(
+        model=m, max_tokens=1, system=doc, messages=turn2, cache_control={"type": "ephemeral"}
+    )
     assert r2.usage.cache_read_input_tokens == end1  # turn 1's entry, found by the lookback
     end2 = total(r2.usage) - r2.usage.input_tokens
     assert r2.usage.cache_creation_input_tokens == end2 - end1 > 0
@@ -148,14 +174,20 @@ def test_automatic_caching_moves_the_breakpoint_forward(client, doc, tokenizer):
 
 def test_streaming_reports_the_emulated_usage(server, doc, doc_tokens):
     m = model_name("stream")
-    body = {"model": m, "max_tokens": 2, "stream": True,
-            "system": [{"type": "text", "text": doc, "cache_control": {"type": "ephemeral"}}],
-            "messages": [{"role": "user", "content": "q"}]}
+    body = {
+        "model": m,
+        "max_tokens": 2,
+        "stream": True,
+        "system": [{"type": "text", "text": doc, "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": "q"}],
+    }
     import json
 
     for expect_read in (0, doc_tokens):
         starts, deltas = [], []
-        with httpx.stream("POST", server.base_url + "/v1/messages", json=body, headers=MODE, timeout=300) as r:
+        with httpx.stream(
+            "POST", server.base_url + "/v1/messages", json=body, headers=MODE, timeout=300
+        ) as r:
             for line in r.iter_lines():
                 if line.startswith("data: "):
                     d = json.loads(line[6:])
@@ -180,8 +212,13 @@ def test_tenants_never_share_entries(server, client, doc, doc_tokens):
 def test_openai_endpoint_honours_cache_control_in_anthropic_mode(server, doc, doc_tokens):
     oc = server.openai_client(max_retries=0, timeout=300, default_headers=MODE)
     m = model_name("oai")
-    msgs = [{"role": "system", "content": [{"type": "text", "text": doc, "cache_control": {"type": "ephemeral"}}]},
-            {"role": "user", "content": "q"}]
+    msgs = [
+        {
+            "role": "system",
+            "content": [{"type": "text", "text": doc, "cache_control": {"type": "ephemeral"}}],
+        },
+        {"role": "user", "content": "q"},
+    ]
     r1 = oc.chat.completions.create(model=m, messages=msgs, max_tokens=1)
     assert r1.usage.prompt_tokens_details.cached_tokens == 0
     assert r1.usage.prompt_tokens_details.cache_write_tokens == doc_tokens

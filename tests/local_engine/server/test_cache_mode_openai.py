@@ -61,8 +61,12 @@ def test_short_prompts_never_hit(client):
 def test_hits_in_128_token_steps(client, doc, chat_ids, common_prefix):
     k = key()
     a, b = msgs(doc, "Can I return a blender?"), msgs(doc, "What about a steamer from store 2?")
-    r1 = client.chat.completions.create(model="gpt-4o", messages=a, max_tokens=1, prompt_cache_key=k)
-    r2 = client.chat.completions.create(model="gpt-4o", messages=b, max_tokens=1, prompt_cache_key=k)
+    r1 = client.chat.completions.create(
+        model="gpt-4o", messages=a, max_tokens=1, prompt_cache_key=k
+    )
+    r2 = client.chat.completions.create(
+        model="gpt-4o", messages=b, max_tokens=1, prompt_cache_key=k
+    )
     shared = common_prefix(chat_ids(a), chat_ids(b))
     assert shared >= 1024
     expected = 1024 + (shared - 1024) // 128 * 128
@@ -70,7 +74,9 @@ def test_hits_in_128_token_steps(client, doc, chat_ids, common_prefix):
     assert cached(r2) == expected
     assert r2.usage.prompt_tokens == len(chat_ids(b))
     # the identical prompt: its own length rounded down the same way
-    r3 = client.chat.completions.create(model="gpt-4o", messages=b, max_tokens=1, prompt_cache_key=k)
+    r3 = client.chat.completions.create(
+        model="gpt-4o", messages=b, max_tokens=1, prompt_cache_key=k
+    )
     n = r3.usage.prompt_tokens
     assert cached(r3) == 1024 + (n - 1024) // 128 * 128
 
@@ -79,20 +85,51 @@ def test_prompt_cache_key_separates_and_idle_expiry(server, client, doc):
     k1, k2 = key(), key()
     a = msgs(doc, "q")
     client.chat.completions.create(model="gpt-4.1", messages=a, max_tokens=1, prompt_cache_key=k1)
-    assert cached(client.chat.completions.create(model="gpt-4.1", messages=a, max_tokens=1, prompt_cache_key=k2)) == 0
-    assert cached(client.chat.completions.create(model="gpt-4.1", messages=a, max_tokens=1, prompt_cache_key=k1)) > 0
+    assert (
+        cached(
+            client.chat.completions.create(
+                model="gpt-4.1", messages=a, max_tokens=1, prompt_cache_key=k2
+            )
+        )
+        == 0
+    )
+    assert (
+        cached(
+            client.chat.completions.create(
+                model="gpt-4.1", messages=a, max_tokens=1, prompt_cache_key=k1
+            )
+        )
+        > 0
+    )
     server.advance_clock(300)  # 5 idle minutes: the in-memory entry is gone
-    assert cached(client.chat.completions.create(model="gpt-4.1", messages=a, max_tokens=1, prompt_cache_key=k1)) == 0
+    assert (
+        cached(
+            client.chat.completions.create(
+                model="gpt-4.1", messages=a, max_tokens=1, prompt_cache_key=k1
+            )
+        )
+        == 0
+    )
 
 
 def test_24h_retention_survives_an_idle_hour(server, client, doc):
     k = key()
     a = msgs(doc, "q")
-    client.chat.completions.create(model="gpt-4.1", messages=a, max_tokens=1, prompt_cache_key=k,
-                                   extra_body={"prompt_cache_retention": "24h"})
+    client.chat.completions.create(
+        model="gpt-4.1",
+        messages=a,
+        max_tokens=1,
+        prompt_cache_key=k,
+        extra_body={"prompt_cache_retention": "24h"},
+    )
     server.advance_clock(3600)
-    r = client.chat.completions.create(model="gpt-4.1", messages=a, max_tokens=1, prompt_cache_key=k,
-                                       extra_body={"prompt_cache_retention": "24h"})
+    r = client.chat.completions.create(
+        model="gpt-4.1",
+        messages=a,
+        max_tokens=1,
+        prompt_cache_key=k,
+        extra_body={"prompt_cache_retention": "24h"},
+    )
     assert cached(r) >= 1024
 
 
@@ -102,11 +139,24 @@ def test_gpt_5_6_explicit_breakpoint_exact_boundary_and_writes(client, doc, toke
 
     def ask(q):
         return client.chat.completions.create(
-            model="gpt-5.6", max_tokens=1, prompt_cache_key=k,
-            messages=[{"role": "system", "content": [{"type": "text", "text": doc,
-                                                      "prompt_cache_breakpoint": {"mode": "explicit"}}]},
-                      {"role": "user", "content": q}],
-            extra_body={"prompt_cache_options": {"mode": "explicit"}})
+            model="gpt-5.6",
+            max_tokens=1,
+            prompt_cache_key=k,
+            messages=[
+                {
+                    "role": "system",
+                    "content": [
+                        {
+                            "type": "text",
+                            "text": doc,
+                            "prompt_cache_breakpoint": {"mode": "explicit"},
+                        }
+                    ],
+                },
+                {"role": "user", "content": q},
+            ],
+            extra_body={"prompt_cache_options": {"mode": "explicit"}},
+        )
 
     r1 = ask("First question?")
     assert cached(r1) == 0
@@ -119,11 +169,15 @@ def test_gpt_5_6_explicit_breakpoint_exact_boundary_and_writes(client, doc, toke
 def test_gpt_5_6_implicit_breakpoint_caches_the_conversation(client, doc, chat_ids):
     k = key()
     turn1 = msgs(doc, "Hello")
-    r1 = client.chat.completions.create(model="gpt-5.6", messages=turn1, max_tokens=1, prompt_cache_key=k)
+    r1 = client.chat.completions.create(
+        model="gpt-5.6", messages=turn1, max_tokens=1, prompt_cache_key=k
+    )
     # implicit breakpoint at the end of the latest user message: written once, whole prompt so far
     assert r1.usage.prompt_tokens_details.cache_write_tokens > 1024
     turn2 = turn1 + [{"role": "assistant", "content": "Hi"}, {"role": "user", "content": "More?"}]
-    r2 = client.chat.completions.create(model="gpt-5.6", messages=turn2, max_tokens=1, prompt_cache_key=k)
+    r2 = client.chat.completions.create(
+        model="gpt-5.6", messages=turn2, max_tokens=1, prompt_cache_key=k
+    )
     assert cached(r2) == r1.usage.prompt_tokens_details.cache_write_tokens
     assert r2.usage.prompt_tokens == len(chat_ids(turn2))
 
@@ -131,25 +185,45 @@ def test_gpt_5_6_implicit_breakpoint_caches_the_conversation(client, doc, chat_i
 def test_breakpoints_on_an_older_model_are_400(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(
-            model="gpt-4o", max_tokens=1,
-            messages=[{"role": "user", "content": [{"type": "text", "text": "hi",
-                                                    "prompt_cache_breakpoint": {"mode": "explicit"}}]}])
+            model="gpt-4o",
+            max_tokens=1,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "text",
+                            "text": "hi",
+                            "prompt_cache_breakpoint": {"mode": "explicit"},
+                        }
+                    ],
+                }
+            ],
+        )
     assert "gpt-5.6" in e.value.body["message"]
 
 
 def test_explicit_mode_without_breakpoints_caches_nothing(client, doc):
     k = key()
     for _ in range(2):
-        r = client.chat.completions.create(model="gpt-5.6", messages=msgs(doc, "q"), max_tokens=1,
-                                           prompt_cache_key=k,
-                                           extra_body={"prompt_cache_options": {"mode": "explicit"}})
+        r = client.chat.completions.create(
+            model="gpt-5.6",
+            messages=msgs(doc, "q"),
+            max_tokens=1,
+            prompt_cache_key=k,
+            extra_body={"prompt_cache_options": {"mode": "explicit"}},
+        )
         assert cached(r) == 0 and r.usage.prompt_tokens_details.cache_write_tokens == 0
 
 
 def test_anthropic_endpoint_in_openai_mode(server, doc):
     ac = server.anthropic_client(max_retries=0, timeout=300, default_headers=MODE)
     m = "gpt-4o-" + uuid.uuid4().hex[:6]  # its own emulated cache
-    ac.messages.create(model=m, max_tokens=1, system=doc, messages=[{"role": "user", "content": "q"}])
-    r = ac.messages.create(model=m, max_tokens=1, system=doc, messages=[{"role": "user", "content": "q2"}])
+    ac.messages.create(
+        model=m, max_tokens=1, system=doc, messages=[{"role": "user", "content": "q"}]
+    )
+    r = ac.messages.create(
+        model=m, max_tokens=1, system=doc, messages=[{"role": "user", "content": "q2"}]
+    )
     assert r.usage.cache_read_input_tokens >= 1024 and r.usage.cache_read_input_tokens % 128 == 0
     assert r.usage.cache_creation_input_tokens == 0

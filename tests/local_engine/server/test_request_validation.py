@@ -31,32 +31,75 @@ from local_engine.server.rendering import TOOLS_HEADER
 WRONG = [{"__wrong__": [1]}, "zz", 1.5, True, [[["x"]]], -1]
 
 #: valid bodies holding one instance of every nested model, and where each instance is
-CHAT = {"model": "m", "stream_options": {"include_usage": True},
-        "prompt_cache_options": {"mode": "implicit"},
-        "messages": [{"role": "user", "content": [
-                         {"type": "text", "text": "q", "prompt_cache_breakpoint": {"mode": "explicit"},
-                          "cache_control": {"type": "ephemeral"}}]},
-                     {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
-                                                           "function": {"name": "f", "arguments": "{}"}}]},
-                     {"role": "tool", "tool_call_id": "c1", "content": "r"}]}
-CHAT_MODELS = [((), po.ChatCompletionRequest), (("stream_options",), po.StreamOptions),
-               (("prompt_cache_options",), po.PromptCacheOptions), (("messages", 0), po.ChatMessage),
-               (("messages", 0, "content", 0), po.ContentPart),
-               (("messages", 0, "content", 0, "prompt_cache_breakpoint"), po.PromptCacheBreakpoint),
-               (("messages", 0, "content", 0, "cache_control"), po.CacheControl),
-               (("messages", 1, "tool_calls", 0), po.ToolCall)]
+CHAT = {
+    "model": "m",
+    "stream_options": {"include_usage": True},
+    "prompt_cache_options": {"mode": "implicit"},
+    "messages": [
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "text",
+                    "text": "q",
+                    "prompt_cache_breakpoint": {"mode": "explicit"},
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
+        },
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+    ],
+}
+CHAT_MODELS = [
+    ((), po.ChatCompletionRequest),
+    (("stream_options",), po.StreamOptions),
+    (("prompt_cache_options",), po.PromptCacheOptions),
+    (("messages", 0), po.ChatMessage),
+    (("messages", 0, "content", 0), po.ContentPart),
+    (("messages", 0, "content", 0, "prompt_cache_breakpoint"), po.PromptCacheBreakpoint),
+    (("messages", 0, "content", 0, "cache_control"), po.CacheControl),
+    (("messages", 1, "tool_calls", 0), po.ToolCall),
+]
 COMPLETION = {"model": "m", "prompt": "p", "stream_options": {"include_usage": True}}
 COMPLETION_MODELS = [((), po.CompletionRequest), (("stream_options",), po.StreamOptions)]
-MESSAGES = {"model": "m", "max_tokens": 4, "tool_choice": {"type": "auto"}, "diagnostics": {},
+MESSAGES = {
+    "model": "m",
+    "max_tokens": 4,
+    "tool_choice": {"type": "auto"},
+    "diagnostics": {},
+    "cache_control": {"type": "ephemeral"},
+    "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+    "tools": [
+        {
+            "name": "lookup",
+            "input_schema": {"type": "object"},
             "cache_control": {"type": "ephemeral"},
-            "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
-            "tools": [{"name": "lookup", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}],
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "q",
-                                                       "cache_control": {"type": "ephemeral"}}]}]}
-MESSAGES_MODELS = [((), pa.MessagesRequest), (("tool_choice",), pa.ToolChoice), (("diagnostics",), pa.Diagnostics),
-                   (("cache_control",), pa.CacheControl), (("system", 0), pa.TextBlock), (("tools", 0), pa.Tool),
-                   (("messages", 0), pa.Message), (("messages", 0, "content", 0), pa.ContentBlock),
-                   (("messages", 0, "content", 0, "cache_control"), pa.CacheControl)]
+        }
+    ],
+    "messages": [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "q", "cache_control": {"type": "ephemeral"}}],
+        }
+    ],
+}
+MESSAGES_MODELS = [
+    ((), pa.MessagesRequest),
+    (("tool_choice",), pa.ToolChoice),
+    (("diagnostics",), pa.Diagnostics),
+    (("cache_control",), pa.CacheControl),
+    (("system", 0), pa.TextBlock),
+    (("tools", 0), pa.Tool),
+    (("messages", 0), pa.Message),
+    (("messages", 0, "content", 0), pa.ContentBlock),
+    (("messages", 0, "content", 0, "cache_control"), pa.CacheControl),
+]
 
 
 def _at(body, path):
@@ -84,13 +127,24 @@ def field_cases(request_model, body, nested):
 
 
 ALL_FIELDS = [
-    *((po.ChatCompletionRequest, p, b) for p, b in field_cases(po.ChatCompletionRequest, CHAT, CHAT_MODELS)),
-    *((po.CompletionRequest, p, b) for p, b in field_cases(po.CompletionRequest, COMPLETION, COMPLETION_MODELS)),
-    *((pa.MessagesRequest, p, b) for p, b in field_cases(pa.MessagesRequest, MESSAGES, MESSAGES_MODELS)),
+    *(
+        (po.ChatCompletionRequest, p, b)
+        for p, b in field_cases(po.ChatCompletionRequest, CHAT, CHAT_MODELS)
+    ),
+    *(
+        (po.CompletionRequest, p, b)
+        for p, b in field_cases(po.CompletionRequest, COMPLETION, COMPLETION_MODELS)
+    ),
+    *(
+        (pa.MessagesRequest, p, b)
+        for p, b in field_cases(pa.MessagesRequest, MESSAGES, MESSAGES_MODELS)
+    ),
 ]
 
 
-@pytest.mark.parametrize("model,path,body", ALL_FIELDS, ids=[f"{m.__name__}:{p}" for m, p, _ in ALL_FIELDS])
+@pytest.mark.parametrize(
+    "model,path,body", ALL_FIELDS, ids=[f"{m.__name__}:{p}" for m, p, _ in ALL_FIELDS]
+)
 def test_every_field_error_names_its_path(model, path, body):
     with pytest.raises(APIError) as e:
         parse_body(model, json.dumps(body).encode())
@@ -107,7 +161,9 @@ def test_union_member_tags_are_not_part_of_the_path():
     with pytest.raises(APIError) as e:
         parse_body(po.ChatCompletionRequest, json.dumps(body).encode())
     assert e.value.param == "messages.0.content.0.type"
-    assert e.value.message.startswith("messages.0.content.0.type: Input should be a valid string (got 5)")
+    assert e.value.message.startswith(
+        "messages.0.content.0.type: Input should be a valid string (got 5)"
+    )
     body = {"model": "m", "prompt": [[1, 2], [3, "four"]]}
     with pytest.raises(APIError) as e:
         parse_body(po.CompletionRequest, json.dumps(body).encode())
@@ -135,7 +191,9 @@ def claude(server):
 def openai_error(r: httpx.Response) -> dict:
     assert r.status_code == 400, r.text
     body = r.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, (
+        body
+    )
     assert body["error"]["type"] == "invalid_request_error"
     return body["error"]
 
@@ -152,76 +210,162 @@ USER = {"role": "user", "content": "Hi"}
 
 
 def test_stream_non_boolean_names_the_field(server):
-    err = openai_error(httpx.post(server.openai_base_url + "/chat/completions",
-                                  json={"model": "m", "messages": [USER], "stream": "yes"}))
+    err = openai_error(
+        httpx.post(
+            server.openai_base_url + "/chat/completions",
+            json={"model": "m", "messages": [USER], "stream": "yes"},
+        )
+    )
     assert err["param"] == "stream"
     assert err["message"] == 'stream: Input should be a valid boolean (got "yes")'
-    err = openai_error(httpx.post(server.openai_base_url + "/completions",
-                                  json={"model": "m", "prompt": "x", "stream": "yes"}))
+    err = openai_error(
+        httpx.post(
+            server.openai_base_url + "/completions",
+            json={"model": "m", "prompt": "x", "stream": "yes"},
+        )
+    )
     assert err["param"] == "stream"
-    err = openai_error(httpx.post(server.openai_base_url + "/chat/completions",
-                                  json={"model": "m", "messages": [USER], "stream_options": {"include_usage": "y"}}))
+    err = openai_error(
+        httpx.post(
+            server.openai_base_url + "/chat/completions",
+            json={"model": "m", "messages": [USER], "stream_options": {"include_usage": "y"}},
+        )
+    )
     assert err["param"] == "stream_options.include_usage"
-    msg = anthropic_error(httpx.post(server.base_url + "/v1/messages",
-                                     json={"model": "m", "max_tokens": 4, "messages": [USER], "stream": "yes"}))
+    msg = anthropic_error(
+        httpx.post(
+            server.base_url + "/v1/messages",
+            json={"model": "m", "max_tokens": 4, "messages": [USER], "stream": "yes"},
+        )
+    )
     assert msg == 'stream: Input should be a valid boolean (got "yes")'
 
 
-@pytest.mark.parametrize("ids,bad", [([-1], -1), ([5, 2 ** 70], 2 ** 70), ([49152], 49152)])
+@pytest.mark.parametrize("ids,bad", [([-1], -1), ([5, 2**70], 2**70), ([49152], 49152)])
 def test_completions_token_id_out_of_range_is_400(server, ids, bad):
     """SmolLM2's vocabulary is 49,152 ids (0..49151); a negative or huge id used to reach the
     tokenizer's decode and came back as a 500."""
-    err = openai_error(httpx.post(server.openai_base_url + "/completions",
-                                  json={"model": "m", "prompt": ids, "max_tokens": 1}))
+    err = openai_error(
+        httpx.post(
+            server.openai_base_url + "/completions",
+            json={"model": "m", "prompt": ids, "max_tokens": 1},
+        )
+    )
     assert err["param"] == "prompt"
     assert err["message"] == f"prompt token id {bad} is out of range 0..49151"
 
 
 def test_nested_paths_over_http(server):
-    err = openai_error(httpx.post(server.openai_base_url + "/chat/completions", json={
-        "model": "m", "messages": [USER, {"role": "assistant", "tool_calls": [{"type": "function"}]}]}))
-    assert err["param"] == "messages.1.tool_calls.0.id" and err["message"].endswith("Field required")
-    msg = anthropic_error(httpx.post(server.base_url + "/v1/messages", json={
-        "model": "m", "max_tokens": 4, "messages": [USER], "tools": [{"name": "a"}, {"description": "no name"}]}))
+    err = openai_error(
+        httpx.post(
+            server.openai_base_url + "/chat/completions",
+            json={
+                "model": "m",
+                "messages": [USER, {"role": "assistant", "tool_calls": [{"type": "function"}]}],
+            },
+        )
+    )
+    assert err["param"] == "messages.1.tool_calls.0.id" and err["message"].endswith(
+        "Field required"
+    )
+    msg = anthropic_error(
+        httpx.post(
+            server.base_url + "/v1/messages",
+            json={
+                "model": "m",
+                "max_tokens": 4,
+                "messages": [USER],
+                "tools": [{"name": "a"}, {"description": "no name"}],
+            },
+        )
+    )
     assert msg == "tools.1.name: Field required"
     # checked while rendering, not by pydantic: the path is the param too
-    err = openai_error(httpx.post(server.openai_base_url + "/chat/completions", json={
-        "model": "m", "messages": [{"role": "user", "content": [
-            {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "data:,"}}]}]}))
-    assert err["param"] == "messages.0.content.1.type" and err["message"].startswith("messages.0.content.1.type: ")
+    err = openai_error(
+        httpx.post(
+            server.openai_base_url + "/chat/completions",
+            json={
+                "model": "m",
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "What is this?"},
+                            {"type": "image_url", "image_url": {"url": "data:,"}},
+                        ],
+                    }
+                ],
+            },
+        )
+    )
+    assert err["param"] == "messages.0.content.1.type" and err["message"].startswith(
+        "messages.0.content.1.type: "
+    )
 
 
 # ---------------------------------------------------------------------------- tool_choice (OpenAI)
 
-FN = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                                       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+FN = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
 FN2 = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
 
 
-@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}},
-                                    {"type": "allowed_tools", "allowed_tools": {
-                                        "mode": "required", "tools": [{"type": "function",
-                                                                       "function": {"name": "get_weather"}}]}}],
-                         ids=["required", "named", "allowed-required"])
+@pytest.mark.parametrize(
+    "choice",
+    [
+        "required",
+        {"type": "function", "function": {"name": "get_weather"}},
+        {
+            "type": "allowed_tools",
+            "allowed_tools": {
+                "mode": "required",
+                "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+            },
+        },
+    ],
+    ids=["required", "named", "allowed-required"],
+)
 def test_openai_tool_choice_that_forces_a_call_is_400(oai, choice):
     with pytest.raises(openai.BadRequestError) as e:
-        oai.chat.completions.create(model="m", max_tokens=1, messages=[USER], tools=[FN], tool_choice=choice)
+        oai.chat.completions.create(
+            model="m", max_tokens=1, messages=[USER], tools=[FN], tool_choice=choice
+        )
     body = e.value.body
-    assert e.value.status_code == 400 and body["type"] == "invalid_request_error" and body["param"] == "tool_choice"
+    assert (
+        e.value.status_code == 400
+        and body["type"] == "invalid_request_error"
+        and body["param"] == "tool_choice"
+    )
     assert "cannot be honoured" in body["message"] and "constrained decoding" in body["message"]
     assert '"auto"' in body["message"] and '"none"' in body["message"]
 
 
 def test_openai_tool_choice_naming_an_undeclared_tool_is_400(oai):
-    for choice in ({"type": "function", "function": {"name": "get_stock"}},
-                   {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
-                       {"type": "function", "function": {"name": "get_stock"}}]}}):
+    for choice in (
+        {"type": "function", "function": {"name": "get_stock"}},
+        {
+            "type": "allowed_tools",
+            "allowed_tools": {
+                "mode": "auto",
+                "tools": [{"type": "function", "function": {"name": "get_stock"}}],
+            },
+        },
+    ):
         with pytest.raises(openai.BadRequestError) as e:
-            oai.chat.completions.create(model="m", max_tokens=1, messages=[USER], tools=[FN], tool_choice=choice)
+            oai.chat.completions.create(
+                model="m", max_tokens=1, messages=[USER], tools=[FN], tool_choice=choice
+            )
         assert e.value.body["param"] == "tool_choice"
         assert e.value.body["message"] == (
             "Invalid value for 'tool_choice': it names the function tool 'get_stock', which 'tools' does not "
-            "declare (declared: function 'get_weather'). Name a declared tool, or send tool_choice \"auto\".")
+            "declare (declared: function 'get_weather'). Name a declared tool, or send tool_choice \"auto\"."
+        )
 
 
 def test_openai_tool_choice_without_tools_and_bad_shapes_are_400(server, oai):
@@ -229,28 +373,49 @@ def test_openai_tool_choice_without_tools_and_bad_shapes_are_400(server, oai):
         oai.chat.completions.create(model="m", max_tokens=1, messages=[USER], tool_choice="auto")
     assert e.value.body["param"] == "tool_choice"
     assert e.value.body["message"].startswith(
-        "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.")
-    for choice, words in (("sometimes", 'got "sometimes"'), ({"type": "function"}, '"function": {"name"'),
-                          ({"type": "magic"}, "unknown tool_choice type 'magic'")):
-        err = openai_error(httpx.post(server.openai_base_url + "/chat/completions", json={
-            "model": "m", "messages": [USER], "tools": [FN], "tool_choice": choice}))
-        assert err["param"] == "tool_choice" and err["message"].startswith("tool_choice: ") and words in err["message"]
+        "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified."
+    )
+    for choice, words in (
+        ("sometimes", 'got "sometimes"'),
+        ({"type": "function"}, '"function": {"name"'),
+        ({"type": "magic"}, "unknown tool_choice type 'magic'"),
+    ):
+        err = openai_error(
+            httpx.post(
+                server.openai_base_url + "/chat/completions",
+                json={"model": "m", "messages": [USER], "tools": [FN], "tool_choice": choice},
+            )
+        )
+        assert (
+            err["param"] == "tool_choice"
+            and err["message"].startswith("tool_choice: ")
+            and words in err["message"]
+        )
 
 
 def test_openai_tool_choice_none_leaves_the_tools_out(oai, chat_ids):
-    messages = [{"role": "system", "content": f"[{uuid.uuid4().hex[:8]}] You are terse."},
-                {"role": "user", "content": "Weather in Paris?"}]
+    messages = [
+        {"role": "system", "content": f"[{uuid.uuid4().hex[:8]}] You are terse."},
+        {"role": "user", "content": "Weather in Paris?"},
+    ]
 
     def prompt_tokens(**kw):
-        return oai.chat.completions.create(model="m", max_tokens=1, messages=messages, **kw).usage.prompt_tokens
+        return oai.chat.completions.create(
+            model="m", max_tokens=1, messages=messages, **kw
+        ).usage.prompt_tokens
 
     # "none": exactly the plain conversation, tokenized here with the template and no tools
     assert prompt_tokens(tools=[FN, FN2], tool_choice="none") == len(chat_ids(messages))
     offered = prompt_tokens(tools=[FN, FN2], tool_choice="auto")
     assert offered == prompt_tokens(tools=[FN, FN2]) > len(chat_ids(messages))
     # allowed_tools in "auto" mode offers just those: the same prompt as sending only them
-    allowed = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
-        {"type": "function", "function": {"name": "get_time"}}]}}
+    allowed = {
+        "type": "allowed_tools",
+        "allowed_tools": {
+            "mode": "auto",
+            "tools": [{"type": "function", "function": {"name": "get_time"}}],
+        },
+    }
     only = prompt_tokens(tools=[FN2])
     assert prompt_tokens(tools=[FN, FN2], tool_choice=allowed) == only
     assert len(chat_ids(messages)) < only < offered
@@ -258,35 +423,58 @@ def test_openai_tool_choice_none_leaves_the_tools_out(oai, chat_ids):
 
 # ---------------------------------------------------------------------------- tool_choice (Anthropic)
 
-TOOL = {"name": "lookup", "description": "Look a book up",
-        "input_schema": {"type": "object", "properties": {"title": {"type": "string"}}}}
+TOOL = {
+    "name": "lookup",
+    "description": "Look a book up",
+    "input_schema": {"type": "object", "properties": {"title": {"type": "string"}}},
+}
 
 
-@pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "lookup"}], ids=["any", "tool"])
+@pytest.mark.parametrize(
+    "choice", [{"type": "any"}, {"type": "tool", "name": "lookup"}], ids=["any", "tool"]
+)
 def test_anthropic_tool_choice_that_forces_a_call_is_400(claude, choice):
     with pytest.raises(anthropic.BadRequestError) as e:
-        claude.messages.create(model="m", max_tokens=1, tools=[TOOL], tool_choice=choice, messages=[USER])
+        claude.messages.create(
+            model="m", max_tokens=1, tools=[TOOL], tool_choice=choice, messages=[USER]
+        )
     assert e.value.status_code == 400
     err = e.value.body["error"]
     assert err["type"] == "invalid_request_error"
     assert err["message"].startswith(f"tool_choice: {json.dumps(choice)} cannot be honoured")
     assert '{"type": "auto"}' in err["message"] and '{"type": "none"}' in err["message"]
     # counting tokens generates nothing: the same body is counted (with the tools offered)
-    counted = claude.messages.count_tokens(model="m", tools=[TOOL], tool_choice=choice, messages=[USER])
-    assert counted.input_tokens == claude.messages.count_tokens(model="m", tools=[TOOL], messages=[USER]).input_tokens
+    counted = claude.messages.count_tokens(
+        model="m", tools=[TOOL], tool_choice=choice, messages=[USER]
+    )
+    assert (
+        counted.input_tokens
+        == claude.messages.count_tokens(model="m", tools=[TOOL], messages=[USER]).input_tokens
+    )
 
 
 def test_anthropic_tool_choice_naming_an_undeclared_tool_is_400(claude):
     for call in (claude.messages.create, claude.messages.count_tokens):
         kw = {"max_tokens": 1} if call == claude.messages.create else {}
         with pytest.raises(anthropic.BadRequestError) as e:
-            call(model="m", tools=[TOOL], tool_choice={"type": "tool", "name": "search"}, messages=[USER], **kw)
+            call(
+                model="m",
+                tools=[TOOL],
+                tool_choice={"type": "tool", "name": "search"},
+                messages=[USER],
+                **kw,
+            )
         assert e.value.body["error"]["message"] == (
             "tool_choice.name: the tool 'search' is not in tools ('lookup'). Name one of the tools, or send "
-            'tool_choice {"type": "auto"}.')
+            'tool_choice {"type": "auto"}.'
+        )
     with pytest.raises(anthropic.BadRequestError) as e:
-        claude.messages.create(model="m", max_tokens=1, tool_choice={"type": "tool"}, tools=[TOOL], messages=[USER])
-    assert e.value.body["error"]["message"].startswith('tool_choice: a "tool" tool_choice names the tool')
+        claude.messages.create(
+            model="m", max_tokens=1, tool_choice={"type": "tool"}, tools=[TOOL], messages=[USER]
+        )
+    assert e.value.body["error"]["message"].startswith(
+        'tool_choice: a "tool" tool_choice names the tool'
+    )
 
 
 def test_anthropic_tool_choice_none_leaves_the_tools_out(claude, chat_ids):
@@ -294,29 +482,49 @@ def test_anthropic_tool_choice_none_leaves_the_tools_out(claude, chat_ids):
     messages = [{"role": "user", "content": "Find Emma."}]
 
     def total(**kw):
-        u = claude.messages.create(model="m", max_tokens=1, system=system, messages=messages, **kw).usage
+        u = claude.messages.create(
+            model="m", max_tokens=1, system=system, messages=messages, **kw
+        ).usage
         return u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
 
     plain = len(chat_ids([{"role": "system", "content": system}, *messages]))
     assert total(tools=[TOOL], tool_choice={"type": "none"}) == plain
-    assert claude.messages.count_tokens(model="m", system=system, messages=messages, tools=[TOOL],
-                                        tool_choice={"type": "none"}).input_tokens == plain
+    assert (
+        claude.messages.count_tokens(
+            model="m", system=system, messages=messages, tools=[TOOL], tool_choice={"type": "none"}
+        ).input_tokens
+        == plain
+    )
     assert total(tools=[TOOL], tool_choice={"type": "auto"}) == total(tools=[TOOL]) > plain
 
 
 # ---------------------------------------------------------------------------- message order (OpenAI)
 
-CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+}
 ASKED = {"role": "assistant", "content": None, "tool_calls": [CALL]}
 
 
 def test_openai_tool_message_must_answer_a_preceding_call(oai):
     cases = [
-        ([USER, {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}], 1,
-         "it follows messages.0, a user message without tool_calls"),
-        ([USER, ASKED, {"role": "tool", "tool_call_id": "call_9", "content": "sunny"}], 2,
-         "its tool_call_id 'call_9' is not one of the tool_calls ids of messages.1 ('call_1')"),
-        ([{"role": "tool", "tool_call_id": "call_1", "content": "sunny"}, USER], 0, "it is the first message"),
+        (
+            [USER, {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+            1,
+            "it follows messages.0, a user message without tool_calls",
+        ),
+        (
+            [USER, ASKED, {"role": "tool", "tool_call_id": "call_9", "content": "sunny"}],
+            2,
+            "its tool_call_id 'call_9' is not one of the tool_calls ids of messages.1 ('call_1')",
+        ),
+        (
+            [{"role": "tool", "tool_call_id": "call_1", "content": "sunny"}, USER],
+            0,
+            "it is the first message",
+        ),
     ]
     for messages, i, where in cases:
         with pytest.raises(openai.BadRequestError) as e:
@@ -326,27 +534,42 @@ def test_openai_tool_message_must_answer_a_preceding_call(oai):
         assert body["message"] == (
             "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with "
             f"'tool_calls'. messages.{i}: {where}; put each tool message after the assistant message whose "
-            "tool_calls include its tool_call_id.")
+            "tool_calls include its tool_call_id."
+        )
 
 
 def test_openai_tool_calls_need_answers_and_tool_messages_an_id(oai, server):
     with pytest.raises(openai.BadRequestError) as e:
-        oai.chat.completions.create(model="m", max_tokens=1, messages=[USER, ASKED, USER], tools=[FN])
+        oai.chat.completions.create(
+            model="m", max_tokens=1, messages=[USER, ASKED, USER], tools=[FN]
+        )
     assert e.value.body["param"] == "messages.1.tool_calls"
     assert e.value.body["message"].startswith(
         "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
-        "'tool_call_id'. The following tool_call_ids did not have response messages: call_1 (messages.1)")
-    err = openai_error(httpx.post(server.openai_base_url + "/chat/completions", json={
-        "model": "m", "messages": [USER, ASKED, {"role": "tool", "content": "sunny"}]}))
+        "'tool_call_id'. The following tool_call_ids did not have response messages: call_1 (messages.1)"
+    )
+    err = openai_error(
+        httpx.post(
+            server.openai_base_url + "/chat/completions",
+            json={"model": "m", "messages": [USER, ASKED, {"role": "tool", "content": "sunny"}]},
+        )
+    )
     assert err["param"] == "messages.2.tool_call_id"
     assert err["message"].startswith("Missing required parameter: 'messages.2.tool_call_id'.")
 
 
 def test_openai_valid_tool_exchange_is_served(oai, chat_ids):
-    second = {**CALL, "id": "call_2", "function": {"name": "get_weather", "arguments": '{"city":"Rome"}'}}
-    messages = [USER, {**ASKED, "tool_calls": [CALL, second]},
-                {"role": "tool", "tool_call_id": "call_2", "content": "rain"},
-                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    second = {
+        **CALL,
+        "id": "call_2",
+        "function": {"name": "get_weather", "arguments": '{"city":"Rome"}'},
+    }
+    messages = [
+        USER,
+        {**ASKED, "tool_calls": [CALL, second]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "rain"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
     r = oai.chat.completions.create(model="m", max_tokens=1, messages=messages, tools=[FN])
     assert r.usage.completion_tokens == 1
 
@@ -355,21 +578,34 @@ def test_openai_valid_tool_exchange_is_served(oai, chat_ids):
     def canonical(value):
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
-    expected = chat_ids([{"role": "system", "content": TOOLS_HEADER + canonical(FN)}, USER,
-                         {"role": "assistant", "content": canonical({"tool_calls": [CALL, second]})},
-                         {"role": "tool", "content": "rain"}, {"role": "tool", "content": "sunny"}])
+    expected = chat_ids(
+        [
+            {"role": "system", "content": TOOLS_HEADER + canonical(FN)},
+            USER,
+            {"role": "assistant", "content": canonical({"tool_calls": [CALL, second]})},
+            {"role": "tool", "content": "rain"},
+            {"role": "tool", "content": "sunny"},
+        ]
+    )
     assert r.usage.prompt_tokens == len(expected)
 
 
 # ---------------------------------------------------------------------------- message order (Anthropic)
 
-USE = {"role": "assistant", "content": [{"type": "text", "text": "Looking."},
-                                        {"type": "tool_use", "id": "toolu_1", "name": "lookup",
-                                         "input": {"title": "Emma"}}]}
+USE = {
+    "role": "assistant",
+    "content": [
+        {"type": "text", "text": "Looking."},
+        {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"title": "Emma"}},
+    ],
+}
 
 
 def result(tool_use_id, text="Jane Austen, 1815"):
-    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_use_id, "content": text}]}
+    return {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": tool_use_id, "content": text}],
+    }
 
 
 def test_anthropic_assistant_first_is_accepted(claude):
@@ -377,7 +613,9 @@ def test_anthropic_assistant_first_is_accepted(claude):
     the local server does too: the request runs and counts tokens."""
     msgs = [{"role": "assistant", "content": "Hello."}, USER]
     out = claude.messages.create(model="m", max_tokens=1, messages=msgs)
-    u = out.usage  # input_tokens excludes what the cache read or wrote (another test may share the prefix)
+    u = (
+        out.usage
+    )  # input_tokens excludes what the cache read or wrote (another test may share the prefix)
     total = u.input_tokens + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0)
     assert total > 0
     assert claude.messages.count_tokens(model="m", messages=msgs).input_tokens == total
@@ -387,16 +625,34 @@ def test_anthropic_empty_messages_is_400(server, claude):
     with pytest.raises(anthropic.BadRequestError) as e:
         claude.messages.create(model="m", max_tokens=1, messages=[])
     assert e.value.body["error"]["message"].startswith("messages: List should have at least 1 item")
-    msg = anthropic_error(httpx.post(server.base_url + "/v1/messages/count_tokens", json={"model": "m", "messages": []}))
+    msg = anthropic_error(
+        httpx.post(
+            server.base_url + "/v1/messages/count_tokens", json={"model": "m", "messages": []}
+        )
+    )
     assert msg.startswith("messages: ")
 
 
 def test_anthropic_tool_result_must_answer_the_previous_message(claude):
     cases = [
-        ([USER, USE, result("toolu_2")], "messages.2.content.0", "toolu_2",
-         "messages.1 has tool_use ids toolu_1"),
-        ([USER, USE, result("toolu_1"), {"role": "assistant", "content": "Emma."}, result("toolu_1")],
-         "messages.4.content.0", "toolu_1", "messages.3 (an assistant message) has no tool_use block"),
+        (
+            [USER, USE, result("toolu_2")],
+            "messages.2.content.0",
+            "toolu_2",
+            "messages.1 has tool_use ids toolu_1",
+        ),
+        (
+            [
+                USER,
+                USE,
+                result("toolu_1"),
+                {"role": "assistant", "content": "Emma."},
+                result("toolu_1"),
+            ],
+            "messages.4.content.0",
+            "toolu_1",
+            "messages.3 (an assistant message) has no tool_use block",
+        ),
         ([result("toolu_1")], "messages.0.content.0", "toolu_1", "no message comes before it"),
     ]
     for messages, path, rid, where in cases:
@@ -405,14 +661,20 @@ def test_anthropic_tool_result_must_answer_the_previous_message(claude):
         assert e.value.body["error"]["message"] == (
             f"{path}: unexpected `tool_use_id` found in `tool_result` blocks: {rid}. Each `tool_result` block "
             f"must have a corresponding `tool_use` block in the previous message. ({where}; a tool_result "
-            "answers a tool_use of the assistant message right before it.)")
+            "answers a tool_use of the assistant message right before it.)"
+        )
 
 
 def test_anthropic_tool_ids_are_required(claude):
     nameless = {"role": "user", "content": [{"type": "tool_result", "content": "x"}]}
     with pytest.raises(anthropic.BadRequestError) as e:
-        claude.messages.create(model="m", max_tokens=1, tools=[TOOL], messages=[USER, USE, nameless])
-    assert e.value.body["error"]["message"] == "messages.2.content.0.tool_use_id: Field required (a string)"
+        claude.messages.create(
+            model="m", max_tokens=1, tools=[TOOL], messages=[USER, USE, nameless]
+        )
+    assert (
+        e.value.body["error"]["message"]
+        == "messages.2.content.0.tool_use_id: Field required (a string)"
+    )
     no_id = {"role": "assistant", "content": [{"type": "tool_use", "name": "lookup", "input": {}}]}
     with pytest.raises(anthropic.BadRequestError) as e:
         claude.messages.create(model="m", max_tokens=1, tools=[TOOL], messages=[USER, no_id])
@@ -425,11 +687,14 @@ def test_anthropic_tool_use_needs_a_result_in_the_next_message(claude):
     assert e.value.body["error"]["message"] == (
         "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_1. Each "
         "`tool_use` block must have a corresponding `tool_result` block in the next message. (Add a "
-        "tool_result block for each to messages.2.)")
+        "tool_result block for each to messages.2.)"
+    )
 
 
 def test_anthropic_valid_tool_exchange_and_tool_use_prefill_are_served(claude):
-    r = claude.messages.create(model="m", max_tokens=1, tools=[TOOL], messages=[USER, USE, result("toolu_1")])
+    r = claude.messages.create(
+        model="m", max_tokens=1, tools=[TOOL], messages=[USER, USE, result("toolu_1")]
+    )
     assert r.usage.output_tokens == 1
     # a last assistant message is a prefill: its tool_use has no next message to answer it yet
     r = claude.messages.create(model="m", max_tokens=1, tools=[TOOL], messages=[USER, USE])

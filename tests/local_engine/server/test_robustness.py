@@ -26,13 +26,18 @@ def server(server_factory):
 
 @pytest.fixture(scope="module")
 def locked(server_factory):
-    return server_factory("automatic", api_key=KEY, extra_args=["--max-body-bytes", "4096", "--log-prompts"])
+    return server_factory(
+        "automatic", api_key=KEY, extra_args=["--max-body-bytes", "4096", "--log-prompts"]
+    )
 
 
 def kv(server) -> tuple[float, float, float]:
     m = server.metrics()
-    return (m["promptcache_kv_cache_blocks_used"], m["promptcache_num_requests_running"],
-            m["promptcache_num_requests_waiting"])
+    return (
+        m["promptcache_kv_cache_blocks_used"],
+        m["promptcache_num_requests_running"],
+        m["promptcache_num_requests_waiting"],
+    )
 
 
 def wait_idle(server, idle, timeout=30.0):
@@ -51,18 +56,20 @@ def wait_idle(server, idle, timeout=30.0):
 
 def test_cache_salt_isolates_tenants(server):
     c = server.openai_client(max_retries=0, timeout=120)
-    msgs = [{"role": "system", "content": f"[{uuid.uuid4().hex}] You are a shop assistant."},
-            {"role": "user", "content": "Tell me about the shop's return policy for kettles."}]
+    msgs = [
+        {"role": "system", "content": f"[{uuid.uuid4().hex}] You are a shop assistant."},
+        {"role": "user", "content": "Tell me about the shop's return policy for kettles."},
+    ]
 
     def cached(**kw):
         r = c.chat.completions.create(model="local", messages=msgs, max_tokens=1, **kw)
         return r.usage.prompt_tokens_details.cached_tokens
 
     assert cached() == 0
-    assert cached() > 0                                              # the same tenant hits
-    assert cached(extra_headers={"X-Cache-Salt": "tenant-b"}) == 0     # another tenant never does
+    assert cached() > 0  # the same tenant hits
+    assert cached(extra_headers={"X-Cache-Salt": "tenant-b"}) == 0  # another tenant never does
     assert cached(extra_headers={"X-Cache-Salt": "tenant-b"}) > 0
-    assert cached(extra_body={"cache_salt": "tenant-c"}) == 0          # the body field works too
+    assert cached(extra_body={"cache_salt": "tenant-c"}) == 0  # the body field works too
 
 
 # ---------------------------------------------------------------------------- disconnects
@@ -75,8 +82,13 @@ def test_stream_disconnect_aborts_and_frees_blocks(server):
     idle = wait_idle(server, kv(server))
     assert idle[1:] == (0.0, 0.0)
     # greedy continuation of a count: hundreds of tokens, no early end of text
-    body = {"model": "local", "max_tokens": 400, "stream": True, "temperature": 0,
-            "prompt": f"[{uuid.uuid4().hex}] {COUNTING}"}
+    body = {
+        "model": "local",
+        "max_tokens": 400,
+        "stream": True,
+        "temperature": 0,
+        "prompt": f"[{uuid.uuid4().hex}] {COUNTING}",
+    }
     with httpx.stream("POST", server.openai_base_url + "/completions", json=body, timeout=120) as r:
         lines = 0
         busy = None
@@ -95,17 +107,31 @@ def test_stream_disconnect_aborts_and_frees_blocks(server):
 
 def test_non_streaming_disconnect_aborts_and_frees_blocks(server):
     idle = wait_idle(server, kv(server))
-    body = {"model": "local", "max_tokens": 400, "temperature": 0, "prompt": f"[{uuid.uuid4().hex}] {COUNTING}"}
+    body = {
+        "model": "local",
+        "max_tokens": 400,
+        "temperature": 0,
+        "prompt": f"[{uuid.uuid4().hex}] {COUNTING}",
+    }
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(server.openai_base_url + "/completions", json=body, timeout=httpx.Timeout(120, read=1.5))
+        httpx.post(
+            server.openai_base_url + "/completions", json=body, timeout=httpx.Timeout(120, read=1.5)
+        )
     wait_idle(server, idle)
 
 
 def test_anthropic_stream_disconnect_frees_blocks(server):
     idle = wait_idle(server, kv(server))
-    body = {"model": "m", "max_tokens": 400, "stream": True, "temperature": 0,
-            "messages": [{"role": "user", "content": f"[{uuid.uuid4().hex}] Count to 300."},
-                         {"role": "assistant", "content": COUNTING}]}
+    body = {
+        "model": "m",
+        "max_tokens": 400,
+        "stream": True,
+        "temperature": 0,
+        "messages": [
+            {"role": "user", "content": f"[{uuid.uuid4().hex}] Count to 300."},
+            {"role": "assistant", "content": COUNTING},
+        ],
+    }
     with httpx.stream("POST", server.base_url + "/v1/messages", json=body, timeout=120) as r:
         running = None
         for line in r.iter_lines():
@@ -121,13 +147,18 @@ def test_anthropic_stream_disconnect_frees_blocks(server):
 
 def test_metrics_exposition(server):
     c = server.openai_client(max_retries=0, timeout=120)
-    c.chat.completions.create(model="local", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    c.chat.completions.create(
+        model="local", messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+    )
     m = server.metrics()
     assert m['promptcache_requests_total{endpoint="/v1/chat/completions",status="200"}'] >= 1
     assert m["promptcache_time_to_first_token_seconds_count"] >= 1
     assert m["promptcache_inter_token_latency_seconds_count"] >= 1
     assert 0.0 <= m["promptcache_prefix_cache_hit_rate"] <= 1.0
-    assert m["promptcache_prefix_cache_hits_tokens_total"] <= m["promptcache_prefix_cache_queries_tokens_total"]
+    assert (
+        m["promptcache_prefix_cache_hits_tokens_total"]
+        <= m["promptcache_prefix_cache_queries_tokens_total"]
+    )
     assert m["promptcache_kv_cache_blocks_total"] == 512
     assert 0.0 <= m["promptcache_kv_cache_usage_ratio"] <= 1.0
     text = httpx.get(server.base_url + "/metrics").text
@@ -137,8 +168,9 @@ def test_metrics_exposition(server):
 def test_one_log_line_per_request_without_prompt_text(server):
     secret = "zebra-" + uuid.uuid4().hex
     c = server.openai_client(max_retries=0, timeout=120)
-    r = c.chat.completions.create(model="local", messages=[{"role": "user", "content": f"Remember {secret}"}],
-                                  max_tokens=1)
+    r = c.chat.completions.create(
+        model="local", messages=[{"role": "user", "content": f"Remember {secret}"}], max_tokens=1
+    )
     time.sleep(0.3)
     log = server.log_text()
     assert secret not in log
@@ -156,16 +188,24 @@ def test_api_key_required(locked):
         bad.models.list()
     assert e.value.status_code == 401 and "API key" in e.value.body["message"]
     good = locked.openai_client(max_retries=0, timeout=120)
-    assert good.chat.completions.create(model="local", messages=[{"role": "user", "content": "Hi there, owl"}],
-                                        max_tokens=1).usage.completion_tokens == 1
+    assert (
+        good.chat.completions.create(
+            model="local", messages=[{"role": "user", "content": "Hi there, owl"}], max_tokens=1
+        ).usage.completion_tokens
+        == 1
+    )
     time.sleep(0.3)
     assert "Hi there, owl" in locked.log_text()  # --log-prompts puts the prompt in the log line
     ab = anthropic.Anthropic(base_url=locked.base_url, api_key="wrong", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError) as e:
         ab.messages.create(model="m", max_tokens=1, messages=[{"role": "user", "content": "Hi"}])
     assert e.value.body["error"]["type"] == "authentication_error"
-    r = httpx.post(locked.base_url + "/v1/messages", headers={"x-api-key": KEY},
-                   json={"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}, timeout=60)
+    r = httpx.post(
+        locked.base_url + "/v1/messages",
+        headers={"x-api-key": KEY},
+        json={"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]},
+        timeout=60,
+    )
     assert r.status_code == 200
     assert httpx.get(locked.base_url + "/health").status_code == 200  # health needs no key
     assert httpx.get(locked.base_url + "/metrics").status_code == 401
@@ -173,18 +213,27 @@ def test_api_key_required(locked):
 
 def test_body_limit(locked):
     big = {"model": "local", "messages": [{"role": "user", "content": "x" * 5000}]}
-    r = httpx.post(locked.openai_base_url + "/chat/completions", json=big, headers={"authorization": f"Bearer {KEY}"})
+    r = httpx.post(
+        locked.openai_base_url + "/chat/completions",
+        json=big,
+        headers={"authorization": f"Bearer {KEY}"},
+    )
     assert r.status_code == 413 and "4096" in r.json()["error"]["message"]
-    r = httpx.post(locked.base_url + "/v1/messages", json={**big, "max_tokens": 1}, headers={"x-api-key": KEY})
+    r = httpx.post(
+        locked.base_url + "/v1/messages", json={**big, "max_tokens": 1}, headers={"x-api-key": KEY}
+    )
     assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"
 
     def chunks():  # no Content-Length: the limit is enforced while reading
         data = json.dumps(big).encode()
         for i in range(0, len(data), 1000):
-            yield data[i:i + 1000]
+            yield data[i : i + 1000]
 
-    r = httpx.post(locked.openai_base_url + "/chat/completions", content=chunks(),
-                   headers={"authorization": f"Bearer {KEY}", "content-type": "application/json"})
+    r = httpx.post(
+        locked.openai_base_url + "/chat/completions",
+        content=chunks(),
+        headers={"authorization": f"Bearer {KEY}", "content-type": "application/json"},
+    )
     assert r.status_code == 413
 
 
@@ -192,8 +241,12 @@ def test_body_limit(locked):
 
 
 def _serve(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "promptcache", "serve", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "promptcache", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_cli_port_in_use_is_one_line_exit_2():
@@ -204,7 +257,8 @@ def test_cli_port_in_use_is_one_line_exit_2():
         p = _serve("--port", str(port))
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
-        f"promptcache serve: error: port {port} on 127.0.0.1 is already in use; pick another with --port"]
+        f"promptcache serve: error: port {port} on 127.0.0.1 is already in use; pick another with --port"
+    ]
     assert "Traceback" not in p.stderr
 
 
@@ -226,12 +280,22 @@ def test_cli_bad_option_is_exit_2():
 def test_sigterm_drains_in_flight_requests_then_exits(locked):
     import signal
 
-    body = {"model": "local", "max_tokens": 30, "stream": True, "temperature": 0,
-            "prompt": f"[{uuid.uuid4().hex}] {COUNTING}"}
+    body = {
+        "model": "local",
+        "max_tokens": 30,
+        "stream": True,
+        "temperature": 0,
+        "prompt": f"[{uuid.uuid4().hex}] {COUNTING}",
+    }
     lines = []
     refused = False
-    with httpx.stream("POST", locked.openai_base_url + "/completions", json=body,
-                      headers={"authorization": f"Bearer {KEY}"}, timeout=120) as r:
+    with httpx.stream(
+        "POST",
+        locked.openai_base_url + "/completions",
+        json=body,
+        headers={"authorization": f"Bearer {KEY}"},
+        timeout=120,
+    ) as r:
         for line in r.iter_lines():
             if line.startswith("data: "):
                 lines.append(line)

@@ -7,11 +7,18 @@ import pytest
 import promptcache
 from promptcache import PromptCacheWarning, VolatilePrefixError, build
 
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "description": "City"},
-                                             "unit": {"enum": ["C", "F"], "type": "string"}},
-          "required": ["city"]}
-OPENAI_TOOL = {"type": "function", "function": {"name": "weather", "description": "Weather.",
-                                                "parameters": SCHEMA}}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "description": "City"},
+        "unit": {"enum": ["C", "F"], "type": "string"},
+    },
+    "required": ["city"],
+}
+OPENAI_TOOL = {
+    "type": "function",
+    "function": {"name": "weather", "description": "Weather.", "parameters": SCHEMA},
+}
 ANTHROPIC_TOOL = {"name": "weather", "description": "Weather.", "input_schema": SCHEMA}
 
 
@@ -32,38 +39,56 @@ def test_prefix_hash_is_sha256_of_the_documented_canonical_bytes():
 
 
 def test_tool_canonical_bytes_by_hand():
-    p = build(tools=[{"name": "f", "input_schema": {"type": "object", "properties": {}},
-                      "description": "d"}])
-    assert p.canonical_prefix() == (b'{"documents":[],"system":[],"tools":[{"description":"d",'
-                                    b'"input_schema":{"properties":{},"type":"object"},'
-                                    b'"name":"f"}],"v":"promptcache/1"}')
+    p = build(
+        tools=[
+            {"name": "f", "input_schema": {"type": "object", "properties": {}}, "description": "d"}
+        ]
+    )
+    assert p.canonical_prefix() == (
+        b'{"documents":[],"system":[],"tools":[{"description":"d",'
+        b'"input_schema":{"properties":{},"type":"object"},'
+        b'"name":"f"}],"v":"promptcache/1"}'
+    )
 
 
 def test_prefix_hash_invariant_under_dict_order_and_tool_form():
     a = build(system="S", tools=[OPENAI_TOOL], dynamic="q")
     b = build(system="S", tools=[reordered(OPENAI_TOOL)], dynamic="q")
     c = build(system="S", tools=[ANTHROPIC_TOOL])
-    d = build(system="S", tools=[{"type": "function", "name": "weather",
-                                  "description": "Weather.", "parameters": reordered(SCHEMA)}])
+    d = build(
+        system="S",
+        tools=[
+            {
+                "type": "function",
+                "name": "weather",
+                "description": "Weather.",
+                "parameters": reordered(SCHEMA),
+            }
+        ],
+    )
     assert a.prefix_hash == b.prefix_hash == c.prefix_hash == d.prefix_hash
     # and the rendered tools are byte-identical whatever the input order
     assert json.dumps(a.to_openai("gpt-4o")["tools"]) == json.dumps(b.to_openai("gpt-4o")["tools"])
-    assert json.dumps(a.to_anthropic("claude-sonnet-4-5", max_tokens=5)["tools"]) == \
-        json.dumps(b.to_anthropic("claude-sonnet-4-5", max_tokens=5)["tools"])
+    assert json.dumps(a.to_anthropic("claude-sonnet-4-5", max_tokens=5)["tools"]) == json.dumps(
+        b.to_anthropic("claude-sonnet-4-5", max_tokens=5)["tools"]
+    )
 
 
 def test_prefix_hash_normalizes_line_endings_and_trailing_space():
     assert build(system="a\r\nb  \n\n").prefix_hash == build(system="a\nb").prefix_hash
 
 
-@pytest.mark.parametrize("change", [
-    dict(system="S!"),
-    dict(tools=[{**ANTHROPIC_TOOL, "description": "Weather now."}]),
-    dict(tools=[{**ANTHROPIC_TOOL, "input_schema": {**SCHEMA, "required": []}}]),
-    dict(tools=[ANTHROPIC_TOOL, {**ANTHROPIC_TOOL, "name": "weather2"}]),
-    dict(documents=["doc"]),
-    dict(documents=[{"text": "doc", "title": "T"}]),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(system="S!"),
+        dict(tools=[{**ANTHROPIC_TOOL, "description": "Weather now."}]),
+        dict(tools=[{**ANTHROPIC_TOOL, "input_schema": {**SCHEMA, "required": []}}]),
+        dict(tools=[ANTHROPIC_TOOL, {**ANTHROPIC_TOOL, "name": "weather2"}]),
+        dict(documents=["doc"]),
+        dict(documents=[{"text": "doc", "title": "T"}]),
+    ],
+)
 def test_prefix_hash_changes_on_any_frozen_change(change):
     base = dict(system="S", tools=[ANTHROPIC_TOOL], documents=None)
     assert build(**{**base, **change}).prefix_hash != build(**base).prefix_hash
@@ -71,8 +96,13 @@ def test_prefix_hash_changes_on_any_frozen_change(change):
 
 def test_prefix_hash_ignores_session_history_and_dynamic():
     a = build(system="S", tools=[ANTHROPIC_TOOL])
-    b = build(system="S", tools=[ANTHROPIC_TOOL], session="user Ann",
-              messages=[{"role": "user", "content": "hi"}], dynamic="now")
+    b = build(
+        system="S",
+        tools=[ANTHROPIC_TOOL],
+        session="user Ann",
+        messages=[{"role": "user", "content": "hi"}],
+        dynamic="now",
+    )
     assert a.prefix_hash == b.prefix_hash
     assert a.session_hash != b.session_hash
 
@@ -82,8 +112,10 @@ def test_sort_tools_sorts_by_name_and_default_keeps_order():
     t2 = {**ANTHROPIC_TOOL, "name": "a"}
     assert [t["name"] for t in build(tools=[t1, t2]).tools] == ["b", "a"]
     assert [t["name"] for t in build(tools=[t1, t2], sort_tools=True).tools] == ["a", "b"]
-    assert build(tools=[t1, t2], sort_tools=True).prefix_hash == \
-        build(tools=[t2, t1], sort_tools=True).prefix_hash
+    assert (
+        build(tools=[t1, t2], sort_tools=True).prefix_hash
+        == build(tools=[t2, t1], sort_tools=True).prefix_hash
+    )
 
 
 def test_strict_raises_with_layer_offset_and_text():
@@ -109,21 +141,35 @@ def test_non_strict_warns_and_renders():
     assert p.findings and p.to_openai("gpt-4o")["messages"][0]["role"] == "system"
 
 
-DATED_MODELS = ("gpt-4o-2024-08-06", "claude-3-5-sonnet-20241022", "gemini-1.5-pro-002",
-                "o1-2024-12-17")
+DATED_MODELS = (
+    "gpt-4o-2024-08-06",
+    "claude-3-5-sonnet-20241022",
+    "gemini-1.5-pro-002",
+    "o1-2024-12-17",
+)
 
 
 @pytest.mark.parametrize("model", DATED_MODELS)
 def test_dated_model_names_pass_strict_build(model):
     """A dated model snapshot in the system prompt, a tool description, a tool schema's enum
     and default (a ``model=`` parameter) is stable text: no warning, no error."""
-    tool = {"name": "delegate", "description": f"Delegates to {model} for hard questions.",
-            "input_schema": {"type": "object", "properties": {
-                "model": {"type": "string", "enum": [model], "default": model}}}}
+    tool = {
+        "name": "delegate",
+        "description": f"Delegates to {model} for hard questions.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"model": {"type": "string", "enum": [model], "default": model}},
+        },
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        p = build(system=f"You are an assistant served by {model}.", tools=[tool],
-                  session=f"Preferred model: {model}", dynamic="q", strict=True)
+        p = build(
+            system=f"You are an assistant served by {model}.",
+            tools=[tool],
+            session=f"Preferred model: {model}",
+            dynamic="q",
+            strict=True,
+        )
     assert p.findings == () and p.warnings == ()
     kw = p.to_openai(model)
     assert kw["model"] == model
@@ -141,25 +187,49 @@ def test_real_date_next_to_a_model_name_still_raises():
 def test_dynamic_and_history_are_not_scanned():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        build(system="S", messages=[{"role": "user", "content": "at 2024-05-01T10:00:00Z"}],
-              dynamic="Current time: 2024-05-01T10:00:00Z", strict=True)
+        build(
+            system="S",
+            messages=[{"role": "user", "content": "at 2024-05-01T10:00:00Z"}],
+            dynamic="Current time: 2024-05-01T10:00:00Z",
+            strict=True,
+        )
 
 
 def test_tool_call_arguments_are_canonicalized():
-    hist = [{"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function",
-         "function": {"name": "weather", "arguments": '{ "unit": "C",  "city": "Oslo" }'}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "5C"}]
+    hist = [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {
+                        "name": "weather",
+                        "arguments": '{ "unit": "C",  "city": "Oslo" }',
+                    },
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "5C"},
+    ]
     kw = build(system="S", tools=[OPENAI_TOOL], messages=hist).to_openai("gpt-4o")
-    assert kw["messages"][1]["tool_calls"][0]["function"]["arguments"] == \
-        '{"city":"Oslo","unit":"C"}'
+    assert (
+        kw["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"city":"Oslo","unit":"C"}'
+    )
     ant = build(system="S", messages=hist, dynamic="x").to_anthropic("claude-sonnet-4-5")
     assert list(ant["messages"][0]["content"][0]["input"]) == ["city", "unit"]
 
 
 def test_invalid_json_arguments_are_kept_verbatim_for_openai():
-    hist = [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {
-        "name": "f", "arguments": '{"trunc'}}]}]
+    hist = [
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"trunc'}}
+            ],
+        }
+    ]
     kw = build(messages=hist).to_openai("gpt-4o")
     assert kw["messages"][0]["tool_calls"][0]["function"]["arguments"] == '{"trunc'
     with pytest.raises(ValueError, match="not JSON"):
@@ -167,29 +237,49 @@ def test_invalid_json_arguments_are_kept_verbatim_for_openai():
 
 
 def test_messages_accept_anthropic_openai_and_responses_forms_equally():
-    anth = [{"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "f",
-                                               "input": {"a": 1}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1",
-                                          "content": "ok"}]}]
-    oai = [{"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
-        "name": "f", "arguments": '{"a": 1}'}}]}, {"role": "tool", "tool_call_id": "c1",
-                                                    "content": "ok"}]
-    resp = [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a":1}'},
-            {"type": "function_call_output", "call_id": "c1", "output": "ok"}]
-    assert build(messages=anth).messages == build(messages=oai).messages == \
-        build(messages=resp).messages
+    anth = [
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "c1", "name": "f", "input": {"a": 1}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "ok"}],
+        },
+    ]
+    oai = [
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    resp = [
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a":1}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+    ]
+    assert (
+        build(messages=anth).messages
+        == build(messages=oai).messages
+        == build(messages=resp).messages
+    )
 
 
-@pytest.mark.parametrize("kwargs,exc,match", [
-    (dict(system=42), TypeError, "system"),
-    (dict(tools={"name": "x"}), TypeError, "single dict"),
-    (dict(tools=[{"foo": 1}]), ValueError, r"tools\[0\]"),
-    (dict(tools=[ANTHROPIC_TOOL, ANTHROPIC_TOOL]), ValueError, "duplicate"),
-    (dict(messages=[{"role": "system", "content": "x"}]), ValueError, "system="),
-    (dict(messages=[{"role": "robot", "content": "x"}]), ValueError, "role"),
-    (dict(messages=[{"role": "user", "content": [{"type": "video"}]}]), ValueError, "video"),
-    (dict(documents=[{"body": "x"}]), TypeError, r"documents\[0\]"),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(system=42), TypeError, "system"),
+        (dict(tools={"name": "x"}), TypeError, "single dict"),
+        (dict(tools=[{"foo": 1}]), ValueError, r"tools\[0\]"),
+        (dict(tools=[ANTHROPIC_TOOL, ANTHROPIC_TOOL]), ValueError, "duplicate"),
+        (dict(messages=[{"role": "system", "content": "x"}]), ValueError, "system="),
+        (dict(messages=[{"role": "robot", "content": "x"}]), ValueError, "role"),
+        (dict(messages=[{"role": "user", "content": [{"type": "video"}]}]), ValueError, "video"),
+        (dict(documents=[{"body": "x"}]), TypeError, r"documents\[0\]"),
+    ],
+)
 def test_bad_input_errors_name_the_place(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         build(**kwargs)

@@ -15,16 +15,36 @@ def W(n):
 
 def request():
     return {
-        "model": "claude-sonnet-4-6", "max_tokens": 10,
-        "tools": [{"name": "a", "description": "A.",
-                   "input_schema": {"properties": {}, "type": "object"}, "cache_control": EPH}],
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 10,
+        "tools": [
+            {
+                "name": "a",
+                "description": "A.",
+                "input_schema": {"properties": {}, "type": "object"},
+                "cache_control": EPH,
+            }
+        ],
         "system": [{"type": "text", "text": "Policy. " + W(1100), "cache_control": EPH}],
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": EPH}]},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "a",
-                                               "input": {"a": 1, "b": 2}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
-                                          "content": "ok", "cache_control": EPH}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "t1", "name": "a", "input": {"a": 1, "b": 2}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": "ok",
+                        "cache_control": EPH,
+                    }
+                ],
+            },
         ],
     }
 
@@ -42,12 +62,14 @@ def test_clean_request_has_only_the_expected_info(word_tokens):
 def test_too_many_breakpoints_names_the_fifth_in_cache_order(word_tokens):
     r = request()
     r["messages"][1]["content"][0]["cache_control"] = EPH
-    r["messages"].append({"role": "user", "content": [
-        {"type": "text", "text": "more", "cache_control": EPH}]})
+    r["messages"].append(
+        {"role": "user", "content": [{"type": "text", "text": "more", "cache_control": EPH}]}
+    )
     found = [f for f in check(r, "anthropic") if f.code == "too-many-breakpoints"]
     # order: tools[0], system[0], messages[0], messages[1], messages[2] <- the 5th
     assert [(f.path, f.severity) for f in found] == [
-        ("$.messages[2].content[0].cache_control", "error")]
+        ("$.messages[2].content[0].cache_control", "error")
+    ]
 
 
 def test_one_hour_after_five_minutes(word_tokens):
@@ -82,11 +104,23 @@ def test_non_canonical_json_in_tool_inputs():
 
 
 def test_openai_arguments_and_system_volatility():
-    r = {"model": "gpt-4o", "messages": [
-        {"role": "system", "content": "Request id 550e8400-e29b-41d4-a716-446655440000."},
-        {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {
-            "name": "f", "arguments": '{"b": 1, "a": 2}'}}]},
-        {"role": "user", "content": "2024-05-01 is fine here"}]}
+    r = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "system", "content": "Request id 550e8400-e29b-41d4-a716-446655440000."},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": "c",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": '{"b": 1, "a": 2}'},
+                    }
+                ],
+            },
+            {"role": "user", "content": "2024-05-01 is fine here"},
+        ],
+    }
     found = codes(check(json.dumps(r), "openai"))
     assert ("volatile-in-prefix", "$.messages[0].content") in found
     assert ("non-canonical-json", "$.messages[1].tool_calls[0].function.arguments") in found
@@ -94,37 +128,57 @@ def test_openai_arguments_and_system_volatility():
 
 
 def test_dated_model_name_is_not_volatile_but_a_date_is():
-    r = {"model": "gpt-4o-2024-08-06", "messages": [
-        {"role": "system", "content": "You are gpt-4o-2024-08-06; escalate to o1-2024-12-17."},
-        {"role": "system", "content": "Today is 2024-08-06."},
-        {"role": "user", "content": "hi"}]}
+    r = {
+        "model": "gpt-4o-2024-08-06",
+        "messages": [
+            {"role": "system", "content": "You are gpt-4o-2024-08-06; escalate to o1-2024-12-17."},
+            {"role": "system", "content": "Today is 2024-08-06."},
+            {"role": "user", "content": "hi"},
+        ],
+    }
     found = [f for f in check(r, "openai") if f.code == "volatile-in-prefix"]
     assert [f.path for f in found] == ["$.messages[1].content"]
     assert "2024-08-06" in found[0].message
 
 
 def test_built_requests_pass_check(word_tokens):
-    p = build(system=W(1100), tools=[{"name": "a", "input_schema": {"type": "object"}}],
-              session=W(20), messages=[{"role": "user", "content": "x"}], dynamic="q")
-    assert [f for f in check(p.to_anthropic("claude-sonnet-4-6"), "anthropic")
-            if f.severity != "info"] == []
-    assert [f for f in check(p.to_bedrock("us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
-                             "bedrock") if f.severity != "info"] == []
+    p = build(
+        system=W(1100),
+        tools=[{"name": "a", "input_schema": {"type": "object"}}],
+        session=W(20),
+        messages=[{"role": "user", "content": "x"}],
+        dynamic="q",
+    )
+    assert [
+        f for f in check(p.to_anthropic("claude-sonnet-4-6"), "anthropic") if f.severity != "info"
+    ] == []
+    assert [
+        f
+        for f in check(p.to_bedrock("us.anthropic.claude-sonnet-4-5-20250929-v1:0"), "bedrock")
+        if f.severity != "info"
+    ] == []
     assert check(p.to_openai("gpt-4o"), "openai") == []
 
 
 def test_bedrock_segment_rule(word_tokens):
-    kw = {"modelId": "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
-          "system": [{"text": W(1100)}, {"cachePoint": {"type": "default"}},
-                     {"text": W(100)}, {"cachePoint": {"type": "default"}}],
-          "messages": [{"role": "user", "content": [{"text": "q"}]}]}
+    kw = {
+        "modelId": "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        "system": [
+            {"text": W(1100)},
+            {"cachePoint": {"type": "default"}},
+            {"text": W(100)},
+            {"cachePoint": {"type": "default"}},
+        ],
+        "messages": [{"role": "user", "content": [{"text": "q"}]}],
+    }
     found = [f for f in check(kw, "bedrock") if f.code == "segment-below-minimum"]
     assert [f.path for f in found] == ["$.system[3].cachePoint"]
 
 
 def test_no_breakpoints_info():
-    found = check({"model": "claude-sonnet-4-6", "messages": [{"role": "user", "content": "x"}]},
-                  "anthropic")
+    found = check(
+        {"model": "claude-sonnet-4-6", "messages": [{"role": "user", "content": "x"}]}, "anthropic"
+    )
     assert codes(found) == [("no-breakpoints", "$")]
 
 

@@ -40,9 +40,10 @@ def test_nothing_at_all_is_refused_by_every_renderer(method, model, kw, provider
     assert isinstance(ei.value, ValueError) and isinstance(ei.value, PromptCacheError)
 
 
-@pytest.mark.parametrize("method,model", [("to_anthropic", CLAUDE),
-                                          ("to_bedrock", BEDROCK_CLAUDE),
-                                          ("to_gemini", "gemini-2.5-flash")])
+@pytest.mark.parametrize(
+    "method,model",
+    [("to_anthropic", CLAUDE), ("to_bedrock", BEDROCK_CLAUDE), ("to_gemini", "gemini-2.5-flash")],
+)
 def test_system_only_is_refused_where_a_message_is_required(method, model):
     p = build(system="You are terse.", session="User: Ada", messages=[])
     with pytest.raises(EmptyRequestError, match="at least one"):
@@ -53,15 +54,21 @@ def test_openai_sends_a_system_only_request():
     p = build(system="You are terse.", messages=[])
     assert p.to_openai("gpt-4o")["messages"] == [{"role": "system", "content": "You are terse."}]
     assert p.to_openai("gpt-4o", api="responses")["input"] == [
-        {"content": [{"text": "You are terse.", "type": "input_text"}], "role": "system"}]
+        {"content": [{"text": "You are terse.", "type": "input_text"}], "role": "system"}
+    ]
     assert p.to_openai_compatible("smollm2")["messages"] == [
-        {"role": "system", "content": "You are terse."}]
+        {"role": "system", "content": "You are terse."}
+    ]
 
 
 def test_a_prefix_only_prompt_has_the_prefix_hash_of_the_full_request():
     prefix = build(system="S", tools=[{"name": "t", "input_schema": {"type": "object"}}])
-    full = build(system="S", tools=[{"name": "t", "input_schema": {"type": "object"}}],
-                 messages=[{"role": "user", "content": "hi"}], dynamic="q")
+    full = build(
+        system="S",
+        tools=[{"name": "t", "input_schema": {"type": "object"}}],
+        messages=[{"role": "user", "content": "hi"}],
+        dynamic="q",
+    )
     assert prefix.prefix_hash == full.prefix_hash
 
 

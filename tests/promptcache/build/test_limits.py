@@ -3,17 +3,20 @@ import pytest
 from promptcache.limits import RULES, cache_rules, provider_of
 
 
-@pytest.mark.parametrize("model,provider,minimum", [
-    ("claude-sonnet-4-5-20250929", "anthropic", 1024),
-    ("claude-opus-4-20250514", "anthropic", 1024),
-    ("claude-opus-4-5", "anthropic", 4096),
-    ("claude-haiku-4-5-20251001", "anthropic", 4096),
-    ("claude-3-5-haiku-20241022", "anthropic", 2048),
-    ("gpt-4o", "openai", 1024),
-    ("us.anthropic.claude-3-7-sonnet-20250219-v1:0", "bedrock", 1024),
-    ("anthropic.claude-3-5-haiku-20241022-v1:0", "bedrock", 2048),
-    ("amazon.nova-pro-v1:0", "bedrock", 1000),
-])
+@pytest.mark.parametrize(
+    "model,provider,minimum",
+    [
+        ("claude-sonnet-4-5-20250929", "anthropic", 1024),
+        ("claude-opus-4-20250514", "anthropic", 1024),
+        ("claude-opus-4-5", "anthropic", 4096),
+        ("claude-haiku-4-5-20251001", "anthropic", 4096),
+        ("claude-3-5-haiku-20241022", "anthropic", 2048),
+        ("gpt-4o", "openai", 1024),
+        ("us.anthropic.claude-3-7-sonnet-20250219-v1:0", "bedrock", 1024),
+        ("anthropic.claude-3-5-haiku-20241022-v1:0", "bedrock", 2048),
+        ("amazon.nova-pro-v1:0", "bedrock", 1000),
+    ],
+)
 def test_documented_minimums(model, provider, minimum):
     r = cache_rules(model)
     assert (r.provider, r.min_tokens, r.known) == (provider, minimum, True)

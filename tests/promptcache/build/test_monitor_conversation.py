@@ -7,8 +7,11 @@ import pytest
 from promptcache import Conversation, PrefixMonitor, build
 from promptcache.monitor import cache_miss_reason
 
-TOOL = {"name": "weather", "description": "Weather.",
-        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+TOOL = {
+    "name": "weather",
+    "description": "Weather.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
 
 
 class Clock:
@@ -21,13 +24,16 @@ class Clock:
 
 # ---- PrefixMonitor ---------------------------------------------------------------------------
 
+
 def test_monitor_reports_layer_char_and_token_offset(word_tokens):
     clock = Clock()
     seen = []
     mon = PrefixMonitor(model="claude-sonnet-4-6", clock=clock, on_change=seen.append)
     assert mon.observe("support", build(system="one two three four", tools=[TOOL])) is None
-    assert mon.observe("support", build(system="one two three four", tools=[TOOL],
-                                        dynamic="other")) is None  # same prefix
+    assert (
+        mon.observe("support", build(system="one two three four", tools=[TOOL], dynamic="other"))
+        is None
+    )  # same prefix
     clock.t += 10
     ch = mon.observe("support", build(system="one two THREE four", tools=[TOOL]))
     assert (ch.layer, ch.char_offset) == ("system", 8)
@@ -66,8 +72,12 @@ def test_monitor_separates_names_and_validates():
 
 
 def test_cache_miss_reason_from_json_and_absent():
-    msg = {"id": "msg_1", "diagnostics": {"cache_miss_reason": {
-        "type": "messages_changed", "cache_missed_input_tokens": 4200}}}
+    msg = {
+        "id": "msg_1",
+        "diagnostics": {
+            "cache_miss_reason": {"type": "messages_changed", "cache_missed_input_tokens": 4200}
+        },
+    }
     miss = cache_miss_reason(msg)
     assert (miss.reason, miss.missed_tokens) == ("messages_changed", 4200)
     assert cache_miss_reason({"id": "msg_2"}) is None
@@ -77,6 +87,7 @@ def test_cache_miss_reason_from_json_and_absent():
 
 
 # ---- Conversation ----------------------------------------------------------------------------
+
 
 def frozen_bytes(kw):
     return json.dumps(kw["tools"]).encode(), json.dumps(kw["system"][0]).encode()
@@ -89,13 +100,11 @@ def test_commit_and_clear_keeps_frozen_bytes_identical():
         calls.append((list(messages), previous))
         return f"{len(messages)} messages about weather"
 
-    conv = Conversation(system="You are terse.", tools=[TOOL], summarizer=summarize,
-                        max_turns=2)
+    conv = Conversation(system="You are terse.", tools=[TOOL], summarizer=summarize, max_turns=2)
     first = conv.prompt(dynamic="hello").to_anthropic("claude-sonnet-4-6")
     hashes = {conv.prompt().prefix_hash}
     for i in range(3):
-        conv.append({"role": "user", "content": f"q{i}"},
-                    {"role": "assistant", "content": f"a{i}"})
+        conv.append({"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"})
         kw = conv.prompt(dynamic="next").to_anthropic("claude-sonnet-4-6")
         assert frozen_bytes(kw) == frozen_bytes(first)
         hashes.add(conv.prompt().prefix_hash)
@@ -105,14 +114,20 @@ def test_commit_and_clear_keeps_frozen_bytes_identical():
     assert calls[0][0][0] == {"role": "user", "content": "q0"} and calls[0][1] is None
     assert len(conv) == 0 and conv.summary == "6 messages about weather"
     kw = conv.prompt(dynamic="next").to_anthropic("claude-sonnet-4-6")
-    assert kw["system"][1]["text"] == "Summary of the conversation so far:\n6 messages about weather"
+    assert (
+        kw["system"][1]["text"] == "Summary of the conversation so far:\n6 messages about weather"
+    )
     assert kw["messages"] == [{"content": [{"text": "next", "type": "text"}], "role": "user"}]
 
 
 def test_keep_last_turns_and_previous_summary():
     got = []
-    conv = Conversation(system="S", summarizer=lambda m, prev: got.append((m, prev)) or
-                        f"summary{len(got)}", max_turns=3, keep_last_turns=1)
+    conv = Conversation(
+        system="S",
+        summarizer=lambda m, prev: got.append((m, prev)) or f"summary{len(got)}",
+        max_turns=3,
+        keep_last_turns=1,
+    )
     for i in range(4):
         conv.append({"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"})
         conv.prompt()
@@ -126,12 +141,18 @@ def test_keep_last_turns_and_previous_summary():
 
 def test_token_threshold_and_tool_results_are_one_turn():
     conv = Conversation(system="S", summarizer=lambda m, p: "s", max_history_tokens=50)
-    conv.append({"role": "user", "content": "hi"},
-                {"role": "assistant", "tool_calls": [
-                    {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
-                    {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": "a", "content": "1"},
-                {"role": "tool", "tool_call_id": "b", "content": "2"})
+    conv.append(
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": "1"},
+        {"role": "tool", "tool_call_id": "b", "content": "2"},
+    )
     assert conv.turns == 1 and len(conv) == 3  # the two tool results merged into one message
     assert not conv.needs_compaction()
     conv.append({"role": "user", "content": "word " * 80})
@@ -166,13 +187,16 @@ def test_conversation_errors():
 
 # ---- the SDK stays light -----------------------------------------------------------------------
 
+
 def test_import_promptcache_is_light():
-    code = ("import sys, promptcache; p = promptcache.build(system='s', tools=[{'name': 'f', "
-            "'input_schema': {'type': 'object'}}], dynamic='q'); p.to_openai('gpt-4o'); "
-            "p.to_anthropic('claude-sonnet-4-6'); p.to_bedrock('amazon.nova-pro-v1:0'); "
-            "p.to_gemini('gemini-2.5-flash'); promptcache.check(p.to_openai('gpt-4o'), 'openai');"
-            "heavy = [m for m in ('torch', 'local_engine', 'openai', 'anthropic', 'boto3', "
-            "'google.genai', 'httpx') if m in sys.modules]; print(heavy)")
+    code = (
+        "import sys, promptcache; p = promptcache.build(system='s', tools=[{'name': 'f', "
+        "'input_schema': {'type': 'object'}}], dynamic='q'); p.to_openai('gpt-4o'); "
+        "p.to_anthropic('claude-sonnet-4-6'); p.to_bedrock('amazon.nova-pro-v1:0'); "
+        "p.to_gemini('gemini-2.5-flash'); promptcache.check(p.to_openai('gpt-4o'), 'openai');"
+        "heavy = [m for m in ('torch', 'local_engine', 'openai', 'anthropic', 'boto3', "
+        "'google.genai', 'httpx') if m in sys.modules]; print(heavy)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -11,8 +11,11 @@ from promptcache import build
 from ._clients import Recorder, anthropic_client
 
 MODEL = "claude-sonnet-4-6"
-TOOL = {"name": "weather", "description": "Weather.",
-        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+TOOL = {
+    "name": "weather",
+    "description": "Weather.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
 EPH = {"type": "ephemeral"}
 EPH_1H = {"ttl": "1h", "type": "ephemeral"}
 
@@ -45,31 +48,64 @@ def markers(body):
 
 def test_full_request_sent_by_the_official_client():
     # under the minimum: no markers; this pins the whole body shape
-    hist = [{"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": [{"type": "text", "text": "Checking."},
-                                              {"type": "tool_use", "id": "t1", "name": "weather",
-                                               "input": {"city": "Oslo"}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
-                                          "content": "5C"}]}]
-    p = build(system="You are terse.", tools=[TOOL], documents=[{"text": "Doc.", "title": "T"}],
-              session="User: Ann", messages=hist, dynamic="Thanks?")
+    hist = [
+        {"role": "user", "content": "Hi"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Oslo"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "5C"}],
+        },
+    ]
+    p = build(
+        system="You are terse.",
+        tools=[TOOL],
+        documents=[{"text": "Doc.", "title": "T"}],
+        session="User: Ann",
+        messages=hist,
+        dynamic="Thanks?",
+    )
     rec = send(p.to_anthropic(MODEL, max_tokens=64))
     assert rec.requests[-1][0] == "https://api.anthropic.com/v1/messages"
     assert rec.json == {
-        "model": MODEL, "max_tokens": 64,
-        "tools": [{"description": "Weather.",
-                   "input_schema": {"properties": {"city": {"type": "string"}}, "type": "object"},
-                   "name": "weather"}],
-        "system": [{"text": "You are terse.", "type": "text"},
-                   {"text": '<document index="1" title="T">\nDoc.\n</document>', "type": "text"},
-                   {"text": "User: Ann", "type": "text"}],
+        "model": MODEL,
+        "max_tokens": 64,
+        "tools": [
+            {
+                "description": "Weather.",
+                "input_schema": {"properties": {"city": {"type": "string"}}, "type": "object"},
+                "name": "weather",
+            }
+        ],
+        "system": [
+            {"text": "You are terse.", "type": "text"},
+            {"text": '<document index="1" title="T">\nDoc.\n</document>', "type": "text"},
+            {"text": "User: Ann", "type": "text"},
+        ],
         "messages": [
             {"content": [{"text": "Hi", "type": "text"}], "role": "user"},
-            {"content": [{"text": "Checking.", "type": "text"},
-                         {"id": "t1", "input": {"city": "Oslo"}, "name": "weather",
-                          "type": "tool_use"}], "role": "assistant"},
-            {"content": [{"content": [{"text": "5C", "type": "text"}], "tool_use_id": "t1",
-                          "type": "tool_result"}], "role": "user"},
+            {
+                "content": [
+                    {"text": "Checking.", "type": "text"},
+                    {"id": "t1", "input": {"city": "Oslo"}, "name": "weather", "type": "tool_use"},
+                ],
+                "role": "assistant",
+            },
+            {
+                "content": [
+                    {
+                        "content": [{"text": "5C", "type": "text"}],
+                        "tool_use_id": "t1",
+                        "type": "tool_result",
+                    }
+                ],
+                "role": "user",
+            },
             {"content": [{"text": "Thanks?", "type": "text"}], "role": "user"},
         ],
     }
@@ -79,18 +115,27 @@ def test_three_breakpoints_frozen_session_history(word_tokens):
     # blocks: tool 1 | system 600 (cum 601) | document 500+3 tag words (1104) | session 10
     # (1114) | user 5 (1119) | assistant 5 (1124) | dynamic 3.
     # frozen end = the document (1104 >= 1024), session end (1114), newest turn (1124).
-    p = build(system=W(600), tools=[TOOL], documents=[W(500)], session=W(10),
-              messages=[{"role": "user", "content": W(5)},
-                        {"role": "assistant", "content": W(5)}], dynamic=W(3))
+    p = build(
+        system=W(600),
+        tools=[TOOL],
+        documents=[W(500)],
+        session=W(10),
+        messages=[{"role": "user", "content": W(5)}, {"role": "assistant", "content": W(5)}],
+        dynamic=W(3),
+    )
     body = send(p.to_anthropic(MODEL)).json
-    assert markers(body) == [("system[1]", EPH), ("system[2]", EPH),
-                             ("messages[1].content[0]", EPH)]
+    assert markers(body) == [
+        ("system[1]", EPH),
+        ("system[2]", EPH),
+        ("messages[1].content[0]", EPH),
+    ]
 
 
 def test_frozen_breakpoint_skipped_under_the_minimum(word_tokens):
     # system 600 (cum 600 < 1024: skipped) | session 500 (1100) | user 5 (1105)
-    p = build(system=W(600), session=W(500), messages=[{"role": "user", "content": W(5)}],
-              dynamic="q")
+    p = build(
+        system=W(600), session=W(500), messages=[{"role": "user", "content": W(5)}], dynamic="q"
+    )
     body = send(p.to_anthropic(MODEL)).json
     assert markers(body) == [("system[1]", EPH), ("messages[0].content[0]", EPH)]
 
@@ -102,8 +147,11 @@ def test_lookback_stepping_stone(word_tokens):
     hist = [{"role": "user" if i % 2 == 0 else "assistant", "content": "x"} for i in range(30)]
     p = build(system=W(1100), messages=hist, dynamic="q")
     body = send(p.to_anthropic(MODEL)).json
-    assert markers(body) == [("system[0]", EPH), ("messages[9].content[0]", EPH),
-                             ("messages[29].content[0]", EPH)]
+    assert markers(body) == [
+        ("system[0]", EPH),
+        ("messages[9].content[0]", EPH),
+        ("messages[29].content[0]", EPH),
+    ]
 
 
 def test_four_breakpoints_with_session_and_lookback(word_tokens):
@@ -112,8 +160,12 @@ def test_four_breakpoints_with_session_and_lookback(word_tokens):
     hist = [{"role": "user" if i % 2 == 0 else "assistant", "content": "x"} for i in range(30)]
     p = build(system=W(1100), session="s s", messages=hist, dynamic="q")
     body = send(p.to_anthropic(MODEL)).json
-    assert markers(body) == [("system[0]", EPH), ("system[1]", EPH),
-                             ("messages[9].content[0]", EPH), ("messages[29].content[0]", EPH)]
+    assert markers(body) == [
+        ("system[0]", EPH),
+        ("system[1]", EPH),
+        ("messages[9].content[0]", EPH),
+        ("messages[29].content[0]", EPH),
+    ]
     assert len(markers(body)) <= 4
 
 
@@ -125,11 +177,15 @@ def test_no_stepping_stone_within_the_lookback(word_tokens):
 
 
 def test_one_hour_before_five_minutes(word_tokens):
-    p = build(system=W(1100), session=W(5), messages=[{"role": "user", "content": "x"}],
-              dynamic="q")
+    p = build(
+        system=W(1100), session=W(5), messages=[{"role": "user", "content": "x"}], dynamic="q"
+    )
     body = send(p.to_anthropic(MODEL, ttl="1h")).json
-    assert markers(body) == [("system[0]", EPH_1H), ("system[1]", EPH_1H),
-                             ("messages[0].content[0]", EPH)]
+    assert markers(body) == [
+        ("system[0]", EPH_1H),
+        ("system[1]", EPH_1H),
+        ("messages[0].content[0]", EPH),
+    ]
     with pytest.raises(ValueError, match="history_ttl"):
         p.to_anthropic(MODEL, ttl="5m", history_ttl="1h")
     with pytest.raises(ValueError):
@@ -141,7 +197,9 @@ def test_model_minimum_decides(word_tokens):
     p = build(system=W(1100), messages=[{"role": "user", "content": "x"}], dynamic="q")
     assert markers(send(p.to_anthropic("claude-haiku-4-5")).json) == []
     assert markers(send(p.to_anthropic("claude-opus-4-1")).json) == [
-        ("system[0]", EPH), ("messages[0].content[0]", EPH)]
+        ("system[0]", EPH),
+        ("messages[0].content[0]", EPH),
+    ]
 
 
 def test_tools_only_prefix_marks_the_last_tool(word_tokens):
@@ -153,15 +211,24 @@ def test_tools_only_prefix_marks_the_last_tool(word_tokens):
 
 
 def test_thinking_blocks_are_not_marked(word_tokens):
-    hist = [{"role": "user", "content": "x"},
-            {"role": "assistant", "content": [
+    hist = [
+        {"role": "user", "content": "x"},
+        {
+            "role": "assistant",
+            "content": [
                 {"type": "text", "text": "answer"},
-                {"type": "thinking", "thinking": "hm", "signature": "sig"}]}]
+                {"type": "thinking", "thinking": "hm", "signature": "sig"},
+            ],
+        },
+    ]
     p = build(system=W(1100), messages=hist, dynamic="q")
     body = send(p.to_anthropic(MODEL)).json
     assert markers(body) == [("system[0]", EPH), ("messages[1].content[0]", EPH)]
-    assert body["messages"][1]["content"][1] == {"signature": "sig", "thinking": "hm",
-                                                 "type": "thinking"}
+    assert body["messages"][1]["content"][1] == {
+        "signature": "sig",
+        "thinking": "hm",
+        "type": "thinking",
+    }
 
 
 def test_automatic_mode_uses_one_top_level_cache_control(word_tokens):
@@ -176,15 +243,24 @@ def test_automatic_mode_uses_one_top_level_cache_control(word_tokens):
 def test_cache_diagnostics_requested_and_read():
     from promptcache.monitor import cache_miss_reason
 
-    reply = {"id": "msg_2", "type": "message", "role": "assistant", "model": MODEL,
-             "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-             "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1},
-             "diagnostics": {"cache_miss_reason": {"type": "tools_changed",
-                                                   "cache_missed_input_tokens": 1500}}}
+    reply = {
+        "id": "msg_2",
+        "type": "message",
+        "role": "assistant",
+        "model": MODEL,
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+        "diagnostics": {
+            "cache_miss_reason": {"type": "tools_changed", "cache_missed_input_tokens": 1500}
+        },
+    }
     rec = Recorder()
     p = build(system="S", dynamic="q")
     msg = anthropic_client(rec, reply).messages.create(
-        **p.to_anthropic(MODEL, previous_message_id="msg_1"))
+        **p.to_anthropic(MODEL, previous_message_id="msg_1")
+    )
     assert rec.json["diagnostics"] == {"previous_message_id": "msg_1"}
     assert rec.headers["anthropic-beta"] == "cache-diagnosis-2026-04-07"
     miss = cache_miss_reason(msg)

@@ -9,13 +9,26 @@ import pytest
 
 from promptcache import build
 
-TOOL = {"name": "weather", "description": "Weather.",
-        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
-HIST = [{"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": "Checking.", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "weather",
-                                                          "arguments": '{"city":"Oslo"}'}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "5C"}]
+TOOL = {
+    "name": "weather",
+    "description": "Weather.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+HIST = [
+    {"role": "user", "content": "Hi"},
+    {
+        "role": "assistant",
+        "content": "Checking.",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "weather", "arguments": '{"city":"Oslo"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "5C"},
+]
 
 
 def W(n):
@@ -24,11 +37,14 @@ def W(n):
 
 # ---- Gemini ---------------------------------------------------------------------------------
 
+
 def fold(value):
     """Keys in lowerCamelCase (proto3 JSON accepts either spelling)."""
     if isinstance(value, dict):
-        return {"".join(w if i == 0 else w.capitalize() for i, w in enumerate(k.split("_"))):
-                fold(v) for k, v in value.items()}
+        return {
+            "".join(w if i == 0 else w.capitalize() for i, w in enumerate(k.split("_"))): fold(v)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [fold(v) for v in value]
     return value
@@ -41,40 +57,73 @@ def gemini_client(sent):
     def handler(request):
         sent.append((str(request.url), json.loads(request.content)))
         if "cachedContents" in str(request.url):
-            return httpx.Response(200, json={"name": "cachedContents/abc123",
-                                             "model": "models/gemini-2.5-pro"})
-        return httpx.Response(200, json={
-            "candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]},
-                            "finishReason": "STOP"}],
-            "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 1,
-                              "totalTokenCount": 6}})
+            return httpx.Response(
+                200, json={"name": "cachedContents/abc123", "model": "models/gemini-2.5-pro"}
+            )
+        return httpx.Response(
+            200,
+            json={
+                "candidates": [
+                    {
+                        "content": {"role": "model", "parts": [{"text": "ok"}]},
+                        "finishReason": "STOP",
+                    }
+                ],
+                "usageMetadata": {
+                    "promptTokenCount": 5,
+                    "candidatesTokenCount": 1,
+                    "totalTokenCount": 6,
+                },
+            },
+        )
 
-    return genai.Client(api_key="x", http_options={
-        "httpx_client": httpx.Client(transport=httpx.MockTransport(handler))})
+    return genai.Client(
+        api_key="x",
+        http_options={"httpx_client": httpx.Client(transport=httpx.MockTransport(handler))},
+    )
 
 
 def test_gemini_request_sent_by_the_official_client():
     sent = []
-    p = build(system="You are terse.", tools=[TOOL], session="User: Ann", messages=HIST,
-              dynamic="Thanks?")
+    p = build(
+        system="You are terse.", tools=[TOOL], session="User: Ann", messages=HIST, dynamic="Thanks?"
+    )
     r = gemini_client(sent).models.generate_content(**p.to_gemini("gemini-2.5-flash"))
     assert r.text == "ok"
     url, body = sent[-1]
     assert url.endswith("/models/gemini-2.5-flash:generateContent")
-    assert body["systemInstruction"]["parts"] == [{"text": "You are terse."},
-                                                  {"text": "User: Ann"}]
+    assert body["systemInstruction"]["parts"] == [{"text": "You are terse."}, {"text": "User: Ann"}]
     # google-genai 3.6 sends this one field in its proto name (proto3 JSON accepts both the
     # proto name and the lowerCamelCase name): compare with snake/camel case folded
-    assert fold(body["tools"]) == [{"functionDeclarations": [{
-        "description": "Weather.", "name": "weather",
-        "parametersJsonSchema": {"properties": {"city": {"type": "string"}}, "type": "object"}}]}]
+    assert fold(body["tools"]) == [
+        {
+            "functionDeclarations": [
+                {
+                    "description": "Weather.",
+                    "name": "weather",
+                    "parametersJsonSchema": {
+                        "properties": {"city": {"type": "string"}},
+                        "type": "object",
+                    },
+                }
+            ]
+        }
+    ]
     assert body["contents"] == [
         {"parts": [{"text": "Hi"}], "role": "user"},
-        {"parts": [{"text": "Checking."},
-                   {"functionCall": {"args": {"city": "Oslo"}, "id": "c1", "name": "weather"}}],
-         "role": "model"},
-        {"parts": [{"functionResponse": {"id": "c1", "name": "weather",
-                                         "response": {"output": "5C"}}}], "role": "user"},
+        {
+            "parts": [
+                {"text": "Checking."},
+                {"functionCall": {"args": {"city": "Oslo"}, "id": "c1", "name": "weather"}},
+            ],
+            "role": "model",
+        },
+        {
+            "parts": [
+                {"functionResponse": {"id": "c1", "name": "weather", "response": {"output": "5C"}}}
+            ],
+            "role": "user",
+        },
         {"parts": [{"text": "Thanks?"}], "role": "user"},
     ]
 
@@ -112,18 +161,25 @@ def test_gemini_tool_result_needs_its_call():
 
 # ---- Bedrock --------------------------------------------------------------------------------
 
+
 def converse(kw):
     import boto3
     from botocore.stub import Stubber
 
-    client = boto3.client("bedrock-runtime", region_name="us-east-1",
-                          aws_access_key_id="x", aws_secret_access_key="x")
+    client = boto3.client(
+        "bedrock-runtime", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
     stub = Stubber(client)
-    stub.add_response("converse", {
-        "output": {"message": {"role": "assistant", "content": [{"text": "ok"}]}},
-        "stopReason": "end_turn", "usage": {"inputTokens": 1, "outputTokens": 1,
-                                            "totalTokens": 2},
-        "metrics": {"latencyMs": 1}}, kw)
+    stub.add_response(
+        "converse",
+        {
+            "output": {"message": {"role": "assistant", "content": [{"text": "ok"}]}},
+            "stopReason": "end_turn",
+            "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2},
+            "metrics": {"latencyMs": 1},
+        },
+        kw,
+    )
     with stub:
         return client.converse(**kw)  # raises ParamValidationError on a malformed request
 
@@ -133,10 +189,16 @@ BEDROCK_CLAUDE = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 
 def test_bedrock_request_validated_by_botocore(word_tokens):
     png = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
-    hist = [{"role": "user", "content": [{"type": "text", "text": "see"},
-                                         {"type": "image_url",
-                                          "image_url": {"url": f"data:image/png;base64,{png}"}}]},
-            *HIST[1:]]
+    hist = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "see"},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
+            ],
+        },
+        *HIST[1:],
+    ]
     # tool 1 + system 1100 = 1101 -> checkpoint after system; session 10 is under 1,024 since
     # it (skipped); the history -- "see" 1 + an image (flat estimate 1,600) + "Checking." 1 +
     # toolUse (name 1 + args 1) + toolResult (1 + 1) -- ends at 2,717, 1,616 after the first
@@ -144,29 +206,59 @@ def test_bedrock_request_validated_by_botocore(word_tokens):
     p = build(system=W(1100), tools=[TOOL], session=W(10), messages=hist, dynamic="Thanks?")
     kw = p.to_bedrock(BEDROCK_CLAUDE, ttl="1h")
     assert converse(kw)["stopReason"] == "end_turn"
-    assert kw["system"] == [{"text": W(1100)}, {"cachePoint": {"ttl": "1h", "type": "default"}},
-                            {"text": W(10)}]
-    assert kw["toolConfig"] == {"tools": [{"toolSpec": {
-        "description": "Weather.", "inputSchema": {"json": {
-            "properties": {"city": {"type": "string"}}, "type": "object"}},
-        "name": "weather"}}]}
+    assert kw["system"] == [
+        {"text": W(1100)},
+        {"cachePoint": {"ttl": "1h", "type": "default"}},
+        {"text": W(10)},
+    ]
+    assert kw["toolConfig"] == {
+        "tools": [
+            {
+                "toolSpec": {
+                    "description": "Weather.",
+                    "inputSchema": {
+                        "json": {"properties": {"city": {"type": "string"}}, "type": "object"}
+                    },
+                    "name": "weather",
+                }
+            }
+        ]
+    }
     assert kw["messages"] == [
-        {"content": [{"text": "see"}, {"image": {"format": "png",
-                                                 "source": {"bytes": b"\x89PNG\r\n\x1a\n"}}}],
-         "role": "user"},
-        {"content": [{"text": "Checking."},
-                     {"toolUse": {"input": {"city": "Oslo"}, "name": "weather",
-                                  "toolUseId": "c1"}}], "role": "assistant"},
+        {
+            "content": [
+                {"text": "see"},
+                {"image": {"format": "png", "source": {"bytes": b"\x89PNG\r\n\x1a\n"}}},
+            ],
+            "role": "user",
+        },
+        {
+            "content": [
+                {"text": "Checking."},
+                {"toolUse": {"input": {"city": "Oslo"}, "name": "weather", "toolUseId": "c1"}},
+            ],
+            "role": "assistant",
+        },
         # the tool result and the dynamic text merge into one user turn
-        {"content": [{"toolResult": {"content": [{"text": "5C"}], "toolUseId": "c1"}},
-                     {"cachePoint": {"type": "default"}}, {"text": "Thanks?"}], "role": "user"},
+        {
+            "content": [
+                {"toolResult": {"content": [{"text": "5C"}], "toolUseId": "c1"}},
+                {"cachePoint": {"type": "default"}},
+                {"text": "Thanks?"},
+            ],
+            "role": "user",
+        },
     ]
 
 
 def test_bedrock_checkpoints_need_the_minimum_each(word_tokens):
     # system 1100 | session 1100 (2200 cum, 1100 since) | history 1100 (3300, 1100 since)
-    p = build(system=W(1100), session=W(1100), messages=[{"role": "user", "content": W(1100)}],
-              dynamic="q")
+    p = build(
+        system=W(1100),
+        session=W(1100),
+        messages=[{"role": "user", "content": W(1100)}],
+        dynamic="q",
+    )
     kw = p.to_bedrock(BEDROCK_CLAUDE)
     converse(kw)
     assert [list(b) for b in kw["system"]] == [["text"], ["cachePoint"], ["text"], ["cachePoint"]]
@@ -184,7 +276,11 @@ def test_bedrock_nova_never_marks_tools(word_tokens):
 
 
 def test_bedrock_rejects_image_urls():
-    hist = [{"role": "user", "content": [{"type": "image_url",
-                                          "image_url": {"url": "https://x/y.png"}}]}]
+    hist = [
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}],
+        }
+    ]
     with pytest.raises(ValueError, match="not URLs"):
         build(messages=hist).to_bedrock(BEDROCK_CLAUDE)

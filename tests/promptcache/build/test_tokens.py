@@ -13,11 +13,20 @@ def test_cl100k_exact_count_for_gpt4():
     assert (c.tokens, c.encoding, c.approximate) == (6, "cl100k_base", False)
 
 
-@pytest.mark.parametrize("model,enc", [
-    ("gpt-4o", "o200k_base"), ("gpt-4o-2024-08-06", "o200k_base"), ("gpt-5.1", "o200k_base"),
-    ("o3-mini", "o200k_base"), ("openai/gpt-4.1", "o200k_base"), ("gpt-4-turbo", "cl100k_base"),
-    ("gpt-3.5-turbo", "cl100k_base"), ("claude-sonnet-4-5", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "model,enc",
+    [
+        ("gpt-4o", "o200k_base"),
+        ("gpt-4o-2024-08-06", "o200k_base"),
+        ("gpt-5.1", "o200k_base"),
+        ("o3-mini", "o200k_base"),
+        ("openai/gpt-4.1", "o200k_base"),
+        ("gpt-4-turbo", "cl100k_base"),
+        ("gpt-3.5-turbo", "cl100k_base"),
+        ("claude-sonnet-4-5", None),
+        (None, None),
+    ],
+)
 def test_encoding_for_model(model, enc):
     assert encoding_for_model(model) == enc
 
@@ -49,8 +58,9 @@ def test_registered_counter_is_exact_and_longest_prefix_wins():
     tokens.register_counter("claude-opus", lambda t, m: len(t))
     try:
         assert count_tokens("abc", "claude-opus-4-1").tokens == 3
-        assert count_tokens("abc", "claude-sonnet-4-5") == tokens.TokenCount(1, "counter:claude-",
-                                                                             False)
+        assert count_tokens("abc", "claude-sonnet-4-5") == tokens.TokenCount(
+            1, "counter:claude-", False
+        )
         assert tokens.text_tokens("abcd", "claude-opus-4-1") == 4
     finally:
         tokens.unregister_counter("claude-")
@@ -91,8 +101,11 @@ def test_anthropic_count_tokens_endpoint_as_counter():
         # a fake endpoint: 7 tokens of wrapper + one per character
         return httpx2.Response(200, json={"input_tokens": 7 + len(text)})
 
-    client = anthropic.Anthropic(api_key="x", max_retries=0, http_client=httpx2.Client(
-        transport=httpx2.MockTransport(handler)))
+    client = anthropic.Anthropic(
+        api_key="x",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )
     tokens.register_counter("claude-", tokens.anthropic_counter(client))
     try:
         c = count_tokens("hello", "claude-sonnet-4-6")

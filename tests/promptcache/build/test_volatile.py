@@ -62,7 +62,7 @@ def test_positives(text, kind, match):
     found = find_volatile(text)
     assert [(m.kind, m.text) for m in found] == [(kind, match)]
     m = found[0]
-    assert text[m.start:m.end] == match  # offsets index the scanned string
+    assert text[m.start : m.end] == match  # offsets index the scanned string
 
 
 @pytest.mark.parametrize("text", NEGATIVES)
@@ -116,21 +116,27 @@ def test_type_error():
         find_volatile(b"2024-05-01")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("text,match", [
-    ("/var/log/claude/logs-2026-11-29", "2026-11-29"),             # a path: the family is not attached
-    ("https://example.com/gpt/export-2026-11-29.json", "2026-11-29"),
-    ("embedding-cache-2026-11-29", "2026-11-29"),                  # a family word with no version
-    ("Project Titan-2026-11-29", "2026-11-29"),
-    ("claude-notes-2024-08-06", "2024-08-06"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("/var/log/claude/logs-2026-11-29", "2026-11-29"),  # a path: the family is not attached
+        ("https://example.com/gpt/export-2026-11-29.json", "2026-11-29"),
+        ("embedding-cache-2026-11-29", "2026-11-29"),  # a family word with no version
+        ("Project Titan-2026-11-29", "2026-11-29"),
+        ("claude-notes-2024-08-06", "2024-08-06"),
+    ],
+)
 def test_a_family_word_without_a_model_id_does_not_hide_a_date(text, match):
     assert [(m.kind, m.text) for m in find_volatile(text)] == [("date", match)]
 
 
-@pytest.mark.parametrize("text,match", [
-    ("build 20261129124617", "20261129124617"),    # f"{now:%Y%m%d%H%M%S}"
-    ("build 202611291246", "202611291246"),        # f"{now:%Y%m%d%H%M}"
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("build 20261129124617", "20261129124617"),  # f"{now:%Y%m%d%H%M%S}"
+        ("build 202611291246", "202611291246"),  # f"{now:%Y%m%d%H%M}"
+    ],
+)
 def test_compact_datetime_digits(text, match):
     assert [(m.kind, m.text) for m in find_volatile(text)] == [("iso_datetime", match)]
 

@@ -25,8 +25,8 @@ from promptcache.cache_rules import (
     check_anthropic_breakpoints,
     openai_breakpoint_usage,
     openai_round_cached,
-    openai_uses_breakpoints,
     openai_usage,
+    openai_uses_breakpoints,
 )
 
 
@@ -68,7 +68,10 @@ def test_anthropic_1h_after_5m_is_rejected_and_1h_before_5m_is_fine():
     check_anthropic_breakpoints([Breakpoint(10, "1h"), Breakpoint(20, "5m")])
     with pytest.raises(CacheRuleError) as e:
         check_anthropic_breakpoints(
-            [Breakpoint(10, "5m", "system.0.cache_control.ttl"), Breakpoint(20, "1h", "messages.0.content.1.cache_control.ttl")]
+            [
+                Breakpoint(10, "5m", "system.0.cache_control.ttl"),
+                Breakpoint(20, "1h", "messages.0.content.1.cache_control.ttl"),
+            ]
         )
     assert e.value.message.startswith(
         "messages.0.content.1.cache_control.ttl: a ttl='1h' cache_control block must not come after a ttl='5m'"
@@ -147,7 +150,11 @@ def test_anthropic_split_writes_by_ttl_and_partial_hit():
     lay = PromptLayout(p, [1200, 2000, 2030], [Breakpoint(1200, "1h"), Breakpoint(2000, "5m")])
     u = anthropic_usage(st, lay)
     # 0..1200 written at 1h; 1200..2000 written at 5m; 30 uncached
-    assert (u.cache_read_tokens, u.cache_write_tokens, u.uncached_tokens) == (0, {"1h": 1200, "5m": 800}, 30)
+    assert (u.cache_read_tokens, u.cache_write_tokens, u.uncached_tokens) == (
+        0,
+        {"1h": 1200, "5m": 800},
+        30,
+    )
     # change the system block: tools prefix (1,200) read, 800 re-written at 5m
     p2 = toks(1200) + toks(830, 50_000)
     u = anthropic_usage(st, PromptLayout(p2, [1200, 2000, 2030], lay.breakpoints))
@@ -208,7 +215,14 @@ def test_anthropic_partitions_do_not_share():
 def test_openai_rounding_numbers():
     # 0 below 1,024; then 1024 + 128*k rounded down
     assert [openai_round_cached(n) for n in (0, 1023, 1024, 1151, 1152, 1279, 1280, 2000)] == [
-        0, 0, 1024, 1024, 1152, 1152, 1280, 1920,
+        0,
+        0,
+        1024,
+        1024,
+        1152,
+        1152,
+        1280,
+        1920,
     ]
 
 
@@ -278,7 +292,9 @@ def test_openai_explicit_breakpoint_exact_boundary_and_writes():
     # implicit (1350) + explicit (1300) written: 1,350 tokens written, none read
     assert (u.cache_read_tokens, u.cache_write_tokens, u.uncached_tokens) == (0, {"30m": 1350}, 0)
     p2 = stable + toks(70, 60_000)
-    u = openai_breakpoint_usage(st, PromptLayout(p2, breakpoints=[Breakpoint(1300, "30m")]), implicit_end=1370)
+    u = openai_breakpoint_usage(
+        st, PromptLayout(p2, breakpoints=[Breakpoint(1300, "30m")]), implicit_end=1370
+    )
     # exact read at the explicit boundary (1300, not rounded to 128), 70 written again
     assert (u.cache_read_tokens, u.cache_write_tokens) == (1300, {"30m": 70})
 
@@ -288,7 +304,9 @@ def test_openai_explicit_mode_without_breakpoints_caches_nothing():
     lay = PromptLayout(toks(2000))
     u = openai_breakpoint_usage(st, lay, implicit_end=2000, mode="explicit")
     assert (u.cache_read_tokens, u.cache_write_total, u.uncached_tokens) == (0, 0, 2000)
-    assert openai_breakpoint_usage(st, lay, implicit_end=2000, mode="explicit").cache_read_tokens == 0
+    assert (
+        openai_breakpoint_usage(st, lay, implicit_end=2000, mode="explicit").cache_read_tokens == 0
+    )
 
 
 def test_openai_writes_at_most_latest_four_breakpoints():

@@ -8,15 +8,22 @@ import promptcache
 from promptcache import Price, Usage
 from promptcache.export import OpenTelemetryExporter, PrometheusExporter, genai_attributes
 
-prometheus_client = pytest.importorskip("prometheus_client", reason="prometheus extra not installed")
+prometheus_client = pytest.importorskip(
+    "prometheus_client", reason="prometheus extra not installed"
+)
 sdk_trace = pytest.importorskip("opentelemetry.sdk.trace", reason="opentelemetry-sdk not installed")
 
-PRICE = Price(input="3", output="15", cache_read="0.30", cache_write_5m="3.75",
-              cache_write_1h="6")
+PRICE = Price(input="3", output="15", cache_read="0.30", cache_write_5m="3.75", cache_write_1h="6")
 # 50 uncached + 1000 read + 200 written (5m), 40 out
-USAGE = Usage(uncached_input_tokens=50, cache_read_tokens=1000, cache_write_tokens=200,
-              cache_write_by_ttl={"5m": 200}, output_tokens=40, provider="anthropic",
-              model="claude-sonnet-4-5")
+USAGE = Usage(
+    uncached_input_tokens=50,
+    cache_read_tokens=1000,
+    cache_write_tokens=200,
+    cache_write_by_ttl={"5m": 200},
+    output_tokens=40,
+    provider="anthropic",
+    model="claude-sonnet-4-5",
+)
 # cost: 50*3 + 1000*0.3 + 200*3.75 + 40*15 = 150 + 300 + 750 + 600 = 1800 micro-$
 # no cache: 1250*3 + 600 = 4350 micro-$; saving 2550 micro-$
 
@@ -50,10 +57,15 @@ def test_prometheus_counters():
     assert reg.get_sample_value("promptcache_tokens_total", {**lab, "kind": "cache_write"}) == 400
     assert reg.get_sample_value("promptcache_cost_usd_total", lab) == pytest.approx(0.0036)
     assert reg.get_sample_value("promptcache_saving_usd_total", lab) == pytest.approx(0.0051)
-    assert reg.get_sample_value("promptcache_request_latency_seconds_sum", lab) == pytest.approx(1.0)
+    assert reg.get_sample_value("promptcache_request_latency_seconds_sum", lab) == pytest.approx(
+        1.0
+    )
     assert reg.get_sample_value("promptcache_ttft_seconds_count", lab) == 1
     text = prometheus_client.generate_latest(reg).decode()
-    assert 'promptcache_tokens_total{kind="output",model="claude-sonnet-4-5",provider="anthropic"} 80.0' in text
+    assert (
+        'promptcache_tokens_total{kind="output",model="claude-sonnet-4-5",provider="anthropic"} 80.0'
+        in text
+    )
 
 
 def _otel():
@@ -105,19 +117,38 @@ def test_exporters_as_wrap_callbacks(tmp_path):
     import httpx
     import openai
 
-    usage = {"prompt_tokens": 2006, "completion_tokens": 3, "total_tokens": 2009,
-             "prompt_tokens_details": {"cached_tokens": 1920}}
+    usage = {
+        "prompt_tokens": 2006,
+        "completion_tokens": 3,
+        "total_tokens": 2009,
+        "prompt_tokens_details": {"cached_tokens": 1920},
+    }
 
     def handler(request):
-        return httpx.Response(200, json={
-            "id": "c", "object": "chat.completion", "created": 1, "model": "gpt-4o",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"},
-                         "finish_reason": "stop"}], "usage": usage})
+        return httpx.Response(
+            200,
+            json={
+                "id": "c",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "gpt-4o",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "x"},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": usage,
+            },
+        )
 
     reg = prometheus_client.CollectorRegistry()
     prom = PrometheusExporter(registry=reg)
     otel, spans, _ = _otel()
-    client = openai.OpenAI(api_key="k", http_client=httpx.Client(transport=httpx.MockTransport(handler)))
+    client = openai.OpenAI(
+        api_key="k", http_client=httpx.Client(transport=httpx.MockTransport(handler))
+    )
     promptcache.wrap(client, promptcache.Tracker(tmp_path / "l.db"), callbacks=[prom, otel])
     client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
     lab = {"provider": "openai", "model": "gpt-4o"}

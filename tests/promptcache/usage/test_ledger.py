@@ -19,16 +19,30 @@ import pytest
 from promptcache import Price, Tracker, Usage
 from promptcache.ledger import SCHEMA_VERSION, LedgerError, parse_since
 
-PRICE = Price(input="3", output="15", cache_read="0.30", cache_write_5m="3.75",
-              cache_write_1h="6")
+PRICE = Price(input="3", output="15", cache_read="0.30", cache_write_5m="3.75", cache_write_1h="6")
 
 
-def _u(uncached=0, read=0, w5=0, w1=0, out=0, reported=True, provider="anthropic",
-       model="claude-sonnet-4-5"):
+def _u(
+    uncached=0,
+    read=0,
+    w5=0,
+    w1=0,
+    out=0,
+    reported=True,
+    provider="anthropic",
+    model="claude-sonnet-4-5",
+):
     ttl = {k: v for k, v in (("5m", w5), ("1h", w1)) if v}
-    return Usage(uncached_input_tokens=uncached, cache_read_tokens=read, cache_write_tokens=w5 + w1,
-                 cache_write_by_ttl=ttl, output_tokens=out, cache_reported=reported,
-                 provider=provider, model=model)
+    return Usage(
+        uncached_input_tokens=uncached,
+        cache_read_tokens=read,
+        cache_write_tokens=w5 + w1,
+        cache_write_by_ttl=ttl,
+        output_tokens=out,
+        cache_reported=reported,
+        provider=provider,
+        model=model,
+    )
 
 
 def test_record_and_summary_by_every_group(tmp_path):
@@ -42,8 +56,12 @@ def test_record_and_summary_by_every_group(tmp_path):
     t.record(_u(50, w5=1000, out=20), prefix_hash="p1", ts=day1 + 60, api="messages")
     # C (openai_compatible, caching not reported): 400 prompt, 4 out, price in=1 out=2:
     #    400 + 8 = 408; no cache 408
-    t.record(_u(400, out=4, reported=False, provider="local", model="smol"),
-             price=Price(input="1", output="2"), prefix_hash="p2", ts=day2)
+    t.record(
+        _u(400, out=4, reported=False, provider="local", model="smol"),
+        price=Price(input="1", output="2"),
+        prefix_hash="p2",
+        ts=day2,
+    )
     # D: no price known -> unpriced
     t.record(_u(10, 30, out=1, provider="local", model="no-such-model"), ts=day2)
     assert t.count() == 4
@@ -112,7 +130,9 @@ def test_wal_mode_schema_version_and_refusals(tmp_path):
     t.close()
     Tracker(path).close()  # re-opening migrates nothing and keeps the data
     assert Tracker(path).count() == 1
-    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+    conn.execute(
+        "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),)
+    )
     conn.commit()
     conn.close()
     with pytest.raises(LedgerError, match="newer"):
@@ -209,8 +229,9 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_record(tmp_path, mode):
     path = tmp_path / "crash.db"
     script = tmp_path / "writer.py"
     script.write_text(CRASH_WRITER)
-    proc = subprocess.Popen([sys.executable, str(script), str(path), mode],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(path), mode], stdout=subprocess.PIPE, text=True
+    )
     acked = []
     deadline = time.monotonic() + 120
     while len(acked) < 400 and time.monotonic() < deadline:
@@ -247,7 +268,8 @@ def test_migration_from_schema_1_keeps_records_and_prices(tmp_path):
             "cache_read_tokens, cache_write_tokens, cache_write_5m_tokens, cache_write_1h_tokens, "
             "output_tokens, cache_reported, cost_pusd, baseline_pusd, price_json) "
             "VALUES (?, 0, '1970-01-01', 'm', 10, 0, 0, 0, 0, 1, 1, 45000000, 45000000, ?)",
-            (f"r{i}", price))
+            (f"r{i}", price),
+        )
     conn.commit()
     conn.close()
     t = Tracker(path)  # migrates 1 -> 2 (prices table) -> 3 (hourly rollup, backfilled) -> 4
@@ -275,15 +297,29 @@ def test_summary_from_rollup_equals_brute_force_over_records(tmp_path):
     for i in range(600):
         reported = rng.random() > 0.1
         read = rng.choice((0, 0, 512, 2048)) if reported else 0
-        u = _u(rng.randint(1, 300), read, w5=rng.choice((0, 256)) if reported and not read else 0,
-               out=rng.randint(1, 50), reported=reported, provider=rng.choice("ab"),
-               model=rng.choice(["m1", "m2", "no-price-model"]))
-        items.append((u, {"ts": t0 + rng.uniform(0, 5 * 86400), "record_id": f"r{i}",
-                          "price": PRICE if u.model != "no-price-model" else None,
-                          "prefix_hash": rng.choice(["p", "q", None]),
-                          "latency_ms": rng.uniform(10, 900)}))
+        u = _u(
+            rng.randint(1, 300),
+            read,
+            w5=rng.choice((0, 256)) if reported and not read else 0,
+            out=rng.randint(1, 50),
+            reported=reported,
+            provider=rng.choice("ab"),
+            model=rng.choice(["m1", "m2", "no-price-model"]),
+        )
+        items.append(
+            (
+                u,
+                {
+                    "ts": t0 + rng.uniform(0, 5 * 86400),
+                    "record_id": f"r{i}",
+                    "price": PRICE if u.model != "no-price-model" else None,
+                    "prefix_hash": rng.choice(["p", "q", None]),
+                    "latency_ms": rng.uniform(10, 900),
+                },
+            )
+        )
     for i in range(0, 600, 97):
-        t.record_many(items[i:i + 97])
+        t.record_many(items[i : i + 97])
     t.record_many(items[:50])  # retries: ignored, not double counted in the rollup
     recs = t.records()
     assert len(recs) == 600
@@ -293,11 +329,16 @@ def test_summary_from_rollup_equals_brute_force_over_records(tmp_path):
         for r in recs:
             if (lo is not None and r.ts < lo) or (hi is not None and r.ts >= hi):
                 continue
-            k = {"model": r.model, "prefix_hash": r.prefix_hash, "provider": r.provider,
-                 "day": datetime.fromtimestamp(r.ts, timezone.utc).strftime("%Y-%m-%d"),
-                 None: None}[by]
-            g = groups.setdefault(k, {"n": 0, "read": 0, "prompt": 0, "rr": 0, "rp": 0,
-                                      "cost": D(0), "lat": 0.0})
+            k = {
+                "model": r.model,
+                "prefix_hash": r.prefix_hash,
+                "provider": r.provider,
+                "day": datetime.fromtimestamp(r.ts, timezone.utc).strftime("%Y-%m-%d"),
+                None: None,
+            }[by]
+            g = groups.setdefault(
+                k, {"n": 0, "read": 0, "prompt": 0, "rr": 0, "rp": 0, "cost": D(0), "lat": 0.0}
+            )
             g["n"] += 1
             g["read"] += r.usage.cache_read_tokens
             g["prompt"] += r.usage.prompt_tokens
@@ -318,7 +359,10 @@ def test_summary_from_rollup_equals_brute_force_over_records(tmp_path):
             for k, g in want.items():
                 row = got[k if k is None else str(k)]
                 assert (row.requests, row.cache_read_tokens, row.prompt_tokens) == (
-                    g["n"], g["read"], g["prompt"])
+                    g["n"],
+                    g["read"],
+                    g["prompt"],
+                )
                 assert row.cost == g["cost"]
                 assert row.hit_rate == (pytest.approx(g["rr"] / g["rp"]) if g["rp"] else None)
                 assert row.mean_latency_ms == pytest.approx(g["lat"] / g["n"])

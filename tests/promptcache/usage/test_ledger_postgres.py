@@ -19,10 +19,11 @@ from promptcache.ledger import SCHEMA_VERSION, LedgerError
 
 pytestmark = pytest.mark.postgres
 
-URL = os.environ.get("PROMPTCACHE_TEST_POSTGRES_URL",
-                     "postgresql://promptcache:promptcache@127.0.0.1:5432/promptcache_test")
-PRICE = Price(input="3", output="15", cache_read="0.30", cache_write_5m="3.75",
-              cache_write_1h="6")
+URL = os.environ.get(
+    "PROMPTCACHE_TEST_POSTGRES_URL",
+    "postgresql://promptcache:promptcache@127.0.0.1:5432/promptcache_test",
+)
+PRICE = Price(input="3", output="15", cache_read="0.30", cache_write_5m="3.75", cache_write_1h="6")
 
 
 def _server_error() -> str | None:
@@ -33,8 +34,10 @@ def _server_error() -> str | None:
     try:
         psycopg.connect(URL, connect_timeout=3).close()
     except Exception as e:  # noqa: BLE001 - any failure means: no server to test against
-        return (f"no PostgreSQL server at {URL.split('@')[-1]} ({str(e).strip().splitlines()[0]}); "
-                "run .ci/services.sh as root to install and start one")
+        return (
+            f"no PostgreSQL server at {URL.split('@')[-1]} ({str(e).strip().splitlines()[0]}); "
+            "run .ci/services.sh as root to install and start one"
+        )
     return None
 
 
@@ -60,14 +63,36 @@ def test_postgres_record_summary_and_records(pg_url):
     t = Tracker(pg_url)
     assert t.dialect.name == "postgresql" and t.schema_version == SCHEMA_VERSION
     # 100*3 + 900*0.3 + 10*15 = 300 + 270 + 150 = 720 micro-$; no cache 3000 + 150 = 3150
-    t.record(Usage(uncached_input_tokens=100, cache_read_tokens=900, output_tokens=10,
-                   provider="anthropic", model="m"), price=PRICE, prefix_hash="p", ts=1e9)
+    t.record(
+        Usage(
+            uncached_input_tokens=100,
+            cache_read_tokens=900,
+            output_tokens=10,
+            provider="anthropic",
+            model="m",
+        ),
+        price=PRICE,
+        prefix_hash="p",
+        ts=1e9,
+    )
     # 1000 1h-write: 1000*6 = 6000 micro-$; no cache 3000
-    t.record(Usage(cache_write_tokens=1000, cache_write_by_ttl={"1h": 1000},
-                   provider="anthropic", model="m"), price=PRICE, prefix_hash="p", ts=1e9 + 5,
-             record_id="fixed")
-    t.record(Usage(cache_write_tokens=1000, cache_write_by_ttl={"1h": 1000}), price=PRICE,
-             record_id="fixed")  # a retry: ignored
+    t.record(
+        Usage(
+            cache_write_tokens=1000,
+            cache_write_by_ttl={"1h": 1000},
+            provider="anthropic",
+            model="m",
+        ),
+        price=PRICE,
+        prefix_hash="p",
+        ts=1e9 + 5,
+        record_id="fixed",
+    )
+    t.record(
+        Usage(cache_write_tokens=1000, cache_write_by_ttl={"1h": 1000}),
+        price=PRICE,
+        record_id="fixed",
+    )  # a retry: ignored
     (s,) = t.summary(by="prefix_hash")
     assert (s.key, s.requests, s.cache_read_tokens, s.cache_write_tokens) == ("p", 2, 900, 1000)
     assert s.cost == D("0.00672") and s.baseline == D("0.00615") and s.saving == D("-0.00057")
@@ -83,8 +108,11 @@ def test_postgres_record_summary_and_records(pg_url):
 def _pg_writer(url: str, k: int, n: int) -> None:
     t = Tracker(url)
     for i in range(n):
-        t.record(Usage(uncached_input_tokens=1, cache_read_tokens=10, output_tokens=1),
-                 record_id=f"p{k}-{i}", price=PRICE)
+        t.record(
+            Usage(uncached_input_tokens=1, cache_read_tokens=10, output_tokens=1),
+            record_id=f"p{k}-{i}",
+            price=PRICE,
+        )
     t.close()
 
 
@@ -115,10 +143,15 @@ def test_postgres_bad_url_is_a_clear_error():
 
 def test_postgres_summary_by_metadata_and_since(pg_url):
     t = Tracker(pg_url)
-    t.record(Usage(uncached_input_tokens=10, cache_read_tokens=90), price=PRICE,
-             metadata={"run": "built"}, ts=1_000_000.0)
-    t.record(Usage(uncached_input_tokens=100), price=PRICE, metadata={"run": "naive"},
-             ts=1_000_100.0)
+    t.record(
+        Usage(uncached_input_tokens=10, cache_read_tokens=90),
+        price=PRICE,
+        metadata={"run": "built"},
+        ts=1_000_000.0,
+    )
+    t.record(
+        Usage(uncached_input_tokens=100), price=PRICE, metadata={"run": "naive"}, ts=1_000_100.0
+    )
     rows = {r.key: r.hit_rate for r in t.summary(by="metadata.run")}
     assert rows == {"built": pytest.approx(0.9), "naive": 0.0}
     # since inside an hour: the partial hour comes from the records, not the rollup

@@ -20,8 +20,7 @@ from promptcache import Price, Tracker, Usage
 
 ROOT = Path(__file__).resolve().parents[3]
 ARTIFACTS = ROOT / "artifacts"
-PRICE = Price(input="3", output="15", cache_read="0.30", cache_write_5m="3.75",
-              cache_write_1h="6")
+PRICE = Price(input="3", output="15", cache_read="0.30", cache_write_5m="3.75", cache_write_1h="6")
 T0 = datetime(2026, 11, 27, 9, 0, tzinfo=timezone.utc).timestamp()
 
 
@@ -32,20 +31,39 @@ def _ledger(path) -> Tracker:
         for i in range(4):
             # model-a, prefix P1: hour 0 misses (write 1000 at 5m), hours 1-2 hit 1000
             if h == 0:
-                u = Usage(uncached_input_tokens=100, cache_write_tokens=1000,
-                          cache_write_by_ttl={"5m": 1000}, output_tokens=10)
+                u = Usage(
+                    uncached_input_tokens=100,
+                    cache_write_tokens=1000,
+                    cache_write_by_ttl={"5m": 1000},
+                    output_tokens=10,
+                )
             else:
                 u = Usage(uncached_input_tokens=100, cache_read_tokens=1000, output_tokens=10)
-            t.record(u, model="model-a", provider="anthropic", price=PRICE, prefix_hash="a" * 64,
-                     ts=T0 + h * 3600 + i)
+            t.record(
+                u,
+                model="model-a",
+                provider="anthropic",
+                price=PRICE,
+                prefix_hash="a" * 64,
+                ts=T0 + h * 3600 + i,
+            )
     # model-b, prefix P2: always misses, 2000 uncached tokens, 3 requests
     for i in range(3):
-        t.record(Usage(uncached_input_tokens=2000, output_tokens=5), model="model-b",
-                 provider="openai", price=Price(input="1", output="4", cache_read="0.1"),
-                 prefix_hash="b" * 64, ts=T0 + 7200 + 10 + i)
+        t.record(
+            Usage(uncached_input_tokens=2000, output_tokens=5),
+            model="model-b",
+            provider="openai",
+            price=Price(input="1", output="4", cache_read="0.1"),
+            prefix_hash="b" * 64,
+            ts=T0 + 7200 + 10 + i,
+        )
     # a local server that did not report caching
-    t.record(Usage(uncached_input_tokens=500, output_tokens=1, cache_reported=False),
-             model="smol", provider="local", ts=T0 + 7300)
+    t.record(
+        Usage(uncached_input_tokens=500, output_tokens=1, cache_reported=False),
+        model="smol",
+        provider="local",
+        ts=T0 + 7300,
+    )
     return t
 
 
@@ -53,8 +71,14 @@ def _cli(*args: str, env_db: str | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     if env_db:
         env["PROMPTCACHE_LEDGER"] = env_db
-    return subprocess.run([sys.executable, "-m", "promptcache.cli", "report", *args],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "promptcache.cli", "report", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 def test_terminal_and_json_report(tmp_path):
@@ -100,8 +124,8 @@ def _png_pixels(path: Path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, w = 8, b"", None
     while pos < len(data):
-        (n,), kind = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
-        body = data[pos + 8:pos + 8 + n]
+        (n,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + n]
         if kind == b"IHDR":
             w, h, depth, ctype = struct.unpack(">IIBB", body[:10])
             assert depth == 8 and ctype in (2, 6)
@@ -114,7 +138,7 @@ def _png_pixels(path: Path):
     rows, prev = [], bytearray(stride)
     for y in range(h):
         f = raw[y * (stride + 1)]
-        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride):
             a = line[i - bpp] if i >= bpp else 0
             b = prev[i]
@@ -146,8 +170,10 @@ def _count_color(rows, bpp, rgb, tol=12):
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed; .ci/services.sh "
-                    "installs Debian's chromium package")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed; .ci/services.sh installs Debian's chromium package",
+)
 def test_html_report_renders_in_headless_chromium(tmp_path):
     db = str(tmp_path / "l.db")
     _ledger(db).close()
@@ -156,10 +182,18 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     assert r.returncode == 0, r.stderr
     text = page.read_text()
     assert "<script" not in text and "http://" not in text and "https://" not in text
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             "--no-first-run", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True,
-                         text=True, timeout=120)
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
+    dom = subprocess.run(
+        [CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
     # hit-rate chart: one point per hour, values 0 (hour 0: writes only), then
@@ -168,8 +202,11 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     pts = re.findall(r'<circle class="pt"[^>]*data-key="([^"]+)" data-value="([^"]+)"', html)
     assert [k for k, _ in pts] == ["2026-11-27T09:00Z", "2026-11-27T10:00Z", "2026-11-27T11:00Z"]
     assert [round(float(v), 6) for _, v in pts] == [0.0, 0.909091, 0.384615]
-    bars = re.findall(r'<rect class="bar (\w+)"[^>]*width="([\d.]+)"[^>]*data-key="([^"]+)"'
-                      r'[^>]*data-value="([^"]+)"', html)
+    bars = re.findall(
+        r'<rect class="bar (\w+)"[^>]*width="([\d.]+)"[^>]*data-key="([^"]+)"'
+        r'[^>]*data-value="([^"]+)"',
+        html,
+    )
     cost = {k: float(v) for cls, _, k, v in bars if cls == "cost"}
     assert cost == pytest.approx({"model-a": 0.0228, "model-b": 0.00606, "smol": 0.0})
     miss = {k: float(v) for cls, _, k, v in bars if cls == "miss"}
@@ -181,8 +218,12 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     shot = ARTIFACTS / "report.png"
     if shot.exists():
         shot.unlink()
-    r = subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=900,1400",
-                        page.as_uri()], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=900,1400", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
     shutil.copy(page, ARTIFACTS / "report.html")
     w, h, bpp, rows = _png_pixels(shot)

@@ -11,15 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from promptcache.simulate import (Segment, TraceError, TraceRequest, load_trace, relayout,
-                                  simulate)
+from promptcache.simulate import Segment, TraceError, TraceRequest, load_trace, relayout, simulate
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def seg(tokens, h, cache=None, layer=None):
-    return {"tokens": tokens, "hash": h, **({"cache": cache} if cache else {}),
-            **({"layer": layer} if layer else {})}
+    return {
+        "tokens": tokens,
+        "hash": h,
+        **({"cache": cache} if cache else {}),
+        **({"layer": layer} if layer else {}),
+    }
 
 
 def line(ts, segments, out=10, **kw):
@@ -28,11 +31,14 @@ def line(ts, segments, out=10, **kw):
 
 def test_anthropic_ttl_refresh_and_expiry():
     # a 2,000-token system block with a 5m breakpoint, then a 50-token question
-    trace = [line(t, [seg(2000, "sys", "5m", "system"), seg(50, f"q{i}", layer="messages")])
-             for i, t in enumerate([0, 60, 120, 500])]
+    trace = [
+        line(t, [seg(2000, "sys", "5m", "system"), seg(50, f"q{i}", layer="messages")])
+        for i, t in enumerate([0, 60, 120, 500])
+    ]
     res = simulate(load_trace(trace), "anthropic", "claude-sonnet-4-5")
-    got = [(u.cache_read_tokens, u.cache_write_5m_tokens, u.uncached_input_tokens)
-           for u in res.usages]
+    got = [
+        (u.cache_read_tokens, u.cache_write_5m_tokens, u.uncached_input_tokens) for u in res.usages
+    ]
     # t=0 writes 2000; t=60 and t=120 read it (each hit refreshes the 5 minutes: expiry
     # 120+300 = 420); t=500 is past 420, so the entry is gone and is written again
     assert got == [(0, 2000, 50), (2000, 0, 50), (2000, 0, 50), (0, 2000, 50)]
@@ -56,11 +62,13 @@ def test_anthropic_1h_ttl_survives_the_gap_and_minimum_length():
 
 
 def test_openai_1024_minimum_128_steps_and_cache_key():
-    trace = [line(0, [seg(1500, "sys"), seg(30, "q1")]),
-             line(10, [seg(1500, "sys"), seg(30, "q2")]),
-             line(20, [seg(1500, "sys"), seg(30, "q3")], prompt_cache_key="other-tenant"),
-             line(30, [seg(900, "short"), seg(30, "q4")]),
-             line(40, [seg(900, "short"), seg(30, "q5")])]
+    trace = [
+        line(0, [seg(1500, "sys"), seg(30, "q1")]),
+        line(10, [seg(1500, "sys"), seg(30, "q2")]),
+        line(20, [seg(1500, "sys"), seg(30, "q3")], prompt_cache_key="other-tenant"),
+        line(30, [seg(900, "short"), seg(30, "q4")]),
+        line(40, [seg(900, "short"), seg(30, "q5")]),
+    ]
     res = simulate(load_trace(trace), "openai", "gpt-4o")
     # the shared prefix is the 1,500-token system block; cached lengths are 1024 + 128k:
     # 1024, 1152, 1280, 1408 lie inside it (1536 > 1530 does not exist) -> 1,408 read
@@ -84,13 +92,16 @@ def test_rejected_request_names_the_line():
         simulate(load_trace([order]), "anthropic", "claude-sonnet-4-5")
 
 
-@pytest.mark.parametrize("text,match", [
-    ("{not json", "line 1: not JSON"),
-    ('{"segments": [{"tokens": 1, "hash": "a"}]}', "'ts'"),
-    ('{"ts": 1, "segments": [{"tokens": -1, "hash": "a"}]}', "tokens"),
-    ('{"ts": 1, "segments": [{"tokens": 1, "hash": "a", "cache": "2h"}]}', "cache"),
-    ('{"ts": 1}', "segments"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("{not json", "line 1: not JSON"),
+        ('{"segments": [{"tokens": 1, "hash": "a"}]}', "'ts'"),
+        ('{"ts": 1, "segments": [{"tokens": -1, "hash": "a"}]}', "tokens"),
+        ('{"ts": 1, "segments": [{"tokens": 1, "hash": "a", "cache": "2h"}]}', "cache"),
+        ('{"ts": 1}', "segments"),
+    ],
+)
 def test_malformed_trace_lines(text, match):
     with pytest.raises(TraceError, match=match):
         load_trace([text])
@@ -101,8 +112,17 @@ def test_malformed_trace_lines(text, match):
 def naive_trace():
     """The naive layout: the current time at the TOP of the prompt (changes every request),
     then a 3,000-token system prompt carrying the breakpoint, then the question."""
-    return [line(t, [seg(12, f"time-{t}", layer="dynamic"), seg(3000, "sys", "5m", "system"),
-                     seg(40, f"q{t}", layer="messages")]) for t in (0, 30, 60, 90)]
+    return [
+        line(
+            t,
+            [
+                seg(12, f"time-{t}", layer="dynamic"),
+                seg(3000, "sys", "5m", "system"),
+                seg(40, f"q{t}", layer="messages"),
+            ],
+        )
+        for t in (0, 30, 60, 90)
+    ]
 
 
 def test_compare_relays_the_trace_like_build():
@@ -131,22 +151,39 @@ def test_compare_relays_the_trace_like_build():
 def test_cli_table_json_compare_and_errors(tmp_path):
     f = tmp_path / "trace.jsonl"
     f.write_text("\n".join(naive_trace()) + "\n")
-    cmd = [sys.executable, "-m", "promptcache.cli", "simulate", str(f), "--provider", "anthropic",
-           "--model", "claude-sonnet-4-5"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "promptcache.cli",
+        "simulate",
+        str(f),
+        "--provider",
+        "anthropic",
+        "--model",
+        "claude-sonnet-4-5",
+    ]
     r = subprocess.run(cmd + ["--compare"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert "promptcache.build" in r.stdout and "$0.046260" in r.stdout and "$0.015294" in r.stdout
-    j = json.loads(subprocess.run(cmd + ["--json", "--compare"], capture_output=True, text=True,
-                                  cwd=ROOT).stdout)
+    j = json.loads(
+        subprocess.run(
+            cmd + ["--json", "--compare"], capture_output=True, text=True, cwd=ROOT
+        ).stdout
+    )
     assert j["as_traced"]["hit_rate"] == 0.0
     assert j["promptcache_build"]["per_request"][1]["cache_read_tokens"] == 3000
     bad = tmp_path / "bad.jsonl"
     bad.write_text(line(0, [seg(1, "a")]) + "\n{oops\n")
-    r = subprocess.run(cmd[:4] + [str(bad), "--provider", "openai"], capture_output=True,
-                       text=True, cwd=ROOT)
+    r = subprocess.run(
+        cmd[:4] + [str(bad), "--provider", "openai"], capture_output=True, text=True, cwd=ROOT
+    )
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "line 2" in r.stderr
-    r = subprocess.run(cmd[:4] + [str(tmp_path / "none.jsonl"), "--provider", "openai"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        cmd[:4] + [str(tmp_path / "none.jsonl"), "--provider", "openai"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 2 and "cannot read" in r.stderr
 
 
@@ -154,10 +191,22 @@ def test_request_payload_traces_use_the_tokenizer():
     from promptcache.tokens import text_tokens
 
     system = "You are a support agent for a bicycle shop. " * 120
-    lines = [json.dumps({"ts": t, "output_tokens": 5, "request": {
-        "model": "gpt-4o", "messages": [{"role": "system", "content": system},
-                                        {"role": "user", "content": f"Question {t}?"}]}})
-             for t in (0, 20)]
+    lines = [
+        json.dumps(
+            {
+                "ts": t,
+                "output_tokens": 5,
+                "request": {
+                    "model": "gpt-4o",
+                    "messages": [
+                        {"role": "system", "content": system},
+                        {"role": "user", "content": f"Question {t}?"},
+                    ],
+                },
+            }
+        )
+        for t in (0, 20)
+    ]
     reqs = load_trace(lines)
     n_sys = text_tokens(f"system: {system}", "gpt-4o")
     assert reqs[0].segments[0].tokens == n_sys and n_sys > 1024
@@ -166,9 +215,23 @@ def test_request_payload_traces_use_the_tokenizer():
     expect = 1024 + 128 * ((n_sys - 1024) // 128)
     assert [u.cache_read_tokens for u in res.usages] == [0, expect]
     # Anthropic payload: cache_control on the system block marks the breakpoint
-    a = json.dumps({"ts": 0, "request": {"model": "claude-sonnet-4-5", "system": [
-        {"type": "text", "text": system, "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
-        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5}})
+    a = json.dumps(
+        {
+            "ts": 0,
+            "request": {
+                "model": "claude-sonnet-4-5",
+                "system": [
+                    {
+                        "type": "text",
+                        "text": system,
+                        "cache_control": {"type": "ephemeral", "ttl": "1h"},
+                    }
+                ],
+                "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": 5,
+            },
+        }
+    )
     (r,) = load_trace([a])
     assert r.segments[0].cache == "1h" and r.segments[0].layer == "system"
 
@@ -179,21 +242,48 @@ def test_segment_dataclasses_round_trip():
 
 
 def test_compare_on_payload_traces_uses_promptcache_build():
-    rules = "\n".join(f"Rule {i}: answer questions about order {i} politely and briefly."
-                      for i in range(200))
-    tool_a = {"type": "function", "function": {"name": "lookup_order", "description": "Find an order",
-                                               "parameters": {"type": "object", "properties": {
-                                                   "id": {"type": "string"}}}}}
+    rules = "\n".join(
+        f"Rule {i}: answer questions about order {i} politely and briefly." for i in range(200)
+    )
+    tool_a = {
+        "type": "function",
+        "function": {
+            "name": "lookup_order",
+            "description": "Find an order",
+            "parameters": {"type": "object", "properties": {"id": {"type": "string"}}},
+        },
+    }
     # the naive app: the clock at the top of the system prompt and tool JSON whose key order
     # changes from request to request (dict built from a set, say)
-    tool_b = {"function": {"parameters": {"properties": {"id": {"type": "string"}}, "type": "object"},
-                           "description": "Find an order", "name": "lookup_order"}, "type": "function"}
+    tool_b = {
+        "function": {
+            "parameters": {"properties": {"id": {"type": "string"}}, "type": "object"},
+            "description": "Find an order",
+            "name": "lookup_order",
+        },
+        "type": "function",
+    }
     lines = []
     for i, t in enumerate((0, 15, 30, 45)):
-        lines.append(json.dumps({"ts": t, "output_tokens": 5, "request": {
-            "model": "gpt-4o", "tools": [tool_a if i % 2 else tool_b],
-            "messages": [{"role": "system", "content": f"Current time: 2026-11-29T10:00:{t:02d}Z\n{rules}"},
-                         {"role": "user", "content": f"Where is order {i}?"}]}}))
+        lines.append(
+            json.dumps(
+                {
+                    "ts": t,
+                    "output_tokens": 5,
+                    "request": {
+                        "model": "gpt-4o",
+                        "tools": [tool_a if i % 2 else tool_b],
+                        "messages": [
+                            {
+                                "role": "system",
+                                "content": f"Current time: 2026-11-29T10:00:{t:02d}Z\n{rules}",
+                            },
+                            {"role": "user", "content": f"Where is order {i}?"},
+                        ],
+                    },
+                }
+            )
+        )
     reqs = load_trace(lines)
     naive = simulate(reqs, "openai")
     assert [u.cache_read_tokens for u in naive.usages] == [0, 0, 0, 0]

