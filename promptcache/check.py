@@ -37,6 +37,12 @@ from typing import Any
 
 from promptcache.breakpoints import TTL_ORDER, text_tokens
 from promptcache.canonical import dumps_sorted
+from promptcache.limits import (
+    ANTHROPIC_TTLS,
+    OPENAI_BREAKPOINT_TTLS,
+    OPENAI_MAX_WRITTEN_BREAKPOINTS,
+    cache_limits,
+)
 from promptcache.volatile import find_volatile
 
 __all__ = ["Finding", "check", "diff_requests", "Drift", "PROVIDERS"]
@@ -258,7 +264,12 @@ _WALKERS = {
 def _ttl(provider: str, marker: dict[str, Any]) -> str:
     ttl = marker.get("ttl") if isinstance(marker, dict) else None
     if ttl is None:
-        return "30m" if provider in ("openai", "openai_compatible") else "5m"
+        # the provider's default TTL: OpenAI breakpoints 30m, Anthropic/Bedrock 5m
+        return (
+            OPENAI_BREAKPOINT_TTLS[0]
+            if provider in ("openai", "openai_compatible")
+            else ANTHROPIC_TTLS[0]
+        )
     return str(ttl)
 
 
@@ -391,9 +402,7 @@ def check(
     markers = [b for b in blocks if b.marker is not None]
     automatic = provider == "anthropic" and p.get("cache_control") is not None
 
-    from promptcache.limits import cache_rules
-
-    rules = cache_rules(
+    rules = cache_limits(
         str(model),
         "bedrock"
         if provider == "bedrock"
@@ -404,7 +413,9 @@ def check(
         if provider != "openai_compatible"
         else "local",
     )
-    limit = rules.max_breakpoints if rules.max_breakpoints else 4
+    # models that take no explicit markers (OpenAI before GPT-5.6, local) are held to the
+    # GPT-5.6 limit when a request carries markers anyway
+    limit = rules.max_breakpoints or OPENAI_MAX_WRITTEN_BREAKPOINTS
     if len(markers) > limit:
         over = markers[limit]
         findings.append(

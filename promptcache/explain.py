@@ -15,7 +15,7 @@ from promptcache.breakpoints import (
     session_text_tokens,
     tool_tokens,
 )
-from promptcache.limits import CacheRules, cache_rules, provider_of
+from promptcache.limits import CacheLimits, cache_limits, provider_of
 from promptcache.tokens import count_tokens
 
 __all__ = ["Explanation", "LayerInfo", "explain"]
@@ -38,7 +38,7 @@ class Explanation:
 
     Attributes:
         provider, model: what the prompt was explained for.
-        rules: the :class:`promptcache.limits.CacheRules` row applied.
+        rules: the :class:`promptcache.limits.CacheLimits` row applied.
         prefix_hash: the prompt's prefix hash.
         layers: :class:`LayerInfo` per non-empty layer, in prompt order.
         breakpoints: the breakpoints placed (explicit-marker providers).
@@ -53,7 +53,7 @@ class Explanation:
 
     provider: str
     model: str
-    rules: CacheRules
+    rules: CacheLimits
     prefix_hash: str
     layers: list[LayerInfo]
     breakpoints: list[Breakpoint]
@@ -139,7 +139,7 @@ def explain(
     provider = provider or provider_of(model)
     if provider not in ("anthropic", "bedrock", "openai", "gemini", "local", "openai_compatible"):
         raise ValueError(f"unknown provider {provider!r}")
-    rules = cache_rules(model, "local" if provider == "openai_compatible" else provider)
+    rules = cache_limits(model, "local" if provider == "openai_compatible" else provider)
     layers = _layers(prompt, model)
     total = layers[-1].cumulative if layers else 0
     stable = total - next((layer.tokens for layer in layers if layer.name == "dynamic"), 0)

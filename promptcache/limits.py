@@ -1,16 +1,50 @@
-"""Provider prompt-cache rules per model family: minimum cacheable length, TTLs, breakpoint
-limits -- each row with the page it comes from and the date it was read.
+"""The one table of provider prompt-cache limits: breakpoint counts, TTLs, minimum cacheable
+lengths, hit increments -- each figure with the page it comes from and the date it was read.
 
-Look a model up with :func:`cache_rules`; unknown models of a known provider get that
-provider's conservative default row (flagged ``known=False``).
+Two levels:
+
+- provider-wide figures as named constants (``ANTHROPIC_MAX_BREAKPOINTS``,
+  ``ANTHROPIC_TTL_SECONDS``, ``OPENAI_CACHE_INCREMENT``, ...), read by the renderers
+  (:mod:`promptcache.providers`), :func:`promptcache.check`, the emulator
+  (:mod:`promptcache.cache_emulation`) and the linter (``linters.rules.cache_control``);
+- per-model rows (:class:`CacheLimits`, table :data:`MODEL_LIMITS`): look a model up with
+  :func:`cache_limits`; unknown models of a known provider get that provider's
+  conservative default row (flagged ``known=False``).
+
+The rule pages ``docs/rules/PC005.md`` and ``PC008.md`` carry blocks generated from this
+module (``python -m linters.rule_docs``); a test fails when they drift.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from types import MappingProxyType
 
-__all__ = ["CacheRules", "cache_rules", "RULES", "provider_of"]
+__all__ = [
+    "ANTHROPIC_MAX_BREAKPOINTS",
+    "ANTHROPIC_TTLS",
+    "ANTHROPIC_TTL_SECONDS",
+    "ANTHROPIC_LOOKBACK_BLOCKS",
+    "ANTHROPIC_DEFAULT_MIN_TOKENS",
+    "OPENAI_MIN_CACHED_TOKENS",
+    "OPENAI_CACHE_INCREMENT",
+    "OPENAI_RETENTIONS",
+    "OPENAI_BREAKPOINT_TTLS",
+    "OPENAI_MAX_WRITTEN_BREAKPOINTS",
+    "OPENAI_MATCH_BREAKPOINTS",
+    "OPENAI_TTL_SECONDS",
+    "OPENAI_IN_MEMORY_MAX_SECONDS",
+    "OPENAI_WRITE_PRICE_MULTIPLIER",
+    "BEDROCK_MAX_BREAKPOINTS",
+    "BEDROCK_TTLS",
+    "GEMINI_DEFAULT_TTL",
+    "CacheLimits",
+    "cache_limits",
+    "MODEL_LIMITS",
+    "provider_of",
+]
 
 # Sources, read 2026-11-29 (stored copies of the pages, through the project's search tool).
 # Where two current pages disagree, the row takes the larger minimum (a breakpoint below the
@@ -45,9 +79,63 @@ SRC_BEDROCK_API = (
 SRC_BEDROCK_TABLE = "https://portkey.ai/docs/integrations/llms/bedrock/prompt-caching (AWS table)"
 READ_ON = "2026-11-29"
 
+# --------------------------------------------------------------------------------------
+# Provider-wide figures (all read 2026-11-29 from the pages named beside them)
+# --------------------------------------------------------------------------------------
+
+#: Anthropic: at most 4 ``cache_control`` blocks per request; the API's error text is
+#: "A maximum of 4 blocks with cache_control may be provided. Found N." (SRC_ANTHROPIC).
+ANTHROPIC_MAX_BREAKPOINTS = 4
+#: Anthropic: the ``ttl`` values of ``cache_control``, default first (SRC_ANTHROPIC;
+#: SRC_ANTHROPIC_SDK: ``Literal["5m", "1h"]``).
+ANTHROPIC_TTLS: tuple[str, ...] = ("5m", "1h")
+#: Anthropic: those lifetimes in seconds (SRC_ANTHROPIC).
+ANTHROPIC_TTL_SECONDS: Mapping[str, float] = MappingProxyType({"5m": 300.0, "1h": 3600.0})
+#: Anthropic: block boundaries checked for a hit per breakpoint, its own block included
+#: (SRC_ANTHROPIC: "about 20 blocks before").
+ANTHROPIC_LOOKBACK_BLOCKS = 20
+#: Anthropic: minimum cacheable length assumed for a model the table does not know (the
+#: smallest figure of the current Sonnet rows, SRC_ANTHROPIC).
+ANTHROPIC_DEFAULT_MIN_TOKENS = 1024
+
+#: OpenAI: prompts (and cached prefixes) shorter than this never hit (SRC_OPENAI_GUIDE).
+OPENAI_MIN_CACHED_TOKENS = 1024
+#: OpenAI, models before GPT-5.6: ``cached_tokens`` grows in steps of this many tokens
+#: after the minimum (SRC_OPENAI_GUIDE).
+OPENAI_CACHE_INCREMENT = 128
+#: OpenAI: the values of ``prompt_cache_retention`` (SRC_OPENAI_SDK).
+OPENAI_RETENTIONS: tuple[str, ...] = ("in_memory", "24h")
+#: OpenAI, GPT-5.6+: the TTLs of ``prompt_cache_breakpoint`` markers, default first
+#: (SRC_OPENAI_GUIDE, SRC_OPENAI_SDK).
+OPENAI_BREAKPOINT_TTLS: tuple[str, ...] = ("30m", "12h")
+#: OpenAI, GPT-5.6+: at most this many breakpoints are written per request (SRC_OPENAI_GUIDE).
+OPENAI_MAX_WRITTEN_BREAKPOINTS = 4
+#: OpenAI, GPT-5.6+: matching considers this many latest breakpoints (SRC_OPENAI_GUIDE).
+OPENAI_MATCH_BREAKPOINTS = 80
+#: OpenAI lifetimes in seconds: idle expiry for in-memory retention (lower bound of the
+#: documented 5-10 minutes), 24h extended retention, and the GPT-5.6+ breakpoint TTLs
+#: (SRC_OPENAI_GUIDE).
+OPENAI_TTL_SECONDS: Mapping[str, float] = MappingProxyType(
+    {"in_memory": 300.0, "24h": 86400.0, "30m": 1800.0, "12h": 43200.0}
+)
+#: OpenAI in-memory retention: an entry lives at most one hour after it was written
+#: (SRC_OPENAI_GUIDE).
+OPENAI_IN_MEMORY_MAX_SECONDS = 3600.0
+#: OpenAI GPT-5.6+: cache writes cost this multiple of the uncached input price
+#: (SRC_OPENAI_GUIDE).
+OPENAI_WRITE_PRICE_MULTIPLIER = 1.25
+
+#: Bedrock Converse: at most 4 ``cachePoint`` blocks per request (SRC_BEDROCK).
+BEDROCK_MAX_BREAKPOINTS = 4
+#: Bedrock: the ``cachePoint.ttl`` values, default first; 1h only on Claude 4.5 and later
+#: (SRC_BEDROCK_API).
+BEDROCK_TTLS: tuple[str, ...] = ("5m", "1h")
+#: Gemini: the default lifetime of an explicit cached content (SRC_GEMINI).
+GEMINI_DEFAULT_TTL = "1h"
+
 
 @dataclass(frozen=True)
-class CacheRules:
+class CacheLimits:
     """Prompt-cache rules of one provider's model family.
 
     Attributes:
@@ -90,14 +178,18 @@ class CacheRules:
 
 def _openai(
     family: str, *, retention: tuple[str, ...] = (), explicit: bool = False, notes: str = ""
-) -> CacheRules:
-    return CacheRules(
+) -> CacheLimits:
+    return CacheLimits(
         "openai",
         family,
-        min_tokens=1024,
-        increment=128,
-        ttls=("30m",) if explicit else ("in_memory",) + (("24h",) if retention else ()),
-        max_breakpoints=4 if explicit else 0,
+        min_tokens=OPENAI_MIN_CACHED_TOKENS,
+        increment=OPENAI_CACHE_INCREMENT,
+        ttls=(
+            OPENAI_BREAKPOINT_TTLS[:1]
+            if explicit
+            else OPENAI_RETENTIONS[:1] + (OPENAI_RETENTIONS[1:] if retention else ())
+        ),
+        max_breakpoints=OPENAI_MAX_WRITTEN_BREAKPOINTS if explicit else 0,
         retention=retention,
         explicit_breakpoints=explicit,
         source=f"{SRC_OPENAI_GUIDE}; {SRC_OPENAI_SDK}; {SRC_AZURE_RETENTION}",
@@ -107,14 +199,14 @@ def _openai(
 
 def _anthropic(
     family: str, min_tokens: int, notes: str = "", *, source: str = SRC_ANTHROPIC_QUOTE
-) -> CacheRules:
-    return CacheRules(
+) -> CacheLimits:
+    return CacheLimits(
         "anthropic",
         family,
         min_tokens,
-        ttls=("5m", "1h"),
-        max_breakpoints=4,
-        lookback_blocks=20,
+        ttls=ANTHROPIC_TTLS,
+        max_breakpoints=ANTHROPIC_MAX_BREAKPOINTS,
+        lookback_blocks=ANTHROPIC_LOOKBACK_BLOCKS,
         source=f"{SRC_ANTHROPIC}; {source}; {SRC_ANTHROPIC_SDK}",
         notes=notes,
     )
@@ -124,17 +216,17 @@ def _bedrock(
     family: str,
     min_tokens: int,
     *,
-    ttls: tuple[str, ...] = ("5m",),
+    ttls: tuple[str, ...] = BEDROCK_TTLS[:1],
     cacheable: tuple[str, ...] = ("tools", "system", "messages"),
     notes: str = "",
-) -> CacheRules:
-    return CacheRules(
+) -> CacheLimits:
+    return CacheLimits(
         "bedrock",
         family,
         min_tokens,
         ttls=ttls,
-        max_breakpoints=4,
-        lookback_blocks=20 if family.startswith("claude") else 0,
+        max_breakpoints=BEDROCK_MAX_BREAKPOINTS,
+        lookback_blocks=ANTHROPIC_LOOKBACK_BLOCKS if family.startswith("claude") else 0,
         source=f"{SRC_BEDROCK}; {SRC_BEDROCK_API}; {SRC_BEDROCK_TABLE}",
         cacheable=cacheable,
         min_per_segment=True,
@@ -142,22 +234,22 @@ def _bedrock(
     )
 
 
-def _gemini(family: str, min_tokens: int, notes: str = "") -> CacheRules:
-    return CacheRules(
+def _gemini(family: str, min_tokens: int, notes: str = "") -> CacheLimits:
+    return CacheLimits(
         "gemini",
         family,
         min_tokens,
-        ttls=("1h",),
+        ttls=(GEMINI_DEFAULT_TTL,),
         max_breakpoints=0,
         source=SRC_GEMINI,
         notes=notes,
     )
 
 
-_R24 = ("in_memory", "24h")
-_R24_ONLY = ("24h",)
+_R24 = OPENAI_RETENTIONS
+_R24_ONLY = OPENAI_RETENTIONS[1:]
 
-RULES: tuple[CacheRules, ...] = (
+MODEL_LIMITS: tuple[CacheLimits, ...] = (
     # ---- OpenAI: automatic caching from 1,024 tokens in 128-token steps (gpt-4o and newer).
     # Extended (24h) retention: gpt-4.1, gpt-5, gpt-5-codex, gpt-5.1*, gpt-5.2, gpt-5.3-codex,
     # gpt-5.4 accept in_memory|24h; gpt-5.5 and later accept 24h only. gpt-5.6 and later take
@@ -209,15 +301,15 @@ RULES: tuple[CacheRules, ...] = (
     _anthropic("claude-3-haiku", 2048),
     # ---- Amazon Bedrock Converse: cachePoint blocks, at most 4 a request, each checkpoint
     # after at least the minimum since the previous one; ttl 5m | 1h (1h on Claude 4.5+).
-    _bedrock("claude-opus-4-5", 4096, ttls=("5m", "1h")),
-    _bedrock("claude-opus-4-6", 4096, ttls=("5m", "1h")),
-    _bedrock("claude-opus-4-7", 4096, ttls=("5m", "1h")),
-    _bedrock("claude-haiku-4-5", 4096, ttls=("5m", "1h")),
-    _bedrock("claude-sonnet-4-5", 1024, ttls=("5m", "1h")),
-    _bedrock("claude-sonnet-4-6", 1024, ttls=("5m", "1h")),
-    _bedrock("claude-opus-4-8", 1024, ttls=("5m", "1h")),
-    _bedrock("claude-opus-5", 512, ttls=("5m", "1h")),
-    _bedrock("claude-sonnet-5", 1024, ttls=("5m", "1h")),
+    _bedrock("claude-opus-4-5", 4096, ttls=BEDROCK_TTLS),
+    _bedrock("claude-opus-4-6", 4096, ttls=BEDROCK_TTLS),
+    _bedrock("claude-opus-4-7", 4096, ttls=BEDROCK_TTLS),
+    _bedrock("claude-haiku-4-5", 4096, ttls=BEDROCK_TTLS),
+    _bedrock("claude-sonnet-4-5", 1024, ttls=BEDROCK_TTLS),
+    _bedrock("claude-sonnet-4-6", 1024, ttls=BEDROCK_TTLS),
+    _bedrock("claude-opus-4-8", 1024, ttls=BEDROCK_TTLS),
+    _bedrock("claude-opus-5", 512, ttls=BEDROCK_TTLS),
+    _bedrock("claude-sonnet-5", 1024, ttls=BEDROCK_TTLS),
     _bedrock("claude-opus-4", 1024),
     _bedrock("claude-sonnet-4", 1024),
     _bedrock("claude-3-7-sonnet", 1024),
@@ -240,32 +332,40 @@ RULES: tuple[CacheRules, ...] = (
     ),
 )
 
-_DEFAULTS: dict[str, CacheRules] = {
-    "openai": CacheRules(
-        "openai", "", 1024, 128, ("in_memory",), source=SRC_OPENAI_GUIDE, known=False
+_DEFAULTS: dict[str, CacheLimits] = {
+    "openai": CacheLimits(
+        "openai",
+        "",
+        OPENAI_MIN_CACHED_TOKENS,
+        OPENAI_CACHE_INCREMENT,
+        OPENAI_RETENTIONS[:1],
+        source=SRC_OPENAI_GUIDE,
+        known=False,
     ),
-    "anthropic": CacheRules(
+    "anthropic": CacheLimits(
         "anthropic",
         "",
-        1024,
-        ttls=("5m", "1h"),
-        max_breakpoints=4,
-        lookback_blocks=20,
+        ANTHROPIC_DEFAULT_MIN_TOKENS,
+        ttls=ANTHROPIC_TTLS,
+        max_breakpoints=ANTHROPIC_MAX_BREAKPOINTS,
+        lookback_blocks=ANTHROPIC_LOOKBACK_BLOCKS,
         source=SRC_ANTHROPIC,
         known=False,
     ),
-    "bedrock": CacheRules(
+    "bedrock": CacheLimits(
         "bedrock",
         "",
         1024,
-        ttls=("5m",),
-        max_breakpoints=4,
+        ttls=BEDROCK_TTLS[:1],
+        max_breakpoints=BEDROCK_MAX_BREAKPOINTS,
         source=SRC_BEDROCK,
         known=False,
         min_per_segment=True,
     ),
-    "gemini": CacheRules("gemini", "", 4096, ttls=("1h",), source=SRC_GEMINI, known=False),
-    "local": CacheRules(
+    "gemini": CacheLimits(
+        "gemini", "", 4096, ttls=(GEMINI_DEFAULT_TTL,), source=SRC_GEMINI, known=False
+    ),
+    "local": CacheLimits(
         "local", "", 0, 16, (), notes="local engine: full 16-token KV blocks", known=False
     ),
 }
@@ -286,13 +386,16 @@ def provider_of(model: str) -> str:
 
 
 @lru_cache(maxsize=1024)
-def cache_rules(model: str, provider: str | None = None) -> CacheRules:
-    """The :class:`CacheRules` row for ``model`` (longest matching family prefix).
+def cache_limits(model: str, provider: str | None = None) -> CacheLimits:
+    """The :class:`CacheLimits` row for ``model`` (longest matching family prefix).
 
     Args:
         model: the model name as sent to the provider.
         provider: ``"openai"``, ``"anthropic"``, ``"gemini"``, ``"bedrock"`` or ``"local"``;
             guessed from the name when omitted.
+
+    Raises:
+        ValueError: ``provider`` is none of those.
     """
     provider = provider or provider_of(model)
     name = model.lower()
@@ -301,8 +404,8 @@ def cache_rules(model: str, provider: str | None = None) -> CacheRules:
         name = name.split("anthropic.", 1)[-1] if "anthropic." in name else name.split(".", 1)[-1]
     if name.startswith("models/"):
         name = name[len("models/") :]
-    best: CacheRules | None = None
-    for row in RULES:
+    best: CacheLimits | None = None
+    for row in MODEL_LIMITS:
         if row.provider == provider and name.startswith(row.family):
             if best is None or len(row.family) > len(best.family):
                 best = row
@@ -310,5 +413,5 @@ def cache_rules(model: str, provider: str | None = None) -> CacheRules:
         return best
     default = _DEFAULTS.get(provider)
     if default is None:
-        raise ValueError(f"no cache rules for provider {provider!r}")
+        raise ValueError(f"no cache limits for provider {provider!r}")
     return default

@@ -1,7 +1,7 @@
 """``promptcache simulate TRACE.jsonl --provider anthropic --model M``: replay a trace of
 requests under a provider's prompt-cache rules and predict hit rate and cost.
 
-The rules are :mod:`promptcache.cache_rules` (the same model the local engine's
+The rules are :mod:`promptcache.cache_emulation` (the same model the local engine's
 ``--cache-mode anthropic|openai`` reports from): Anthropic (and Bedrock's Claude models)
 -- explicit breakpoints, at most 4, 5m/1h TTLs refreshed on every hit, the model's minimum
 cacheable length, the 20-block lookback; OpenAI -- 1,024-token minimum and 128-token steps
@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from promptcache.limits import ANTHROPIC_LOOKBACK_BLOCKS, ANTHROPIC_TTLS, OPENAI_BREAKPOINT_TTLS
 from promptcache.usage import Usage
 
 __all__ = [
@@ -65,6 +66,8 @@ __all__ = [
 
 PROVIDERS = ("anthropic", "bedrock", "openai")
 LAYER_ORDER = {"tools": 0, "system": 1, "documents": 2, "session": 3, "messages": 4, "dynamic": 5}
+# cache TTLs a trace segment may ask for: Anthropic/Bedrock and OpenAI GPT-5.6+ breakpoints
+_SEGMENT_TTLS = ANTHROPIC_TTLS + OPENAI_BREAKPOINT_TTLS
 
 
 class TraceError(ValueError):
@@ -169,8 +172,10 @@ def _segments_from_json(raw: Any, line: int) -> list[Segment]:
         if "hash" not in s or not isinstance(s["hash"], str):
             raise TraceError(f"line {line}: segments[{i}].hash must be a string")
         cache = s.get("cache")
-        if cache is not None and cache not in ("5m", "1h", "30m", "12h"):
-            raise TraceError(f"line {line}: segments[{i}].cache must be 5m, 1h, 30m or 12h")
+        if cache is not None and cache not in _SEGMENT_TTLS:
+            raise TraceError(
+                f"line {line}: segments[{i}].cache must be one of {', '.join(_SEGMENT_TTLS)}"
+            )
         layer = s.get("layer")
         if layer is not None and layer not in LAYER_ORDER:
             raise TraceError(
@@ -340,7 +345,7 @@ def load_trace(path_or_lines: str | Iterable[str], model: str | None = None) -> 
 
 
 def _layout(req: TraceRequest) -> Any:
-    from promptcache.cache_rules import BlockPrefix, Breakpoint, PromptLayout
+    from promptcache.cache_emulation import BlockPrefix, Breakpoint, PromptLayout
 
     ends, bps, pos = [], [], 0
     for i, s in enumerate(req.segments):
@@ -369,7 +374,7 @@ def simulate(
     Returns a :class:`SimulationResult`. Raises :class:`TraceError` for an unknown provider
     or a request the provider would reject (e.g. more than 4 breakpoints).
     """
-    from promptcache import cache_rules as cr
+    from promptcache import cache_emulation as cr
     from promptcache.errors import PromptCacheError
     from promptcache.pricing import cost
 
@@ -454,7 +459,7 @@ def relayout(
     without a layer counts as messages) and, for Anthropic/Bedrock, breakpoints placed by
     :func:`promptcache.breakpoints.plan` (frozen, session, history, lookback stepping
     stone); OpenAI models before GPT-5.6 take no markers."""
-    from promptcache import cache_rules as cr
+    from promptcache import cache_emulation as cr
     from promptcache.breakpoints import Block, plan
 
     out = []
@@ -471,7 +476,7 @@ def relayout(
                 Block(s.layer or "messages", i, s.tokens, (s.layer or "messages") != "dynamic")
                 for i, s in enumerate(segs)
             ]
-            p = plan(blocks, min_tokens=mn, lookback=cr.ANTHROPIC_LOOKBACK_BLOCKS)
+            p = plan(blocks, min_tokens=mn, lookback=ANTHROPIC_LOOKBACK_BLOCKS)
             for bp in p.breakpoints:
                 s = segs[bp.index]
                 segs[bp.index] = Segment(s.tokens, s.hash, bp.ttl, True, s.layer)

@@ -1,16 +1,14 @@
 """``cache_control`` in literal Anthropic-style requests.
 
-PC005: misuse -- more than 4 breakpoints in one request, a ``1h`` breakpoint after a ``5m``
+PC005: misuse -- more breakpoints in one request than Anthropic accepts
+(:data:`promptcache.limits.ANTHROPIC_MAX_BREAKPOINTS`), a ``1h`` breakpoint after a ``5m``
 one (longer TTLs must come first in tools -> system -> messages order), a TTL other than
-``5m``/``1h``, or a ``type`` other than ``ephemeral``.
+:data:`promptcache.limits.ANTHROPIC_TTLS`, or a ``type`` other than ``ephemeral``.
 PC008: a breakpoint on a literal prefix too short to be cached for the model: the request
 pays full price every time while the code looks cached.
 
-Sources (read 2026-11-29): Anthropic, "Prompt caching",
-https://platform.claude.com/docs/en/build-with-claude/prompt-caching -- at most 4 cache
-breakpoints per request; TTL "5m" (default) or "1h"; entries with a longer TTL must appear
-before shorter ones; minimum cacheable prompt length per model (1,024 to 4,096 tokens, the
-table in :mod:`promptcache.limits`).
+Every figure (breakpoint count, TTLs, per-model minimum cacheable length) is read from
+:mod:`promptcache.limits`, which cites the pages and the date they were read.
 """
 
 from __future__ import annotations
@@ -20,13 +18,22 @@ import json
 import math
 
 from linters.model import Finding, Rule
+from promptcache.limits import (
+    ANTHROPIC_DEFAULT_MIN_TOKENS,
+    ANTHROPIC_MAX_BREAKPOINTS,
+    ANTHROPIC_TTLS,
+    cache_limits,
+)
+
+# "'5m' (default) or '1h'"
+_TTL_WORDS = " or ".join([f"{ANTHROPIC_TTLS[0]!r} (default)", *map(repr, ANTHROPIC_TTLS[1:])])
 
 RULES = (
     Rule(
         "PC005",
         "cache-control-misuse",
-        "`cache_control` misuse in a literal request: more than 4 breakpoints, a 1h "
-        "breakpoint after a 5m one, an unknown TTL or type",
+        f"`cache_control` misuse in a literal request: more than {ANTHROPIC_MAX_BREAKPOINTS} "
+        "breakpoints, a 1h breakpoint after a 5m one, an unknown TTL or type",
     ),
     Rule(
         "PC008",
@@ -35,15 +42,12 @@ RULES = (
     ),
 )
 
-MAX_BREAKPOINTS = 4
-TTLS = ("5m", "1h")
 # An upper bound on tokens: no tokenizer we know averages fewer than 2.5 UTF-8 bytes per
 # token on prose or JSON, so a prefix estimated below the minimum really is below it.
 BYTES_PER_TOKEN_UPPER = 2.5
 # Tokens Anthropic adds when tools are present (tool-use system prompt, 346 for
 # tool_choice auto/none on current models; the largest listed), counted to stay conservative.
 TOOLS_OVERHEAD_TOKENS = 346
-DEFAULT_MIN_TOKENS = 1024
 
 
 class _BP:
@@ -187,19 +191,17 @@ class _Walk:
 
 
 def _min_tokens(model: str | None) -> int:
+    """The model's minimum cacheable length in tokens (:func:`promptcache.limits.cache_limits`);
+    for an unknown model no more than Anthropic's default, so that a finding stays certain."""
     if not model:
-        return DEFAULT_MIN_TOKENS
-    try:
-        from promptcache.limits import cache_rules
-    except ImportError:
-        return DEFAULT_MIN_TOKENS
-    rules = cache_rules(
+        return ANTHROPIC_DEFAULT_MIN_TOKENS
+    rules = cache_limits(
         model,
         "bedrock" if model.startswith(("anthropic.", "us.anthropic.", "eu.")) else "anthropic",
     )
-    if not getattr(rules, "known", True):
-        return min(rules.min_tokens or DEFAULT_MIN_TOKENS, DEFAULT_MIN_TOKENS)
-    return rules.min_tokens or DEFAULT_MIN_TOKENS
+    if not rules.known:
+        return min(rules.min_tokens or ANTHROPIC_DEFAULT_MIN_TOKENS, ANTHROPIC_DEFAULT_MIN_TOKENS)
+    return rules.min_tokens or ANTHROPIC_DEFAULT_MIN_TOKENS
 
 
 def check(an) -> list[Finding]:
@@ -221,13 +223,14 @@ def check(an) -> list[Finding]:
         for i, bp in enumerate(bps):
             if id(bp.node) in an.reported:
                 continue
-            if i == MAX_BREAKPOINTS:
+            if i == ANTHROPIC_MAX_BREAKPOINTS:
                 out.append(
                     an.finding(
                         "PC005",
                         bp.node,
                         f"cache breakpoint number {i + 1} of {len(bps)}: a request may carry at most "
-                        f"{MAX_BREAKPOINTS} (counted tools -> system -> messages); the API rejects it",
+                        f"{ANTHROPIC_MAX_BREAKPOINTS} (counted tools -> system -> messages); "
+                        "the API rejects it",
                     )
                 )
                 continue
@@ -240,12 +243,12 @@ def check(an) -> list[Finding]:
                     )
                 )
                 continue
-            if bp.ttl is not None and bp.ttl not in TTLS:
+            if bp.ttl is not None and bp.ttl not in ANTHROPIC_TTLS:
                 out.append(
                     an.finding(
                         "PC005",
                         bp.node,
-                        f"cache_control ttl {bp.ttl!r}: use '5m' (default) or '1h'",
+                        f"cache_control ttl {bp.ttl!r}: use {_TTL_WORDS}",
                     )
                 )
                 continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from promptcache.limits import ANTHROPIC_TTLS, cache_limits
 from promptcache.providers import empty_request
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,6 +93,13 @@ def content_block(block: dict[str, Any], *where: Any) -> dict[str, Any]:
             )
         return dict(block["block"])
     raise ValueError(f"{where}: unknown block type {t!r}")
+
+
+def _check_ttl(ttl: str) -> None:
+    """Raise ``ValueError`` unless ``ttl`` is one of :data:`promptcache.limits.ANTHROPIC_TTLS`."""
+    if ttl not in ANTHROPIC_TTLS:
+        allowed = " and ".join(repr(t) for t in ANTHROPIC_TTLS)
+        raise ValueError(f"Anthropic cache TTLs are {allowed}, got {ttl!r}")
 
 
 def _cache_control(ttl: str) -> dict[str, Any]:
@@ -217,12 +225,10 @@ def plan_for(
     """The unmarked body and the breakpoint :class:`~promptcache.breakpoints.Plan` for
     ``model`` (used by ``render`` and by ``Prompt.explain``)."""
     from promptcache.breakpoints import plan
-    from promptcache.limits import cache_rules
 
-    rules = cache_rules(model, "anthropic")
-    for t in (ttl, history_ttl):
-        if t not in ("5m", "1h"):
-            raise ValueError(f"Anthropic cache TTLs are '5m' and '1h', got {t!r}")
+    rules = cache_limits(model, "anthropic")
+    _check_ttl(ttl)
+    _check_ttl(history_ttl)
     body, blocks = layout(prompt, model)
     p = plan(
         blocks,
@@ -255,7 +261,7 @@ def render(
     :mod:`promptcache.breakpoints` -- end of the frozen layers and end of the session layer
     (TTL ``ttl``), the newest history turn and, past the 20-block lookback, a stepping stone
     (TTL ``history_ttl``); none on a prefix under the model's minimum
-    (:func:`promptcache.limits.cache_rules`). ``mode="automatic"`` sends no block markers
+    (:func:`promptcache.limits.cache_limits`). ``mode="automatic"`` sends no block markers
     and one top-level ``cache_control`` instead (Anthropic then marks the last cacheable
     block itself, which includes ``dynamic``).
 
@@ -283,8 +289,7 @@ def render(
         for bp in p.breakpoints:
             _mark(body, bp.locator, _cache_control(bp.ttl))
     else:
-        if ttl not in ("5m", "1h"):
-            raise ValueError(f"Anthropic cache TTLs are '5m' and '1h', got {ttl!r}")
+        _check_ttl(ttl)
         body, _ = layout(prompt, model)
     kw: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
     if mode == "automatic":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64 as _base64
 from typing import TYPE_CHECKING, Any
 
+from promptcache.limits import BEDROCK_TTLS, cache_limits
 from promptcache.providers import empty_request
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -166,11 +167,10 @@ def render(
             native tools).
     """
     from promptcache.breakpoints import plan
-    from promptcache.limits import cache_rules
 
     if not prompt.messages and not prompt.dynamic:
         raise empty_request("Bedrock Converse", "at least one message")
-    rules = cache_rules(model, "bedrock")
+    rules = cache_limits(model, "bedrock")
     for t in (ttl, history_ttl):
         if t is not None and rules.known and t not in rules.ttls:
             raise ValueError(
@@ -247,8 +247,9 @@ def _converse_usage(usage: dict, *, provider: str, model: str | None):
         ttl: dict[str, int] = {}
         for i, d in enumerate(details):
             label = d.get("ttl") if isinstance(d, dict) else None
-            if label not in ("5m", "1h"):
-                raise UsageError(f"usage.cacheDetails[{i}].ttl must be '5m' or '1h', got {label!r}")
+            if label not in BEDROCK_TTLS:
+                allowed = " or ".join(repr(t) for t in BEDROCK_TTLS)
+                raise UsageError(f"usage.cacheDetails[{i}].ttl must be {allowed}, got {label!r}")
             n = read_count(d, "inputTokens", where=f"usage.cacheDetails[{i}]", required=True)
             ttl[label] = ttl.get(label, 0) + n
         if sum(ttl.values()) != write:

@@ -16,6 +16,7 @@ import base64 as _base64
 import mimetypes as _mimetypes
 from typing import TYPE_CHECKING, Any
 
+from promptcache.limits import cache_limits
 from promptcache.providers import empty_request
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -158,13 +159,12 @@ def cached_content_config(
 
     Raises:
         ValueError: the frozen prefix is under Gemini's minimum for ``model``
-            (:func:`promptcache.limits.cache_rules`; the count is an estimate unless a
+            (:func:`promptcache.limits.cache_limits`; the count is an estimate unless a
             counter is registered), or there is no frozen content.
     """
     from promptcache.breakpoints import frozen_text_tokens, tool_tokens
-    from promptcache.limits import cache_rules
 
-    rules = cache_rules(model, "gemini")
+    rules = cache_limits(model, "gemini")
     if not prompt.frozen_texts() and not prompt.tools:
         raise ValueError("no frozen content to cache (system, documents and tools are empty)")
     tokens = sum(frozen_text_tokens(prompt, model)) + sum(tool_tokens(prompt, model))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from promptcache.canonical import dumps_sorted
+from promptcache.limits import cache_limits
 from promptcache.providers import empty_request
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -338,11 +339,10 @@ def render(
         ValueError: an unknown ``api``; a retention value the model does not accept; content
             that has no OpenAI form (e.g. an Anthropic thinking block).
     """
-    from promptcache.limits import cache_rules
 
     if api not in ("chat", "responses"):
         raise ValueError(f"api must be 'chat' or 'responses', got {api!r}")
-    rules = cache_rules(model, "openai")
+    rules = cache_limits(model, "openai")
     kw: dict[str, Any] = {"model": model}
     if api == "chat":
         body = chat_messages(prompt)

@@ -1,6 +1,6 @@
 import pytest
 
-from promptcache.limits import RULES, cache_rules, provider_of
+from promptcache.limits import MODEL_LIMITS, cache_limits, provider_of
 
 
 @pytest.mark.parametrize(
@@ -18,37 +18,37 @@ from promptcache.limits import RULES, cache_rules, provider_of
     ],
 )
 def test_documented_minimums(model, provider, minimum):
-    r = cache_rules(model)
+    r = cache_limits(model)
     assert (r.provider, r.min_tokens, r.known) == (provider, minimum, True)
 
 
 def test_every_row_cites_a_source_and_date():
-    for row in RULES:
+    for row in MODEL_LIMITS:
         assert row.source.startswith("http") or "http" in row.source, row
         assert row.read_on == "2026-11-29"
 
 
 def test_anthropic_rules_shape():
-    r = cache_rules("claude-sonnet-4-5")
+    r = cache_limits("claude-sonnet-4-5")
     assert (r.max_breakpoints, r.lookback_blocks, r.ttls) == (4, 20, ("5m", "1h"))
 
 
 def test_openai_retention_and_explicit_breakpoints():
-    assert cache_rules("gpt-5.1").retention == ("in_memory", "24h")
-    assert cache_rules("gpt-5.5").retention == ("24h",)
-    assert cache_rules("gpt-4o").retention == ()
-    assert cache_rules("gpt-5.6").explicit_breakpoints
-    assert (cache_rules("gpt-4o").min_tokens, cache_rules("gpt-4o").increment) == (1024, 128)
+    assert cache_limits("gpt-5.1").retention == ("in_memory", "24h")
+    assert cache_limits("gpt-5.5").retention == ("24h",)
+    assert cache_limits("gpt-4o").retention == ()
+    assert cache_limits("gpt-5.6").explicit_breakpoints
+    assert (cache_limits("gpt-4o").min_tokens, cache_limits("gpt-4o").increment) == (1024, 128)
 
 
 def test_nova_cannot_cache_tools_and_bedrock_is_per_segment():
-    r = cache_rules("amazon.nova-lite-v1:0", "bedrock")
+    r = cache_limits("amazon.nova-lite-v1:0", "bedrock")
     assert "tools" not in r.cacheable and r.min_per_segment
 
 
 def test_unknown_models_get_flagged_defaults():
-    assert not cache_rules("claude-future-9").known
-    assert cache_rules("SmolLM2-135M-Instruct").provider == "local"
+    assert not cache_limits("claude-future-9").known
+    assert cache_limits("SmolLM2-135M-Instruct").provider == "local"
     assert provider_of("gemini-2.5-pro") == "gemini"
     with pytest.raises(ValueError):
-        cache_rules("x", "nope")
+        cache_limits("x", "nope")

@@ -30,7 +30,7 @@ Anthropic — https://platform.claude.com/docs/en/build-with-claude/prompt-cachi
   * hits are looked for at the breakpoint and at earlier block boundaries, at most 20
     blocks back from each breakpoint (the breakpoint's own block included).
   * a prefix shorter than the model's minimum cacheable length is silently not cached
-    (per-model table: :func:`promptcache.limits.cache_rules`).
+    (per-model table: :func:`promptcache.limits.cache_limits`).
   * usage: ``input_tokens`` counts only tokens after the last breakpoint (plus any
     prefix that could not be cached), ``cache_read_input_tokens``,
     ``cache_creation_input_tokens`` split into ``ephemeral_5m``/``ephemeral_1h``.
@@ -63,21 +63,28 @@ import hashlib
 import re
 import struct
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from promptcache.limits import (
+    ANTHROPIC_DEFAULT_MIN_TOKENS,
+    ANTHROPIC_LOOKBACK_BLOCKS,
+    ANTHROPIC_MAX_BREAKPOINTS,
+    ANTHROPIC_TTL_SECONDS,
+    ANTHROPIC_TTLS,
+    OPENAI_BREAKPOINT_TTLS,
+    OPENAI_CACHE_INCREMENT,
+    OPENAI_IN_MEMORY_MAX_SECONDS,
+    OPENAI_MATCH_BREAKPOINTS,
+    OPENAI_MAX_WRITTEN_BREAKPOINTS,
+    OPENAI_MIN_CACHED_TOKENS,
+    OPENAI_RETENTIONS,
+    OPENAI_TTL_SECONDS,
+    cache_limits,
+)
+
 __all__ = [
-    "ANTHROPIC_MAX_BREAKPOINTS",
-    "ANTHROPIC_LOOKBACK_BLOCKS",
-    "ANTHROPIC_TTL_SECONDS",
-    "ANTHROPIC_DEFAULT_MIN_CACHEABLE_TOKENS",
-    "OPENAI_MIN_CACHED_TOKENS",
-    "OPENAI_CACHE_INCREMENT",
-    "OPENAI_MAX_WRITTEN_BREAKPOINTS",
-    "OPENAI_MATCH_BREAKPOINTS",
-    "OPENAI_TTL_SECONDS",
-    "OPENAI_WRITE_PRICE_MULTIPLIER",
     "CacheRuleError",
     "ManualClock",
     "PrefixSource",
@@ -96,38 +103,8 @@ __all__ = [
     "openai_breakpoint_usage",
 ]
 
-# --------------------------------------------------------------------------------------
-# Documented numbers
-# --------------------------------------------------------------------------------------
-
-#: Anthropic: at most 4 ``cache_control`` blocks per request (prompt-caching page).
-ANTHROPIC_MAX_BREAKPOINTS = 4
-#: Anthropic: block boundaries checked for a hit per breakpoint, its own included.
-ANTHROPIC_LOOKBACK_BLOCKS = 20
-#: Anthropic: cache lifetimes in seconds for ``ttl`` "5m" (default) and "1h".
-ANTHROPIC_TTL_SECONDS: Mapping[str, float] = {"5m": 300.0, "1h": 3600.0}
-#: Minimum cacheable prompt length used when the model is not in the table below.
-ANTHROPIC_DEFAULT_MIN_CACHEABLE_TOKENS = 1024
-#: OpenAI: prompts (and cached prefixes) shorter than this never hit.
-OPENAI_MIN_CACHED_TOKENS = 1024
-#: OpenAI, models before GPT-5.6: cached_tokens grows in steps of this many tokens.
-OPENAI_CACHE_INCREMENT = 128
-#: OpenAI, GPT-5.6+: at most this many breakpoints are written per request.
-OPENAI_MAX_WRITTEN_BREAKPOINTS = 4
-#: OpenAI, GPT-5.6+: matching considers this many latest breakpoints.
-OPENAI_MATCH_BREAKPOINTS = 80
-#: OpenAI lifetimes in seconds: idle expiry for in-memory retention (lower bound of the
-#: documented 5-10 minutes), 24h extended retention, and the GPT-5.6+ breakpoint TTLs.
-OPENAI_TTL_SECONDS: Mapping[str, float] = {
-    "in_memory": 300.0,
-    "24h": 86400.0,
-    "30m": 1800.0,
-    "12h": 43200.0,
-}
-#: OpenAI in-memory retention: an entry lives at most this long after it was written.
-OPENAI_IN_MEMORY_MAX_SECONDS = 3600.0
-#: OpenAI GPT-5.6+: cache writes cost this multiple of the uncached input price.
-OPENAI_WRITE_PRICE_MULTIPLIER = 1.25
+# The documented numbers (breakpoint count, TTLs, lookback, OpenAI's minimum and increment)
+# are read from the one table, :mod:`promptcache.limits`.
 
 
 class CacheRuleError(ValueError):
@@ -381,18 +358,16 @@ class CacheState:
 
 
 def anthropic_min_cacheable_tokens(
-    model: str | None, default: int = ANTHROPIC_DEFAULT_MIN_CACHEABLE_TOKENS
+    model: str | None, default: int = ANTHROPIC_DEFAULT_MIN_TOKENS
 ) -> int:
     """The minimum cacheable prompt length (tokens) for an Anthropic model id such as
     ``"claude-sonnet-4-5-20250929"``, from the SDK's per-model table
-    (:func:`promptcache.limits.cache_rules`, each row citing its page and date); ``default``
+    (:func:`promptcache.limits.cache_limits`, each row citing its page and date); ``default``
     for a model that table does not know."""
     if not model:
         return default
-    from promptcache.limits import cache_rules
-
     try:
-        rules = cache_rules(model, "anthropic")
+        rules = cache_limits(model, "anthropic")
     except ValueError:
         return default
     return rules.min_tokens if rules.known else default
@@ -413,7 +388,8 @@ def check_anthropic_breakpoints(breakpoints: Sequence[Breakpoint]) -> None:
     for bp in breakpoints:
         if bp.ttl not in ANTHROPIC_TTL_SECONDS:
             where = f"{bp.param}: " if bp.param else ""
-            raise CacheRuleError(f"{where}Input should be '5m' or '1h'", param=bp.param)
+            allowed = " or ".join(repr(t) for t in ANTHROPIC_TTLS)
+            raise CacheRuleError(f"{where}Input should be {allowed}", param=bp.param)
         if bp.ttl == "5m":
             seen_5m = True
         elif seen_5m:
@@ -430,7 +406,7 @@ def anthropic_usage(
     state: CacheState,
     layout: PromptLayout,
     *,
-    min_cacheable_tokens: int = ANTHROPIC_DEFAULT_MIN_CACHEABLE_TOKENS,
+    min_cacheable_tokens: int = ANTHROPIC_DEFAULT_MIN_TOKENS,
     partition: Hashable = None,
 ) -> CacheUsage:
     """Apply Anthropic's rules to one request: find the longest cached prefix, write the
@@ -530,7 +506,7 @@ def openai_usage(
     ``retention``: "in_memory" (idle expiry 5 minutes, at most 1 hour) or "24h".
     ``partition`` should include the ``prompt_cache_key``. Writes are not reported:
     ``cache_write_tokens`` is empty and ``writes_reported`` False."""
-    if retention not in ("in_memory", "24h"):
+    if retention not in OPENAI_RETENTIONS:
         raise CacheRuleError(
             f"Invalid value for 'prompt_cache_retention': {retention!r}; expected "
             "'in_memory' or '24h'.",
@@ -580,7 +556,7 @@ def openai_breakpoint_usage(
             param="prompt_cache_options.mode",
         )
     for t in [ttl, *(b.ttl for b in layout.breakpoints)]:
-        if t not in ("30m", "12h"):
+        if t not in OPENAI_BREAKPOINT_TTLS:
             raise CacheRuleError(
                 f"Invalid prompt cache ttl {t!r}; expected '30m' or '12h'.", param="ttl"
             )
