@@ -32,15 +32,24 @@ from typing import Any
 from promptcache.canonical import dumps_sorted
 from promptcache.tokens import count_tokens_memo, counter_generation, text_tokens
 
-__all__ = ["Block", "Breakpoint", "Plan", "plan", "TTL_ORDER", "text_tokens", "block_tokens"]
+__all__ = [
+    "LayoutBlock",
+    "PlacedBreakpoint",
+    "Plan",
+    "plan",
+    "TTL_ORDER",
+    "text_tokens",
+    "block_tokens",
+]
 
 # longer lifetimes first; a breakpoint's TTL may not exceed the TTL of any earlier one
 TTL_ORDER = {"24h": 4, "12h": 3, "1h": 2, "30m": 1, "5m": 0}
 
 
 @dataclass(**({"slots": True} if sys.version_info >= (3, 10) else {}))
-class Block:
-    """One content block in cache order: ``layer``, a renderer-defined ``locator``,
+class LayoutBlock:
+    """One content block of a rendered request, in cache order (a renderer's ``layout``
+    returns them; not the engine's KV blocks): ``layer``, a renderer-defined ``locator``,
     ``tokens`` (its own count) and whether it can carry a marker (``markable``)."""
 
     layer: str
@@ -50,8 +59,9 @@ class Block:
 
 
 @dataclass(frozen=True)
-class Breakpoint:
-    """A chosen breakpoint: which rule placed it (``kind``: frozen/session/history/lookback),
+class PlacedBreakpoint:
+    """A breakpoint :func:`plan` placed on a :class:`LayoutBlock` (the emulator's request-side
+    breakpoint, by token offset, is :class:`promptcache.cache_emulation.Breakpoint`): which rule placed it (``kind``: frozen/session/history/lookback),
     the block's ``layer``, ``locator`` and global ``index``, its ``ttl``, the cumulative
     prefix length in tokens up to and including the block, and a sentence saying why."""
 
@@ -68,14 +78,14 @@ class Breakpoint:
 class Plan:
     """The breakpoints chosen (in prompt order) and why candidates were skipped."""
 
-    breakpoints: list[Breakpoint] = field(default_factory=list)
+    breakpoints: list[PlacedBreakpoint] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     total_tokens: int = 0
     cumulative: list[int] = field(default_factory=list)
 
 
 def plan(
-    blocks: Sequence[Block],
+    blocks: Sequence[LayoutBlock],
     *,
     min_tokens: int,
     max_breakpoints: int = 4,
@@ -126,7 +136,7 @@ def plan(
             elif layer in ("tools", "system", "documents"):
                 f_idx = i
 
-    chosen: list[Breakpoint] = []
+    chosen: list[PlacedBreakpoint] = []
 
     def consider(kind: str, idx: int | None, t: str, why: str) -> None:
         if idx is None:
@@ -143,7 +153,9 @@ def plan(
         if len(chosen) >= max_breakpoints:
             out.skipped.append(f"{kind}: not placed -- all {max_breakpoints} breakpoints in use")
             return
-        chosen.append(Breakpoint(kind, blocks[idx].layer, blocks[idx].locator, idx, t, tokens, why))
+        chosen.append(
+            PlacedBreakpoint(kind, blocks[idx].layer, blocks[idx].locator, idx, t, tokens, why)
+        )
 
     consider(
         "frozen",
@@ -183,7 +195,7 @@ def plan(
             )
     ordered = sorted(chosen, key=lambda bp: bp.index)
     if min_per_segment:
-        kept: list[Breakpoint] = []
+        kept: list[PlacedBreakpoint] = []
         for bp in ordered:
             since = bp.prefix_tokens - (kept[-1].prefix_tokens if kept else 0)
             if since < min_tokens:

@@ -82,7 +82,7 @@ class Drift:
 
 
 @dataclass
-class _Block:
+class _PayloadBlock:
     path: str
     text: str
     marker: dict[str, Any] | None
@@ -120,9 +120,9 @@ def _text_of(value: Any) -> str:
 # ---- walking a payload in cache order ---------------------------------------------------
 
 
-def _anthropic_blocks(p: dict[str, Any]) -> Iterator[_Block]:
+def _anthropic_blocks(p: dict[str, Any]) -> Iterator[_PayloadBlock]:
     for i, tool in enumerate(p.get("tools") or []):
-        yield _Block(
+        yield _PayloadBlock(
             f"$.tools[{i}]",
             _text_of(tool),
             (tool or {}).get("cache_control"),
@@ -131,11 +131,11 @@ def _anthropic_blocks(p: dict[str, Any]) -> Iterator[_Block]:
         )
     system = p.get("system")
     if isinstance(system, str):
-        yield _Block("$.system", system, None, None, "system")
+        yield _PayloadBlock("$.system", system, None, None, "system")
     elif isinstance(system, list):
         for j, b in enumerate(system):
             text = b.get("text", "") if isinstance(b, dict) else str(b)
-            yield _Block(
+            yield _PayloadBlock(
                 f"$.system[{j}].text" if isinstance(b, dict) else f"$.system[{j}]",
                 text,
                 b.get("cache_control") if isinstance(b, dict) else None,
@@ -145,14 +145,14 @@ def _anthropic_blocks(p: dict[str, Any]) -> Iterator[_Block]:
     for m, msg in enumerate(p.get("messages") or []):
         content = msg.get("content") if isinstance(msg, dict) else None
         if isinstance(content, str):
-            yield _Block(f"$.messages[{m}].content", content, None, None, "messages")
+            yield _PayloadBlock(f"$.messages[{m}].content", content, None, None, "messages")
         elif isinstance(content, list):
             for b, block in enumerate(content):
                 if not isinstance(block, dict):
                     continue
                 path = f"$.messages[{m}].content[{b}]"
                 text = block["text"] if isinstance(block.get("text"), str) else _text_of(block)
-                yield _Block(
+                yield _PayloadBlock(
                     path + (".text" if isinstance(block.get("text"), str) else ""),
                     text,
                     block.get("cache_control"),
@@ -161,16 +161,16 @@ def _anthropic_blocks(p: dict[str, Any]) -> Iterator[_Block]:
                 )
 
 
-def _bedrock_blocks(p: dict[str, Any]) -> Iterator[_Block]:
-    def run(items: list[Any], base: str, field: str) -> Iterator[_Block]:
-        pending: _Block | None = None
+def _bedrock_blocks(p: dict[str, Any]) -> Iterator[_PayloadBlock]:
+    def run(items: list[Any], base: str, field: str) -> Iterator[_PayloadBlock]:
+        pending: _PayloadBlock | None = None
         for i, item in enumerate(items):
             if isinstance(item, dict) and "cachePoint" in item:
                 if pending is not None:
                     pending.marker = item["cachePoint"]
                     pending.marker_path = f"{base}[{i}].cachePoint"
                 else:  # a cache point with nothing before it in this list
-                    yield _Block(
+                    yield _PayloadBlock(
                         f"{base}[{i}]", "", item["cachePoint"], f"{base}[{i}].cachePoint", field
                     )
                 continue
@@ -181,7 +181,7 @@ def _bedrock_blocks(p: dict[str, Any]) -> Iterator[_Block]:
                 if isinstance(item, dict) and isinstance(item.get("text"), str)
                 else _text_of(item)
             )
-            pending = _Block(f"{base}[{i}]", text, None, None, field)
+            pending = _PayloadBlock(f"{base}[{i}]", text, None, None, field)
         if pending is not None:
             yield pending
 
@@ -192,15 +192,15 @@ def _bedrock_blocks(p: dict[str, Any]) -> Iterator[_Block]:
         yield from run((msg or {}).get("content") or [], f"$.messages[{m}].content", "messages")
 
 
-def _openai_blocks(p: dict[str, Any]) -> Iterator[_Block]:
+def _openai_blocks(p: dict[str, Any]) -> Iterator[_PayloadBlock]:
     for i, tool in enumerate(p.get("tools") or []):
-        yield _Block(f"$.tools[{i}]", _text_of(tool), None, None, "tools")
+        yield _PayloadBlock(f"$.tools[{i}]", _text_of(tool), None, None, "tools")
     if isinstance(p.get("instructions"), str):
-        yield _Block("$.instructions", p["instructions"], None, None, "system")
+        yield _PayloadBlock("$.instructions", p["instructions"], None, None, "system")
     key = "messages" if "messages" in p else "input"
     items = p.get(key)
     if isinstance(items, str):
-        yield _Block(f"$.{key}", items, None, None, "messages")
+        yield _PayloadBlock(f"$.{key}", items, None, None, "messages")
         return
     for m, msg in enumerate(items or []):
         if not isinstance(msg, dict):
@@ -208,14 +208,14 @@ def _openai_blocks(p: dict[str, Any]) -> Iterator[_Block]:
         field = "system" if msg.get("role") in ("system", "developer") else "messages"
         content = msg.get("content")
         if isinstance(content, str):
-            yield _Block(f"$.{key}[{m}].content", content, None, None, field)
+            yield _PayloadBlock(f"$.{key}[{m}].content", content, None, None, field)
         elif isinstance(content, list):
             for b, part in enumerate(content):
                 if not isinstance(part, dict):
                     continue
                 path = f"$.{key}[{m}].content[{b}]"
                 text = part["text"] if isinstance(part.get("text"), str) else _text_of(part)
-                yield _Block(
+                yield _PayloadBlock(
                     path + (".text" if isinstance(part.get("text"), str) else ""),
                     text,
                     part.get("prompt_cache_breakpoint"),
@@ -223,13 +223,13 @@ def _openai_blocks(p: dict[str, Any]) -> Iterator[_Block]:
                     field,
                 )
         for c, call in enumerate(msg.get("tool_calls") or []):
-            yield _Block(f"$.{key}[{m}].tool_calls[{c}]", _text_of(call), None, None, field)
+            yield _PayloadBlock(f"$.{key}[{m}].tool_calls[{c}]", _text_of(call), None, None, field)
         for k in ("arguments", "output"):
             if isinstance(msg.get(k), str):
-                yield _Block(f"$.{key}[{m}].{k}", msg[k], None, None, field)
+                yield _PayloadBlock(f"$.{key}[{m}].{k}", msg[k], None, None, field)
 
 
-def _gemini_blocks(p: dict[str, Any]) -> Iterator[_Block]:
+def _gemini_blocks(p: dict[str, Any]) -> Iterator[_PayloadBlock]:
     config = p.get("config") or p.get("generation_config") or {}
     si = config.get("system_instruction") or p.get("system_instruction")
     base = (
@@ -238,18 +238,18 @@ def _gemini_blocks(p: dict[str, Any]) -> Iterator[_Block]:
         else "$.system_instruction"
     )
     if isinstance(si, str):
-        yield _Block(base, si, None, None, "system")
+        yield _PayloadBlock(base, si, None, None, "system")
     elif isinstance(si, dict):
         for j, part in enumerate(si.get("parts") or []):
-            yield _Block(
+            yield _PayloadBlock(
                 f"{base}.parts[{j}].text", (part or {}).get("text", ""), None, None, "system"
             )
     for i, tool in enumerate(config.get("tools") or []):
-        yield _Block(f"$.config.tools[{i}]", _text_of(tool), None, None, "tools")
+        yield _PayloadBlock(f"$.config.tools[{i}]", _text_of(tool), None, None, "tools")
     for m, c in enumerate(p.get("contents") or []):
         for j, part in enumerate((c or {}).get("parts") or []):
             text = part["text"] if isinstance(part.get("text"), str) else _text_of(part)
-            yield _Block(f"$.contents[{m}].parts[{j}]", text, None, None, "messages")
+            yield _PayloadBlock(f"$.contents[{m}].parts[{j}]", text, None, None, "messages")
 
 
 _WALKERS = {

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promptcache.breakpoints import (
-    Breakpoint,
+    PlacedBreakpoint,
     block_tokens,
     frozen_text_tokens,
     session_text_tokens,
@@ -56,7 +56,7 @@ class Explanation:
     rules: CacheLimits
     prefix_hash: str
     layers: list[LayerInfo]
-    breakpoints: list[Breakpoint]
+    breakpoints: list[PlacedBreakpoint]
     skipped: list[str]
     cacheable_tokens: int
     total_tokens: int
@@ -144,7 +144,7 @@ def explain(
     total = layers[-1].cumulative if layers else 0
     stable = total - next((layer.tokens for layer in layers if layer.name == "dynamic"), 0)
     approximate = count_tokens("", model).approximate
-    breakpoints: list[Breakpoint] = []
+    breakpoints: list[PlacedBreakpoint] = []
     skipped: list[str] = []
     notes: list[str] = []
     if provider in ("anthropic", "bedrock"):

@@ -460,7 +460,7 @@ def relayout(
     :func:`promptcache.breakpoints.plan` (frozen, session, history, lookback stepping
     stone); OpenAI models before GPT-5.6 take no markers."""
     from promptcache import cache_emulation as cr
-    from promptcache.breakpoints import Block, plan
+    from promptcache.breakpoints import LayoutBlock, plan
 
     out = []
     for req in requests:
@@ -473,7 +473,9 @@ def relayout(
         if provider in ("anthropic", "bedrock"):
             mn = min_cacheable_tokens or cr.anthropic_min_cacheable_tokens(m)
             blocks = [
-                Block(s.layer or "messages", i, s.tokens, (s.layer or "messages") != "dynamic")
+                LayoutBlock(
+                    s.layer or "messages", i, s.tokens, (s.layer or "messages") != "dynamic"
+                )
                 for i, s in enumerate(segs)
             ]
             p = plan(blocks, min_tokens=mn, lookback=ANTHROPIC_LOOKBACK_BLOCKS)

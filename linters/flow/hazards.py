@@ -28,14 +28,16 @@ from linters.flow.facts import (
     Scope,
 )
 from linters.flow.resolve import is_template, short
-from linters.flow.segments import DYNAMIC, classify
+from linters.flow.segments import SEG_DYNAMIC, classify
 
-# Hazard kinds.
-VOLATILE = "volatile"
-JSON = "json"
-SET = "set"
-VIEW = "view"
-PARAM_H = "param"
+# Hazard kinds: what flows into a value (a per-request id, json.dumps without sort_keys, a
+# set, a dict view, a function parameter). Not the segment kinds (SEG_*) of
+# linters.flow.segments.
+HAZARD_VOLATILE = "volatile"
+HAZARD_JSON = "json"
+HAZARD_SET = "set"
+HAZARD_VIEW = "view"
+HAZARD_PARAM = "param"
 
 _MAX_DEPTH = 24
 _MAPPINGS = ("dict", "Dict", "Mapping", "MutableMapping", "OrderedDict", "defaultdict")
@@ -84,7 +86,9 @@ class HazardMixin:
                 if type(v) is ast.FormattedValue:
                     out.extend(self.hazards(v.value, scope))
                     if self.is_set(v.value, scope):
-                        out.append(Hazard(SET, v.value, f"formatting the set `{short(v.value)}`"))
+                        out.append(
+                            Hazard(HAZARD_SET, v.value, f"formatting the set `{short(v.value)}`")
+                        )
             return out
         if t is ast.Call:
             return self._h_call(node, scope)
@@ -92,7 +96,7 @@ class HazardMixin:
             return self._h_attribute(node, scope)
         if t is ast.Subscript:
             if self._request_id_key(node.slice):
-                return (Hazard(VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
+                return (Hazard(HAZARD_VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
             return self.hazards(node.value, scope) + self.hazards(node.slice, scope)
         if t is ast.BinOp:
             return self.hazards(node.left, scope) + self.hazards(node.right, scope)
@@ -111,7 +115,7 @@ class HazardMixin:
         if t is ast.Starred:
             out = list(self.hazards(node.value, scope))
             if self.is_set(node.value, scope):
-                out.append(Hazard(SET, node, f"unpacking the set `{short(node.value)}`"))
+                out.append(Hazard(HAZARD_SET, node, f"unpacking the set `{short(node.value)}`"))
             return out
         if t is ast.Dict:
             out = []
@@ -135,11 +139,13 @@ class HazardMixin:
             out.extend(self.hazards(gen.iter, scope))
             if t is not ast.SetComp:
                 if self.is_set(gen.iter, scope):
-                    out.append(Hazard(SET, gen.iter, f"iterating the set `{short(gen.iter)}`"))
+                    out.append(
+                        Hazard(HAZARD_SET, gen.iter, f"iterating the set `{short(gen.iter)}`")
+                    )
                 else:
                     why = self.input_dict(gen.iter, scope)
                     if why:
-                        out.append(Hazard(VIEW, gen.iter, why))
+                        out.append(Hazard(HAZARD_VIEW, gen.iter, why))
         if t is ast.DictComp:
             out.extend(self.hazards(node.key, scope))
             out.extend(self.hazards(node.value, scope))
@@ -153,7 +159,7 @@ class HazardMixin:
         if tables.REQUEST_ID_RE.match(node.id) and not any(
             b.kind in (ASSIGN, AUG) for b in bindings
         ):
-            return [Hazard(VOLATILE, node, f"`{node.id}` (a per-request id)")]
+            return [Hazard(HAZARD_VOLATILE, node, f"`{node.id}` (a per-request id)")]
         for b in bindings:
             out.extend(self._h_binding(b, node))
         return out
@@ -161,7 +167,7 @@ class HazardMixin:
     def _h_binding(self, b: Binding, use: ast.AST) -> list[Hazard] | tuple:
         kind = b.kind
         if kind == PARAM:
-            return (Hazard(PARAM_H, use, (b.scope, b.value.arg)),)
+            return (Hazard(HAZARD_PARAM, use, (b.scope, b.value.arg)),)
         if kind in (IMPORT, DEF, OPAQUE) or b.value is None:
             return ()
         if kind == SHUFFLE:
@@ -169,24 +175,24 @@ class HazardMixin:
             seeded = self.facts.seeds.get((id(b.scope), mod))
             if seeded is not None and seeded < b.line:
                 return ()
-            return (Hazard(VOLATILE, b.node, f"`{short(b.node)}` (random order)"),)
+            return (Hazard(HAZARD_VOLATILE, b.node, f"`{short(b.node)}` (random order)"),)
         value = b.value
         hs = self.hazards(value, b.scope)
         if kind == ITER:
             extra: list[Hazard] = []
             if self.is_set(value, b.scope):
-                extra.append(Hazard(SET, value, f"iterating the set `{short(value)}`"))
+                extra.append(Hazard(HAZARD_SET, value, f"iterating the set `{short(value)}`"))
             else:
                 why = self.input_dict(value, b.scope)
                 if why:
-                    extra.append(Hazard(VIEW, value, why))
+                    extra.append(Hazard(HAZARD_VIEW, value, why))
             hs = tuple(extra) + hs
         if kind in (ASSIGN, UNPACK, WITH) and not is_template(value):
             # A value computed whole (``now = datetime.now()``) is reported where it is used.
             name = use.id if type(use) is ast.Name else short(use)
             hs = tuple(
-                Hazard(VOLATILE, use, f"`{name}`, set from {h.detail} on line {b.line},")
-                if h.kind == VOLATILE
+                Hazard(HAZARD_VOLATILE, use, f"`{name}`, set from {h.detail} on line {b.line},")
+                if h.kind == HAZARD_VOLATILE
                 else h
                 for h in hs
             )
@@ -194,7 +200,7 @@ class HazardMixin:
 
     def _h_attribute(self, node: ast.Attribute, scope: Scope) -> list[Hazard] | tuple:
         if tables.REQUEST_ID_RE.match(node.attr):
-            return (Hazard(VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
+            return (Hazard(HAZARD_VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
         base = node.value
         if type(base) is ast.Name and base.id == "self":
             out: list[Hazard] = []
@@ -206,7 +212,7 @@ class HazardMixin:
     def _h_call(self, node: ast.Call, scope: Scope) -> list[Hazard] | tuple:
         why = self.volatile_call(node, scope)
         if why:
-            return (Hazard(VOLATILE, node, why),)
+            return (Hazard(HAZARD_VOLATILE, node, why),)
         func = node.func
         args = node.args
         q = self.facts.qualname(func)
@@ -215,7 +221,10 @@ class HazardMixin:
                 return ()
             if q in tables.ORDERING_CALLS:
                 return [
-                    h for a in args for h in self.hazards(a, scope) if h.kind not in (SET, VIEW)
+                    h
+                    for a in args
+                    for h in self.hazards(a, scope)
+                    if h.kind not in (HAZARD_SET, HAZARD_VIEW)
                 ]
             mode = tables.JSON_DUMPS.get(q)
             if mode is not None:
@@ -224,26 +233,26 @@ class HazardMixin:
         if q in tables.ITERATING_CALLS and args:
             a0 = args[0]
             if self.is_set(a0, scope):
-                out.append(Hazard(SET, node, f"`{short(node)}` iterates a set"))
+                out.append(Hazard(HAZARD_SET, node, f"`{short(node)}` iterates a set"))
             else:
                 why = self.input_dict(a0, scope)
                 if why:
-                    out.append(Hazard(VIEW, node, why))
+                    out.append(Hazard(HAZARD_VIEW, node, why))
         if type(func) is ast.Attribute:
             attr = func.attr
             if attr == "join" and args:
                 if self.is_set(args[0], scope):
-                    out.append(Hazard(SET, node, f"`{short(node)}` joins a set"))
+                    out.append(Hazard(HAZARD_SET, node, f"`{short(node)}` joins a set"))
                 else:
                     why = self.input_dict(args[0], scope)
                     if why:
-                        out.append(Hazard(VIEW, node, why))
+                        out.append(Hazard(HAZARD_VIEW, node, why))
             elif attr in ("values", "keys", "items") and not args:
                 why = self.input_dict(func.value, scope, iterated=False)
                 if why:
-                    out.append(Hazard(VIEW, node, why))
+                    out.append(Hazard(HAZARD_VIEW, node, why))
             elif attr == "get" and args and self._request_id_key(args[0]):
-                return (Hazard(VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
+                return (Hazard(HAZARD_VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
         fs, bound = self.callee(node, scope)
         if fs is not None:
             out.extend(self._h_local_call(node, fs, bound, scope))
@@ -260,7 +269,7 @@ class HazardMixin:
         out: list[Hazard] = []
         for r in fs.returns:
             for h in self.hazards(r, fs):
-                if h.kind == PARAM_H and h.detail[0] is fs:
+                if h.kind == HAZARD_PARAM and h.detail[0] is fs:
                     arg = self.arg_for(node, fs, h.detail[1], bound)
                     if arg is not None:
                         out.extend(self.hazards(arg, scope))
@@ -290,7 +299,9 @@ class HazardMixin:
         if node.args and self.deterministic_order(node.args[0], scope, 0):
             return out
         fixable = mode == "sort_keys" and "sort_keys" not in kws
-        out.append(Hazard(JSON, node, f"`{short(node.func)}(...)` without sorted keys", fixable))
+        out.append(
+            Hazard(HAZARD_JSON, node, f"`{short(node.func)}(...)` without sorted keys", fixable)
+        )
         return out
 
     def deterministic_order(self, node, scope: Scope, depth: int) -> bool:
@@ -447,7 +458,7 @@ class HazardMixin:
         t = type(node)
         if t is ast.DictComp:
             for gen in node.generators:
-                if classify(self.segments(gen.iter, scope)) == DYNAMIC:
+                if classify(self.segments(gen.iter, scope)) == SEG_DYNAMIC:
                     return f"a dict comprehension over `{short(gen.iter)}` (per-request order)"
             return None
         if t is ast.Call:
@@ -482,7 +493,8 @@ class HazardMixin:
                         (
                             it
                             for it in b.in_loop
-                            if it is not None and classify(self.segments(it, b.scope)) == DYNAMIC
+                            if it is not None
+                            and classify(self.segments(it, b.scope)) == SEG_DYNAMIC
                         ),
                         None,
                     )

@@ -13,7 +13,7 @@ import ast
 from typing import NamedTuple
 
 from linters.flow.facts import ASSIGN, MESSAGES, PARAM, PROMPT, ROLE, Scope, Sink
-from linters.flow.values import PARAM_H, Evaluator, Hazard
+from linters.flow.values import HAZARD_PARAM, Evaluator, Hazard
 
 
 class Reach(NamedTuple):
@@ -34,7 +34,7 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
 
     def take(hs, sink: Sink, via: str | None, messages: bool = False) -> None:
         for h in hs:
-            if h.kind == PARAM_H:
+            if h.kind == HAZARD_PARAM:
                 fs, pname = h.detail
                 key = (id(fs), pname, messages)
                 if key not in seen_params:
@@ -47,7 +47,7 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
         if type(expr) is ast.Name:
             bl = ev.resolve(expr.id, scope, expr.lineno)
             if bl and all(b.kind == PARAM for b in bl):
-                take((Hazard(PARAM_H, expr, (bl[0].scope, expr.id)),), sink, via, True)
+                take((Hazard(HAZARD_PARAM, expr, (bl[0].scope, expr.id)),), sink, via, True)
                 return
         items = message_items(ev, expr, scope)
         if not items:

@@ -15,8 +15,11 @@ from linters.flow import tables
 from linters.flow.facts import ASSIGN, AUG, ITER, PARAM, UNPACK, WITH, Scope
 from linters.flow.resolve import is_template, short
 
-STATIC, DYNAMIC, VOLAT, UNKNOWN = "s", "d", "v", "u"
-_U = (UNKNOWN,)
+# Segment kinds (the first item of a segment tuple): literal text, a per-request value, a
+# value that changes on every call (a clock, a uuid), and a value the linter cannot see.
+# Not the hazard kinds of linters.flow.hazards (HAZARD_*), which name what flows into a value.
+SEG_STATIC, SEG_DYNAMIC, SEG_VOLATILE, SEG_UNKNOWN = "s", "d", "v", "u"
+_U = (SEG_UNKNOWN,)
 _MAX_DEPTH = 24
 _FORMATTER = string.Formatter()
 _PERCENT_RE = re.compile(r"%%|%(\([^)]*\))?[-#0 +]*(\*|\d+)?(\.(\*|\d+))?[hlL]?[diouxXeEfFgGcrsa]")
@@ -25,13 +28,13 @@ _PERCENT_RE = re.compile(r"%%|%(\([^)]*\))?[-#0 +]*(\*|\d+)?(\.(\*|\d+))?[hlL]?[
 def classify(segs) -> str:
     """``"d"`` if any part is per-request or volatile, ``"s"`` if all parts are static,
     else ``"u"``."""
-    kind = STATIC
+    kind = SEG_STATIC
     for s in segs:
         k = s[0]
-        if k == DYNAMIC or k == VOLAT:
-            return DYNAMIC
-        if k == UNKNOWN:
-            kind = UNKNOWN
+        if k == SEG_DYNAMIC or k == SEG_VOLATILE:
+            return SEG_DYNAMIC
+        if k == SEG_UNKNOWN:
+            kind = SEG_UNKNOWN
     return kind
 
 
@@ -39,7 +42,7 @@ def static_chars(segs) -> int | None:
     """Total static characters (None stands for file contents: unknown but large)."""
     total = 0
     for s in segs:
-        if s[0] == STATIC:
+        if s[0] == SEG_STATIC:
             if s[1] is None:
                 return None
             total += s[1]
@@ -119,14 +122,16 @@ class SegmentMixin:
                 return ()
             if type(v) is str:
                 return (
-                    (STATIC, len(v), looks_like_prose(v)) if len(v) >= 200 else (STATIC, len(v)),
+                    (SEG_STATIC, len(v), looks_like_prose(v))
+                    if len(v) >= 200
+                    else (SEG_STATIC, len(v)),
                 )
-            return ((STATIC, len(str(v))),)
+            return ((SEG_STATIC, len(str(v))),)
         if t is ast.JoinedStr:
             out = []
             for v in node.values:
                 if type(v) is ast.Constant:
-                    out.append((STATIC, len(v.value)))
+                    out.append((SEG_STATIC, len(v.value)))
                 else:
                     out.extend(self.segments(v.value, scope))
             return out
@@ -139,7 +144,7 @@ class SegmentMixin:
             if op is ast.Mult:
                 text = self.literal_str(node, scope)
                 if text is not None:
-                    return ((STATIC, len(text), looks_like_prose(text[:2000])),)
+                    return ((SEG_STATIC, len(text), looks_like_prose(text[:2000])),)
             return _U
         if t is ast.Name:
             return self._seg_name(node, scope)
@@ -147,9 +152,9 @@ class SegmentMixin:
             return self._seg_attribute(node, scope)
         if t is ast.Subscript:
             if self._request_id_key(node.slice):
-                return ((VOLAT, node, f"`{short(node)}` (a per-request id)"),)
-            if classify(self.segments(node.value, scope)) == DYNAMIC:
-                return ((DYNAMIC, node, f"`{short(node)}`"),)
+                return ((SEG_VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
+            if classify(self.segments(node.value, scope)) == SEG_DYNAMIC:
+                return ((SEG_DYNAMIC, node, f"`{short(node)}`"),)
             return _U
         if t is ast.Call:
             return self._seg_call(node, scope)
@@ -157,11 +162,11 @@ class SegmentMixin:
             a = self.segments(node.body, scope)
             b = self.segments(node.orelse, scope)
             ka, kb = classify(a), classify(b)
-            if ka == STATIC and kb == STATIC:
+            if ka == SEG_STATIC and kb == SEG_STATIC:
                 na, nb = static_chars(a), static_chars(b)
-                return ((STATIC, None if na is None or nb is None else min(na, nb)),)
-            if DYNAMIC in (ka, kb):
-                return ((DYNAMIC, node, f"`{short(node)}`"),)
+                return ((SEG_STATIC, None if na is None or nb is None else min(na, nb)),)
+            if SEG_DYNAMIC in (ka, kb):
+                return ((SEG_DYNAMIC, node, f"`{short(node)}`"),)
             return _U
         if t in (ast.Await, ast.FormattedValue, ast.NamedExpr):
             return self.segments(node.value, scope)
@@ -185,32 +190,32 @@ class SegmentMixin:
 
     def _collapse(self, segs, use: ast.AST, label: str) -> tuple:
         kind = classify(segs)
-        if kind == STATIC:
+        if kind == SEG_STATIC:
             total = static_chars(segs)
             if len(segs) == 1:
                 return segs
-            prose = all(len(x) < 3 or x[2] for x in segs if x[0] == STATIC)
-            return ((STATIC, total, prose),)
-        if kind == DYNAMIC:
+            prose = all(len(x) < 3 or x[2] for x in segs if x[0] == SEG_STATIC)
+            return ((SEG_STATIC, total, prose),)
+        if kind == SEG_DYNAMIC:
             for s in segs:
-                if s[0] == VOLAT:
-                    return ((VOLAT, use, f"{label}, set from {s[2]},"),)
-            why = next(s[2] for s in segs if s[0] == DYNAMIC)
-            return ((DYNAMIC, use, f"{label} ({why})" if why != label else label),)
+                if s[0] == SEG_VOLATILE:
+                    return ((SEG_VOLATILE, use, f"{label}, set from {s[2]},"),)
+            why = next(s[2] for s in segs if s[0] == SEG_DYNAMIC)
+            return ((SEG_DYNAMIC, use, f"{label} ({why})" if why != label else label),)
         return _U
 
     def _seg_name(self, node: ast.Name, scope: Scope):
         name = node.id
         bindings = self.resolve(name, scope, node.lineno)
         if tables.REQUEST_ID_RE.match(name) and not any(b.kind in (ASSIGN, AUG) for b in bindings):
-            return ((VOLAT, node, f"`{name}` (a per-request id)"),)
+            return ((SEG_VOLATILE, node, f"`{name}` (a per-request id)"),)
         if not bindings:
             return _U
         kinds = {b.kind for b in bindings}
         if PARAM in kinds:
             b = bindings[0]
             if self.param_is_dynamic(b.scope, name):
-                return ((DYNAMIC, node, f"`{name}` (a parameter)"),)
+                return ((SEG_DYNAMIC, node, f"`{name}` (a parameter)"),)
             return _U
         if kinds <= {ASSIGN, AUG}:
             assigns = [b for b in bindings if b.kind == ASSIGN]
@@ -229,24 +234,24 @@ class SegmentMixin:
             if assigns:
                 parts = [self.segments(b.value, b.scope) for b in assigns]
                 kinds2 = [classify(p) for p in parts]
-                if all(k == STATIC for k in kinds2):
+                if all(k == SEG_STATIC for k in kinds2):
                     lens = [static_chars(p) for p in parts]
-                    return ((STATIC, None if None in lens else min(lens)),)
-                if DYNAMIC in kinds2:
-                    return self._collapse(parts[kinds2.index(DYNAMIC)], node, f"`{name}`")
+                    return ((SEG_STATIC, None if None in lens else min(lens)),)
+                if SEG_DYNAMIC in kinds2:
+                    return self._collapse(parts[kinds2.index(SEG_DYNAMIC)], node, f"`{name}`")
             return _U
         if ITER in kinds or UNPACK in kinds or WITH in kinds:
             for b in bindings:
                 if (
                     b.kind in (ITER, UNPACK, WITH)
-                    and classify(self.segments(b.value, b.scope)) == DYNAMIC
+                    and classify(self.segments(b.value, b.scope)) == SEG_DYNAMIC
                 ):
-                    return ((DYNAMIC, node, f"`{name}` (from `{short(b.value)}`)"),)
+                    return ((SEG_DYNAMIC, node, f"`{name}` (from `{short(b.value)}`)"),)
         return _U
 
     def _seg_attribute(self, node: ast.Attribute, scope: Scope):
         if tables.REQUEST_ID_RE.match(node.attr):
-            return ((VOLAT, node, f"`{short(node)}` (a per-request id)"),)
+            return ((SEG_VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
         base = node.value
         if type(base) is ast.Name and base.id == "self":
             bl = [b for b in self.self_attr(node.attr, scope) if b.kind == ASSIGN]
@@ -256,18 +261,18 @@ class SegmentMixin:
                 )
             return _U
         k = classify(self.segments(base, scope))
-        if k == DYNAMIC:
+        if k == SEG_DYNAMIC:
             segs = self.segments(base, scope)
             for s in segs:
-                if s[0] == VOLAT:
-                    return ((VOLAT, node, s[2]),)
-            return ((DYNAMIC, node, f"`{short(node)}`"),)
+                if s[0] == SEG_VOLATILE:
+                    return ((SEG_VOLATILE, node, s[2]),)
+            return ((SEG_DYNAMIC, node, f"`{short(node)}`"),)
         return _U
 
     def _seg_call(self, node: ast.Call, scope: Scope):
         why = self.volatile_call(node, scope)
         if why:
-            return ((VOLAT, node, why),)
+            return ((SEG_VOLATILE, node, why),)
         func = node.func
         args = node.args
         q = self.facts.qualname(func)
@@ -284,7 +289,7 @@ class SegmentMixin:
                     out = []
                     for i, e in enumerate(args[0].elts):
                         if i and sep:
-                            out.append((STATIC, len(sep)))
+                            out.append((SEG_STATIC, len(sep)))
                         out.extend(self.segments(e, scope))
                     return out
             elif attr == "replace" and len(args) >= 2:
@@ -298,14 +303,14 @@ class SegmentMixin:
                         if i:
                             out.extend(new)
                         if p:
-                            out.append((STATIC, len(p)))
+                            out.append((SEG_STATIC, len(p)))
                     return out
             elif attr in tables.TEXT_PASSTHROUGH_METHODS:
                 return self.segments(recv, scope)
             elif attr in tables.FILE_READ_METHODS and not args:
-                if classify(self.segments(recv, scope)) == DYNAMIC:
-                    return ((DYNAMIC, node, f"`{short(node)}`"),)
-                return ((STATIC, None, self._prose_file(recv, scope)),)
+                if classify(self.segments(recv, scope)) == SEG_DYNAMIC:
+                    return ((SEG_DYNAMIC, node, f"`{short(node)}`"),)
+                return ((SEG_STATIC, None, self._prose_file(recv, scope)),)
         if q in tables.TEXT_PASSTHROUGH_CALLS and len(args) == 1:
             return self.segments(args[0], scope)
         fs, _bound = self.callee(node, scope)
@@ -318,18 +323,18 @@ class SegmentMixin:
             parts.append(func.value)
         for p in parts:
             segs = self.segments(p, scope)
-            if classify(segs) == DYNAMIC:
+            if classify(segs) == SEG_DYNAMIC:
                 for s in segs:
-                    if s[0] == VOLAT:
-                        return ((VOLAT, node, s[2]),)
-                return ((DYNAMIC, node, f"`{short(node)}`"),)
+                    if s[0] == SEG_VOLATILE:
+                        return ((SEG_VOLATILE, node, s[2]),)
+                return ((SEG_DYNAMIC, node, f"`{short(node)}`"),)
         if (
             q is not None
             and q.startswith("builtins.")
             and parts
-            and all(classify(self.segments(p, scope)) == STATIC for p in parts)
+            and all(classify(self.segments(p, scope)) == SEG_STATIC for p in parts)
         ):
-            return ((STATIC, 0),)
+            return ((SEG_STATIC, 0),)
         return _U
 
     def _seg_format(self, template: str, node: ast.Call, scope: Scope):
@@ -343,7 +348,7 @@ class SegmentMixin:
         out = []
         for literal, field, _spec, _conv in parsed:
             if literal:
-                out.append((STATIC, len(literal)))
+                out.append((SEG_STATIC, len(literal)))
             if field is None:
                 continue
             head = field.split(".", 1)[0].split("[", 1)[0]
@@ -372,10 +377,10 @@ class SegmentMixin:
         i = 0
         for m in _PERCENT_RE.finditer(template):
             if m.start() > pos:
-                out.append((STATIC, m.start() - pos))
+                out.append((SEG_STATIC, m.start() - pos))
             pos = m.end()
             if m.group(0) == "%%":
-                out.append((STATIC, 1))
+                out.append((SEG_STATIC, 1))
                 continue
             if m.group(1) and type(right) is ast.Dict:
                 value = None
@@ -389,7 +394,7 @@ class SegmentMixin:
             else:
                 out.append(_U)
         if pos < len(template):
-            out.append((STATIC, len(template) - pos))
+            out.append((SEG_STATIC, len(template) - pos))
         return out
 
     def param_is_dynamic(self, fs: Scope, name: str) -> bool:
@@ -415,7 +420,7 @@ class SegmentMixin:
             if target is not fs:
                 continue
             arg = self.arg_for(call, fs, name, bound)
-            if arg is not None and classify(self.segments(arg, cscope)) != STATIC:
+            if arg is not None and classify(self.segments(arg, cscope)) != SEG_STATIC:
                 static = False
                 break
         self._param_static[key] = static

@@ -21,14 +21,22 @@ from __future__ import annotations
 import ast
 
 from linters.flow.facts import APPEND, ASSIGN, AUG, DEEPSET, EXTEND, ModuleFacts, Scope
-from linters.flow.hazards import JSON, PARAM_H, SET, VIEW, VOLATILE, Hazard, HazardMixin
+from linters.flow.hazards import (
+    HAZARD_JSON,
+    HAZARD_PARAM,
+    HAZARD_SET,
+    HAZARD_VIEW,
+    HAZARD_VOLATILE,
+    Hazard,
+    HazardMixin,
+)
 from linters.flow.literals import LiteralMixin
 from linters.flow.resolve import Resolver, short
 from linters.flow.segments import (
-    DYNAMIC,
-    STATIC,
-    UNKNOWN,
-    VOLAT,
+    SEG_DYNAMIC,
+    SEG_STATIC,
+    SEG_UNKNOWN,
+    SEG_VOLATILE,
     SegmentMixin,
     classify,
     static_chars,
@@ -37,15 +45,15 @@ from linters.flow.segments import (
 __all__ = [
     "Evaluator",
     "Hazard",
-    "VOLATILE",
-    "JSON",
-    "SET",
-    "VIEW",
-    "PARAM_H",
-    "STATIC",
-    "DYNAMIC",
-    "VOLAT",
-    "UNKNOWN",
+    "HAZARD_VOLATILE",
+    "HAZARD_JSON",
+    "HAZARD_SET",
+    "HAZARD_VIEW",
+    "HAZARD_PARAM",
+    "SEG_STATIC",
+    "SEG_DYNAMIC",
+    "SEG_VOLATILE",
+    "SEG_UNKNOWN",
     "classify",
     "static_chars",
     "short",

@@ -13,7 +13,7 @@ import ast
 
 from linters.flow.facts import MESSAGES, PREFIX, PROMPT, ROLE
 from linters.flow.reach import message_items
-from linters.flow.values import DYNAMIC, STATIC, VOLAT, classify, static_chars
+from linters.flow.values import SEG_DYNAMIC, SEG_STATIC, SEG_VOLATILE, classify, static_chars
 from linters.model import Finding, Rule
 
 RULES = (
@@ -33,7 +33,7 @@ RULES = (
 def _first_dynamic_before_static(segs, min_chars: int):
     """The first per-request segment followed by at least ``min_chars`` of static text."""
     for i, s in enumerate(segs):
-        if s[0] != DYNAMIC:
+        if s[0] != SEG_DYNAMIC:
             continue
         after = static_chars(segs[i + 1 :])
         if after is None or after >= min_chars:
@@ -119,13 +119,13 @@ def check(an) -> list[Finding]:
         for node, scope in facts.strings:
             segs = ev.segments(node, scope)
             for i, s in enumerate(segs):
-                if s[0] not in (DYNAMIC, VOLAT):
+                if s[0] not in (SEG_DYNAMIC, SEG_VOLATILE):
                     continue
                 big = next(
                     (
                         t
                         for t in segs[i + 1 :]
-                        if t[0] == STATIC
+                        if t[0] == SEG_STATIC
                         and (t[1] is None or t[1] >= long_chars)
                         and (len(t) < 3 or t[2])
                     ),
@@ -158,19 +158,19 @@ def _check_messages(an, sink, min_chars, out) -> None:
         segs = _message_text(ev, content, cscope) if content is not None else ()
         kinds.append((classify(segs) if segs else "u", segs, content))
     for i, (k, segs, content) in enumerate(kinds):
-        if k != DYNAMIC:
+        if k != SEG_DYNAMIC:
             continue
         later = next(
             (
                 c
                 for kk, sg, c in kinds[i + 1 :]
-                if kk == STATIC and (static_chars(sg) is None or static_chars(sg) >= min_chars)
+                if kk == SEG_STATIC and (static_chars(sg) is None or static_chars(sg) >= min_chars)
             ),
             None,
         )
         if later is None:
             return
-        seg = next((x for x in segs if x[0] in (DYNAMIC, VOLAT)), None)
+        seg = next((x for x in segs if x[0] in (SEG_DYNAMIC, SEG_VOLATILE)), None)
         node = seg[1] if seg is not None else content
         if id(node) in an.reported:
             return

@@ -7,7 +7,7 @@ insertion order follows the request or run-time registration.
 
 from __future__ import annotations
 
-from linters.flow.values import SET, VIEW
+from linters.flow.values import HAZARD_SET, HAZARD_VIEW
 from linters.model import Finding, Rule
 from linters.rules.volatile import where
 
@@ -32,7 +32,7 @@ def check(an) -> list[Finding]:
         h = r.hazard
         if id(h.node) in an.reported:
             continue
-        if h.kind == SET:
+        if h.kind == HAZARD_SET:
             out.append(
                 an.finding(
                     "PC003",
@@ -41,7 +41,7 @@ def check(an) -> list[Finding]:
                     "(PYTHONHASHSEED), so the prefix does too; iterate `sorted(...)` instead",
                 )
             )
-        elif h.kind == VIEW:
+        elif h.kind == HAZARD_VIEW:
             out.append(
                 an.finding(
                     "PC006",

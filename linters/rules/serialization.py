@@ -3,7 +3,7 @@ so the same data can serialise in a different key order and miss the cache."""
 
 from __future__ import annotations
 
-from linters.flow.values import JSON
+from linters.flow.values import HAZARD_JSON
 from linters.model import Finding, Rule
 from linters.rules.volatile import where
 
@@ -22,7 +22,7 @@ def check(an) -> list[Finding]:
     out = []
     for r in an.reaches:
         h = r.hazard
-        if h.kind != JSON or id(h.node) in an.reported:
+        if h.kind != HAZARD_JSON or id(h.node) in an.reported:
             continue
         out.append(
             an.finding(

@@ -8,7 +8,7 @@ import ast
 import string
 
 from linters.flow.facts import MESSAGES, PROMPT, ROLE
-from linters.flow.values import VOLAT, VOLATILE, static_chars
+from linters.flow.values import HAZARD_VOLATILE, SEG_VOLATILE, static_chars
 from linters.model import Finding, Rule
 
 RULES = (
@@ -72,7 +72,7 @@ def _template_fills(an) -> list[Finding]:
             ]
         for key, value in pairs:
             for h in an.ev.hazards(value, scope):
-                if h.kind != VOLATILE or id(h.node) in an.reported:
+                if h.kind != HAZARD_VOLATILE or id(h.node) in an.reported:
                     continue
                 out.append(
                     an.finding(
@@ -95,7 +95,7 @@ def check(an) -> list[Finding]:
         # a whole prompt string: only what is followed by static text is in the prefix
         segs = an.ev.segments(sink.expr, sink.scope)
         for i, seg in enumerate(segs):
-            if seg[0] != VOLAT or id(seg[1]) in an.reported:
+            if seg[0] != SEG_VOLATILE or id(seg[1]) in an.reported:
                 continue
             after = static_chars(segs[i + 1 :])
             if after is None or after >= an.config.min_static_chars:
@@ -110,7 +110,7 @@ def check(an) -> list[Finding]:
                 )
     for r in an.reaches:
         h = r.hazard
-        if h.kind != VOLATILE or id(h.node) in an.reported:
+        if h.kind != HAZARD_VOLATILE or id(h.node) in an.reported:
             continue
         out.append(
             an.finding(

@@ -113,7 +113,12 @@ def _frozen_layout(prompt: Prompt, model: str) -> tuple[list, list, list]:
     """Rendered tools, system blocks (frozen + session) and their Blocks, memoized by
     (prefix hash, session hash, model, counter generation). Shared: callers copy the lists
     and copy a dict before adding ``cache_control`` to it."""
-    from promptcache.breakpoints import Block, frozen_text_tokens, session_text_tokens, tool_tokens
+    from promptcache.breakpoints import (
+        LayoutBlock,
+        frozen_text_tokens,
+        session_text_tokens,
+        tool_tokens,
+    )
     from promptcache.tokens import counter_generation
 
     key = (prompt.prefix_hash, prompt.session_hash, model, counter_generation())
@@ -121,17 +126,17 @@ def _frozen_layout(prompt: Prompt, model: str) -> tuple[list, list, list]:
     if hit is not None:
         return hit
     tools: list[dict[str, Any]] = []
-    blocks: list[Block] = []
+    blocks: list[LayoutBlock] = []
     for i, (t, n) in enumerate(zip(prompt.tools, tool_tokens(prompt, model))):
         tools.append(_tool(t))
-        blocks.append(Block("tools", ("tools", i), n))
+        blocks.append(LayoutBlock("tools", ("tools", i), n))
     system: list[dict[str, Any]] = []
     n_sys = len(prompt.system)
     for j, (text, n) in enumerate(zip(prompt.frozen_texts(), frozen_text_tokens(prompt, model))):
         system.append({"text": text, "type": "text"})
-        blocks.append(Block("system" if j < n_sys else "documents", ("system", j), n))
+        blocks.append(LayoutBlock("system" if j < n_sys else "documents", ("system", j), n))
     for text, n in zip(prompt.session, session_text_tokens(prompt, model)):
-        blocks.append(Block("session", ("system", len(system)), n))
+        blocks.append(LayoutBlock("session", ("system", len(system)), n))
         system.append({"text": text, "type": "text"})
     if len(_frozen_layouts) >= 256:
         _frozen_layouts.clear()
@@ -177,12 +182,12 @@ def _render_message(msg: dict[str, Any], m: int, model: str) -> tuple[list, list
 
 def layout(prompt: Prompt, model: str) -> tuple[dict[str, Any], list[Any]]:
     """The request body without markers, and its blocks in cache order (tools -> system ->
-    messages) as :class:`promptcache.breakpoints.Block` with locators
+    messages) as :class:`promptcache.breakpoints.LayoutBlock` with locators
     ``("tools", i)``, ``("system", j)``, ``("messages", m, b)``. The frozen part is rendered
     once per prefix and shared (see :func:`_frozen_layout`). ``messages`` is empty for a
     prompt with no history and no dynamic part (``explain`` plans such a prefix; ``render``
     refuses to send it)."""
-    from promptcache.breakpoints import Block
+    from promptcache.breakpoints import LayoutBlock
 
     tools, system, frozen_blocks = _frozen_layout(prompt, model)
     body: dict[str, Any] = {}
@@ -195,7 +200,7 @@ def layout(prompt: Prompt, model: str) -> tuple[dict[str, Any], list[Any]]:
     for m, msg in enumerate(prompt.messages):
         content, tokens, markable = _render_message(msg, m, model)
         for b in range(len(content)):
-            blocks.append(Block("messages", ("messages", m, b), tokens[b], markable[b]))
+            blocks.append(LayoutBlock("messages", ("messages", m, b), tokens[b], markable[b]))
         messages.append({"content": list(content), "role": msg["role"]})
     if prompt.dynamic:
         m = len(messages)
@@ -203,7 +208,7 @@ def layout(prompt: Prompt, model: str) -> tuple[dict[str, Any], list[Any]]:
         for b, block in enumerate(prompt.dynamic):
             content.append(content_block(block, "dynamic", b))
             # never marked and nothing after it is cached: its size does not matter here
-            blocks.append(Block("dynamic", ("messages", m, b), 0, False))
+            blocks.append(LayoutBlock("dynamic", ("messages", m, b), 0, False))
         messages.append({"content": content, "role": "user"})
     body["messages"] = messages  # empty for a prefix-only prompt: render() refuses to send it
     return body, blocks

@@ -83,7 +83,7 @@ def layout(prompt: Prompt, model: str) -> tuple[dict[str, Any], list[Any]]:
     a prompt with no history and no dynamic part (``explain`` plans such a prefix; ``render``
     refuses to send it)."""
     from promptcache.breakpoints import (
-        Block,
+        LayoutBlock,
         block_tokens,
         frozen_text_tokens,
         session_text_tokens,
@@ -91,7 +91,7 @@ def layout(prompt: Prompt, model: str) -> tuple[dict[str, Any], list[Any]]:
     )
 
     body: dict[str, Any] = {}
-    blocks: list[Block] = []
+    blocks: list[LayoutBlock] = []
     if prompt.tools:
         tools = []
         for i, (t, n) in enumerate(zip(prompt.tools, tool_tokens(prompt, model))):
@@ -103,15 +103,15 @@ def layout(prompt: Prompt, model: str) -> tuple[dict[str, Any], list[Any]]:
             if "strict" in t:
                 spec["strict"] = t["strict"]
             tools.append({"toolSpec": spec})
-            blocks.append(Block("tools", ("tools", i), n))
+            blocks.append(LayoutBlock("tools", ("tools", i), n))
         body["toolConfig"] = {"tools": tools}
     system: list[dict[str, Any]] = []
     n_sys = len(prompt.system)
     for j, (text, n) in enumerate(zip(prompt.frozen_texts(), frozen_text_tokens(prompt, model))):
         system.append({"text": text})
-        blocks.append(Block("system" if j < n_sys else "documents", ("system", j), n))
+        blocks.append(LayoutBlock("system" if j < n_sys else "documents", ("system", j), n))
     for text, n in zip(prompt.session, session_text_tokens(prompt, model)):
-        blocks.append(Block("session", ("system", len(system)), n))
+        blocks.append(LayoutBlock("session", ("system", len(system)), n))
         system.append({"text": text})
     if system:
         body["system"] = system
@@ -130,7 +130,7 @@ def layout(prompt: Prompt, model: str) -> tuple[dict[str, Any], list[Any]]:
             rendered = _content(block, f"{where}[{b}]")
             messages[m]["content"].append(rendered)
             blocks.append(
-                Block(
+                LayoutBlock(
                     layer,
                     ("messages", m, len(messages[m]["content"]) - 1),
                     block_tokens(block, model) if layer == "messages" else 0,

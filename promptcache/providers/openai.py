@@ -258,11 +258,11 @@ def _apply_breakpoints(
     """Mark up to 3 content parts with ``prompt_cache_breakpoint`` (gpt-5.6+ in the default
     implicit mode: one implicit breakpoint plus the latest three explicit ones are written)
     by the rule of :mod:`promptcache.breakpoints`. Returns the plan."""
-    from promptcache.breakpoints import Block, plan, text_tokens
+    from promptcache.breakpoints import LayoutBlock, plan, text_tokens
 
-    blocks: list[Block] = []
+    blocks: list[LayoutBlock] = []
     if tools:
-        blocks.append(Block("tools", None, text_tokens(dumps_sorted(tools), model), False))
+        blocks.append(LayoutBlock("tools", None, text_tokens(dumps_sorted(tools), model), False))
     n_frozen = 1 if prompt.frozen_texts() else 0
     n_session = 1 if prompt.session else 0
     n_dynamic = 1 if prompt.dynamic else 0
@@ -283,7 +283,7 @@ def _apply_breakpoints(
         role = m.get("role") or m.get("type")
         markable = role in ("system", "user", "tool", "developer") and layer != "dynamic"
         blocks.append(
-            Block(layer, i, text_tokens(text, model) if layer != "dynamic" else 0, markable)
+            LayoutBlock(layer, i, text_tokens(text, model) if layer != "dynamic" else 0, markable)
         )
     p = plan(
         blocks,
