@@ -17,37 +17,22 @@ The linter never imports torch or ``local_engine``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from os import PathLike
+
+from linters.config import LintConfig
+from linters.files import discover
+from linters.model import Finding
+from linters.rules import RULES
+from linters.runner import Report, lint_source, lint_targets
+
 __all__ = ["lint_source", "lint_paths", "Finding", "LintConfig", "RULES"]
 
 
-def __getattr__(name: str):
-    if name == "lint_source":
-        from linters.runner import lint_source
-
-        return lint_source
-    if name == "Finding":
-        from linters.model import Finding
-
-        return Finding
-    if name == "LintConfig":
-        from linters.config import LintConfig
-
-        return LintConfig
-    if name == "RULES":
-        from linters.rules import RULES
-
-        return RULES
-    if name == "lint_paths":
-        return lint_paths
-    raise AttributeError(f"module 'linters' has no attribute {name!r}")
-
-
-def lint_paths(paths, config=None, jobs: int = 1):
+def lint_paths(
+    paths: Iterable[str | PathLike[str]], config: LintConfig | None = None, jobs: int = 1
+) -> Report:
     """Lint files and folders as the command line does; returns a
     :class:`linters.runner.Report`. Raises ``linters.files.PathNotFound`` for a missing path."""
-    from linters.config import LintConfig
-    from linters.files import discover
-    from linters.runner import lint_targets
-
     config = config or LintConfig()
     return lint_targets(discover([str(p) for p in paths], config), config, jobs=jobs)

@@ -9,12 +9,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from linters import formats
 from linters.config import PROVIDERS, ConfigError, load_config, with_cli
 from linters.files import PathNotFound, discover
-from linters.runner import Report, lint_targets
+from linters.fix import fix_source, unified_diff
+from linters.rules import RULES
+from linters.runner import Report, lint_target, lint_targets
+from promptcache import __version__
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,11 +86,8 @@ def _usage(msg: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run the linter for parsed ``args``; returns the exit status."""
-    from promptcache import __version__
 
     if args.list_rules:
-        from linters.rules import RULES
-
         for r in RULES.values():
             fix = " [fix]" if r.fixable else ""
             print(f"{r.code}  {r.name}{fix}: {r.summary}")
@@ -105,8 +106,6 @@ def run(args: argparse.Namespace) -> int:
             provider=args.provider,
         )
         if args.no_respect_gitignore:
-            from dataclasses import replace
-
             config = replace(config, respect_gitignore=False)
         targets = discover(args.paths or ["."], config)
     except (ConfigError, PathNotFound) as exc:
@@ -134,8 +133,6 @@ def run(args: argparse.Namespace) -> int:
 def _apply_fixes(report: Report, targets, config, *, write: bool, out) -> Report:
     """Apply (``write``) or print as a diff the fixable findings; re-lint fixed files so the
     report describes the files as they are now."""
-    from linters.fix import fix_source, unified_diff
-    from linters.runner import lint_target
 
     by_path: dict[str, list] = {}
     for f in report.findings:

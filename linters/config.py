@@ -30,6 +30,8 @@ else:  # pragma: no cover
 
 import pathspec
 
+from linters.rules import RULES
+
 PROVIDERS = ("anthropic", "openai", "openai_compatible", "bedrock", "gemini")
 
 _TYPES = {
@@ -74,7 +76,6 @@ class LintConfig:
     @property
     def enabled(self) -> frozenset[str]:
         """Codes that run: ``select`` (all when empty) minus ``ignore``."""
-        from linters.rules import RULES
 
         base = self.select or frozenset(RULES)
         return frozenset(base - self.ignore)
@@ -97,7 +98,6 @@ class LintConfig:
 def expand_codes(items, what: str) -> frozenset[str]:
     """Codes named by ``items`` (codes, prefixes like ``PC00``, or ``ALL``), comma lists
     allowed; raises :class:`ConfigError` for a name that matches no rule."""
-    from linters.rules import RULES
 
     out: set[str] = set()
     for item in items:

@@ -12,6 +12,7 @@ import io
 import re
 import tokenize
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from linters.files import Target
 from linters.flow.tables import gate
 from linters.model import Finding
 from linters.noqa import NoqaMap
+from linters.payloads import lint_payload
 from linters.rules import FAMILIES, PARSE_ERROR, family_codes
 
 _LINE_SPLIT = re.compile(r"\r\n|\r|\n")
@@ -151,8 +153,6 @@ def lint_target(target: Target, config: LintConfig) -> list[Finding]:
             )
         ]
     if target.kind == "payload":
-        from linters.payloads import lint_payload
-
         return [f for f in lint_payload(data, target.display, config) if f.code in codes]
     return lint_source(data, target.display, config, codes)
 
@@ -171,8 +171,6 @@ def lint_targets(targets: list[Target], config: LintConfig, jobs: int = 1) -> Re
     gc.disable()  # syntax trees are acyclic; collection passes only cost time here
     try:
         if jobs > 1 and len(targets) > 1:
-            from concurrent.futures import ProcessPoolExecutor
-
             chunk = max(1, len(targets) // (jobs * 8))
             with ProcessPoolExecutor(max_workers=jobs) as pool:
                 for found in pool.map(_lint_one, [(t, config) for t in targets], chunksize=chunk):

@@ -28,7 +28,7 @@ _EXPORTS = {
     "PromptCacheWarning": "promptcache.errors",
     "EmptyRequestError": "promptcache.errors",
     "normalize_usage": "promptcache.usage",
-    "Usage": "promptcache.usage",
+    "Usage": "promptcache.usage_record",
     "cost": "promptcache.pricing",
     "Cost": "promptcache.pricing",
     "Price": "promptcache.pricing",

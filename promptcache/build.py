@@ -50,13 +50,23 @@ from promptcache.canonical import (
     sort_keys_deep,
 )
 from promptcache.errors import PromptCacheWarning, VolatilePrefixError
+from promptcache.explain import Explanation
+from promptcache.explain import explain as explain_prompt
+from promptcache.prompt import (
+    Document,
+    Message,
+    PromptLayers,
+    VolatileFinding,
+)
+from promptcache.providers import anthropic, bedrock, gemini, openai, openai_compatible
 from promptcache.volatile import find_volatile
 
 __all__ = [
     "build",
+    "assemble",
     "Prompt",
-    "Document",
-    "VolatileFinding",
+    "SessionLayer",
+    "session_layer",
     "LAYERS",
     "FROZEN_LAYERS",
     "normalize_messages",
@@ -68,42 +78,6 @@ _MAPPING = (dict, _AbcMapping)
 LAYERS = ("system", "tools", "documents", "session", "messages", "dynamic")
 FROZEN_LAYERS = ("system", "tools", "documents")
 _CANONICAL_VERSION = "promptcache/1"
-
-
-# --------------------------------------------------------------------------- data types
-
-
-@dataclass(frozen=True)
-class Document:
-    """A reference document of the ``documents`` layer: ``text`` and an optional ``title``."""
-
-    text: str
-    title: str | None = None
-
-    def render(self, index: int) -> str:
-        """The document as prompt text (``index`` is 1-based), wrapped in ``<document>`` tags."""
-        title = f' title="{self.title}"' if self.title else ""
-        return f'<document index="{index}"{title}>\n{self.text}\n</document>'
-
-
-@dataclass(frozen=True)
-class VolatileFinding:
-    """A volatile value found in a layer: ``layer`` name, JSON-style ``path`` of the string
-    inside the layer (``system[0]``, ``tools[1].description``), character ``offset`` in that
-    string, ``kind`` (see :mod:`promptcache.volatile`) and the matched ``text``."""
-
-    layer: str
-    path: str
-    offset: int
-    kind: str
-    text: str
-
-    def message(self) -> str:
-        return (
-            f"volatile value in layer {self.layer!r} at {self.path} offset {self.offset}: "
-            f"{self.kind} {self.text!r} -- move it to `dynamic` (it changes the cached "
-            f"prefix on every request)"
-        )
 
 
 # --------------------------------------------------------------------------- layer parsing
@@ -266,18 +240,7 @@ def _documents_layer(documents: Any) -> tuple[Document, ...]:
     return tuple(out)
 
 
-# ---- content blocks and messages (the neutral form) --------------------------------------
-#
-# text         {"type": "text", "text": str}
-# image        {"type": "image", "url": str} | {"type": "image", "media_type": str, "data": b64}
-# tool_call    {"type": "tool_call", "id": str, "name": str, "arguments": dict}
-#              (or "arguments_raw": str when the history holds arguments that are not JSON)
-# tool_result  {"type": "tool_result", "id": str, "content": [text/image blocks],
-#               "is_error": bool}
-# native       {"type": "native", "provider": "anthropic"|"openai", "block": dict}
-#              (thinking blocks, documents, audio: passed back to the same provider only)
-#
-# message      {"role": "user"|"assistant", "content": [blocks]} (+ "name" when given)
+# ---- content blocks and messages (the neutral form: promptcache.prompt) ----------------
 
 
 def _parse_data_url(url: str) -> tuple[str, str] | None:
@@ -568,7 +531,10 @@ class _Frozen:
 
 
 @dataclass(frozen=True)
-class _Session:
+class SessionLayer:
+    """The processed session layer: normalized ``texts``, ``session_hash`` (64 hex) and
+    the volatile ``findings`` in it."""
+
     texts: tuple[str, ...]
     session_hash: str
     findings: tuple[VolatileFinding, ...]
@@ -576,7 +542,7 @@ class _Session:
 
 _MEMO_MAX = 256
 _frozen_memo: OrderedDict[Any, _Frozen] = OrderedDict()
-_session_memo: OrderedDict[Any, _Session] = OrderedDict()
+_session_memo: OrderedDict[Any, SessionLayer] = OrderedDict()
 _memo_lock = threading.Lock()
 
 
@@ -652,14 +618,16 @@ def _frozen(system: Any, tools: Any, documents: Any, sort_tools: bool) -> _Froze
     return result
 
 
-def _session(session: Any) -> _Session:
+def session_layer(session: Any) -> SessionLayer:
+    """The session layer's normalized texts, hash and volatile findings (memoized); the
+    argument and errors are those of ``build(session=...)``."""
     key = _key(session)
     hit = _memo_get(_session_memo, key)
     if hit is not None:
         return hit
     texts = _text_layer(session, "session", structured_ok=True)
     findings = _findings("session", ((f"session[{i}]", t) for i, t in enumerate(texts)))
-    result = _Session(texts, sha256_hex(canonical_json(list(texts))), tuple(findings))
+    result = SessionLayer(texts, sha256_hex(canonical_json(list(texts))), tuple(findings))
     _memo_put(_session_memo, key, result)
     return result
 
@@ -667,97 +635,16 @@ def _session(session: Any) -> _Session:
 # --------------------------------------------------------------------------- Prompt
 
 
-class Prompt:
+class Prompt(PromptLayers):
     """A request assembled in layers; immutable. Create it with :func:`build`.
 
-    Attributes:
-        system: frozen system texts (normalized), ``tuple[str, ...]``.
-        tools: frozen tool schemas in the neutral form ``{"name", "description",
-            "input_schema", "strict"?}`` (keys sorted) or ``{"native": {...}}``.
-        documents: frozen :class:`Document` s.
-        session: semi-stable texts, ``tuple[str, ...]``.
-        messages: the history as neutral messages (``{"role", "content": [blocks]}``).
-        dynamic: this request's neutral content blocks, rendered last.
-        prefix_hash: 64-hex SHA-256 of the RFC 8785 canonical JSON of the frozen layers.
-        session_hash: 64-hex SHA-256 of the session layer's canonical JSON.
-        findings: the :class:`VolatileFinding` s of the frozen and session layers.
-        warnings: human-readable warnings (one per finding, plus structural notes).
+    The layers and their views are those of :class:`promptcache.prompt.PromptLayers`
+    (``system``, ``tools``, ``documents``, ``session``, ``messages``, ``dynamic``,
+    ``prefix_hash``, ``session_hash``, ``findings``, ``warnings``); this class adds one
+    renderer per provider and :meth:`explain`.
     """
 
-    __slots__ = (
-        "system",
-        "tools",
-        "documents",
-        "session",
-        "messages",
-        "dynamic",
-        "prefix_hash",
-        "session_hash",
-        "findings",
-        "warnings",
-        "strict",
-        "_canonical",
-    )
-
-    def __init__(
-        self,
-        *,
-        frozen: _Frozen,
-        session: _Session,
-        messages: tuple[dict[str, Any], ...],
-        dynamic: tuple[dict[str, Any], ...],
-        strict: bool,
-        notes: Sequence[str] = (),
-    ) -> None:
-        self.system = frozen.system
-        self.tools = frozen.tools
-        self.documents = frozen.documents
-        self.session = session.texts
-        self.messages = messages
-        self.dynamic = dynamic
-        self.prefix_hash = frozen.prefix_hash
-        self.session_hash = session.session_hash
-        self.findings = frozen.findings + session.findings
-        self.warnings = tuple(f.message() for f in self.findings) + tuple(notes)
-        self.strict = strict
-        self._canonical = frozen.canonical
-
-    # ---- views used by renderers, explain, monitors ---------------------------------------
-
-    def frozen_texts(self) -> tuple[str, ...]:
-        """System texts followed by rendered documents: the frozen text blocks, in order."""
-        return self.system + tuple(d.render(i + 1) for i, d in enumerate(self.documents))
-
-    def canonical_prefix(self) -> bytes:
-        """The RFC 8785 bytes that :attr:`prefix_hash` digests."""
-        return self._canonical
-
-    def layer_texts(self) -> dict[str, str]:
-        """Each layer as one canonical string (for drift reports: the first differing
-        character of a layer is an offset into this string)."""
-        return {
-            "system": "\n\n".join(self.system),
-            "tools": dumps_sorted(list(self.tools)),
-            "documents": "\n\n".join(d.render(i + 1) for i, d in enumerate(self.documents)),
-            "session": "\n\n".join(self.session),
-            "messages": dumps_sorted(list(self.messages)),
-            "dynamic": dumps_sorted(list(self.dynamic)),
-        }
-
-    def __repr__(self) -> str:
-        return (
-            f"Prompt(prefix_hash={self.prefix_hash[:12]}..., system={len(self.system)}, "
-            f"tools={len(self.tools)}, documents={len(self.documents)}, "
-            f"session={len(self.session)}, messages={len(self.messages)}, "
-            f"dynamic={len(self.dynamic)})"
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Prompt):
-            return NotImplemented
-        return self.layer_texts() == other.layer_texts()
-
-    __hash__ = None  # type: ignore[assignment]
+    __slots__ = ()
 
     # ---- renderers ----------------------------------------------------------------------
 
@@ -776,9 +663,7 @@ class Prompt:
 
         See :func:`promptcache.providers.openai.render` for the fields and the rules.
         """
-        from promptcache.providers.openai import render
-
-        return render(
+        return openai.render(
             self, model, api=api, cache_key=cache_key, retention=retention, breakpoints=breakpoints
         )
 
@@ -788,9 +673,7 @@ class Prompt:
         """Keyword arguments for the ``openai`` client pointed at vLLM, SGLang or the local
         engine: plain chat messages, ``extra_body={"cache_salt": ...}`` when given.
         See :func:`promptcache.providers.openai_compatible.render`."""
-        from promptcache.providers.openai_compatible import render
-
-        return render(self, model, cache_salt=cache_salt, api=api)
+        return openai_compatible.render(self, model, cache_salt=cache_salt, api=api)
 
     def to_anthropic(
         self,
@@ -804,9 +687,7 @@ class Prompt:
     ) -> dict[str, Any]:
         """Keyword arguments for ``Anthropic().messages.create(**kw)`` with cache breakpoints
         placed. See :func:`promptcache.providers.anthropic.render`."""
-        from promptcache.providers.anthropic import render
-
-        return render(
+        return anthropic.render(
             self,
             model,
             ttl=ttl,
@@ -819,16 +700,12 @@ class Prompt:
     def to_gemini(self, model: str, *, cached_content: str | None = None) -> dict[str, Any]:
         """Keyword arguments for ``genai.Client().models.generate_content(**kw)``.
         See :func:`promptcache.providers.gemini.render`."""
-        from promptcache.providers.gemini import render
-
-        return render(self, model, cached_content=cached_content)
+        return gemini.render(self, model, cached_content=cached_content)
 
     def to_bedrock(self, model: str, *, ttl: str | None = None) -> dict[str, Any]:
         """Keyword arguments for boto3 ``bedrock-runtime`` ``converse(**kw)`` with
         ``cachePoint`` blocks. See :func:`promptcache.providers.bedrock.render`."""
-        from promptcache.providers.bedrock import render
-
-        return render(self, model, ttl=ttl)
+        return bedrock.render(self, model, ttl=ttl)
 
     def explain(
         self,
@@ -837,13 +714,11 @@ class Prompt:
         provider: str | None = None,
         file: Any = None,
         **render_kwargs: Any,
-    ) -> Any:
+    ) -> Explanation:
         """Layers with token counts, where breakpoints went and why, what will be cached, and
         every warning; printed (to ``file``, default stdout) and returned as an
         :class:`promptcache.explain.Explanation`."""
-        from promptcache.explain import explain
-
-        return explain(self, model, provider=provider, file=file, **render_kwargs)
+        return explain_prompt(self, model, provider=provider, file=file, **render_kwargs)
 
 
 def build(
@@ -885,7 +760,7 @@ def build(
         TypeError, ValueError: a layer has a shape this function does not accept (the message
             names the layer and index).
     """
-    return _assemble(
+    return assemble(
         system=system,
         tools=tools,
         documents=documents,
@@ -904,19 +779,23 @@ def normalize_messages(messages: Any) -> tuple[dict[str, Any], ...]:
     return _messages_layer(messages)
 
 
-def _assemble(
+def assemble(
     *,
     system: Any,
     tools: Any,
     documents: Any,
     session: Any,
-    history: tuple[dict[str, Any], ...],
+    history: tuple[Message, ...],
     dynamic: Any,
     strict: bool,
     sort_tools: bool,
 ) -> Prompt:
+    """:func:`build` for a history already in the neutral form (``history``, as
+    :func:`normalize_messages` returns it): :class:`promptcache.Conversation` normalizes each
+    turn once, when it is appended, and assembles every request from them. The other
+    arguments and the errors are those of :func:`build`."""
     frozen = _frozen(system, tools, documents, bool(sort_tools))
-    sess = _session(session)
+    sess = session_layer(session)
     _report(frozen.findings + sess.findings, strict)
     hist = history
     dyn = _dynamic_layer(dynamic)
@@ -929,5 +808,16 @@ def _assemble(
             "breakpoints by its own rule"
         )
     return Prompt(
-        frozen=frozen, session=sess, messages=hist, dynamic=dyn, strict=strict, notes=notes
+        system=frozen.system,
+        tools=frozen.tools,
+        documents=frozen.documents,
+        session=sess.texts,
+        messages=hist,
+        dynamic=dyn,
+        prefix_hash=frozen.prefix_hash,
+        session_hash=sess.session_hash,
+        canonical=frozen.canonical,
+        findings=frozen.findings + sess.findings,
+        strict=strict,
+        notes=notes,
     )

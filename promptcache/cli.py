@@ -13,6 +13,8 @@ import argparse
 import importlib
 import sys
 
+from promptcache import __version__
+
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "lint": ("linters.cli", "check Python code for patterns that bust prompt caches"),
@@ -46,7 +48,6 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         prog="promptcache",
         description="Make LLM prompt caches hit: lint, serve a local engine, report cost.",
     )
-    from promptcache import __version__
 
     parser.add_argument("--version", action="version", version=f"promptcache {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

@@ -36,8 +36,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from promptcache.ledger import Tracker
 from promptcache.pricing import Price
-from promptcache.usage import Usage, normalize_usage
+from promptcache.usage import normalize_usage
+from promptcache.usage_record import Usage
 
 __all__ = ["wrap", "request_prefix_hash", "provider_for_host"]
 
@@ -222,8 +224,6 @@ class _Recorder:
         if self._tracker is None:
             with self._tracker_lock:
                 if self._tracker is None:
-                    from promptcache.ledger import Tracker
-
                     self._tracker = Tracker()
         return self._tracker
 

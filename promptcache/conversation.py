@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from promptcache.breakpoints import block_tokens
-from promptcache.build import Prompt, _assemble, _session, normalize_messages
+from promptcache.build import Prompt, assemble, normalize_messages, session_layer
 
 __all__ = ["Conversation", "Summarizer", "SUMMARY_HEADER"]
 
@@ -71,7 +71,7 @@ class Conversation:
         self._frozen_args = dict(
             system=system, tools=tools, documents=documents, strict=strict, sort_tools=sort_tools
         )
-        self._session_texts = list(_session(session).texts)
+        self._session_texts = list(session_layer(session).texts)
         self.summarizer = summarizer
         self.max_history_tokens = max_history_tokens
         self.max_turns = max_turns
@@ -193,7 +193,7 @@ class Conversation:
         exceeded."""
         if self.needs_compaction():
             self.compact()
-        return _assemble(
+        return assemble(
             system=self._frozen_args["system"],
             tools=self._frozen_args["tools"],
             documents=self._frozen_args["documents"],

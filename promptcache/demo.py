@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import promptcache
 from promptcache.demo_workload import QUESTIONS, SYSTEM_PROMPT, TOOLS
+from promptcache.pricing import price_for
 
 DEFAULT_PRICE_MODEL = "gpt-4.1"
 
@@ -109,6 +111,7 @@ def start_engine(model: str | None, timeout: float) -> tuple[subprocess.Popen, s
     Returns (process, base_url, log_path). Raises RuntimeError with the server's last log
     lines if it exits or does not become healthy within ``timeout`` seconds.
     """
+    # lazy import of an optional dependency: httpx (the engine and dev extras)
     import httpx
 
     port = _free_port()
@@ -180,7 +183,6 @@ def naive_request(question: str, model: str, rng: random.Random) -> dict[str, An
 def built_request(question: str, model: str) -> dict[str, Any]:
     """Assemble the same request with ``promptcache.build``: frozen layers first, canonical
     JSON, the clock and the question in the dynamic layer."""
-    import promptcache
 
     now = _dt.datetime.now().isoformat()
     prompt = promptcache.build(
@@ -237,8 +239,6 @@ def _traffic_cost(stats: RunStats, price_model: str) -> Decimal | None:
     """USD the same token counts would cost at ``price_model``'s bundled prices, cache reads
     at the cache-read price (OpenAI-style usage: prompt tokens include cached ones)."""
     try:
-        import promptcache
-
         total = Decimal(0)
         for p, c, o in zip(stats.prompt_tokens, stats.cached_tokens, stats.output_tokens):
             usage = promptcache.normalize_usage(
@@ -291,6 +291,7 @@ def run(args: argparse.Namespace) -> int:
         print("promptcache demo: error: --requests must be at least 2", file=sys.stderr)
         return 2
     try:
+        # lazy import of an optional dependency: openai (the engine and dev extras)
         import openai
     except ImportError:
         print(
@@ -299,7 +300,6 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    import promptcache
 
     t_start = time.monotonic()
     _say("promptcache demo: starting the local engine (promptcache serve) ...")
@@ -310,7 +310,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         tracker = promptcache.Tracker(args.db)
-        from promptcache.pricing import price_for
 
         try:  # record the local traffic at the hosted model's prices
             price = price_for(args.price_model)

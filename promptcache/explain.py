@@ -12,10 +12,14 @@ from promptcache.breakpoints import (
     PlacedBreakpoint,
     block_tokens,
     frozen_text_tokens,
+    plan,
     session_text_tokens,
     tool_tokens,
 )
 from promptcache.limits import CacheLimits, cache_limits, provider_of
+from promptcache.providers.anthropic import plan_for
+from promptcache.providers.bedrock import layout
+from promptcache.providers.openai import render
 from promptcache.tokens import count_tokens
 
 __all__ = ["Explanation", "LayerInfo", "explain"]
@@ -149,13 +153,8 @@ def explain(
     notes: list[str] = []
     if provider in ("anthropic", "bedrock"):
         if provider == "anthropic":
-            from promptcache.providers.anthropic import plan_for
-
             _, p = plan_for(prompt, model, ttl=ttl, history_ttl=history_ttl)
         else:
-            from promptcache.breakpoints import plan
-            from promptcache.providers.bedrock import layout
-
             _, blocks = layout(prompt, model)
             p = plan(
                 blocks,
@@ -185,8 +184,6 @@ def explain(
             f"routed by prompt_cache_key pc-{prompt.prefix_hash[:32]}"
         )
         if rules.explicit_breakpoints:
-            from promptcache.providers.openai import render
-
             kw = render(prompt, model)
             marked = sum(
                 1

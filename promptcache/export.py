@@ -28,7 +28,10 @@ import logging
 import time
 from typing import Any
 
-from promptcache.usage import Usage
+from promptcache import __version__
+from promptcache.errors import PromptCacheError
+from promptcache.pricing import cost
+from promptcache.usage_record import Usage
 
 __all__ = ["genai_attributes", "PrometheusExporter", "OpenTelemetryExporter", "GENAI_PROVIDER"]
 
@@ -54,8 +57,6 @@ _OPERATION = {
 
 
 def _cost(usage: Usage, model: str | None, price: Any = None) -> Any:
-    from promptcache.errors import PromptCacheError
-    from promptcache.pricing import cost
 
     try:
         return cost(usage, model=model, price=price)
@@ -124,6 +125,7 @@ class PrometheusExporter:
 
     def __init__(self, registry: Any = None, namespace: str = "promptcache") -> None:
         try:
+            # lazy import of an optional dependency: prometheus-client (the prometheus extra)
             import prometheus_client as pc
         except ImportError:  # pragma: no cover - exercised only without the extra
             raise ImportError(
@@ -195,12 +197,12 @@ class OpenTelemetryExporter:
 
     def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
         try:
+            # lazy import of an optional dependency: opentelemetry-api (the otel extra)
             from opentelemetry import metrics, trace
         except ImportError:  # pragma: no cover
             raise ImportError(
                 "OpenTelemetryExporter needs opentelemetry-api: pip install 'promptcache[otel]'"
             ) from None
-        from promptcache import __version__
 
         self._trace = trace
         self.tracer = trace.get_tracer("promptcache", __version__, tracer_provider=tracer_provider)

@@ -40,9 +40,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import platformdirs
+
 from promptcache.errors import PromptCacheError
 from promptcache.pricing import Cost, Price, cost_pico
-from promptcache.usage import Usage
+from promptcache.usage_record import Usage
 
 __all__ = [
     "Tracker",
@@ -70,7 +72,6 @@ def default_path() -> str:
     env = os.environ.get(ENV_VAR)
     if env:
         return env
-    import platformdirs
 
     return str(Path(platformdirs.user_data_dir("promptcache", appauthor=False)) / "ledger.db")
 
@@ -439,6 +440,7 @@ class Tracker:
     def _connect(self) -> Any:
         if self.url is not None:
             try:
+                # lazy import of an optional dependency: psycopg (the postgres extra)
                 import psycopg
             except ImportError:
                 raise LedgerError(

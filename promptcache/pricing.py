@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from promptcache.errors import PricingError, UsageError
-from promptcache.usage import Usage
+from promptcache.usage_record import Usage
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+import difflib
 
 __all__ = [
     "Price",
@@ -539,7 +540,6 @@ def _price_for(model: str) -> Price:
                 best = name
     if best is not None:
         return table[best]
-    import difflib
 
     close = difflib.get_close_matches(cands[-1], list(table), n=3, cutoff=0.5)
     hint = f" (closest: {', '.join(close)})" if close else ""

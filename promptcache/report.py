@@ -15,9 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from decimal import Decimal
 from typing import Any
+
+from promptcache.errors import PromptCacheError
+from promptcache.ledger import LedgerError, Tracker, default_path, parse_since
+from promptcache.report_html import write_html
 
 __all__ = ["add_arguments", "run", "format_table", "summary_json"]
 
@@ -48,7 +53,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _by(value: str) -> str:
-    import re
 
     if value in ("provider", "model", "prefix_hash", "day", "hour", "api") or re.fullmatch(
         r"metadata\.[A-Za-z0-9_]{1,64}", value
@@ -148,8 +152,6 @@ def summary_json(rows: list[Any], by: str, total: Any) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; exit 0, or 2 with one line on a bad argument or ledger."""
-    from promptcache.errors import PromptCacheError
-    from promptcache.ledger import LedgerError, Tracker, default_path, parse_since
 
     try:
         parse_since(args.since)
@@ -188,8 +190,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(rows, args.by, total))
     if args.html:
-        from promptcache.report_html import write_html
-
         try:
             write_html(tracker, args.html, since=args.since)
         except OSError as e:

@@ -21,6 +21,8 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
+from promptcache.ledger import parse_since
+
 __all__ = ["write_html", "render_html"]
 
 _W, _H = 760, 260  # chart size in px
@@ -134,7 +136,6 @@ def _bar_chart(chart: str, items: list[tuple[str, list[tuple[str, float, str]]]]
 
 def render_html(tracker: Any, since: Any = None, now: float | None = None) -> str:
     """The report page as a string (see the module docstring)."""
-    from promptcache.ledger import parse_since
 
     now = time.time() if now is None else now
     overall = tracker.summary(by=None, since=since)

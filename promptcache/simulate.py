@@ -42,13 +42,22 @@ import argparse
 import hashlib
 import json
 import sys
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from promptcache import cache_emulation as cr
+from promptcache.breakpoints import LayoutBlock, plan
+from promptcache.build import build
+from promptcache.cache_emulation import BlockPrefix, Breakpoint, PromptLayout
+from promptcache.errors import PromptCacheError
 from promptcache.limits import ANTHROPIC_LOOKBACK_BLOCKS, ANTHROPIC_TTLS, OPENAI_BREAKPOINT_TTLS
-from promptcache.usage import Usage
+from promptcache.pricing import cost, load_prices
+from promptcache.tokens import text_tokens
+from promptcache.usage_record import Usage
+from promptcache.volatile import find_volatile
 
 __all__ = [
     "Segment",
@@ -240,7 +249,6 @@ def segments_from_request(req: dict[str, Any], model: str | None) -> list[Segmen
     """Cut an Anthropic ``messages.create`` or OpenAI ``chat.completions.create`` payload
     into content blocks in cache order, counting each block's text with
     :func:`promptcache.tokens.text_tokens` (``model`` picks the tokenizer)."""
-    from promptcache.tokens import text_tokens
 
     segs: list[Segment] = []
 
@@ -345,7 +353,6 @@ def load_trace(path_or_lines: str | Iterable[str], model: str | None = None) -> 
 
 
 def _layout(req: TraceRequest) -> Any:
-    from promptcache.cache_emulation import BlockPrefix, Breakpoint, PromptLayout
 
     ends, bps, pos = [], [], 0
     for i, s in enumerate(req.segments):
@@ -374,9 +381,6 @@ def simulate(
     Returns a :class:`SimulationResult`. Raises :class:`TraceError` for an unknown provider
     or a request the provider would reject (e.g. more than 4 breakpoints).
     """
-    from promptcache import cache_emulation as cr
-    from promptcache.errors import PromptCacheError
-    from promptcache.pricing import cost
 
     if provider not in PROVIDERS:
         raise TraceError(f"provider {provider!r}: simulate knows {', '.join(PROVIDERS)}")
@@ -459,8 +463,6 @@ def relayout(
     without a layer counts as messages) and, for Anthropic/Bedrock, breakpoints placed by
     :func:`promptcache.breakpoints.plan` (frozen, session, history, lookback stepping
     stone); OpenAI models before GPT-5.6 take no markers."""
-    from promptcache import cache_emulation as cr
-    from promptcache.breakpoints import LayoutBlock, plan
 
     out = []
     for req in requests:
@@ -511,10 +513,6 @@ def _relayout_payload(req: TraceRequest, provider: str, model: str | None) -> Tr
     what build warns about) moved to the ``dynamic`` layer, rendered last -- then
     rendered with ``Prompt.to_anthropic`` (breakpoints placed) or ``Prompt.to_openai``
     (``prompt_cache_key`` from the prefix hash)."""
-    import warnings
-
-    from promptcache.build import build
-    from promptcache.volatile import find_volatile
 
     body = req.request or {}
     sys_texts = []
@@ -610,12 +608,9 @@ def _fmt(res: SimulationResult) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     """Print the prediction; exit 0, or 2 with one line on a bad trace or argument."""
-    from promptcache.errors import PromptCacheError
 
     try:
         if args.prices:
-            from promptcache.pricing import load_prices
-
             load_prices(args.prices)
         reqs = load_trace(args.trace, model=args.model)
         kw = {"min_cacheable_tokens": args.min_cacheable_tokens}

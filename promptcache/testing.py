@@ -141,6 +141,7 @@ class LocalEngineServer:
         )
 
     def _wait_healthy(self, deadline: float) -> None:
+        # lazy import of an optional dependency: httpx (the engine and dev extras)
         import httpx
 
         while time.monotonic() < deadline:
@@ -193,21 +194,25 @@ class LocalEngineServer:
         return self.api_key or "local-test-key"
 
     def openai_client(self, **kwargs):
+        # lazy import of an optional dependency: openai (the engine and dev extras)
         import openai
 
         return openai.OpenAI(base_url=self.openai_base_url, api_key=self._key(), **kwargs)
 
     def async_openai_client(self, **kwargs):
+        # lazy import of an optional dependency: openai (the engine and dev extras)
         import openai
 
         return openai.AsyncOpenAI(base_url=self.openai_base_url, api_key=self._key(), **kwargs)
 
     def anthropic_client(self, **kwargs):
+        # lazy import of an optional dependency: anthropic (the engine and dev extras)
         import anthropic
 
         return anthropic.Anthropic(base_url=self.base_url, api_key=self._key(), **kwargs)
 
     def async_anthropic_client(self, **kwargs):
+        # lazy import of an optional dependency: anthropic (the engine and dev extras)
         import anthropic
 
         return anthropic.AsyncAnthropic(base_url=self.base_url, api_key=self._key(), **kwargs)
@@ -217,6 +222,7 @@ class LocalEngineServer:
 
     def advance_clock(self, seconds: float) -> float:
         """Move the emulated cache clock forward (needs ``test_clock=True``)."""
+        # lazy import of an optional dependency: httpx (the engine and dev extras)
         import httpx
 
         r = httpx.post(
@@ -230,7 +236,10 @@ class LocalEngineServer:
 
     def metrics(self) -> dict[str, float]:
         """``/metrics`` as {"name{label=...}": value} (samples of every family)."""
+        # lazy import of an optional dependency: httpx (the engine and dev extras)
         import httpx
+
+        # lazy import of an optional dependency: prometheus-client (the prometheus extra)
         from prometheus_client.parser import text_string_to_metric_families
 
         text = httpx.get(self.base_url + "/metrics", headers=self._headers(), timeout=30).text

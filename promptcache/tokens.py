@@ -159,6 +159,8 @@ def _tiktoken_cached_file(name: str) -> bool:
 def _load_encoding(name: str) -> Any:
     """A tiktoken ``Encoding`` for ``name`` loaded without the network, or ``None``."""
     try:
+        # lazy import of an optional dependency: tiktoken; a missing or broken install degrades to estimates, and the import
+        # (~50 ms) is paid on the first count, not by `import promptcache`
         import tiktoken
     except Exception:  # tiktoken missing or broken: estimates only
         return None

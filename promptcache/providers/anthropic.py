@@ -1,25 +1,25 @@
-"""Provider module: anthropic — renders requests for its official client and parses its usage.
-
-Two sections, owned by different parts of the SDK: request rendering (used by
-`promptcache.build`) and usage parsing (used by `promptcache.usage`).
+"""Request rendering for Anthropic: a :class:`promptcache.prompt.PromptLayers` -> the keyword
+arguments of the official client's call. Usage parsing is in :mod:`promptcache.providers.anthropic_usage`.
 """
 
 from __future__ import annotations
 
-# --- request rendering ---------------------------------------------------------------
-#
-# Owned by promptcache.build (SDK-BUILD): ``render(prompt, model, ...)`` turns a
-# ``promptcache.build`` Prompt into the keyword arguments of ``Anthropic().messages.create``
-# with ``cache_control`` breakpoints placed by the rule of ``promptcache.breakpoints``.
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from promptcache.breakpoints import (
+    LayoutBlock,
+    Plan,
+    block_tokens,
+    frozen_text_tokens,
+    plan,
+    session_text_tokens,
+    tool_tokens,
+)
 from promptcache.limits import ANTHROPIC_TTLS, cache_limits
+from promptcache.prompt import PromptLayers
 from promptcache.providers import empty_request
-
-if TYPE_CHECKING:  # pragma: no cover
-    from promptcache.breakpoints import Plan
-    from promptcache.build import Prompt
+from promptcache.tokens import counter_generation
 
 CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
 
@@ -109,18 +109,10 @@ def _cache_control(ttl: str) -> dict[str, Any]:
 _frozen_layouts: dict[tuple[Any, ...], tuple[list, list, list]] = {}
 
 
-def _frozen_layout(prompt: Prompt, model: str) -> tuple[list, list, list]:
+def _frozen_layout(prompt: PromptLayers, model: str) -> tuple[list, list, list]:
     """Rendered tools, system blocks (frozen + session) and their Blocks, memoized by
     (prefix hash, session hash, model, counter generation). Shared: callers copy the lists
     and copy a dict before adding ``cache_control`` to it."""
-    from promptcache.breakpoints import (
-        LayoutBlock,
-        frozen_text_tokens,
-        session_text_tokens,
-        tool_tokens,
-    )
-    from promptcache.tokens import counter_generation
-
     key = (prompt.prefix_hash, prompt.session_hash, model, counter_generation())
     hit = _frozen_layouts.get(key)
     if hit is not None:
@@ -153,9 +145,6 @@ def _render_message(msg: dict[str, Any], m: int, model: str) -> tuple[list, list
     each may carry a marker. Memoized (LRU, 8,192 entries) by the texts of an all-text message,
     else by the message object's identity (the memo keeps a reference, so the id cannot be
     reused): an append-only history renders each past turn once."""
-    from promptcache.breakpoints import block_tokens
-    from promptcache.tokens import counter_generation
-
     blocks = msg["content"]
     if all(b["type"] == "text" for b in blocks):
         key: tuple = (model, counter_generation(), msg["role"], *(b["text"] for b in blocks))
@@ -180,15 +169,13 @@ def _render_message(msg: dict[str, Any], m: int, model: str) -> tuple[list, list
     return content, tokens, markable
 
 
-def layout(prompt: Prompt, model: str) -> tuple[dict[str, Any], list[Any]]:
+def layout(prompt: PromptLayers, model: str) -> tuple[dict[str, Any], list[Any]]:
     """The request body without markers, and its blocks in cache order (tools -> system ->
     messages) as :class:`promptcache.breakpoints.LayoutBlock` with locators
     ``("tools", i)``, ``("system", j)``, ``("messages", m, b)``. The frozen part is rendered
     once per prefix and shared (see :func:`_frozen_layout`). ``messages`` is empty for a
     prompt with no history and no dynamic part (``explain`` plans such a prefix; ``render``
     refuses to send it)."""
-    from promptcache.breakpoints import LayoutBlock
-
     tools, system, frozen_blocks = _frozen_layout(prompt, model)
     body: dict[str, Any] = {}
     if tools:
@@ -225,12 +212,10 @@ def _mark(body: dict[str, Any], locator: tuple, cache_control: dict[str, Any]) -
 
 
 def plan_for(
-    prompt: Prompt, model: str, *, ttl: str = "5m", history_ttl: str = "5m"
+    prompt: PromptLayers, model: str, *, ttl: str = "5m", history_ttl: str = "5m"
 ) -> tuple[dict[str, Any], Plan]:
     """The unmarked body and the breakpoint :class:`~promptcache.breakpoints.Plan` for
-    ``model`` (used by ``render`` and by ``Prompt.explain``)."""
-    from promptcache.breakpoints import plan
-
+    ``model`` (used by ``render`` and by ``PromptLayers.explain``)."""
     rules = cache_limits(model, "anthropic")
     _check_ttl(ttl)
     _check_ttl(history_ttl)
@@ -247,7 +232,7 @@ def plan_for(
 
 
 def render(
-    prompt: Prompt,
+    prompt: PromptLayers,
     model: str,
     *,
     ttl: str = "5m",
@@ -304,110 +289,3 @@ def render(
         kw["diagnostics"] = {"previous_message_id": previous_message_id or None}
         kw["extra_headers"] = {"anthropic-beta": CACHE_DIAGNOSIS_BETA}
     return kw
-
-
-# --- usage parsing -------------------------------------------------------------------
-#
-# Anthropic Messages usage (docs.anthropic.com "Prompt caching" > "Tracking cache
-# performance", checked 2026-11): ``input_tokens`` counts only the tokens AFTER the last
-# cache breakpoint, so the whole prompt is
-#   input_tokens + cache_read_input_tokens + cache_creation_input_tokens.
-# ``cache_creation`` splits creation by TTL: ephemeral_5m_input_tokens /
-# ephemeral_1h_input_tokens. Streams: ``message_start`` carries the input-side usage and
-# ``message_delta`` the cumulative ``output_tokens`` (and, on newer API versions, the
-# cumulative input-side counts too, which then win).
-
-
-def _anthropic_usage_dict(data: dict) -> tuple[dict, str | None]:
-    """Find the usage mapping in a Message, a message_start event, or a bare usage."""
-    from promptcache.usage import UsageError, subpart
-
-    if data.get("type") == "message_start" and isinstance(data.get("message"), dict):
-        data = data["message"]
-    usage = subpart(data, "usage")
-    if usage is not None:
-        return dict(usage), data.get("model")
-    if "input_tokens" in data or "output_tokens" in data:
-        return dict(data), None
-    raise UsageError(
-        "no Anthropic usage found: expected a Message with .usage, a usage "
-        "object with input_tokens, or a message_start event"
-    )
-
-
-def usage_from_anthropic_fields(
-    usage: dict, *, provider: str, model: str | None, where: str = "usage"
-):
-    """Build a :class:`promptcache.Usage` from Anthropic usage fields (also used for
-    Bedrock InvokeModel, whose body is the Anthropic format)."""
-    from promptcache.usage import WRITE_TTL_ASSUMED, Usage, UsageError, read_count, subpart
-
-    uncached = read_count(usage, "input_tokens", where=where, required=True)
-    output = read_count(usage, "output_tokens", where=where) or 0
-    read = read_count(usage, "cache_read_input_tokens", where=where) or 0
-    write = read_count(usage, "cache_creation_input_tokens", where=where) or 0
-    flags: list[str] = []
-    split = subpart(usage, "cache_creation")
-    if split is not None:
-        w5 = read_count(split, "ephemeral_5m_input_tokens", where=f"{where}.cache_creation") or 0
-        w1 = read_count(split, "ephemeral_1h_input_tokens", where=f"{where}.cache_creation") or 0
-        if write == 0 and (w5 or w1):
-            write = w5 + w1
-        if w5 + w1 != write:
-            raise UsageError(
-                f"inconsistent usage: cache_creation splits into {w5} (5m) + {w1} (1h) = "
-                f"{w5 + w1}, but cache_creation_input_tokens={write}"
-            )
-        ttl = {"5m": w5, "1h": w1}
-    else:
-        ttl = {"5m": write} if write else {}
-        if write:
-            flags.append(WRITE_TTL_ASSUMED)  # no split reported: Anthropic's default TTL is 5m
-    details = subpart(usage, "output_tokens_details")
-    reasoning = read_count(
-        details, "thinking_tokens", "reasoning_tokens", where=f"{where}.output_tokens_details"
-    )
-    return Usage(
-        uncached_input_tokens=uncached,
-        cache_read_tokens=read,
-        cache_write_tokens=write,
-        output_tokens=output,
-        cache_write_by_ttl=ttl,
-        reasoning_tokens=reasoning,
-        provider=provider,
-        model=model,
-        flags=tuple(flags),
-    )
-
-
-def parse_usage(data: dict, *, provider: str = "anthropic"):
-    """Normalize an Anthropic Message / usage / message_start (plain dict) to ``Usage``."""
-    usage, model = _anthropic_usage_dict(data)
-    return usage_from_anthropic_fields(usage, provider=provider, model=model)
-
-
-def parse_usage_stream(events: list, *, provider: str = "anthropic"):
-    """Accumulate a Messages stream: ``message_start`` then ``message_delta`` events
-    (cumulative counts: a later non-null field replaces the earlier one). A final
-    ``Message`` in the list (e.g. from ``stream.get_final_message()``) is used as is."""
-    from promptcache.usage import UsageError
-
-    usage: dict | None = None
-    model = None
-    for ev in events:
-        if not isinstance(ev, dict):
-            continue
-        kind = ev.get("type")
-        if kind == "message_start":
-            usage, model = _anthropic_usage_dict(ev)
-        elif kind == "message_delta" and isinstance(ev.get("usage"), dict):
-            if usage is None:
-                raise UsageError("message_delta before message_start in an Anthropic stream")
-            for key, value in ev["usage"].items():
-                if value is not None:
-                    usage[key] = value
-        elif kind == "message" and isinstance(ev.get("usage"), dict):
-            usage, model = dict(ev["usage"]), ev.get("model")
-    if usage is None:
-        raise UsageError("no message_start event in the Anthropic stream: cannot read usage")
-    return usage_from_anthropic_fields(usage, provider=provider, model=model)

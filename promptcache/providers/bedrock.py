@@ -1,25 +1,23 @@
-"""Provider module: bedrock — renders requests for its official client and parses its usage.
-
-Two sections, owned by different parts of the SDK: request rendering (used by
-`promptcache.build`) and usage parsing (used by `promptcache.usage`).
+"""Request rendering for Amazon Bedrock: a :class:`promptcache.prompt.PromptLayers` -> the keyword
+arguments of the official client's call. Usage parsing is in :mod:`promptcache.providers.bedrock_usage`.
 """
 
 from __future__ import annotations
 
-# --- request rendering ---------------------------------------------------------------
-#
-# Owned by promptcache.build (SDK-BUILD): ``render(prompt, model, ...)`` turns a
-# ``promptcache.build`` Prompt into the keyword arguments of boto3's
-# ``client("bedrock-runtime").converse(**kw)`` with ``cachePoint`` blocks placed by the rule of
-# ``promptcache.breakpoints`` (a cachePoint block caches everything before it).
 import base64 as _base64
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from promptcache.limits import BEDROCK_TTLS, cache_limits
+from promptcache.breakpoints import (
+    LayoutBlock,
+    block_tokens,
+    frozen_text_tokens,
+    plan,
+    session_text_tokens,
+    tool_tokens,
+)
+from promptcache.limits import cache_limits
+from promptcache.prompt import PromptLayers
 from promptcache.providers import empty_request
-
-if TYPE_CHECKING:  # pragma: no cover
-    from promptcache.build import Prompt
 
 _IMAGE_FORMATS = {
     "image/png": "png",
@@ -75,21 +73,13 @@ def _cache_point(ttl: str | None) -> dict[str, Any]:
     return {"cachePoint": {"type": "default"} if ttl is None else {"ttl": ttl, "type": "default"}}
 
 
-def layout(prompt: Prompt, model: str) -> tuple[dict[str, Any], list[Any]]:
+def layout(prompt: PromptLayers, model: str) -> tuple[dict[str, Any], list[Any]]:
     """The Converse body without cache points and its blocks in cache order (toolConfig ->
     system -> messages), with locators ``("tools", i)``, ``("system", j)``,
     ``("messages", m, b)``. Consecutive messages of one role are merged (Converse requires
     alternating roles); ``dynamic`` joins a trailing user message. ``messages`` is empty for
     a prompt with no history and no dynamic part (``explain`` plans such a prefix; ``render``
     refuses to send it)."""
-    from promptcache.breakpoints import (
-        LayoutBlock,
-        block_tokens,
-        frozen_text_tokens,
-        session_text_tokens,
-        tool_tokens,
-    )
-
     body: dict[str, Any] = {}
     blocks: list[LayoutBlock] = []
     if prompt.tools:
@@ -142,7 +132,7 @@ def layout(prompt: Prompt, model: str) -> tuple[dict[str, Any], list[Any]]:
 
 
 def render(
-    prompt: Prompt,
+    prompt: PromptLayers,
     model: str,
     *,
     ttl: str | None = None,
@@ -166,8 +156,6 @@ def render(
         ValueError: a TTL the model does not take, content with no Converse form (image URLs,
             native tools).
     """
-    from promptcache.breakpoints import plan
-
     if not prompt.messages and not prompt.dynamic:
         raise empty_request("Bedrock Converse", "at least one message")
     rules = cache_limits(model, "bedrock")
@@ -214,135 +202,3 @@ def render(
     if max_tokens is not None:
         kw["inferenceConfig"] = {"maxTokens": int(max_tokens)}
     return kw
-
-
-# --- usage parsing -------------------------------------------------------------------
-#
-# Amazon Bedrock (docs.aws.amazon.com/bedrock/latest/APIReference API_runtime_TokenUsage
-# and API_runtime_CacheDetail, and the user guide "Prompt caching", checked 2026-11):
-# - Converse / ConverseStream ``usage``: ``inputTokens`` EXCLUDES cache reads and writes
-#   (like Anthropic), ``cacheReadInputTokens``, ``cacheWriteInputTokens``, and
-#   ``cacheDetails`` = [{"ttl": "5m"|"1h", "inputTokens": n}] splitting the writes.
-#   ConverseStream sends it in the final ``metadata`` event.
-# - InvokeModel with an Anthropic model: the body is the Anthropic Messages format
-#   (parsed by the Anthropic rules); the response headers
-#   ``x-amzn-bedrock-input-token-count`` / ``-output-token-count`` /
-#   ``-cache-read-input-token-count`` / ``-cache-write-input-token-count`` carry the same
-#   counts for any model.
-
-_HEADER_PREFIX = "x-amzn-bedrock-"
-
-
-def _converse_usage(usage: dict, *, provider: str, model: str | None):
-    from promptcache.usage import WRITE_TTL_ASSUMED, Usage, UsageError, read_count
-
-    w = "usage"
-    uncached = read_count(usage, "inputTokens", where=w, required=True)
-    output = read_count(usage, "outputTokens", where=w) or 0
-    read = read_count(usage, "cacheReadInputTokens", where=w) or 0
-    write = read_count(usage, "cacheWriteInputTokens", where=w) or 0
-    details = usage.get("cacheDetails")
-    flags: tuple[str, ...] = ()
-    if isinstance(details, list) and details:
-        ttl: dict[str, int] = {}
-        for i, d in enumerate(details):
-            label = d.get("ttl") if isinstance(d, dict) else None
-            if label not in BEDROCK_TTLS:
-                allowed = " or ".join(repr(t) for t in BEDROCK_TTLS)
-                raise UsageError(f"usage.cacheDetails[{i}].ttl must be {allowed}, got {label!r}")
-            n = read_count(d, "inputTokens", where=f"usage.cacheDetails[{i}]", required=True)
-            ttl[label] = ttl.get(label, 0) + n
-        if sum(ttl.values()) != write:
-            raise UsageError(
-                f"inconsistent usage: cacheDetails sum to {sum(ttl.values())}, "
-                f"but cacheWriteInputTokens={write}"
-            )
-    else:
-        ttl = {"5m": write} if write else {}
-        flags = (WRITE_TTL_ASSUMED,) if write else ()
-    return Usage(
-        uncached_input_tokens=uncached,
-        cache_read_tokens=read,
-        cache_write_tokens=write,
-        cache_write_by_ttl=ttl,
-        output_tokens=output,
-        provider=provider,
-        model=model,
-        flags=flags,
-    )
-
-
-def _header_usage(headers: dict, *, provider: str, model: str | None):
-    from promptcache.usage import read_count
-
-    h = {str(k).lower(): v for k, v in headers.items()}
-
-    def num(name: str) -> int | None:
-        raw = h.get(_HEADER_PREFIX + name)
-        if raw is None:
-            return None
-        try:
-            return int(str(raw).strip())
-        except ValueError:
-            from promptcache.errors import UsageError
-
-            raise UsageError(f"header {_HEADER_PREFIX + name} is not an integer: {raw!r}") from None
-
-    usage = {
-        "inputTokens": num("input-token-count"),
-        "outputTokens": num("output-token-count"),
-        "cacheReadInputTokens": num("cache-read-input-token-count"),
-        "cacheWriteInputTokens": num("cache-write-input-token-count"),
-    }
-    read_count(usage, "inputTokens", where="InvokeModel headers", required=True)
-    return _converse_usage(usage, provider=provider, model=model)
-
-
-def parse_usage(data: dict, *, provider: str = "bedrock"):
-    """Normalize a Bedrock Converse response / usage, a ConverseStream ``metadata`` event,
-    an InvokeModel Anthropic body, or an InvokeModel response's HTTP headers."""
-    from promptcache.providers.anthropic import parse_usage as anthropic_parse
-    from promptcache.usage import UsageError, subpart
-
-    if isinstance(data.get("metadata"), dict):  # ConverseStream metadata event
-        data = data["metadata"]
-    usage = subpart(data, "usage")
-    model = data.get("modelId") if isinstance(data.get("modelId"), str) else None
-    if usage is None and "inputTokens" in data:
-        usage = data
-    if usage is not None and "inputTokens" in usage:
-        return _converse_usage(dict(usage), provider=provider, model=model)
-    if (
-        (usage is not None and "input_tokens" in usage)
-        or "input_tokens" in data
-        or data.get("type") == "message_start"
-    ):
-        return anthropic_parse(data, provider=provider)
-    headers = subpart(subpart(data, "ResponseMetadata"), "HTTPHeaders") or (
-        data if any(str(k).lower().startswith(_HEADER_PREFIX) for k in data) else None
-    )
-    if headers is not None:
-        return _header_usage(dict(headers), provider=provider, model=model)
-    raise UsageError(
-        "no Bedrock usage found: expected a Converse response with usage "
-        "(inputTokens...), an InvokeModel body with Anthropic usage, or the "
-        "x-amzn-bedrock-*-token-count response headers"
-    )
-
-
-def parse_usage_stream(events: list, *, provider: str = "bedrock"):
-    """Normalize a ConverseStream (the ``metadata`` event) or an InvokeModelWithResponseStream
-    of Anthropic events (``message_start`` + ``message_delta``)."""
-    from promptcache.providers.anthropic import parse_usage_stream as anthropic_stream
-    from promptcache.usage import UsageError
-
-    for ev in reversed(events):
-        if (
-            isinstance(ev, dict)
-            and isinstance(ev.get("metadata"), dict)
-            and isinstance(ev["metadata"].get("usage"), dict)
-        ):
-            return parse_usage(ev, provider=provider)
-    if any(isinstance(ev, dict) and ev.get("type") == "message_start" for ev in events):
-        return anthropic_stream(events, provider=provider)
-    raise UsageError("no metadata event with usage in the Bedrock stream")

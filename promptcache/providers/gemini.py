@@ -1,29 +1,20 @@
-"""Provider module: gemini — renders requests for its official client and parses its usage.
-
-Two sections, owned by different parts of the SDK: request rendering (used by
-`promptcache.build`) and usage parsing (used by `promptcache.usage`).
+"""Request rendering for Gemini: a :class:`promptcache.prompt.PromptLayers` -> the keyword
+arguments of the official client's call. Usage parsing is in :mod:`promptcache.providers.gemini_usage`.
 """
 
 from __future__ import annotations
 
-# --- request rendering ---------------------------------------------------------------
-#
-# Owned by promptcache.build (SDK-BUILD): ``render(prompt, model, ...)`` turns a
-# ``promptcache.build`` Prompt into the keyword arguments of google-genai's
-# ``genai.Client().models.generate_content(**kw)``; ``cached_content_config`` and
-# ``create_cached_content`` make an explicit cache of the frozen prefix.
 import base64 as _base64
 import mimetypes as _mimetypes
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from promptcache.breakpoints import frozen_text_tokens, tool_tokens
 from promptcache.limits import cache_limits
+from promptcache.prompt import PromptLayers
 from promptcache.providers import empty_request
 
-if TYPE_CHECKING:  # pragma: no cover
-    from promptcache.build import Prompt
 
-
-def _tools(prompt: Prompt) -> list[dict[str, Any]]:
+def _tools(prompt: PromptLayers) -> list[dict[str, Any]]:
     decls = []
     native = []
     for t in prompt.tools:
@@ -90,7 +81,7 @@ def _part(block: dict[str, Any], names: dict[str, str], where: str) -> dict[str,
     )
 
 
-def _contents(prompt: Prompt, extra_first: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def _contents(prompt: PromptLayers, extra_first: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     names: dict[str, str] = {}
     out: list[dict[str, Any]] = []
     if extra_first:
@@ -115,7 +106,9 @@ def _contents(prompt: Prompt, extra_first: tuple[str, ...] = ()) -> list[dict[st
     return out
 
 
-def render(prompt: Prompt, model: str, *, cached_content: str | None = None) -> dict[str, Any]:
+def render(
+    prompt: PromptLayers, model: str, *, cached_content: str | None = None
+) -> dict[str, Any]:
     """Keyword arguments for ``genai.Client().models.generate_content(**kw)``.
 
     Implicit caching (the default): ``config.system_instruction`` holds the frozen texts
@@ -152,7 +145,7 @@ def render(prompt: Prompt, model: str, *, cached_content: str | None = None) -> 
 
 
 def cached_content_config(
-    prompt: Prompt, model: str, *, ttl: str = "3600s", display_name: str | None = None
+    prompt: PromptLayers, model: str, *, ttl: str = "3600s", display_name: str | None = None
 ) -> dict[str, Any]:
     """Keyword arguments for ``client.caches.create(**kw)`` caching the frozen prefix (system
     texts, documents, tools) of ``prompt``.
@@ -162,8 +155,6 @@ def cached_content_config(
             (:func:`promptcache.limits.cache_limits`; the count is an estimate unless a
             counter is registered), or there is no frozen content.
     """
-    from promptcache.breakpoints import frozen_text_tokens, tool_tokens
-
     rules = cache_limits(model, "gemini")
     if not prompt.frozen_texts() and not prompt.tools:
         raise ValueError("no frozen content to cache (system, documents and tools are empty)")
@@ -188,75 +179,17 @@ def cached_content_config(
 
 
 def create_cached_content(
-    client: Any, prompt: Prompt, model: str, *, ttl: str = "3600s", display_name: str | None = None
+    client: Any,
+    prompt: PromptLayers,
+    model: str,
+    *,
+    ttl: str = "3600s",
+    display_name: str | None = None,
 ) -> Any:
     """Create an explicit Gemini cache of ``prompt``'s frozen prefix with ``client``
     (a ``google.genai.Client``) and return the ``CachedContent``; pass its ``.name`` to
-    ``Prompt.to_gemini(model, cached_content=...)``. Raises like
+    ``PromptLayers.to_gemini(model, cached_content=...)``. Raises like
     :func:`cached_content_config`."""
     return client.caches.create(
         **cached_content_config(prompt, model, ttl=ttl, display_name=display_name)
     )
-
-
-# --- usage parsing -------------------------------------------------------------------
-#
-# Gemini ``usageMetadata`` (ai.google.dev API reference "GenerateContentResponse" >
-# UsageMetadata, and "Context caching", checked 2026-11): ``promptTokenCount`` INCLUDES
-# ``cachedContentTokenCount`` ("when cached_content is set, this is still the total
-# effective prompt size"); implicit and explicit cache hits both land in
-# ``cachedContentTokenCount``. ``toolUsePromptTokenCount`` (tool-use prompts) is separate
-# and billed as input; ``thoughtsTokenCount`` is billed as output, so output =
-# candidates + thoughts. Gemini has no per-request cache write: explicit caches are
-# created with ``caches.create`` and billed by storage time (see pricing). The REST API
-# uses camelCase, the ``google-genai`` SDK snake_case; both are read. In a stream every
-# chunk carries the running ``usageMetadata``; the last one is the total.
-
-
-def _metadata(data: dict) -> tuple[dict, str | None]:
-    from promptcache.usage import UsageError, subpart
-
-    for key in ("usageMetadata", "usage_metadata"):
-        meta = subpart(data, key)
-        if meta is not None:
-            return dict(meta), data.get("modelVersion") or data.get("model_version")
-    if any(k in data for k in ("promptTokenCount", "prompt_token_count")):
-        return dict(data), None
-    raise UsageError(
-        "no Gemini usage found: expected a GenerateContentResponse with "
-        "usageMetadata / usage_metadata, or the usage metadata itself"
-    )
-
-
-def parse_usage(data: dict, *, provider: str = "gemini"):
-    """Normalize a Gemini GenerateContentResponse / usage metadata (dict) to ``Usage``."""
-    from promptcache.usage import Usage, check_part, read_count
-
-    meta, model = _metadata(data)
-    w = "usageMetadata"
-    prompt = read_count(meta, "promptTokenCount", "prompt_token_count", where=w) or 0
-    cached = read_count(meta, "cachedContentTokenCount", "cached_content_token_count", where=w) or 0
-    tool = read_count(meta, "toolUsePromptTokenCount", "tool_use_prompt_token_count", where=w) or 0
-    cand = read_count(meta, "candidatesTokenCount", "candidates_token_count", where=w) or 0
-    thoughts = read_count(meta, "thoughtsTokenCount", "thoughts_token_count", where=w)
-    check_part(cached, prompt, "cachedContentTokenCount", "promptTokenCount")
-    return Usage(
-        uncached_input_tokens=prompt - cached + tool,
-        cache_read_tokens=cached,
-        output_tokens=cand + (thoughts or 0),
-        reasoning_tokens=thoughts,
-        provider=provider,
-        model=model,
-    )
-
-
-def parse_usage_stream(events: list, *, provider: str = "gemini"):
-    """Normalize a streamed generateContent: the last chunk with usage metadata wins."""
-    from promptcache.usage import UsageError
-
-    for ev in reversed(events):
-        if isinstance(ev, dict) and any(
-            isinstance(ev.get(k), dict) for k in ("usageMetadata", "usage_metadata")
-        ):
-            return parse_usage(ev, provider=provider)
-    raise UsageError("no chunk in the Gemini stream carries usageMetadata")

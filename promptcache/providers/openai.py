@@ -1,35 +1,27 @@
-"""Provider module: openai — renders requests for its official client and parses its usage.
-
-Two sections, owned by different parts of the SDK: request rendering (used by
-`promptcache.build`) and usage parsing (used by `promptcache.usage`).
+"""Request rendering for OpenAI: a :class:`promptcache.prompt.PromptLayers` -> the keyword
+arguments of the official client's call. Usage parsing is in :mod:`promptcache.providers.openai_usage`.
 """
 
 from __future__ import annotations
 
-# --- request rendering ---------------------------------------------------------------
-#
-# Owned by promptcache.build (SDK-BUILD). ``render(prompt, model, ...)`` turns a
-# ``promptcache.build`` Prompt into the keyword arguments of the official client's
-# ``chat.completions.create`` (api="chat") or ``responses.create`` (api="responses").
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from promptcache.breakpoints import LayoutBlock, plan, text_tokens
 from promptcache.canonical import dumps_sorted
 from promptcache.limits import cache_limits
+from promptcache.prompt import PromptLayers
 from promptcache.providers import empty_request
-
-if TYPE_CHECKING:  # pragma: no cover
-    from promptcache.build import Prompt
 
 _AUTO = "auto"
 
 
-def prompt_cache_key(prompt: Prompt) -> str:
+def prompt_cache_key(prompt: PromptLayers) -> str:
     """The default ``prompt_cache_key``: ``"pc-"`` + the first 32 hex digits of the prefix
     hash, so requests that share the frozen prefix are routed to the same cache."""
     return "pc-" + prompt.prefix_hash[:32]
 
 
-def _tool_chat(tool: dict[str, Any]) -> dict[str, Any]:
+def chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
     if "native" in tool:
         return dict(tool["native"])
     fn: dict[str, Any] = {}
@@ -100,7 +92,7 @@ def _result_text(block: dict[str, Any]) -> str | list[dict[str, Any]]:
     return text
 
 
-def chat_messages(prompt: Prompt) -> list[dict[str, Any]]:
+def chat_messages(prompt: PromptLayers) -> list[dict[str, Any]]:
     """The Chat Completions ``messages``: one system message with the frozen text (system
     then documents), one with the session layer, the history, then ``dynamic`` as the last
     user message. Tool results become ``role: "tool"`` messages."""
@@ -163,7 +155,7 @@ def _chat_message(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _responses_input(prompt: Prompt) -> list[dict[str, Any]]:
+def _responses_input(prompt: PromptLayers) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     frozen = prompt.frozen_texts()
     if frozen:
@@ -248,7 +240,7 @@ def _responses_items(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
 
 
 def _apply_breakpoints(
-    prompt: Prompt,
+    prompt: PromptLayers,
     model: str,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]],
@@ -258,8 +250,6 @@ def _apply_breakpoints(
     """Mark up to 3 content parts with ``prompt_cache_breakpoint`` (gpt-5.6+ in the default
     implicit mode: one implicit breakpoint plus the latest three explicit ones are written)
     by the rule of :mod:`promptcache.breakpoints`. Returns the plan."""
-    from promptcache.breakpoints import LayoutBlock, plan, text_tokens
-
     blocks: list[LayoutBlock] = []
     if tools:
         blocks.append(LayoutBlock("tools", None, text_tokens(dumps_sorted(tools), model), False))
@@ -308,7 +298,7 @@ def _apply_breakpoints(
 
 
 def render(
-    prompt: Prompt,
+    prompt: PromptLayers,
     model: str,
     *,
     api: str = "chat",
@@ -347,7 +337,7 @@ def render(
     if api == "chat":
         body = chat_messages(prompt)
         kw["messages"] = body
-        tools = [_tool_chat(t) for t in prompt.tools]
+        tools = [chat_tool(t) for t in prompt.tools]
     else:
         body = _responses_input(prompt)
         kw["input"] = body
@@ -375,197 +365,3 @@ def render(
     if use_bp:
         _apply_breakpoints(prompt, model, body, tools, api, rules)
     return kw
-
-
-# --- usage parsing -------------------------------------------------------------------
-#
-# OpenAI usage (platform.openai.com "Prompt caching" and the API reference for the chat
-# completion object and the response object, checked 2026-11):
-# - Chat Completions: ``prompt_tokens`` INCLUDES ``prompt_tokens_details.cached_tokens``
-#   (reads) and ``prompt_tokens_details.cache_write_tokens`` (writes, reported by newer
-#   models that bill writes). Uncached = prompt_tokens - cached - written.
-# - Responses: ``input_tokens`` INCLUDES ``input_tokens_details.cached_tokens`` and
-#   ``cache_write_tokens``, the latter split by retention in
-#   ``cache_write_tokens_details.ttl_30m_tokens`` / ``ttl_12h_tokens``.
-# - Streaming chat: with ``stream_options={"include_usage": True}`` the LAST chunk carries
-#   ``usage`` (earlier chunks have ``usage: null``). Streaming Responses: the
-#   ``response.completed`` (or ``.incomplete`` / ``.failed``) event carries the response.
-# A response without the details object reports no caching: unknown, not a miss.
-
-#: TTL label for writes reported without a split (in-memory retention).
-DEFAULT_WRITE_TTL = "30m"
-
-
-def usage_from_chat_fields(usage: dict, *, provider: str, model: str | None, where: str = "usage"):
-    """Build a ``Usage`` from Chat Completions usage fields (also used by
-    OpenAI-compatible servers: vLLM, SGLang, the local engine, DeepSeek)."""
-    from promptcache.usage import (
-        CACHE_NOT_REPORTED,
-        WRITE_TTL_ASSUMED,
-        Usage,
-        check_part,
-        read_count,
-        subpart,
-    )
-
-    prompt = read_count(usage, "prompt_tokens", where=where, required=True)
-    output = read_count(usage, "completion_tokens", where=where) or 0
-    details = subpart(usage, "prompt_tokens_details")
-    cached = read_count(details, "cached_tokens", where=f"{where}.prompt_tokens_details")
-    written = read_count(details, "cache_write_tokens", where=f"{where}.prompt_tokens_details") or 0
-    out_details = subpart(usage, "completion_tokens_details")
-    reasoning = read_count(
-        out_details, "reasoning_tokens", where=f"{where}.completion_tokens_details"
-    )
-    if cached is None and not written:
-        return Usage(
-            uncached_input_tokens=prompt,
-            output_tokens=output,
-            cache_reported=False,
-            reasoning_tokens=reasoning,
-            provider=provider,
-            model=model,
-            flags=(CACHE_NOT_REPORTED,),
-        )
-    cached = cached or 0
-    check_part(
-        cached + written,
-        prompt,
-        "prompt_tokens_details.cached_tokens + cache_write_tokens",
-        "prompt_tokens",
-    )
-    return Usage(
-        uncached_input_tokens=prompt - cached - written,
-        cache_read_tokens=cached,
-        cache_write_tokens=written,
-        cache_write_by_ttl={DEFAULT_WRITE_TTL: written} if written else {},
-        output_tokens=output,
-        reasoning_tokens=reasoning,
-        provider=provider,
-        model=model,
-        flags=(WRITE_TTL_ASSUMED,) if written else (),
-    )
-
-
-def usage_from_responses_fields(
-    usage: dict, *, provider: str, model: str | None, where: str = "usage"
-):
-    """Build a ``Usage`` from Responses API usage fields."""
-    from promptcache.usage import (
-        CACHE_NOT_REPORTED,
-        WRITE_TTL_ASSUMED,
-        Usage,
-        UsageError,
-        check_part,
-        read_count,
-        subpart,
-    )
-
-    total_in = read_count(usage, "input_tokens", where=where, required=True)
-    output = read_count(usage, "output_tokens", where=where) or 0
-    details = subpart(usage, "input_tokens_details")
-    dw = f"{where}.input_tokens_details"
-    cached = read_count(details, "cached_tokens", where=dw)
-    written = read_count(details, "cache_write_tokens", where=dw) or 0
-    reasoning = read_count(
-        subpart(usage, "output_tokens_details"),
-        "reasoning_tokens",
-        where=f"{where}.output_tokens_details",
-    )
-    if cached is None and not written:
-        return Usage(
-            uncached_input_tokens=total_in,
-            output_tokens=output,
-            cache_reported=False,
-            reasoning_tokens=reasoning,
-            provider=provider,
-            model=model,
-            flags=(CACHE_NOT_REPORTED,),
-        )
-    cached = cached or 0
-    check_part(
-        cached + written,
-        total_in,
-        "input_tokens_details.cached_tokens + cache_write_tokens",
-        "input_tokens",
-    )
-    flags: tuple[str, ...] = ()
-    split = subpart(details, "cache_write_tokens_details")
-    if split is not None:
-        w30 = read_count(split, "ttl_30m_tokens", where=f"{dw}.cache_write_tokens_details") or 0
-        w12 = read_count(split, "ttl_12h_tokens", where=f"{dw}.cache_write_tokens_details") or 0
-        if w30 + w12 != written:
-            raise UsageError(
-                f"inconsistent usage: cache_write_tokens_details splits into "
-                f"{w30} (30m) + {w12} (12h) = {w30 + w12}, but "
-                f"cache_write_tokens={written}"
-            )
-        ttl = {"30m": w30, "12h": w12}
-    else:
-        ttl = {DEFAULT_WRITE_TTL: written} if written else {}
-        flags = (WRITE_TTL_ASSUMED,) if written else ()
-    return Usage(
-        uncached_input_tokens=total_in - cached - written,
-        cache_read_tokens=cached,
-        cache_write_tokens=written,
-        cache_write_by_ttl=ttl,
-        output_tokens=output,
-        reasoning_tokens=reasoning,
-        provider=provider,
-        model=model,
-        flags=flags,
-    )
-
-
-def _usage_and_model(data: dict) -> tuple[dict, str | None]:
-    from promptcache.usage import UsageError, subpart
-
-    if str(data.get("type", "")).startswith("response.") and isinstance(data.get("response"), dict):
-        data = data["response"]
-    usage = subpart(data, "usage")
-    if usage is not None:
-        return dict(usage), data.get("model")
-    if any(k in data for k in ("prompt_tokens", "input_tokens")):
-        return dict(data), None
-    raise UsageError(
-        "no OpenAI usage found: expected a response with .usage (for a stream, "
-        "pass stream_options={'include_usage': True}), or a usage object"
-    )
-
-
-def parse_usage(data: dict, *, provider: str = "openai"):
-    """Normalize an OpenAI ChatCompletion / Response / usage (plain dict) to ``Usage``;
-    Chat and Responses are told apart by ``prompt_tokens`` vs ``input_tokens``."""
-    usage, model = _usage_and_model(data)
-    if "prompt_tokens" in usage:
-        return usage_from_chat_fields(usage, provider=provider, model=model)
-    return usage_from_responses_fields(usage, provider=provider, model=model)
-
-
-def last_usage_event(events: list) -> dict:
-    """The last event of a stream that carries a usage (chat chunk with non-null usage,
-    or a terminal Responses event)."""
-    from promptcache.usage import UsageError
-
-    for ev in reversed(events):
-        if not isinstance(ev, dict):
-            continue
-        if isinstance(ev.get("usage"), dict):
-            return ev
-        resp = ev.get("response")
-        if (
-            str(ev.get("type", "")).startswith("response.")
-            and isinstance(resp, dict)
-            and isinstance(resp.get("usage"), dict)
-        ):
-            return ev
-    raise UsageError(
-        "no chunk in the OpenAI stream carries usage; request it with "
-        "stream_options={'include_usage': True}"
-    )
-
-
-def parse_usage_stream(events: list, *, provider: str = "openai"):
-    """Normalize a streamed Chat Completions or Responses call: the usage is in the final
-    usage chunk / terminal event (counts there are already totals, nothing to add)."""
-    return parse_usage(last_usage_event(events), provider=provider)
