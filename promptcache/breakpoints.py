@@ -25,11 +25,12 @@ one (Anthropic rejects it), so ``ttl="5m", history_ttl="1h"`` is an error.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from promptcache.canonical import dumps_sorted
+from promptcache.memo import Memo
 from promptcache.tokens import count_tokens_memo, counter_generation, text_tokens
 
 __all__ = [
@@ -241,19 +242,13 @@ def block_tokens(block: dict[str, Any], model: str | None) -> int:
     return 0
 
 
-_segment_memo: dict[tuple[Any, ...], list[int]] = {}
-_SEGMENT_MEMO_MAX = 1024
+_segment_memo: Memo[tuple[Any, ...], list[int]] = Memo(1024)
 
 
-def _segments(key: tuple[Any, ...], make: Any) -> list[int]:
-    key = key + (counter_generation(),)
-    hit = _segment_memo.get(key)
-    if hit is None:
-        hit = make()
-        if len(_segment_memo) >= _SEGMENT_MEMO_MAX:
-            _segment_memo.clear()
-        _segment_memo[key] = hit
-    return hit
+def _segments(key: tuple[Any, ...], make: Callable[[], list[int]]) -> list[int]:
+    """``make()`` memoized by ``key`` and the token counter's generation (the 1,024 most
+    recently used)."""
+    return _segment_memo.get_or_make(key + (counter_generation(),), make)
 
 
 def frozen_text_tokens(prompt: Any, model: str | None) -> list[int]:

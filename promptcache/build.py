@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import json
 import marshal
-import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Mapping as _AbcMapping
 from dataclasses import dataclass
@@ -52,6 +50,7 @@ from promptcache.canonical import (
 from promptcache.errors import PromptCacheWarning, VolatilePrefixError
 from promptcache.explain import Explanation
 from promptcache.explain import explain as explain_prompt
+from promptcache.memo import Memo
 from promptcache.prompt import (
     Document,
     Message,
@@ -541,9 +540,8 @@ class SessionLayer:
 
 
 _MEMO_MAX = 256
-_frozen_memo: OrderedDict[Any, _Frozen] = OrderedDict()
-_session_memo: OrderedDict[Any, SessionLayer] = OrderedDict()
-_memo_lock = threading.Lock()
+_frozen_memo: Memo[Any, _Frozen] = Memo(_MEMO_MAX)
+_session_memo: Memo[Any, SessionLayer] = Memo(_MEMO_MAX)
 
 
 _NO_KEY = object()
@@ -565,30 +563,18 @@ def _key(value: Any) -> Any:
         return _NO_KEY
 
 
-def _memo_get(memo: OrderedDict[Any, Any], key: Any) -> Any:
-    if key is _NO_KEY or (isinstance(key, tuple) and _NO_KEY in key):
-        return None
-    with _memo_lock:
-        hit = memo.get(key)
-        if hit is not None:
-            memo.move_to_end(key)
-        return hit
-
-
-def _memo_put(memo: OrderedDict[Any, Any], key: Any, value: Any) -> None:
-    if key is _NO_KEY or (isinstance(key, tuple) and _NO_KEY in key):
-        return
-    with _memo_lock:
-        memo[key] = value
-        if len(memo) > _MEMO_MAX:
-            memo.popitem(last=False)
+def _memo_key_ok(key: Any) -> bool:
+    return not (key is _NO_KEY or (isinstance(key, tuple) and _NO_KEY in key))
 
 
 def _frozen(system: Any, tools: Any, documents: Any, sort_tools: bool) -> _Frozen:
     key = (_key(system), _key(tools), _key(documents), sort_tools)
-    hit = _memo_get(_frozen_memo, key)
-    if hit is not None:
-        return hit
+    if not _memo_key_ok(key):
+        return _make_frozen(system, tools, documents, sort_tools)
+    return _frozen_memo.get_or_make(key, lambda: _make_frozen(system, tools, documents, sort_tools))
+
+
+def _make_frozen(system: Any, tools: Any, documents: Any, sort_tools: bool) -> _Frozen:
     sys_t = _text_layer(system, "system", structured_ok=False)
     tools_t = _tools_layer(tools, sort_tools)
     docs_t = _documents_layer(documents)
@@ -613,23 +599,22 @@ def _frozen(system: Any, tools: Any, documents: Any, sort_tools: bool) -> _Froze
             )
         ),
     )
-    result = _Frozen(sys_t, tools_t, docs_t, sha256_hex(canonical), canonical, tuple(findings))
-    _memo_put(_frozen_memo, key, result)
-    return result
+    return _Frozen(sys_t, tools_t, docs_t, sha256_hex(canonical), canonical, tuple(findings))
 
 
 def session_layer(session: Any) -> SessionLayer:
     """The session layer's normalized texts, hash and volatile findings (memoized); the
     argument and errors are those of ``build(session=...)``."""
     key = _key(session)
-    hit = _memo_get(_session_memo, key)
-    if hit is not None:
-        return hit
+    if not _memo_key_ok(key):
+        return _make_session(session)
+    return _session_memo.get_or_make(key, lambda: _make_session(session))
+
+
+def _make_session(session: Any) -> SessionLayer:
     texts = _text_layer(session, "session", structured_ok=True)
     findings = _findings("session", ((f"session[{i}]", t) for i, t in enumerate(texts)))
-    result = SessionLayer(texts, sha256_hex(canonical_json(list(texts))), tuple(findings))
-    _memo_put(_session_memo, key, result)
-    return result
+    return SessionLayer(texts, sha256_hex(canonical_json(list(texts))), tuple(findings))
 
 
 # --------------------------------------------------------------------------- Prompt

@@ -37,12 +37,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
 from promptcache.errors import PromptCacheError
+from promptcache.memo import IdentityMemo
 from promptcache.pricing import Cost, Price, cost_pico
 from promptcache.usage_record import Usage
 
@@ -290,22 +292,14 @@ def parse_since(since: Any, now: float | None = None) -> float | None:
     )
 
 
-_PRICE_JSON: dict[int, tuple[Price, str]] = {}
-_DAYS: dict[int, str] = {}
+_PRICE_JSON: IdentityMemo[Price, str] = IdentityMemo(1024)
 
 
 def _price_json(price: Price | None) -> str | None:
     """The price row stored with a record (cached per Price object)."""
     if price is None:
         return None
-    hit = _PRICE_JSON.get(id(price))
-    if hit is not None and hit[0] is price:
-        return hit[1]
-    text = json.dumps(price.to_dict(), sort_keys=True)
-    if len(_PRICE_JSON) > 1024:
-        _PRICE_JSON.clear()
-    _PRICE_JSON[id(price)] = (price, text)
-    return text
+    return _PRICE_JSON.get_or_make(price, lambda: json.dumps(price.to_dict(), sort_keys=True))
 
 
 def _range_where(column: str, lo, hi, param: str) -> tuple[str, list]:
@@ -324,14 +318,13 @@ def _range_where(column: str, lo, hi, param: str) -> tuple[str, list]:
 
 def _day(ts: float) -> str:
     """UTC date of a Unix timestamp, 'YYYY-MM-DD' (cached per day)."""
-    k = int(ts // 86400)
-    d = _DAYS.get(k)
-    if d is None:
-        d = datetime.fromtimestamp(k * 86400, timezone.utc).strftime("%Y-%m-%d")
-        if len(_DAYS) > 4096:
-            _DAYS.clear()
-        _DAYS[k] = d
-    return d
+    return _day_of(int(ts // 86400))
+
+
+@lru_cache(maxsize=4096)
+def _day_of(day: int) -> str:
+    """'YYYY-MM-DD' of the ``day``-th day after 1970-01-01 (UTC)."""
+    return datetime.fromtimestamp(day * 86400, timezone.utc).strftime("%Y-%m-%d")
 
 
 def _pusd(amount: Decimal) -> int:

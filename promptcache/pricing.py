@@ -19,11 +19,13 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, localcontext
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from promptcache.errors import PricingError, UsageError
+from promptcache.memo import IdentityMemo
 from promptcache.usage_record import Usage
 
 if sys.version_info >= (3, 11):
@@ -308,16 +310,17 @@ def cost(usage: Usage, model: str | None = None, price: Price | None = None) -> 
 # --- fast exact path in integer pico-dollars (the ledger's per-record cost) -----------
 
 PICO_PER_USD = 10**12
-_RATES: dict[int, tuple[Price, Any]] = {}
+_RATES: IdentityMemo[Price, dict[str, Any] | None] = IdentityMemo(1024)
 
 
 def _rates(price: Price) -> dict[str, Any] | None:
     """Per-token prices in integer pico-dollars (price per MTok x 10**6), or None when a
-    price has more than 6 decimals (then the Decimal path is used)."""
-    hit = _RATES.get(id(price))
-    if hit is not None and hit[0] is price:
-        return hit[1]
+    price has more than 6 decimals (then the Decimal path is used); memoized per Price
+    object."""
+    return _RATES.get_or_make(price, lambda: _make_rates(price))
 
+
+def _make_rates(price: Price) -> dict[str, Any] | None:
     def pico(v: Decimal | None) -> int | None:
         if v is None:
             return None
@@ -343,9 +346,6 @@ def _rates(price: Price) -> dict[str, Any] | None:
         }
     except ValueError:
         rates = None
-    if len(_RATES) > 1024:
-        _RATES.clear()
-    _RATES[id(price)] = (price, rates)
     return rates
 
 
@@ -465,7 +465,7 @@ def load_prices(path: str | os.PathLike[str]) -> list[str]:
     ``date``, ``aliases``). Returns the model names loaded. Raises ``PricingError`` on a
     malformed file, ``OSError`` when it cannot be read."""
     table, aliases = _parse_table(Path(path).read_text("utf-8"), str(path))
-    _LOOKUP.clear()
+    _price_for.cache_clear()
     _USER.update(table)
     _ALIASES.update(aliases)
     return [p.model or k for k, p in table.items()]
@@ -477,7 +477,7 @@ def register_price(model: str, price: Price) -> None:
         raise PricingError("register_price needs a promptcache.Price")
     if price.model is None:
         price = dataclasses.replace(price, model=model)
-    _LOOKUP.clear()
+    _price_for.cache_clear()
     _USER[model.lower()] = price
 
 
@@ -504,23 +504,14 @@ _SNAPSHOT_SUFFIX = re.compile(
 )
 
 
-_LOOKUP: dict[str, Price] = {}
-
-
 def price_for(model: str) -> Price:
     """The price row for ``model``: exact name or alias first, then the longest table name
     that the model id starts with (so dated snapshots such as ``gpt-4o-2024-08-06`` find
     ``gpt-4o``). Raises ``PricingError`` naming the closest known models when none fits."""
-    hit = _LOOKUP.get(model)
-    if hit is not None:
-        return hit
-    found = _price_for(model)
-    if len(_LOOKUP) > 4096:
-        _LOOKUP.clear()
-    _LOOKUP[model] = found
-    return found
+    return _price_for(model)
 
 
+@lru_cache(maxsize=4096)
 def _price_for(model: str) -> Price:
     table = {**_load_bundled(), **_USER}
     cands = _candidates(model)

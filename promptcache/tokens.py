@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
 
+from promptcache.memo import Memo
+
 __all__ = [
     "TokenCount",
     "count_tokens",
@@ -213,26 +215,16 @@ def count_tokens(text: str, model: str | None = None) -> TokenCount:
     return TokenCount(math.ceil(len(text.encode("utf-8")) / 4), "bytes/4", True)
 
 
-_memo: dict[tuple[str, str], TokenCount] = {}
-_MEMO_MAX = 4096
+_memo: Memo[tuple[str, str], TokenCount] = Memo(4096)
 
 
 def count_tokens_memo(key: str, text: str, model: str | None = None) -> TokenCount:
     """:func:`count_tokens` memoized by ``key`` (a content hash of ``text``) and ``model``.
 
     The caller guarantees that equal keys mean equal text (``Prompt`` passes the SHA-256 of
-    the canonical segment). The memo holds at most 4,096 entries and is cleared when full.
+    the canonical segment). The memo keeps the 4,096 most recently used counts.
     """
-    k = (key, model or "")
-    hit = _memo.get(k)
-    if hit is not None:
-        return hit
-    result = count_tokens(text, model)
-    with _lock:
-        if len(_memo) >= _MEMO_MAX:
-            _memo.clear()
-        _memo[k] = result
-    return result
+    return _memo.get_or_make((key, model or ""), lambda: count_tokens(text, model))
 
 
 @lru_cache(maxsize=65536)

@@ -8,6 +8,7 @@ node just has its children pushed.
 from __future__ import annotations
 
 import ast
+from functools import cache
 
 from linters.flow import tables
 from linters.flow.facts import (
@@ -59,7 +60,6 @@ _SCALAR_FIELDS = frozenset(
         "col_offset",
     }
 )
-_FIELDS: dict[type, tuple[str, ...]] = {}
 _AST = ast.AST
 _MUTATORS = {
     "append": APPEND,
@@ -120,12 +120,10 @@ _BODY_KEYS = frozenset({"messages", "contents"})
 _REQUEST_KEYS = ("tools", "system", "messages", "model")
 
 
-def _fields(t: type) -> tuple[str, ...]:
+@cache
+def _fields(t: type[ast.AST]) -> tuple[str, ...]:
     """The child-node fields of AST type ``t`` (scalar fields dropped), memoized."""
-    f = _FIELDS.get(t)
-    if f is None:
-        f = _FIELDS[t] = tuple(x for x in t._fields if x not in _SCALAR_FIELDS)
-    return f
+    return tuple(x for x in t._fields if x not in _SCALAR_FIELDS)
 
 
 def _const_str(node) -> str | None:

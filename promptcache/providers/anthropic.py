@@ -4,7 +4,6 @@ arguments of the official client's call. Usage parsing is in :mod:`promptcache.p
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 from promptcache.breakpoints import (
@@ -17,6 +16,7 @@ from promptcache.breakpoints import (
     tool_tokens,
 )
 from promptcache.limits import ANTHROPIC_TTLS, cache_limits
+from promptcache.memo import Memo
 from promptcache.prompt import PromptLayers
 from promptcache.providers import empty_request
 from promptcache.tokens import counter_generation
@@ -106,17 +106,19 @@ def _cache_control(ttl: str) -> dict[str, Any]:
     return {"type": "ephemeral"} if ttl == "5m" else {"ttl": ttl, "type": "ephemeral"}
 
 
-_frozen_layouts: dict[tuple[Any, ...], tuple[list, list, list]] = {}
+_FrozenLayout = tuple[list[dict[str, Any]], list[dict[str, Any]], list[LayoutBlock]]
+_frozen_layouts: Memo[tuple[Any, ...], _FrozenLayout] = Memo(256)
 
 
-def _frozen_layout(prompt: PromptLayers, model: str) -> tuple[list, list, list]:
+def _frozen_layout(prompt: PromptLayers, model: str) -> _FrozenLayout:
     """Rendered tools, system blocks (frozen + session) and their Blocks, memoized by
     (prefix hash, session hash, model, counter generation). Shared: callers copy the lists
     and copy a dict before adding ``cache_control`` to it."""
     key = (prompt.prefix_hash, prompt.session_hash, model, counter_generation())
-    hit = _frozen_layouts.get(key)
-    if hit is not None:
-        return hit
+    return _frozen_layouts.get_or_make(key, lambda: _make_frozen_layout(prompt, model))
+
+
+def _make_frozen_layout(prompt: PromptLayers, model: str) -> _FrozenLayout:
     tools: list[dict[str, Any]] = []
     blocks: list[LayoutBlock] = []
     for i, (t, n) in enumerate(zip(prompt.tools, tool_tokens(prompt, model))):
@@ -130,14 +132,10 @@ def _frozen_layout(prompt: PromptLayers, model: str) -> tuple[list, list, list]:
     for text, n in zip(prompt.session, session_text_tokens(prompt, model)):
         blocks.append(LayoutBlock("session", ("system", len(system)), n))
         system.append({"text": text, "type": "text"})
-    if len(_frozen_layouts) >= 256:
-        _frozen_layouts.clear()
-    _frozen_layouts[key] = (tools, system, blocks)
     return tools, system, blocks
 
 
-_message_memo: OrderedDict[tuple, tuple[Any, ...]] = OrderedDict()
-_MESSAGE_MEMO_MAX = 8192
+_message_memo: Memo[tuple[Any, ...], tuple[Any, ...]] = Memo(8192)
 
 
 def _render_message(msg: dict[str, Any], m: int, model: str) -> tuple[list, list, list]:
@@ -152,9 +150,8 @@ def _render_message(msg: dict[str, Any], m: int, model: str) -> tuple[list, list
     else:
         key = (model, counter_generation(), id(msg))
         ident = msg
-    hit = _message_memo.get(key)
+    hit = _message_memo.lookup(key)
     if hit is not None and (ident is None or hit[0] is ident):
-        _message_memo.move_to_end(key)
         return hit[1], hit[2], hit[3]
     content, tokens, markable = [], [], []
     for b, block in enumerate(blocks):
@@ -163,9 +160,7 @@ def _render_message(msg: dict[str, Any], m: int, model: str) -> tuple[list, list
         tokens.append(block_tokens(block, model))
         rtype = rendered.get("type")
         markable.append(rtype not in _UNMARKABLE and not (rtype == "text" and not rendered["text"]))
-    _message_memo[key] = (ident, content, tokens, markable)
-    if len(_message_memo) > _MESSAGE_MEMO_MAX:
-        _message_memo.popitem(last=False)
+    _message_memo.store(key, (ident, content, tokens, markable))
     return content, tokens, markable
 
 
