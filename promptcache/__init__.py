@@ -39,7 +39,24 @@ _EXPORTS = {
     "wrap": "promptcache.clients",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [
+    "Cost",
+    "Conversation",
+    "EmptyRequestError",
+    "PrefixMonitor",
+    "Price",
+    "Prompt",
+    "PromptCacheWarning",
+    "Tracker",
+    "Usage",
+    "VolatilePrefixError",
+    "build",
+    "check",
+    "cost",
+    "normalize_usage",
+    "wrap",
+    "__version__",
+]
 
 # ``build`` and ``check`` name both a submodule and a function. Importing the functions here,
 # eagerly, binds the package attributes to the functions once the submodules have loaded

@@ -25,7 +25,7 @@ one (Anthropic rejects it), so ``ttl="5m", history_ttl="1h"`` is an error.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,7 +223,7 @@ def memo_tokens(key: str, text: str, model: str | None) -> int:
 IMAGE_TOKENS = 1600  # a flat estimate for one image (Anthropic: ~1,600 for a 1.15 MP image)
 
 
-def block_tokens(block: dict[str, Any], model: str | None) -> int:
+def block_tokens(block: Mapping[str, Any], model: str | None) -> int:
     """Estimated tokens of one neutral content block (see ``promptcache.build``)."""
     t = block.get("type")
     if t == "text":

@@ -37,7 +37,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Mapping as _AbcMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from promptcache.canonical import (
     canonical_json,
@@ -51,12 +51,7 @@ from promptcache.errors import PromptCacheWarning, VolatilePrefixError
 from promptcache.explain import Explanation
 from promptcache.explain import explain as explain_prompt
 from promptcache.memo import Memo
-from promptcache.prompt import (
-    Document,
-    Message,
-    PromptLayers,
-    VolatileFinding,
-)
+from promptcache.prompt import ContentBlock, Document, Message, PromptLayers, Tool, VolatileFinding
 from promptcache.providers import anthropic, bedrock, gemini, openai, openai_compatible
 from promptcache.volatile import find_volatile
 
@@ -88,7 +83,7 @@ def _text_of_block(block: Any, where: str) -> str:
     if isinstance(block, _MAPPING):
         btype = block.get("type", "text")
         if btype in ("text", "input_text", "output_text") and isinstance(block.get("text"), str):
-            return block["text"]
+            return str(block["text"])
     raise TypeError(
         f"{where}: expected a string or a text block {{'type': 'text', 'text': ...}}, "
         f"got {_short(block)}"
@@ -199,7 +194,7 @@ def _tool(tool: Any, i: int) -> dict[str, Any]:
     return out
 
 
-def _tools_layer(tools: Any, sort_tools: bool) -> tuple[dict[str, Any], ...]:
+def _tools_layer(tools: Any, sort_tools: bool) -> tuple[Tool, ...]:
     if tools is None:
         return ()
     if isinstance(tools, _MAPPING):
@@ -211,7 +206,8 @@ def _tools_layer(tools: Any, sort_tools: bool) -> tuple[dict[str, Any], ...]:
         raise ValueError(f"tools: duplicate tool names {dup}")
     if sort_tools:
         out.sort(key=lambda t: t.get("name") or t["native"].get("name") or "")
-    return tuple(out)
+    # the neutral shapes of promptcache.prompt, built as plain dicts above
+    return cast("tuple[Tool, ...]", tuple(out))
 
 
 def _documents_layer(documents: Any) -> tuple[Document, ...]:
@@ -372,7 +368,7 @@ def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _messages_layer(messages: Any) -> tuple[dict[str, Any], ...]:
+def _messages_layer(messages: Any) -> tuple[Message, ...]:
     if messages is None:
         return ()
     if isinstance(messages, (str, dict, _AbcMapping)):
@@ -455,7 +451,7 @@ def _messages_layer(messages: Any) -> tuple[dict[str, Any], ...]:
         if isinstance(msg.get("name"), str):
             entry["name"] = msg["name"]
         out.append(entry)
-    return tuple(out)
+    return cast("tuple[Message, ...]", tuple(out))
 
 
 def _append(out: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
@@ -473,12 +469,13 @@ def _append(out: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) 
     out.append({"role": role, "content": list(blocks)})
 
 
-def _dynamic_layer(dynamic: Any) -> tuple[dict[str, Any], ...]:
+def _dynamic_layer(dynamic: Any) -> tuple[ContentBlock, ...]:
     if dynamic is None:
         return ()
     if isinstance(dynamic, _MAPPING) and "type" not in dynamic:
         return ({"type": "text", "text": dumps_sorted(sort_keys_deep(dict(dynamic)))},)
-    return tuple(b for b in _blocks(dynamic, "dynamic") if b.get("type") != "text" or b["text"])
+    blocks = [b for b in _blocks(dynamic, "dynamic") if b.get("type") != "text" or b["text"]]
+    return cast("tuple[ContentBlock, ...]", tuple(blocks))
 
 
 # --------------------------------------------------------------------------- volatile scan
@@ -522,7 +519,7 @@ def _report(findings: Sequence[VolatileFinding], strict: bool) -> None:
 @dataclass(frozen=True)
 class _Frozen:
     system: tuple[str, ...]
-    tools: tuple[dict[str, Any], ...]
+    tools: tuple[Tool, ...]
     documents: tuple[Document, ...]
     prefix_hash: str
     canonical: bytes
@@ -757,7 +754,7 @@ def build(
     )
 
 
-def normalize_messages(messages: Any) -> tuple[dict[str, Any], ...]:
+def normalize_messages(messages: Any) -> tuple[Message, ...]:
     """History messages (OpenAI chat, OpenAI Responses or Anthropic form) in the neutral form
     that ``Prompt.messages`` holds; used by :class:`promptcache.Conversation` to normalize
     each turn once, when it is appended."""

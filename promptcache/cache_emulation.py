@@ -241,7 +241,9 @@ class PromptLayout:
 
     def source(self) -> PrefixSource:
         p = self.prefix
-        return p if hasattr(p, "digests") else TokenPrefix(p)  # type: ignore[arg-type]
+        if isinstance(p, Sequence):
+            return TokenPrefix(p)
+        return p
 
 
 @dataclass

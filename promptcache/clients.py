@@ -345,7 +345,8 @@ class _Recorder:
             return
         model = usage.model or call.body.get("model")
         usage = usage.replace(provider=self.provider, model=model)
-        latency_ms = (call.t_end - call.t0) * 1000.0
+        t_end = time.perf_counter() if call.t_end is None else call.t_end
+        latency_ms = (t_end - call.t0) * 1000.0
         ttft_ms = None if call.t_first is None else (call.t_first - call.t0) * 1000.0
         prefix_hash = request_prefix_hash(call.api, call.body)
         fields = dict(
@@ -370,7 +371,7 @@ class _Recorder:
 
 
 def _make_sync_stream(root: Any, inner: Any, rec: _Recorder, call: _Call) -> Any:
-    class TrackingSyncStream(root.SyncByteStream):  # type: ignore[misc,name-defined]
+    class TrackingSyncStream(root.SyncByteStream):  # type: ignore[misc]
         def __iter__(self) -> Any:
             for chunk in inner:
                 rec.feed(call, chunk)
@@ -388,7 +389,7 @@ def _make_sync_stream(root: Any, inner: Any, rec: _Recorder, call: _Call) -> Any
 
 
 def _make_async_stream(root: Any, inner: Any, rec: _Recorder, call: _Call) -> Any:
-    class TrackingAsyncStream(root.AsyncByteStream):  # type: ignore[misc,name-defined]
+    class TrackingAsyncStream(root.AsyncByteStream):  # type: ignore[misc]
         async def __aiter__(self) -> Any:
             async for chunk in inner:
                 rec.feed(call, chunk)
@@ -430,7 +431,7 @@ def wrap(
     Wrapping twice is a no-op. Raises ``TypeError`` for an object that is not such a
     client; nothing else is ever raised from tracking.
     """
-    http = getattr(client, "_client", None)
+    http: Any = getattr(client, "_client", None)
     hooks = getattr(http, "event_hooks", None)
     if not isinstance(hooks, dict):
         raise TypeError(
@@ -443,20 +444,19 @@ def wrap(
     host = urlsplit(str(getattr(client, "base_url", ""))).hostname or ""
     rec = _Recorder(sdk, host, tracker, provider, price, callbacks, metadata)
     is_async = inspect.iscoroutinefunction(getattr(http, "send", None))
+    on_request: Callable[[Any], Any]
+    on_response: Callable[[Any], Any]
     if is_async:
 
-        async def on_request(request: Any) -> None:
+        async def on_request_async(request: Any) -> None:
             rec.on_request(request)
 
-        async def on_response(response: Any) -> None:
+        async def on_response_async(response: Any) -> None:
             rec.on_response(response)
+
+        on_request, on_response = on_request_async, on_response_async
     else:
-
-        def on_request(request: Any) -> None:
-            rec.on_request(request)
-
-        def on_response(response: Any) -> None:
-            rec.on_response(response)
+        on_request, on_response = rec.on_request, rec.on_response
 
     hooks = http.event_hooks
     hooks.setdefault("request", []).append(on_request)

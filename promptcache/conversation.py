@@ -16,6 +16,7 @@ from typing import Any
 
 from promptcache.breakpoints import block_tokens
 from promptcache.build import Prompt, assemble, normalize_messages, session_layer
+from promptcache.prompt import Message
 
 __all__ = ["Conversation", "Summarizer", "SUMMARY_HEADER"]
 
@@ -23,7 +24,7 @@ Summarizer = Callable[[list, str | None], str]
 SUMMARY_HEADER = "Summary of the conversation so far:"
 
 
-def _is_turn(msg: dict[str, Any]) -> bool:
+def _is_turn(msg: Message) -> bool:
     """A user message that is not only tool results starts a turn."""
     return msg["role"] == "user" and any(b["type"] != "tool_result" for b in msg["content"])
 
@@ -81,7 +82,7 @@ class Conversation:
         self.compactions = 0
         self._raw: list[Any] = []
         self._raw_end: list[int] = []  # len(self._neutral) after each raw message
-        self._neutral: list[dict[str, Any]] = []
+        self._neutral: list[Message] = []
         self._tokens: list[int] = []
         self._session_arg: Any = self._session_texts or None
 
@@ -115,7 +116,7 @@ class Conversation:
         return self
 
     @property
-    def messages(self) -> tuple[dict[str, Any], ...]:
+    def messages(self) -> tuple[Message, ...]:
         """The current history in the neutral form (after any compaction)."""
         return tuple(self._neutral)
 

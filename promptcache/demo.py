@@ -98,7 +98,7 @@ class RunStats:
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def _say(msg: str) -> None:
@@ -168,7 +168,7 @@ def naive_request(question: str, model: str, rng: random.Random) -> dict[str, An
     now = _dt.datetime.now().isoformat()
     tools = []
     for tool in TOOLS:
-        fn = dict(tool["function"])
+        fn: dict[str, Any] = dict(tool["function"])
         props = list(fn["parameters"]["properties"].items())
         rng.shuffle(props)  # plugin-registered tools: property order differs per request
         fn["parameters"] = {**fn["parameters"], "properties": dict(props)}
@@ -260,7 +260,7 @@ def _traffic_cost(stats: RunStats, price_model: str) -> Decimal | None:
 def print_table(naive: RunStats, built: RunStats, price_model: str) -> None:
     """Print the side-by-side table (tokens, hit rate, median TTFT in ms, cost in USD at
     ``price_model``'s bundled prices) and the ratios."""
-    rows = [
+    rows: list[tuple[str, Callable[[Any], str]]] = [
         ("requests", lambda s: f"{len(s.prompt_tokens)}"),
         ("prompt tokens", lambda s: f"{sum(s.prompt_tokens):,}"),
         ("cached tokens", lambda s: f"{sum(s.cached_tokens):,}"),
@@ -277,9 +277,10 @@ def print_table(naive: RunStats, built: RunStats, price_model: str) -> None:
         print(f"{label:<{w0}}{fmt(naive):>12}{fmt(built):>20}")
     ratio = naive.median_ttft / built.median_ttft if built.median_ttft else float("nan")
     print(f"\nmedian TTFT ratio (naive / built): {ratio:.1f}x")
-    if all(v is not None for v in costs.values()) and costs["naive"]:
+    cost_naive, cost_built = costs["naive"], costs["built"]
+    if cost_naive and cost_built is not None:
         print(
-            f"cost ratio (built / naive): {costs['built'] / costs['naive']:.2f} "
+            f"cost ratio (built / naive): {cost_built / cost_naive:.2f} "
             "(hosted prices applied to the local engine's token counts)"
         )
 

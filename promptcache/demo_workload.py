@@ -6,6 +6,8 @@ Schema function definitions, and every request shares both.
 
 from __future__ import annotations
 
+from typing import Any
+
 SYSTEM_PROMPT = """You are Juniper, the customer-support assistant for Northwind Outfitters, an online retailer of outdoor clothing, camping equipment and footwear. You answer customers by chat. Follow this policy exactly; when the policy does not cover a question, say so and offer to connect the customer with a human agent.
 
 ## Voice and format
@@ -62,7 +64,7 @@ Hand the conversation to a human agent when: the customer asks for one twice; th
 You can call the tools described in the request. Call a tool only when its result is needed to answer; never call the same tool twice with the same arguments in one turn. Report the tool's result in plain language, not as raw JSON."""
 
 # Tool schemas as an application typically keeps them (OpenAI function-calling form).
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {

@@ -250,7 +250,7 @@ class OpenTelemetryExporter:
             name, kind=self._trace.SpanKind.CLIENT, attributes=attrs, start_time=start_ns
         )
         span.end(end_time=end_ns)
-        base = {
+        base: dict[str, Any] = {
             k: attrs[k]
             for k in (
                 "gen_ai.operation.name",

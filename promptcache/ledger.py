@@ -277,7 +277,7 @@ def parse_since(since: Any, now: float | None = None) -> float | None:
     if isinstance(since, datetime):
         if since.tzinfo is None:
             since = since.replace(tzinfo=timezone.utc)
-        return since.timestamp()
+        return float(since.timestamp())
     if isinstance(since, str):
         m = _SINCE.match(since)
         if m:
@@ -302,7 +302,9 @@ def _price_json(price: Price | None) -> str | None:
     return _PRICE_JSON.get_or_make(price, lambda: json.dumps(price.to_dict(), sort_keys=True))
 
 
-def _range_where(column: str, lo, hi, param: str) -> tuple[str, list]:
+def _range_where(
+    column: str, lo: float | None, hi: float | None, param: str
+) -> tuple[str, list[float]]:
     """``("WHERE column >= ? AND column < ?", [lo, hi])`` for a half-open range ``[lo, hi)``;
     a None bound is left out (no bounds: an empty clause). ``param`` is the dialect's
     placeholder (``?`` or ``%s``)."""
@@ -440,14 +442,15 @@ class Tracker:
                     "a postgresql:// ledger needs psycopg: pip install 'psycopg[binary]'"
                 ) from None
             try:
-                conn = psycopg.connect(
+                pg_conn = psycopg.connect(
                     self.url, autocommit=True, connect_timeout=int(max(1, self.busy_timeout_s))
                 )
             except psycopg.Error as e:
                 raise LedgerError(
                     f"cannot connect to the PostgreSQL ledger: {str(e).strip().splitlines()[0]}"
                 ) from None
-            return conn
+            return pg_conn
+        assert self.path is not None  # a Tracker has a URL or a path (see __init__)
         try:
             conn = sqlite3.connect(
                 self.path,
@@ -456,7 +459,7 @@ class Tracker:
                 check_same_thread=False,
             )
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone() or ("",)
             if str(mode).lower() != "wal":
                 raise LedgerError(
                     f"{self.path}: could not switch to WAL mode (got {mode}); "
@@ -672,7 +675,7 @@ class Tracker:
         row = self._row(usage, **fields)
         with self._write() as cur:
             self._insert(cur, [row])
-        return row[0]
+        return str(row[0])
 
     def record_many(self, items: Iterable[Usage | tuple[Usage, Mapping[str, Any]]]) -> list[str]:
         """Store many requests in ONE transaction (much faster than ``record`` in a loop).
@@ -816,9 +819,9 @@ class Tracker:
         elif h_lo is not None and h_hi is not None and h_lo >= h_hi:
             use_rollup, raw = False, [(lo, hi)]
         else:
-            if lo is not None and lo < h_lo * 3600:
+            if lo is not None and h_lo is not None and lo < h_lo * 3600:
                 raw.append((lo, h_lo * 3600))
-            if hi is not None and h_hi * 3600 < hi:
+            if hi is not None and h_hi is not None and h_hi * 3600 < hi:
                 raw.append((h_hi * 3600, hi))
         acc: dict[Any, list] = {}
 

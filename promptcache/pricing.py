@@ -31,7 +31,7 @@ from promptcache.usage_record import Usage
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 import difflib
 
 __all__ = [
@@ -137,7 +137,7 @@ class Price:
         200K-token tier), this one with the ``long_context`` overrides applied."""
         if self.long_context_threshold is None or prompt_tokens <= self.long_context_threshold:
             return self
-        cached = self.__dict__.get("_long")
+        cached: Price | None = self.__dict__.get("_long")
         if cached is not None:
             return cached
         kw: dict[str, Any] = {k: getattr(self, k) for k in _PRICE_FIELDS}
@@ -410,7 +410,7 @@ def _price_from_row(name: str, row: Mapping[str, Any], where: str) -> Price:
         raise PricingError(
             f"{where}: model {name!r} has unknown field(s) {', '.join(sorted(unknown))}"
         )
-    kwargs = {k: row.get(k) for k in _PRICE_FIELDS}
+    kwargs: dict[str, Any] = {k: row.get(k) for k in _PRICE_FIELDS}
     if "input" not in row or "output" not in row:
         raise PricingError(f"{where}: model {name!r} needs input and output prices")
     return Price(

@@ -148,7 +148,7 @@ def render_html(tracker: Any, since: Any = None, now: float | None = None) -> st
     by_prefix = [r for r in tracker.summary(by="prefix_hash", since=since) if r.key]
 
     def missed(r: Any) -> int:
-        return r.prompt_tokens - r.cache_read_tokens
+        return int(r.prompt_tokens - r.cache_read_tokens)
 
     by_prefix.sort(key=lambda r: (-missed(r), -r.requests))
     by_prefix = by_prefix[:10]

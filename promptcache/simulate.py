@@ -141,7 +141,9 @@ class SimulationResult:
             "hit_rate": self.hit_rate,
             "cost": None if self.cost is None else str(self.cost),
             "no_cache_cost": None if self.baseline is None else str(self.baseline),
-            "saving": None if self.cost is None else str(self.baseline - self.cost),
+            "saving": None
+            if self.cost is None or self.baseline is None
+            else str(self.baseline - self.cost),
             "unpriced_requests": self.unpriced,
             "per_request": [
                 {
@@ -307,7 +309,7 @@ def load_trace(path_or_lines: str | Iterable[str], model: str | None = None) -> 
             try:
                 d = json.loads(text)
             except ValueError as e:
-                raise TraceError(f"line {n}: not JSON ({e.msg})") from None
+                raise TraceError(f"line {n}: not JSON ({getattr(e, 'msg', e)})") from None
             if not isinstance(d, dict):
                 raise TraceError(f"line {n}: expected a JSON object")
             ts = d.get("ts")
@@ -343,7 +345,7 @@ def load_trace(path_or_lines: str | Iterable[str], model: str | None = None) -> 
             )
     finally:
         if isinstance(path_or_lines, str):
-            lines.close()  # type: ignore[union-attr]
+            lines.close()  # type: ignore[attr-defined]  # the file opened above
     if not out:
         raise TraceError("the trace has no requests")
     return out
@@ -524,7 +526,8 @@ def _relayout_payload(req: TraceRequest, provider: str, model: str | None) -> Tr
             sys_texts.append(_text_of(m.get("content")))
         else:
             messages.append(m)
-    stable, dynamic = [], []
+    stable: list[str] = []
+    dynamic: list[str] = []
     for text in sys_texts:
         for ln in text.split("\n"):
             (dynamic if find_volatile(ln) else stable).append(ln)
@@ -602,7 +605,9 @@ def _fmt(res: SimulationResult) -> dict[str, str]:
         "hit rate": rate,
         "cost": money(res.cost),
         "no-cache cost": money(res.baseline),
-        "saving": money(None if res.cost is None else res.baseline - res.cost),
+        "saving": money(
+            None if res.cost is None or res.baseline is None else res.baseline - res.cost
+        ),
     }
 
 

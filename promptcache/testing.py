@@ -33,8 +33,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any
 
 import pytest
 
@@ -90,7 +90,7 @@ class LocalEngineServer:
         self.base_url: str | None = None
         self.proc: subprocess.Popen | None = None
         self.log_path: str | None = None
-        self._log = None
+        self._log: IO[bytes] | None = None
 
     # ---- process -------------------------------------------------------------------------
     def command(self) -> list[str]:
@@ -146,7 +146,7 @@ class LocalEngineServer:
 
         while time.monotonic() < deadline:
             try:
-                if httpx.get(self.base_url + "/health", timeout=5.0).status_code == 200:
+                if httpx.get(self._url("/health"), timeout=5.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -182,42 +182,48 @@ class LocalEngineServer:
     def __enter__(self) -> LocalEngineServer:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # ---- clients -------------------------------------------------------------------------
+    def _url(self, path: str) -> str:
+        """``base_url + path``; raises ``RuntimeError`` before :meth:`start`."""
+        if self.base_url is None:
+            raise RuntimeError("the local engine server is not started; call start() first")
+        return self.base_url + path
+
     @property
     def openai_base_url(self) -> str:
-        return self.base_url + "/v1"
+        return self._url("/v1")
 
     def _key(self) -> str:
         return self.api_key or "local-test-key"
 
-    def openai_client(self, **kwargs):
+    def openai_client(self, **kwargs: Any) -> Any:
         # lazy import of an optional dependency: openai (the engine and dev extras)
         import openai
 
         return openai.OpenAI(base_url=self.openai_base_url, api_key=self._key(), **kwargs)
 
-    def async_openai_client(self, **kwargs):
+    def async_openai_client(self, **kwargs: Any) -> Any:
         # lazy import of an optional dependency: openai (the engine and dev extras)
         import openai
 
         return openai.AsyncOpenAI(base_url=self.openai_base_url, api_key=self._key(), **kwargs)
 
-    def anthropic_client(self, **kwargs):
+    def anthropic_client(self, **kwargs: Any) -> Any:
         # lazy import of an optional dependency: anthropic (the engine and dev extras)
         import anthropic
 
         return anthropic.Anthropic(base_url=self.base_url, api_key=self._key(), **kwargs)
 
-    def async_anthropic_client(self, **kwargs):
+    def async_anthropic_client(self, **kwargs: Any) -> Any:
         # lazy import of an optional dependency: anthropic (the engine and dev extras)
         import anthropic
 
         return anthropic.AsyncAnthropic(base_url=self.base_url, api_key=self._key(), **kwargs)
 
-    def _headers(self) -> dict:
+    def _headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def advance_clock(self, seconds: float) -> float:
@@ -226,13 +232,13 @@ class LocalEngineServer:
         import httpx
 
         r = httpx.post(
-            self.base_url + "/v1/promptcache/clock/advance",
+            self._url("/v1/promptcache/clock/advance"),
             json={"seconds": seconds},
             headers=self._headers(),
             timeout=30,
         )
         r.raise_for_status()
-        return r.json()["now"]
+        return float(r.json()["now"])
 
     def metrics(self) -> dict[str, float]:
         """``/metrics`` as {"name{label=...}": value} (samples of every family)."""
@@ -242,7 +248,7 @@ class LocalEngineServer:
         # lazy import of an optional dependency: prometheus-client (the prometheus extra)
         from prometheus_client.parser import text_string_to_metric_families
 
-        text = httpx.get(self.base_url + "/metrics", headers=self._headers(), timeout=30).text
+        text = httpx.get(self._url("/metrics"), headers=self._headers(), timeout=30).text
         out: dict[str, float] = {}
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
@@ -310,7 +316,7 @@ def assert_cache_miss(response: Any) -> None:
 # ---- the pytest plugin ------------------------------------------------------------------------
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("promptcache", "promptcache local engine")
     group.addoption(
         "--promptcache-cache-mode",
@@ -329,12 +335,14 @@ def pytest_addoption(parser):
 
 
 @pytest.fixture(scope="session")
-def promptcache_engine_factory(request):
+def promptcache_engine_factory(
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[..., LocalEngineServer]]:
     """``factory(cache_mode="automatic", **LocalEngineServer kwargs)`` -> a started server,
     one per distinct configuration for the whole session."""
     servers: dict[tuple, LocalEngineServer] = {}
 
-    def factory(cache_mode: str = "automatic", **kwargs) -> LocalEngineServer:
+    def factory(cache_mode: str = "automatic", **kwargs: Any) -> LocalEngineServer:
         kwargs.setdefault("model", request.config.getoption("--promptcache-model"))
         key = (cache_mode, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
         if key not in servers:
@@ -347,7 +355,10 @@ def promptcache_engine_factory(request):
 
 
 @pytest.fixture(scope="session")
-def promptcache_engine(request, promptcache_engine_factory) -> LocalEngineServer:
+def promptcache_engine(
+    request: pytest.FixtureRequest,
+    promptcache_engine_factory: Callable[..., LocalEngineServer],
+) -> LocalEngineServer:
     """The local engine on a free loopback port, in the configured cache mode."""
     mode = request.config.getoption("--promptcache-cache-mode") or request.config.getini(
         "promptcache_cache_mode"
@@ -356,12 +367,12 @@ def promptcache_engine(request, promptcache_engine_factory) -> LocalEngineServer
 
 
 @pytest.fixture(scope="session")
-def promptcache_openai(promptcache_engine):
+def promptcache_openai(promptcache_engine: LocalEngineServer) -> Any:
     """An ``openai.OpenAI`` client for :func:`promptcache_engine`."""
     return promptcache_engine.openai_client()
 
 
 @pytest.fixture(scope="session")
-def promptcache_anthropic(promptcache_engine):
+def promptcache_anthropic(promptcache_engine: LocalEngineServer) -> Any:
     """An ``anthropic.Anthropic`` client for :func:`promptcache_engine`."""
     return promptcache_engine.anthropic_client()

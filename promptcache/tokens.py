@@ -200,7 +200,7 @@ def count_tokens(text: str, model: str | None = None) -> TokenCount:
     found = _find_counter(model)
     if found is not None:
         prefix, fn = found
-        n = int(fn(text, model))
+        n = int(fn(text, model or ""))  # a counter is found only for a named model
         if n < 0:
             raise ValueError(f"counter for {prefix!r} returned a negative count {n}")
         return TokenCount(n, f"counter:{prefix}", False)

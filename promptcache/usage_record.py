@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 from promptcache.errors import UsageError
 
@@ -170,6 +170,18 @@ def _check_count(name: str, value: Any) -> None:
         raise UsageError(f"{name} must be an integer token count, got {value!r}")
     if value < 0:
         raise UsageError(f"{name} is negative ({value}); token counts cannot be negative")
+
+
+@overload
+def read_count(
+    data: Mapping[str, Any] | None, *keys: str, where: str, required: Literal[True]
+) -> int: ...
+
+
+@overload
+def read_count(
+    data: Mapping[str, Any] | None, *keys: str, where: str, required: bool = False
+) -> int | None: ...
 
 
 def read_count(

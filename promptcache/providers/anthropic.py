@@ -4,6 +4,7 @@ arguments of the official client's call. Usage parsing is in :mod:`promptcache.p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from promptcache.breakpoints import (
@@ -27,7 +28,7 @@ CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
 _UNMARKABLE = {"thinking", "redacted_thinking"}
 
 
-def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
     if "native" in tool:
         return dict(tool["native"])
     out: dict[str, Any] = {}
@@ -40,7 +41,7 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _image(block: dict[str, Any]) -> dict[str, Any]:
+def _image(block: Mapping[str, Any]) -> dict[str, Any]:
     if "url" in block:
         return {"source": {"type": "url", "url": block["url"]}, "type": "image"}
     return {
@@ -55,19 +56,19 @@ def _where(where: Any) -> str:
     return str(where)
 
 
-def content_block(block: dict[str, Any], *where: Any) -> dict[str, Any]:
+def content_block(block: Mapping[str, Any], *where: Any) -> dict[str, Any]:
     """One neutral block (see ``promptcache.build``) as an Anthropic content block; ``where``
     (layer name and indices) only names the block in error messages."""
     t = block["type"]
     if t == "text":
         return {"text": block["text"], "type": "text"}
-    where = _where(where if len(where) != 1 else where[0])
+    named = _where(where if len(where) != 1 else where[0])
     if t == "image":
         return _image(block)
     if t == "tool_call":
         if "arguments_raw" in block:
             raise ValueError(
-                f"{where}: tool call {block['name']!r} has arguments that are not "
+                f"{named}: tool call {block['name']!r} has arguments that are not "
                 "JSON; Anthropic needs an object as tool_use input"
             )
         return {
@@ -78,7 +79,7 @@ def content_block(block: dict[str, Any], *where: Any) -> dict[str, Any]:
         }
     if t == "tool_result":
         out: dict[str, Any] = {
-            "content": [content_block(b, f"{where}.content") for b in block.get("content", ())],
+            "content": [content_block(b, f"{named}.content") for b in block.get("content", ())],
             "tool_use_id": block["id"],
             "type": "tool_result",
         }
@@ -88,11 +89,11 @@ def content_block(block: dict[str, Any], *where: Any) -> dict[str, Any]:
     if t == "native":
         if block.get("provider") != "anthropic":
             raise ValueError(
-                f"{where}: a {block['block'].get('type')!r} block from "
+                f"{named}: a {block['block'].get('type')!r} block from "
                 f"{block.get('provider')} cannot be sent to Anthropic"
             )
         return dict(block["block"])
-    raise ValueError(f"{where}: unknown block type {t!r}")
+    raise ValueError(f"{named}: unknown block type {t!r}")
 
 
 def _check_ttl(ttl: str) -> None:
@@ -138,7 +139,7 @@ def _make_frozen_layout(prompt: PromptLayers, model: str) -> _FrozenLayout:
 _message_memo: Memo[tuple[Any, ...], tuple[Any, ...]] = Memo(8192)
 
 
-def _render_message(msg: dict[str, Any], m: int, model: str) -> tuple[list, list, list]:
+def _render_message(msg: Mapping[str, Any], m: int, model: str) -> tuple[list, list, list]:
     """Rendered content blocks of one neutral history message, their token counts and whether
     each may carry a marker. Memoized (LRU, 8,192 entries) by the texts of an all-text message,
     else by the message object's identity (the memo keeps a reference, so the id cannot be

@@ -35,7 +35,7 @@ def _anthropic_usage_dict(data: dict) -> tuple[dict, str | None]:
 
 def usage_from_anthropic_fields(
     usage: dict, *, provider: str, model: str | None, where: str = "usage"
-):
+) -> Usage:
     """Build a :class:`promptcache.Usage` from Anthropic usage fields (also used for
     Bedrock InvokeModel, whose body is the Anthropic format)."""
     uncached = read_count(usage, "input_tokens", where=where, required=True)
@@ -76,13 +76,13 @@ def usage_from_anthropic_fields(
     )
 
 
-def parse_usage(data: dict, *, provider: str = "anthropic"):
+def parse_usage(data: dict, *, provider: str = "anthropic") -> Usage:
     """Normalize an Anthropic Message / usage / message_start (plain dict) to ``Usage``."""
     usage, model = _anthropic_usage_dict(data)
     return usage_from_anthropic_fields(usage, provider=provider, model=model)
 
 
-def parse_usage_stream(events: list, *, provider: str = "anthropic"):
+def parse_usage_stream(events: list, *, provider: str = "anthropic") -> Usage:
     """Accumulate a Messages stream: ``message_start`` then ``message_delta`` events
     (cumulative counts: a later non-null field replaces the earlier one). A final
     ``Message`` in the list (e.g. from ``stream.get_final_message()``) is used as is."""

@@ -5,6 +5,7 @@ arguments of the official client's call. Usage parsing is in :mod:`promptcache.p
 from __future__ import annotations
 
 import base64 as _base64
+from collections.abc import Mapping
 from typing import Any
 
 from promptcache.breakpoints import (
@@ -28,7 +29,7 @@ _IMAGE_FORMATS = {
 }
 
 
-def _content(block: dict[str, Any], where: str) -> dict[str, Any]:
+def _content(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     t = block["type"]
     if t == "text":
         return {"text": block["text"]}

@@ -26,7 +26,7 @@ from promptcache.usage_record import WRITE_TTL_ASSUMED, Usage, read_count, subpa
 _HEADER_PREFIX = "x-amzn-bedrock-"
 
 
-def _converse_usage(usage: dict, *, provider: str, model: str | None):
+def _converse_usage(usage: dict, *, provider: str, model: str | None) -> Usage:
     w = "usage"
     uncached = read_count(usage, "inputTokens", where=w, required=True)
     output = read_count(usage, "outputTokens", where=w) or 0
@@ -63,7 +63,7 @@ def _converse_usage(usage: dict, *, provider: str, model: str | None):
     )
 
 
-def _header_usage(headers: dict, *, provider: str, model: str | None):
+def _header_usage(headers: dict, *, provider: str, model: str | None) -> Usage:
     h = {str(k).lower(): v for k, v in headers.items()}
 
     def num(name: str) -> int | None:
@@ -85,7 +85,7 @@ def _header_usage(headers: dict, *, provider: str, model: str | None):
     return _converse_usage(usage, provider=provider, model=model)
 
 
-def parse_usage(data: dict, *, provider: str = "bedrock"):
+def parse_usage(data: dict, *, provider: str = "bedrock") -> Usage:
     """Normalize a Bedrock Converse response / usage, a ConverseStream ``metadata`` event,
     an InvokeModel Anthropic body, or an InvokeModel response's HTTP headers."""
     if isinstance(data.get("metadata"), dict):  # ConverseStream metadata event
@@ -114,7 +114,7 @@ def parse_usage(data: dict, *, provider: str = "bedrock"):
     )
 
 
-def parse_usage_stream(events: list, *, provider: str = "bedrock"):
+def parse_usage_stream(events: list, *, provider: str = "bedrock") -> Usage:
     """Normalize a ConverseStream (the ``metadata`` event) or an InvokeModelWithResponseStream
     of Anthropic events (``message_start`` + ``message_delta``)."""
     for ev in reversed(events):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64 as _base64
 import mimetypes as _mimetypes
+from collections.abc import Mapping
 from typing import Any
 
 from promptcache.breakpoints import frozen_text_tokens, tool_tokens
@@ -17,7 +18,8 @@ from promptcache.providers import empty_request
 def _tools(prompt: PromptLayers) -> list[dict[str, Any]]:
     decls = []
     native = []
-    for t in prompt.tools:
+    tools: tuple[Mapping[str, Any], ...] = prompt.tools
+    for t in tools:
         if "native" in t:
             native.append(dict(t["native"]))
             continue
@@ -35,7 +37,7 @@ def _system_instruction(texts: tuple[str, ...]) -> dict[str, Any] | None:
     return {"parts": [{"text": t} for t in texts], "role": "user"}
 
 
-def _part(block: dict[str, Any], names: dict[str, str], where: str) -> dict[str, Any]:
+def _part(block: Mapping[str, Any], names: dict[str, str], where: str) -> dict[str, Any]:
     t = block["type"]
     if t == "text":
         return {"text": block["text"]}

@@ -33,7 +33,7 @@ def _metadata(data: dict) -> tuple[dict, str | None]:
     )
 
 
-def parse_usage(data: dict, *, provider: str = "gemini"):
+def parse_usage(data: dict, *, provider: str = "gemini") -> Usage:
     """Normalize a Gemini GenerateContentResponse / usage metadata (dict) to ``Usage``."""
     meta, model = _metadata(data)
     w = "usageMetadata"
@@ -53,7 +53,7 @@ def parse_usage(data: dict, *, provider: str = "gemini"):
     )
 
 
-def parse_usage_stream(events: list, *, provider: str = "gemini"):
+def parse_usage_stream(events: list, *, provider: str = "gemini") -> Usage:
     """Normalize a streamed generateContent: the last chunk with usage metadata wins."""
     for ev in reversed(events):
         if isinstance(ev, dict) and any(

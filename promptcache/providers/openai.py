@@ -4,6 +4,7 @@ arguments of the official client's call. Usage parsing is in :mod:`promptcache.p
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from promptcache.breakpoints import LayoutBlock, plan, text_tokens
@@ -21,7 +22,7 @@ def prompt_cache_key(prompt: PromptLayers) -> str:
     return "pc-" + prompt.prefix_hash[:32]
 
 
-def chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
+def chat_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
     if "native" in tool:
         return dict(tool["native"])
     fn: dict[str, Any] = {}
@@ -34,7 +35,7 @@ def chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return {"function": fn, "type": "function"}
 
 
-def _tool_responses(tool: dict[str, Any]) -> dict[str, Any]:
+def _tool_responses(tool: Mapping[str, Any]) -> dict[str, Any]:
     if "native" in tool:
         return dict(tool["native"])
     out: dict[str, Any] = {}
@@ -47,7 +48,7 @@ def _tool_responses(tool: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _native(block: dict[str, Any], where: str) -> dict[str, Any]:
+def _native(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     if block.get("provider") != "openai":
         raise ValueError(
             f"{where}: a {block['block'].get('type')!r} block from "
@@ -56,13 +57,13 @@ def _native(block: dict[str, Any], where: str) -> dict[str, Any]:
     return dict(block["block"])
 
 
-def _data_url(block: dict[str, Any]) -> str:
+def _data_url(block: Mapping[str, Any]) -> str:
     if "url" in block:
-        return block["url"]
+        return str(block["url"])
     return f"data:{block['media_type']};base64,{block['data']}"
 
 
-def _chat_parts(blocks: list[dict[str, Any]], where: str) -> str | list[dict[str, Any]]:
+def _chat_parts(blocks: Sequence[Mapping[str, Any]], where: str) -> str | list[dict[str, Any]]:
     """Neutral text/image blocks -> a string (text only) or a list of chat content parts."""
     if all(b["type"] == "text" for b in blocks):
         return "\n\n".join(b["text"] for b in blocks) if len(blocks) != 1 else blocks[0]["text"]
@@ -79,12 +80,12 @@ def _chat_parts(blocks: list[dict[str, Any]], where: str) -> str | list[dict[str
     return parts
 
 
-def _args(block: dict[str, Any]) -> str:
+def _args(block: Mapping[str, Any]) -> str:
     raw = block.get("arguments_raw")
     return raw if raw is not None else dumps_sorted(block.get("arguments", {}))
 
 
-def _result_text(block: dict[str, Any]) -> str | list[dict[str, Any]]:
+def _result_text(block: Mapping[str, Any]) -> str | list[dict[str, Any]]:
     content = block.get("content") or []
     text = _chat_parts(content, "tool_result") if content else ""
     if block.get("is_error") and isinstance(text, str):
@@ -109,7 +110,7 @@ def chat_messages(prompt: PromptLayers) -> list[dict[str, Any]]:
     return out
 
 
-def _chat_message(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def _chat_message(msg: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
     role = msg["role"]
     blocks = msg["content"]
     out: list[dict[str, Any]] = []
@@ -178,7 +179,9 @@ def _responses_input(prompt: PromptLayers) -> list[dict[str, Any]]:
     return out
 
 
-def _responses_parts(blocks: list[dict[str, Any]], where: str, role: str) -> list[dict[str, Any]]:
+def _responses_parts(
+    blocks: Sequence[Mapping[str, Any]], where: str, role: str
+) -> list[dict[str, Any]]:
     parts = []
     for j, b in enumerate(blocks):
         if b["type"] == "text":
@@ -194,7 +197,7 @@ def _responses_parts(blocks: list[dict[str, Any]], where: str, role: str) -> lis
     return parts
 
 
-def _responses_items(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def _responses_items(msg: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     pending: list[dict[str, Any]] = []
     role = msg["role"]

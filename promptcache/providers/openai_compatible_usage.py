@@ -24,7 +24,7 @@ from promptcache.usage_record import Usage, read_count, subpart
 # ``prompt_cache_hit_tokens`` + ``prompt_cache_miss_tokens`` = ``prompt_tokens``.
 
 
-def parse_usage(data: dict, *, provider: str = "openai_compatible"):
+def parse_usage(data: dict, *, provider: str = "openai_compatible") -> Usage:
     """Normalize a chat completion / usage from an OpenAI-compatible server or DeepSeek."""
     usage, model = usage_and_model(data)
     hit = read_count(usage, "prompt_cache_hit_tokens", where="usage")
@@ -54,6 +54,6 @@ def parse_usage(data: dict, *, provider: str = "openai_compatible"):
     )
 
 
-def parse_usage_stream(events: list, *, provider: str = "openai_compatible"):
+def parse_usage_stream(events: list, *, provider: str = "openai_compatible") -> Usage:
     """Normalize a streamed chat completion (the final chunk carries the usage)."""
     return parse_usage(last_usage_event(events), provider=provider)

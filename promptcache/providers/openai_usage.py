@@ -32,7 +32,9 @@ from promptcache.usage_record import (
 DEFAULT_WRITE_TTL = "30m"
 
 
-def usage_from_chat_fields(usage: dict, *, provider: str, model: str | None, where: str = "usage"):
+def usage_from_chat_fields(
+    usage: dict, *, provider: str, model: str | None, where: str = "usage"
+) -> Usage:
     """Build a ``Usage`` from Chat Completions usage fields (also used by
     OpenAI-compatible servers: vLLM, SGLang, the local engine, DeepSeek)."""
     prompt = read_count(usage, "prompt_tokens", where=where, required=True)
@@ -76,7 +78,7 @@ def usage_from_chat_fields(usage: dict, *, provider: str, model: str | None, whe
 
 def usage_from_responses_fields(
     usage: dict, *, provider: str, model: str | None, where: str = "usage"
-):
+) -> Usage:
     """Build a ``Usage`` from Responses API usage fields."""
     total_in = read_count(usage, "input_tokens", where=where, required=True)
     output = read_count(usage, "output_tokens", where=where) or 0
@@ -148,7 +150,7 @@ def usage_and_model(data: dict) -> tuple[dict, str | None]:
     )
 
 
-def parse_usage(data: dict, *, provider: str = "openai"):
+def parse_usage(data: dict, *, provider: str = "openai") -> Usage:
     """Normalize an OpenAI ChatCompletion / Response / usage (plain dict) to ``Usage``;
     Chat and Responses are told apart by ``prompt_tokens`` vs ``input_tokens``."""
     usage, model = usage_and_model(data)
@@ -178,7 +180,7 @@ def last_usage_event(events: list) -> dict:
     )
 
 
-def parse_usage_stream(events: list, *, provider: str = "openai"):
+def parse_usage_stream(events: list, *, provider: str = "openai") -> Usage:
     """Normalize a streamed Chat Completions or Responses call: the usage is in the final
     usage chunk / terminal event (counts there are already totals, nothing to add)."""
     return parse_usage(last_usage_event(events), provider=provider)
