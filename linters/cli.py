@@ -11,6 +11,7 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from linters import formats
 from linters.config import PROVIDERS, ConfigError, load_config, with_cli
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.findings else 0
 
 
-def _apply_fixes(report: Report, targets, config, *, write: bool, out) -> Report:
+def _apply_fixes(report: Report, targets: Any, config: Any, *, write: bool, out: Any) -> Report:
     """Apply (``write``) or print as a diff the fixable findings; re-lint fixed files so the
     report describes the files as they are now."""
 

@@ -20,13 +20,15 @@ never a silent fallback to defaults.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 import pathspec
 
@@ -95,7 +97,7 @@ class LintConfig:
         return codes
 
 
-def expand_codes(items, what: str) -> frozenset[str]:
+def expand_codes(items: Iterable[Any], what: str) -> frozenset[str]:
     """Codes named by ``items`` (codes, prefixes like ``PC00``, or ``ALL``), comma lists
     allowed; raises :class:`ConfigError` for a name that matches no rule."""
 
@@ -213,7 +215,12 @@ def from_table(table: dict, *, root: Path, source: Path | None = None) -> LintCo
 
 
 def with_cli(
-    cfg: LintConfig, *, select=None, ignore=None, exclude=None, provider=None
+    cfg: LintConfig,
+    *,
+    select: Any = None,
+    ignore: Any = None,
+    exclude: Any = None,
+    provider: Any = None,
 ) -> LintConfig:
     """Command-line overrides: ``--select`` replaces the configured selection, ``--ignore``
     and ``--exclude`` add to the configured lists, ``--provider`` replaces."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pathspec
 
@@ -62,7 +63,7 @@ class Target:
 class _Ignores:
     """The ``.gitignore`` specs that apply under a folder, deepest last."""
 
-    def __init__(self, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]):
+    def __init__(self, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]) -> None:
         self.specs = specs
 
     def child(self, directory: Path) -> _Ignores:
@@ -167,7 +168,9 @@ def discover(paths: list[str], config: LintConfig, cwd: Path | None = None) -> l
     return sorted(out.values(), key=lambda t: t.display)
 
 
-def _walk(directory: Path, ignores: _Ignores, gitignore: bool, excluded, out, cwd) -> None:
+def _walk(
+    directory: Path, ignores: _Ignores, gitignore: bool, excluded: Any, out: Any, cwd: Path
+) -> None:
     stack = [(directory, ignores)]
     while stack:
         d, ign = stack.pop()

@@ -8,6 +8,7 @@ the same indentation; a one-line call gets ``, sort_keys=True``.
 from __future__ import annotations
 
 import difflib
+from typing import Any
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -15,7 +16,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from linters.model import Finding
 
 
-def _sort_keys_arg(comma=cst.MaybeSentinel.DEFAULT) -> cst.Arg:
+def _sort_keys_arg(comma: Any = cst.MaybeSentinel.DEFAULT) -> cst.Arg:
     return cst.Arg(
         keyword=cst.Name("sort_keys"),
         value=cst.Name("True"),
@@ -67,7 +68,7 @@ def add_sort_keys(call: cst.Call) -> cst.Call:
 class _SortKeys(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, targets: set[tuple[int, int]]):
+    def __init__(self, targets: set[tuple[int, int]]) -> None:
         super().__init__()
         self.targets = targets
         self.applied = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 DOCS_BASE = "docs/rules"
 
@@ -41,5 +42,5 @@ class Finding:
     path: str = ""
     fix: str | None = None
 
-    def sort_key(self):
+    def sort_key(self) -> Any:
         return (self.path, self.line, self.col, self.code)

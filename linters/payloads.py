@@ -49,39 +49,45 @@ _DECODER = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")
 
 
+def _skip_ws(text: str, pos: int) -> int:
+    """The offset of the first non-whitespace character at or after ``pos``."""
+    m = _WS.match(text, pos)
+    return pos if m is None else m.end()
+
+
 def value_offset(text: str, jpath: str, start: int = 0) -> int | None:
     """Character offset in ``text`` (JSON) of the value at ``jpath`` (``$.a[2].b``), found
     by scanning with the standard decoder; None when the path is not there."""
-    pos = _WS.match(text, start).end()
+    pos = _skip_ws(text, start)
     for m in _PATH_TOKEN.finditer(jpath, 1):
         key, index = m.group(1), m.group(2)
         if key is not None:
             if text[pos : pos + 1] != "{":
                 return None
-            pos = _WS.match(text, pos + 1).end()
+            pos = _skip_ws(text, pos + 1)
             while text[pos : pos + 1] == '"':
-                name, pos = json.decoder.scanstring(text, pos + 1)
-                pos = _WS.match(text, pos).end() + 1  # the colon
-                pos = _WS.match(text, pos).end()
+                name, pos = json.decoder.scanstring(text, pos + 1)  # type: ignore[attr-defined]
+                pos = _skip_ws(text, pos) + 1  # the colon
+                pos = _skip_ws(text, pos)
                 if name == key:
                     break
                 _, pos = _DECODER.raw_decode(text, pos)
-                pos = _WS.match(text, pos).end()
+                pos = _skip_ws(text, pos)
                 if text[pos : pos + 1] == ",":
-                    pos = _WS.match(text, pos + 1).end()
+                    pos = _skip_ws(text, pos + 1)
             else:
                 return None
         else:
             if text[pos : pos + 1] != "[":
                 return None
-            pos = _WS.match(text, pos + 1).end()
+            pos = _skip_ws(text, pos + 1)
             for _ in range(int(index)):
                 if text[pos : pos + 1] == "]":
                     return None
                 _, pos = _DECODER.raw_decode(text, pos)
-                pos = _WS.match(text, pos).end()
+                pos = _skip_ws(text, pos)
                 if text[pos : pos + 1] == ",":
-                    pos = _WS.match(text, pos + 1).end()
+                    pos = _skip_ws(text, pos + 1)
             if text[pos : pos + 1] == "]":
                 return None
     return pos
@@ -100,18 +106,18 @@ def lint_payload(data: bytes, path: str, config: LintConfig) -> list[Finding]:
         return [_finding("PC900", f"not UTF-8 text: {exc.reason} at byte {exc.start}", 1, path)]
     docs: list[tuple[int, str, object]] = []
     if path.endswith(".jsonl"):
-        for ln, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
+        for ln, raw_line in enumerate(text.splitlines(), 1):
+            if not raw_line.strip():
                 continue
             try:
-                docs.append((ln, "", json.loads(line)))
+                docs.append((ln, "", json.loads(raw_line)))
             except ValueError as exc:
                 return [_finding("PC900", f"line is not JSON: {exc}", ln, path)]
     else:
         try:
             doc = json.loads(text)
         except ValueError as exc:
-            line = getattr(exc, "lineno", 1)
+            line: int = getattr(exc, "lineno", 1)
             return [_finding("PC900", f"not JSON: {exc}", line, path)]
         if isinstance(doc, list):
             docs.extend((1, f"[{i}]", d) for i, d in enumerate(doc))

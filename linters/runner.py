@@ -15,6 +15,7 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from linters.analysis import Analysis
 from linters.config import LintConfig
@@ -76,7 +77,10 @@ def lint_source(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tree = compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+            tree = cast(
+                ast.Module,
+                compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True),
+            )
     except SyntaxError as exc:
         if PARSE_ERROR.code not in codes:
             return []
@@ -120,9 +124,9 @@ def lint_source(
     for f in raw:
         if noqa is not None and noqa.silences(f.code, f.line):
             continue
-        line = lines[f.line - 1] if 0 < f.line <= len(lines) else ""
+        start = lines[f.line - 1] if 0 < f.line <= len(lines) else ""
         end = lines[f.end_line - 1] if 0 < f.end_line <= len(lines) else ""
-        f.col = _char_col(line, f.col)
+        f.col = _char_col(start, f.col)
         f.end_col = _char_col(end, f.end_col)
         f.path = path
         key = (f.code, f.line, f.col)
@@ -185,6 +189,6 @@ def lint_targets(targets: list[Target], config: LintConfig, jobs: int = 1) -> Re
     return report
 
 
-def _lint_one(arg) -> list[Finding]:
+def _lint_one(arg: Any) -> list[Finding]:
     target, config = arg
     return lint_target(target, config)

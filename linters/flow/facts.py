@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import builtins
 from dataclasses import dataclass, field
+from typing import Any
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -40,7 +41,16 @@ class Binding:
 
     __slots__ = ("kind", "value", "scope", "line", "col", "in_loop", "node")
 
-    def __init__(self, kind, value, scope, line, col, in_loop, node):
+    def __init__(
+        self,
+        kind: str,
+        value: Any,
+        scope: Scope,
+        line: int,
+        col: int,
+        in_loop: Any,
+        node: Any,
+    ) -> None:
         self.kind = kind
         self.value = value
         self.scope = scope
@@ -76,7 +86,9 @@ class Scope:
         "globals",
     )
 
-    def __init__(self, kind: str, name: str, node, parent: Scope | None, cls: Scope | None = None):
+    def __init__(
+        self, kind: str, name: str, node: Any, parent: Scope | None, cls: Scope | None = None
+    ) -> None:
         self.kind = kind
         self.name = name
         self.node = node

@@ -8,7 +8,7 @@ parameter (so that a caller's argument can be substituted later). Memoised per n
 from __future__ import annotations
 
 import ast
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from linters.flow import tables
 from linters.flow.facts import (
@@ -28,7 +28,7 @@ from linters.flow.facts import (
     Scope,
 )
 from linters.flow.resolve import is_template, short
-from linters.flow.segments import SEG_DYNAMIC, classify
+from linters.flow.segments import SEG_DYNAMIC, SegmentMixin, classify
 
 # Hazard kinds: what flows into a value (a per-request id, json.dumps without sort_keys, a
 # set, a dict view, a function parameter). Not the segment kinds (SEG_*) of
@@ -50,11 +50,11 @@ class Hazard(NamedTuple):
 
     kind: str
     node: ast.AST
-    detail: object
+    detail: Any
     fixable: bool = False
 
 
-class HazardMixin:
+class HazardMixin(SegmentMixin):
     """Hazard questions; mixed into :class:`linters.flow.values.Evaluator`."""
 
     def hazards(self, node: ast.AST, scope: Scope) -> tuple[Hazard, ...]:
@@ -74,7 +74,7 @@ class HazardMixin:
         self._hz[key] = res
         return res
 
-    def _hazards(self, node, scope) -> list[Hazard] | tuple:
+    def _hazards(self, node: Any, scope: Scope) -> list[Hazard] | tuple:
         t = type(node)
         if t is ast.Constant:
             return ()
@@ -132,7 +132,7 @@ class HazardMixin:
             return () if type(node.op) is ast.Not else self.hazards(node.operand, scope)
         return ()
 
-    def _h_comprehension(self, node, scope) -> list[Hazard]:
+    def _h_comprehension(self, node: Any, scope: Scope) -> list[Hazard]:
         out: list[Hazard] = []
         t = type(node)
         for gen in node.generators:
@@ -265,7 +265,7 @@ class HazardMixin:
             out.extend(self.hazards(kw.value, scope))
         return out
 
-    def _h_local_call(self, node, fs: Scope, bound: bool, scope: Scope) -> list[Hazard]:
+    def _h_local_call(self, node: Any, fs: Scope, bound: bool, scope: Scope) -> list[Hazard]:
         out: list[Hazard] = []
         for r in fs.returns:
             for h in self.hazards(r, fs):
@@ -304,7 +304,7 @@ class HazardMixin:
         )
         return out
 
-    def deterministic_order(self, node, scope: Scope, depth: int) -> bool:
+    def deterministic_order(self, node: Any, scope: Scope, depth: int) -> bool:
         """True when serialising ``node`` gives the same key order on every run: literals
         whose nested values are not mappings built at run time."""
         if depth > 8:
@@ -328,7 +328,7 @@ class HazardMixin:
                 return self.deterministic_order(bl[0].value, bl[0].scope, depth + 1)
         return False
 
-    def _not_runtime_mapping(self, node, scope, depth) -> bool:
+    def _not_runtime_mapping(self, node: Any, scope: Scope, depth: int) -> bool:
         t = type(node)
         if t in (ast.Constant, ast.List, ast.Tuple, ast.Dict):
             return self.deterministic_order(node, scope, depth)
@@ -361,7 +361,7 @@ class HazardMixin:
             return True
         return True
 
-    def is_set(self, node, scope: Scope, depth: int = 0) -> bool:
+    def is_set(self, node: Any, scope: Scope, depth: int = 0) -> bool:
         """True when ``node`` evaluates to a ``set``/``frozenset`` (unordered)."""
         key = id(node)
         got = self._set.get(key)
@@ -372,7 +372,7 @@ class HazardMixin:
         self._set[key] = res
         return res
 
-    def _is_set(self, node, scope, depth) -> bool:
+    def _is_set(self, node: Any, scope: Scope, depth: int) -> bool:
         if depth > _MAX_DEPTH:
             return False
         t = type(node)
@@ -410,7 +410,7 @@ class HazardMixin:
             )
         return False
 
-    def input_dict(self, node, scope: Scope, iterated: bool = True) -> str | None:
+    def input_dict(self, node: Any, scope: Scope, iterated: bool = True) -> str | None:
         """Why a mapping's insertion order depends on input (None if it does not, or if
         that cannot be told): a parameter, a comprehension over per-request data, or a dict
         filled at run time (in a loop or from another function).
@@ -428,7 +428,7 @@ class HazardMixin:
         self._dict[key] = res
         return res
 
-    def is_mapping(self, node, scope: Scope, depth: int = 0) -> bool:
+    def is_mapping(self, node: Any, scope: Scope, depth: int = 0) -> bool:
         """True when ``node`` is known to be a dict (literal, comprehension, ``dict()``, a
         parameter annotated as a mapping)."""
         if depth > 6:
@@ -452,7 +452,7 @@ class HazardMixin:
             )
         return False
 
-    def _input_dict(self, node, scope, depth) -> str | None:
+    def _input_dict(self, node: Any, scope: Scope, depth: int) -> str | None:
         if depth > 8:
             return None
         t = type(node)
@@ -511,7 +511,7 @@ class HazardMixin:
         return None
 
 
-def _is_keys_view(node) -> bool:
+def _is_keys_view(node: Any) -> bool:
     return (
         type(node) is ast.Call
         and type(node.func) is ast.Attribute
@@ -520,7 +520,7 @@ def _is_keys_view(node) -> bool:
     )
 
 
-def _annotation_is(note, names: tuple[str, ...]) -> bool:
+def _annotation_is(note: Any, names: tuple[str, ...]) -> bool:
     if note is None:
         return False
     if type(note) is ast.Subscript:

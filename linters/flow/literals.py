@@ -6,17 +6,19 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+from typing import Any
 
 from linters.flow.facts import ASSIGN, Scope
+from linters.flow.resolve import Resolver
 
 _MAX_DEPTH = 24
 _STATIC_LITERAL_MAX = 200_000
 
 
-class LiteralMixin:
+class LiteralMixin(Resolver):
     """Literal questions; mixed into :class:`linters.flow.values.Evaluator`."""
 
-    def literal_str(self, node, scope: Scope, depth: int = 0) -> str | None:
+    def literal_str(self, node: Any, scope: Scope, depth: int = 0) -> str | None:
         """The exact text of a string built only from literals and module constants."""
         if depth > _MAX_DEPTH:
             return None
@@ -24,10 +26,10 @@ class LiteralMixin:
         if t is ast.Constant:
             return node.value if type(node.value) is str else None
         if t is ast.JoinedStr:
-            parts = []
+            parts: list[str] = []
             for v in node.values:
                 if type(v) is ast.Constant:
-                    parts.append(v.value)
+                    parts.append(str(v.value))  # the literal parts of an f-string are str
                 else:
                     inner = self.literal_str(v.value, scope, depth + 1)
                     if inner is None:
@@ -38,7 +40,7 @@ class LiteralMixin:
             if type(node.op) is ast.Add:
                 a = self.literal_str(node.left, scope, depth + 1)
                 b = self.literal_str(node.right, scope, depth + 1) if a is not None else None
-                return None if b is None else a + b
+                return None if a is None or b is None else a + b
             if type(node.op) is ast.Mult:
                 for s_node, n_node in ((node.left, node.right), (node.right, node.left)):
                     if type(n_node) is ast.Constant and type(n_node.value) is int:
@@ -68,7 +70,7 @@ class LiteralMixin:
                 return textwrap.dedent(s) if q == "textwrap.dedent" else inspect.cleandoc(s)
         return None
 
-    def literal_obj(self, node, scope: Scope, depth: int = 0):
+    def literal_obj(self, node: Any, scope: Scope, depth: int = 0) -> Any:
         """The Python value of a literal (dicts, lists, strings, numbers) with module
         constants followed; raises ``LookupError`` when any part is not literal."""
         if depth > _MAX_DEPTH:
@@ -85,15 +87,15 @@ class LiteralMixin:
                     out.append(self.literal_obj(e, scope, depth + 1))
             return out
         if t is ast.Dict:
-            out = {}
+            out_d: dict[Any, Any] = {}
             for k, v in zip(node.keys, node.values):
                 if k is None:
-                    out.update(self.literal_obj(v, scope, depth + 1))
+                    out_d.update(self.literal_obj(v, scope, depth + 1))
                 else:
-                    out[self.literal_obj(k, scope, depth + 1)] = self.literal_obj(
+                    out_d[self.literal_obj(k, scope, depth + 1)] = self.literal_obj(
                         v, scope, depth + 1
                     )
-            return out
+            return out_d
         if t is ast.Name:
             bl = self.resolve(node.id, scope, node.lineno)
             if len(bl) == 1 and bl[0].kind == ASSIGN:

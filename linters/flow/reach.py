@@ -10,7 +10,8 @@ volatile argument is reported where the caller passes it.
 from __future__ import annotations
 
 import ast
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from linters.flow.facts import ASSIGN, MESSAGES, PARAM, PROMPT, ROLE, Scope, Sink
 from linters.flow.values import HAZARD_PARAM, Evaluator, Hazard
@@ -32,7 +33,7 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
     pending: list[tuple[Scope, str, Sink, str | None, bool]] = []
     seen_params: set[tuple[int, str, bool]] = set()
 
-    def take(hs, sink: Sink, via: str | None, messages: bool = False) -> None:
+    def take(hs: Iterable[Hazard], sink: Sink, via: str | None, messages: bool = False) -> None:
         for h in hs:
             if h.kind == HAZARD_PARAM:
                 fs, pname = h.detail
@@ -43,7 +44,7 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
             else:
                 out.append(Reach(h, sink, via))
 
-    def messages_sink(expr, scope: Scope, sink: Sink, via: str | None) -> None:
+    def messages_sink(expr: Any, scope: Scope, sink: Sink, via: str | None) -> None:
         if type(expr) is ast.Name:
             bl = ev.resolve(expr.id, scope, expr.lineno)
             if bl and all(b.kind == PARAM for b in bl):
@@ -96,7 +97,7 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
     return list(unique.values())
 
 
-def message_items(ev: Evaluator, expr, scope: Scope, depth: int = 0):
+def message_items(ev: Evaluator, expr: Any, scope: Scope, depth: int = 0) -> Any:
     """Message-list items, following calls to module functions that return the list."""
     if type(expr) is ast.Call and depth < 4:
         fs, _bound = ev.callee(expr, scope)
@@ -108,7 +109,7 @@ def message_items(ev: Evaluator, expr, scope: Scope, depth: int = 0):
     return ev.message_items(expr, scope)
 
 
-def mark_last(ev: Evaluator, node, scope: Scope, last_ids: set[int]) -> None:
+def mark_last(ev: Evaluator, node: Any, scope: Scope, last_ids: set[int]) -> None:
     """Remember the last message (and the dict a name for it holds) so that a
     system-role message placed last is not treated as a prefix."""
     last_ids.add(id(node))

@@ -4,6 +4,7 @@ a call reaches, the argument it passes for a parameter, and volatile calls."""
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 from linters.flow import tables
 from linters.flow.facts import DEF, Binding, ModuleFacts, Scope
@@ -28,12 +29,22 @@ def class_of(scope: Scope | None) -> Scope | None:
 
 
 class Resolver:
+    # Memo tables of the evaluator (linters.flow.values.Evaluator sets them), declared here
+    # so that the mixins built on this class see their types: node id -> hazards, node id ->
+    # segments, node id -> "is a set", (node id, iterated) -> input-dict reason,
+    # (scope id, parameter) -> "is static".
+    _hz: dict[int, tuple[Any, ...]]
+    _seg: dict[int, tuple[Any, ...]]
+    _set: dict[int, bool]
+    _dict: dict[tuple[int, bool], str | None]
+    _param_static: dict[tuple[int, str], bool]
+
     """Follows names of one module (see :class:`linters.flow.values.Evaluator`).
 
     ``extra_volatile`` adds fully qualified call names to the volatile table.
     """
 
-    def __init__(self, facts: ModuleFacts, extra_volatile: frozenset[str] = frozenset()):
+    def __init__(self, facts: ModuleFacts, extra_volatile: frozenset[str] = frozenset()) -> None:
         self.facts = facts
         self.extra_volatile = extra_volatile
         self._fscopes: dict[int, Scope] | None = None
@@ -43,7 +54,7 @@ class Resolver:
     def resolve(self, name: str, scope: Scope, line: int) -> list[Binding]:
         """Bindings of ``name`` visible from ``scope`` at ``line``: the nearest scope that
         binds it; in the use's own scope, only bindings on earlier lines (all if none)."""
-        s = scope
+        s: Scope | None = scope
         while s is not None:
             bl = s.bindings.get(name)
             if bl:
@@ -130,7 +141,7 @@ class Resolver:
         return f"`{short(node.func, 40)}()` ({what})"
 
     @staticmethod
-    def _request_id_key(node) -> bool:
+    def _request_id_key(node: Any) -> bool:
         return (
             type(node) is ast.Constant
             and type(node.value) is str
@@ -138,7 +149,7 @@ class Resolver:
         )
 
 
-def is_template(value) -> bool:
+def is_template(value: Any) -> bool:
     """True for expressions that assemble text around their parts (f-strings, ``+``,
     ``.format``, ``.join``, ``%``, literals, containers), whose hazards are reported where
     they sit rather than where the assembled value is used."""

@@ -10,9 +10,12 @@ from __future__ import annotations
 import ast
 import re
 import string
+from collections.abc import Sequence
+from typing import Any
 
 from linters.flow import tables
 from linters.flow.facts import ASSIGN, AUG, ITER, PARAM, UNPACK, WITH, Scope
+from linters.flow.literals import LiteralMixin
 from linters.flow.resolve import is_template, short
 
 # Segment kinds (the first item of a segment tuple): literal text, a per-request value, a
@@ -25,7 +28,7 @@ _FORMATTER = string.Formatter()
 _PERCENT_RE = re.compile(r"%%|%(\([^)]*\))?[-#0 +]*(\*|\d+)?(\.(\*|\d+))?[hlL]?[diouxXeEfFgGcrsa]")
 
 
-def classify(segs) -> str:
+def classify(segs: Sequence[Any]) -> str:
     """``"d"`` if any part is per-request or volatile, ``"s"`` if all parts are static,
     else ``"u"``."""
     kind = SEG_STATIC
@@ -38,7 +41,7 @@ def classify(segs) -> str:
     return kind
 
 
-def static_chars(segs) -> int | None:
+def static_chars(segs: Sequence[Any]) -> int | None:
     """Total static characters (None stands for file contents: unknown but large)."""
     total = 0
     for s in segs:
@@ -79,10 +82,10 @@ def looks_like_prose(text: str) -> bool:
     return markup / n < 0.03 and words / n > 0.75
 
 
-class SegmentMixin:
+class SegmentMixin(LiteralMixin):
     """Segment questions; mixed into :class:`linters.flow.values.Evaluator`."""
 
-    def _prose_file(self, recv, scope) -> bool:
+    def _prose_file(self, recv: Any, scope: Scope) -> bool:
         """Whether a file read at run time holds prose: False for code and markup suffixes
         (``.css``, ``.html``, ``.json``, ...) when the path is a literal, else True."""
         node = recv
@@ -97,7 +100,7 @@ class SegmentMixin:
         path = self.literal_str(node, scope)
         return not (path or "").lower().endswith(CODE_SUFFIXES)
 
-    def segments(self, node, scope: Scope) -> tuple:
+    def segments(self, node: Any, scope: Scope) -> tuple:
         """``node``'s text as ordered parts: ("s", chars), ("d", node, why), ("v", node,
         why), ("u",)."""
         key = id(node)
@@ -114,7 +117,7 @@ class SegmentMixin:
         self._seg[key] = res
         return res
 
-    def _segments(self, node, scope):
+    def _segments(self, node: Any, scope: Scope) -> Any:
         t = type(node)
         if t is ast.Constant:
             v = node.value
@@ -128,10 +131,10 @@ class SegmentMixin:
                 )
             return ((SEG_STATIC, len(str(v))),)
         if t is ast.JoinedStr:
-            out = []
+            out: list[tuple[Any, ...]] = []
             for v in node.values:
                 if type(v) is ast.Constant:
-                    out.append((SEG_STATIC, len(v.value)))
+                    out.append((SEG_STATIC, len(str(v.value))))  # f-string literal parts: str
                 else:
                     out.extend(self.segments(v.value, scope))
             return out
@@ -177,7 +180,7 @@ class SegmentMixin:
             return out
         return _U
 
-    def text_segments(self, node, scope: Scope) -> tuple:
+    def text_segments(self, node: Any, scope: Scope) -> tuple:
         """Segments of a piece of prompt text that may be a content block (``{"type":
         "text", "text": ...}``) or a list of blocks."""
         t = type(node)
@@ -188,12 +191,12 @@ class SegmentMixin:
             return _U
         return self.segments(node, scope)
 
-    def _collapse(self, segs, use: ast.AST, label: str) -> tuple:
+    def _collapse(self, segs: Sequence[Any], use: ast.AST, label: str) -> tuple:
         kind = classify(segs)
         if kind == SEG_STATIC:
             total = static_chars(segs)
             if len(segs) == 1:
-                return segs
+                return tuple(segs)
             prose = all(len(x) < 3 or x[2] for x in segs if x[0] == SEG_STATIC)
             return ((SEG_STATIC, total, prose),)
         if kind == SEG_DYNAMIC:
@@ -204,7 +207,7 @@ class SegmentMixin:
             return ((SEG_DYNAMIC, use, f"{label} ({why})" if why != label else label),)
         return _U
 
-    def _seg_name(self, node: ast.Name, scope: Scope):
+    def _seg_name(self, node: ast.Name, scope: Scope) -> Any:
         name = node.id
         bindings = self.resolve(name, scope, node.lineno)
         if tables.REQUEST_ID_RE.match(name) and not any(b.kind in (ASSIGN, AUG) for b in bindings):
@@ -236,7 +239,8 @@ class SegmentMixin:
                 kinds2 = [classify(p) for p in parts]
                 if all(k == SEG_STATIC for k in kinds2):
                     lens = [static_chars(p) for p in parts]
-                    return ((SEG_STATIC, None if None in lens else min(lens)),)
+                    known = [n for n in lens if n is not None]
+                    return ((SEG_STATIC, None if len(known) < len(lens) else min(known)),)
                 if SEG_DYNAMIC in kinds2:
                     return self._collapse(parts[kinds2.index(SEG_DYNAMIC)], node, f"`{name}`")
             return _U
@@ -249,7 +253,7 @@ class SegmentMixin:
                     return ((SEG_DYNAMIC, node, f"`{name}` (from `{short(b.value)}`)"),)
         return _U
 
-    def _seg_attribute(self, node: ast.Attribute, scope: Scope):
+    def _seg_attribute(self, node: ast.Attribute, scope: Scope) -> Any:
         if tables.REQUEST_ID_RE.match(node.attr):
             return ((SEG_VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
         base = node.value
@@ -269,7 +273,7 @@ class SegmentMixin:
             return ((SEG_DYNAMIC, node, f"`{short(node)}`"),)
         return _U
 
-    def _seg_call(self, node: ast.Call, scope: Scope):
+    def _seg_call(self, node: ast.Call, scope: Scope) -> Any:
         why = self.volatile_call(node, scope)
         if why:
             return ((SEG_VOLATILE, node, why),)
@@ -286,8 +290,9 @@ class SegmentMixin:
             elif attr == "join" and len(args) == 1 and type(args[0]) in (ast.List, ast.Tuple):
                 sep = self.literal_str(recv, scope)
                 if sep is not None:
-                    out = []
-                    for i, e in enumerate(args[0].elts):
+                    out: list[tuple[Any, ...]] = []
+                    listed: Any = args[0]  # an ast.List or ast.Tuple (checked above)
+                    for i, e in enumerate(listed.elts):
                         if i and sep:
                             out.append((SEG_STATIC, len(sep)))
                         out.extend(self.segments(e, scope))
@@ -321,8 +326,8 @@ class SegmentMixin:
         parts = list(args) + [kw.value for kw in node.keywords]
         if type(func) is ast.Attribute:
             parts.append(func.value)
-        for p in parts:
-            segs = self.segments(p, scope)
+        for part in parts:
+            segs = self.segments(part, scope)
             if classify(segs) == SEG_DYNAMIC:
                 for s in segs:
                     if s[0] == SEG_VOLATILE:
@@ -337,7 +342,7 @@ class SegmentMixin:
             return ((SEG_STATIC, 0),)
         return _U
 
-    def _seg_format(self, template: str, node: ast.Call, scope: Scope):
+    def _seg_format(self, template: str, node: ast.Call, scope: Scope) -> Any:
         try:
             parsed = list(_FORMATTER.parse(template))
         except ValueError:
@@ -345,7 +350,7 @@ class SegmentMixin:
         kws = {kw.arg: kw.value for kw in node.keywords if kw.arg}
         args = node.args
         auto = 0
-        out = []
+        out: list[tuple[Any, ...]] = []
         for literal, field, _spec, _conv in parsed:
             if literal:
                 out.append((SEG_STATIC, len(literal)))
@@ -366,13 +371,13 @@ class SegmentMixin:
                 out.extend(self.segments(value, scope))
         return out
 
-    def _seg_percent(self, node: ast.BinOp, scope: Scope):
+    def _seg_percent(self, node: ast.BinOp, scope: Scope) -> Any:
         template = self.literal_str(node.left, scope)
         if template is None:
             return _U
         right = node.right
         values = list(right.elts) if type(right) is ast.Tuple else [right]
-        out = []
+        out: list[tuple[Any, ...]] = []
         pos = 0
         i = 0
         for m in _PERCENT_RE.finditer(template):

@@ -19,6 +19,7 @@ constants, closures and calls to functions defined in the same module
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 from linters.flow.facts import APPEND, ASSIGN, AUG, DEEPSET, EXTEND, ModuleFacts, Scope
 from linters.flow.hazards import (
@@ -66,7 +67,7 @@ class Evaluator(HazardMixin, SegmentMixin, LiteralMixin, Resolver):
     ``extra_volatile`` adds fully qualified call names to the volatile table.
     """
 
-    def __init__(self, facts: ModuleFacts, extra_volatile: frozenset[str] = frozenset()):
+    def __init__(self, facts: ModuleFacts, extra_volatile: frozenset[str] = frozenset()) -> None:
         super().__init__(facts, extra_volatile)
         self._hz: dict[int, tuple] = {}
         self._seg: dict[int, tuple] = {}
@@ -74,7 +75,9 @@ class Evaluator(HazardMixin, SegmentMixin, LiteralMixin, Resolver):
         self._dict: dict[tuple[int, bool], str | None] = {}
         self._param_static: dict[tuple[int, str], bool] = {}
 
-    def message_items(self, node, scope: Scope, line: int | None = None, depth: int = 0):
+    def message_items(
+        self, node: Any, scope: Scope, line: int | None = None, depth: int = 0
+    ) -> Any:
         """The elements of a message list in order, as ``[(expr, scope, repeats)]``;
         ``repeats`` marks items appended inside a loop (they also sit before the last)."""
         if depth > 8:
@@ -105,7 +108,7 @@ class Evaluator(HazardMixin, SegmentMixin, LiteralMixin, Resolver):
                     call = b.node
                     if (
                         type(call) is ast.Call
-                        and call.func.attr == "insert"
+                        and getattr(call.func, "attr", None) == "insert"
                         and len(call.args) == 2
                     ):
                         # list.insert semantics; an unknown index counts as the front
@@ -128,9 +131,9 @@ class Evaluator(HazardMixin, SegmentMixin, LiteralMixin, Resolver):
         return []
 
 
-def _targets_last(stmt) -> bool:
+def _targets_last(stmt: ast.stmt) -> bool:
     """True when an element assignment writes ``x[-1]...`` (the last message)."""
-    target = stmt.targets[0] if type(stmt) is ast.Assign else getattr(stmt, "target", None)
+    target: Any = stmt.targets[0] if type(stmt) is ast.Assign else getattr(stmt, "target", None)
     first = None
     while type(target) in (ast.Subscript, ast.Attribute):
         if type(target) is ast.Subscript:

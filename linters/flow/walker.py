@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 from functools import cache
+from typing import Any
 
 from linters.flow import tables
 from linters.flow.facts import (
@@ -121,19 +122,19 @@ _REQUEST_KEYS = ("tools", "system", "messages", "model")
 
 
 @cache
-def _fields(t: type[ast.AST]) -> tuple[str, ...]:
+def _fields(t: Any) -> tuple[str, ...]:
     """The child-node fields of AST type ``t`` (scalar fields dropped), memoized."""
     return tuple(x for x in t._fields if x not in _SCALAR_FIELDS)
 
 
-def _const_str(node) -> str | None:
+def _const_str(node: Any) -> str | None:
     """The value of a string literal node, else None."""
     if type(node) is ast.Constant and type(node.value) is str:
         return node.value
     return None
 
 
-def _call_name(func) -> str:
+def _call_name(func: Any) -> str:
     """``SystemMessage`` for ``SystemMessage(...)``, ``from_template`` for ``X.from_template``."""
     if type(func) is ast.Name:
         return func.id
@@ -142,7 +143,7 @@ def _call_name(func) -> str:
     return ""
 
 
-def _dotted_tail(func) -> str:
+def _dotted_tail(func: Any) -> str:
     """The last two parts of an attribute chain: ``ChatMessage.system``."""
     if type(func) is ast.Attribute:
         base = func.value
@@ -160,7 +161,7 @@ class _Walker:
     """One pass over a module: scopes, bindings (where values flow), sinks (where they reach
     a prompt). A handler returning True has pushed the children it wants walked itself."""
 
-    def __init__(self, tree: ast.Module, source: bytes):
+    def __init__(self, tree: ast.Module, source: bytes) -> None:
         module = Scope("module", "<module>", tree, None)
         self.facts = ModuleFacts(module=module)
         self.facts.has_cache_control = b"cache_control" in source
@@ -181,7 +182,7 @@ class _Walker:
         else:
             lst.append(b)
 
-    def bind(self, target, value, kind, scope, loops, node) -> None:
+    def bind(self, target: Any, value: Any, kind: str, scope: Scope, loops: Any, node: Any) -> None:
         """Flow ``value`` into ``target``: a name, tuples pairwise, ``self.a``, ``x[k]``."""
         t = type(target)
         if t is ast.Name:
@@ -242,7 +243,7 @@ class _Walker:
                     Binding(k, value, scope, node.lineno, node.col_offset, loops, node)
                 )
 
-    def hint(self, name: str, value, scope: Scope) -> None:
+    def hint(self, name: str, value: Any, scope: Scope) -> None:
         """Record a secondary-hint sink for a variable named like a system prompt or tools."""
         if value is None:
             return
@@ -273,7 +274,7 @@ class _Walker:
         longest = 0
         while stack:
             node, scope, loops = pop()
-            t = type(node)
+            t: Any = type(node)
             if t is Name:
                 continue
             if t is Constant:
@@ -299,7 +300,7 @@ class _Walker:
         return facts
 
     # -- statements ----------------------------------------------------------------------
-    def function(self, node, scope, loops, push) -> bool:
+    def function(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``def``: bind the name; open a PARAM-bound scope; sink a prompt builder's returns."""
         self.add(
             scope, node.name, Binding(DEF, node, scope, node.lineno, node.col_offset, loops, node)
@@ -333,7 +334,7 @@ class _Walker:
             push((s, fs, ()))
         return True
 
-    def classdef(self, node, scope, loops, push) -> bool:
+    def classdef(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``class``: bind the name, open a scope whose methods share ``self.attr`` bindings."""
         self.add(
             scope, node.name, Binding(DEF, node, scope, node.lineno, node.col_offset, loops, node)
@@ -347,7 +348,7 @@ class _Walker:
             push((s, cs, ()))
         return True
 
-    def assign(self, node, scope, loops, push) -> bool:
+    def assign(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``x = v``: ``v`` flows into each target (ASSIGN); a prompt-like name is a hint sink."""
         value = node.value
         for target in node.targets:
@@ -357,7 +358,7 @@ class _Walker:
         push((value, scope, loops))
         return True
 
-    def annassign(self, node, scope, loops, push) -> bool:
+    def annassign(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``x: T = v``: ``v`` flows into ``x`` as in ``x = v``; a bare annotation binds nothing."""
         if node.value is not None:
             self.bind(node.target, node.value, ASSIGN, scope, loops, node)
@@ -366,7 +367,7 @@ class _Walker:
             push((node.value, scope, loops))
         return True
 
-    def augassign(self, node, scope, loops, push) -> bool:
+    def augassign(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``x += v``: ``v`` is appended to ``x`` (AUG); other operators make ``x`` OPAQUE."""
         kind = AUG if type(node.op) is ast.Add else OPAQUE
         self.bind(node.target, node.value, kind, scope, loops, node)
@@ -377,7 +378,7 @@ class _Walker:
             push((node.target.slice, scope, loops))
         return True
 
-    def for_(self, node, scope, loops, push) -> bool:
+    def for_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``for x in it``: each item of ``it`` flows into ``x`` (ITER); the body is in the loop."""
         inner = loops + (node.iter,)
         self.bind(node.target, node.iter, ITER, scope, inner, node)
@@ -386,14 +387,14 @@ class _Walker:
             push((s, scope, inner))
         return True
 
-    def while_(self, node, scope, loops, push) -> bool:
+    def while_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``while``: the body is walked as inside a loop of unknown iterable (``None``)."""
         push((node.test, scope, loops))
         for s in (*node.body, *node.orelse):
             push((s, scope, loops + (None,)))
         return True
 
-    def with_(self, node, scope, loops, push) -> bool:
+    def with_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``with v as x``: ``v`` flows into ``x`` (WITH); then the body is walked."""
         for item in node.items:
             if item.optional_vars is not None:
@@ -403,7 +404,7 @@ class _Walker:
             push((s, scope, loops))
         return True
 
-    def import_(self, node, scope, loops, push) -> bool:
+    def import_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``import m as a``: ``a`` is bound to the name ``m`` (IMPORT); LLM SDKs are noted."""
         imports = self.facts.imports
         for alias in node.names:
@@ -421,7 +422,7 @@ class _Walker:
             self.note_module(alias.name)
         return True
 
-    def importfrom(self, node, scope, loops, push) -> bool:
+    def importfrom(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``from m import n as a``: ``a`` is bound to ``m.n`` (IMPORT); LLM SDKs are noted."""
         mod = ("." * node.level) + (node.module or "")
         imports = self.facts.imports
@@ -449,23 +450,23 @@ class _Walker:
         if top in tables.LLM_MODULES or two in tables.LLM_MODULES or top.startswith("langchain"):
             self.facts.llm_context = True
 
-    def return_(self, node, scope, loops, push) -> bool:
+    def return_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``return v``: ``v`` becomes a result of the function, flowing to each caller."""
         if node.value is not None:
             scope.returns.append(node.value)
             push((node.value, scope, loops))
         return True
 
-    def global_(self, node, scope, loops, push) -> bool:
+    def global_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``global n``: bindings of ``n`` in this function go to the module scope instead."""
         scope.globals.update(node.names)
         return True
 
-    def nonlocal_(self, node, scope, loops, push) -> bool:
+    def nonlocal_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``nonlocal n``: ignored, so a rebinding stays in the inner scope (not seen outside)."""
         return True
 
-    def handler(self, node, scope, loops, push) -> bool:
+    def handler(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``except E as x``: ``x`` is OPAQUE (an exception, not prompt text); walk the body."""
         if node.name:
             self.add(
@@ -480,7 +481,7 @@ class _Walker:
         return True
 
     # -- expressions ---------------------------------------------------------------------
-    def call(self, node, scope, loops, push) -> bool:
+    def call(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """A call: index it for argument flow; ``x.append(v)``-style calls flow ``v`` into ``x``."""
         func = node.func
         ft = type(func)
@@ -536,7 +537,7 @@ class _Walker:
                 break
         return False
 
-    def dict_(self, node, scope, loops, push) -> bool:
+    def dict_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """A dict: a system-role message is a ROLE sink; a request body's fields are sinks."""
         keys = node.keys
         if not keys:
@@ -568,7 +569,7 @@ class _Walker:
             self.body_dict(node, scope)
         return False
 
-    def body_dict(self, node, scope) -> None:
+    def body_dict(self, node: Any, scope: Scope) -> None:
         """A request body written as a dict literal: ``{"model": ..., "messages": [...]}``."""
         parts: dict[str, ast.expr] = {}
         for k, v in zip(node.keys, node.values):
@@ -587,14 +588,14 @@ class _Walker:
                 Request({k: parts[k] for k in _REQUEST_KEYS if k in parts}, scope, node)
             )
 
-    def tuple_(self, node, scope, loops, push) -> bool:
+    def tuple_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``("system", text)``: a LangChain-style system message, so a ROLE sink."""
         elts = node.elts
         if len(elts) == 2 and _const_str(elts[0]) in tables.SYSTEM_ROLES:
             self.facts.sinks.append(Sink(ROLE, node, scope, f"a `{elts[0].value}` message"))
         return False
 
-    def comprehension(self, node, scope, loops, push) -> bool:
+    def comprehension(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """A comprehension: each generator's items flow into its target (ITER, in a loop)."""
         for gen in node.generators:
             self.bind(gen.target, gen.iter, ITER, scope, loops + (gen.iter,), node)
@@ -608,25 +609,25 @@ class _Walker:
             push((node.elt, scope, loops))
         return True
 
-    def namedexpr(self, node, scope, loops, push) -> bool:
+    def namedexpr(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``(x := v)``: ``v`` flows into ``x`` (ASSIGN)."""
         self.bind(node.target, node.value, ASSIGN, scope, loops, node)
         push((node.value, scope, loops))
         return True
 
-    def string(self, node, scope, loops, push) -> bool:
+    def string(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """An f-string: kept for PC007 (a per-request value ahead of a long constant)."""
         self.facts.strings.append((node, scope))
         return False
 
-    def binop(self, node, scope, loops, push) -> bool:
+    def binop(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``a + b`` / ``a % b``: a possible concatenation or %-format, kept for PC007."""
         op = type(node.op)
         if op is ast.Add or op is ast.Mod:
             self.facts.strings.append((node, scope))
         return False
 
-    def lambda_(self, node, scope, loops, push) -> bool:
+    def lambda_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``lambda``: its body is not walked, so nothing inside it binds or sinks."""
         return True
 

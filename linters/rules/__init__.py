@@ -7,6 +7,8 @@ syntax nodes an earlier one already reported (PC001 wins over PC004, PC004 over 
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from linters.model import Rule
 from linters.rules import cache_control, layout, ordering, serialization, volatile
 
@@ -29,6 +31,6 @@ RULES[PAYLOAD_UNCHECKED.code] = PAYLOAD_UNCHECKED
 RULES = dict(sorted(RULES.items()))
 
 
-def family_codes(family) -> frozenset[str]:
+def family_codes(family: ModuleType) -> frozenset[str]:
     """The codes a family module reports."""
     return frozenset(r.code for r in family.RULES)

@@ -13,6 +13,14 @@ Every figure (breakpoint count, TTLs, per-model minimum cacheable length) is rea
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from linters.flow.facts import Scope
+
+if TYPE_CHECKING:
+    from linters.analysis import Analysis
+    from linters.flow.values import Evaluator
+
 import ast
 import json
 import math
@@ -53,7 +61,9 @@ TOOLS_OVERHEAD_TOKENS = 346
 class _BP:
     __slots__ = ("node", "ttl", "type", "prefix_bytes")
 
-    def __init__(self, node, ttl, type_, prefix_bytes):
+    def __init__(
+        self, node: Any, ttl: str | None, type_: str | None, prefix_bytes: int | None
+    ) -> None:
         self.node = node
         self.ttl = ttl
         self.type = type_
@@ -63,17 +73,17 @@ class _BP:
 class _Walk:
     """Walks one request's literal structure in cache order, tracking the prefix size."""
 
-    def __init__(self, ev):
+    def __init__(self, ev: Evaluator) -> None:
         self.ev = ev
-        self.size = 0  # UTF-8 bytes of prefix so far, None once unknown
+        self.size: int | None = 0  # UTF-8 bytes of prefix so far, None once unknown
         self.bps: list[_BP] = []
         self.tools = False
 
-    def add(self, n):
+    def add(self, n: Any) -> None:
         if self.size is not None:
             self.size = None if n is None else self.size + n
 
-    def items(self, node, scope, depth=0):
+    def items(self, node: Any, scope: Scope, depth: int = 0) -> Any:
         """Elements of a literal list, names followed; None when not literal."""
         t = type(node)
         if t in (ast.List, ast.Tuple):
@@ -88,7 +98,7 @@ class _Walk:
             return None if a is None or b is None else a + b
         return None
 
-    def as_dict(self, node, scope, depth=0):
+    def as_dict(self, node: Any, scope: Scope, depth: int = 0) -> Any:
         if type(node) is ast.Dict:
             return node, scope
         if type(node) is ast.Name and depth < 6:
@@ -97,7 +107,7 @@ class _Walk:
                 return self.as_dict(bl[0].value, bl[0].scope, depth + 1)
         return None, scope
 
-    def marker(self, d, scope):
+    def marker(self, d: Any, scope: Scope) -> None:
         """Record the block's ``cache_control`` (if any) at the current prefix size."""
         for k, v in zip(d.keys, d.values):
             if type(k) is ast.Constant and k.value == "cache_control":
@@ -114,11 +124,11 @@ class _Walk:
                 self.bps.append(_BP(k, ttl, typ, self.size))
                 return
 
-    def text_len(self, node, scope):
+    def text_len(self, node: Any, scope: Scope) -> Any:
         s = self.ev.literal_str(node, scope)
         return None if s is None else len(s.encode("utf-8"))
 
-    def block(self, node, scope):
+    def block(self, node: Any, scope: Scope) -> None:
         d, dscope = self.as_dict(node, scope)
         if d is None:
             if type(node) is ast.Starred:
@@ -140,7 +150,7 @@ class _Walk:
             self.add(None)
         self.marker(d, dscope)
 
-    def tool(self, node, scope):
+    def tool(self, node: Any, scope: Scope) -> None:
         self.tools = True
         d, dscope = self.as_dict(node, scope)
         if d is None:
@@ -154,7 +164,7 @@ class _Walk:
             self.add(None)
         self.marker(d, dscope)
 
-    def content(self, node, scope):
+    def content(self, node: Any, scope: Scope) -> None:
         elems = self.items(node, scope)
         if elems is None:
             self.add(self.text_len(node, scope))
@@ -162,7 +172,7 @@ class _Walk:
         for e, s in elems:
             self.block(e, s)
 
-    def message(self, node, scope):
+    def message(self, node: Any, scope: Scope) -> None:
         d, dscope = self.as_dict(node, scope)
         if d is None:
             self.add(None)
@@ -172,7 +182,7 @@ class _Walk:
                 self.content(v, dscope)
         self.marker(d, dscope)
 
-    def run(self, req):
+    def run(self, req: Any) -> Any:
         parts, scope = req.parts, req.scope
         for key, each in (("tools", self.tool), ("system", self.block), ("messages", self.message)):
             node = parts.get(key)
@@ -204,7 +214,7 @@ def _min_tokens(model: str | None) -> int:
     return rules.min_tokens or ANTHROPIC_DEFAULT_MIN_TOKENS
 
 
-def check(an) -> list[Finding]:
+def check(an: Analysis) -> list[Finding]:
     """PC005 and PC008 findings for every literal request of the module."""
     facts = an.facts
     if not facts.has_cache_control or not facts.requests:

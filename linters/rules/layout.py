@@ -9,6 +9,15 @@ constant (``long-constant-chars``, default 1000, or a file's contents).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from linters.flow.facts import Scope
+
+if TYPE_CHECKING:
+    from linters.analysis import Analysis
+    from linters.flow.values import Evaluator
+
 import ast
 
 from linters.flow.facts import MESSAGES, PREFIX, PROMPT, ROLE
@@ -30,7 +39,13 @@ RULES = (
 )
 
 
-def _first_dynamic_before_static(segs, min_chars: int):
+def _chars_at_least(segs: Sequence[Any], min_chars: int) -> bool:
+    """Whether static ``segs`` hold at least ``min_chars`` characters (True when unknown)."""
+    n = static_chars(segs)
+    return n is None or n >= min_chars
+
+
+def _first_dynamic_before_static(segs: Sequence[Any], min_chars: int) -> Any:
     """The first per-request segment followed by at least ``min_chars`` of static text."""
     for i, s in enumerate(segs):
         if s[0] != SEG_DYNAMIC:
@@ -42,7 +57,7 @@ def _first_dynamic_before_static(segs, min_chars: int):
     return None
 
 
-def _content(ev, node, scope, depth=0):
+def _content(ev: Evaluator, node: Any, scope: Scope, depth: int = 0) -> Any:
     """The content expression of one message (dict, ``(role, text)`` tuple, or a
     ``SystemMessage(...)``-style call)."""
     t = type(node)
@@ -65,18 +80,18 @@ def _content(ev, node, scope, depth=0):
     return None, scope
 
 
-def _message_text(ev, content, scope):
+def _message_text(ev: Evaluator, content: Any, scope: Scope) -> Any:
     if content is None:
         return (("u",),)
     if type(content) in (ast.List, ast.Tuple):
-        out = []
+        out: list[Finding] = []
         for e in content.elts:
             out.extend(ev.text_segments(e, scope))
         return tuple(out)
     return ev.segments(content, scope)
 
 
-def check(an) -> list[Finding]:
+def check(an: Analysis) -> list[Finding]:
     """PC004 findings for prompt strings and message lists; PC007 for string building
     in LLM modules."""
     ev = an.ev
@@ -84,7 +99,7 @@ def check(an) -> list[Finding]:
     out: list[Finding] = []
     min_chars = cfg.min_static_chars
 
-    def report_pc004(seg, after, label):
+    def report_pc004(seg: Any, after: Any, label: str) -> None:
         node = seg[1]
         if id(node) in an.reported:
             return
@@ -147,7 +162,7 @@ def check(an) -> list[Finding]:
     return out
 
 
-def _check_messages(an, sink, min_chars, out) -> None:
+def _check_messages(an: Analysis, sink: Any, min_chars: int, out: Any) -> None:
     ev = an.ev
     items = message_items(ev, sink.expr, sink.scope)
     if len(items) < 2:
@@ -164,7 +179,7 @@ def _check_messages(an, sink, min_chars, out) -> None:
             (
                 c
                 for kk, sg, c in kinds[i + 1 :]
-                if kk == SEG_STATIC and (static_chars(sg) is None or static_chars(sg) >= min_chars)
+                if kk == SEG_STATIC and (_chars_at_least(sg, min_chars))
             ),
             None,
         )

@@ -3,6 +3,11 @@ so the same data can serialise in a different key order and miss the cache."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from linters.analysis import Analysis
+
 from linters.flow.values import HAZARD_JSON
 from linters.model import Finding, Rule
 from linters.rules.volatile import where
@@ -17,7 +22,7 @@ RULES = (
 )
 
 
-def check(an) -> list[Finding]:
+def check(an: Analysis) -> list[Finding]:
     """PC002 findings from the hazards that reach a cached prefix."""
     out = []
     for r in an.reaches:

@@ -4,6 +4,11 @@ message before the last one."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from linters.analysis import Analysis
+
 import ast
 import string
 
@@ -21,7 +26,7 @@ RULES = (
 )
 
 
-def _system_placeholders(an) -> set[str]:
+def _system_placeholders(an: Analysis) -> set[str]:
     """Variables of system-message templates (``("system", "Today is {date}")``,
     ``SystemMessagePromptTemplate.from_template(...)``) whose text is a literal."""
     names: set[str] = set()
@@ -54,7 +59,7 @@ def _system_placeholders(an) -> set[str]:
     return names
 
 
-def _template_fills(an) -> list[Finding]:
+def _template_fills(an: Analysis) -> list[Finding]:
     """``prompt.partial(date=datetime.now())`` / ``chain.invoke({"date": ...})`` filling a
     variable of a system-message template with a volatile value."""
     names = _system_placeholders(an) if an.facts.template_fills else set()
@@ -85,7 +90,7 @@ def _template_fills(an) -> list[Finding]:
     return out
 
 
-def check(an) -> list[Finding]:
+def check(an: Analysis) -> list[Finding]:
     """PC001 findings: template variables, whole prompt strings, and volatile hazards that
     reach a cached prefix."""
     out = _template_fills(an)
@@ -123,7 +128,7 @@ def check(an) -> list[Finding]:
     return out
 
 
-def where(reach) -> str:
+def where(reach: Any) -> str:
     """Where a hazard lands, for messages: "the system prompt (passed to `f()` as `x`)"."""
     sink = reach.sink
     label = f"a message before the last in {sink.label}" if sink.kind == MESSAGES else sink.label
