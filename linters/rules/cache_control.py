@@ -13,19 +13,15 @@ Every figure (breakpoint count, TTLs, per-model minimum cacheable length) is rea
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from linters.flow.facts import Scope
-
-if TYPE_CHECKING:
-    from linters.analysis import Analysis
-    from linters.flow.values import Evaluator
-
 import ast
 import json
 import math
+from typing import Any
 
+from linters.flow.facts import Scope
+from linters.flow.values import Evaluator
 from linters.model import Finding, Rule
+from linters.rules.context import RuleContext
 from promptcache.limits import (
     ANTHROPIC_DEFAULT_MIN_TOKENS,
     ANTHROPIC_MAX_BREAKPOINTS,
@@ -214,7 +210,7 @@ def _min_tokens(model: str | None) -> int:
     return rules.min_tokens or ANTHROPIC_DEFAULT_MIN_TOKENS
 
 
-def check(an: Analysis) -> list[Finding]:
+def check(an: RuleContext) -> list[Finding]:
     """PC005 and PC008 findings for every literal request of the module."""
     facts = an.facts
     if not facts.has_cache_control or not facts.requests:

@@ -9,21 +9,22 @@ constant (``long-constant-chars``, default 1000, or a file's contents).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-from linters.flow.facts import Scope
-
-if TYPE_CHECKING:
-    from linters.analysis import Analysis
-    from linters.flow.values import Evaluator
-
 import ast
+from collections.abc import Sequence
+from typing import Any
 
-from linters.flow.facts import MESSAGES, PREFIX, PROMPT, ROLE
+from linters.flow.facts import MESSAGES, PREFIX, PROMPT, ROLE, Scope
 from linters.flow.reach import message_items
-from linters.flow.values import SEG_DYNAMIC, SEG_STATIC, SEG_VOLATILE, classify, static_chars
+from linters.flow.values import (
+    SEG_DYNAMIC,
+    SEG_STATIC,
+    SEG_VOLATILE,
+    Evaluator,
+    classify,
+    static_chars,
+)
 from linters.model import Finding, Rule
+from linters.rules.context import RuleContext
 
 RULES = (
     Rule(
@@ -91,7 +92,7 @@ def _message_text(ev: Evaluator, content: Any, scope: Scope) -> Any:
     return ev.segments(content, scope)
 
 
-def check(an: Analysis) -> list[Finding]:
+def check(an: RuleContext) -> list[Finding]:
     """PC004 findings for prompt strings and message lists; PC007 for string building
     in LLM modules."""
     ev = an.ev
@@ -162,7 +163,7 @@ def check(an: Analysis) -> list[Finding]:
     return out
 
 
-def _check_messages(an: Analysis, sink: Any, min_chars: int, out: Any) -> None:
+def _check_messages(an: RuleContext, sink: Any, min_chars: int, out: Any) -> None:
     ev = an.ev
     items = message_items(ev, sink.expr, sink.scope)
     if len(items) < 2:

@@ -7,13 +7,9 @@ insertion order follows the request or run-time registration.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from linters.analysis import Analysis
-
 from linters.flow.values import HAZARD_SET, HAZARD_VIEW
 from linters.model import Finding, Rule
+from linters.rules.context import RuleContext
 from linters.rules.volatile import where
 
 RULES = (
@@ -30,7 +26,7 @@ RULES = (
 )
 
 
-def check(an: Analysis) -> list[Finding]:
+def check(an: RuleContext) -> list[Finding]:
     """PC003 and PC006 findings from the hazards that reach a cached prefix."""
     out = []
     for r in an.reaches:

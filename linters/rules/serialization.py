@@ -3,13 +3,9 @@ so the same data can serialise in a different key order and miss the cache."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from linters.analysis import Analysis
-
 from linters.flow.values import HAZARD_JSON
 from linters.model import Finding, Rule
+from linters.rules.context import RuleContext
 from linters.rules.volatile import where
 
 RULES = (
@@ -22,7 +18,7 @@ RULES = (
 )
 
 
-def check(an: Analysis) -> list[Finding]:
+def check(an: RuleContext) -> list[Finding]:
     """PC002 findings from the hazards that reach a cached prefix."""
     out = []
     for r in an.reaches:

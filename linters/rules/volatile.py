@@ -4,17 +4,14 @@ message before the last one."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from linters.analysis import Analysis
-
 import ast
 import string
+from typing import Any
 
 from linters.flow.facts import MESSAGES, PROMPT, ROLE
 from linters.flow.values import HAZARD_VOLATILE, SEG_VOLATILE, static_chars
 from linters.model import Finding, Rule
+from linters.rules.context import RuleContext
 
 RULES = (
     Rule(
@@ -26,7 +23,7 @@ RULES = (
 )
 
 
-def _system_placeholders(an: Analysis) -> set[str]:
+def _system_placeholders(an: RuleContext) -> set[str]:
     """Variables of system-message templates (``("system", "Today is {date}")``,
     ``SystemMessagePromptTemplate.from_template(...)``) whose text is a literal."""
     names: set[str] = set()
@@ -59,7 +56,7 @@ def _system_placeholders(an: Analysis) -> set[str]:
     return names
 
 
-def _template_fills(an: Analysis) -> list[Finding]:
+def _template_fills(an: RuleContext) -> list[Finding]:
     """``prompt.partial(date=datetime.now())`` / ``chain.invoke({"date": ...})`` filling a
     variable of a system-message template with a volatile value."""
     names = _system_placeholders(an) if an.facts.template_fills else set()
@@ -90,7 +87,7 @@ def _template_fills(an: Analysis) -> list[Finding]:
     return out
 
 
-def check(an: Analysis) -> list[Finding]:
+def check(an: RuleContext) -> list[Finding]:
     """PC001 findings: template variables, whole prompt strings, and volatile hazards that
     reach a cached prefix."""
     out = _template_fills(an)
