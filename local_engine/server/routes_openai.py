@@ -432,7 +432,7 @@ async def completions(request: Request):
     n = req.n
 
     def usage_total(finals: dict[int, Any]) -> dict:
-        from promptcache.cache_rules import CacheUsage
+        from promptcache.cache_emulation import CacheUsage
 
         agg = CacheUsage(
             sum(u.prompt_tokens for u in usages),
