@@ -353,7 +353,10 @@ def start_decoding(engine, prompts, max_tokens: int, tag: str) -> None:
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     for i, p in enumerate(prompts):
         engine.add_request(f"{tag}{len(prompts)}_{i}", p, params)
-    while not all(len(st.samples[0].seq.output_token_ids) > 0 for st in engine._requests.values()):
+    while not all(
+        len(st.samples[0].seq.output_token_ids) > 0
+        for st in engine.output_processor.requests.values()
+    ):
         engine.step()
 
 
@@ -394,7 +397,7 @@ def step_breakdown(engine, torch, vocab, res, name, batch, steps=20):
             z.record()
             z.synchronize()
             gpu.append(a.elapsed_time(z) / 1e3)
-    for rid in list(engine._requests):
+    for rid in list(engine.output_processor.requests):
         engine.abort_request(rid)
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
     row = dict(
@@ -424,7 +427,7 @@ def kernel_profile(engine, torch, vocab, res, name, batch, steps=3):
             engine.step()
         torch.cuda.synchronize()
     engine.runner.graphs = graphs
-    for rid in list(engine._requests):
+    for rid in list(engine.output_processor.requests):
         engine.abort_request(rid)
     rows = []
     for e in prof.key_averages():

@@ -14,7 +14,7 @@ For B = 1, 16, 64 and 256 requests (512-token random prompts, 128 new tokens, gr
 - ``forward``: ``ModelRunner.forward_logits`` (the model; on the GPU this is the graph replay);
 - ``sample``: ``ModelRunner.sample`` (argmax, the copy of the tokens to Python ints);
 - ``post``: everything else in ``LLMEngine.step`` (block tables fetched for the runner,
-  ``cache_computed_blocks``, appending tokens, detokenizing, stop checks, ``_make_output``).
+  ``cache_computed_blocks``, appending tokens, detokenizing, stop checks, ``OutputProcessor.make_output``).
 
 ``host`` = step - forward, the part a faster model does not shrink; ``host/seq`` divides it by
 the batch. Each column is the median over the timed steps of that quantity. The methods are

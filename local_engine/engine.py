@@ -11,20 +11,20 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
 
 import torch
 
 from .config import EngineConfig
-from .detokenizer import StreamDetokenizer, token_text_table
+from .detokenizer import token_text_table
 from .errors import EngineError, RequestTooLongError
 from .kv_cache.manager import KVCacheManager
 from .loader import load_model
 from .metrics import EngineMetrics, MetricsRecorder
-from .outputs import CompletionOutput, RequestMetrics, RequestOutput
+from .output_processor import OutputProcessor, RequestState
+from .outputs import RequestOutput
 from .runner import ModelRunner, kv_block_bytes, plan_num_blocks
-from .sampling import SamplingParams, make_generator
-from .scheduler import Scheduler
+from .sampling import SamplerOutput, SamplingParams, make_generator
+from .scheduler import Scheduler, SchedulerOutput
 from .sequence import Sequence, SequenceStatus
 from .tokenizer import Tokenizer
 
@@ -45,33 +45,6 @@ def cpu_threads(requested: int | None) -> int:
     except OSError:  # no load average on this platform
         busy = 0
     return max(1, min(default, (os.cpu_count() or default) - busy))
-
-
-@dataclass
-class _SampleState:
-    seq: Sequence
-    detok: StreamDetokenizer
-    text: str = ""
-    finish_reason: str | None = None
-    stop_reason: object | None = None
-
-
-@dataclass
-class _RequestState:
-    request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    samples: list[_SampleState]
-    metrics: RequestMetrics
-    prompt: str | None = None
-    stop_ids: frozenset = frozenset()
-
-    @property
-    def finished(self) -> bool:
-        for s in self.samples:
-            if s.finish_reason is None:
-                return False
-        return True
 
 
 class LLMEngine:
@@ -123,9 +96,8 @@ class LLMEngine:
             config.enable_chunked_prefill,
         )
         token_text_table(self.tokenizer, True)  # built once here, not on the first request
-        self._requests: dict[str, _RequestState] = {}
-        self._seq_to_req: dict[str, _RequestState] = {}
         self._metrics = MetricsRecorder()
+        self.output_processor = OutputProcessor(self.tokenizer, self._metrics)
         self.load_seconds = time.monotonic() - t0
         logger.info(
             "%s loaded in %.1fs on %s (%s, %d threads); KV cache: %d blocks x %d tokens = %d tokens max "
@@ -204,7 +176,7 @@ class LLMEngine:
                 ``max_model_len``, or can never fit the KV pool (message names the lengths).
         """
         params = params or SamplingParams()
-        if request_id in self._requests:
+        if request_id in self.output_processor:
             raise EngineError(f"request id {request_id!r} is already in use")
         ids = list(prompt_token_ids)
         if not ids:
@@ -256,83 +228,87 @@ class LLMEngine:
                 max_total_len=max_total,
             )
             seqs.append(seq)
+        # samples 1..n-1 fork off sample 0 when its prompt is computed (sharing its blocks)
         seqs[0].num_forks = params.n - 1
-        stop_ids = set(params.stop_token_ids or ())
-        if not params.ignore_eos:
-            stop_ids |= self.tokenizer.stop_token_ids
-        state = _RequestState(
-            request_id=request_id,
-            prompt_token_ids=ids,
-            params=params,
-            samples=[
-                _SampleState(s, StreamDetokenizer(self.tokenizer, ids, params.skip_special_tokens))
-                for s in seqs
-            ],
-            metrics=RequestMetrics(arrival_time=now),
-            prompt=prompt,
-            stop_ids=frozenset(stop_ids),
-        )
-        self._requests[request_id] = state
-        for s in seqs:
-            self._seq_to_req[s.seq_id] = state
+        for seq in seqs[1:]:
+            seq.status = SequenceStatus.FORK_PENDING
+        self.output_processor.add_request(seqs, params, now, prompt)
         self.scheduler.add(seqs[0])
 
     def abort_request(self, request_id: str) -> None:
         """Stop a request now and free its blocks; unknown ids are a no-op."""
-        state = self._requests.pop(request_id, None)
-        if state is None:
-            return
-        for s in state.samples:
-            if not s.seq.is_finished:
-                self.scheduler.finish(s.seq, SequenceStatus.FINISHED_ABORTED)
-            if s.finish_reason is None:
-                s.finish_reason = "abort"
-            self._seq_to_req.pop(s.seq.seq_id, None)
+        for seq in self.output_processor.abort_request(request_id):
+            self.scheduler.finish(seq, SequenceStatus.FINISHED_ABORTED)
 
     def has_unfinished_requests(self) -> bool:
         """True while any added request has not finished (waiting, running or preempted)."""
-        return bool(self._requests)
-
-    def get_num_unfinished_requests(self) -> int:
-        """Number of added requests that have not finished (waiting, running or preempted)."""
-        return len(self._requests)
+        return len(self.output_processor) > 0
 
     # ---- the step ------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Run one scheduler step; return the outputs of the requests that advanced (each
-        cumulative so far; ``finished`` set on the last one)."""
+        cumulative so far; ``finished`` set on the last one).
+
+        Schedule, run the model, sample (:meth:`_execute`); record the computed tokens
+        (:meth:`_advance`); fork pending samples; hand each sampled token to the
+        :class:`~local_engine.output_processor.OutputProcessor`, finishing the sequences it
+        says stopped; build the outputs."""
         sched = self.scheduler.schedule()
         if sched.is_empty:
             return []
         now = time.monotonic()
+        row_seqs, sampled = self._execute(sched)
+        advanced = self._advance(sched, now)
+        done = time.monotonic()
+        if sampled is not None:
+            # fork n > 1 siblings off sample 0 first (before sample 0 may finish and free)
+            self._fork_pending(row_seqs)
+            self._metrics.generation_tokens += len(row_seqs)
+            append = self.output_processor.append_token
+            finish = self.scheduler.finish
+            for seq, token, lps, lp in zip(
+                row_seqs, sampled.token_ids, sampled.logprobs, sampled.sampled_logprob
+            ):
+                status = append(seq, token, lps, lp, done)
+                if status is not None:
+                    finish(seq, status)
+        if self.config.debug_checks:
+            self.scheduler.check_invariants()
+        return self.output_processor.make_outputs(advanced.values(), done)
+
+    def _execute(self, sched: SchedulerOutput) -> tuple[list[Sequence], SamplerOutput | None]:
+        """Swap and copy blocks, run the model on the scheduled tokens and sample: one row per
+        sampling sequence, plus one per sibling still to fork off it (``FORK_PENDING``; they
+        sample from the parent's logits). Returns the rows' sequences and the sampler's
+        output (None when no sequence samples this step)."""
         tables = self.kv_cache_manager.block_table_array([s.seq.seq_id for s in sched.scheduled])
         self.runner.swap(sched.swap_out, sched.swap_in)
         self.runner.copy_blocks(sched.block_copies)
         batch = self.runner.prepare(sched, tables)
         logits = self.runner.forward_logits(batch)
-
-        # rows to sample: each sampling sequence once, plus its unforked siblings
-        row_src, row_seqs = [], []
+        row_src: list[int] = []
+        row_seqs: list[Sequence] = []
+        seq_to_req = self.output_processor.seq_to_req
         for r, i in enumerate(batch.sample_rows):
             seq = sched.scheduled[i].seq
             row_src.append(r)
             row_seqs.append(seq)
             if seq.num_forks:
-                for sib in self._seq_to_req[seq.seq_id].samples[1:]:
+                for sib in seq_to_req[seq.seq_id].samples[1:]:
                     row_src.append(r)
                     row_seqs.append(sib.seq)
+        if not row_seqs:
+            return row_seqs, None
         if len(row_src) != logits.shape[0]:
             logits = logits[torch.tensor(row_src, dtype=torch.long, device=logits.device)]
-        sampled = (
-            self.runner.sample(
-                logits, [s.params for s in row_seqs], [s.generator for s in row_seqs]
-            )
-            if row_seqs
-            else None
-        )
+        params = [s.params for s in row_seqs]
+        return row_seqs, self.runner.sample(logits, params, [s.generator for s in row_seqs])
 
-        advanced: dict[str, _RequestState] = {}
-        seq_to_req = self._seq_to_req
+    def _advance(self, sched: SchedulerOutput, now: float) -> dict[str, RequestState]:
+        """Mark the scheduled tokens computed, cache the blocks they completed and count
+        prompt tokens; returns the requests that advanced, by id (first-scheduled time set)."""
+        advanced: dict[str, RequestState] = {}
+        seq_to_req = self.output_processor.seq_to_req
         cache_blocks = self.kv_cache_manager.cache_computed_blocks
         for s in sched.scheduled:
             seq = s.seq
@@ -348,150 +324,21 @@ class LLMEngine:
             num_prompt = len(seq.prompt_token_ids)
             if start < num_prompt:
                 self._metrics.prompt_tokens += min(end, num_prompt) - start
-        done = time.monotonic()
-        if sampled is not None:
-            # fork n > 1 siblings off sample 0 first (before sample 0 may finish and free)
-            for seq in row_seqs:
-                if seq.index > 0 and seq.status == SequenceStatus.WAITING:
-                    parent = seq_to_req[seq.seq_id].samples[0].seq
-                    seq.num_computed_tokens = parent.num_computed_tokens
-                    seq.num_cached_tokens = parent.num_cached_tokens
-                    self.kv_cache_manager.fork(parent, seq)
-                    self.scheduler.add_running(seq)
-                elif seq.num_forks:
-                    seq.num_forks = 0
-            self._metrics.generation_tokens += len(row_seqs)
-            append = self._append_token
-            for seq, token, lps, lp in zip(
-                row_seqs, sampled.token_ids, sampled.logprobs, sampled.sampled_logprob
-            ):
-                state = seq_to_req[seq.seq_id]
-                append(state, state.samples[seq.index], token, lps, lp, done)
-        if self.config.debug_checks:
-            self.scheduler.check_invariants()
-        outputs = [self._make_output(st) for st in advanced.values()]
-        for st, out in zip(advanced.values(), outputs):
-            if out.finished:
-                self._finish_request(st, done)
-        return outputs
+        return advanced
 
-    def _append_token(
-        self,
-        state: _RequestState,
-        sample: _SampleState,
-        token: int,
-        logprobs,
-        sampled_lp: float,
-        now: float,
-    ) -> None:
-        """Record one sampled token of ``sample`` (``generation_tokens`` is counted by the
-        caller): metrics, log-probs, stop token / detokenized text / stop strings, length;
-        finish the sequence when it stops."""
-        seq = sample.seq
-        tokens = seq.all_token_ids
-        tokens.append(token)
-        metrics = state.metrics
-        if metrics.first_token_time is None:
-            metrics.first_token_time = now
-            self._metrics.ttft.append(now - metrics.arrival_time)
-        metrics.last_token_time = now
-        params = state.params
-        if params.logprobs is not None:
-            seq.logprobs.append(logprobs)
-        seq.cumulative_logprob += sampled_lp
-        if token in state.stop_ids:
-            sample.finish_reason, sample.stop_reason = "stop", token
-        else:
-            delta = sample.detok.add(token)
-            if delta:
-                sample.text += delta
-                if params.stop:
-                    self._check_stop_strings(sample, params.stop, len(delta))
-        if sample.finish_reason is None and len(tokens) >= seq.max_total_len:
-            sample.finish_reason = "length"
-        if sample.finish_reason is not None:
-            status = (
-                SequenceStatus.FINISHED_STOPPED
-                if sample.finish_reason == "stop"
-                else SequenceStatus.FINISHED_LENGTH
-            )
-            self.scheduler.finish(seq, status)
-
-    @staticmethod
-    def _check_stop_strings(sample: _SampleState, stops: list[str], delta_len: int) -> None:
-        """Cut the text at the earliest occurrence of any stop string (whichever comes first in
-        the text, not in the list), looking only where the last ``delta_len`` characters could
-        have completed one."""
-        text = sample.text
-        best_idx, best = -1, None
-        for stop in stops:
-            start = max(0, len(text) - delta_len - len(stop) + 1)
-            idx = text.find(stop, start)
-            if idx != -1 and (best is None or idx < best_idx):
-                best_idx, best = idx, stop
-        if best is not None:
-            sample.text = text[:best_idx]
-            sample.finish_reason, sample.stop_reason = "stop", best
-
-    @staticmethod
-    def _visible_text(sample: _SampleState, stops: list[str]) -> str:
-        """While running, hold back a tail that could still become a stop string."""
-        text = sample.text
-        if sample.finish_reason is not None or not stops:
-            return text
-        hold = 0
-        for stop in stops:
-            for k in range(min(len(stop) - 1, len(text)), hold, -1):
-                if text.endswith(stop[:k]):
-                    hold = k
-                    break
-        return text[: len(text) - hold] if hold else text
-
-    def _make_output(self, state: _RequestState) -> RequestOutput:
-        outs = []
-        params = state.params
-        want_lp = params.logprobs is not None
-        stops = params.stop
-        finished = True
-        for s in state.samples:
-            seq = s.seq
-            if s.finish_reason is None:
-                finished = False
-            # positional: index, text, token_ids, finish_reason, stop_reason, logprobs,
-            # cumulative_logprob (half the cost of keywords; this runs per request per step)
-            outs.append(
-                CompletionOutput(
-                    seq.index,
-                    self._visible_text(s, stops) if stops else s.text,
-                    seq.all_token_ids[len(seq.prompt_token_ids) :],  # a new list
-                    s.finish_reason,
-                    s.stop_reason,
-                    list(seq.logprobs) if want_lp else None,
-                    seq.cumulative_logprob if want_lp else None,
-                )
-            )
-        cached = state.samples[0].seq.num_cached_tokens
-        # positional: request_id, prompt_token_ids, num_cached_tokens, outputs, finished,
-        # metrics, prompt
-        return RequestOutput(
-            state.request_id,
-            state.prompt_token_ids,
-            cached if cached > 0 else 0,
-            outs,
-            finished,
-            state.metrics,
-            state.prompt,
-        )
-
-    def _finish_request(self, state: _RequestState, now: float) -> None:
-        state.metrics.finish_time = now
-        self._metrics.requests_finished += 1
-        for s in state.samples:
-            n = s.seq.num_output_tokens
-            if n >= 2 and state.metrics.first_token_time is not None:
-                self._metrics.tpot.append((now - state.metrics.first_token_time) / (n - 1))
-            self._seq_to_req.pop(s.seq.seq_id, None)
-        self._requests.pop(state.request_id, None)
+    def _fork_pending(self, row_seqs: list[Sequence]) -> None:
+        """Fork each ``FORK_PENDING`` sample among ``row_seqs`` off sample 0 (whose prompt is now
+        computed): it shares sample 0's blocks copy-on-write and joins the running set."""
+        seq_to_req = self.output_processor.seq_to_req
+        for seq in row_seqs:
+            if seq.status == SequenceStatus.FORK_PENDING:
+                parent = seq_to_req[seq.seq_id].samples[0].seq
+                seq.num_computed_tokens = parent.num_computed_tokens
+                seq.num_cached_tokens = parent.num_cached_tokens
+                self.kv_cache_manager.fork(parent, seq)
+                self.scheduler.add_running(seq)
+            elif seq.num_forks:
+                seq.num_forks = 0
 
     # ---- metrics -------------------------------------------------------------------------
     @property

@@ -1,6 +1,6 @@
 """What the engine returns per request and step.
 
-``LLMEngine._make_output`` builds :class:`CompletionOutput` and :class:`RequestOutput`
+``OutputProcessor.make_output`` (``local_engine/output_processor.py``) builds :class:`CompletionOutput` and :class:`RequestOutput`
 positionally (it runs for every request every step): keep the fields' order, or change it there
 too."""
 

@@ -93,6 +93,65 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
+@dataclass(frozen=True, slots=True)
+class HostLayout:
+    """Where :meth:`ModelRunner.prepare` puts each batch input in its one int64 host buffer
+    (which reaches the device in one copy; the batch tensors are views into the copy).
+
+    Offsets are in entries of their part; every part starts on a 16-byte boundary (2 int64
+    or 4 int32 entries) so that each view is aligned. In order, in int64 entries:
+
+    ========================  ==================  ========================================
+    offset                    length              holds
+    ========================  ==================  ========================================
+    ``input_ids``             ``num_tokens``      token ids, int64
+    ``positions``             ``num_tokens``      positions, int64
+    ``slot_mapping``          ``num_tokens``      KV slot of each token, int64
+    ``logits_indices``        ``num_logits``      flat row of each sampling sequence, int64
+    ``int32``                 ``int32_len``       the int32 part, viewed as int32 below
+    ========================  ==================  ========================================
+
+    and inside the int32 part, in int32 entries: ``block_tables`` (0) ``[num_seqs,
+    max_blocks]``, ``cu_seqlens_q`` ``[num_seqs + 1]``, ``seq_lens`` ``[num_seqs]``.
+    ``total`` is the int64 entries of the whole buffer.
+    """
+
+    num_tokens: int
+    num_seqs: int
+    max_blocks: int
+    num_logits: int
+    input_ids: int
+    positions: int
+    slot_mapping: int
+    logits_indices: int
+    int32: int
+    int32_len: int
+    total: int
+    block_tables: int  # int32 offsets from here on, inside the int32 part
+    cu_seqlens_q: int
+    seq_lens: int
+
+    @classmethod
+    def plan(cls, num_tokens: int, num_seqs: int, max_blocks: int, num_logits: int) -> HostLayout:
+        """The layout for a batch of ``num_tokens`` tokens in ``num_seqs`` sequences with
+        block tables ``max_blocks`` wide, ``num_logits`` of which sample."""
+        n = num_seqs
+        o_cu = _round_up(n * max_blocks, 4)
+        o_sl = _round_up(o_cu + n + 1, 4)
+        int32_len = _round_up(o_sl + n, 4) // 2
+        offsets = []
+        total = 0
+        for size in (num_tokens, num_tokens, num_tokens, num_logits, int32_len):
+            offsets.append(total)
+            total += _round_up(size, 2)
+        o_ids, o_pos, o_slot, o_lp, o_32 = offsets
+        return cls(
+            num_tokens, n, max_blocks, num_logits,
+            o_ids, o_pos, o_slot, o_lp, o_32, int32_len, total,
+            0, o_cu, o_sl,
+        )  # fmt: skip
+
+
 def _as_block_table(block_tables, n: int) -> np.ndarray:
     """int32 ``[n, max_blocks]`` (``max_blocks`` at least 1) from an array of that shape or
     from ``n`` lists of block ids (padded with 0)."""
@@ -178,8 +237,9 @@ class ModelRunner:
                 an int32 array ``[num_seqs, max_blocks]`` padded with 0
                 (:meth:`KVCacheManager.block_table_array`), or one list of block ids each.
 
-        All integer inputs are written into one host buffer and reach the device in one copy
-        (from pinned memory on CUDA); the tensors of :class:`BatchInputs` are views into it.
+        All integer inputs are written into one host buffer (laid out as :class:`HostLayout`
+        says) and reach the device in one copy (from pinned memory on CUDA); the tensors of
+        :class:`BatchInputs` are views into it.
         Per sequence there is one pass of Python attribute reads; positions, slots and the
         rest are NumPy arithmetic over the whole batch.
         """
@@ -204,21 +264,17 @@ class ModelRunner:
         bt = _as_block_table(block_tables, n)
         max_blocks = bt.shape[1]
 
-        # one int64 host buffer; each part starts on a 16-byte boundary. The int32 part holds
-        # block_tables [n, max_blocks], cu_seqlens_q [n + 1] and seq_lens [n].
         n_lp = len(sample_rows)
-        o_cu = _round_up(n * max_blocks, 4)
-        o_sl = _round_up(o_cu + n + 1, 4)
-        sizes64 = (num_tokens, num_tokens, num_tokens, n_lp, _round_up(o_sl + n, 4) // 2)
-        offs = []
-        total = 0
-        for size in sizes64:
-            offs.append(total)
-            total += _round_up(size, 2)
-        host = self._host_buffer(total)
-        o_ids, o_pos, o_slot, o_lp, o_32 = offs
-        h32 = host[o_32 : o_32 + sizes64[4]].view(np.int32)
-        o_bt = 0
+        lay = HostLayout.plan(num_tokens, n, max_blocks, n_lp)
+        host = self._host_buffer(lay.total)
+        o_ids, o_pos, o_slot, o_lp = (
+            lay.input_ids,
+            lay.positions,
+            lay.slot_mapping,
+            lay.logits_indices,
+        )
+        o_bt, o_cu, o_sl = lay.block_tables, lay.cu_seqlens_q, lay.seq_lens
+        h32 = host[lay.int32 : lay.int32 + lay.int32_len].view(np.int32)
 
         ends_np = np.array(ends, dtype=np.int64)
         host[o_ids : o_ids + num_tokens] = token_ids
@@ -248,8 +304,8 @@ class ModelRunner:
         h32[o_cu : o_cu + n + 1] = cu
         h32[o_sl : o_sl + n] = ends_np
 
-        dev = self._to_device(host, total)
-        d32 = dev[o_32 : o_32 + sizes64[4]].view(torch.int32)
+        dev = self._to_device(host, lay.total)
+        d32 = dev[lay.int32 : lay.int32 + lay.int32_len].view(torch.int32)
         meta = AttentionMetadata(
             slot_mapping=dev[o_slot : o_slot + num_tokens],
             block_tables=d32[o_bt : o_bt + n * max_blocks].view(n, max_blocks),

@@ -19,7 +19,6 @@ Nothing here knows about tensors; the runner turns a :class:`SchedulerOutput` in
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -105,7 +104,8 @@ class Scheduler:
         self.waiting.append(seq)
 
     def add_running(self, seq: Sequence) -> None:
-        """Join an already-computed sequence (a forked sample) to the running set."""
+        """Join a sample just forked off a computed one (``FORK_PENDING`` until now) to the
+        running set."""
         seq.status = SequenceStatus.RUNNING
         self.running.append(seq)
 
@@ -122,17 +122,12 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def finish(self, seq: Sequence, status: SequenceStatus) -> None:
-        """Mark ``seq`` finished with ``status`` and free its blocks at once."""
+        """Mark ``seq`` finished with ``status``, take it out of its queue and free its blocks
+        at once. A ``FORK_PENDING`` sample is in no queue and holds no blocks."""
         if seq.status == SequenceStatus.RUNNING:
-            try:
-                self.running.remove(seq)
-            except ValueError:
-                pass
-        elif not seq.is_finished:
-            try:
-                self.waiting.remove(seq)
-            except ValueError:
-                pass
+            self.running.remove(seq)
+        elif seq.status != SequenceStatus.FORK_PENDING and not seq.is_finished:
+            self.waiting.remove(seq)  # WAITING, PREEMPTED and SWAPPED wait in the queue
         seq.status = status
         self.kv.free(seq)
 
@@ -153,15 +148,29 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
 
+    def _uncomputed_prompt_hashes(self, seq: Sequence) -> list[bytes]:
+        """Hashes of ``seq``'s full prompt blocks that are not computed yet."""
+        bs = self.kv.block_size
+        hashes = self.kv.update_block_hashes(seq)
+        return hashes[seq.num_computed_tokens // bs : seq.num_prompt_tokens // bs]
+
     def _pending_hashes(self) -> set[bytes]:
         """Hashes of prompt blocks that running prefills will compute but have not yet."""
         pending: set[bytes] = set()
-        bs = self.kv.block_size
         for s in self.running:
             if s.in_prefill:
-                hashes = self.kv.update_block_hashes(s)
-                pending.update(hashes[s.num_computed_tokens // bs : s.num_prompt_tokens // bs])
+                pending.update(self._uncomputed_prompt_hashes(s))
         return pending
+
+    def _admit(self, idx: int, seq: Sequence, num_new: int, out: SchedulerOutput) -> int:
+        """Move ``seq`` (``self.waiting[idx]``, its slots already allocated) to the running set
+        and schedule its next ``num_new`` tokens. Returns the ``max_num_seqs`` seats it takes:
+        itself plus the samples still to fork off it."""
+        del self.waiting[idx]
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+        out.scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, num_new))
+        return 1 + seq.num_forks
 
     def schedule(self) -> SchedulerOutput:
         """Plan one step: running sequences first (decodes and prefill chunks, preempting the newest
@@ -170,9 +179,22 @@ class Scheduler:
         another request is computing this step."""
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
-        time.monotonic()
 
-        # 1. running sequences
+        budget = self._schedule_running(out, budget)
+        # waiting sequences only when this step did not have to preempt (the pool is tight);
+        # the per-running-sequence sums there are only worth computing when someone waits
+        if not out.preempted and self.waiting:
+            budget = self._schedule_waiting(out, budget)
+        out.num_batched_tokens = self.max_num_batched_tokens - budget
+        # swap-outs decided this step (or left from a step that scheduled nothing) run first
+        out.swap_out = self._pending_swap_out + out.swap_out
+        self._pending_swap_out = [] if out.scheduled else out.swap_out
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        """Schedule running sequences oldest first: a decode takes one token, a prefill chunk
+        what the budget allows; when the pool cannot supply a block, preempt the newest until
+        the allocation fits. Returns the budget left."""
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
@@ -199,76 +221,63 @@ class Scheduler:
             budget -= num_new
             i += 1
 
-        # 2. waiting sequences (not when this step had to preempt: the pool is tight); the
-        # per-running-sequence sums below are only worth computing when someone waits
-        if not out.preempted and self.waiting:
-            pending = self._pending_hashes() if self.kv.enable_caching else set()
-            num_seqs = len(self.running) + sum(s.num_forks for s in self.running)
-            idx = 0
-            while idx < len(self.waiting) and budget > 0:
-                seq = self.waiting[idx]
-                if num_seqs + 1 + seq.num_forks > self.max_num_seqs:
-                    break
-                if seq.status == SequenceStatus.SWAPPED:
-                    num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
-                    if (
-                        num_new < seq.num_tokens - seq.num_computed_tokens
-                        and not self.enable_chunked_prefill
-                    ):
-                        break
-                    need = max(
-                        self.kv.num_swapped_blocks(seq),
-                        self.kv.blocks_needed(seq.num_computed_tokens + num_new),
-                    )
-                    if need > self.kv.num_free_blocks:
-                        break  # FCFS: wait until it fits
-                    out.swap_in.extend(self.kv.swap_in(seq))
-                    copies = self.kv.allocate_slots(seq, num_new)
-                    assert copies is not None
-                    del self.waiting[idx]
-                    seq.status = SequenceStatus.RUNNING
-                    self.running.append(seq)
-                    num_seqs += 1 + seq.num_forks
-                    out.scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, num_new))
-                    budget -= num_new
-                    continue
-                hits, num_cached = self.kv.get_computed_blocks(seq)
-                if pending:
-                    hashes = self.kv.update_block_hashes(seq)
-                    nxt = len(hits)
-                    if nxt < (seq.num_tokens - 1) // self.kv.block_size and hashes[nxt] in pending:
-                        idx += 1  # hold back: another prefill is computing this block now
-                        continue
-                num_new = seq.num_tokens - seq.num_computed_tokens - num_cached
-                if num_new > budget:
-                    if not self.enable_chunked_prefill:
-                        break
-                    num_new = budget
-                copies = self.kv.allocate_slots(seq, num_new, hits)
-                if copies is None:
-                    break  # FCFS: nobody overtakes a request that does not fit
-                del self.waiting[idx]
-                if seq.num_cached_tokens < 0:
-                    seq.num_cached_tokens = num_cached
-                    self.kv.record_lookup(seq.num_prompt_tokens, num_cached)
-                seq.num_computed_tokens += num_cached
-                seq.status = SequenceStatus.RUNNING
-                self.running.append(seq)
-                num_seqs += 1 + seq.num_forks
-                out.scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, num_new))
-                budget -= num_new
-                if self.kv.enable_caching and seq.in_prefill:
-                    hashes = self.kv.update_block_hashes(seq)
-                    bs = self.kv.block_size
-                    pending.update(
-                        hashes[seq.num_computed_tokens // bs : seq.num_prompt_tokens // bs]
-                    )
+        return budget
 
-        out.num_batched_tokens = self.max_num_batched_tokens - budget
-        # swap-outs decided this step (or left from a step that scheduled nothing) run first
-        out.swap_out = self._pending_swap_out + out.swap_out
-        self._pending_swap_out = [] if out.scheduled else out.swap_out
-        return out
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> int:
+        """Admit waiting sequences in arrival order (swapped ones swap back in; new and
+        preempted ones look up the prefix cache first) while the budget, ``max_num_seqs`` and
+        free blocks allow, holding back one whose next uncached block a running prefill is
+        computing. Returns the budget left."""
+        pending = self._pending_hashes() if self.kv.enable_caching else set()
+        num_seqs = len(self.running) + sum(s.num_forks for s in self.running)
+        idx = 0
+        while idx < len(self.waiting) and budget > 0:
+            seq = self.waiting[idx]
+            if num_seqs + 1 + seq.num_forks > self.max_num_seqs:
+                break
+            if seq.status == SequenceStatus.SWAPPED:
+                num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+                if (
+                    num_new < seq.num_tokens - seq.num_computed_tokens
+                    and not self.enable_chunked_prefill
+                ):
+                    break
+                need = max(
+                    self.kv.num_swapped_blocks(seq),
+                    self.kv.blocks_needed(seq.num_computed_tokens + num_new),
+                )
+                if need > self.kv.num_free_blocks:
+                    break  # FCFS: wait until it fits
+                out.swap_in.extend(self.kv.swap_in(seq))
+                copies = self.kv.allocate_slots(seq, num_new)
+                assert copies is not None
+                num_seqs += self._admit(idx, seq, num_new, out)
+                budget -= num_new
+                continue
+            hits, num_cached = self.kv.get_computed_blocks(seq)
+            if pending:
+                hashes = self.kv.update_block_hashes(seq)
+                nxt = len(hits)
+                if nxt < (seq.num_tokens - 1) // self.kv.block_size and hashes[nxt] in pending:
+                    idx += 1  # hold back: another prefill is computing this block now
+                    continue
+            num_new = seq.num_tokens - seq.num_computed_tokens - num_cached
+            if num_new > budget:
+                if not self.enable_chunked_prefill:
+                    break
+                num_new = budget
+            copies = self.kv.allocate_slots(seq, num_new, hits)
+            if copies is None:
+                break  # FCFS: nobody overtakes a request that does not fit
+            if seq.num_cached_tokens < 0:
+                seq.num_cached_tokens = num_cached
+                self.kv.record_lookup(seq.num_prompt_tokens, num_cached)
+            seq.num_computed_tokens += num_cached
+            num_seqs += self._admit(idx, seq, num_new, out)
+            budget -= num_new
+            if self.kv.enable_caching and seq.in_prefill:
+                pending.update(self._uncomputed_prompt_hashes(seq))
+        return budget
 
     def check_invariants(self) -> None:
         """Debug check: pool invariants, and every live sequence in exactly one queue."""

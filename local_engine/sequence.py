@@ -19,9 +19,14 @@ from .sampling import SamplingParams
 
 class SequenceStatus(enum.Enum):
     """Lifecycle of a sequence: WAITING -> RUNNING -> FINISHED_*; RUNNING -> PREEMPTED (blocks
-    given back, recomputed later) or SWAPPED (K/V kept in CPU memory) -> RUNNING."""
+    given back, recomputed later) or SWAPPED (K/V kept in CPU memory) -> RUNNING.
+
+    Samples 1..n-1 of an ``n > 1`` request start FORK_PENDING: in no scheduler queue and
+    holding no blocks until sample 0's prompt is computed; then they fork off it (sharing its
+    blocks copy-on-write) straight to RUNNING, or are aborted (FINISHED_ABORTED)."""
 
     WAITING = "waiting"
+    FORK_PENDING = "fork_pending"  # a sibling sample not yet forked off sample 0
     RUNNING = "running"
     PREEMPTED = "preempted"  # waiting again after giving its blocks back
     SWAPPED = "swapped"  # waiting with its K/V copied to CPU memory

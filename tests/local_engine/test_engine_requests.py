@@ -317,3 +317,41 @@ def test_pool_sized_from_kv_cache_memory_and_logged(engine_factory, caplog):
     assert tuple(eng.runner.kv_cache.shape) == (30, 2, 10, 16, 3, 64)
     line = next(r.getMessage() for r in caplog.records if "KV cache" in r.getMessage())
     assert "10 blocks x 16 tokens = 160 tokens" in line and "46080 bytes/token" in line
+
+
+def test_unforked_samples_are_fork_pending_in_no_queue_until_sample_0_prefills(engine):
+    from local_engine.sequence import SequenceStatus
+
+    ids = chat_ids(engine, "Name three colours.")
+    engine.add_request("fp-1", ids, SamplingParams(temperature=1.0, seed=3, n=3, max_tokens=4))
+    state = engine.output_processor.requests["fp-1"]
+    first, *siblings = (s.seq for s in state.samples)
+    sched = engine.scheduler
+    assert first.status == SequenceStatus.WAITING and first in sched.waiting
+    for sib in siblings:
+        assert sib.status == SequenceStatus.FORK_PENDING
+        assert sib not in sched.waiting and sib not in sched.running
+        assert not engine.kv_cache_manager.req_blocks.get(sib.seq_id)
+    engine.step()  # the whole prompt fits one step: sample 0 samples and the siblings fork
+    assert [s.status for s in (first, *siblings)] == [SequenceStatus.RUNNING] * 3
+    assert all(s in sched.running for s in (first, *siblings))
+    # the forks share sample 0's full prompt blocks (copy-on-write)
+    kv = engine.kv_cache_manager
+    full = len(ids) // kv.block_size
+    assert kv.req_blocks[siblings[0].seq_id][:full] == kv.req_blocks[first.seq_id][:full]
+    engine.abort_request("fp-1")
+    sched.check_invariants()
+
+
+def test_abort_before_the_fork_finishes_pending_samples_without_a_queue(engine):
+    from local_engine.sequence import SequenceStatus
+
+    kv = engine.kv_cache_manager
+    idle = kv.num_free_blocks
+    engine.add_request("fp-2", chat_ids(engine, "Hi."), SamplingParams(n=2, max_tokens=4))
+    state = engine.output_processor.requests["fp-2"]
+    engine.abort_request("fp-2")  # before any step: sample 1 was never forked
+    assert [s.seq.status for s in state.samples] == [SequenceStatus.FINISHED_ABORTED] * 2
+    assert [s.finish_reason for s in state.samples] == ["abort", "abort"]
+    assert kv.num_free_blocks == idle and not engine.has_unfinished_requests()
+    engine.scheduler.check_invariants()

@@ -203,3 +203,47 @@ def test_block_table_array_pads_with_zero_and_sizes_to_the_longest(runner):
     kv.free(a)
     assert kv.block_table_array(["a", "b"]).tolist() == [[0], kv.block_ids("b")]
     assert kv.block_table_array([]).shape == (0, 1)
+
+
+@pytest.mark.parametrize(
+    "num_tokens,num_seqs,max_blocks,num_logits", [(1, 1, 1, 1), (37, 3, 5, 2), (8, 8, 1, 0)]
+)
+def test_host_layout_parts_are_aligned_disjoint_and_in_order(
+    num_tokens, num_seqs, max_blocks, num_logits
+):
+    from local_engine.runner import HostLayout
+
+    lay = HostLayout.plan(num_tokens, num_seqs, max_blocks, num_logits)
+    parts64 = [
+        (lay.input_ids, num_tokens),
+        (lay.positions, num_tokens),
+        (lay.slot_mapping, num_tokens),
+        (lay.logits_indices, num_logits),
+        (lay.int32, lay.int32_len),
+    ]
+    for (off, size), (nxt, _) in zip(parts64, parts64[1:]):
+        assert off % 2 == 0 and off + size <= nxt  # 16-byte aligned, no overlap
+    assert lay.int32 % 2 == 0 and lay.int32 + lay.int32_len <= lay.total
+    parts32 = [
+        (lay.block_tables, num_seqs * max_blocks),
+        (lay.cu_seqlens_q, num_seqs + 1),
+        (lay.seq_lens, num_seqs),
+    ]
+    for (off, size), (nxt, _) in zip(parts32, parts32[1:] + [(2 * lay.int32_len, 0)]):
+        assert off % 4 == 0 and off + size <= nxt
+    # (37, 3, 5, 2) by hand: int64 parts 38, 38, 38, 2 entries at 0, 38, 76, 114; the int32
+    # part at 116 holds block tables 15 -> cu at 16, 4 -> seq_lens at 20, 3 -> 24 int32 = 12
+    if (num_tokens, num_seqs, max_blocks, num_logits) == (37, 3, 5, 2):
+        assert (lay.input_ids, lay.positions, lay.slot_mapping, lay.logits_indices) == (
+            0,
+            38,
+            76,
+            114,
+        )
+        assert (lay.int32, lay.cu_seqlens_q, lay.seq_lens, lay.int32_len, lay.total) == (
+            116,
+            16,
+            20,
+            12,
+            128,
+        )
