@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
+from . import openapi
 from .errors import APIError, error_body, error_response, field_path
 from .routes_admin import router as admin_router
 from .routes_anthropic import router as anthropic_router
@@ -26,6 +27,9 @@ logger = logging.getLogger("promptcache.server")
 
 #: paths that answer without an API key
 PUBLIC_PATHS = {"/health"}
+
+#: the OpenAPI document and its pages (public too while they are served, as in vLLM)
+DOCS_PATHS = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 
 
 def _endpoint(path: str) -> str:
@@ -46,9 +50,10 @@ def _endpoint(path: str) -> str:
 class ServerMiddleware:
     """Pure ASGI (so streaming responses pass through untouched)."""
 
-    def __init__(self, app, state: ServerState):
+    def __init__(self, app, state: ServerState, public_paths: frozenset[str] = frozenset()):
         self.app = app
         self.st = state
+        self.public_paths = PUBLIC_PATHS | public_paths
 
     async def _reject(
         self,
@@ -93,7 +98,7 @@ class ServerMiddleware:
             await send(message)
 
         try:
-            if cfg.api_key and path not in PUBLIC_PATHS:
+            if cfg.api_key and path not in self.public_paths:
                 given = headers.get("x-api-key")
                 auth = headers.get("authorization", "")
                 if not given and auth.lower().startswith("bearer "):
@@ -160,9 +165,16 @@ class ServerMiddleware:
                 )
 
 
-def create_app(engine: Any, config: ServerConfig | None = None) -> FastAPI:
+def create_app(
+    engine: Any, config: ServerConfig | None = None, *, enable_docs: bool = True
+) -> FastAPI:
     """The app for an :class:`~local_engine.async_engine.AsyncEngine` (started here and
-    shut down with the app's lifespan, draining for ``config.drain_timeout`` seconds)."""
+    shut down with the app's lifespan, draining for ``config.drain_timeout`` seconds).
+
+    With ``enable_docs`` (the default) the app serves its OpenAPI document at
+    ``/openapi.json`` (the routes with their request models) and the Swagger UI and ReDoc
+    pages at ``/docs`` and ``/redoc``, without an API key; ``promptcache serve
+    --disable-docs`` turns all three off (404)."""
     config = config or ServerConfig()
     state = ServerState.build(engine, config)
 
@@ -174,10 +186,12 @@ def create_app(engine: Any, config: ServerConfig | None = None) -> FastAPI:
 
     app = FastAPI(
         title="promptcache local engine",
+        description="OpenAI- and Anthropic-compatible APIs over the promptcache local engine, "
+        "with emulated provider cache usage.",
         lifespan=lifespan,
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
+        docs_url="/docs" if enable_docs else None,
+        redoc_url="/redoc" if enable_docs else None,
+        openapi_url="/openapi.json" if enable_docs else None,
     )
     app.state.server = state
 
@@ -219,5 +233,11 @@ def create_app(engine: Any, config: ServerConfig | None = None) -> FastAPI:
     app.include_router(openai_router)
     app.include_router(anthropic_router)
     app.include_router(admin_router)
-    app.add_middleware(ServerMiddleware, state=state)
+    if enable_docs:
+        openapi.install(app)
+    app.add_middleware(
+        ServerMiddleware,
+        state=state,
+        public_paths=frozenset(DOCS_PATHS if enable_docs else ()),
+    )
     return app

@@ -79,6 +79,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-prompts", action="store_true", help="log prompt text (off by default)"
     )
     parser.add_argument(
+        "--disable-docs",
+        action="store_true",
+        help="do not serve the OpenAPI document (/openapi.json) and its pages (/docs, /redoc)",
+    )
+    parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
 
@@ -177,7 +182,7 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
         served_model_name=args.served_model_name,
     )
     prometheus_client.disable_created_metrics()  # no *_created series (this process only)
-    app = create_app(AsyncEngine(engine), config)
+    app = create_app(AsyncEngine(engine), config, enable_docs=not args.disable_docs)
     host, port = sock.getsockname()[:2]
     # one stable line that tools (the pytest plugin, the demo) can wait for
     print(

@@ -11,29 +11,18 @@ final usage) -> ``message_stop``. ``x-api-key`` and ``anthropic-version`` are ac
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from .diagnostics import Fingerprint
 from .emulation import CacheRequest, anthropic_breakpoints, anthropic_usage_body, request_mode
 from .errors import APIError, parse_body
-from .generation import (
-    SSE_HEADERS,
-    ClientGone,
-    ClosingStreamingResponse,
-    Timing,
-    collect,
-    make_sampling_params,
-    note,
-    note_prompt,
-    request_salt,
-    start_request,
-    text_delta,
-)
+from .generation import SSE_HEADERS, make_sampling_params, note, request_salt, text_delta
+from .openapi import request_body
+from .pipeline import Endpoint, Generation, run_endpoint
 from .protocol_anthropic import (
     CountTokensRequest,
     MessagesRequest,
@@ -42,7 +31,7 @@ from .protocol_anthropic import (
     messages_to_turns,
 )
 from .rendering import RenderedPrompt, RenderError, render_chat
-from .state import ServerState, new_id
+from .state import ServerState
 
 router = APIRouter()
 
@@ -74,8 +63,8 @@ def stop_fields(o: Any) -> tuple[str, str | None]:
     return "end_turn", None
 
 
-@router.post("/v1/messages/count_tokens")
-async def count_tokens(request: Request):
+@router.post("/v1/messages/count_tokens", openapi_extra=request_body(CountTokensRequest))
+async def count_tokens(request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: Anthropic token counting, ``{"input_tokens": n}``
     for the prompt a Messages request with these fields would have."""
     st: ServerState = request.app.state.server
@@ -86,156 +75,152 @@ async def count_tokens(request: Request):
     return JSONResponse({"input_tokens": rendered.num_tokens})
 
 
-@router.post("/v1/messages")
-async def messages(request: Request):
+class Messages(Endpoint):
     """``POST /v1/messages``: Anthropic Messages API, a ``message`` object or, with
     ``stream``, the documented server-sent event sequence (see the module docstring)."""
-    st: ServerState = request.app.state.server
-    raw = await request.body()
-    req = parse_body(MessagesRequest, raw)
-    check_message_order(req)
-    check_tool_choice(req)
-    rendered = _render(st, req)
-    ends = rendered.message_ends
-    last_user = max(
-        (i for i, m in enumerate(req.messages) if m.role == "user" and i < len(ends)), default=None
-    )
-    creq = CacheRequest(
-        model=req.model,
-        rendered=rendered,
-        salt=request_salt(request, req.cache_salt),
-        anthropic_breakpoints=anthropic_breakpoints(rendered),
-        implicit_end=ends[last_user] if last_user is not None else None,
-        mode=request_mode(request.headers),
-    )
-    st.emulator.validate(creq, api="anthropic")
-    fp = Fingerprint.of(json.loads(raw), rendered) if req.diagnostics is not None else None
-    diagnostics = st.diagnostics.diagnose(req.diagnostics.previous_message_id, fp) if fp else None
-    params = make_sampling_params(
-        temperature=req.temperature,
-        top_p=req.top_p,
-        top_k=req.top_k,
-        max_tokens=req.max_tokens,
-        stop=req.stop_sequences,
-    )
-    mid = new_id("msg_")
-    arrival = getattr(request.state, "arrival", time.monotonic())
-    timing = Timing(st, arrival)
-    note(request, id=mid, model=req.model, stream=bool(req.stream))
-    note_prompt(request, st, rendered.token_ids)
-    agen, first = await start_request(st, mid, rendered.token_ids, params, creq.salt)
-    try:
-        usage = st.emulator.usage(creq, first.num_cached_tokens)
-    except BaseException:
-        await agen.aclose()
-        raise
-    if fp is not None:
-        st.diagnostics.put(mid, fp)
-    timing.observe(first)
 
-    def usage_body(out: Any) -> dict:
-        n_out = len(out.outputs[0].token_ids)
-        note(
-            request,
-            prompt_tokens=usage.prompt_tokens,
-            cached_tokens=usage.cache_read_tokens,
-            cache_write_tokens=usage.cache_write_total or None,
-            output_tokens=n_out,
-            ttft_ms=None if timing.ttft is None else round(timing.ttft * 1000, 1),
+    body_model = MessagesRequest
+    api = "anthropic"
+    id_prefix = "msg_"
+
+    def check(self, req: MessagesRequest) -> None:
+        check_message_order(req)
+        check_tool_choice(req)
+
+    def render(self, st: ServerState, req: MessagesRequest) -> list[RenderedPrompt]:
+        return [_render(st, req)]
+
+    def cache_request(
+        self, st: ServerState, request: Request, req: MessagesRequest, rendered: RenderedPrompt
+    ) -> CacheRequest:
+        ends = rendered.message_ends
+        last_user = max(
+            (i for i, m in enumerate(req.messages) if m.role == "user" and i < len(ends)),
+            default=None,
         )
-        st.metrics.prompt_tokens.inc(usage.prompt_tokens)
-        st.metrics.cached_tokens.inc(usage.cache_read_tokens)
-        st.metrics.write_tokens.inc(usage.cache_write_total)
-        st.metrics.output_tokens.inc(n_out)
-        return anthropic_usage_body(usage, n_out)
+        return CacheRequest(
+            model=req.model,
+            rendered=rendered,
+            salt=request_salt(request, req.cache_salt),
+            anthropic_breakpoints=anthropic_breakpoints(rendered),
+            implicit_end=ends[last_user] if last_user is not None else None,
+            mode=request_mode(request.headers),
+        )
 
-    message = {"id": mid, "type": "message", "role": "assistant", "model": req.model}
+    def prepare(
+        self, st: ServerState, req: MessagesRequest, raw: bytes, rendered: list[RenderedPrompt]
+    ) -> tuple[Fingerprint, dict | None] | None:
+        """With ``diagnostics``: this request's fingerprint and the diff against the previous
+        message's (None without)."""
+        if req.diagnostics is None:
+            return None
+        fp = Fingerprint.of(json.loads(raw), rendered[0])
+        return fp, st.diagnostics.diagnose(req.diagnostics.previous_message_id, fp)
 
-    if not req.stream:
-        try:
-            final = await collect(request, agen, first, timing)
-        except ClientGone:
-            note(request, finish="client_disconnected")
-            return JSONResponse({}, status_code=499)
+    def sampling_params(self, req: MessagesRequest) -> Any:
+        return make_sampling_params(
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            max_tokens=req.max_tokens,
+            stop=req.stop_sequences,
+        )
+
+    def on_started(self, gen: Generation) -> None:
+        if gen.extra is not None:
+            gen.st.diagnostics.put(gen.rid, gen.extra[0])
+
+    @staticmethod
+    def _message(gen: Generation) -> dict:
+        return {"id": gen.rid, "type": "message", "role": "assistant", "model": gen.req.model}
+
+    @staticmethod
+    def _request_id(gen: Generation) -> str:
+        return getattr(gen.request.state, "request_id", gen.rid)
+
+    def response(self, gen: Generation, finals: list[Any]) -> Response:
+        final = finals[0]
         o = final.outputs[0]
         reason, seq = stop_fields(o)
-        note(request, finish=reason)
+        note(gen.request, finish=reason)
+        usage = gen.record_usage(len(o.token_ids))
         body = {
-            **message,
+            **self._message(gen),
             "content": [{"type": "text", "text": o.text}],
             "stop_reason": reason,
             "stop_sequence": seq,
-            "usage": usage_body(final),
+            "usage": anthropic_usage_body(usage, len(o.token_ids)),
         }
-        if fp is not None:
-            body["diagnostics"] = diagnostics
-        return JSONResponse(body, headers={"request-id": getattr(request.state, "request_id", mid)})
+        if gen.extra is not None:
+            body["diagnostics"] = gen.extra[1]
+        return JSONResponse(body, headers={"request-id": self._request_id(gen)})
 
-    async def events() -> AsyncIterator[str]:
-        finished = False
-        try:
-            start_usage = anthropic_usage_body(usage, 1)
-            start = {
-                **message,
-                "content": [],
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": start_usage,
-            }
-            if fp is not None:
-                start["diagnostics"] = diagnostics
-            yield _event("message_start", {"type": "message_start", "message": start})
-            yield _event(
-                "content_block_start",
-                {
-                    "type": "content_block_start",
-                    "index": 0,
-                    "content_block": {"type": "text", "text": ""},
-                },
-            )
-            yield _event("ping", {"type": "ping"})
-            sent = ""
-            out = first
-            while True:
-                o = out.outputs[0]
-                delta = text_delta(sent, o.text)
-                if delta:
-                    yield _event(
-                        "content_block_delta",
-                        {
-                            "type": "content_block_delta",
-                            "index": 0,
-                            "delta": {"type": "text_delta", "text": delta},
-                        },
-                    )
-                    sent += delta
-                if out.finished:
-                    break
-                out = await agen.__anext__()
-                timing.observe(out)
-            finished = True
+    def stream_headers(self, gen: Generation) -> dict[str, str]:
+        return {**SSE_HEADERS, "request-id": self._request_id(gen)}
+
+    async def events(self, gen: Generation) -> AsyncIterator[str]:
+        agen, first = gen.started[0]
+        start = {
+            **self._message(gen),
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": anthropic_usage_body(gen.usages[0], 1),
+        }
+        if gen.extra is not None:
+            start["diagnostics"] = gen.extra[1]
+        yield _event("message_start", {"type": "message_start", "message": start})
+        yield _event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        )
+        yield _event("ping", {"type": "ping"})
+        sent = ""
+        out = first
+        while True:
             o = out.outputs[0]
-            reason, seq = stop_fields(o)
-            note(request, finish=reason)
-            yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
-            final_usage = usage_body(out)
-            final_usage.pop("service_tier", None)
-            yield _event(
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": reason, "stop_sequence": seq},
-                    "usage": final_usage,
-                },
-            )
-            yield _event("message_stop", {"type": "message_stop"})
-        finally:
-            if not finished:
-                note(request, finish="client_disconnected")
-            await agen.aclose()
+            delta = text_delta(sent, o.text)
+            if delta:
+                yield _event(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": delta},
+                    },
+                )
+                sent += delta
+            if out.finished:
+                break
+            out = await agen.__anext__()
+            gen.timing.observe(out)
+        gen.finished = True
+        o = out.outputs[0]
+        reason, seq = stop_fields(o)
+        note(gen.request, finish=reason)
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        final_usage = anthropic_usage_body(gen.record_usage(len(o.token_ids)), len(o.token_ids))
+        final_usage.pop("service_tier", None)
+        yield _event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": reason, "stop_sequence": seq},
+                "usage": final_usage,
+            },
+        )
+        yield _event("message_stop", {"type": "message_stop"})
 
-    return ClosingStreamingResponse(
-        events(),
-        media_type="text/event-stream",
-        headers={**SSE_HEADERS, "request-id": getattr(request.state, "request_id", mid)},
-    )
+
+MESSAGES = Messages()
+
+
+@router.post("/v1/messages", openapi_extra=request_body(MessagesRequest))
+async def messages(request: Request) -> Response:
+    """Anthropic Messages: a ``message`` object or, with ``stream``, the documented
+    server-sent event sequence (``message_start`` ... ``message_stop``)."""
+    return await run_endpoint(MESSAGES, request)

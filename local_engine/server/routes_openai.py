@@ -12,12 +12,11 @@ import asyncio
 import contextlib
 import json
 import re
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from .emulation import (
     CacheRequest,
@@ -26,22 +25,17 @@ from .emulation import (
     openai_usage_body,
     request_mode,
 )
-from .errors import APIError, parse_body
+from .errors import APIError
 from .generation import (
-    SSE_HEADERS,
-    ClientGone,
-    ClosingStreamingResponse,
-    Timing,
     chat_logprobs,
-    collect,
     completion_logprobs,
     make_sampling_params,
     note,
-    note_prompt,
     request_salt,
-    start_request,
     text_delta,
 )
+from .openapi import request_body
+from .pipeline import Endpoint, Generation, run_endpoint
 from .protocol_openai import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -50,7 +44,7 @@ from .protocol_openai import (
     check_tool_choice,
 )
 from .rendering import RenderedPrompt, RenderError, render_chat, render_text, render_token_ids
-from .state import ServerState, new_id
+from .state import ServerState
 
 router = APIRouter()
 
@@ -59,10 +53,6 @@ FINISH = {"stop": "stop", "length": "length", "abort": "stop", None: None}
 
 def _sse(obj: Any) -> str:
     return "data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n\n"
-
-
-def _state(request: Request) -> ServerState:
-    return request.app.state.server
 
 
 def _implicit_end(
@@ -85,7 +75,6 @@ def _implicit_end(
 
 
 def _cache_request(
-    st: ServerState,
     request: Request,
     model: str,
     rendered: RenderedPrompt,
@@ -112,89 +101,71 @@ def _cache_request(
     )
 
 
-def _report_writes(st: ServerState, creq: CacheRequest) -> bool:
-    return (creq.mode or st.emulator.mode) != "automatic"
-
-
 # ---------------------------------------------------------------------------- chat
 
 
-@router.post("/v1/chat/completions")
-async def chat_completions(request: Request):
+class ChatCompletions(Endpoint):
     """``POST /v1/chat/completions``: OpenAI Chat Completions, a ``chat.completion`` object
     or, with ``stream``, ``chat.completion.chunk`` server-sent events ending ``[DONE]``."""
-    st = _state(request)
-    req = parse_body(ChatCompletionRequest, await request.body())
-    check_message_order(req)
-    check_tool_choice(req)
-    try:
-        tools, system, turns = chat_to_turns(req)
-        rendered = render_chat(st.tokenizer, tools=tools, system=system, turns=turns)
-    except RenderError as exc:
-        # the message starts with the field's path ("messages.0.content.1.type: ..."): it is the param
-        path = re.match(r"(messages(?:\.\w+)*): ", str(exc))
-        raise APIError(400, str(exc), param=path.group(1) if path else "messages") from None
-    leading_system = bool(system) or req.messages[0].role in ("system", "developer")
-    creq = _cache_request(
-        st,
-        request,
-        req.model,
-        rendered,
-        body_salt=req.cache_salt,
-        prompt_cache_key=req.prompt_cache_key,
-        retention=req.prompt_cache_retention,
-        options=req.prompt_cache_options,
-        implicit_end=_implicit_end(req, rendered, leading_system),
-    )
-    st.emulator.validate(creq, api="openai")
-    top = req.top_logprobs or 0
-    params = make_sampling_params(
-        temperature=req.temperature,
-        top_p=req.top_p,
-        seed=req.seed,
-        max_tokens=req.output_limit,
-        stop=req.stop,
-        n=req.n,
-        logprobs=top if req.logprobs else None,
-    )
-    rid = new_id("chatcmpl-")
-    arrival = getattr(request.state, "arrival", time.monotonic())
-    timing = Timing(st, arrival)
-    note(request, id=rid, model=req.model, stream=bool(req.stream))
-    note_prompt(request, st, rendered.token_ids)
-    agen, first = await start_request(st, rid, rendered.token_ids, params, creq.salt)
-    try:
-        usage = st.emulator.usage(creq, first.num_cached_tokens)
-    except BaseException:
-        await agen.aclose()
-        raise
-    timing.observe(first)
-    created = int(time.time())
-    tok = st.tokenizer
 
-    def usage_body(out: Any) -> dict:
-        completion = sum(len(o.token_ids) for o in out.outputs)
-        body = openai_usage_body(usage, completion, report_writes=_report_writes(st, creq))
-        note(
-            request,
-            prompt_tokens=usage.prompt_tokens,
-            cached_tokens=usage.cache_read_tokens,
-            cache_write_tokens=usage.cache_write_total or None,
-            output_tokens=completion,
-            ttft_ms=None if timing.ttft is None else round(timing.ttft * 1000, 1),
-        )
-        st.metrics.prompt_tokens.inc(usage.prompt_tokens)
-        st.metrics.cached_tokens.inc(usage.cache_read_tokens)
-        st.metrics.write_tokens.inc(usage.cache_write_total)
-        st.metrics.output_tokens.inc(completion)
-        return body
+    body_model = ChatCompletionRequest
+    api = "openai"
+    id_prefix = "chatcmpl-"
 
-    if not req.stream:
+    def check(self, req: ChatCompletionRequest) -> None:
+        check_message_order(req)
+        check_tool_choice(req)
+
+    def render(self, st: ServerState, req: ChatCompletionRequest) -> list[RenderedPrompt]:
         try:
-            final = await collect(request, agen, first, timing)
-        except ClientGone:
-            note(request, finish="client_disconnected")
-            return JSONResponse({}, status_code=499)
+            tools, system, turns = chat_to_turns(req)
+            return [render_chat(st.tokenizer, tools=tools, system=system, turns=turns)]
+        except RenderError as exc:
+            # the message starts with the field's path ("messages.0.content.1.type: ..."): it is the param
+            path = re.match(r"(messages(?:\.\w+)*): ", str(exc))
+            raise APIError(400, str(exc), param=path.group(1) if path else "messages") from None
+
+    def cache_request(
+        self,
+        st: ServerState,
+        request: Request,
+        req: ChatCompletionRequest,
+        rendered: RenderedPrompt,
+    ) -> CacheRequest:
+        # a leading system/developer message is the system turn (chat_to_turns)
+        leading_system = req.messages[0].role in ("system", "developer")
+        return _cache_request(
+            request,
+            req.model,
+            rendered,
+            body_salt=req.cache_salt,
+            prompt_cache_key=req.prompt_cache_key,
+            retention=req.prompt_cache_retention,
+            options=req.prompt_cache_options,
+            implicit_end=_implicit_end(req, rendered, leading_system),
+        )
+
+    def sampling_params(self, req: ChatCompletionRequest) -> Any:
+        return make_sampling_params(
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            max_tokens=req.output_limit,
+            stop=req.stop,
+            n=req.n,
+            logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+        )
+
+    def _usage_body(self, gen: Generation, out: Any) -> dict:
+        completion = sum(len(o.token_ids) for o in out.outputs)
+        usage = gen.record_usage(completion)
+        return openai_usage_body(usage, completion, report_writes=gen.report_writes)
+
+    def response(self, gen: Generation, finals: list[Any]) -> Response:
+        req: ChatCompletionRequest = gen.req
+        tok = gen.st.tokenizer
+        top = req.top_logprobs or 0
+        final = finals[0]
         choices = []
         for o in final.outputs:
             choices.append(
@@ -212,115 +183,89 @@ async def chat_completions(request: Request):
                     "finish_reason": FINISH.get(o.finish_reason, "stop"),
                 }
             )
-        note(request, finish=",".join(str(o.finish_reason) for o in final.outputs))
+        note(gen.request, finish=",".join(str(o.finish_reason) for o in final.outputs))
         return JSONResponse(
             {
-                "id": rid,
+                "id": gen.rid,
                 "object": "chat.completion",
-                "created": created,
+                "created": gen.created,
                 "model": req.model,
                 "choices": choices,
-                "usage": usage_body(final),
+                "usage": self._usage_body(gen, final),
                 "system_fingerprint": None,
                 "service_tier": "default",
             }
         )
 
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
-
-    async def events() -> AsyncIterator[str]:
+    async def events(self, gen: Generation) -> AsyncIterator[str]:
+        req: ChatCompletionRequest = gen.req
+        tok = gen.st.tokenizer
+        top = req.top_logprobs or 0
+        agen, first = gen.started[0]
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
         base = {
-            "id": rid,
+            "id": gen.rid,
             "object": "chat.completion.chunk",
-            "created": created,
+            "created": gen.created,
             "model": req.model,
             "system_fingerprint": None,
         }
         extra = {"usage": None} if include_usage else {}
+
+        def chunk(index: int, delta: dict, logprobs: Any, finish_reason: str | None) -> str:
+            choice = {
+                "index": index,
+                "delta": delta,
+                "logprobs": logprobs,
+                "finish_reason": finish_reason,
+            }
+            return _sse({**base, "choices": [choice], **extra})
+
         sent_text = {o.index: "" for o in first.outputs}
         sent_tokens = {o.index: 0 for o in first.outputs}
         done: set[int] = set()
-        finished = False
-        try:
-            for o in first.outputs:
-                yield _sse(
-                    {
-                        **base,
-                        "choices": [
-                            {
-                                "index": o.index,
-                                "delta": {"role": "assistant", "content": ""},
-                                "logprobs": None,
-                                "finish_reason": None,
-                            }
-                        ],
-                        **extra,
-                    }
+        for o in first.outputs:
+            yield chunk(o.index, {"role": "assistant", "content": ""}, None, None)
+        out = first
+        while True:
+            for o in out.outputs:
+                if o.index in done:
+                    continue
+                delta = text_delta(sent_text[o.index], o.text)
+                new_ids = o.token_ids[sent_tokens[o.index] :]
+                lp = None
+                if req.logprobs and new_ids:
+                    lps = (o.logprobs or [])[sent_tokens[o.index] :]
+                    lp = {"content": chat_logprobs(tok, new_ids, lps, top), "refusal": None}
+                if delta or lp:
+                    yield chunk(o.index, {"content": delta}, lp, None)
+                sent_text[o.index] = (
+                    o.text if o.text.startswith(sent_text[o.index]) else sent_text[o.index] + delta
                 )
-            out = first
-            while True:
-                for o in out.outputs:
-                    if o.index in done:
-                        continue
-                    delta = text_delta(sent_text[o.index], o.text)
-                    new_ids = o.token_ids[sent_tokens[o.index] :]
-                    lp = None
-                    if req.logprobs and new_ids:
-                        lps = (o.logprobs or [])[sent_tokens[o.index] :]
-                        lp = {"content": chat_logprobs(tok, new_ids, lps, top), "refusal": None}
-                    if delta or lp:
-                        yield _sse(
-                            {
-                                **base,
-                                "choices": [
-                                    {
-                                        "index": o.index,
-                                        "delta": {"content": delta},
-                                        "logprobs": lp,
-                                        "finish_reason": None,
-                                    }
-                                ],
-                                **extra,
-                            }
-                        )
-                    sent_text[o.index] = (
-                        o.text
-                        if o.text.startswith(sent_text[o.index])
-                        else sent_text[o.index] + delta
-                    )
-                    sent_tokens[o.index] = len(o.token_ids)
-                    if o.finish_reason is not None:
-                        done.add(o.index)
-                        yield _sse(
-                            {
-                                **base,
-                                "choices": [
-                                    {
-                                        "index": o.index,
-                                        "delta": {},
-                                        "logprobs": None,
-                                        "finish_reason": FINISH.get(o.finish_reason, "stop"),
-                                    }
-                                ],
-                                **extra,
-                            }
-                        )
-                if out.finished:
-                    break
-                out = await agen.__anext__()
-                timing.observe(out)
-            finished = True
-            body = usage_body(out)
-            note(request, finish=",".join(str(o.finish_reason) for o in out.outputs))
-            if include_usage:
-                yield _sse({**base, "choices": [], "usage": body})
-            yield "data: [DONE]\n\n"
-        finally:
-            if not finished:
-                note(request, finish="client_disconnected")
-            await agen.aclose()
+                sent_tokens[o.index] = len(o.token_ids)
+                if o.finish_reason is not None:
+                    done.add(o.index)
+                    yield chunk(o.index, {}, None, FINISH.get(o.finish_reason, "stop"))
+            if out.finished:
+                break
+            out = await agen.__anext__()
+            gen.timing.observe(out)
+        gen.finished = True
+        body = self._usage_body(gen, out)
+        note(gen.request, finish=",".join(str(o.finish_reason) for o in out.outputs))
+        if include_usage:
+            yield _sse({**base, "choices": [], "usage": body})
+        yield "data: [DONE]\n\n"
 
-    return ClosingStreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+CHAT_COMPLETIONS = ChatCompletions()
+
+
+@router.post("/v1/chat/completions", openapi_extra=request_body(ChatCompletionRequest))
+async def chat_completions(request: Request) -> Response:
+    """OpenAI Chat Completions: a ``chat.completion`` object or, with ``stream``,
+    ``chat.completion.chunk`` server-sent events ending ``data: [DONE]``."""
+    return await run_endpoint(CHAT_COMPLETIONS, request)
 
 
 # ---------------------------------------------------------------------------- completions
@@ -359,20 +304,21 @@ async def _merge(agens: list[tuple[int, AsyncIterator[Any]]]) -> AsyncIterator[t
                 await t
 
 
-@router.post("/v1/completions")
-async def completions(request: Request):
+class Completions(Endpoint):
     """``POST /v1/completions``: OpenAI legacy Completions, a ``text_completion`` object (one
     choice per prompt and sample) or, with ``stream``, its server-sent events."""
-    st = _state(request)
-    req = parse_body(CompletionRequest, await request.body())
-    tok = st.tokenizer
-    rendered_list: list[RenderedPrompt] = []
-    texts: list[str] = []
-    for p in req.prompts():
-        if isinstance(p, str):
-            rendered_list.append(render_text(tok, p))
-            texts.append(p)
-        else:
+
+    body_model = CompletionRequest
+    api = "openai"
+    id_prefix = "cmpl-"
+
+    def render(self, st: ServerState, req: CompletionRequest) -> list[RenderedPrompt]:
+        tok = st.tokenizer
+        rendered_list: list[RenderedPrompt] = []
+        for p in req.prompts():
+            if isinstance(p, str):
+                rendered_list.append(render_text(tok, p))
+                continue
             if not all(isinstance(t, int) for t in p):
                 raise APIError(
                     400, "prompt must be a string, a list of strings, or token ids", param="prompt"
@@ -385,100 +331,64 @@ async def completions(request: Request):
                     param="prompt",
                 )
             rendered_list.append(render_token_ids(p))
-            texts.append(tok.decode(p, skip_special_tokens=False))
-    if any(r.num_tokens == 0 for r in rendered_list):
-        raise APIError(400, "prompt is empty; send at least one token", param="prompt")
-    creqs = [
-        _cache_request(
-            st,
+        if any(r.num_tokens == 0 for r in rendered_list):
+            raise APIError(400, "prompt is empty; send at least one token", param="prompt")
+        return rendered_list
+
+    def cache_request(
+        self, st: ServerState, request: Request, req: CompletionRequest, rendered: RenderedPrompt
+    ) -> CacheRequest:
+        return _cache_request(
             request,
             req.model,
-            r,
+            rendered,
             body_salt=req.cache_salt,
             prompt_cache_key=req.prompt_cache_key,
             retention=req.prompt_cache_retention,
-            implicit_end=r.num_tokens,
+            implicit_end=rendered.num_tokens,
         )
-        for r in rendered_list
-    ]
-    for c in creqs:
-        st.emulator.validate(c, api="openai")
-    top = req.logprobs or 0
-    params = make_sampling_params(
-        temperature=req.temperature,
-        top_p=req.top_p,
-        seed=req.seed,
-        max_tokens=req.max_tokens,
-        stop=req.stop,
-        n=req.n,
-        logprobs=req.logprobs,
-    )
-    cid = new_id("cmpl-")
-    arrival = getattr(request.state, "arrival", time.monotonic())
-    timing = Timing(st, arrival)
-    note(request, id=cid, model=req.model, stream=bool(req.stream))
-    note_prompt(request, st, rendered_list[0].token_ids)
-    started: list[tuple[int, AsyncIterator[Any], Any]] = []
-    try:
-        for k, r in enumerate(rendered_list):
-            agen, first = await start_request(st, f"{cid}-{k}", r.token_ids, params, creqs[k].salt)
-            started.append((k, agen, first))
-        usages = [st.emulator.usage(creqs[k], first.num_cached_tokens) for k, _, first in started]
-    except BaseException:
-        for _, agen, _ in started:
-            await agen.aclose()
-        raise
-    created = int(time.time())
-    n = req.n
 
-    def usage_total(finals: dict[int, Any]) -> dict:
-        from promptcache.cache_emulation import CacheUsage
+    def prepare(
+        self, st: ServerState, req: CompletionRequest, raw: bytes, rendered: list[RenderedPrompt]
+    ) -> list[str]:
+        """Each prompt's text (what ``echo`` prepends): token-id prompts decoded."""
+        tok = st.tokenizer
+        return [
+            p if isinstance(p, str) else tok.decode(p, skip_special_tokens=False)
+            for p in req.prompts()
+        ]
 
-        agg = CacheUsage(
-            sum(u.prompt_tokens for u in usages),
-            sum(u.cache_read_tokens for u in usages),
-            {"total": sum(u.cache_write_total for u in usages)}
-            if any(u.cache_write_total for u in usages)
-            else {},
-            sum(u.uncached_tokens for u in usages),
-            writes_reported=all(u.writes_reported for u in usages),
+    def sampling_params(self, req: CompletionRequest) -> Any:
+        return make_sampling_params(
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            max_tokens=req.max_tokens,
+            stop=req.stop,
+            n=req.n,
+            logprobs=req.logprobs,
         )
-        completion = sum(len(o.token_ids) for f in finals.values() for o in f.outputs)
-        note(
-            request,
-            prompt_tokens=agg.prompt_tokens,
-            cached_tokens=agg.cache_read_tokens,
-            cache_write_tokens=agg.cache_write_total or None,
-            output_tokens=completion,
-            ttft_ms=None if timing.ttft is None else round(timing.ttft * 1000, 1),
-        )
-        st.metrics.prompt_tokens.inc(agg.prompt_tokens)
-        st.metrics.cached_tokens.inc(agg.cache_read_tokens)
-        st.metrics.write_tokens.inc(agg.cache_write_total)
-        st.metrics.output_tokens.inc(completion)
-        return openai_usage_body(agg, completion, report_writes=_report_writes(st, creqs[0]))
 
-    for _, _, first in started:
-        timing.observe(first)
+    def engine_request_ids(self, rid: str, num_prompts: int) -> list[str]:
+        return [f"{rid}-{k}" for k in range(num_prompts)]
 
-    if not req.stream:
-        finals: dict[int, Any] = {}
-        try:
-            for k, agen, first in started:
-                finals[k] = await collect(request, agen, first, timing)
-        except ClientGone:
-            note(request, finish="client_disconnected")
-            return JSONResponse({}, status_code=499)
-        finally:
-            for _, agen, _ in started:
-                await agen.aclose()
+    def _usage_body(self, gen: Generation, finals: list[Any]) -> dict:
+        completion = sum(len(o.token_ids) for f in finals for o in f.outputs)
+        usage = gen.record_usage(completion)
+        return openai_usage_body(usage, completion, report_writes=gen.report_writes)
+
+    def response(self, gen: Generation, finals: list[Any]) -> Response:
+        req: CompletionRequest = gen.req
+        tok = gen.st.tokenizer
+        texts: list[str] = gen.extra
+        top = req.logprobs or 0
         choices = []
-        for k in range(len(started)):
-            for o in finals[k].outputs:
+        for k, final in enumerate(finals):
+            for o in final.outputs:
                 text = (texts[k] + o.text) if req.echo else o.text
                 choices.append(
                     {
-                        "index": k * n + o.index,
+                        "index": k * req.n + o.index,
                         "text": text,
                         "logprobs": (
                             completion_logprobs(
@@ -492,30 +402,34 @@ async def completions(request: Request):
                 )
         return JSONResponse(
             {
-                "id": cid,
+                "id": gen.rid,
                 "object": "text_completion",
-                "created": created,
+                "created": gen.created,
                 "model": req.model,
                 "choices": choices,
-                "usage": usage_total(finals),
+                "usage": self._usage_body(gen, finals),
                 "system_fingerprint": None,
             }
         )
 
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    async def events(self, gen: Generation) -> AsyncIterator[str]:
+        req: CompletionRequest = gen.req
+        tok = gen.st.tokenizer
+        texts: list[str] = gen.extra
+        top = req.logprobs or 0
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-    async def rest(agen, first):
-        yield first
-        if not first.finished:
-            async for out in agen:
-                timing.observe(out)
-                yield out
+        async def rest(agen: AsyncIterator[Any], first: Any) -> AsyncIterator[Any]:
+            yield first
+            if not first.finished:
+                async for out in agen:
+                    gen.timing.observe(out)
+                    yield out
 
-    async def events() -> AsyncIterator[str]:
         base = {
-            "id": cid,
+            "id": gen.rid,
             "object": "text_completion",
-            "created": created,
+            "created": gen.created,
             "model": req.model,
             "system_fingerprint": None,
         }
@@ -523,8 +437,7 @@ async def completions(request: Request):
         sent_text: dict[tuple[int, int], str] = {}
         sent_tok: dict[tuple[int, int], int] = {}
         finals: dict[int, Any] = {}
-        finished = False
-        merged = _merge([(k, rest(agen, first)) for k, agen, first in started])
+        merged = _merge([(k, rest(agen, first)) for k, (agen, first) in enumerate(gen.started)])
         try:
             async for k, out in merged:
                 for o in out.outputs:
@@ -541,34 +454,31 @@ async def completions(request: Request):
                         )
                     fin = FINISH.get(o.finish_reason, "stop") if o.finish_reason else None
                     if delta or lp or fin:
-                        yield _sse(
-                            {
-                                **base,
-                                "choices": [
-                                    {
-                                        "index": k * n + o.index,
-                                        "text": delta,
-                                        "logprobs": lp,
-                                        "finish_reason": fin,
-                                    }
-                                ],
-                                **extra,
-                            }
-                        )
+                        choice = {
+                            "index": k * req.n + o.index,
+                            "text": delta,
+                            "logprobs": lp,
+                            "finish_reason": fin,
+                        }
+                        yield _sse({**base, "choices": [choice], **extra})
                     sent_text[key] = o.text
                     sent_tok[key] = len(o.token_ids)
                 if out.finished:
                     finals[k] = out
-            finished = True
-            body = usage_total(finals)
+            gen.finished = True
+            body = self._usage_body(gen, list(finals.values()))
             if include_usage:
                 yield _sse({**base, "choices": [], "usage": body})
             yield "data: [DONE]\n\n"
         finally:
-            if not finished:
-                note(request, finish="client_disconnected")
             await merged.aclose()
-            for _, agen, _ in started:
-                await agen.aclose()
 
-    return ClosingStreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+COMPLETIONS = Completions()
+
+
+@router.post("/v1/completions", openapi_extra=request_body(CompletionRequest))
+async def completions(request: Request) -> Response:
+    """OpenAI legacy Completions: a ``text_completion`` object (one choice per prompt and
+    sample) or, with ``stream``, its server-sent events ending ``data: [DONE]``."""
+    return await run_endpoint(COMPLETIONS, request)
