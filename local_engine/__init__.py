@@ -1,5 +1,5 @@
 """promptcache's local engine: a Llama-family model served with a paged KV cache, automatic
-prefix caching and continuous batching (see ``notes/engine_api.md``).
+prefix caching and continuous batching (contracts: "Engine contracts" in ``docs/DESIGN.md``).
 
 Public names::
 

@@ -55,7 +55,7 @@ class ModelConfig:
 
 @dataclass
 class EngineConfig:
-    """Everything a user can set on the engine (see ``notes/engine_api.md``).
+    """Everything a user can set on the engine (``LLM(**config)``, ``LLMEngine.from_model``).
 
     Attributes:
         model: None for the embedded SmolLM2-135M-Instruct GGUF, a ``.gguf`` path, or a folder
@@ -101,9 +101,7 @@ class EngineConfig:
     seed: int = 0
     debug_checks: bool = False
     swap_space: int = 0
-    enforce_eager: bool = (
-        False  # [TRITON] on CUDA: no decode CUDA graphs (local_engine/cuda_graphs.py)
-    )
+    enforce_eager: bool = False  # on CUDA: no decode CUDA graphs (local_engine/cuda_graphs.py)
     num_threads: int | None = None
 
     DEFAULT_CPU_KV_CACHE_MEMORY = 512 * 1024 * 1024

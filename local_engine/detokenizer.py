@@ -24,7 +24,7 @@ Measured on SmolLM2's vocabulary (2026-11-29, this repo's dev box): the Python o
 
 from __future__ import annotations
 
-import weakref
+import functools
 from collections.abc import Sequence
 
 from .tokenizer import IncrementalDetokenizer, Tokenizer
@@ -38,29 +38,22 @@ except ImportError:  # pragma: no cover - older tokenizers
 CONTEXT_IDS = 6
 _REPLACEMENT = "\ufffd"
 
-# Tokenizer -> {skip_special_tokens: table}; None when the decoder is not plain byte-level
-_TABLES: weakref.WeakKeyDictionary[Tokenizer, dict[bool, list[str | None] | None]] = (
-    weakref.WeakKeyDictionary()
-)
 
-
+@functools.lru_cache(maxsize=4)  # per tokenizer (by identity) and flag: an engine has one
 def token_text_table(tokenizer: Tokenizer, skip_special_tokens: bool) -> list[str | None] | None:
     """For a byte-level BPE tokenizer: ``table[id]`` is the text the token adds after any text
     that ends on a complete character (``""`` for a skipped special token), or None where the
     token's bytes are not complete UTF-8 on their own. None (no table) for any other decoder.
-    Built once per tokenizer and flag."""
-    per_tok = _TABLES.setdefault(tokenizer, {})
-    if skip_special_tokens not in per_tok:
-        hf = getattr(tokenizer, "_tok", None)
-        table = None
-        if hf is not None and type(hf.decoder).__name__ == "ByteLevel":
-            texts = hf.decode_batch(
-                [[i] for i in range(hf.get_vocab_size(with_added_tokens=True))],
-                skip_special_tokens=skip_special_tokens,
-            )
-            table = [None if _REPLACEMENT in t else t for t in texts]
-        per_tok[skip_special_tokens] = table
-    return per_tok[skip_special_tokens]
+    Built once per tokenizer and flag (``functools.lru_cache``; the table of a SmolLM2
+    tokenizer is 49,152 strings)."""
+    hf = getattr(tokenizer, "_tok", None)
+    if hf is None or type(hf.decoder).__name__ != "ByteLevel":
+        return None
+    texts = hf.decode_batch(
+        [[i] for i in range(hf.get_vocab_size(with_added_tokens=True))],
+        skip_special_tokens=skip_special_tokens,
+    )
+    return [None if _REPLACEMENT in t else t for t in texts]
 
 
 class StreamDetokenizer:

@@ -48,7 +48,9 @@ def cpu_threads(requested: int | None) -> int:
 
 
 class LLMEngine:
-    """The engine (see ``notes/engine_api.md``).
+    """The engine: ``add_request`` queues, each :meth:`step` schedules, runs the model and
+    returns the outputs of the requests that advanced (data flow in the module docstring;
+    the public contract in "Engine contracts", ``docs/DESIGN.md``).
 
     Attributes:
         config: the :class:`EngineConfig`.
@@ -68,7 +70,7 @@ class LLMEngine:
         t0 = time.monotonic()
         if config.device == "cpu":
             torch.set_num_threads(cpu_threads(config.num_threads))
-        # [TRITON] ``loaded``: a LoadedModel built by from_config (weights None = random)
+        # ``loaded``: a LoadedModel built by from_config (weights None = random)
         loaded = loaded if loaded is not None else load_model(config.model)
         self.model_config = mc = loaded.config
         self.model_name = mc.name
@@ -128,12 +130,13 @@ class LLMEngine:
             raise EngineError(f"unknown engine option(s): {sorted(unknown)}")
         return cls(EngineConfig(model=model, **overrides))
 
-    # [TRITON] an engine from an architecture alone (GPU benchmarks of the Llama-3-8B shape)
     @classmethod
     def from_config(cls, folder, weights=None, **overrides) -> LLMEngine:
         """An engine for the architecture in ``folder/config.json`` (Hugging Face Llama format)
         with the tokenizer of ``folder/tokenizer.json`` and random weights (transformers'
-        initialisation, seeded by ``seed``), or ``weights`` (HF-named tensors, any device).
+        initialisation, seeded by ``seed``), or ``weights`` (HF-named tensors, any device):
+        an engine from an architecture alone, for benchmarks of shapes with no checkpoint
+        here (``bench/engine_gpu.py``: Llama-3-8B).
 
         Raises:
             EngineError: an unknown config field or an unsupported architecture.
@@ -155,8 +158,6 @@ class LLMEngine:
             path=folder,
         )
         return cls(EngineConfig(model=str(folder), **overrides), loaded=loaded)
-
-    # [/TRITON]
 
     # ---- requests ------------------------------------------------------------------------
     def add_request(

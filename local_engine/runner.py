@@ -38,9 +38,7 @@ class BatchInputs:
     positions: torch.Tensor
     meta: AttentionMetadata
     sample_rows: list[int]  # index into scheduled list, for each logits row
-    is_decode: bool = (
-        False  # [TRITON] every sequence has exactly one new token (CUDA-graph eligible)
-    )
+    is_decode: bool = False  # every sequence has exactly one new token (CUDA-graph eligible)
 
 
 def kv_block_bytes(mc: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -69,12 +67,12 @@ def plan_num_blocks(
     return max(1, budget // per_block)
 
 
-# [TRITON] random weights for LLMEngine.from_config (benchmarks of shapes with no checkpoint)
 @torch.no_grad()
 def init_random_weights(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
     """Fill a model's parameters in place as transformers initialises Llama: linear and
     embedding weights ~ N(0, ``std``) (``initializer_range`` 0.02), norm weights 1. Drawn on the
-    parameters' own device from a generator seeded with ``seed``."""
+    parameters' own device from a generator seeded with ``seed``. Used by
+    :meth:`LLMEngine.from_config` (benchmarks of shapes with no checkpoint)."""
     if model.config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
     device = next(model.parameters()).device
@@ -84,9 +82,6 @@ def init_random_weights(model: torch.nn.Module, seed: int, std: float = 0.02) ->
             p.fill_(1.0)
         else:
             p.normal_(0.0, std, generator=gen)
-
-
-# [/TRITON]
 
 
 def _round_up(x: int, m: int) -> int:
@@ -186,22 +181,21 @@ class ModelRunner:
         self.backend = cfg.attention_backend
         with torch.device("meta"):  # no random init of weights that are overwritten next
             model = LlamaForCausalLM(mc, max_positions=max(max_model_len, 1))
-        # [TRITON] parameters are created on the target device in the target dtype (an 8B model
-        # never exists in float32 on the host); weights=None draws random ones (from_config).
+        # parameters are created on the target device in the target dtype (an 8B model never
+        # exists in float32 on the host); weights=None draws random ones (from_config).
         model = model.to(dtype=self.dtype).to_empty(device=self.device)
         if weights is None:
             init_random_weights(model, cfg.seed)
         else:
             model.load_weights(weights)
         self.model = model.eval()
-        # [/TRITON]
         self.model.rope.build_tables(self.device)  # float32 tables, whatever the model dtype
         self.num_blocks = 0
         self.kv_cache = None
         self.kv_caches = []
         self.sampler = Sampler(cfg.seed, device=self.device)
         self.max_model_len = max_model_len
-        self.graphs = None  # [TRITON] local_engine.cuda_graphs.DecodeGraphRunner on CUDA
+        self.graphs = None  # local_engine.cuda_graphs.DecodeGraphRunner on CUDA
         self._pinned = None  # CUDA: pinned int64 host buffer of prepare(), and its copy's event
         self._pinned_np = None
         self._copy_done = None
@@ -214,7 +208,7 @@ class ModelRunner:
         shape = (mc.num_layers, 2, num_blocks, self.block_size, mc.num_kv_heads, mc.head_dim)
         self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         self.kv_caches = [(self.kv_cache[i, 0], self.kv_cache[i, 1]) for i in range(mc.num_layers)]
-        # [TRITON] capture decode steps in CUDA graphs (local_engine/cuda_graphs.py)
+        # capture decode steps in CUDA graphs (local_engine/cuda_graphs.py)
         if self.device.type == "cuda" and not self.cfg.enforce_eager:
             from .cuda_graphs import DecodeGraphRunner
 
@@ -225,7 +219,6 @@ class ModelRunner:
                 max_blocks_per_seq=-(-self.max_model_len // self.block_size),
                 backend=self.backend,
             ).capture()
-        # [/TRITON]
 
     # ---- batch construction --------------------------------------------------------------
     def prepare(self, sched: SchedulerOutput, block_tables) -> BatchInputs:
@@ -248,7 +241,7 @@ class ModelRunner:
         bs = self.block_size
         starts = [s.num_computed for s in scheduled]
         news = [s.num_new_tokens for s in scheduled]
-        is_decode = n > 0 and news.count(1) == n  # [TRITON] CUDA-graph eligible
+        is_decode = n > 0 and news.count(1) == n  # CUDA-graph eligible
         if is_decode:
             token_ids = [s.seq.all_token_ids[p] for s, p in zip(scheduled, starts)]
             ends = [p + 1 for p in starts]
@@ -384,7 +377,7 @@ class ModelRunner:
         """Run the model; float32 logits ``[len(batch.sample_rows), vocab]``."""
         if (
             self.graphs is not None
-            and batch.is_decode  # [TRITON] replay a captured decode step
+            and batch.is_decode  # replay a captured decode step
             and self.graphs.can_run(batch.input_ids.shape[0], batch.meta)
         ):
             logits = self.graphs.run(batch.input_ids, batch.positions, batch.meta)  # every row's

@@ -186,7 +186,6 @@ class Tokenizer:
         self.stop_token_ids = stops
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         added = self._tok.get_added_tokens_decoder()
-        self._special_ids = {i for i, t in added.items() if t.special}
         self._added_ids = frozenset(added)
         self._byte_level = type(self._tok.decoder).__name__ == "ByteLevel"
 
@@ -235,10 +234,6 @@ class Tokenizer:
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         """Text of ``ids``; ``skip_special_tokens`` drops control tokens such as ``<|im_end|>``."""
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
-
-    def is_special(self, token_id: int) -> bool:
-        """True for control tokens (``<|im_start|>``, ``<|endoftext|>``, ...) per the file's token types."""
-        return token_id in self._special_ids
 
     def apply_chat_template(
         self,
