@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 from .tokenizer import IncrementalDetokenizer, Tokenizer
 
+_DecodeStream: Any
 try:  # tokenizers >= 0.21
     from tokenizers.decoders import DecodeStream as _DecodeStream
 except ImportError:  # pragma: no cover - older tokenizers
@@ -94,10 +96,11 @@ class StreamDetokenizer:
         context = list(prompt_tail)[-CONTEXT_IDS:]
         self._pending: list[int] = []
         self._hf = getattr(tokenizer, "_tok", None)
-        self._decode = self._hf.decode if self._hf is not None else None
+        # set whenever the table is (a table needs the ``tokenizers`` object)
+        self._decode: Any = self._hf.decode if self._hf is not None else None
         self._recent: list[int] = context
-        self._fallback = None
-        self._stream = None
+        self._fallback: IncrementalDetokenizer | None = None
+        self._stream: Any = None  # a tokenizers DecodeStream when neither table nor fallback
         self._table = token_text_table(tokenizer, skip_special_tokens) if use_table else None
         # a prompt that ends inside a character: its bytes may combine with the first output
         # token's; only the Python offset method gives that case the reference deltas

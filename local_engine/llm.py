@@ -57,7 +57,9 @@ class LLM:
         prompts = list(prompts)
         if params is None:
             params = SamplingParams()
-        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        plist: list[SamplingParams] = (
+            list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)  # type: ignore[list-item]
+        )
         if len(plist) != len(prompts):
             raise EngineError(f"{len(plist)} sampling params for {len(prompts)} prompts")
         ids = []
@@ -97,7 +99,7 @@ class LLM:
         return self.generate(texts, params, cache_salt=cache_salt)
 
     def _run(self, ids: list[str]) -> list[RequestOutput]:
-        final = {}
+        final: dict[str, RequestOutput] = {}
         wanted = set(ids)
         while wanted - set(final):
             if not self.engine.has_unfinished_requests():

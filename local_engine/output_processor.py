@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 from .detokenizer import StreamDetokenizer
 from .metrics import MetricsRecorder
@@ -184,8 +185,8 @@ class OutputProcessor:
             delta = sample.detok.add(token)
             if delta:
                 sample.text += delta
-                if params.stop:
-                    hit = find_stop_string(sample.text, params.stop, len(delta))
+                if params.stop:  # a list by now (SamplingParams.__post_init__)
+                    hit = find_stop_string(sample.text, cast(list[str], params.stop), len(delta))
                     if hit is not None:
                         sample.text = sample.text[: hit[0]]
                         sample.finish_reason, sample.stop_reason = "stop", hit[1]
@@ -215,7 +216,7 @@ class OutputProcessor:
         outs = []
         params = state.params
         want_lp = params.logprobs is not None
-        stops = params.stop
+        stops = cast(list[str], params.stop)  # a list by now (SamplingParams.__post_init__)
         finished = True
         for s in state.samples:
             seq = s.seq

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,6 +25,9 @@ from .config import EngineConfig, ModelConfig
 from .models.llama import LlamaForCausalLM
 from .sampling import Sampler, SamplerOutput, SamplingParams
 from .scheduler import SchedulerOutput
+
+if TYPE_CHECKING:
+    from .cuda_graphs import DecodeGraphRunner
 
 logger = logging.getLogger("local_engine")
 
@@ -68,7 +72,7 @@ def plan_num_blocks(
 
 
 @torch.no_grad()
-def init_random_weights(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
+def init_random_weights(model: LlamaForCausalLM, seed: int, std: float = 0.02) -> None:
     """Fill a model's parameters in place as transformers initialises Llama: linear and
     embedding weights ~ N(0, ``std``) (``initializer_range`` 0.02), norm weights 1. Drawn on the
     parameters' own device from a generator seeded with ``seed``. Used by
@@ -191,14 +195,16 @@ class ModelRunner:
         self.model = model.eval()
         self.model.rope.build_tables(self.device)  # float32 tables, whatever the model dtype
         self.num_blocks = 0
-        self.kv_cache = None
-        self.kv_caches = []
+        self.kv_cache = torch.empty(0, dtype=self.dtype)  # [layers, 2, ...] once allocated
+        self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.cpu_kv_cache: torch.Tensor | None = None  # swap space, when there is any
         self.sampler = Sampler(cfg.seed, device=self.device)
         self.max_model_len = max_model_len
-        self.graphs = None  # local_engine.cuda_graphs.DecodeGraphRunner on CUDA
-        self._pinned = None  # CUDA: pinned int64 host buffer of prepare(), and its copy's event
-        self._pinned_np = None
-        self._copy_done = None
+        self.graphs: DecodeGraphRunner | None = None  # on CUDA unless enforce_eager
+        # CUDA: the pinned int64 host buffer of prepare(), its NumPy view, its copy's event
+        self._pinned: torch.Tensor | None = None
+        self._pinned_np: np.ndarray | None = None
+        self._copy_done: torch.cuda.Event | None = None
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
         """Allocate the paged cache: one tensor ``[layers, 2, num_blocks, block_size,
@@ -321,7 +327,7 @@ class ModelRunner:
         step); on CUDA a persistent pinned one, reused once its last copy to the device is done."""
         if self.device.type != "cuda":
             return np.empty(max(size, 1), dtype=np.int64)
-        if self._pinned is None or self._pinned.shape[0] < size:
+        if self._pinned is None or self._pinned_np is None or self._pinned.shape[0] < size:
             cap = 1 << max(12, (size - 1).bit_length())
             self._pinned = torch.empty(cap, dtype=torch.int64, pin_memory=True)
             self._pinned_np = self._pinned.numpy()
@@ -335,6 +341,7 @@ class ModelRunner:
         non-blocking copy on CUDA; the buffer itself on the CPU)."""
         if self.device.type != "cuda":
             return torch.from_numpy(host)
+        assert self._pinned is not None  # _host_buffer made it
         dev = torch.empty(max(size, 1), dtype=torch.int64, device=self.device)
         dev[:size].copy_(self._pinned[:size], non_blocking=True)
         if self._copy_done is None:
@@ -354,14 +361,18 @@ class ModelRunner:
 
     def swap(self, swap_out: Seq[tuple[int, int]], swap_in: Seq[tuple[int, int]]) -> None:
         """Copy ``(device, cpu)`` blocks out, then ``(cpu, device)`` blocks in, all layers."""
+        cpu_cache = self.cpu_kv_cache
+        if not (swap_out or swap_in):
+            return
+        assert cpu_cache is not None, "swap without swap space"
         if swap_out:
             dev = torch.tensor([a for a, _ in swap_out], dtype=torch.long, device=self.device)
             cpu = torch.tensor([b for _, b in swap_out], dtype=torch.long)
-            self.cpu_kv_cache[:, :, cpu] = self.kv_cache[:, :, dev].to("cpu")
+            cpu_cache[:, :, cpu] = self.kv_cache[:, :, dev].to("cpu")
         if swap_in:
             cpu = torch.tensor([a for a, _ in swap_in], dtype=torch.long)
             dev = torch.tensor([b for _, b in swap_in], dtype=torch.long, device=self.device)
-            self.kv_cache[:, :, dev] = self.cpu_kv_cache[:, :, cpu].to(self.device)
+            self.kv_cache[:, :, dev] = cpu_cache[:, :, cpu].to(self.device)
 
     def copy_blocks(self, copies: Seq[tuple[int, int]]) -> None:
         """Copy whole KV blocks ``src -> dst`` in every layer (copy-on-write)."""

@@ -169,7 +169,7 @@ class Sampler:
                 if p.logprobs is None:
                     continue
                 d = {token_ids[i]: chosen[i]}
-                if p.logprobs:
+                if p.logprobs and top_v is not None and top_i is not None:
                     for v, t in zip(
                         top_v[i, : p.logprobs].tolist(), top_i[i, : p.logprobs].tolist()
                     ):

@@ -248,7 +248,9 @@ class Scheduler:
                 )
                 if need > self.kv.num_free_blocks:
                     break  # FCFS: wait until it fits
-                out.swap_in.extend(self.kv.swap_in(seq))
+                swap_in = self.kv.swap_in(seq)
+                assert swap_in is not None  # the free blocks were checked just above
+                out.swap_in.extend(swap_in)
                 copies = self.kv.allocate_slots(seq, num_new)
                 assert copies is not None
                 num_seqs += self._admit(idx, seq, num_new, out)

@@ -101,26 +101,27 @@ def build_gguf_tokenizer(spec: TokenizerSpec):
         )
     alphabet = _bytes_to_unicode()
     letters = set(alphabet.values())
-    vocab = {}
-    for i, tok in enumerate(spec.tokens):
-        if not set(tok) <= letters:  # a token stored as raw text: spell it in the byte alphabet
-            tok = "".join(alphabet[b] for b in tok.encode("utf-8"))
-        vocab.setdefault(tok, i)
-    merges = [tuple(m.split(" ", 1)) for m in spec.merges]
+    tokens: list[str] = spec.tokens or []
+    vocab: dict[str, int] = {}
+    for i, piece in enumerate(tokens):
+        if not set(piece) <= letters:  # a token stored as raw text: spell it in the byte alphabet
+            piece = "".join(alphabet[b] for b in piece.encode("utf-8"))
+        vocab.setdefault(piece, i)
+    merges = [tuple(m.split(" ", 1)) for m in spec.merges or []]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     tok.pre_tokenizer = _pre_tokenizer(spec.pre)
     tok.decoder = decoders.ByteLevel()
     types = spec.token_types or []
     control = [
         AddedToken(t, normalized=False, special=True)
-        for t, ty in zip(spec.tokens, types)
+        for t, ty in zip(tokens, types)
         if ty == CONTROL_TOKEN_TYPE and set(t) <= letters  # others are llama.cpp mislabels
     ]
     if control:
         tok.add_special_tokens(control)
     user = [
         AddedToken(t, normalized=False, special=False)
-        for t, ty in zip(spec.tokens, types)
+        for t, ty in zip(tokens, types)
         if ty == USER_DEFINED_TOKEN_TYPE
     ]
     if user:
@@ -189,8 +190,8 @@ class Tokenizer:
         self._added_ids = frozenset(added)
         self._byte_level = type(self._tok.decoder).__name__ == "ByteLevel"
 
-    def token_to_text(self, token_id: int) -> str:
-        """The token's spelling as stored in the vocabulary."""
+    def token_to_text(self, token_id: int) -> str | None:
+        """The token's spelling as stored in the vocabulary (None for an unknown id)."""
         return self._tok.id_to_token(token_id)
 
     def token_bytes(self, token_id: int) -> bytes:

@@ -55,7 +55,7 @@ def paged_attention(
         _decode_batched(q, k_cache, v_cache, block_tables, cu, lens, decode, scale, out)
         done = set(decode)
     else:
-        done = ()
+        done = set()
     for i, ctx in enumerate(lens):
         start, end = cu[i], cu[i + 1]
         q_len = end - start

@@ -141,7 +141,7 @@ class KVCacheManager:
     def _needs_cow(self, held: list[KVBlock], num_computed: int, num_new: int) -> bool:
         return (
             num_new > 0
-            and held
+            and len(held) > 0
             and num_computed % self.block_size != 0
             and num_computed // self.block_size < len(held)
             and held[num_computed // self.block_size].ref_cnt > 1

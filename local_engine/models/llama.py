@@ -16,6 +16,7 @@ and SiLU-and-multiply go through :mod:`local_engine.ops`; attention through
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -236,7 +237,7 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
         else:
             put(self.lm_head.weight, take("lm_head.weight"), "lm_head.weight")
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("list[LlamaDecoderLayer]", self.layers)):
             p = f"model.layers.{i}."
             put(
                 layer.input_layernorm.weight,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import types
+from collections.abc import Mapping
 from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
@@ -171,7 +172,7 @@ def field_path(model: type | None, loc: tuple) -> str:
     return ".".join(str(x) for x in kept)
 
 
-def _input_note(err: dict) -> str:
+def _input_note(err: Mapping[str, Any]) -> str:
     """`` (got "yes")`` for a scalar input (arrays and objects are not repeated back)."""
     if err.get("type") == "missing" or "input" not in err or isinstance(err["input"], (dict, list)):
         return ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from starlette.requests import Request
@@ -65,7 +65,7 @@ def request_salt(request: Request, body_salt: str | None) -> str | None:
 
 async def start_request(
     state: ServerState, request_id: str, token_ids: list[int], params: Any, salt: str | None
-) -> tuple[AsyncIterator[Any], Any]:
+) -> tuple[AsyncGenerator[Any, None], Any]:
     """Submit a request and wait for its first output (after prefill).
 
     Returns (the output iterator, the first ``RequestOutput``). Raises :class:`APIError`:
@@ -141,7 +141,9 @@ class Timing:
         return None if self.first_token is None else self.first_token - self.arrival
 
 
-async def collect(request: Request, agen: AsyncIterator[Any], first: Any, timing: Timing) -> Any:
+async def collect(
+    request: Request, agen: AsyncGenerator[Any, None], first: Any, timing: Timing
+) -> Any:
     """Follow a request to its last output, aborting it if the client disconnects
     (raises :class:`ClientGone`)."""
     last = first

@@ -23,7 +23,7 @@ An :class:`Endpoint` supplies the differences; the API modules (``routes_openai`
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -81,7 +81,9 @@ class Generation:
     cache_requests: list[CacheRequest]
     params: SamplingParams
     timing: Timing
-    started: list[tuple[AsyncIterator[RequestOutput], RequestOutput]] = field(default_factory=list)
+    started: list[tuple[AsyncGenerator[RequestOutput, None], RequestOutput]] = field(
+        default_factory=list
+    )
     usages: list[CacheUsage] = field(default_factory=list)
     created: int = 0
     extra: Any = None
@@ -193,7 +195,7 @@ class Endpoint:
         """The non-streaming response from every prompt's final output."""
         raise NotImplementedError
 
-    def events(self, gen: Generation) -> AsyncIterator[str]:
+    def events(self, gen: Generation) -> AsyncGenerator[str, None]:
         """The server-sent events (set ``gen.finished`` once the outputs are all delivered)."""
         raise NotImplementedError
 
@@ -220,7 +222,7 @@ async def _start(gen: Generation, ids: Sequence[str]) -> None:
         raise
 
 
-async def _guard(gen: Generation, events: AsyncIterator[str]) -> AsyncIterator[str]:
+async def _guard(gen: Generation, events: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
     """``events``, then (also when the client leaves mid-stream) the log note of an
     unfinished stream and the engine requests closed."""
     try:
@@ -229,9 +231,7 @@ async def _guard(gen: Generation, events: AsyncIterator[str]) -> AsyncIterator[s
     finally:
         if not gen.finished:
             note(gen.request, finish="client_disconnected")
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await events.aclose()
         await gen.close()
 
 

@@ -334,8 +334,8 @@ def messages_to_turns(req: CountTokensRequest) -> tuple[list[Block], list[Block]
     turns = [Turn(m.role, _content_blocks(m, i), i) for i, m in enumerate(req.messages)]
     if req.cache_control is not None:
         last = next((t.blocks[-1] for t in reversed(turns) if t.blocks), None)
-        if last is None:
-            last = (system or tools or [None])[-1]
+        if last is None and (system or tools):
+            last = (system or tools)[-1]
         if last is not None and last.cache_control is None:
             last.cache_control = (req.cache_control.ttl or "5m", "cache_control")
     continue_final = req.messages[-1].role == "assistant"

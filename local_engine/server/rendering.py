@@ -165,10 +165,10 @@ def render_chat(
     if len(marks) != expected:
         # the template transformed the content; fall back to whole-text tokenization with
         # every boundary at the end (emulated breakpoints then cover the whole prompt)
-        ids = tokenizer.encode(_MARKS.sub("", text), add_special_tokens=False)
-        n = len(ids)
+        whole = tokenizer.encode(_MARKS.sub("", text), add_special_tokens=False)
+        n = len(whole)
         return RenderedPrompt(
-            ids,
+            whole,
             blocks,
             [n] * len(blocks),
             n if tools else 0,

@@ -11,7 +11,7 @@ final usage) -> ``message_stop``. ``x-api-key`` and ``anthropic-version`` are ac
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -158,7 +158,7 @@ class Messages(Endpoint):
     def stream_headers(self, gen: Generation) -> dict[str, str]:
         return {**SSE_HEADERS, "request-id": self._request_id(gen)}
 
-    async def events(self, gen: Generation) -> AsyncIterator[str]:
+    async def events(self, gen: Generation) -> AsyncGenerator[str, None]:
         agen, first = gen.started[0]
         start = {
             **self._message(gen),

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -197,7 +197,7 @@ class ChatCompletions(Endpoint):
             }
         )
 
-    async def events(self, gen: Generation) -> AsyncIterator[str]:
+    async def events(self, gen: Generation) -> AsyncGenerator[str, None]:
         req: ChatCompletionRequest = gen.req
         tok = gen.st.tokenizer
         top = req.top_logprobs or 0
@@ -271,7 +271,9 @@ async def chat_completions(request: Request) -> Response:
 # ---------------------------------------------------------------------------- completions
 
 
-async def _merge(agens: list[tuple[int, AsyncIterator[Any]]]) -> AsyncIterator[tuple[int, Any]]:
+async def _merge(
+    agens: list[tuple[int, AsyncIterator[Any]]],
+) -> AsyncGenerator[tuple[int, Any], None]:
     """Interleave several request iterators: yields (prompt index, output)."""
     q: asyncio.Queue = asyncio.Queue()
     sentinel = object()
@@ -412,14 +414,14 @@ class Completions(Endpoint):
             }
         )
 
-    async def events(self, gen: Generation) -> AsyncIterator[str]:
+    async def events(self, gen: Generation) -> AsyncGenerator[str, None]:
         req: CompletionRequest = gen.req
         tok = gen.st.tokenizer
         texts: list[str] = gen.extra
         top = req.logprobs or 0
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-        async def rest(agen: AsyncIterator[Any], first: Any) -> AsyncIterator[Any]:
+        async def rest(agen: AsyncIterator[Any], first: Any) -> AsyncGenerator[Any, None]:
             yield first
             if not first.finished:
                 async for out in agen:
