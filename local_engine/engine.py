@@ -180,6 +180,35 @@ class LLMEngine:
         if request_id in self.output_processor:
             raise EngineError(f"request id {request_id!r} is already in use")
         ids = list(prompt_token_ids)
+        seq_limit = self._check_prompt(ids)
+        max_total = min(self.max_model_len, seq_limit)
+        if params.max_tokens is not None:
+            max_total = min(max_total, len(ids) + params.max_tokens)
+        now = time.monotonic() if arrival_time is None else arrival_time
+        seqs = []
+        for i in range(params.n):
+            seq = Sequence(
+                seq_id=request_id if i == 0 else f"{request_id}#{i}",
+                request_id=request_id,
+                index=i,
+                prompt_token_ids=ids,
+                params=params,
+                arrival_time=now,
+                cache_salt=cache_salt,
+                generator=make_generator(params.seed, i, self.runner.device),
+                max_total_len=max_total,
+            )
+            seqs.append(seq)
+        # samples 1..n-1 fork off sample 0 when its prompt is computed (sharing its blocks)
+        seqs[0].num_forks = params.n - 1
+        for seq in seqs[1:]:
+            seq.status = SequenceStatus.FORK_PENDING
+        self.output_processor.add_request(seqs, params, now, prompt)
+        self.scheduler.add(seqs[0])
+
+    def _check_prompt(self, ids: list[int]) -> int:
+        """Refuse a prompt that cannot run; returns the most tokens its sequence may hold
+        (:attr:`Scheduler.max_sequence_tokens`). Raises as :meth:`add_request` says."""
         if not ids:
             raise EngineError("the prompt is empty; send at least one token")
         vocab = self.model_config.vocab_size
@@ -211,30 +240,7 @@ class LLMEngine:
                 prompt_len=len(ids),
                 limit=seq_limit,
             )
-        max_total = min(self.max_model_len, seq_limit)
-        if params.max_tokens is not None:
-            max_total = min(max_total, len(ids) + params.max_tokens)
-        now = time.monotonic() if arrival_time is None else arrival_time
-        seqs = []
-        for i in range(params.n):
-            seq = Sequence(
-                seq_id=request_id if i == 0 else f"{request_id}#{i}",
-                request_id=request_id,
-                index=i,
-                prompt_token_ids=ids,
-                params=params,
-                arrival_time=now,
-                cache_salt=cache_salt,
-                generator=make_generator(params.seed, i, self.runner.device),
-                max_total_len=max_total,
-            )
-            seqs.append(seq)
-        # samples 1..n-1 fork off sample 0 when its prompt is computed (sharing its blocks)
-        seqs[0].num_forks = params.n - 1
-        for seq in seqs[1:]:
-            seq.status = SequenceStatus.FORK_PENDING
-        self.output_processor.add_request(seqs, params, now, prompt)
-        self.scheduler.add(seqs[0])
+        return seq_limit
 
     def abort_request(self, request_id: str) -> None:
         """Stop a request now and free its blocks; unknown ids are a no-op."""
