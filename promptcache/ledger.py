@@ -45,7 +45,7 @@ import platformdirs
 
 from promptcache.errors import PromptCacheError
 from promptcache.memo import IdentityMemo
-from promptcache.pricing import Cost, Price, cost_pico
+from promptcache.pricing import Cost, Price, cost_pico, warn_unknown_price
 from promptcache.usage_record import Usage
 
 __all__ = [
@@ -230,7 +230,8 @@ class SummaryRow:
     cache-read tokens / prompt tokens over the requests whose provider reported caching
     (None when none did); ``unreported_requests`` counts the others (unknown, not misses).
     ``cost``, ``baseline`` (no-cache cost) and ``saving`` are USD over the priced
-    requests; ``unpriced_requests`` had no known price.
+    requests; ``unpriced_requests`` had no known price (left out of those sums; when every
+    request of the group is unpriced, ``to_dict`` gives None and reports print ``n/a``).
     """
 
     key: str | None
@@ -249,10 +250,16 @@ class SummaryRow:
     misses: int = 0
     mean_latency_ms: float | None = None
 
+    @property
+    def priced_requests(self) -> int:
+        """Requests of the group whose cost is known (counted in ``cost``)."""
+        return self.requests - self.unpriced_requests
+
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: USD as decimal strings, None when no request had a price."""
         d = self.__dict__.copy()
         for k in ("cost", "baseline", "saving"):
-            d[k] = str(d[k])
+            d[k] = str(d[k]) if self.priced_requests else None
         return d
 
 
@@ -601,6 +608,7 @@ class Tracker:
                 price_json = _price_json(used)
             except PromptCacheError as e:  # unknown price: stored unpriced, not an error
                 log.debug("ledger: request recorded without cost: %s", e)
+                warn_unknown_price(model, e)
         ts = time.time() if ts is None else float(ts)
         day = _day(ts)
         return (
@@ -962,3 +970,68 @@ class Tracker:
                 )
             )
         return out
+
+    # -- report helpers (token counts only: prices play no part) ------------------
+
+    @property
+    def location(self) -> str:
+        """Where the ledger lives: its file path, or its URL with any password hidden."""
+        if self.url is None:
+            return str(self.path)
+        return re.sub(r"//[^@/]*@", "//***@", self.url)
+
+    def time_span(self, since: Any = None) -> tuple[float, float] | None:
+        """``(first, last)`` request time (Unix seconds) since ``since``; None if none."""
+        where, params = _range_where("ts", parse_since(since), None, self.dialect.param)
+        cur = self._conn().cursor()
+        cur.execute(f"SELECT MIN(ts), MAX(ts) FROM requests {where}", params)
+        lo, hi = cur.fetchone()
+        return None if lo is None else (float(lo), float(hi))
+
+    def hit_series(self, bucket_s: int, since: Any = None) -> list[tuple[float, int, int]]:
+        """Token-weighted hit-rate inputs per ``bucket_s``-second bucket (UTC-aligned):
+        ``[(bucket_start_ts, cache_read_tokens, prompt_tokens), ...]`` over the requests
+        whose provider reported caching, oldest first. Scans the records in the period."""
+        if bucket_s < 1:
+            raise ValueError("bucket_s must be >= 1 second")
+        d = self.dialect
+        where, params = _range_where("ts", parse_since(since), None, d.param)
+        where = (where + " AND" if where else "WHERE") + " cache_reported = 1"
+        bucket = (
+            f"CAST(FLOOR(ts / {int(bucket_s)}) AS BIGINT)"
+            if d is _PgDialect
+            else (f"CAST(ts / {int(bucket_s)} AS INTEGER)")
+        )
+        cur = self._conn().cursor()
+        cur.execute(
+            f"""SELECT {bucket} AS b, SUM(cache_read_tokens),
+            SUM(uncached_input_tokens + cache_read_tokens + cache_write_tokens)
+            FROM requests {where} GROUP BY b ORDER BY b""",
+            params,
+        )
+        return [(float(b) * bucket_s, int(r), int(p)) for b, r, p in cur.fetchall()]
+
+    def hit_counts(
+        self, by: str | None, min_share: float, since: Any = None
+    ) -> dict[str | None, tuple[int, int]]:
+        """Per group of ``by`` (``provider``, ``model``, ``prefix_hash``, ``api`` or None):
+        ``(hits, reported)`` where ``reported`` counts the requests whose provider reported
+        caching and ``hits`` those of them that read at least ``min_share`` (0..1] of their
+        prompt tokens from the cache. Scans the records in the period."""
+        if by is not None and by not in ("provider", "model", "prefix_hash", "api"):
+            raise ValueError(f"by={by!r}: use provider, model, prefix_hash, api or None")
+        if not 0 < min_share <= 1:
+            raise ValueError("min_share must be in (0, 1]")
+        d = self.dialect
+        where, params = _range_where("ts", parse_since(since), None, d.param)
+        where = (where + " AND" if where else "WHERE") + " cache_reported = 1"
+        key = "NULL" if by is None else by
+        cur = self._conn().cursor()
+        cur.execute(
+            f"""SELECT {key} AS k, COUNT(*), SUM(CASE WHEN cache_read_tokens >= {d.param} *
+            (uncached_input_tokens + cache_read_tokens + cache_write_tokens)
+            AND cache_read_tokens > 0 THEN 1 ELSE 0 END)
+            FROM requests {where} GROUP BY k""",
+            [float(min_share), *params],
+        )
+        return {k: (int(h), int(n)) for k, n, h in cur.fetchall()}

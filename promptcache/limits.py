@@ -17,6 +17,7 @@ module (``python -m linters.rule_docs``); a test fails when they drift.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -385,6 +386,11 @@ def provider_of(model: str) -> str:
     return "local"
 
 
+# What may follow a Claude family name in the same model's ids: a snapshot date (also
+# Vertex's "@20250929"), "-latest", a Bedrock version ("-v1:0").
+_CLAUDE_SNAPSHOT = re.compile(r"^(?:[-@](?:\d{8}|latest))?(?:-v\d+(?::\d+)?)?$")
+
+
 @lru_cache(maxsize=1024)
 def cache_limits(model: str, provider: str | None = None) -> CacheLimits:
     """The :class:`CacheLimits` row for ``model`` (longest matching family prefix).
@@ -407,6 +413,12 @@ def cache_limits(model: str, provider: str | None = None) -> CacheLimits:
     best: CacheLimits | None = None
     for row in MODEL_LIMITS:
         if row.provider == provider and name.startswith(row.family):
+            if row.family.startswith("claude") and not _CLAUDE_SNAPSHOT.match(
+                name[len(row.family) :]
+            ):
+                # claude-sonnet-5-5 is not a snapshot of claude-sonnet-5: its minimum is not
+                # documented here, so it gets the provider default (known=False)
+                continue
             if best is None or len(row.family) > len(best.family):
                 best = row
     if best is not None:

@@ -16,6 +16,7 @@ import math
 import os
 import re
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, localcontext
@@ -42,6 +43,11 @@ __all__ = [
     "register_price",
     "load_prices",
     "known_models",
+    "unpriced_models",
+    "read_prices",
+    "PriceTable",
+    "UnknownPriceWarning",
+    "warn_unknown_price",
     "MILLION",
 ]
 
@@ -392,6 +398,56 @@ def cost_pico(
 _TABLE: dict[str, Price] | None = None
 _ALIASES: dict[str, str] = {}
 _USER: dict[str, Price] = {}
+_UNPRICED: dict[str, str] = {}  # model (lower case) -> why no price is known
+
+
+class UnknownPriceWarning(UserWarning):
+    """Warned (once per model and process) when a request is recorded for a model with no
+    known price: its cost is stored as unknown and shown as ``n/a``, never as $0."""
+
+
+_WARNED: set[str] = set()
+_WARN_LOCK = threading.Lock()
+
+
+def warn_unknown_price(model: str | None, error: Exception) -> None:
+    """Warn once per ``model`` that a recorded request has no known price (``error``: the
+    :class:`~promptcache.errors.PricingError` that says why, with the closest names)."""
+    key = (model or "").lower()
+    with _WARN_LOCK:
+        if key in _WARNED:
+            return
+        _WARNED.add(key)
+    import warnings
+
+    warnings.warn(
+        f"promptcache: requests for {model or '(no model)'} are recorded without a cost: "
+        f"{error}. Reports show n/a; `promptcache report --prices FILE` reprices them later.",
+        UnknownPriceWarning,
+        stacklevel=3,
+    )
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """A prices TOML file as read by :func:`read_prices`: ``prices`` by lower-case model
+    name, ``aliases`` (lower-case alias -> model), ``source`` (the file)."""
+
+    prices: Mapping[str, Price]
+    aliases: Mapping[str, str]
+    source: str
+
+    def lookup(self, model: str) -> Price | None:
+        """The row for ``model`` in this table alone (same matching as :func:`price_for`:
+        exact name or alias, else a dated snapshot of a row), or None."""
+        return _lookup(model, dict(self.prices), dict(self.aliases), {})
+
+
+def read_prices(path: str | os.PathLike[str]) -> PriceTable:
+    """Read a prices TOML file (the bundled table's shape, see :func:`load_prices`) without
+    registering it. Raises ``PricingError`` on a malformed file, ``OSError`` if unreadable."""
+    table, aliases, _ = _parse_table(Path(path).read_text("utf-8"), str(path))
+    return PriceTable(table, aliases, str(path))
 
 
 def _price_from_row(name: str, row: Mapping[str, Any], where: str) -> Price:
@@ -425,7 +481,9 @@ def _price_from_row(name: str, row: Mapping[str, Any], where: str) -> Price:
     )
 
 
-def _parse_table(text: str, where: str) -> tuple[dict[str, Price], dict[str, str]]:
+def _parse_table(text: str, where: str) -> tuple[dict[str, Price], dict[str, str], dict[str, str]]:
+    """``(prices, aliases, unpriced)`` of a prices TOML text; ``unpriced`` is the optional
+    ``[unpriced]`` table (model = "why no price is known")."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -433,27 +491,34 @@ def _parse_table(text: str, where: str) -> tuple[dict[str, Price], dict[str, str
     models = data.get("models")
     if not isinstance(models, dict):
         raise PricingError(f'{where}: expected a [models."NAME"] table per model')
-    table, aliases = {}, {}
+    table: dict[str, Price] = {}
+    aliases: dict[str, str] = {}
     for name, row in models.items():
         if not isinstance(row, dict):
             raise PricingError(f"{where}: models.{name} must be a table")
         table[name.lower()] = _price_from_row(name, row, where)
         for alias in row.get("aliases", []):
             aliases[str(alias).lower()] = name.lower()
-    return table, aliases
+    unpriced = data.get("unpriced", {})
+    if not isinstance(unpriced, dict) or not all(isinstance(v, str) for v in unpriced.values()):
+        raise PricingError(f'{where}: [unpriced] maps a model to the reason, e.g. "m" = "why"')
+    return table, aliases, {k.lower(): v for k, v in unpriced.items()}
 
 
 def _load_bundled() -> dict[str, Price]:
     global _TABLE
     if _TABLE is None:
         text = resources.files("promptcache").joinpath("data/prices.toml").read_text("utf-8")
-        table, aliases = _parse_table(text, "promptcache/data/prices.toml")
+        table, aliases, unpriced = _parse_table(text, "promptcache/data/prices.toml")
         _ALIASES.update(aliases)
+        _UNPRICED.update(unpriced)
         env = os.environ.get("PROMPTCACHE_PRICES")
         if env:
-            extra, extra_aliases = _parse_table(Path(env).read_text("utf-8"), env)
+            extra, extra_aliases, _ = _parse_table(Path(env).read_text("utf-8"), env)
             table.update(extra)
             _ALIASES.update(extra_aliases)
+            for name in extra:
+                _UNPRICED.pop(name, None)
         _TABLE = table
     return _TABLE
 
@@ -464,7 +529,7 @@ def load_prices(path: str | os.PathLike[str]) -> list[str]:
     ``cache_write_1h``, ``cache_write = {"30m" = ...}``, ``storage_per_hour``, ``source``,
     ``date``, ``aliases``). Returns the model names loaded. Raises ``PricingError`` on a
     malformed file, ``OSError`` when it cannot be read."""
-    table, aliases = _parse_table(Path(path).read_text("utf-8"), str(path))
+    table, aliases, _ = _parse_table(Path(path).read_text("utf-8"), str(path))
     _price_for.cache_clear()
     _USER.update(table)
     _ALIASES.update(aliases)
@@ -479,6 +544,14 @@ def register_price(model: str, price: Price) -> None:
         price = dataclasses.replace(price, model=model)
     _price_for.cache_clear()
     _USER[model.lower()] = price
+
+
+def unpriced_models() -> dict[str, str]:
+    """Models the bundled table names as having no sourced price (``[unpriced]`` in
+    ``prices.toml``), with the reason; :func:`price_for` raises for them unless a price
+    was registered or loaded."""
+    _load_bundled()
+    return {k: v for k, v in _UNPRICED.items() if k not in _USER}
 
 
 def known_models() -> list[str]:
@@ -514,13 +587,42 @@ def price_for(model: str) -> Price:
 @lru_cache(maxsize=4096)
 def _price_for(model: str) -> Price:
     table = {**_load_bundled(), **_USER}
+    unpriced = {k: v for k, v in _UNPRICED.items() if k not in _USER}
+    found = _lookup(model, table, _ALIASES, unpriced)
+    if found is not None:
+        return found
+    cands = _candidates(model)
+    close = difflib.get_close_matches(cands[-1], list(table), n=3, cutoff=0.5)
+    hint = f" (closest: {', '.join(close)})" if close else ""
+    raise PricingError(
+        f"no price known for model {model!r}{hint}; pass "
+        "price=promptcache.Price(input=..., output=...) or load a TOML file"
+    )
+
+
+def _raise_unpriced(model: str, reason: str) -> None:
+    raise PricingError(
+        f"no sourced price for model {model!r} ({reason}); pass "
+        "price=promptcache.Price(input=..., output=...) or load a TOML file"
+    )
+
+
+def _lookup(
+    model: str, table: dict[str, Price], aliases: Mapping[str, str], unpriced: Mapping[str, str]
+) -> Price | None:
+    """The row for ``model`` in ``table`` (exact name or alias, else the longest row name
+    it is a dated snapshot of), None when none fits; raises ``PricingError`` for a model
+    declared in ``unpriced`` (never priced through another row's prefix)."""
     cands = _candidates(model)
     for c in cands:
         if c in table:
             return table[c]
-        if c in _ALIASES and _ALIASES[c] in table:
-            return table[_ALIASES[c]]
-    best = None
+        if c in aliases and aliases[c] in table:
+            return table[aliases[c]]
+    for c in cands:
+        if c in unpriced:
+            _raise_unpriced(model, unpriced[c])
+    best, best_unpriced = None, None
     for c in cands:
         for name in table:
             if (
@@ -529,12 +631,15 @@ def _price_for(model: str) -> Price:
                 and (best is None or len(name) > len(best))
             ):
                 best = name
+        for name in unpriced:
+            if (
+                c.startswith(name)
+                and _SNAPSHOT_SUFFIX.match(c[len(name) :])
+                and (best_unpriced is None or len(name) > len(best_unpriced))
+            ):
+                best_unpriced = name
+    if best_unpriced is not None and (best is None or len(best_unpriced) > len(best)):
+        _raise_unpriced(model, unpriced[best_unpriced])
     if best is not None:
         return table[best]
-
-    close = difflib.get_close_matches(cands[-1], list(table), n=3, cutoff=0.5)
-    hint = f" (closest: {', '.join(close)})" if close else ""
-    raise PricingError(
-        f"no price known for model {model!r}{hint}; pass "
-        "price=promptcache.Price(input=..., output=...) or load a TOML file"
-    )
+    return None

@@ -1,6 +1,7 @@
 """``promptcache report``: summarize the ledger as a terminal table, JSON, or an HTML page.
 
-``promptcache report [--db PATH] [--since 7d] [--by model] [--json] [--html report.html]``
+``promptcache report [--db PATH] [--since 7d] [--by model] [--json] [--html report.html]
+[--prices FILE]``
 
 The table has one row per group (provider, model, prefix hash, day, hour or API) with
 requests, prompt tokens, cache-read and cache-write tokens, the token-weighted hit rate
@@ -22,7 +23,9 @@ from typing import Any
 
 from promptcache.errors import PromptCacheError
 from promptcache.ledger import LedgerError, Tracker, default_path, parse_since
+from promptcache.pricing import read_prices
 from promptcache.report_html import write_html
+from promptcache.reprice import repriced_summary
 
 __all__ = ["add_arguments", "run", "format_table", "summary_json"]
 
@@ -49,7 +52,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "metadata.KEY (e.g. metadata.demo_run; default: model)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--html", metavar="FILE", help="also write an HTML report to FILE")
+    parser.add_argument(
+        "--html", metavar="FILE", help="also write an HTML report to FILE (grouped by --by too)"
+    )
+    parser.add_argument(
+        "--prices",
+        metavar="FILE",
+        default=None,
+        help="reprice the recorded requests with this prices TOML file (format below; "
+        "default: $PROMPTCACHE_PRICES when set)",
+    )
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = PRICES_HELP
+
+
+PRICES_HELP = """\
+prices file (--prices FILE, or the PROMPTCACHE_PRICES environment variable), TOML, USD per
+million tokens, one table per model; the bundled promptcache/data/prices.toml has the
+same shape:
+
+  [models."acme-llm-7"]
+  input = "2"             # required: uncached input tokens
+  output = "10"           # required: output tokens
+  cache_read = "0.20"     # tokens read from the cache (unknown if left out)
+  cache_write_5m = "2.50" # cache writes with a 5-minute TTL (Anthropic, Bedrock)
+  cache_write_1h = "4"    # ... with a 1-hour TTL
+  cache_write = { "30m" = "2", "12h" = "2" }  # other TTL labels (OpenAI)
+  aliases = ["acme-llm-7-latest"]
+  source = "https://acme.example/pricing"     # where the figures come from
+  date = "2026-11-30"                         # when they were read
+
+A request whose model the file prices is repriced with the file's row (over the cost
+stored when it was recorded); a request recorded without a price takes the file's or
+the bundled row when there is one now. A model with no known price shows n/a, never $0.
+"""
 
 
 def _by(value: str) -> str:
@@ -73,6 +109,36 @@ def _usd(x: Decimal) -> str:
     return f"${q}"
 
 
+def money(row: Any, amount: Decimal) -> str:
+    """A group's USD amount as printed: ``n/a`` when no request of the group has a known
+    price, a trailing ``+`` when some are left out (the sum covers the priced ones)."""
+    if row.priced_requests == 0:
+        return "n/a"
+    return _usd(amount) + ("+" if row.unpriced_requests else "")
+
+
+def unpriced_note(unpriced: int) -> str:
+    """The sentence under a table whose costs leave requests out (empty when none)."""
+    if not unpriced:
+        return ""
+    return (
+        f"costs leave out {unpriced} request(s) with no known price (n/a; + marks a sum "
+        "over the priced requests only); price them with `promptcache report --prices "
+        "FILE` or PROMPTCACHE_PRICES (see --help)."
+    )
+
+
+def prefix_label(key: str | None) -> str:
+    """One short label for a prefix id: its first 16 hex digits, whether the id is a
+    SHA-256 of the request head or promptcache.build's ``prompt_cache_key`` (``pc-`` +
+    hex, shown without the ``pc-``)."""
+    if key is None:
+        return "-"
+    if key.startswith("pc-") and all(c in "0123456789abcdef" for c in key[3:]):
+        key = key[3:]
+    return key[:16]
+
+
 def _rate(r: float | None) -> str:
     return "n/a" if r is None else f"{r:.1%}"
 
@@ -94,8 +160,8 @@ def format_table(rows: list[Any], by: str, total: Any | None = None) -> str:
     body = []
     for r in list(rows) + ([total] if total is not None else []):
         key = "TOTAL" if r is total else (r.key if r.key is not None else "-")
-        if by == "prefix_hash" and r is not total and len(key) > 16:
-            key = key[:16]
+        if by == "prefix_hash" and r is not total:
+            key = prefix_label(r.key)
         rate = _rate(r.hit_rate)
         if r.unreported_requests and r.hit_rate is not None:
             rate += "*"
@@ -108,9 +174,9 @@ def format_table(rows: list[Any], by: str, total: Any | None = None) -> str:
                 f"{r.cache_write_tokens:,}",
                 f"{r.output_tokens:,}",
                 rate,
-                _usd(r.cost),
-                _usd(r.baseline),
-                _usd(r.saving),
+                money(r, r.cost),
+                money(r, r.baseline),
+                money(r, r.saving),
             ]
         )
     widths = [
@@ -138,10 +204,7 @@ def format_table(rows: list[Any], by: str, total: Any | None = None) -> str:
             "vLLM: --enable-prompt-tokens-details; SGLang: --enable-cache-report."
         )
     if unpriced:
-        notes.append(
-            f"{unpriced} request(s) have no known price (cost counted as $0); "
-            "add one with promptcache.Price or a prices TOML file."
-        )
+        notes.append(unpriced_note(unpriced))
     return "\n".join(lines + notes)
 
 
@@ -150,29 +213,69 @@ def summary_json(rows: list[Any], by: str, total: Any) -> dict[str, Any]:
     return {"by": by, "rows": [r.to_dict() for r in rows], "total": total.to_dict()}
 
 
+def _check_writable(path: str) -> str | None:
+    """Why ``path`` cannot be written (a one-line reason), or None; nothing is created."""
+    target = os.path.abspath(path)
+    parent = os.path.dirname(target)
+    if os.path.isdir(target):
+        return "it is a directory"
+    if not os.path.isdir(parent):
+        return f"no such directory: {parent}"
+    if not os.access(parent, os.W_OK) or (
+        os.path.exists(target) and not os.access(target, os.W_OK)
+    ):
+        return "permission denied"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print the report; exit 0, or 2 with one line on a bad argument or ledger."""
+    """Print the report; exit 0, or 2 with one line on a bad argument, ledger, prices file
+    or output path (checked before anything is printed)."""
+
+    def fail(msg: str) -> int:
+        print(f"promptcache report: {msg}", file=sys.stderr)
+        return 2
 
     try:
         parse_since(args.since)
     except ValueError as e:
-        print(f"promptcache report: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e))
+    if args.html:
+        why = _check_writable(args.html)
+        if why:
+            return fail(f"cannot write {args.html}: {why}")
+    prices_path = args.prices or os.environ.get("PROMPTCACHE_PRICES") or None
+    table = None
+    if prices_path:
+        try:
+            table = read_prices(prices_path)
+        except OSError as e:
+            return fail(f"cannot read prices file {prices_path}: {e.strerror}")
+        except PromptCacheError as e:
+            return fail(str(e))
     db = args.db or default_path()
     if "://" not in db and not os.path.exists(db):
-        print(
-            f"promptcache report: no ledger at {db}; record some calls with "
-            "promptcache.wrap(client) first, or pass --db PATH",
-            file=sys.stderr,
+        return fail(
+            f"no ledger at {db}; record some calls with promptcache.wrap(client) first, "
+            "or pass --db PATH"
         )
-        return 2
     try:
         tracker = Tracker(db)
-        rows = tracker.summary(by=args.by, since=args.since)
-        overall = tracker.summary(by=None, since=args.since)
+        if table is None:
+
+            def summarize(by: str | None) -> list[Any]:
+                return list(tracker.summary(by=by, since=args.since))
+        else:
+            records = tracker.records(since=args.since)
+            price_table = table
+
+            def summarize(by: str | None) -> list[Any]:
+                return repriced_summary(records, by, price_table)
+
+        rows = summarize(args.by)
+        overall = summarize(None)
     except (PromptCacheError, LedgerError) as e:
-        print(f"promptcache report: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e))
     total = overall[0] if overall else None
     if args.json:
         print(
@@ -185,16 +288,16 @@ def run(args: argparse.Namespace) -> int:
         )
     elif total is None:
         print(
-            f"no requests in the ledger {tracker}" + (f" since {args.since}" if args.since else "")
+            f"no requests in the ledger {tracker.location}"
+            + (f" since {args.since}" if args.since else "")
         )
     else:
         print(format_table(rows, args.by, total))
     if args.html:
         try:
-            write_html(tracker, args.html, since=args.since)
+            write_html(tracker, args.html, since=args.since, by=args.by, summarize=summarize)
         except OSError as e:
-            print(f"promptcache report: cannot write {args.html}: {e.strerror}", file=sys.stderr)
-            return 2
+            return fail(f"cannot write {args.html}: {e.strerror}")
         print(f"wrote {args.html}", file=sys.stderr)
     tracker.close()
     return 0

@@ -6,10 +6,12 @@ libraries fetched from anywhere (it opens offline and in locked-down viewers).
 Charts (each SVG carries ``data-chart`` and every mark ``data-key``/``data-value`` so the
 numbers can be read back from the DOM):
 
-1. ``hit-rate``: token-weighted cache hit rate per hour (spans up to 3 days) or per day;
-2. ``cost-by-model``: cost vs. the no-cache baseline per model, USD, and the saving;
+1. ``hit-rate``: token-weighted cache hit rate per time bucket, the bucket picked from the
+   period's span (10 s for a short run up to a day or a week; at most 48 points);
+2. ``cost-by-group``: cost vs. the no-cache baseline per ``--by`` group, USD, and the saving;
 3. ``prefix-misses``: the prefixes (prefix hashes) with the most missed prompt tokens
-   (prompt tokens not read from the cache), with their request and miss counts.
+   (prompt tokens not read from the cache), with their request counts and how many were
+   not hits (a hit reads at least :data:`HIT_MIN_SHARE` of its prompt from the cache).
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ def _usd(x: Decimal) -> str:
     return (
         f"${x.quantize(Decimal('0.000001'))}" if abs(x) < 1 else f"${x.quantize(Decimal('0.01'))}"
     )
+
+
+def _money(row: Any, amount: Decimal) -> str:
+    """``n/a`` when no request of ``row`` has a price; ``+`` when some are left out."""
+    if row.priced_requests == 0:
+        return "n/a"
+    return _usd(amount) + ("+" if row.unpriced_requests else "")
 
 
 def _empty(chart: str, text: str) -> str:
@@ -134,18 +143,75 @@ def _bar_chart(chart: str, items: list[tuple[str, list[tuple[str, float, str]]]]
     return "".join(out)
 
 
-def render_html(tracker: Any, since: Any = None, now: float | None = None) -> str:
-    """The report page as a string (see the module docstring)."""
+# Chart buckets (seconds) and the most points a chart draws: the smallest bucket that
+# keeps a period within _MAX_POINTS points is used, so a 3-minute run is drawn per 10 s
+# and a month per day.
+_BUCKETS = (1, 10, 60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)
+_MAX_POINTS = 48
+HIT_MIN_SHARE = 0.5  # a request is a hit when it read at least this share of its prompt
+
+
+def pick_bucket(span_s: float) -> int:
+    """The hit-rate chart's bucket in seconds for a period of ``span_s`` seconds."""
+    for b in _BUCKETS:
+        if span_s / b < _MAX_POINTS:
+            return b
+    return _BUCKETS[-1]
+
+
+def _bucket_name(b: int) -> str:
+    for unit, n in (("week", 7 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60)):
+        if b % n == 0:
+            k = b // n
+            return unit if k == 1 else f"{k} {unit}s"
+    return "second" if b == 1 else f"{b} seconds"
+
+
+def _bucket_key(ts: float, b: int) -> str:
+    """ISO 8601 UTC label of the bucket starting at ``ts`` (as precise as the bucket)."""
+    t = datetime.fromtimestamp(ts, timezone.utc)
+    if b >= 86400:
+        return t.strftime("%Y-%m-%d")
+    if b >= 60:
+        return t.strftime("%Y-%m-%dT%H:%MZ")
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _Row:
+    """A hit-rate chart point: ``key`` (label) and ``hit_rate``."""
+
+    def __init__(self, key: str, hit_rate: float) -> None:
+        self.key, self.hit_rate = key, hit_rate
+
+
+def render_html(
+    tracker: Any,
+    since: Any = None,
+    now: float | None = None,
+    *,
+    by: str = "model",
+    summarize: Any = None,
+) -> str:
+    """The report page as a string (see the module docstring).
+
+    ``by``: how the cost chart and the table group requests (any ``promptcache report
+    --by`` value); ``summarize``: ``summarize(by) -> list[SummaryRow]`` (default
+    ``tracker.summary(by=by, since=since)``; ``report --prices`` passes a repriced one).
+    """
+    from promptcache.report import prefix_label, unpriced_note
 
     now = time.time() if now is None else now
-    overall = tracker.summary(by=None, since=since)
+    if summarize is None:
+
+        def summarize(group: str | None) -> list[Any]:
+            return list(tracker.summary(by=group, since=since))
+
+    overall = summarize(None)
     total = overall[0] if overall else None
     lo = parse_since(since, now)
-    span_rows = tracker.summary(by="day", since=since)
-    use_hours = len(span_rows) <= 3
-    time_rows = tracker.summary(by="hour" if use_hours else "day", since=since)
-    by_model = tracker.summary(by="model", since=since)
+    grouped = summarize(by)
     by_prefix = [r for r in tracker.summary(by="prefix_hash", since=since) if r.key]
+    hits = tracker.hit_counts("prefix_hash", HIT_MIN_SHARE, since=since) if by_prefix else {}
 
     def missed(r: Any) -> int:
         return int(r.prompt_tokens - r.cache_read_tokens)
@@ -165,7 +231,8 @@ def render_html(tracker: Any, since: Any = None, now: float | None = None) -> st
         else "since " + datetime.fromtimestamp(lo, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     )
     parts.append(
-        f"<div class='sub'>ledger {_esc(tracker)} &middot; {period} &middot; generated "
+        f"<div class='sub'>ledger {_esc(tracker.location)} &middot; {period} &middot; "
+        f"grouped by {_esc(by)} &middot; generated "
         f"{datetime.fromtimestamp(now, timezone.utc):%Y-%m-%d %H:%M UTC}</div>"
     )
     if total is None:
@@ -176,9 +243,9 @@ def render_html(tracker: Any, since: Any = None, now: float | None = None) -> st
     for label, value in (
         ("requests", f"{total.requests:,}"),
         ("cache hit rate", hit),
-        ("cost", _usd(total.cost)),
-        ("without cache", _usd(total.baseline)),
-        ("saving", _usd(total.saving)),
+        ("cost", _money(total, total.cost)),
+        ("without cache", _money(total, total.baseline)),
+        ("saving", _money(total, total.saving)),
         ("prompt tokens", f"{total.prompt_tokens:,}"),
     ):
         parts.append(
@@ -192,67 +259,93 @@ def render_html(tracker: Any, since: Any = None, now: float | None = None) -> st
             "of the rates (it is not counted as a miss).</p>"
         )
     if total.unpriced_requests:
-        parts.append(
-            f"<p class='note'>{total.unpriced_requests} request(s) have no known price "
-            "and count as $0.</p>"
-        )
+        parts.append(f"<p class='note'>{_esc(unpriced_note(total.unpriced_requests))}</p>")
 
-    parts.append(f"<h2>Cache hit rate per {'hour' if use_hours else 'day'} (token-weighted)</h2>")
-    parts.append(_hit_rate_chart(time_rows))
+    span = tracker.time_span(since=since)
+    bucket = pick_bucket(0.0 if span is None else span[1] - span[0])
+    series = [
+        _Row(_bucket_key(ts, bucket), read / prompt)
+        for ts, read, prompt in tracker.hit_series(bucket, since=since)
+        if prompt
+    ]
+    parts.append(
+        f"<h2>Cache hit rate per {_bucket_name(bucket)} (token-weighted: cache-read "
+        "tokens / prompt tokens)</h2>"
+    )
+    parts.append(_hit_rate_chart(series))
 
-    parts.append("<h2>Cost and saving by model</h2>")
+    parts.append(f"<h2>Cost and saving by {_esc(by)}</h2>")
     items = [
         (
-            r.key or "(unknown)",
+            r.key or "(none)",
             [
-                ("cost", float(r.cost), _usd(r.cost)),
+                ("cost", float(r.cost), _money(r, r.cost)),
                 (
                     "base",
                     float(r.baseline),
-                    f"{_usd(r.baseline)} without cache, saving {_usd(r.saving)}",
+                    f"{_money(r, r.baseline)} without cache, saving {_money(r, r.saving)}",
                 ),
             ],
         )
-        for r in by_model
+        for r in grouped
     ]
-    parts.append(_bar_chart("cost-by-model", items, "USD: orange = cost, grey = no-cache baseline"))
+    parts.append(_bar_chart("cost-by-group", items, "USD: orange = cost, grey = no-cache baseline"))
 
     parts.append("<h2>Top prefixes by missed prompt tokens</h2>")
-    items = [
-        (
-            r.key[:16],
-            [
-                (
-                    "miss",
-                    float(missed(r)),
-                    f"{missed(r):,} tokens missed, {r.misses}/{r.requests} requests without a hit",
-                )
-            ],
+    parts.append(
+        f"<p class='sub'>A request counts as a hit when it read at least "
+        f"{HIT_MIN_SHARE:.0%} of its prompt tokens from the cache (a request that reused "
+        "only the chat template's first block is a miss). Prefixes are labelled by the "
+        "first 16 hex digits of their id.</p>"
+    )
+    items = []
+    for r in by_prefix:
+        h, n = hits.get(r.key, (0, 0))
+        items.append(
+            (
+                prefix_label(r.key),
+                [
+                    (
+                        "miss",
+                        float(missed(r)),
+                        f"{missed(r):,} tokens missed, {n - h}/{n} requests not a hit",
+                    )
+                ],
+            )
         )
-        for r in by_prefix
-    ]
     parts.append(_bar_chart("prefix-misses", items, "prompt tokens not read from the cache"))
 
+    head = _esc(by)
     parts.append(
-        "<h2>By model</h2><table><tr><th>model</th><th>requests</th><th>prompt tokens"
+        f"<h2>By {head}</h2><table><tr><th>{head}</th><th>requests</th><th>prompt tokens"
         "</th><th>cache read</th><th>cache write</th><th>hit rate</th><th>cost</th>"
         "<th>no-cache</th><th>saving</th></tr>"
     )
-    for r in by_model:
+    for r in grouped:
+        key = prefix_label(r.key) if by == "prefix_hash" else (r.key or "-")
         parts.append(
-            f"<tr><td>{_esc(r.key)}</td><td>{r.requests:,}</td><td>{r.prompt_tokens:,}</td>"
+            f"<tr><td>{_esc(key)}</td><td>{r.requests:,}</td><td>{r.prompt_tokens:,}</td>"
             f"<td>{r.cache_read_tokens:,}</td><td>{r.cache_write_tokens:,}</td>"
             f"<td>{'n/a' if r.hit_rate is None else f'{r.hit_rate:.1%}'}</td>"
-            f"<td>{_usd(r.cost)}</td><td>{_usd(r.baseline)}</td><td>{_usd(r.saving)}</td></tr>"
+            f"<td>{_money(r, r.cost)}</td><td>{_money(r, r.baseline)}</td>"
+            f"<td>{_money(r, r.saving)}</td></tr>"
         )
     parts.append("</table></body></html>")
     return "".join(parts)
 
 
-def write_html(tracker: Any, path: str | os.PathLike[str], since: Any = None) -> str:
+def write_html(
+    tracker: Any,
+    path: str | os.PathLike[str],
+    since: Any = None,
+    *,
+    by: str = "model",
+    summarize: Any = None,
+) -> str:
     """Write the report page to ``path`` (atomically: a temp file then rename) and return
-    the path. Raises ``OSError`` when it cannot be written."""
-    text = render_html(tracker, since=since)
+    the path; ``by``/``summarize`` as in :func:`render_html`. Raises ``OSError`` when it
+    cannot be written."""
+    text = render_html(tracker, since=since, by=by, summarize=summarize)
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
