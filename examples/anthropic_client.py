@@ -19,7 +19,7 @@ client = anthropic.Anthropic(base_url=args.base_url, api_key="local")
 system = "You are a librarian. Recommend one book per answer.\n" + "Be kind. " * 700
 for question in ["A book about the sea?", "A book about mountains?"]:
     kwargs = promptcache.build(system=system, dynamic=question).to_anthropic(
-        "claude-sonnet-4-5", max_tokens=16
+        "claude-sonnet-4-6", max_tokens=16
     )
     kwargs["model"] = "local"  # the local engine serves whatever model name it is asked for
     msg = client.messages.create(**kwargs)

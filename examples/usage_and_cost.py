@@ -1,7 +1,7 @@
 """Normalize a provider's usage and price it: the same traffic at a hosted model's prices.
 
 promptcache serve --port 8000 &
-python examples/usage_and_cost.py --base-url http://127.0.0.1:8000/v1 --price-model gpt-4.1
+python examples/usage_and_cost.py --base-url http://127.0.0.1:8000/v1 --price-model gpt-5.4
 """
 
 import argparse
@@ -12,7 +12,7 @@ import promptcache
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
-parser.add_argument("--price-model", default="gpt-4.1")
+parser.add_argument("--price-model", default="gpt-5.4")
 args = parser.parse_args()
 
 client = openai.OpenAI(base_url=args.base_url, api_key="local")

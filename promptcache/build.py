@@ -691,7 +691,7 @@ class Prompt(PromptLayers):
 
     def explain(
         self,
-        model: str = "claude-sonnet-4-5",
+        model: str = "claude-sonnet-4-6",
         *,
         provider: str | None = None,
         file: Any = None,

@@ -12,7 +12,7 @@ Trace format: JSON Lines, one request per line, in time order. Either
 
 - **segments** (what a privacy-preserving recorder keeps: hashes and token counts)::
 
-    {"ts": 1732870000.0, "model": "claude-sonnet-4-5", "output_tokens": 120,
+    {"ts": 1732870000.0, "model": "claude-sonnet-4-6", "output_tokens": 120,
      "prompt_cache_key": null,
      "segments": [{"tokens": 2100, "hash": "sys-v3", "layer": "system", "cache": "5m"},
                   {"tokens": 40, "hash": "q-17", "layer": "messages"}]}

@@ -1,0 +1,86 @@
+"""The README, the docs and the examples name current models (issue 17): none that the
+installed anthropic SDK warns about on every call, none that openai's ``ChatModel`` lists as
+deprecated in the pages a new user copies from, and every hosted model they call has a price.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from promptcache import pricing
+from promptcache.errors import PricingError
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = {"local", "SmolLM2-135M-Instruct"}
+# model="...", "model": "...", to_openai("..."), to_anthropic("..."), explain("..."),
+# default="..." of an example's --price-model
+CALL = re.compile(
+    r"""(?:\bmodel\s*=\s*|"model"\s*:\s*|\.to_(?:openai|anthropic|bedrock|gemini)\(\s*|"""
+    r"""\.explain\(\s*|--price-model",\s*default=)["']([^"']+)["']"""
+)
+
+
+def anthropic_deprecated() -> set[str]:
+    from anthropic._data import DEPRECATED_MODELS
+
+    return set(DEPRECATED_MODELS)
+
+
+def openai_deprecated() -> set[str]:
+    """Every id in the "Deprecated values" docstring of openai's ChatModel."""
+    import openai.types.shared.chat_model as cm
+
+    text = Path(inspect.getfile(cm)).read_text()
+    doc = text[text.index("Deprecated values:") :]
+    return set(re.findall(r'"([^"]+)"', doc))
+
+
+def _files(*globs: str) -> list[Path]:
+    return sorted(p for g in globs for p in ROOT.glob(g))
+
+
+def _named(path: Path) -> list[tuple[int, str]]:
+    text = path.read_text()
+    return [(text[: m.start()].count("\n") + 1, m.group(1)) for m in CALL.finditer(text)]
+
+
+def test_deprecation_lists_are_read():
+    assert "claude-sonnet-4-5" in anthropic_deprecated()
+    assert "gpt-5.1" in openai_deprecated() and "gpt-5.4" not in openai_deprecated()
+
+
+@pytest.mark.parametrize(
+    "globs, deprecated",
+    [
+        (("README.md", "docs/sdk.md", "docs/index.md", "examples/*.py"), "both"),
+        (("docs/rules/*.md", "docs/DESIGN.md"), "anthropic"),
+    ],
+)
+def test_docs_name_current_priced_models(globs, deprecated):
+    bad = []
+    dep = anthropic_deprecated() | (openai_deprecated() if deprecated == "both" else set())
+    for path in _files(*globs):
+        for line, model in _named(path):
+            where = f"{path.relative_to(ROOT)}:{line} {model}"
+            if model in LOCAL:
+                continue
+            if model in dep:
+                bad.append(f"{where}: deprecated")
+                continue
+            try:
+                pricing.price_for(model)
+            except PricingError:
+                bad.append(f"{where}: no price")
+    assert not bad, bad
+
+
+def test_explain_default_model_is_current():
+    from promptcache.build import Prompt
+
+    default = inspect.signature(Prompt.explain).parameters["model"].default
+    assert default not in anthropic_deprecated() | openai_deprecated()
+    pricing.price_for(default)
