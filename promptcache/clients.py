@@ -28,6 +28,7 @@ import inspect
 import ipaddress
 import json
 import logging
+import os
 import threading
 import time
 import weakref
@@ -207,8 +208,14 @@ class _Recorder:
         price: Price | None,
         callbacks: Sequence[Callable[..., Any]],
         metadata: dict[str, Any] | None,
+        trace: str | os.PathLike[str] | None = None,
     ) -> None:
         self.sdk = sdk
+        self.trace: Any = None
+        if trace is not None:
+            from promptcache.simulate import TraceWriter
+
+            self.trace = TraceWriter(trace)
         self.provider = provider or provider_for_host(base_host, sdk)
         self._tracker = tracker
         self._tracker_lock = threading.Lock()
@@ -363,6 +370,11 @@ class _Recorder:
         if getattr(self.tracker, "store_prompts", False):
             fields["prompt"] = json.dumps(call.body, ensure_ascii=False)
         self.tracker.record(usage, **fields)
+        if self.trace is not None:
+            try:
+                self.trace.write(call.body, model, usage.output_tokens, time.time())
+            except (ValueError, OSError) as e:
+                log.warning("promptcache: no trace line written for a %s call: %s", call.api, e)
         for cb in self.callbacks:
             try:
                 cb(usage, **{k: v for k, v in fields.items() if k != "prompt"})
@@ -414,6 +426,7 @@ def wrap(
     price: Price | None = None,
     callbacks: Sequence[Callable[..., Any]] = (),
     metadata: dict[str, Any] | None = None,
+    trace: str | os.PathLike[str] | None = None,
 ) -> Any:
     """Record every completion call ``client`` makes; returns the same ``client``.
 
@@ -427,6 +440,9 @@ def wrap(
     ``cb(usage, model=..., provider=..., api=..., prefix_hash=..., latency_ms=...,
     ttft_ms=..., stream=..., metadata=..., price=...)`` after each record (e.g.
     :mod:`promptcache.export`). ``metadata``: a JSON-able dict stored with each record.
+    ``trace``: also append each recorded call to this JSON Lines file as a segments trace
+    line (block hashes and token counts, no prompt text; see
+    :func:`promptcache.simulate.trace_line`) for ``promptcache simulate``.
 
     Wrapping twice is a no-op. Raises ``TypeError`` for an object that is not such a
     client; nothing else is ever raised from tracking.
@@ -442,7 +458,7 @@ def wrap(
         return client
     sdk = type(client).__module__.split(".")[0]
     host = urlsplit(str(getattr(client, "base_url", ""))).hostname or ""
-    rec = _Recorder(sdk, host, tracker, provider, price, callbacks, metadata)
+    rec = _Recorder(sdk, host, tracker, provider, price, callbacks, metadata, trace)
     is_async = inspect.iscoroutinefunction(getattr(http, "send", None))
     on_request: Callable[[Any], Any]
     on_response: Callable[[Any], Any]

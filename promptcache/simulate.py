@@ -41,7 +41,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -71,6 +73,9 @@ __all__ = [
     "add_arguments",
     "run",
     "TraceError",
+    "TraceWriter",
+    "trace_line",
+    "TRACE_HELP",
 ]
 
 PROVIDERS = ("anthropic", "bedrock", "openai")
@@ -294,14 +299,83 @@ def segments_from_request(req: dict[str, Any], model: str | None) -> list[Segmen
     return segs
 
 
+def trace_line(
+    body: dict[str, Any], model: str | None, output_tokens: int, ts: float
+) -> dict[str, Any]:
+    """One **segments** trace line for a request ``body`` (Anthropic ``messages.create`` or
+    OpenAI ``chat.completions.create`` keyword arguments, as sent): hashes and token
+    counts only (:func:`segments_from_request`), no prompt text. Raises ``ValueError``
+    for a body with nothing to cut into blocks."""
+    segs = segments_from_request(body, model)
+    row: dict[str, Any] = {"ts": ts, "model": model, "output_tokens": int(output_tokens)}
+    if body.get("prompt_cache_key"):
+        row["prompt_cache_key"] = body["prompt_cache_key"]
+    if body.get("prompt_cache_retention"):
+        row["retention"] = body["prompt_cache_retention"]
+    row["segments"] = [
+        {
+            "tokens": sg.tokens,
+            "hash": sg.hash,
+            **({"cache": sg.cache} if sg.cache else {}),
+            **({} if sg.boundary else {"boundary": False}),
+            **({"layer": sg.layer} if sg.layer else {}),
+        }
+        for sg in segs
+    ]
+    return row
+
+
+class TraceWriter:
+    """Appends :func:`trace_line` rows to a JSONL file, one flushed line per request
+    (thread-safe; the file is opened per write, so a crash loses at most the line being
+    written). ``path``: the trace file (created with its directory if missing)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        parent = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(parent, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def write(self, body: dict[str, Any], model: str | None, output_tokens: int, ts: float) -> None:
+        """Append the line for one request; raises ``ValueError`` (nothing to cut into
+        blocks) or ``OSError`` (the file cannot be written)."""
+        text = json.dumps(trace_line(body, model, output_tokens, ts), ensure_ascii=False)
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(text + "\n")
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _sniff(path: str) -> None:
+    """Raise :class:`TraceError` when ``path`` is plainly not a JSONL trace (an SQLite
+    file such as a promptcache ledger, or binary data)."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head.startswith(_SQLITE_MAGIC):
+        raise TraceError(
+            f"{path} is an SQLite database (a promptcache ledger?), not a JSONL trace; "
+            "record one with promptcache.wrap(client, trace='trace.jsonl') "
+            "(format: promptcache simulate --help)"
+        )
+    if b"\x00" in head:
+        raise TraceError(
+            f"{path} is binary data, not a JSONL trace (format: promptcache simulate --help)"
+        )
+
+
 def load_trace(path_or_lines: str | Iterable[str], model: str | None = None) -> list[TraceRequest]:
     """Parse a JSONL trace (a path, or an iterable of lines). Raises :class:`TraceError`
-    naming the line for malformed JSON, missing fields, non-increasing ``ts``, or a
-    ``request`` payload that cannot be cut into blocks; ``OSError`` if unreadable."""
+    naming the line for malformed JSON, text that is not UTF-8, missing fields,
+    non-increasing ``ts``, or a ``request`` payload that cannot be cut into blocks, and
+    for a file that is an SQLite database or binary; ``OSError`` if unreadable."""
+    if isinstance(path_or_lines, str):
+        _sniff(path_or_lines)
     lines = (
         open(path_or_lines, encoding="utf-8") if isinstance(path_or_lines, str) else path_or_lines
     )
     out: list[TraceRequest] = []
+    n = 0
     try:
         for n, text in enumerate(lines, 1):
             if not text.strip():
@@ -343,6 +417,11 @@ def load_trace(path_or_lines: str | Iterable[str], model: str | None = None) -> 
                     req if isinstance(d.get("request"), dict) else None,
                 )
             )
+    except UnicodeDecodeError:
+        raise TraceError(
+            f"{path_or_lines if isinstance(path_or_lines, str) else 'the trace'} is not a "
+            f"JSONL trace: line {n + 1} is not UTF-8 text (format: promptcache simulate --help)"
+        ) from None
     finally:
         if isinstance(path_or_lines, str):
             lines.close()  # type: ignore[attr-defined]  # the file opened above
@@ -564,9 +643,36 @@ def _relayout_payload(req: TraceRequest, provider: str, model: str | None) -> Tr
 # --- command line ---------------------------------------------------------------------
 
 
+TRACE_HELP = """\
+trace format: JSON Lines (one JSON object a line, in time order), each line either
+
+  segments -- hashes and token counts, no prompt text (what wrap(..., trace=PATH) writes):
+    {"ts": 1732870000.0, "model": "claude-sonnet-4-6", "output_tokens": 120,
+     "prompt_cache_key": null,
+     "segments": [{"tokens": 2100, "hash": "sys-v3", "layer": "system", "cache": "5m"},
+                  {"tokens": 40, "hash": "q-17", "layer": "messages"}]}
+    segments are the prompt's content blocks in cache order (tools, system, messages);
+    equal "hash" = equal content; "cache" (5m|1h, OpenAI GPT-5.6+ 30m|12h) puts a
+    breakpoint at the block's end; "boundary": false marks a span that does not end a
+    content block; "layer" (tools, system, documents, session, messages, dynamic) is
+    used by --compare;
+
+  request -- a payload, cut into blocks and counted here (exact for OpenAI models):
+    {"ts": 1732870000.0, "output_tokens": 120,
+     "request": {"model": "gpt-5.4", "messages": [{"role": "system", "content": "..."}]}}
+    with the keyword arguments of Anthropic messages.create or OpenAI
+    chat.completions.create.
+
+"ts" is Unix seconds (required, non-decreasing). Record a trace from live traffic with
+promptcache.wrap(client, tracker, trace="trace.jsonl").
+"""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``promptcache simulate``."""
-    parser.add_argument("trace", metavar="TRACE.jsonl", help="the trace (JSON Lines)")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = TRACE_HELP
+    parser.add_argument("trace", metavar="TRACE.jsonl", help="the trace (JSON Lines; format below)")
     parser.add_argument(
         "--provider", required=True, choices=PROVIDERS, help="whose cache rules to apply"
     )
