@@ -698,8 +698,9 @@ class Prompt(PromptLayers):
         **render_kwargs: Any,
     ) -> Explanation:
         """Layers with token counts, where breakpoints went and why, what will be cached, and
-        every warning; printed (to ``file``, default stdout) and returned as an
-        :class:`promptcache.explain.Explanation`."""
+        every warning, returned as an :class:`promptcache.explain.Explanation` whose
+        ``str()`` is the report (``print(prompt.explain(model))``). Prints nothing unless
+        ``file`` is given."""
         return explain_prompt(self, model, provider=provider, file=file, **render_kwargs)
 
 

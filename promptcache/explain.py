@@ -4,7 +4,6 @@ warning."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +16,7 @@ from promptcache.breakpoints import (
     tool_tokens,
 )
 from promptcache.limits import CacheLimits, cache_limits, provider_of
+from promptcache.providers.anthropic import layout as anthropic_layout
 from promptcache.providers.anthropic import plan_for
 from promptcache.providers.bedrock import layout
 from promptcache.providers.openai import render
@@ -38,7 +38,8 @@ class LayerInfo:
 
 @dataclass
 class Explanation:
-    """The result of :func:`explain`; ``str()`` gives the printed report.
+    """The result of :func:`explain`; ``str()`` (and ``repr()``) is the report text, so
+    ``print(prompt.explain(model))`` shows it once.
 
     Attributes:
         provider, model: what the prompt was explained for.
@@ -67,6 +68,10 @@ class Explanation:
     approximate: bool
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    block_numbers: dict[int, int] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return str(self)
 
     def __str__(self) -> str:
         approx = "~" if self.approximate else ""
@@ -84,8 +89,9 @@ class Explanation:
         if self.breakpoints:
             lines.append("breakpoints:")
             for bp in self.breakpoints:
+                number = self.block_numbers.get(bp.index, bp.index + 1)
                 lines.append(
-                    f"  {bp.kind:<8} on {bp.layer} block {bp.index} (ttl {bp.ttl}, prefix "
+                    f"  {bp.kind:<8} on {bp.layer} block {number} (ttl {bp.ttl}, prefix "
                     f"{approx}{bp.prefix_tokens} tokens): {bp.reason}"
                 )
         for s in self.skipped:
@@ -134,8 +140,10 @@ def explain(
     ttl: str = "5m",
     history_ttl: str = "5m",
 ) -> Explanation:
-    """Explain ``prompt`` for ``model`` (provider guessed from the name unless given), print
-    the report to ``file`` (default stdout; nothing when ``quiet``) and return it.
+    """Explain ``prompt`` for ``model`` (provider guessed from the name unless given) and
+    return the :class:`Explanation` (its ``str()`` is the report). Nothing is printed
+    unless ``file`` is given (then the report is written there; ``quiet`` is kept for
+    callers of the old printing behaviour and suppresses that too).
 
     Raises:
         ValueError: an unknown provider; a rendering error of the provider's renderer.
@@ -151,9 +159,11 @@ def explain(
     breakpoints: list[PlacedBreakpoint] = []
     skipped: list[str] = []
     notes: list[str] = []
+    numbers: dict[int, int] = {}
     if provider in ("anthropic", "bedrock"):
         if provider == "anthropic":
             _, p = plan_for(prompt, model, ttl=ttl, history_ttl=history_ttl)
+            _, blocks = anthropic_layout(prompt, model)
         else:
             _, blocks = layout(prompt, model)
             p = plan(
@@ -166,6 +176,10 @@ def explain(
                 min_per_segment=rules.min_per_segment,
             )
         breakpoints, skipped = p.breakpoints, p.skipped
+        seen: dict[str, int] = {}
+        for i, b in enumerate(blocks):
+            seen[b.layer] = seen.get(b.layer, 0) + 1
+            numbers[i] = seen[b.layer]
         cacheable = breakpoints[-1].prefix_tokens if breakpoints else 0
         notes.append(
             f"{provider} caches only up to explicit breakpoints (at most "
@@ -224,7 +238,8 @@ def explain(
         approximate,
         notes,
         warnings,
+        numbers,
     )
-    if not quiet:
-        print(str(exp), file=file or sys.stdout)
+    if file is not None and not quiet:
+        print(str(exp), file=file)
     return exp

@@ -32,7 +32,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -261,6 +261,38 @@ class SummaryRow:
         for k in ("cost", "baseline", "saving"):
             d[k] = str(d[k]) if self.priced_requests else None
         return d
+
+
+class Summary(list):  # type: ignore[type-arg]
+    """The rows of :meth:`Tracker.summary` (a ``list`` of :class:`SummaryRow`) whose
+    ``str()`` is the table ``promptcache report`` prints, TOTAL row and notes included,
+    so ``print(tracker.summary(by="model"))`` reads like the report. ``by``: the grouping;
+    ``total``: the overall row, or None (read from the ledger on first use)."""
+
+    def __init__(
+        self,
+        rows: Iterable[SummaryRow],
+        by: str | None,
+        total: Callable[[], SummaryRow | None],
+    ) -> None:
+        super().__init__(rows)
+        self.by = by
+        self._total_fn = total
+        self._total: list[SummaryRow | None] = []
+
+    @property
+    def total(self) -> SummaryRow | None:
+        """The overall row of the same period (None when it has no requests)."""
+        if not self._total:
+            self._total.append(self._total_fn())
+        return self._total[0]
+
+    def __str__(self) -> str:
+        from promptcache.report import format_table
+
+        if not self:
+            return "no requests in this period"
+        return format_table(list(self), self.by or "all", self.total)
 
 
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -799,9 +831,7 @@ class Tracker:
         cur.execute("SELECT COUNT(*) FROM requests")
         return int(cur.fetchone()[0])
 
-    def summary(
-        self, by: str | None = "provider", since: Any = None, until: Any = None
-    ) -> list[SummaryRow]:
+    def summary(self, by: str | None = "provider", since: Any = None, until: Any = None) -> Summary:
         """Aggregate the ledger. ``by``: ``"provider"``, ``"model"``, ``"prefix_hash"``,
         ``"day"`` (UTC date), ``"hour"`` (UTC, ISO text), ``"api"``, ``"metadata.KEY"`` (a
         key of the metadata given to ``record``/``wrap``; scans the records), or None for
@@ -811,7 +841,18 @@ class Tracker:
 
         Whole hours are read from the hourly rollup (maintained with every insert);
         only the partial hours at the edges of ``since``/``until`` scan records (by the
-        ``ts`` index), so the cost does not grow with the number of records."""
+        ``ts`` index), so the cost does not grow with the number of records.
+
+        Returns a :class:`Summary`: the list of rows, printing as the report's table."""
+        rows = self._summary(by, since, until)
+
+        def total() -> SummaryRow | None:
+            overall = rows if by is None else self._summary(None, since, until)
+            return overall[0] if overall else None
+
+        return Summary(rows, by, total)
+
+    def _summary(self, by: str | None, since: Any, until: Any) -> list[SummaryRow]:
         meta_key = by[len("metadata.") :] if by and by.startswith("metadata.") else None
         if meta_key is not None and not re.fullmatch(r"[A-Za-z0-9_]{1,64}", meta_key):
             raise ValueError(f"by={by!r}: a metadata key is letters, digits and _")
