@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
 from . import openapi
+from .emulation import CACHE_NOTE_HEADER, cache_mode_note
 from .errors import APIError, error_body, error_response, field_path
 from .routes_admin import router as admin_router
 from .routes_anthropic import router as anthropic_router
@@ -90,11 +91,23 @@ class ServerMiddleware:
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
         }
 
+        note = cache_mode_note(
+            path, getattr(st.emulator, "mode", "automatic"), headers.get("x-promptcache-cache-mode")
+        )
+
         async def send_wrapper(message):
             if message["type"] == "http.response.start":
                 status_holder["status"] = message["status"]
                 message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + [(b"x-request-id", rid.encode())]
+                extra = [(b"x-request-id", rid.encode())]
+                if note is not None:
+                    extra.append((CACHE_NOTE_HEADER.encode(), note.encode("latin-1")))
+                    if not getattr(st, "cache_note_logged", False):
+                        st.cache_note_logged = True
+                        logger.warning(
+                            "%s (said once; every such response has %s)", note, CACHE_NOTE_HEADER
+                        )
+                message["headers"] = list(message["headers"]) + extra
             await send(message)
 
         try:

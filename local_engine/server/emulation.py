@@ -83,6 +83,32 @@ def request_mode(headers) -> str | None:
     return mode
 
 
+#: OpenAI-API endpoints: no ``cache_control`` in the official OpenAI clients' requests
+OPENAI_API_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
+CACHE_NOTE_HEADER = "x-promptcache-cache-note"
+ANTHROPIC_MODE_OPENAI_NOTE = (
+    "cache-mode anthropic: usage follows Anthropic's rules, which cache only up to "
+    "cache_control breakpoints; an OpenAI-API request without cache_control on its "
+    "content parts reports 0 cached tokens"
+)
+
+
+def cache_mode_note(path: str, server_mode: str, header_mode: str | None) -> str | None:
+    """The note a response to ``path`` carries in :data:`CACHE_NOTE_HEADER` (and the
+    engine logs once), or None: set for an OpenAI-API endpoint served under Anthropic's
+    rules (``server_mode``, or the request's ``X-Promptcache-Cache-Mode`` value
+    ``header_mode`` when valid), where a client that sends no ``cache_control`` always
+    sees 0 cached tokens."""
+    mode = (header_mode or "").strip().lower()
+    if mode not in CACHE_MODES:
+        mode = server_mode
+    if mode != "anthropic":
+        return None
+    if not any(path == p or path.startswith(p + "/") for p in OPENAI_API_PATHS):
+        return None
+    return ANTHROPIC_MODE_OPENAI_NOTE
+
+
 def anthropic_breakpoints(rendered: RenderedPrompt) -> list[Breakpoint]:
     """Breakpoints of the blocks that carry ``cache_control``, in prompt order."""
     out = []
