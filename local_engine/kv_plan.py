@@ -197,6 +197,30 @@ def parse_bytes(text: str) -> int:
     return int(value * powers[unit])
 
 
+def parse_tokens(text: str) -> int:
+    """``"128k"`` -> 131072: a token count, plain (``4096``) or with ``k`` (x 1,024) or
+    ``M`` (x 1,048,576), as context windows are quoted (a "128k" window is 131,072 tokens,
+    e.g. Llama 3.1's ``max_position_embeddings``).
+
+    Raises:
+        PlanError: not a token count.
+    """
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmM]?)\s*", str(text))
+    if not m:
+        raise PlanError(f"cannot read {text!r} as a token count; write e.g. 4096, 32k or 128k")
+    scale = {"": 1, "k": 2**10, "m": 2**20}[m.group(2).lower()]
+    value = float(m.group(1)) * scale
+    if value != int(value):
+        raise PlanError(f"{text!r} is not a whole number of tokens")
+    return int(value)
+
+
+#: Memory kept free by default for activations, the CUDA context and allocator
+#: fragmentation: 10%, as vLLM's default ``gpu_memory_utilization=0.9``
+#: (https://docs.vllm.ai/en/latest/configuration/engine_args.html).
+DEFAULT_HEADROOM = 0.10
+
+
 def count_parameters(cfg: ModelConfig) -> int:
     """Parameters of a Llama-family decoder without biases: embeddings (twice when untied),
     per layer q/k/v/o projections, gate/up/down MLP and two norms, plus the final norm."""
@@ -356,8 +380,10 @@ def _fmt_bytes(n: int | None) -> str:
     return f"{sign}{n:,} B"
 
 
-def format_plan(p: KVPlan) -> str:
-    """The plan as the aligned text table ``promptcache kv-plan`` prints (bytes with binary units)."""
+def format_plan(p: KVPlan, *, total_memory: int | None = None, headroom: float = 0.0) -> str:
+    """The plan as the aligned text table ``promptcache kv-plan`` prints (bytes with binary
+    units). ``total_memory``/``headroom``: the device memory given and the share of it kept
+    free (``p.memory`` is what is left for weights and KV after that headroom)."""
     rows = [
         ("model", f"{p.model}" + (f"  [{p.source}]" if p.source else "")),
         ("parameters", f"{p.parameters:,}" if p.parameters else "-"),
@@ -371,9 +397,26 @@ def format_plan(p: KVPlan) -> str:
         (f"KV for the batch ({p.batch} requests)", _fmt_bytes(p.kv_bytes_batch)),
     ]
     if p.memory is not None:
+        total = p.memory if total_memory is None else total_memory
+        rows.append(("memory", _fmt_bytes(total)))
+        if total_memory is not None:
+            rows.append(
+                (
+                    "headroom",
+                    f"{_fmt_bytes(total - p.memory)} ({headroom:.0%}) kept free for "
+                    "activations, the CUDA context and fragmentation (vLLM's default "
+                    "gpu_memory_utilization=0.9; --headroom to change)",
+                )
+            )
+        left = p.memory_after_weights
         rows += [
-            ("memory", _fmt_bytes(p.memory)),
-            ("left after weights", _fmt_bytes(p.memory_after_weights)),
+            (
+                "left after weights",
+                _fmt_bytes(left)
+                if left is not None and left >= 0
+                else f"none: the weights alone ({_fmt_bytes(p.weight_bytes)}) do not fit in "
+                f"{_fmt_bytes(p.memory)}",
+            ),
             ("KV blocks that fit", f"{p.kv_blocks:,}"),
             (f"requests of {p.context:,} tokens that fit", f"{p.max_requests:,}"),
             (f"batch of {p.batch} fits", "yes" if p.batch_fits else "NO"),
@@ -390,11 +433,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"preset ({', '.join(sorted(PRESETS))}), a .gguf file, or a config.json/folder",
     )
     parser.add_argument(
-        "--context", type=int, required=True, help="tokens per request (prompt + output)"
+        "--context",
+        required=True,
+        help="tokens per request (prompt + output): 4096, 32k, 128k (k = 1,024 tokens), 1M",
     )
     parser.add_argument("--batch", type=int, default=1, help="concurrent requests (default 1)")
     parser.add_argument(
-        "--kv-dtype", default="bf16", help="KV cache dtype: bf16, fp16, fp8, fp32 (default bf16)"
+        "--kv-dtype",
+        default="bf16",
+        type=str.lower,
+        choices=sorted(DTYPE_BYTES),
+        metavar="DTYPE",
+        help=f"KV cache dtype, one of {', '.join(sorted(DTYPE_BYTES))} (default bf16)",
     )
     parser.add_argument(
         "--weight-dtype",
@@ -402,7 +452,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="weight dtype for presets and config.json (default bf16; a .gguf uses its stored size)",
     )
     parser.add_argument(
-        "--memory", default=None, help="device memory, e.g. 80GiB (enables the fit part)"
+        "--memory",
+        default=None,
+        help="device memory: 80GiB, 24GB, 141GB or bytes (enables the fit part)",
+    )
+    parser.add_argument(
+        "--headroom",
+        type=float,
+        default=DEFAULT_HEADROOM,
+        metavar="FRACTION",
+        help="share of --memory kept free for activations, the CUDA context and "
+        f"fragmentation (default {DEFAULT_HEADROOM:g}, as vLLM's gpu_memory_utilization=0.9)",
     )
     parser.add_argument(
         "--block-size", type=int, default=16, help="tokens per KV block (default 16)"
@@ -413,11 +473,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``promptcache kv-plan``: print the plan; 0 on success, 2 with one line on bad input."""
     try:
+        context = parse_tokens(args.context)
+        if not 0 <= args.headroom < 1:
+            raise PlanError(f"--headroom {args.headroom:g}: give a fraction in [0, 1), e.g. 0.1")
         cfg, source, stored = resolve_model(args.model)
-        memory = parse_bytes(args.memory) if args.memory is not None else None
+        total = parse_bytes(args.memory) if args.memory is not None else None
+        headroom_bytes = int(total * args.headroom) if total is not None else None
+        memory = (
+            total - headroom_bytes if total is not None and headroom_bytes is not None else None
+        )
         p = plan(
             cfg,
-            context=args.context,
+            context=context,
             batch=args.batch,
             kv_dtype=args.kv_dtype.lower(),
             block_size=args.block_size,
@@ -430,9 +497,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"promptcache kv-plan: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(asdict(p), indent=2))
+        doc = asdict(p)
+        if total is not None:
+            doc.update(
+                memory=total,
+                headroom_bytes=headroom_bytes,
+                memory_for_weights_and_kv=p.memory,
+                weights_fit=(p.memory_after_weights or 0) >= 0,
+            )
+        print(json.dumps(doc, indent=2))
     else:
-        print(format_plan(p))
+        print(format_plan(p, total_memory=total, headroom=args.headroom))
     return 0
 
 
@@ -441,6 +516,8 @@ __all__ = [
     "KVPlan",
     "PRESETS",
     "parse_bytes",
+    "parse_tokens",
+    "DEFAULT_HEADROOM",
     "count_parameters",
     "resolve_model",
     "add_arguments",

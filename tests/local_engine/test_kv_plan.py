@@ -105,6 +105,8 @@ def test_cli_json_and_errors(capsys, gguf_path, tmp_path):
                 "32",
                 "--memory",
                 "80GiB",
+                "--headroom",
+                "0",  # the hand-computed 130 has no headroom (test_kv_plan_cli: 114 with 10%)
                 "--json",
             ]
         )
