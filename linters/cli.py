@@ -108,9 +108,12 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.no_respect_gitignore:
             config = replace(config, respect_gitignore=False)
-        targets = discover(args.paths or ["."], config)
+        skipped: list[str] = []
+        targets = discover(args.paths or ["."], config, skipped=skipped)
     except (ConfigError, PathNotFound) as exc:
         return _usage(str(exc))
+    for why in skipped:
+        print(f"promptcache lint: skipped {why}", file=sys.stderr)
 
     report = lint_targets(targets, config, jobs=args.jobs)
     out = sys.stdout

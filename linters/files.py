@@ -4,8 +4,11 @@
   virtual environments (and any folder holding ``pyvenv.cfg``) are skipped, as are paths
   that the ``.gitignore`` files of the repository ignore (those above the folder, up to the
   repository root, and those inside it), unless ``respect-gitignore = false``.
-- A file named on the command line is always read (``.json``/``.jsonl`` as request
-  payloads, anything else as Python), unless the configured ``exclude`` matches it.
+- A file named on the command line is read unless the configured ``exclude`` matches it:
+  ``.json``/``.jsonl`` as request payloads, ``.py``/``.pyi``/``.pyw`` and files with no
+  suffix whose first line is a ``python`` shebang as Python. Any other file (``report.html``,
+  ``notes.md``) is not parsed: it is listed in ``skipped`` with the reason, for the command
+  line to say so.
 """
 
 from __future__ import annotations
@@ -44,6 +47,26 @@ SKIP_DIRS = frozenset(
     }
 )
 PAYLOAD_SUFFIXES = (".json", ".jsonl")
+PYTHON_SUFFIXES = (".py", ".pyi", ".pyw")
+
+
+def _named_kind(p: Path) -> str | None:
+    """``"payload"``, ``"python"`` or None (not a file this linter reads) for a file named
+    on the command line."""
+    suffix = p.suffix.lower()
+    if suffix in PAYLOAD_SUFFIXES:
+        return "payload"
+    if suffix in PYTHON_SUFFIXES:
+        return "python"
+    if suffix == "":
+        try:
+            with open(p, "rb") as f:
+                first = f.readline(200)
+        except OSError:
+            return "python"  # let the reader report the error as it does for .py files
+        if first.startswith(b"#!") and b"python" in first:
+            return "python"
+    return None
 
 
 class PathNotFound(FileNotFoundError):
@@ -128,8 +151,15 @@ def display_path(path: Path, cwd: Path) -> str:
         return path.as_posix()
 
 
-def discover(paths: list[str], config: LintConfig, cwd: Path | None = None) -> list[Target]:
-    """The files to lint for ``paths``, in a stable order, without duplicates.
+def discover(
+    paths: list[str],
+    config: LintConfig,
+    cwd: Path | None = None,
+    skipped: list[str] | None = None,
+) -> list[Target]:
+    """The files to lint for ``paths``, in a stable order, without duplicates. A named
+    file that is neither Python nor a request payload is left out and, when ``skipped``
+    is given, appended to it as ``"PATH: why"``.
 
     Raises:
         PathNotFound: a path that does not exist (the message names it).
@@ -158,7 +188,14 @@ def discover(paths: list[str], config: LintConfig, cwd: Path | None = None) -> l
         if p.is_file():
             if excluded(p, False):
                 continue
-            kind = "payload" if p.suffix.lower() in PAYLOAD_SUFFIXES else "python"
+            kind = _named_kind(p)
+            if kind is None:
+                if skipped is not None:
+                    skipped.append(
+                        f"{display_path(p, cwd)}: not a Python file (.py, .pyi, .pyw or a "
+                        "python shebang) or a request payload (.json, .jsonl)"
+                    )
+                continue
             out.setdefault(p, Target(p, kind, display_path(p, cwd)))
             continue
         ignores = _ignores_above(p) if config.respect_gitignore else _Ignores([])
