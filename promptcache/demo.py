@@ -38,7 +38,7 @@ import promptcache
 from promptcache.demo_workload import QUESTIONS, SYSTEM_PROMPT, TOOLS
 from promptcache.pricing import price_for
 
-DEFAULT_PRICE_MODEL = "gpt-4.1"
+DEFAULT_PRICE_MODEL = "gpt-5.4"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -84,3 +84,10 @@ def test_explain_default_model_is_current():
     default = inspect.signature(Prompt.explain).parameters["model"].default
     assert default not in anthropic_deprecated() | openai_deprecated()
     pricing.price_for(default)
+
+
+def test_demo_prices_at_a_current_model():
+    from promptcache.demo import DEFAULT_PRICE_MODEL
+
+    assert DEFAULT_PRICE_MODEL not in anthropic_deprecated() | openai_deprecated()
+    pricing.price_for(DEFAULT_PRICE_MODEL)
