@@ -46,6 +46,7 @@ import platformdirs
 from promptcache.errors import PromptCacheError
 from promptcache.memo import IdentityMemo
 from promptcache.pricing import Cost, Price, cost_pico, warn_unknown_price
+from promptcache.summary_table import format_table
 from promptcache.usage_record import Usage
 
 __all__ = [
@@ -288,8 +289,6 @@ class Summary(list):  # type: ignore[type-arg]
         return self._total[0]
 
     def __str__(self) -> str:
-        from promptcache.report import format_table
-
         if not self:
             return "no requests in this period"
         return format_table(list(self), self.by or "all", self.total)

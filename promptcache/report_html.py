@@ -24,6 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 from promptcache.ledger import parse_since
+from promptcache.summary_table import prefix_label, unpriced_note
 
 __all__ = ["write_html", "render_html"]
 
@@ -198,7 +199,6 @@ def render_html(
     --by`` value); ``summarize``: ``summarize(by) -> list[SummaryRow]`` (default
     ``tracker.summary(by=by, since=since)``; ``report --prices`` passes a repriced one).
     """
-    from promptcache.report import prefix_label, unpriced_note
 
     now = time.time() if now is None else now
     if summarize is None:
