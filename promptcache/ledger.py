@@ -264,7 +264,7 @@ class SummaryRow:
         return d
 
 
-class Summary(list):  # type: ignore[type-arg]
+class Summary(list[SummaryRow]):
     """The rows of :meth:`Tracker.summary` (a ``list`` of :class:`SummaryRow`) whose
     ``str()`` is the table ``promptcache report`` prints, TOTAL row and notes included,
     so ``print(tracker.summary(by="model"))`` reads like the report. ``by``: the grouping;
