@@ -424,7 +424,7 @@ def warn_unknown_price(model: str | None, error: Exception) -> None:
         f"promptcache: requests for {model or '(no model)'} are recorded without a cost: "
         f"{error}. Reports show n/a; `promptcache report --prices FILE` reprices them later.",
         UnknownPriceWarning,
-        stacklevel=3,
+        stacklevel=4,  # warn_unknown_price <- Tracker._row <- Tracker.record <- the caller
     )
 
 
