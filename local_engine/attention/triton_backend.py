@@ -126,6 +126,8 @@ def paged_attention(
     config: KernelConfig | None = None,
     num_segments: int | None = None,
     out: torch.Tensor | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
@@ -161,6 +163,11 @@ def paged_attention(
         )
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("k_cache/v_cache need a contiguous last (head_dim) dimension")
+    quant = triton_kv_write.quant_mode(k_cache)
+    if quant:
+        triton_kv_write.check_scale_layout(k_scale, v_scale)
+    else:
+        k_scale = v_scale = k_cache  # unused
     if scale is None:
         scale = head_dim**-0.5
     if out is None:
@@ -204,6 +211,8 @@ def paged_attention(
         q,
         k_cache,
         v_cache,
+        k_scale,
+        v_scale,
         block_tables,
         cu_seqlens_q,
         seq_lens,
@@ -221,6 +230,8 @@ def paged_attention(
         v_cache.stride(1),
         v_cache.stride(2),
         block_tables.stride(0),
+        k_scale.stride(0) if quant else 0,
+        k_scale.stride(1) if quant else 0,
         NUM_HEADS=num_heads,
         G=group,
         HEAD_DIM=head_dim,
@@ -232,6 +243,7 @@ def paged_attention(
         SPLIT=split,
         DOT_MODE=_dot_mode(q),
         NUM_STAGES=config.num_stages,
+        QUANT=quant,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
@@ -259,6 +271,8 @@ def write_kv_cache(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> None:
     """See :func:`local_engine.attention.write_kv_cache` (Triton kernel, one launch).
 
@@ -267,7 +281,9 @@ def write_kv_cache(
         RuntimeError: CPU tensors without the Triton interpreter.
     """
     _check_runnable(key)
-    triton_kv_write.write_kv_cache(key, value, k_cache, v_cache, slot_mapping)
+    triton_kv_write.write_kv_cache(
+        key, value, k_cache, v_cache, slot_mapping, k_scale=k_scale, v_scale=v_scale
+    )
 
 
 __all__ = ["paged_attention", "write_kv_cache", "choose_num_segments", "KernelConfig"]
