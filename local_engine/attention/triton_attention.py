@@ -359,24 +359,35 @@ def _reduce_segments_kernel(
     NUM_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PAD: tl.constexpr,
-    SEG_PAD: tl.constexpr,
+    SEG_CHUNK: tl.constexpr,
 ):
+    """Merge one (token, head)'s split-K partial outputs: weights ``sum_s * 2^(max_s - max)``,
+    visited ``SEG_CHUNK`` segments at a time (any segment count, bounded registers)."""
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
-    s = tl.arange(0, SEG_PAD)
-    s_ok = s < num_segments
     base = (t * NUM_HEADS + h) * num_segments
-    m = tl.load(seg_max_ptr + base + s, mask=s_ok, other=NEG_BIG)
-    seg_sum = tl.load(seg_sum_ptr + base + s, mask=s_ok, other=0.0)
-    m_all = tl.max(m, 0)
-    w = seg_sum * tl.exp2(m - m_all)
-    w_sum = tl.sum(w, 0)
-    w_sum = tl.where(w_sum == 0.0, 1.0, w_sum)
+    m_all = tl.full((), NEG_BIG, tl.float32)
+    for c in range(0, num_segments, SEG_CHUNK):
+        s = c + tl.arange(0, SEG_CHUNK)
+        m = tl.load(seg_max_ptr + base + s, mask=s < num_segments, other=NEG_BIG)
+        m_all = tl.maximum(m_all, tl.max(m, 0))
     d = tl.arange(0, HEAD_DIM_PAD)
-    o = tl.load(
-        seg_out_ptr + (base + s)[:, None] * HEAD_DIM_PAD + d[None, :], mask=s_ok[:, None], other=0.0
-    )
-    res = tl.sum(o * (w / w_sum)[:, None], 0)
+    acc = tl.zeros([HEAD_DIM_PAD], tl.float32)
+    w_sum = tl.zeros((), tl.float32)
+    for c in range(0, num_segments, SEG_CHUNK):
+        s = c + tl.arange(0, SEG_CHUNK)
+        s_ok = s < num_segments
+        m = tl.load(seg_max_ptr + base + s, mask=s_ok, other=NEG_BIG)
+        seg_sum = tl.load(seg_sum_ptr + base + s, mask=s_ok, other=0.0)
+        w = seg_sum * tl.exp2(m - m_all)
+        w_sum += tl.sum(w, 0)
+        o = tl.load(
+            seg_out_ptr + (base + s)[:, None] * HEAD_DIM_PAD + d[None, :],
+            mask=s_ok[:, None],
+            other=0.0,
+        )
+        acc += tl.sum(o * w[:, None], 0)
+    res = acc / tl.where(w_sum == 0.0, 1.0, w_sum)
     tl.store(
         out_ptr + t * stride_ot + h * stride_oh + d,
         res.to(out_ptr.dtype.element_ty),

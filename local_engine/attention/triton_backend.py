@@ -50,16 +50,35 @@ class KernelConfig:
 # 2026-11-29 sweep (32q/8kv heads, d=128, bf16, block 16): decode (16, 64, 4, 2) was best on
 # 64x4096, 256x1024 and 16x32768 (4.28/4.16/4.33 TB/s of KV bytes); prefill (128, 32, 4, 3)
 # was best on 8 x 512 new over a 4096 prefix (334 TFLOP/s; (128, 128, 8, 3) 323).
+# Decode tiles now come from decode_config (the same (16, 64, 4, 2) at d128 bf16).
 DECODE_CONFIG = {64: KernelConfig(16, 64, 4, 2), 128: KernelConfig(16, 64, 4, 2)}
 PREFILL_CONFIG = {64: KernelConfig(128, 32, 4, 3), 128: KernelConfig(128, 32, 4, 3)}
 
-# Split-K rule (see choose_num_segments). From the 2026-11-29 split grid on an H200 (132 SMs;
-# batch 1..128 x context 1k..32k, 1..32 segments): the best segment count made the number of
-# busy programs (sequences x KV heads x segments) about 4-8 per SM, and grids already at
-# ~4 per SM (64 x 8 = 512 programs) ran best unsplit.
+#: Bytes of K one decode tile loads (TILE_N keys x head_dim x element bytes): the 2026-11-29
+#: best d128 bf16 tile (64 keys) is 16 KiB; other head dims / element sizes keep the bytes.
+DECODE_TILE_BYTES = 16384
+DECODE_TILE_MIN, DECODE_TILE_MAX = 32, 256
+
+
+def decode_config(head_dim: int, group: int, elem_bytes: int) -> KernelConfig:
+    """Tiles of a decode launch: ``BLOCK_M = max(16, next_pow2(group))`` query rows (one token's
+    query-head group), ``TILE_N`` keys so that one K tile is :data:`DECODE_TILE_BYTES`
+    (d128 bf16: 64, d64 bf16: 128, d128 fp8/int8: 128), 4 warps, 2 stages."""
+    d_pad = max(16, triton.next_power_of_2(head_dim))
+    tile_n = triton.next_power_of_2(max(1, DECODE_TILE_BYTES // (d_pad * elem_bytes)))
+    tile_n = min(max(tile_n, DECODE_TILE_MIN), DECODE_TILE_MAX)
+    return KernelConfig(max(16, triton.next_power_of_2(group)), tile_n, 4, 2)
+
+
+# Split-K rule (see choose_num_segments). The 2026-11-29 split grid (132 SMs, 32q/8kv, d128)
+# found the best segment count at about 4-8 busy programs per SM; the layout sweep showed the
+# old cap of 32 segments starving the GPU when few KV heads x sequences exist (16/2 at 1 x 32k:
+# 64 programs on 132 SMs), so the cap is now 256 (the merge loops over segments) and only a
+# minimum segment length limits the split.
 SPLIT_TARGET_PROGRAMS_PER_SM = 4.0  # segments = prev_pow2(floor(target * SMs / programs))
-SPLIT_MIN_TOKENS_PER_SEGMENT = 128  # no segment shorter than this (of the longest context)
-SPLIT_MAX_SEGMENTS = 32
+SPLIT_MIN_TILES_PER_SEGMENT = 2  # no segment shorter than this many key tiles
+SPLIT_MAX_SEGMENTS = 256
+SEG_CHUNK = 32  # segments merged per step of _reduce_segments_kernel
 
 _SM_COUNT: dict = {}
 
@@ -73,21 +92,27 @@ def _sm_count(device: torch.device) -> int:
     return _SM_COUNT[idx]
 
 
-def choose_num_segments(num_programs: int, max_context: int, sm_count: int) -> int:
+def choose_num_segments(
+    num_programs: int, max_context: int, sm_count: int, tile_n: int = 64
+) -> int:
     """Number of key-range segments for split-K (1 = no split).
 
     Args:
         num_programs: busy programs of the unsplit launch (sequences' q-blocks x KV heads).
         max_context: the longest context the launch may see, in tokens (an upper bound).
         sm_count: streaming multiprocessors of the device.
+        tile_n: keys per tile of the launch.
 
     Returns ``prev_pow2(floor(SPLIT_TARGET_PROGRAMS_PER_SM * sm_count / num_programs))``, capped
-    at ``SPLIT_MAX_SEGMENTS`` and at ``max_context // SPLIT_MIN_TOKENS_PER_SEGMENT``: split
-    only while the grid leaves the SMs short of work. The constants come from the split grid of
-    ``bench/kernels.py --split-grid`` (bench/RESULTS.md, "## triton").
+    at ``SPLIT_MAX_SEGMENTS`` and so that a segment holds at least
+    ``SPLIT_MIN_TILES_PER_SEGMENT`` tiles of the longest context: split only while the grid
+    leaves the SMs short of work. The group size and head_dim enter through ``num_programs``
+    (one program per KV head serves its whole query-head group) and ``tile_n``
+    (:func:`decode_config`).
     """
     want = int(SPLIT_TARGET_PROGRAMS_PER_SM * sm_count // max(num_programs, 1))
-    n = min(want, max_context // SPLIT_MIN_TOKENS_PER_SEGMENT, SPLIT_MAX_SEGMENTS)
+    by_len = max_context // (tile_n * SPLIT_MIN_TILES_PER_SEGMENT)
+    n = min(want, by_len, SPLIT_MAX_SEGMENTS)
     if n < 2:
         return 1
     return 1 << (n.bit_length() - 1)
@@ -184,15 +209,19 @@ def paged_attention(
     group = num_heads // num_kv_heads
     decode = num_tokens == num_seqs
     if config is None:
-        table = DECODE_CONFIG if decode else PREFILL_CONFIG
-        config = table.get(head_dim) or table[128]
+        if decode:
+            config = decode_config(head_dim, group, k_cache.element_size())
+        else:
+            config = PREFILL_CONFIG.get(head_dim) or PREFILL_CONFIG[128]
     block_m = max(config.block_m, 16, triton.next_power_of_2(group))
     block_q = block_m // group
     num_q_blocks = num_tokens // block_q + num_seqs
     if num_segments is None:
         max_context = block_tables.shape[1] * block_size
         busy = num_seqs if decode else num_q_blocks  # decode: one q-block per sequence
-        num_segments = choose_num_segments(busy * num_kv_heads, max_context, _sm_count(q.device))
+        num_segments = choose_num_segments(
+            busy * num_kv_heads, max_context, _sm_count(q.device), config.tile_n
+        )
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     split = num_segments > 1
     if split:
@@ -259,7 +288,7 @@ def paged_attention(
             NUM_HEADS=num_heads,
             HEAD_DIM=head_dim,
             HEAD_DIM_PAD=head_dim_pad,
-            SEG_PAD=triton.next_power_of_2(num_segments),
+            SEG_CHUNK=min(SEG_CHUNK, triton.next_power_of_2(num_segments)),
             num_warps=4,
         )
     return out
@@ -286,4 +315,10 @@ def write_kv_cache(
     )
 
 
-__all__ = ["paged_attention", "write_kv_cache", "choose_num_segments", "KernelConfig"]
+__all__ = [
+    "paged_attention",
+    "write_kv_cache",
+    "choose_num_segments",
+    "decode_config",
+    "KernelConfig",
+]

@@ -249,8 +249,10 @@ def test_split_k_over_quantized_cache(tb):
     lens = torch.tensor([ctx], dtype=torch.int32)
     a = tb.paged_attention(q, kc, vc, table, cu, lens, num_segments=1, k_scale=ks, v_scale=vs)
     b = tb.paged_attention(q, kc, vc, table, cu, lens, num_segments=4, k_scale=ks, v_scale=vs)
+    # 40 segments: more than one 32-segment chunk of the merge, most of them empty
+    c = tb.paged_attention(q, kc, vc, table, cu, lens, num_segments=40, k_scale=ks, v_scale=vs)
     r = torch_ref.paged_attention(q, kc, vc, table, cu, lens, k_scale=ks, v_scale=vs)
-    assert rel(a, r.double()) < 1e-5 and rel(b, r.double()) < 1e-5
+    assert rel(a, r.double()) < 1e-5 and rel(b, r.double()) < 1e-5 and rel(c, r.double()) < 1e-5
 
 
 def test_scales_are_required_and_checked():
