@@ -265,7 +265,7 @@ def sweep(device, explore: bool, deadline: float):
                     segments=nseg,
                     err=err,
                 )
-                if explore:
+                if explore and r["ratio"] < 0.95:
                     best = explore_row(p, sm, deadline)
                     if best:
                         r.update(
