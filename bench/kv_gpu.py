@@ -45,6 +45,7 @@ LOG: list = []
 RES: dict = {}
 BS = 16
 FMT_DTYPE = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}
+FP8_DOT_OK = [True]
 
 
 def log(msg: str = "") -> None:
@@ -130,15 +131,36 @@ def check(device) -> bool:
             bt = torch.where(bt >= kc.shape[0], 0, bt)
             ref = torch_ref.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs)
             for nseg in (None, 1, 4):
-                out = tb.paged_attention(
-                    q, kc, vc, bt, cu, sl, num_segments=nseg, k_scale=ks, v_scale=vs
-                )
-                e = rel(out, ref)
-                good = e < 2e-2 and not out.isnan().any()
-                ok &= good
-                log(
-                    f"attention {fmt} {h}/{hkv} d{d} nseg={nseg}: rel err vs torch ref {e:.2e} {'ok' if good else 'FAIL'}"
-                )
+                for fd in (False, True) if fmt == "fp8" else (False,):
+                    try:
+                        out = tb.paged_attention(
+                            q,
+                            kc,
+                            vc,
+                            bt,
+                            cu,
+                            sl,
+                            num_segments=nseg,
+                            k_scale=ks,
+                            v_scale=vs,
+                            fp8_dot=fd,
+                        )
+                    except Exception as exc:  # noqa: BLE001
+                        log(f"attention {fmt} fp8_dot={fd}: {type(exc).__name__}: {str(exc)[:300]}")
+                        if fd:
+                            FP8_DOT_OK[0] = False
+                            continue
+                        raise
+                    e = rel(out, ref)
+                    good = e < 2e-2 and not out.isnan().any()
+                    if fd and not good:
+                        FP8_DOT_OK[0] = False
+                    else:
+                        ok &= good
+                    log(
+                        f"attention {fmt} {h}/{hkv} d{d} nseg={nseg} fp8_dot={fd}: rel err vs "
+                        f"torch ref {e:.2e} {'ok' if good else 'FAIL'}"
+                    )
             # decode-only batch (the decode tile choice)
             cu1 = torch.arange(len(ctx_lens) + 1, dtype=torch.int32, device=device)
             q1 = q[: len(ctx_lens)].contiguous()
@@ -166,23 +188,57 @@ def check(device) -> bool:
 
 
 # ----------------------------------------------------------------------------- 2. quant table
-def quant_table(device):
+def quant_table(device, explore: bool):
     log("## decode with quantized KV (32/8 heads, d128, block 16)")
     g = torch.Generator(device=device).manual_seed(1)
+    sm = torch.cuda.get_device_properties(device).multi_processor_count
     rows = []
+    variants = [("bf16", None), ("fp8", False), ("int8", None)]
+    if FP8_DOT_OK[0]:
+        variants.insert(2, ("fp8", True))
     for batch, ctx in ((64, 4096), (16, 32768), (256, 1024)):
         t = {}
-        for fmt in ("bf16", "fp8", "int8"):
+        for fmt, fd in variants:
+            name = fmt + ("-mma" if fd else "")
             p = Decode(batch, ctx, 32, 8, 128, device, g, fmt)
-            t[fmt] = (bench(p.triton()), p.bytes)
+            t[name] = (bench(p.triton(fp8_dot=fd)), p.bytes)
+            if explore and fmt != "bf16":
+                base = tb.decode_config(128, 4, 1)
+                best = None
+                for tn in (64, 128, 256):
+                    for w, st in ((4, 2), (4, 3), (8, 2), (8, 3)):
+                        cfg = KernelConfig(16, tn, w, st)
+                        rule = tb.choose_num_segments(batch * 8, ctx, sm, tn, tn * 128)
+                        for nseg in sorted({rule, max(1, rule // 2), min(256, rule * 2)}):
+                            try:
+                                ms = bench(
+                                    p.triton(config=cfg, num_segments=nseg, fp8_dot=fd),
+                                    inner=5,
+                                    reps=5,
+                                )
+                            except Exception as exc:  # noqa: BLE001
+                                log(f"  {name} {cfg}: {type(exc).__name__}: {str(exc)[:100]}")
+                                continue
+                            if best is None or ms < best[0]:
+                                best = (ms, cfg, nseg)
+                if best:
+                    log(
+                        f"  {name} {batch}x{ctx}: default {t[name][0]:.4f} ms (tile {base.tile_n}), "
+                        f"best {best[0]:.4f} ms {best[1]} seg {best[2]} "
+                        f"({p.bytes / best[0] / 1e9:.2f} TB/s)"
+                    )
+                    RES.setdefault("quant_best", {})[f"{name} {batch}x{ctx}"] = [
+                        best[0],
+                        str(best[1]),
+                        best[2],
+                    ]
             del p
             torch.cuda.empty_cache()
-        for fmt in ("bf16", "fp8", "int8"):
-            ms, by = t[fmt]
+        for name, (ms, by) in t.items():
             rows.append(
                 dict(
                     shape=f"{batch}x{ctx}",
-                    fmt=fmt,
+                    fmt=name,
                     ms=ms,
                     bytes=by,
                     tbps=by / ms / 1e9,
@@ -193,9 +249,15 @@ def quant_table(device):
     log("|---|---|---|---|---|---|")
     for r in rows:
         log(
-            f"| {r['shape']} | {r['fmt']} | {r['ms']:.4f} | {r['bytes'] / 1e6:.0f} MB | {r['tbps']:.2f} | {r['speedup']:.2f}x |"
+            f"| {r['shape']} | {r['fmt']} | {r['ms']:.4f} | {r['bytes'] / 1e6:.0f} MB | "
+            f"{r['tbps']:.2f} | {r['speedup']:.2f}x |"
         )
     RES["quant"] = rows
+    mma = [r["ms"] for r in rows if r["fmt"] == "fp8-mma"]
+    conv = [r["ms"] for r in rows if r["fmt"] == "fp8"]
+    if mma and sum(mma) < sum(conv):
+        tb.FP8_DOT = True
+    log(f"FP8 MMA path {'chosen' if tb.FP8_DOT else 'not chosen'} for the engine run")
 
 
 # ----------------------------------------------------------------------------- 3. sweep
@@ -215,7 +277,7 @@ def explore_row(p, sm, deadline):
     ]
     best = None
     for cfg in cfgs:
-        rule = tb.choose_num_segments(p.batch * p.hkv, p.ctx, sm, cfg.tile_n)
+        rule = tb.choose_num_segments(p.batch * p.hkv, p.ctx, sm, cfg.tile_n, cfg.tile_n * p.d * 2)
         for nseg in sorted(
             {max(1, rule // 4), max(1, rule // 2), rule, min(256, rule * 2), min(256, rule * 4)}
         ):
@@ -250,7 +312,9 @@ def sweep(device, explore: bool, deadline: float):
                 t_tri = bench(p.triton())
                 t_sdpa = bench(p.sdpa())
                 cfg = tb.decode_config(d, h // hkv, 2)
-                nseg = tb.choose_num_segments(batch * hkv, p.bt.shape[1] * BS, sm, cfg.tile_n)
+                nseg = tb.choose_num_segments(
+                    batch * hkv, p.bt.shape[1] * BS, sm, cfg.tile_n, cfg.tile_n * d * 2
+                )
                 r = dict(
                     heads=f"{h}/{hkv}",
                     group=h // hkv,
@@ -265,7 +329,7 @@ def sweep(device, explore: bool, deadline: float):
                     segments=nseg,
                     err=err,
                 )
-                if explore and r["ratio"] < 0.95:
+                if explore and r["ratio"] < 0.9:
                     best = explore_row(p, sm, deadline)
                     if best:
                         r.update(
@@ -282,7 +346,7 @@ def sweep(device, explore: bool, deadline: float):
                 )
                 log(
                     f"| {r['heads']} | {d} | {r['shape']} | {t_tri:.4f} | {r['tbps']:.2f} | {t_sdpa:.4f} | "
-                    f"{r['sdpa_tbps']:.2f} | {r['ratio']:.2f} | tile {cfg.tile_n} seg {nseg} | err {err:.1e}{extra}"
+                    f"{r['sdpa_tbps']:.2f} | {r['ratio']:.2f} | {cfg} seg {nseg} | err {err:.1e}{extra}"
                 )
                 del p
                 torch.cuda.empty_cache()
@@ -387,7 +451,8 @@ def engine_run(device, folder: Path, deadline: float):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="check,quant,engine,sweep")
-    ap.add_argument("--explore", action="store_true")
+    ap.add_argument("--explore", action="store_true", help="grid per sweep row under 0.9 of SDPA")
+    ap.add_argument("--explore-quant", action="store_true", help="grid per quantized decode shape")
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run")
     ap.add_argument("--models", default=".bench_models")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -406,17 +471,19 @@ def main() -> int:
             log("CORRECTNESS FAILED")
             return 1
         if "quant" in parts:
-            quant_table(device)
+            quant_table(device, args.explore_quant)
+        if "sweep" in parts:
+            rows = sweep(device, args.explore, t_end - (100 if "engine" in parts else 0))
+            print_sweep(rows)
+            rows = []
         if "engine" in parts:
             try:
-                engine_run(device, Path(args.models) / "llama3-8b-shape", t_end - 200)
+                engine_run(device, Path(args.models) / "llama3-8b-shape", t_end)
             except Exception as exc:  # noqa: BLE001
                 import traceback
 
                 log(f"engine run failed: {type(exc).__name__}: {exc}")
                 log(traceback.format_exc()[-1500:])
-        if "sweep" in parts:
-            rows = sweep(device, args.explore, t_end)
     finally:
         print_sweep(rows)
         out = Path(args.out)

@@ -55,19 +55,29 @@ DECODE_CONFIG = {64: KernelConfig(16, 64, 4, 2), 128: KernelConfig(16, 64, 4, 2)
 PREFILL_CONFIG = {64: KernelConfig(128, 32, 4, 3), 128: KernelConfig(128, 32, 4, 3)}
 
 #: Bytes of K one decode tile loads (TILE_N keys x head_dim x element bytes): the 2026-11-29
-#: best d128 bf16 tile (64 keys) is 16 KiB; other head dims / element sizes keep the bytes.
+#: best d128 bf16 tile (64 keys) is 16 KiB; other head dims / element sizes keep the bytes, and
+#: groups wider than 4 query heads per KV head (28/4, 32/4) take twice that: the 2026-12-01
+#: layout sweep's grid (bench/kv_gpu.py --explore) found 0.68-0.72 of SDPA for 28/4 d128 with
+#: 64-key tiles and 0.84-0.90 with 128-key tiles (8 warps at d128).
 DECODE_TILE_BYTES = 16384
 DECODE_TILE_MIN, DECODE_TILE_MAX = 32, 256
+WIDE_GROUP = 4  # groups above this get the doubled tile
 
 
 def decode_config(head_dim: int, group: int, elem_bytes: int) -> KernelConfig:
     """Tiles of a decode launch: ``BLOCK_M = max(16, next_pow2(group))`` query rows (one token's
-    query-head group), ``TILE_N`` keys so that one K tile is :data:`DECODE_TILE_BYTES`
-    (d128 bf16: 64, d64 bf16: 128, d128 fp8/int8: 128), 4 warps, 2 stages."""
+    query-head group); ``TILE_N`` keys so that one K tile is :data:`DECODE_TILE_BYTES` (x2 for
+    groups above :data:`WIDE_GROUP`): d128 bf16 64, d64 bf16 128, d128 fp8/int8 128; 4 warps
+    and 2 stages, or for the wide groups 8 warps (rows of >= 256 bytes) / 3 stages (shorter)."""
     d_pad = max(16, triton.next_power_of_2(head_dim))
-    tile_n = triton.next_power_of_2(max(1, DECODE_TILE_BYTES // (d_pad * elem_bytes)))
+    wide = group > WIDE_GROUP
+    tile_bytes = DECODE_TILE_BYTES * (2 if wide else 1)
+    tile_n = triton.next_power_of_2(max(1, tile_bytes // (d_pad * elem_bytes)))
     tile_n = min(max(tile_n, DECODE_TILE_MIN), DECODE_TILE_MAX)
-    return KernelConfig(max(16, triton.next_power_of_2(group)), tile_n, 4, 2)
+    row_bytes = d_pad * elem_bytes
+    warps = 8 if wide and row_bytes >= 256 else 4
+    stages = 3 if wide and row_bytes < 256 else 2
+    return KernelConfig(max(16, triton.next_power_of_2(group)), tile_n, warps, stages)
 
 
 # Split-K rule (see choose_num_segments). The 2026-11-29 split grid (132 SMs, 32q/8kv, d128)
@@ -75,10 +85,14 @@ def decode_config(head_dim: int, group: int, elem_bytes: int) -> KernelConfig:
 # old cap of 32 segments starving the GPU when few KV heads x sequences exist (16/2 at 1 x 32k:
 # 64 programs on 132 SMs), so the cap is now 256 (the merge loops over segments) and only a
 # minimum segment length limits the split.
-SPLIT_TARGET_PROGRAMS_PER_SM = 4.0  # segments = prev_pow2(floor(target * SMs / programs))
+SPLIT_TARGET_PROGRAMS_PER_SM = 4.0  # at 16 KiB tiles: segments = prev_pow2(target * SMs / programs)
+SPLIT_TILE_BYTES_PER_SM = 4 * 16384  # the target scales as 64 KiB / tile bytes (32 KiB tiles: 2)
 SPLIT_MIN_TILES_PER_SEGMENT = 2  # no segment shorter than this many key tiles
 SPLIT_MAX_SEGMENTS = 256
 SEG_CHUNK = 32  # segments merged per step of _reduce_segments_kernel
+#: FP8 caches on the GPU: E4M3 MMAs on the stored tiles (True) or convert them to the query
+#: dtype (False). Set from bench/kv_gpu.py (bench/RESULTS.md, "## kvquant").
+FP8_DOT = False
 
 _SM_COUNT: dict = {}
 
@@ -93,7 +107,11 @@ def _sm_count(device: torch.device) -> int:
 
 
 def choose_num_segments(
-    num_programs: int, max_context: int, sm_count: int, tile_n: int = 64
+    num_programs: int,
+    max_context: int,
+    sm_count: int,
+    tile_n: int = 64,
+    tile_bytes: int = DECODE_TILE_BYTES,
 ) -> int:
     """Number of key-range segments for split-K (1 = no split).
 
@@ -102,20 +120,28 @@ def choose_num_segments(
         max_context: the longest context the launch may see, in tokens (an upper bound).
         sm_count: streaming multiprocessors of the device.
         tile_n: keys per tile of the launch.
+        tile_bytes: bytes of one K tile (``tile_n x head_dim x element bytes``).
 
-    Returns ``prev_pow2(floor(SPLIT_TARGET_PROGRAMS_PER_SM * sm_count / num_programs))``, capped
+    Returns ``prev_pow2(floor(target * sm_count / num_programs))`` with ``target =
+    SPLIT_TILE_BYTES_PER_SM / tile_bytes`` busy programs per SM (4 at 16 KiB tiles), capped
     at ``SPLIT_MAX_SEGMENTS`` and so that a segment holds at least
     ``SPLIT_MIN_TILES_PER_SEGMENT`` tiles of the longest context: split only while the grid
     leaves the SMs short of work. The group size and head_dim enter through ``num_programs``
     (one program per KV head serves its whole query-head group) and ``tile_n``
     (:func:`decode_config`).
     """
-    want = int(SPLIT_TARGET_PROGRAMS_PER_SM * sm_count // max(num_programs, 1))
+    target = max(1.0, SPLIT_TILE_BYTES_PER_SM / max(tile_bytes, 1))
+    want = int(target * sm_count // max(num_programs, 1))
     by_len = max_context // (tile_n * SPLIT_MIN_TILES_PER_SEGMENT)
     n = min(want, by_len, SPLIT_MAX_SEGMENTS)
     if n < 2:
         return 1
     return 1 << (n.bit_length() - 1)
+
+
+def head_dim_pad_of(head_dim: int) -> int:
+    """head_dim padded to a power of two (at least 16), as the kernels tile it."""
+    return max(16, triton.next_power_of_2(head_dim))
 
 
 def _alloc(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -153,6 +179,7 @@ def paged_attention(
     out: torch.Tensor | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    fp8_dot: bool | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
@@ -189,6 +216,8 @@ def paged_attention(
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("k_cache/v_cache need a contiguous last (head_dim) dimension")
     quant = triton_kv_write.quant_mode(k_cache)
+    if quant == 2 and _dot_mode(q) == 0 and (FP8_DOT if fp8_dot is None else fp8_dot):
+        quant = 3  # FP8 MMAs on the E4M3 tiles (see triton_attention)
     if quant:
         triton_kv_write.check_scale_layout(k_scale, v_scale)
     else:
@@ -219,8 +248,9 @@ def paged_attention(
     if num_segments is None:
         max_context = block_tables.shape[1] * block_size
         busy = num_seqs if decode else num_q_blocks  # decode: one q-block per sequence
+        tile_bytes = config.tile_n * head_dim_pad_of(head_dim) * k_cache.element_size()
         num_segments = choose_num_segments(
-            busy * num_kv_heads, max_context, _sm_count(q.device), config.tile_n
+            busy * num_kv_heads, max_context, _sm_count(q.device), config.tile_n, tile_bytes
         )
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     split = num_segments > 1

@@ -321,9 +321,15 @@ def test_decode_config_keeps_the_tile_bytes(tb):
     # 16 KiB of K per tile: d128 bf16 64 keys (the tuned tile), d64 bf16 128, d128 fp8 128
     assert tb.decode_config(128, 4, 2) == tb.KernelConfig(16, 64, 4, 2)
     assert tb.decode_config(64, 3, 2).tile_n == 128
-    assert tb.decode_config(128, 8, 1).tile_n == 128
-    assert tb.decode_config(64, 7, 1).tile_n == 256
+    assert tb.decode_config(128, 4, 1).tile_n == 128
+    # groups above 4 (28/4, 32/4): 32 KiB tiles, 8 warps at 256-byte rows, 3 stages below
+    assert tb.decode_config(128, 7, 2) == tb.KernelConfig(16, 128, 8, 2)
+    assert tb.decode_config(64, 8, 2) == tb.KernelConfig(16, 256, 4, 3)
+    assert tb.decode_config(128, 8, 1).tile_n == 256
+    assert tb.decode_config(64, 7, 1).tile_n == 256  # capped
     assert tb.decode_config(128, 32, 2).block_m == 32  # a group wider than 16 rows
+    # 32 KiB tiles halve the split target: 2 programs per SM
+    assert tb.choose_num_segments(4, 32768, 132, 128, 32768) == 64
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
