@@ -46,14 +46,6 @@ NEG_BIG = tl.constexpr(-1.0e30)
 
 
 @triton.jit
-def _to_e4m3(x):
-    """float32 -> float8e4nv, rounded to 4 significant bits in float32 first (Veltkamp split)
-    so the cast is exact: the interpreter's own cast mis-rounds near binade tops."""
-    c = x * 1048577.0
-    return (c - (c - x)).to(tl.float8e4nv)
-
-
-@triton.jit
 def _find_seq(cu_q_ptr, target, num_seqs, BLOCK_Q: tl.constexpr):
     """Largest ``i`` in ``[0, num_seqs)`` with ``cu_q[i] // BLOCK_Q + i <= target``."""
     lo = tl.full((), 0, tl.int32)
@@ -175,10 +167,10 @@ def _attend_tile(
     if QUANT == 3:
         # the probabilities times V's scales, split the same way (rows scaled to 224)
         r_max = tl.max(pw, 1)
-        r_up = 224.0 / tl.where(r_max > 0, r_max, 1.0)
+        r_up = tl.where(r_max > 0, 224.0 / r_max, 0.0)
         ps = pw * r_up[:, None]
-        p_hi = _to_e4m3(ps)
-        p_lo = _to_e4m3((ps - p_hi.to(tl.float32)) * 16.0)
+        p_hi = ps.to(tl.float8e4nv)
+        p_lo = ((ps - p_hi.to(tl.float32)) * 16.0).to(tl.float8e4nv)
         pv = (tl.dot(p_hi, v) + tl.dot(p_lo, v) * 0.0625) * (r_max * (1.0 / 224.0))[:, None]
     elif DOT_MODE == 0:
         pv = tl.dot(pw.to(q.dtype), v.to(q.dtype))
@@ -270,9 +262,9 @@ def paged_attention_kernel(
         if QUANT == 3:
             qf = q.to(tl.float32)
             q_max = tl.max(tl.abs(qf), 1)
-            q_s = qf * (224.0 / tl.where(q_max > 0, q_max, 1.0))[:, None]
-            q_hi = _to_e4m3(q_s)
-            q_lo = _to_e4m3((q_s - q_hi.to(tl.float32)) * 16.0)
+            q_s = qf * tl.where(q_max > 0, 224.0 / q_max, 0.0)[:, None]
+            q_hi = q_s.to(tl.float8e4nv)
+            q_lo = ((q_s - q_hi.to(tl.float32)) * 16.0).to(tl.float8e4nv)
             q_rs = q_max * (1.0 / 224.0)
         else:
             q_hi = q
