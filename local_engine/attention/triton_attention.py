@@ -28,9 +28,6 @@ tiles are loaded as 1-byte values and converted to the query dtype in registers 
 and E4M3 values are bf16/fp16 values); each key's float32 scale multiplies its score column
 (``s = (q . k_q) * k_scale * qk_scale``) and each value's scale its probability column before
 the ``P @ V`` product (``sum_n p_n * v_scale_n * v_q,n``), so nothing is dequantized in memory.
-``QUANT`` 3 (FP8 storage, GPU only): the tiles stay E4M3 and both products are E4M3 MMAs, the
-query and the scaled probabilities each split into two E4M3 terms (``hi + lo / 16`` of rows
-scaled to 224), which keeps about 8 significant bits (bf16's) without converting any K/V.
 
 Per key tile, the tiles wholly below the earliest query position of the q-block are visited
 without the causal mask; only the last few tiles (the diagonal) compute it.
@@ -66,9 +63,6 @@ def _attend_tile(
     l_i,
     m_i,
     q,
-    q_hi,
-    q_lo,
-    q_rs,
     t,
     bt_row,
     k_ptr,
@@ -138,11 +132,7 @@ def _attend_tile(
         else:
             k_sc = tl.load(ks_ptr + s_off)
             v_sc = tl.load(vs_ptr + s_off)
-    if QUANT == 3:
-        # FP8 cache, FP8 MMA: K stays E4M3; the query is split into two E4M3 terms
-        # (q_hi + q_lo / 16, rows scaled to 224 = 448 / 2 first), ~8 significant bits
-        s = (tl.dot(q_hi, k) + tl.dot(q_lo, k) * 0.0625) * q_rs[:, None]
-    elif DOT_MODE == 0:
+    if DOT_MODE == 0:
         s = tl.dot(q, k.to(q.dtype))
     elif DOT_MODE == 1:
         s = tl.dot(q, k.to(tl.float32), input_precision="ieee")
@@ -164,15 +154,7 @@ def _attend_tile(
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     pw = p * v_sc[None, :] if QUANT != 0 else p
-    if QUANT == 3:
-        # the probabilities times V's scales, split the same way (rows scaled to 224)
-        r_max = tl.max(pw, 1)
-        r_up = tl.where(r_max > 0, 224.0 / r_max, 0.0)
-        ps = pw * r_up[:, None]
-        p_hi = ps.to(tl.float8e4nv)
-        p_lo = ((ps - p_hi.to(tl.float32)) * 16.0).to(tl.float8e4nv)
-        pv = (tl.dot(p_hi, v) + tl.dot(p_lo, v) * 0.0625) * (r_max * (1.0 / 224.0))[:, None]
-    elif DOT_MODE == 0:
+    if DOT_MODE == 0:
         pv = tl.dot(pw.to(q.dtype), v.to(q.dtype))
     elif DOT_MODE == 1:
         pv = tl.dot(pw, v.to(tl.float32), input_precision="ieee")
@@ -259,17 +241,6 @@ def paged_attention_kernel(
             mask=q_mask,
             other=0.0,
         )
-        if QUANT == 3:
-            qf = q.to(tl.float32)
-            q_max = tl.max(tl.abs(qf), 1)
-            q_s = qf * tl.where(q_max > 0, 224.0 / q_max, 0.0)[:, None]
-            q_hi = q_s.to(tl.float8e4nv)
-            q_lo = ((q_s - q_hi.to(tl.float32)) * 16.0).to(tl.float8e4nv)
-            q_rs = q_max * (1.0 / 224.0)
-        else:
-            q_hi = q
-            q_lo = q
-            q_rs = tl.zeros([BLOCK_M], tl.float32)
 
         first_pos = ctx - q_len + q_off
         last_pos = ctx - q_len + tl.minimum(q_off + BLOCK_Q, q_len) - 1
@@ -295,9 +266,6 @@ def paged_attention_kernel(
                 l_i,
                 m_i,
                 q,
-                q_hi,
-                q_lo,
-                q_rs,
                 t,
                 bt_row,
                 k_ptr,
@@ -331,9 +299,6 @@ def paged_attention_kernel(
                 l_i,
                 m_i,
                 q,
-                q_hi,
-                q_lo,
-                q_rs,
                 t,
                 bt_row,
                 k_ptr,

@@ -55,28 +55,44 @@ DECODE_CONFIG = {64: KernelConfig(16, 64, 4, 2), 128: KernelConfig(16, 64, 4, 2)
 PREFILL_CONFIG = {64: KernelConfig(128, 32, 4, 3), 128: KernelConfig(128, 32, 4, 3)}
 
 #: Bytes of K one decode tile loads (TILE_N keys x head_dim x element bytes): the 2026-11-29
-#: best d128 bf16 tile (64 keys) is 16 KiB; other head dims / element sizes keep the bytes, and
-#: groups wider than 4 query heads per KV head (28/4, 32/4) take twice that: the 2026-12-01
-#: layout sweep's grid (bench/kv_gpu.py --explore) found 0.68-0.72 of SDPA for 28/4 d128 with
-#: 64-key tiles and 0.84-0.90 with 128-key tiles (8 warps at d128).
+#: best d128 bf16 tile (64 keys) is 16 KiB; other head dims / element sizes keep the bytes.
+#: Wide groups (more than 4 query heads per KV head) take twice that when the launch has few
+#: programs, from the 2026-12-01 layout sweeps (bench/RESULTS.md, "## kvquant"): 28/4 d128
+#: went from 0.68-0.71 of SDPA (16 KiB) to 0.84-0.89 (32 KiB, 8 warps) at 1 x 32k .. 32 x 8k
+#: but lost at 256 x 1k (0.95 -> 0.90); 32/4 gained only at 1 x 32k (0.79 -> 0.84) and lost
+#: at 8 x 8k / 32 x 8k (0.90 / 0.92 -> 0.81 / 0.82); d64 alike.
 DECODE_TILE_BYTES = 16384
 DECODE_TILE_MIN, DECODE_TILE_MAX = 32, 256
-WIDE_GROUP = 4  # groups above this get the doubled tile
+WIDE_GROUP = 4  # groups above this may get the doubled tile
 
 
-def decode_config(head_dim: int, group: int, elem_bytes: int) -> KernelConfig:
-    """Tiles of a decode launch: ``BLOCK_M = max(16, next_pow2(group))`` query rows (one token's
-    query-head group); ``TILE_N`` keys so that one K tile is :data:`DECODE_TILE_BYTES` (x2 for
-    groups above :data:`WIDE_GROUP`): d128 bf16 64, d64 bf16 128, d128 fp8/int8 128; 4 warps
-    and 2 stages, or for the wide groups 8 warps (rows of >= 256 bytes) / 3 stages (shorter)."""
+def decode_config(
+    head_dim: int,
+    group: int,
+    elem_bytes: int,
+    num_programs: int | None = None,
+    sm_count: int = 132,
+) -> KernelConfig:
+    """Tiles of a decode launch.
+
+    ``BLOCK_M = max(16, next_pow2(group))`` query rows (one token's query-head group);
+    ``TILE_N`` keys so that one K tile is :data:`DECODE_TILE_BYTES` (d128 bf16: 64, d64 bf16:
+    128, d128 fp8/int8: 128); 4 warps; 2 stages (3 for 1-byte caches: 5-7% faster unsplit in
+    the 2026-12-01 grid). A group above :data:`WIDE_GROUP` gets twice the tile bytes (8 warps
+    at rows of >= 256 bytes, else 3 stages) when the unsplit launch has few programs
+    (``num_programs`` = sequences x KV heads): fewer than ``sm_count / 8``, or, for a group that
+    is not a power of two (7: BLOCK_M rows half used), fewer than ``2 * sm_count``.
+    """
     d_pad = max(16, triton.next_power_of_2(head_dim))
-    wide = group > WIDE_GROUP
+    p = num_programs if num_programs is not None else 1
+    pow2 = group & (group - 1) == 0
+    wide = group > WIDE_GROUP and (p * 8 < sm_count or (not pow2 and p < 2 * sm_count))
     tile_bytes = DECODE_TILE_BYTES * (2 if wide else 1)
     tile_n = triton.next_power_of_2(max(1, tile_bytes // (d_pad * elem_bytes)))
     tile_n = min(max(tile_n, DECODE_TILE_MIN), DECODE_TILE_MAX)
     row_bytes = d_pad * elem_bytes
     warps = 8 if wide and row_bytes >= 256 else 4
-    stages = 3 if wide and row_bytes < 256 else 2
+    stages = 3 if (wide and row_bytes < 256) or elem_bytes == 1 else 2
     return KernelConfig(max(16, triton.next_power_of_2(group)), tile_n, warps, stages)
 
 
@@ -90,9 +106,6 @@ SPLIT_TILE_BYTES_PER_SM = 4 * 16384  # the target scales as 64 KiB / tile bytes 
 SPLIT_MIN_TILES_PER_SEGMENT = 2  # no segment shorter than this many key tiles
 SPLIT_MAX_SEGMENTS = 256
 SEG_CHUNK = 32  # segments merged per step of _reduce_segments_kernel
-#: FP8 caches on the GPU: E4M3 MMAs on the stored tiles (True) or convert them to the query
-#: dtype (False). Set from bench/kv_gpu.py (bench/RESULTS.md, "## kvquant").
-FP8_DOT = False
 
 _SM_COUNT: dict = {}
 
@@ -179,7 +192,6 @@ def paged_attention(
     out: torch.Tensor | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
-    fp8_dot: bool | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
@@ -216,8 +228,6 @@ def paged_attention(
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("k_cache/v_cache need a contiguous last (head_dim) dimension")
     quant = triton_kv_write.quant_mode(k_cache)
-    if quant == 2 and _dot_mode(q) == 0 and (FP8_DOT if fp8_dot is None else fp8_dot):
-        quant = 3  # FP8 MMAs on the E4M3 tiles (see triton_attention)
     if quant:
         triton_kv_write.check_scale_layout(k_scale, v_scale)
     else:
@@ -239,7 +249,13 @@ def paged_attention(
     decode = num_tokens == num_seqs
     if config is None:
         if decode:
-            config = decode_config(head_dim, group, k_cache.element_size())
+            config = decode_config(
+                head_dim,
+                group,
+                k_cache.element_size(),
+                num_seqs * num_kv_heads,
+                _sm_count(q.device),
+            )
         else:
             config = PREFILL_CONFIG.get(head_dim) or PREFILL_CONFIG[128]
     block_m = max(config.block_m, 16, triton.next_power_of_2(group))

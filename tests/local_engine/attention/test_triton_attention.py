@@ -318,16 +318,21 @@ def test_choose_num_segments_rule(tb):
 
 
 def test_decode_config_keeps_the_tile_bytes(tb):
-    # 16 KiB of K per tile: d128 bf16 64 keys (the tuned tile), d64 bf16 128, d128 fp8 128
+    # 16 KiB of K per tile: d128 bf16 64 keys (the tuned tile), d64 bf16 128, d128 1-byte 128
     assert tb.decode_config(128, 4, 2) == tb.KernelConfig(16, 64, 4, 2)
     assert tb.decode_config(64, 3, 2).tile_n == 128
-    assert tb.decode_config(128, 4, 1).tile_n == 128
-    # groups above 4 (28/4, 32/4): 32 KiB tiles, 8 warps at 256-byte rows, 3 stages below
-    assert tb.decode_config(128, 7, 2) == tb.KernelConfig(16, 128, 8, 2)
-    assert tb.decode_config(64, 8, 2) == tb.KernelConfig(16, 256, 4, 3)
-    assert tb.decode_config(128, 8, 1).tile_n == 256
-    assert tb.decode_config(64, 7, 1).tile_n == 256  # capped
+    assert tb.decode_config(128, 4, 1) == tb.KernelConfig(16, 128, 4, 3)  # 1-byte: 3 stages
     assert tb.decode_config(128, 32, 2).block_m == 32  # a group wider than 16 rows
+    sm = 132
+    # group 7 (28/4): 32 KiB tiles below 2 x 132 programs (1 x 32k .. 32 x 8k), not at 256 x 1k
+    for programs in (4, 32, 128):
+        assert tb.decode_config(128, 7, 2, programs, sm) == tb.KernelConfig(16, 128, 8, 2)
+    assert tb.decode_config(128, 7, 2, 1024, sm) == tb.KernelConfig(16, 64, 4, 2)
+    # group 8 (32/4): only below 132 / 8 programs (1 x 32k)
+    assert tb.decode_config(128, 8, 2, 4, sm) == tb.KernelConfig(16, 128, 8, 2)
+    assert tb.decode_config(128, 8, 2, 32, sm) == tb.KernelConfig(16, 64, 4, 2)
+    assert tb.decode_config(64, 8, 2, 4, sm) == tb.KernelConfig(16, 256, 4, 3)
+    assert tb.decode_config(64, 7, 1, 4, sm).tile_n == 256  # capped
     # 32 KiB tiles halve the split target: 2 programs per SM
     assert tb.choose_num_segments(4, 32768, 132, 128, 32768) == 64
 
