@@ -37,6 +37,8 @@ def write_kv_cache(
         return
     blk, off = slots // block_size, slots % block_size
     for x, cache, sc in ((key, k_cache, k_scale), (value, v_cache, v_scale)):
+        if sc is None:
+            raise ValueError(f"a {cache.dtype} KV cache needs k_scale and v_scale")
         qx, sx = quantize(x, cache.dtype)
         cache[blk, off] = qx
         sc[blk, off] = sx

@@ -229,7 +229,7 @@ def paged_attention(
         raise ValueError("k_cache/v_cache need a contiguous last (head_dim) dimension")
     quant = triton_kv_write.quant_mode(k_cache)
     if quant:
-        triton_kv_write.check_scale_layout(k_scale, v_scale)
+        k_scale, v_scale = triton_kv_write.check_scale_layout(k_scale, v_scale)
     else:
         k_scale = v_scale = k_cache  # unused
     if scale is None:

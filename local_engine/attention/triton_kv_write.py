@@ -146,7 +146,7 @@ def write_kv_cache(
         raise ValueError("k_cache/v_cache need a contiguous last (head_dim) dimension")
     quant = quant_mode(k_cache)
     if quant:
-        check_scale_layout(k_scale, v_scale)
+        k_scale, v_scale = check_scale_layout(k_scale, v_scale)
     else:
         k_scale = v_scale = k_cache
     if num_tokens == 0:
@@ -186,13 +186,20 @@ def write_kv_cache(
     )
 
 
-def check_scale_layout(k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+def check_scale_layout(
+    k_scale: torch.Tensor | None, v_scale: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernels index both scale views with ``k_scale``'s strides and a unit head stride.
 
+    Returns: ``(k_scale, v_scale)``.
+
     Raises:
-        ValueError: other strides."""
+        ValueError: a missing scale, or other strides."""
+    if k_scale is None or v_scale is None:
+        raise ValueError("a quantized KV cache needs k_scale and v_scale")
     if k_scale.stride() != v_scale.stride() or k_scale.stride(2) != 1:
         raise ValueError(
             f"k_scale/v_scale need equal strides with a contiguous head dim; got "
             f"{k_scale.stride()} and {v_scale.stride()}"
         )
+    return k_scale, v_scale

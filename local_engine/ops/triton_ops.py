@@ -206,7 +206,7 @@ def rotary_and_write_kv(
         )
     quant = quant_mode(k_cache)
     if quant:
-        check_scale_layout(k_scale, v_scale)
+        k_scale, v_scale = check_scale_layout(k_scale, v_scale)
     else:
         k_scale = v_scale = k_cache
     if T == 0:
