@@ -123,8 +123,8 @@ class LlamaAttention(nn.Module):
         k = k.view(T, self.num_kv_heads, self.head_dim)
         v = v.view(T, self.num_kv_heads, self.head_dim)
         # [KVQUANT] a quantized cache comes with (k_scale, v_scale) (local_engine/kv_cache/quant.py)
-        k_cache, v_cache, *scales = kv_cache
-        k_scale, v_scale = scales if scales else (None, None)
+        k_cache, v_cache = kv_cache[0], kv_cache[1]
+        k_scale, v_scale = (kv_cache[2], kv_cache[3]) if len(kv_cache) == 4 else (None, None)
         q = ops.rotary_and_write_kv(
             q,
             k,
