@@ -12,6 +12,9 @@ from typing import Any
 
 from .errors import EngineError
 
+#: Values of :attr:`EngineConfig.kv_cache_dtype` (see :mod:`local_engine.kv_cache.quant`).
+KV_CACHE_DTYPES = ("auto", "fp8", "int8")
+
 
 @dataclass
 class ModelConfig:
@@ -62,7 +65,13 @@ class EngineConfig:
             holding a GGUF file or a Hugging Face model (``config.json`` + ``*.safetensors``).
         device: ``"cpu"`` or ``"cuda"`` (``"cuda:N"`` accepted).
         dtype: ``"float32"``/``"bfloat16"``/``"float16"`` or a ``torch.dtype``; default float32 on
-            the CPU, bfloat16 on CUDA. Used for weights, activations and the KV cache.
+            the CPU, bfloat16 on CUDA. Used for weights, activations and (with
+            ``kv_cache_dtype="auto"``) the KV cache.
+        kv_cache_dtype: how the KV cache stores K and V: ``"auto"`` (the model dtype),
+            ``"fp8"`` (E4M3) or ``"int8"``, both with a float32 scale per token and KV head
+            computed as each token is written (no calibration): about half the bytes of
+            bf16, so about twice the blocks (and cached prefixes) in the same memory. See
+            :mod:`local_engine.kv_cache.quant` and docs/DESIGN.md.
         block_size: tokens per KV-cache block (16).
         num_kv_blocks: fixed pool size in blocks; overrides the memory-based sizing.
         kv_cache_memory: KV pool size in bytes (CPU default: 512 MiB).
@@ -88,6 +97,7 @@ class EngineConfig:
     model: str | None = None
     device: str = "cpu"
     dtype: Any = None
+    kv_cache_dtype: str = "auto"
     block_size: int = 16
     num_kv_blocks: int | None = None
     kv_cache_memory: int | None = None
@@ -131,6 +141,12 @@ class EngineConfig:
             raise EngineError(f"num_threads must be at least 1, got {self.num_threads}")
         if self.swap_space < 0:
             raise EngineError(f"swap_space must be >= 0 bytes, got {self.swap_space}")
+        if str(self.kv_cache_dtype).lower() not in KV_CACHE_DTYPES:
+            raise EngineError(
+                f"unknown kv_cache_dtype {self.kv_cache_dtype!r}; supported: "
+                f"{', '.join(KV_CACHE_DTYPES)}"
+            )
+        self.kv_cache_dtype = str(self.kv_cache_dtype).lower()
         if self.attention_backend not in (None, "torch", "triton"):
             raise EngineError(
                 f"attention_backend must be 'torch', 'triton' or None, got {self.attention_backend!r}"
@@ -169,4 +185,4 @@ class EngineConfig:
         return {f.name for f in dataclasses.fields(cls)}
 
 
-__all__ = ["EngineConfig", "ModelConfig"]
+__all__ = ["EngineConfig", "ModelConfig", "KV_CACHE_DTYPES"]

@@ -60,7 +60,7 @@ class DecodeGraphRunner:
     def __init__(
         self,
         model,
-        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        kv_caches: list[tuple[torch.Tensor, ...]],  # (k, v) or (k, v, k_scale, v_scale)
         *,
         max_batch: int,
         max_blocks_per_seq: int,

@@ -83,9 +83,10 @@ class LLMEngine:
         # weights go to the device first, so the pool is sized from the memory left
         self.runner = ModelRunner(config, mc, loaded.weights, self.max_model_len)
         del loaded
-        num_blocks = plan_num_blocks(config, mc, dtype, self.max_model_len)
+        kv_format = self.runner.kv_format
+        num_blocks = plan_num_blocks(config, mc, kv_format, self.max_model_len)
         self.runner.allocate_kv_cache(num_blocks)
-        block_bytes = kv_block_bytes(mc, config.block_size, dtype)
+        block_bytes = kv_block_bytes(mc, config.block_size, kv_format)
         num_cpu_blocks = config.swap_space // block_bytes
         self.runner.allocate_swap_space(num_cpu_blocks)
         self.kv_cache_manager = KVCacheManager(
@@ -102,13 +103,14 @@ class LLMEngine:
         self.output_processor = OutputProcessor(self.tokenizer, self._metrics)
         self.load_seconds = time.monotonic() - t0
         logger.info(
-            "%s loaded in %.1fs on %s (%s, %d threads); KV cache: %d blocks x %d tokens = %d tokens max "
+            "%s loaded in %.1fs on %s (%s, %d threads); KV cache %s: %d blocks x %d tokens = %d tokens max "
             "(%.1f MiB, %d bytes/token); swap space %d blocks; max_model_len=%d",
             self.model_name,
             self.load_seconds,
             config.device,
             str(dtype).replace("torch.", ""),
             torch.get_num_threads(),
+            kv_format.describe(),
             num_blocks,
             config.block_size,
             num_blocks * config.block_size,
@@ -363,6 +365,8 @@ class LLMEngine:
             num_waiting=self.scheduler.num_waiting,
             num_preemptions=self.scheduler.num_preemptions,
             num_swaps=self.scheduler.num_swaps,
+            kv_cache_dtype=self.runner.kv_format.describe().split(" ")[0],
+            block_size=self.config.block_size,
             num_evictions=kv.pool.num_evictions,
             prompt_tokens=m.prompt_tokens,
             generation_tokens=m.generation_tokens,

@@ -3,7 +3,8 @@
 For a model (a built-in preset, a ``.gguf`` file, or a Hugging Face ``config.json`` / folder), a
 context length and a batch size it prints:
 
-- KV bytes per token = 2 (K and V) x layers x KV heads x head_dim x bytes per element;
+- KV bytes per token = 2 (K and V) x layers x KV heads x (head_dim x bytes per element +
+  scale bytes), the scale a float32 per token and KV head for fp8/int8 (0 otherwise);
 - KV bytes per request (context rounded up to whole blocks) and for the batch;
 - weight bytes (parameters x weight bytes; for a GGUF file, its tensors' stored size);
 - with ``--memory``: the memory left after the weights, the KV blocks it holds, and how many
@@ -36,9 +37,12 @@ DTYPE_BYTES = {
     "float16": 2,
     "fp8": 1,
     "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
     "int8": 1,
 }
+#: KV dtypes the engine stores quantized, with one float32 scale per (token, KV head) per K
+#: and V (``local_engine.kv_cache.quant.SCALE_BYTES``): the plan counts those bytes too, so it
+#: agrees with the pool ``EngineConfig(kv_cache_dtype=...)`` allocates.
+KV_SCALE_BYTES = {"fp8": 4, "fp8_e4m3": 4, "int8": 4}
 
 
 def _preset(name, source, L, H, heads, kv, hd, inter, vocab, tied, ctx):
@@ -243,6 +247,7 @@ class KVPlan:
     block_size: int
     kv_dtype: str
     kv_bytes_per_token: int
+    kv_scale_bytes_per_token: int
     blocks_per_request: int
     kv_bytes_per_request: int
     kv_bytes_batch: int
@@ -286,7 +291,8 @@ def plan(
     if kv_dtype not in DTYPE_BYTES or weight_dtype not in DTYPE_BYTES:
         bad = kv_dtype if kv_dtype not in DTYPE_BYTES else weight_dtype
         raise PlanError(f"unknown dtype {bad!r}; use one of {', '.join(sorted(DTYPE_BYTES))}")
-    per_token = cfg.kv_bytes_per_token(DTYPE_BYTES[kv_dtype])
+    scale_per_token = 2 * cfg.num_layers * cfg.num_kv_heads * KV_SCALE_BYTES.get(kv_dtype, 0)
+    per_token = cfg.kv_bytes_per_token(DTYPE_BYTES[kv_dtype]) + scale_per_token
     blocks = math.ceil(context / block_size)
     per_request = blocks * block_size * per_token
     params = count_parameters(cfg)
@@ -300,6 +306,7 @@ def plan(
         block_size=block_size,
         kv_dtype=kv_dtype,
         kv_bytes_per_token=per_token,
+        kv_scale_bytes_per_token=scale_per_token,
         blocks_per_request=blocks,
         kv_bytes_per_request=per_request,
         kv_bytes_batch=per_request * batch,
@@ -389,7 +396,15 @@ def format_plan(p: KVPlan, *, total_memory: int | None = None, headroom: float =
         ("parameters", f"{p.parameters:,}" if p.parameters else "-"),
         ("weights", _fmt_bytes(p.weight_bytes)),
         ("KV dtype / block size", f"{p.kv_dtype} / {p.block_size} tokens"),
-        ("KV per token", _fmt_bytes(p.kv_bytes_per_token)),
+        (
+            "KV per token",
+            _fmt_bytes(p.kv_bytes_per_token)
+            + (
+                f" incl. {p.kv_scale_bytes_per_token:,} B of scales"
+                if p.kv_scale_bytes_per_token
+                else ""
+            ),
+        ),
         (
             f"KV per request ({p.context:,} tokens = {p.blocks_per_request:,} blocks)",
             _fmt_bytes(p.kv_bytes_per_request),
@@ -444,7 +459,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=str.lower,
         choices=sorted(DTYPE_BYTES),
         metavar="DTYPE",
-        help=f"KV cache dtype, one of {', '.join(sorted(DTYPE_BYTES))} (default bf16)",
+        help=f"KV cache dtype, one of {', '.join(sorted(DTYPE_BYTES))}: fp8 / int8 are quantized, "
+        "with a float32 scale per token and KV head, as `promptcache serve --kv-cache-dtype` "
+        "stores them (default bf16)",
     )
     parser.add_argument(
         "--weight-dtype",

@@ -21,6 +21,8 @@ class EngineMetrics:
         kv_usage: fraction of KV blocks held by live sequences, 0..1.
         kv_usage_percent: the same in percent.
         num_blocks, num_free_blocks: pool size and blocks free or evictable.
+        kv_cache_dtype: the KV storage format (``"fp8"``, ``"int8"`` or the model dtype's name
+            such as ``"bfloat16"`` for ``kv_cache_dtype="auto"``); block_size: tokens per block.
         num_running, num_waiting: sequences in each queue.
         num_preemptions: sequences preempted so far (recomputed or swapped).
         num_swaps: of those, preemptions that swapped the blocks to CPU memory.
@@ -45,6 +47,8 @@ class EngineMetrics:
     generation_tokens: int
     requests_finished: int
     num_swaps: int = 0
+    kv_cache_dtype: str = ""
+    block_size: int = 0
     ttft_seconds: list[float] = field(default_factory=list)
     tpot_seconds: list[float] = field(default_factory=list)
 

@@ -22,6 +22,7 @@ import torch
 
 from .attention.metadata import AttentionMetadata
 from .config import EngineConfig, ModelConfig
+from .kv_cache.quant import KVCacheFormat, allocate_kv_cache, kv_cache_format
 from .models.llama import LlamaForCausalLM
 from .sampling import Sampler, SamplerOutput, SamplingParams
 from .scheduler import SchedulerOutput
@@ -45,14 +46,18 @@ class BatchInputs:
     is_decode: bool = False  # every sequence has exactly one new token (CUDA-graph eligible)
 
 
-def kv_block_bytes(mc: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+def kv_block_bytes(mc: ModelConfig, block_size: int, dtype: torch.dtype | KVCacheFormat) -> int:
     """Bytes of one KV block over all layers: ``2 * layers * kv_heads * head_dim * block_size *
-    dtype_bytes`` (SmolLM2-135M, fp32, 16 tokens: 737,280)."""
+    dtype_bytes`` (SmolLM2-135M, fp32, 16 tokens: 737,280); for a quantized
+    :class:`~local_engine.kv_cache.quant.KVCacheFormat` the per-token-head scales are added
+    (int8: 2 x 30 x 3 x (64 + 4) x 16 = 195,840)."""
+    if isinstance(dtype, KVCacheFormat):
+        return dtype.block_bytes(mc, block_size)
     return mc.kv_bytes_per_token(torch.empty((), dtype=dtype).element_size()) * block_size
 
 
 def plan_num_blocks(
-    cfg: EngineConfig, mc: ModelConfig, dtype: torch.dtype, max_model_len: int
+    cfg: EngineConfig, mc: ModelConfig, dtype: torch.dtype | KVCacheFormat, max_model_len: int
 ) -> int:
     """Pool size in blocks: ``num_kv_blocks`` when set; else ``kv_cache_memory`` bytes; else on
     CUDA ``gpu_memory_utilization`` of the free device memory (after the weights are loaded),
@@ -183,6 +188,7 @@ class ModelRunner:
         self.dtype = cfg.torch_dtype()
         self.block_size = cfg.block_size
         self.backend = cfg.attention_backend
+        self.kv_format = kv_cache_format(cfg.kv_cache_dtype, self.dtype, cfg.device, self.backend)
         with torch.device("meta"):  # no random init of weights that are overwritten next
             model = LlamaForCausalLM(mc, max_positions=max(max_model_len, 1))
         # parameters are created on the target device in the target dtype (an 8B model never
@@ -196,7 +202,7 @@ class ModelRunner:
         self.model.rope.build_tables(self.device)  # float32 tables, whatever the model dtype
         self.num_blocks = 0
         self.kv_cache = torch.empty(0, dtype=self.dtype)  # [layers, 2, ...] once allocated
-        self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.kv_caches: list[tuple[torch.Tensor, ...]] = []  # (k, v[, k_scale, v_scale])
         self.cpu_kv_cache: torch.Tensor | None = None  # swap space, when there is any
         self.sampler = Sampler(cfg.seed, device=self.device)
         self.max_model_len = max_model_len
@@ -207,13 +213,13 @@ class ModelRunner:
         self._copy_done: torch.cuda.Event | None = None
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
-        """Allocate the paged cache: one tensor ``[layers, 2, num_blocks, block_size,
-        num_kv_heads, head_dim]``; layer i's ``(k_cache, v_cache)`` are views into it."""
-        mc = self.model_config
+        """Allocate the paged cache: one tensor ``[layers, 2, num_blocks, ...]`` in the format
+        of ``kv_cache_dtype`` (:func:`local_engine.kv_cache.quant.allocate_kv_cache`); layer i's
+        ``(k_cache, v_cache[, k_scale, v_scale])`` are views into it."""
         self.num_blocks = num_blocks
-        shape = (mc.num_layers, 2, num_blocks, self.block_size, mc.num_kv_heads, mc.head_dim)
-        self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        self.kv_caches = [(self.kv_cache[i, 0], self.kv_cache[i, 1]) for i in range(mc.num_layers)]
+        self.kv_cache, self.kv_caches = allocate_kv_cache(
+            self.model_config, num_blocks, self.block_size, self.kv_format, self.device
+        )
         # capture decode steps in CUDA graphs (local_engine/cuda_graphs.py)
         if self.device.type == "cuda" and not self.cfg.enforce_eager:
             from .cuda_graphs import DecodeGraphRunner
@@ -356,7 +362,7 @@ class ModelRunner:
             return
         shape = (self.kv_cache.shape[0], 2, num_cpu_blocks) + tuple(self.kv_cache.shape[3:])
         self.cpu_kv_cache = torch.zeros(
-            shape, dtype=self.dtype, device="cpu", pin_memory=self.device.type == "cuda"
+            shape, dtype=self.kv_cache.dtype, device="cpu", pin_memory=self.device.type == "cuda"
         )
 
     def swap(self, swap_out: Seq[tuple[int, int]], swap_in: Seq[tuple[int, int]]) -> None:

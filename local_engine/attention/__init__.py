@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from local_engine.backend import BACKENDS, backend_module
+from local_engine.kv_cache.quant import is_quantized
 
 
 def _module(backend: str | None, t: torch.Tensor):
@@ -35,6 +36,8 @@ def paged_attention(
     seq_lens: torch.Tensor,
     scale: float | None = None,
     backend: str | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's new query tokens over its whole paged context.
 
@@ -42,7 +45,9 @@ def paged_attention(
         q: ``[num_tokens, num_heads, head_dim]``, the new tokens of all sequences packed in
             order (sequence ``i`` owns rows ``cu_seqlens_q[i]:cu_seqlens_q[i+1]``).
         k_cache, v_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``; the new
-            tokens' K/V must already be written (see :func:`write_kv_cache`).
+            tokens' K/V must already be written (see :func:`write_kv_cache`). Of a float dtype,
+            or quantized (``torch.float8_e4m3fn`` / ``torch.int8``, any strides with a
+            contiguous last dim), then read as ``q * scale`` (dequantized in registers).
         block_tables: int32 ``[num_seqs, max_blocks]``; row ``i`` lists sequence ``i``'s
             physical blocks in logical order (entries past its length are ignored).
         cu_seqlens_q: int32 ``[num_seqs + 1]``, cumulative new-token counts (starts at 0).
@@ -52,16 +57,46 @@ def paged_attention(
             positions ``0..`` that one (causal).
         scale: softmax scale; default ``head_dim ** -0.5``.
         backend: ``"torch"``, ``"triton"`` or None (by device).
+        k_scale, v_scale: float32 ``[num_blocks, block_size, num_kv_heads]``, one scale per
+            token and KV head (:mod:`local_engine.kv_cache.quant`); required for quantized
+            caches, must be None otherwise.
 
     Returns:
         ``[num_tokens, num_heads, head_dim]`` in ``q``'s dtype.
 
     Raises:
-        ValueError: unknown backend, or ``num_heads`` not a multiple of ``num_kv_heads``.
+        ValueError: unknown backend, ``num_heads`` not a multiple of ``num_kv_heads``, or
+            scales missing for a quantized cache (or given for a float one).
     """
+    check_scales(k_cache, k_scale, v_scale)
     return _module(backend, q).paged_attention(
-        q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        cu_seqlens_q,
+        seq_lens,
+        scale,
+        k_scale=k_scale,
+        v_scale=v_scale,
     )
+
+
+def check_scales(k_cache: torch.Tensor, k_scale, v_scale) -> None:
+    """Raise ValueError unless scales come with a quantized cache and only with one, shaped
+    ``k_cache.shape[:3]``."""
+    if is_quantized(k_cache):
+        if k_scale is None or v_scale is None:
+            raise ValueError(f"a {k_cache.dtype} KV cache needs k_scale and v_scale")
+        if k_scale.shape != k_cache.shape[:3] or v_scale.shape != k_cache.shape[:3]:
+            raise ValueError(
+                f"k_scale/v_scale must be {tuple(k_cache.shape[:3])}; got "
+                f"{tuple(k_scale.shape)} and {tuple(v_scale.shape)}"
+            )
+        if k_scale.dtype != torch.float32 or v_scale.dtype != torch.float32:
+            raise ValueError("k_scale/v_scale must be float32")
+    elif k_scale is not None or v_scale is not None:
+        raise ValueError(f"scales given for an unquantized {k_cache.dtype} KV cache")
 
 
 def write_kv_cache(
@@ -71,6 +106,8 @@ def write_kv_cache(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
     backend: str | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> None:
     """Write new tokens' K/V into the paged cache, in place.
 
@@ -81,8 +118,13 @@ def write_kv_cache(
             ``slot_mapping[t] = block * block_size + offset``; a negative slot skips the token
             (padding).
         backend: as for :func:`paged_attention`.
+        k_scale, v_scale: as for :func:`paged_attention`; a quantized cache gets each token's
+            values quantized with a fresh per-(token, KV head) scale written beside them.
     """
-    _module(backend, key).write_kv_cache(key, value, k_cache, v_cache, slot_mapping)
+    check_scales(k_cache, k_scale, v_scale)
+    _module(backend, key).write_kv_cache(
+        key, value, k_cache, v_cache, slot_mapping, k_scale=k_scale, v_scale=v_scale
+    )
 
 
-__all__ = ["paged_attention", "write_kv_cache", "BACKENDS"]
+__all__ = ["paged_attention", "write_kv_cache", "check_scales", "BACKENDS"]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from local_engine.kv_cache.quant import dequantize, is_quantized, quantize
+
 
 def write_kv_cache(
     key: torch.Tensor,
@@ -19,15 +21,34 @@ def write_kv_cache(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> None:
-    """See :func:`local_engine.attention.write_kv_cache`."""
+    """See :func:`local_engine.attention.write_kv_cache`. A quantized cache gets
+    :func:`~local_engine.kv_cache.quant.quantize` of each token-head (values and scale)."""
     num_blocks, block_size = k_cache.shape[:2]
     slots = slot_mapping.to(torch.long)
     keep = slots >= 0
     if not bool(keep.all()):
         slots, key, value = slots[keep], key[keep], value[keep]
-    k_cache.view(num_blocks * block_size, *k_cache.shape[2:])[slots] = key.to(k_cache.dtype)
-    v_cache.view(num_blocks * block_size, *v_cache.shape[2:])[slots] = value.to(v_cache.dtype)
+    if not is_quantized(k_cache):
+        k_cache.view(num_blocks * block_size, *k_cache.shape[2:])[slots] = key.to(k_cache.dtype)
+        v_cache.view(num_blocks * block_size, *v_cache.shape[2:])[slots] = value.to(v_cache.dtype)
+        return
+    blk, off = slots // block_size, slots % block_size
+    for x, cache, sc in ((key, k_cache, k_scale), (value, v_cache, v_scale)):
+        if sc is None:
+            raise ValueError(f"a {cache.dtype} KV cache needs k_scale and v_scale")
+        qx, sx = quantize(x, cache.dtype)
+        cache[blk, off] = qx
+        sc[blk, off] = sx
+
+
+def _read(cache: torch.Tensor, scale, index, dtype: torch.dtype) -> torch.Tensor:
+    """``cache[index]`` in ``dtype``, dequantized (``q * scale``) for a quantized cache."""
+    if scale is None:
+        return cache[index].to(dtype)
+    return dequantize(cache[index], scale[index], dtype)
 
 
 def paged_attention(
@@ -38,8 +59,11 @@ def paged_attention(
     cu_seqlens_q: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """See :func:`local_engine.attention.paged_attention`."""
+    """See :func:`local_engine.attention.paged_attention` (a quantized cache is dequantized to
+    the compute dtype: float32 for half-precision or float32 queries, float64 for float64)."""
     num_tokens, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     if num_heads % num_kv_heads:
@@ -52,7 +76,9 @@ def paged_attention(
     lens = seq_lens.tolist()
     decode = [i for i in range(len(lens)) if cu[i + 1] - cu[i] == 1]
     if len(decode) > 1:
-        _decode_batched(q, k_cache, v_cache, block_tables, cu, lens, decode, scale, out)
+        _decode_batched(
+            q, k_cache, v_cache, block_tables, cu, lens, decode, scale, out, k_scale, v_scale
+        )
         done = set(decode)
     else:
         done = set()
@@ -63,9 +89,10 @@ def paged_attention(
             continue
         n_blocks = (ctx + block_size - 1) // block_size
         blocks = block_tables[i, :n_blocks].to(torch.long)
+        compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
         # Gather the context through the block table: [ctx, KV, D] -> [1, H, ctx, D].
-        k = k_cache[blocks].flatten(0, 1)[:ctx]
-        v = v_cache[blocks].flatten(0, 1)[:ctx]
+        k = _read(k_cache, k_scale, blocks, compute).flatten(0, 1)[:ctx]
+        v = _read(v_cache, v_scale, blocks, compute).flatten(0, 1)[:ctx]
         k = (
             k[:, :, None, :]
             .expand(ctx, num_kv_heads, group, head_dim)
@@ -76,7 +103,6 @@ def paged_attention(
             .expand(ctx, num_kv_heads, group, head_dim)
             .reshape(ctx, num_heads, head_dim)
         )
-        compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
         qh = q[start:end].to(compute).transpose(0, 1).unsqueeze(0)
         kh = k.to(compute).transpose(0, 1).unsqueeze(0)
         vh = v.to(compute).transpose(0, 1).unsqueeze(0)
@@ -93,7 +119,9 @@ def paged_attention(
     return out
 
 
-def _decode_batched(q, k_cache, v_cache, block_tables, cu, lens, decode, scale, out) -> None:
+def _decode_batched(
+    q, k_cache, v_cache, block_tables, cu, lens, decode, scale, out, k_scale=None, v_scale=None
+) -> None:
     """All single-token (decode) sequences at once: gather their contexts padded to the longest,
     mask the padding, softmax in float32. Same arithmetic as the per-sequence path."""
     num_heads, head_dim = q.shape[1], q.shape[2]
@@ -115,8 +143,12 @@ def _decode_batched(q, k_cache, v_cache, block_tables, cu, lens, decode, scale, 
     blocks = torch.where(own, blocks, torch.zeros_like(blocks))
     s = len(decode)
     compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    k = k_cache[blocks].reshape(s, n_blocks * block_size, num_kv_heads, head_dim).to(compute)
-    v = v_cache[blocks].reshape(s, n_blocks * block_size, num_kv_heads, head_dim).to(compute)
+    k = _read(k_cache, k_scale, blocks, compute).reshape(
+        s, n_blocks * block_size, num_kv_heads, head_dim
+    )
+    v = _read(v_cache, v_scale, blocks, compute).reshape(
+        s, n_blocks * block_size, num_kv_heads, head_dim
+    )
     qd = q[rows].to(compute).view(s, num_kv_heads, group, head_dim)  # head h = kv * group + g
     scores = torch.einsum("skgd,stkd->skgt", qd, k) * scale
     pad = torch.arange(n_blocks * block_size, device=dev)[None, :] >= ctx[:, None]  # [S, T]

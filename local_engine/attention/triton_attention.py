@@ -23,6 +23,12 @@ Split-K (flash-decoding): with ``NUM_SEGMENTS > 1`` the key range of each sequen
 that many segments (program axis 2); each writes its normalised partial output with its row max
 and sum of exponentials, and :func:`_reduce_segments_kernel` merges them.
 
+Quantized caches (``QUANT`` 1 = INT8, 2 = FP8 E4M3; :mod:`local_engine.kv_cache.quant`): K/V
+tiles are loaded as 1-byte values and converted to the query dtype in registers (exact: INT8
+and E4M3 values are bf16/fp16 values); each key's float32 scale multiplies its score column
+(``s = (q . k_q) * k_scale * qk_scale``) and each value's scale its probability column before
+the ``P @ V`` product (``sum_n p_n * v_scale_n * v_q,n``), so nothing is dequantized in memory.
+
 Per key tile, the tiles wholly below the earliest query position of the q-block are visited
 without the causal mask; only the last few tiles (the diagonal) compute it.
 """
@@ -61,8 +67,11 @@ def _attend_tile(
     bt_row,
     k_ptr,
     v_ptr,
+    ks_ptr,
+    vs_ptr,
     kv_head_off_k,
     kv_head_off_v,
+    kvh,
     ctx,
     pos,
     qk_scale,
@@ -70,7 +79,10 @@ def _attend_tile(
     stride_kt,
     stride_vb,
     stride_vt,
+    stride_sb,
+    stride_st,
     offs_d,
+    QUANT: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
@@ -111,26 +123,46 @@ def _attend_tile(
         else:
             k = tl.load(k_ptr + k_off[None, :] + offs_d[:, None], mask=d_ok[:, None], other=0.0)
             v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=d_ok[None, :], other=0.0)
+    if QUANT != 0:
+        # per-(token, KV head) scales: K's scales the score columns, V's the probabilities
+        s_off = blk * stride_sb + slot_in_blk * stride_st + kvh
+        if MASKED:
+            k_sc = tl.load(ks_ptr + s_off, mask=n_ok, other=0.0)
+            v_sc = tl.load(vs_ptr + s_off, mask=n_ok, other=0.0)
+        else:
+            k_sc = tl.load(ks_ptr + s_off)
+            v_sc = tl.load(vs_ptr + s_off)
     if DOT_MODE == 0:
         s = tl.dot(q, k.to(q.dtype))
     elif DOT_MODE == 1:
         s = tl.dot(q, k.to(tl.float32), input_precision="ieee")
     else:  # interpreter with bf16: round to bf16 as the GPU would, multiply in fp32
-        s = tl.dot(q.to(tl.float32), k.to(q.dtype).to(tl.float32), input_precision="ieee")
-    s = s * qk_scale
+        # (int8 -> bf16 casts give NaN in the interpreter: through float32, exact either way)
+        s = tl.dot(
+            q.to(tl.float32),
+            k.to(tl.float32).to(q.dtype).to(tl.float32),
+            input_precision="ieee",
+        )
+    if QUANT != 0:
+        s = s * (k_sc * qk_scale)[None, :]
+    else:
+        s = s * qk_scale
     if MASKED:
         s = tl.where(n[None, :] <= pos[:, None], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     p = tl.exp2(s - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
+    pw = p * v_sc[None, :] if QUANT != 0 else p
     if DOT_MODE == 0:
-        pv = tl.dot(p.to(q.dtype), v.to(q.dtype))
+        pv = tl.dot(pw.to(q.dtype), v.to(q.dtype))
     elif DOT_MODE == 1:
-        pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+        pv = tl.dot(pw, v.to(tl.float32), input_precision="ieee")
     else:
         pv = tl.dot(
-            p.to(q.dtype).to(tl.float32), v.to(q.dtype).to(tl.float32), input_precision="ieee"
+            pw.to(q.dtype).to(tl.float32),
+            v.to(tl.float32).to(q.dtype).to(tl.float32),
+            input_precision="ieee",
         )
     acc = acc * alpha[:, None] + pv
     return acc, l_i, m_new
@@ -147,6 +179,8 @@ def paged_attention_kernel(
     q_ptr,
     k_ptr,
     v_ptr,
+    ks_ptr,
+    vs_ptr,
     bt_ptr,
     cu_q_ptr,
     seq_lens_ptr,
@@ -164,6 +198,8 @@ def paged_attention_kernel(
     stride_vt,
     stride_vh,
     stride_bt,
+    stride_sb,
+    stride_st,
     NUM_HEADS: tl.constexpr,
     G: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -175,6 +211,7 @@ def paged_attention_kernel(
     SPLIT: tl.constexpr,
     DOT_MODE: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    QUANT: tl.constexpr,
 ):
     """One program per (block of query rows, KV head, split-K segment). Causal attention of
     ``BLOCK_Q`` new tokens x the ``G`` query heads sharing KV head ``program_id(1)`` over the
@@ -233,8 +270,11 @@ def paged_attention_kernel(
                 bt_row,
                 k_ptr,
                 v_ptr,
+                ks_ptr,
+                vs_ptr,
                 kv_head_off_k,
                 kv_head_off_v,
+                kvh,
                 ctx,
                 pos,
                 qk_scale,
@@ -242,7 +282,10 @@ def paged_attention_kernel(
                 stride_kt,
                 stride_vb,
                 stride_vt,
+                stride_sb,
+                stride_st,
                 offs_d,
+                QUANT,
                 HEAD_DIM,
                 HEAD_DIM_PAD,
                 BLOCK_SIZE,
@@ -260,8 +303,11 @@ def paged_attention_kernel(
                 bt_row,
                 k_ptr,
                 v_ptr,
+                ks_ptr,
+                vs_ptr,
                 kv_head_off_k,
                 kv_head_off_v,
+                kvh,
                 ctx,
                 pos,
                 qk_scale,
@@ -269,7 +315,10 @@ def paged_attention_kernel(
                 stride_kt,
                 stride_vb,
                 stride_vt,
+                stride_sb,
+                stride_st,
                 offs_d,
+                QUANT,
                 HEAD_DIM,
                 HEAD_DIM_PAD,
                 BLOCK_SIZE,
@@ -310,24 +359,35 @@ def _reduce_segments_kernel(
     NUM_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PAD: tl.constexpr,
-    SEG_PAD: tl.constexpr,
+    SEG_CHUNK: tl.constexpr,
 ):
+    """Merge one (token, head)'s split-K partial outputs: weights ``sum_s * 2^(max_s - max)``,
+    visited ``SEG_CHUNK`` segments at a time (any segment count, bounded registers)."""
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
-    s = tl.arange(0, SEG_PAD)
-    s_ok = s < num_segments
     base = (t * NUM_HEADS + h) * num_segments
-    m = tl.load(seg_max_ptr + base + s, mask=s_ok, other=NEG_BIG)
-    seg_sum = tl.load(seg_sum_ptr + base + s, mask=s_ok, other=0.0)
-    m_all = tl.max(m, 0)
-    w = seg_sum * tl.exp2(m - m_all)
-    w_sum = tl.sum(w, 0)
-    w_sum = tl.where(w_sum == 0.0, 1.0, w_sum)
+    m_all = tl.full((), NEG_BIG, tl.float32)
+    for c in range(0, num_segments, SEG_CHUNK):
+        s = c + tl.arange(0, SEG_CHUNK)
+        m = tl.load(seg_max_ptr + base + s, mask=s < num_segments, other=NEG_BIG)
+        m_all = tl.maximum(m_all, tl.max(m, 0))
     d = tl.arange(0, HEAD_DIM_PAD)
-    o = tl.load(
-        seg_out_ptr + (base + s)[:, None] * HEAD_DIM_PAD + d[None, :], mask=s_ok[:, None], other=0.0
-    )
-    res = tl.sum(o * (w / w_sum)[:, None], 0)
+    acc = tl.zeros([HEAD_DIM_PAD], tl.float32)
+    w_sum = tl.zeros((), tl.float32)
+    for c in range(0, num_segments, SEG_CHUNK):
+        s = c + tl.arange(0, SEG_CHUNK)
+        s_ok = s < num_segments
+        m = tl.load(seg_max_ptr + base + s, mask=s_ok, other=NEG_BIG)
+        seg_sum = tl.load(seg_sum_ptr + base + s, mask=s_ok, other=0.0)
+        w = seg_sum * tl.exp2(m - m_all)
+        w_sum += tl.sum(w, 0)
+        o = tl.load(
+            seg_out_ptr + (base + s)[:, None] * HEAD_DIM_PAD + d[None, :],
+            mask=s_ok[:, None],
+            other=0.0,
+        )
+        acc += tl.sum(o * w[:, None], 0)
+    res = acc / tl.where(w_sum == 0.0, 1.0, w_sum)
     tl.store(
         out_ptr + t * stride_ot + h * stride_oh + d,
         res.to(out_ptr.dtype.element_ty),

@@ -50,16 +50,62 @@ class KernelConfig:
 # 2026-11-29 sweep (32q/8kv heads, d=128, bf16, block 16): decode (16, 64, 4, 2) was best on
 # 64x4096, 256x1024 and 16x32768 (4.28/4.16/4.33 TB/s of KV bytes); prefill (128, 32, 4, 3)
 # was best on 8 x 512 new over a 4096 prefix (334 TFLOP/s; (128, 128, 8, 3) 323).
+# Decode tiles now come from decode_config (the same (16, 64, 4, 2) at d128 bf16).
 DECODE_CONFIG = {64: KernelConfig(16, 64, 4, 2), 128: KernelConfig(16, 64, 4, 2)}
 PREFILL_CONFIG = {64: KernelConfig(128, 32, 4, 3), 128: KernelConfig(128, 32, 4, 3)}
 
-# Split-K rule (see choose_num_segments). From the 2026-11-29 split grid on an H200 (132 SMs;
-# batch 1..128 x context 1k..32k, 1..32 segments): the best segment count made the number of
-# busy programs (sequences x KV heads x segments) about 4-8 per SM, and grids already at
-# ~4 per SM (64 x 8 = 512 programs) ran best unsplit.
-SPLIT_TARGET_PROGRAMS_PER_SM = 4.0  # segments = prev_pow2(floor(target * SMs / programs))
-SPLIT_MIN_TOKENS_PER_SEGMENT = 128  # no segment shorter than this (of the longest context)
-SPLIT_MAX_SEGMENTS = 32
+#: Bytes of K one decode tile loads (TILE_N keys x head_dim x element bytes): the 2026-11-29
+#: best d128 bf16 tile (64 keys) is 16 KiB; other head dims / element sizes keep the bytes.
+#: Wide groups (more than 4 query heads per KV head) take twice that when the launch has few
+#: programs, from the 2026-12-01 layout sweeps (bench/RESULTS.md, "## kvquant"): 28/4 d128
+#: went from 0.68-0.71 of SDPA (16 KiB) to 0.84-0.89 (32 KiB, 8 warps) at 1 x 32k .. 32 x 8k
+#: but lost at 256 x 1k (0.95 -> 0.90); 32/4 gained only at 1 x 32k (0.79 -> 0.84) and lost
+#: at 8 x 8k / 32 x 8k (0.90 / 0.92 -> 0.81 / 0.82); d64 alike.
+DECODE_TILE_BYTES = 16384
+DECODE_TILE_MIN, DECODE_TILE_MAX = 32, 256
+WIDE_GROUP = 4  # groups above this may get the doubled tile
+
+
+def decode_config(
+    head_dim: int,
+    group: int,
+    elem_bytes: int,
+    num_programs: int | None = None,
+    sm_count: int = 132,
+) -> KernelConfig:
+    """Tiles of a decode launch.
+
+    ``BLOCK_M = max(16, next_pow2(group))`` query rows (one token's query-head group);
+    ``TILE_N`` keys so that one K tile is :data:`DECODE_TILE_BYTES` (d128 bf16: 64, d64 bf16:
+    128, d128 fp8/int8: 128); 4 warps; 2 stages (3 for 1-byte caches: 5-7% faster unsplit in
+    the 2026-12-01 grid). A group above :data:`WIDE_GROUP` gets twice the tile bytes (8 warps
+    at rows of >= 256 bytes, else 3 stages) when the unsplit launch has few programs
+    (``num_programs`` = sequences x KV heads): fewer than ``sm_count / 8``, or, for a group that
+    is not a power of two (7: BLOCK_M rows half used), fewer than ``2 * sm_count``.
+    """
+    d_pad = max(16, triton.next_power_of_2(head_dim))
+    p = num_programs if num_programs is not None else 1
+    pow2 = group & (group - 1) == 0
+    wide = group > WIDE_GROUP and (p * 8 < sm_count or (not pow2 and p < 2 * sm_count))
+    tile_bytes = DECODE_TILE_BYTES * (2 if wide else 1)
+    tile_n = triton.next_power_of_2(max(1, tile_bytes // (d_pad * elem_bytes)))
+    tile_n = min(max(tile_n, DECODE_TILE_MIN), DECODE_TILE_MAX)
+    row_bytes = d_pad * elem_bytes
+    warps = 8 if wide and row_bytes >= 256 else 4
+    stages = 3 if (wide and row_bytes < 256) or elem_bytes == 1 else 2
+    return KernelConfig(max(16, triton.next_power_of_2(group)), tile_n, warps, stages)
+
+
+# Split-K rule (see choose_num_segments). The 2026-11-29 split grid (132 SMs, 32q/8kv, d128)
+# found the best segment count at about 4-8 busy programs per SM; the layout sweep showed the
+# old cap of 32 segments starving the GPU when few KV heads x sequences exist (16/2 at 1 x 32k:
+# 64 programs on 132 SMs), so the cap is now 256 (the merge loops over segments) and only a
+# minimum segment length limits the split.
+SPLIT_TARGET_PROGRAMS_PER_SM = 4.0  # at 16 KiB tiles: segments = prev_pow2(target * SMs / programs)
+SPLIT_TILE_BYTES_PER_SM = 4 * 16384  # the target scales as 64 KiB / tile bytes (32 KiB tiles: 2)
+SPLIT_MIN_TILES_PER_SEGMENT = 2  # no segment shorter than this many key tiles
+SPLIT_MAX_SEGMENTS = 256
+SEG_CHUNK = 32  # segments merged per step of _reduce_segments_kernel
 
 _SM_COUNT: dict = {}
 
@@ -73,24 +119,42 @@ def _sm_count(device: torch.device) -> int:
     return _SM_COUNT[idx]
 
 
-def choose_num_segments(num_programs: int, max_context: int, sm_count: int) -> int:
+def choose_num_segments(
+    num_programs: int,
+    max_context: int,
+    sm_count: int,
+    tile_n: int = 64,
+    tile_bytes: int = DECODE_TILE_BYTES,
+) -> int:
     """Number of key-range segments for split-K (1 = no split).
 
     Args:
         num_programs: busy programs of the unsplit launch (sequences' q-blocks x KV heads).
         max_context: the longest context the launch may see, in tokens (an upper bound).
         sm_count: streaming multiprocessors of the device.
+        tile_n: keys per tile of the launch.
+        tile_bytes: bytes of one K tile (``tile_n x head_dim x element bytes``).
 
-    Returns ``prev_pow2(floor(SPLIT_TARGET_PROGRAMS_PER_SM * sm_count / num_programs))``, capped
-    at ``SPLIT_MAX_SEGMENTS`` and at ``max_context // SPLIT_MIN_TOKENS_PER_SEGMENT``: split
-    only while the grid leaves the SMs short of work. The constants come from the split grid of
-    ``bench/kernels.py --split-grid`` (bench/RESULTS.md, "## triton").
+    Returns ``prev_pow2(floor(target * sm_count / num_programs))`` with ``target =
+    SPLIT_TILE_BYTES_PER_SM / tile_bytes`` busy programs per SM (4 at 16 KiB tiles), capped
+    at ``SPLIT_MAX_SEGMENTS`` and so that a segment holds at least
+    ``SPLIT_MIN_TILES_PER_SEGMENT`` tiles of the longest context: split only while the grid
+    leaves the SMs short of work. The group size and head_dim enter through ``num_programs``
+    (one program per KV head serves its whole query-head group) and ``tile_n``
+    (:func:`decode_config`).
     """
-    want = int(SPLIT_TARGET_PROGRAMS_PER_SM * sm_count // max(num_programs, 1))
-    n = min(want, max_context // SPLIT_MIN_TOKENS_PER_SEGMENT, SPLIT_MAX_SEGMENTS)
+    target = max(1.0, SPLIT_TILE_BYTES_PER_SM / max(tile_bytes, 1))
+    want = int(target * sm_count // max(num_programs, 1))
+    by_len = max_context // (tile_n * SPLIT_MIN_TILES_PER_SEGMENT)
+    n = min(want, by_len, SPLIT_MAX_SEGMENTS)
     if n < 2:
         return 1
     return 1 << (n.bit_length() - 1)
+
+
+def head_dim_pad_of(head_dim: int) -> int:
+    """head_dim padded to a power of two (at least 16), as the kernels tile it."""
+    return max(16, triton.next_power_of_2(head_dim))
 
 
 def _alloc(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -126,6 +190,8 @@ def paged_attention(
     config: KernelConfig | None = None,
     num_segments: int | None = None,
     out: torch.Tensor | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
@@ -161,6 +227,11 @@ def paged_attention(
         )
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("k_cache/v_cache need a contiguous last (head_dim) dimension")
+    quant = triton_kv_write.quant_mode(k_cache)
+    if quant:
+        k_scale, v_scale = triton_kv_write.check_scale_layout(k_scale, v_scale)
+    else:
+        k_scale = v_scale = k_cache  # unused
     if scale is None:
         scale = head_dim**-0.5
     if out is None:
@@ -177,15 +248,26 @@ def paged_attention(
     group = num_heads // num_kv_heads
     decode = num_tokens == num_seqs
     if config is None:
-        table = DECODE_CONFIG if decode else PREFILL_CONFIG
-        config = table.get(head_dim) or table[128]
+        if decode:
+            config = decode_config(
+                head_dim,
+                group,
+                k_cache.element_size(),
+                num_seqs * num_kv_heads,
+                _sm_count(q.device),
+            )
+        else:
+            config = PREFILL_CONFIG.get(head_dim) or PREFILL_CONFIG[128]
     block_m = max(config.block_m, 16, triton.next_power_of_2(group))
     block_q = block_m // group
     num_q_blocks = num_tokens // block_q + num_seqs
     if num_segments is None:
         max_context = block_tables.shape[1] * block_size
         busy = num_seqs if decode else num_q_blocks  # decode: one q-block per sequence
-        num_segments = choose_num_segments(busy * num_kv_heads, max_context, _sm_count(q.device))
+        tile_bytes = config.tile_n * head_dim_pad_of(head_dim) * k_cache.element_size()
+        num_segments = choose_num_segments(
+            busy * num_kv_heads, max_context, _sm_count(q.device), config.tile_n, tile_bytes
+        )
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     split = num_segments > 1
     if split:
@@ -204,6 +286,8 @@ def paged_attention(
         q,
         k_cache,
         v_cache,
+        k_scale,
+        v_scale,
         block_tables,
         cu_seqlens_q,
         seq_lens,
@@ -221,6 +305,8 @@ def paged_attention(
         v_cache.stride(1),
         v_cache.stride(2),
         block_tables.stride(0),
+        k_scale.stride(0) if quant else 0,
+        k_scale.stride(1) if quant else 0,
         NUM_HEADS=num_heads,
         G=group,
         HEAD_DIM=head_dim,
@@ -232,6 +318,7 @@ def paged_attention(
         SPLIT=split,
         DOT_MODE=_dot_mode(q),
         NUM_STAGES=config.num_stages,
+        QUANT=quant,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
@@ -247,7 +334,7 @@ def paged_attention(
             NUM_HEADS=num_heads,
             HEAD_DIM=head_dim,
             HEAD_DIM_PAD=head_dim_pad,
-            SEG_PAD=triton.next_power_of_2(num_segments),
+            SEG_CHUNK=min(SEG_CHUNK, triton.next_power_of_2(num_segments)),
             num_warps=4,
         )
     return out
@@ -259,6 +346,8 @@ def write_kv_cache(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> None:
     """See :func:`local_engine.attention.write_kv_cache` (Triton kernel, one launch).
 
@@ -267,7 +356,15 @@ def write_kv_cache(
         RuntimeError: CPU tensors without the Triton interpreter.
     """
     _check_runnable(key)
-    triton_kv_write.write_kv_cache(key, value, k_cache, v_cache, slot_mapping)
+    triton_kv_write.write_kv_cache(
+        key, value, k_cache, v_cache, slot_mapping, k_scale=k_scale, v_scale=v_scale
+    )
 
 
-__all__ = ["paged_attention", "write_kv_cache", "choose_num_segments", "KernelConfig"]
+__all__ = [
+    "paged_attention",
+    "write_kv_cache",
+    "choose_num_segments",
+    "decode_config",
+    "KernelConfig",
+]

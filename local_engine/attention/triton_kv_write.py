@@ -2,7 +2,10 @@
 
 One program per token copies that token's ``[num_kv_heads, head_dim]`` rows of K and V to flat
 slot ``slot_mapping[t] = block * block_size + offset`` of the caches; a negative slot skips the
-token (padding). One launch per layer.
+token (padding). One launch per layer. A quantized cache (``QUANT`` 1 = INT8, 2 = FP8 E4M3)
+gets each token-head quantized in registers with its own float32 scale
+(:func:`quantize_heads`, the arithmetic of :func:`local_engine.kv_cache.quant.quantize`), the
+scale stored at the same (block, offset, head) of the scale view.
 """
 
 from __future__ import annotations
@@ -11,6 +14,42 @@ import torch
 import triton
 import triton.language as tl
 
+from local_engine.kv_cache.quant import QMAX
+
+
+def quant_mode(cache: torch.Tensor) -> int:
+    """0 for a float cache, 1 for INT8, 2 for FP8 E4M3 (the kernels' ``QUANT``)."""
+    if cache.dtype == torch.int8:
+        return 1
+    if cache.dtype in QMAX:
+        return 2
+    return 0
+
+
+@triton.jit
+def quantize_rows(y, scale, QUANT: tl.constexpr, QMAX_: tl.constexpr, out_ty: tl.constexpr):
+    """``y`` float32 ``[R, C]`` divided by ``scale`` ``[R]`` (0 = an all-zero row), clamped to
+    ``[-QMAX_, QMAX_]``, INT8-rounded (``floor(. + 0.5)``) or cast to FP8, as ``out_ty``."""
+    y = y / tl.where(scale > 0, scale, 1.0)[:, None]
+    y = tl.minimum(tl.maximum(y, -QMAX_), QMAX_)
+    if QUANT == 1:
+        y = tl.floor(y + 0.5)
+    else:
+        # round to E4M3's 4 significant bits first (Veltkamp split, float32 round-to-nearest),
+        # so the cast below is exact: the Triton interpreter's float8e4nv cast (3.9) rounds
+        # e.g. -127.9 to -64 (a lost exponent carry); on the GPU this changes nothing
+        c = y * 1048577.0  # 2**20 + 1: keeps 24 - 20 = 4 bits
+        y = c - (c - y)
+    return y.to(out_ty)
+
+
+@triton.jit
+def quantize_heads(x, QUANT: tl.constexpr, QMAX_: tl.constexpr, out_ty: tl.constexpr):
+    """Per-row (token-head) quantization of float32 ``x`` ``[R, C]`` (padding zeros): returns
+    ``(q, scale)``, ``scale = amax(|x|, row) / QMAX_``."""
+    scale = tl.max(tl.abs(x), 1) / QMAX_
+    return quantize_rows(x, scale, QUANT, QMAX_, out_ty), scale
+
 
 @triton.jit
 def _write_kv_kernel(
@@ -18,6 +57,8 @@ def _write_kv_kernel(
     value_ptr,
     k_cache_ptr,
     v_cache_ptr,
+    ks_ptr,
+    vs_ptr,
     slot_ptr,
     stride_kt,
     stride_kh,
@@ -29,6 +70,10 @@ def _write_kv_kernel(
     stride_vcb,
     stride_vct,
     stride_vch,
+    stride_sb,
+    stride_st,
+    QUANT: tl.constexpr,
+    QMAX_: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     NUM_KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -52,8 +97,17 @@ def _write_kv_kernel(
         vc = (
             v_cache_ptr + blk * stride_vcb + off * stride_vct + h[:, None] * stride_vch + d[None, :]
         )
-        tl.store(kc, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
-        tl.store(vc, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
+        if QUANT == 0:
+            tl.store(kc, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
+            tl.store(vc, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
+        else:
+            qk, sk = quantize_heads(k.to(tl.float32), QUANT, QMAX_, k_cache_ptr.dtype.element_ty)
+            qv, sv = quantize_heads(v.to(tl.float32), QUANT, QMAX_, v_cache_ptr.dtype.element_ty)
+            tl.store(kc, qk, mask=mask)
+            tl.store(vc, qv, mask=mask)
+            s_off = blk * stride_sb + off * stride_st + h
+            tl.store(ks_ptr + s_off, sk, mask=h < NUM_KV_HEADS)
+            tl.store(vs_ptr + s_off, sv, mask=h < NUM_KV_HEADS)
 
 
 def write_kv_cache(
@@ -62,6 +116,8 @@ def write_kv_cache(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> None:
     """See :func:`local_engine.attention.write_kv_cache`.
 
@@ -88,6 +144,11 @@ def write_kv_cache(
         raise ValueError(f"slot_mapping must be [{num_tokens}]; got {tuple(slot_mapping.shape)}")
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("k_cache/v_cache need a contiguous last (head_dim) dimension")
+    quant = quant_mode(k_cache)
+    if quant:
+        k_scale, v_scale = check_scale_layout(k_scale, v_scale)
+    else:
+        k_scale = v_scale = k_cache
     if num_tokens == 0:
         return
     if key.stride(2) != 1:
@@ -99,6 +160,8 @@ def write_kv_cache(
         value,
         k_cache,
         v_cache,
+        k_scale,
+        v_scale,
         slot_mapping,
         key.stride(0),
         key.stride(1),
@@ -110,6 +173,10 @@ def write_kv_cache(
         v_cache.stride(0),
         v_cache.stride(1),
         v_cache.stride(2),
+        k_scale.stride(0) if quant else 0,
+        k_scale.stride(1) if quant else 0,
+        QUANT=quant,
+        QMAX_=QMAX.get(k_cache.dtype, 1.0),
         BLOCK_SIZE=k_cache.shape[1],
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,
@@ -117,3 +184,22 @@ def write_kv_cache(
         DIM_PAD=triton.next_power_of_2(head_dim),
         num_warps=4 if num_kv_heads * head_dim >= 512 else 1,
     )
+
+
+def check_scale_layout(
+    k_scale: torch.Tensor | None, v_scale: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernels index both scale views with ``k_scale``'s strides and a unit head stride.
+
+    Returns: ``(k_scale, v_scale)``.
+
+    Raises:
+        ValueError: a missing scale, or other strides."""
+    if k_scale is None or v_scale is None:
+        raise ValueError("a quantized KV cache needs k_scale and v_scale")
+    if k_scale.stride() != v_scale.stride() or k_scale.stride(2) != 1:
+        raise ValueError(
+            f"k_scale/v_scale need equal strides with a contiguous head dim; got "
+            f"{k_scale.stride()} and {v_scale.stride()}"
+        )
+    return k_scale, v_scale

@@ -122,7 +122,9 @@ class LlamaAttention(nn.Module):
         q = q.view(T, self.num_heads, self.head_dim)
         k = k.view(T, self.num_kv_heads, self.head_dim)
         v = v.view(T, self.num_kv_heads, self.head_dim)
-        k_cache, v_cache = kv_cache
+        # [KVQUANT] a quantized cache comes with (k_scale, v_scale) (local_engine/kv_cache/quant.py)
+        k_cache, v_cache = kv_cache[0], kv_cache[1]
+        k_scale, v_scale = (kv_cache[2], kv_cache[3]) if len(kv_cache) == 4 else (None, None)
         q = ops.rotary_and_write_kv(
             q,
             k,
@@ -134,6 +136,8 @@ class LlamaAttention(nn.Module):
             v_cache,
             meta.slot_mapping,
             backend=meta.backend,
+            k_scale=k_scale,
+            v_scale=v_scale,
         )
         out = paged_attention(
             q,
@@ -144,6 +148,8 @@ class LlamaAttention(nn.Module):
             meta.seq_lens,
             scale=self.scale,
             backend=meta.backend,
+            k_scale=k_scale,
+            v_scale=v_scale,
         )
         return self.o_proj(out.reshape(T, self.q_size))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from local_engine.attention import check_scales
 from local_engine.backend import BACKENDS, backend_module
 
 
@@ -68,6 +69,8 @@ def rotary_and_write_kv(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
     backend: str | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Rotate ``q`` and ``k`` by their positions (rotate-half rotary embedding) and write the
     rotated ``k`` and ``v`` into the paged cache through the slot mapping.
@@ -80,6 +83,10 @@ def rotary_and_write_kv(
             :class:`~local_engine.models.llama.RotaryEmbedding` builds them).
         k_cache, v_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``.
         slot_mapping: int ``[num_tokens]``; a negative slot skips the write (padding).
+        k_scale, v_scale: for a quantized cache (``float8_e4m3fn``/``int8``), float32
+            ``[num_blocks, block_size, num_kv_heads]``: the rotated keys (rounded to ``k``'s
+            dtype first) and the values are quantized per token and KV head as they are
+            written (:func:`local_engine.kv_cache.quant.quantize`), scales beside them.
 
     Returns:
         the rotated queries ``[num_tokens, num_heads, head_dim]`` (the triton backend rotates
@@ -104,8 +111,9 @@ def rotary_and_write_kv(
             f"rotary_and_write_kv: positions {tuple(positions.shape)} and slot_mapping "
             f"{tuple(slot_mapping.shape)} must be [{q.shape[0]}]"
         )
+    check_scales(k_cache, k_scale, v_scale)
     return _module(backend, q).rotary_and_write_kv(
-        q, k, v, positions, cos, sin, k_cache, v_cache, slot_mapping
+        q, k, v, positions, cos, sin, k_cache, v_cache, slot_mapping, k_scale, v_scale
     )
 
 

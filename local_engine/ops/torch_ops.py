@@ -27,13 +27,15 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 def rotary_and_write_kv(
-    q, k, v, positions, cos, sin, k_cache, v_cache, slot_mapping
+    q, k, v, positions, cos, sin, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None
 ) -> torch.Tensor:
     """See :func:`local_engine.ops.rotary_and_write_kv` (returns a new rotated ``q``)."""
     c = cos[positions].unsqueeze(1).to(q.dtype)
     s = sin[positions].unsqueeze(1).to(q.dtype)
     q, k = _rotate(q, c, s), _rotate(k, c, s)
-    write_kv_cache(k, v, k_cache, v_cache, slot_mapping, backend="torch")
+    write_kv_cache(
+        k, v, k_cache, v_cache, slot_mapping, backend="torch", k_scale=k_scale, v_scale=v_scale
+    )
     return q
 
 

@@ -18,6 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
+from local_engine.attention.triton_kv_write import check_scale_layout, quant_mode, quantize_rows
+from local_engine.kv_cache.quant import QMAX
+
 
 @triton.jit
 def _rms_norm_kernel(
@@ -90,6 +93,8 @@ def _rotary_kv_kernel(
     sin_ptr,
     kc_ptr,
     vc_ptr,
+    ks_ptr,
+    vs_ptr,
     slot_ptr,
     stride_qt,
     stride_qh,
@@ -104,6 +109,10 @@ def _rotary_kv_kernel(
     stride_vcb,
     stride_vct,
     stride_vch,
+    stride_sb,
+    stride_st,
+    QUANT: tl.constexpr,
+    QMAX_: tl.constexpr,
     NUM_HEADS: tl.constexpr,
     NUM_KV_HEADS: tl.constexpr,
     HALF: tl.constexpr,
@@ -137,16 +146,42 @@ def _rotary_kv_kernel(
         k1 = tl.load(k1p, mask=kmask, other=0.0).to(tl.float32)
         k2 = tl.load(k1p + HALF, mask=kmask, other=0.0).to(tl.float32)
         kc = kc_ptr + blk * stride_kcb + off * stride_kct + hk[:, None] * stride_kch + d[None, :]
-        tl.store(kc, (k1 * c - k2 * s).to(kc_ptr.dtype.element_ty), mask=kmask)
-        tl.store(kc + HALF, (k2 * c + k1 * s).to(kc_ptr.dtype.element_ty), mask=kmask)
         v1p = v_ptr + t * stride_vt + hk[:, None] * stride_vh + d[None, :]
         vc = vc_ptr + blk * stride_vcb + off * stride_vct + hk[:, None] * stride_vch + d[None, :]
-        tl.store(vc, tl.load(v1p, mask=kmask).to(vc_ptr.dtype.element_ty), mask=kmask)
-        tl.store(vc + HALF, tl.load(v1p + HALF, mask=kmask).to(vc_ptr.dtype.element_ty), mask=kmask)
+        if QUANT == 0:
+            tl.store(kc, (k1 * c - k2 * s).to(kc_ptr.dtype.element_ty), mask=kmask)
+            tl.store(kc + HALF, (k2 * c + k1 * s).to(kc_ptr.dtype.element_ty), mask=kmask)
+            tl.store(vc, tl.load(v1p, mask=kmask).to(vc_ptr.dtype.element_ty), mask=kmask)
+            tl.store(
+                vc + HALF, tl.load(v1p + HALF, mask=kmask).to(vc_ptr.dtype.element_ty), mask=kmask
+            )
+        else:
+            # quantize what the unquantized path would store: the rotated key rounded to k's
+            # dtype (as the torch reference rotates in that dtype), one scale per token-head
+            in_ty = k_ptr.dtype.element_ty
+            r1 = (k1 * c - k2 * s).to(in_ty).to(tl.float32)
+            r2 = (k2 * c + k1 * s).to(in_ty).to(tl.float32)
+            r1 = tl.where(kmask, r1, 0.0)
+            r2 = tl.where(kmask, r2, 0.0)
+            sk = tl.maximum(tl.max(tl.abs(r1), 1), tl.max(tl.abs(r2), 1)) / QMAX_
+            out_ty = kc_ptr.dtype.element_ty
+            tl.store(kc, quantize_rows(r1, sk, QUANT, QMAX_, out_ty), mask=kmask)
+            tl.store(kc + HALF, quantize_rows(r2, sk, QUANT, QMAX_, out_ty), mask=kmask)
+            v1 = tl.load(v1p, mask=kmask, other=0.0).to(tl.float32)
+            v2 = tl.load(v1p + HALF, mask=kmask, other=0.0).to(tl.float32)
+            sv = tl.maximum(tl.max(tl.abs(v1), 1), tl.max(tl.abs(v2), 1)) / QMAX_
+            tl.store(vc, quantize_rows(v1, sv, QUANT, QMAX_, out_ty), mask=kmask)
+            tl.store(vc + HALF, quantize_rows(v2, sv, QUANT, QMAX_, out_ty), mask=kmask)
+            s_off = blk * stride_sb + off * stride_st + hk
+            tl.store(ks_ptr + s_off, sk, mask=hk < NUM_KV_HEADS)
+            tl.store(vs_ptr + s_off, sv, mask=hk < NUM_KV_HEADS)
 
 
-def rotary_and_write_kv(q, k, v, positions, cos, sin, k_cache, v_cache, slot_mapping):
-    """See :func:`local_engine.ops.rotary_and_write_kv`; ``q`` is rotated in place.
+def rotary_and_write_kv(
+    q, k, v, positions, cos, sin, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None
+):
+    """See :func:`local_engine.ops.rotary_and_write_kv`; ``q`` is rotated in place; a
+    quantized cache (int8 / float8_e4m3fn) is written with per-token-head scales.
 
     Raises:
         ValueError: a tensor whose last dimension is not contiguous, an odd head_dim, tables
@@ -169,6 +204,11 @@ def rotary_and_write_kv(q, k, v, positions, cos, sin, k_cache, v_cache, slot_map
             f"rotary_and_write_kv: caches must be [num_blocks, block_size, {Hk}, {D}]; got "
             f"{tuple(k_cache.shape)}"
         )
+    quant = quant_mode(k_cache)
+    if quant:
+        k_scale, v_scale = check_scale_layout(k_scale, v_scale)
+    else:
+        k_scale = v_scale = k_cache
     if T == 0:
         return q
     half = D // 2
@@ -181,6 +221,8 @@ def rotary_and_write_kv(q, k, v, positions, cos, sin, k_cache, v_cache, slot_map
         sin,
         k_cache,
         v_cache,
+        k_scale,
+        v_scale,
         slot_mapping,
         q.stride(0),
         q.stride(1),
@@ -195,6 +237,10 @@ def rotary_and_write_kv(q, k, v, positions, cos, sin, k_cache, v_cache, slot_map
         v_cache.stride(0),
         v_cache.stride(1),
         v_cache.stride(2),
+        k_scale.stride(0) if quant else 0,
+        k_scale.stride(1) if quant else 0,
+        QUANT=quant,
+        QMAX_=QMAX.get(k_cache.dtype, 1.0),
         NUM_HEADS=H,
         NUM_KV_HEADS=Hk,
         HALF=half,

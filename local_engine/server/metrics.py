@@ -15,7 +15,8 @@ Engine series (read from an engine snapshot at scrape time):
 * ``promptcache_prefix_cache_queries_tokens_total``, ``..._hits_tokens_total`` and
   ``promptcache_prefix_cache_hit_rate`` (hits / queries, tokens; physical cache).
 * ``promptcache_kv_cache_usage_ratio`` (0..1), ``promptcache_kv_cache_blocks_used``,
-  ``promptcache_kv_cache_blocks_total``.
+  ``promptcache_kv_cache_blocks_total``; ``promptcache_kv_cache_info{dtype,block_size}`` (always
+  1: the KV storage format, ``auto``'s model dtype spelled out, e.g. ``bfloat16``/``fp8``/``int8``).
 * ``promptcache_num_requests_running`` / ``..._waiting``.
 """
 
@@ -73,6 +74,13 @@ class _EngineCollector:
             "KV-cache pool size in blocks",
             value=snap.num_blocks,
         )
+        info = GaugeMetricFamily(
+            "promptcache_kv_cache_info",
+            "KV-cache storage format (value always 1)",
+            labels=["dtype", "block_size"],
+        )
+        info.add_metric([snap.kv_cache_dtype, str(snap.block_size)], 1)
+        yield info
         yield GaugeMetricFamily(
             "promptcache_num_requests_running", "Sequences running", value=snap.num_running
         )

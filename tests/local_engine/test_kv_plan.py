@@ -33,12 +33,14 @@ def test_llama3_8b_hand_computed():
 def test_llama3_70b_fp8_context_rounds_up_to_blocks():
     cfg, _ = PRESETS["llama-3-70b"]
     p = plan(cfg, context=1000, batch=8, kv_dtype="fp8")
-    # 2 x 80 layers x 8 KV heads x 128 x 1 byte = 163,840 B per token
-    assert p.kv_bytes_per_token == 163_840
-    # 1000 tokens -> 63 blocks (1008 slots) -> 1008 x 163,840 = 165,150,720 B
+    # 2 x 80 layers x 8 KV heads x (128 x 1 byte + 4 bytes of float32 scale) = 168,960 B per
+    # token, of which 2 x 80 x 8 x 4 = 5,120 B are scales
+    assert p.kv_bytes_per_token == 168_960
+    assert p.kv_scale_bytes_per_token == 5_120
+    # 1000 tokens -> 63 blocks (1008 slots) -> 1008 x 168,960 = 170,311,680 B
     assert p.blocks_per_request == 63
-    assert p.kv_bytes_per_request == 165_150_720
-    assert p.kv_bytes_batch == 8 * 165_150_720
+    assert p.kv_bytes_per_request == 170_311_680
+    assert p.kv_bytes_batch == 8 * 170_311_680
     assert p.memory is None and p.max_requests is None
 
 

@@ -308,10 +308,33 @@ def test_choose_num_segments_rule(tb):
     assert tb.choose_num_segments(num_programs=16 * 8, max_context=32768, sm_count=sm) == 4  # 4.1
     assert tb.choose_num_segments(num_programs=8 * 8, max_context=32768, sm_count=sm) == 8  # 8.25
     assert tb.choose_num_segments(num_programs=3 * 8, max_context=32768, sm_count=sm) == 16  # 22
-    assert tb.choose_num_segments(num_programs=1, max_context=1 << 20, sm_count=sm) == 32  # the cap
-    # no segment shorter than the minimum: 1024 tokens allow at most 8 segments of 128
+    assert tb.choose_num_segments(num_programs=1, max_context=1 << 20, sm_count=sm) == 256  # cap
+    # 16/2 heads at 1 x 32k: 2 programs -> 264 -> 256 segments of 128 tokens (two 64-key tiles)
+    assert tb.choose_num_segments(num_programs=2, max_context=32768, sm_count=sm) == 256
+    # no segment shorter than two tiles: 1024 tokens allow at most 8 segments of 2 x 64
     assert tb.choose_num_segments(num_programs=8, max_context=1024, sm_count=sm) == 8
+    assert tb.choose_num_segments(num_programs=8, max_context=1024, sm_count=sm, tile_n=128) == 4
     assert tb.choose_num_segments(num_programs=8, max_context=255, sm_count=sm) == 1
+
+
+def test_decode_config_keeps_the_tile_bytes(tb):
+    # 16 KiB of K per tile: d128 bf16 64 keys (the tuned tile), d64 bf16 128, d128 1-byte 128
+    assert tb.decode_config(128, 4, 2) == tb.KernelConfig(16, 64, 4, 2)
+    assert tb.decode_config(64, 3, 2).tile_n == 128
+    assert tb.decode_config(128, 4, 1) == tb.KernelConfig(16, 128, 4, 3)  # 1-byte: 3 stages
+    assert tb.decode_config(128, 32, 2).block_m == 32  # a group wider than 16 rows
+    sm = 132
+    # group 7 (28/4): 32 KiB tiles below 2 x 132 programs (1 x 32k .. 32 x 8k), not at 256 x 1k
+    for programs in (4, 32, 128):
+        assert tb.decode_config(128, 7, 2, programs, sm) == tb.KernelConfig(16, 128, 8, 2)
+    assert tb.decode_config(128, 7, 2, 1024, sm) == tb.KernelConfig(16, 64, 4, 2)
+    # group 8 (32/4): only below 132 / 8 programs (1 x 32k)
+    assert tb.decode_config(128, 8, 2, 4, sm) == tb.KernelConfig(16, 128, 8, 2)
+    assert tb.decode_config(128, 8, 2, 32, sm) == tb.KernelConfig(16, 64, 4, 2)
+    assert tb.decode_config(64, 8, 2, 4, sm) == tb.KernelConfig(16, 256, 4, 3)
+    assert tb.decode_config(64, 7, 1, 4, sm).tile_n == 256  # capped
+    # 32 KiB tiles halve the split target: 2 programs per SM
+    assert tb.choose_num_segments(4, 32768, 132, 128, 32768) == 64
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

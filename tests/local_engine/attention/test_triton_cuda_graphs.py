@@ -63,7 +63,7 @@ def tiny_model_folder(tmp_path):
     return tmp_path
 
 
-def run_engine(folder, seed, use_graphs):
+def run_engine(folder, seed, use_graphs, kv_cache_dtype="auto"):
     from local_engine import SamplingParams
     from local_engine.engine import LLMEngine
 
@@ -75,6 +75,7 @@ def run_engine(folder, seed, use_graphs):
         num_kv_blocks=40,
         max_model_len=256,
         block_size=16,
+        kv_cache_dtype=kv_cache_dtype,
     )
     runner = eng.runner
     if use_graphs:
@@ -133,11 +134,12 @@ def test_requires_cuda_by_default():
         DecodeGraphRunner(None, kv, max_batch=4, max_blocks_per_seq=4)
 
 
-def test_replayed_decode_matches_eager(tmp_path):
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "int8", "fp8"])
+def test_replayed_decode_matches_eager(tmp_path, kv_cache_dtype):
     folder = tiny_model_folder(tmp_path)
     seed = int.from_bytes(__import__("os").urandom(2), "little")
-    eager, outs_e, log_e = run_engine(folder, seed, use_graphs=False)
-    graph, outs_g, log_g = run_engine(folder, seed, use_graphs=True)
+    eager, outs_e, log_e = run_engine(folder, seed, False, kv_cache_dtype)
+    graph, outs_g, log_g = run_engine(folder, seed, True, kv_cache_dtype)
     assert outs_e == outs_g, f"seed={seed}"
     assert len(log_e) == len(log_g)
     for (dec_e, a), (dec_g, b) in zip(log_e, log_g):
@@ -148,4 +150,23 @@ def test_replayed_decode_matches_eager(tmp_path):
     assert {8, 4, 2, 1} & set(replays) and len(set(replays)) >= 2, replays  # padded sizes used
     assert any(not d for d, _ in log_g[1:]), "expected a prefill step between decode steps"
     # padding rows (slot -1) wrote nothing: both pools hold the same K/V
-    torch.testing.assert_close(graph.runner.kv_cache, eager.runner.kv_cache, rtol=1e-5, atol=1e-5)
+    if kv_cache_dtype == "auto":
+        torch.testing.assert_close(
+            graph.runner.kv_cache, eager.runner.kv_cache, rtol=1e-5, atol=1e-5
+        )
+        return
+    from local_engine.kv_cache.quant import dequantize
+
+    # quantized: scales agree to float32 rounding and the values to one quantization level
+    # (the padded batch's matmuls may round the last bit of a K/V differently)
+    for layer_g, layer_e in zip(graph.runner.kv_caches, eager.runner.kv_caches):
+        for cg, ce, sg, se in (
+            (layer_g[0], layer_e[0], layer_g[2], layer_e[2]),
+            (layer_g[1], layer_e[1], layer_g[3], layer_e[3]),
+        ):
+            torch.testing.assert_close(sg, se, rtol=1e-4, atol=1e-7)
+            a = dequantize(cg, sg, torch.float64)
+            b = dequantize(ce, se, torch.float64)
+            step = se.double().unsqueeze(-1) * (1.0 if kv_cache_dtype == "int8" else 64.0)
+            assert ((a - b).abs() <= step * 1.01 + 1e-7).all()
+            assert (sg > 0).any(), "the quantized pool was written"

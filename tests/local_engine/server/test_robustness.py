@@ -163,6 +163,10 @@ def test_metrics_exposition(server):
     assert 0.0 <= m["promptcache_kv_cache_usage_ratio"] <= 1.0
     text = httpx.get(server.base_url + "/metrics").text
     assert "# TYPE promptcache_time_to_first_token_seconds histogram" in text
+    # the KV format: kv_cache_dtype auto on the CPU is the float32 model dtype
+    assert 'promptcache_kv_cache_info{block_size="16",dtype="float32"} 1.0' in text, [
+        line for line in text.splitlines() if "kv_cache" in line
+    ]
 
 
 def test_one_log_line_per_request_without_prompt_text(server):

@@ -1,0 +1,477 @@
+"""Quantized KV cache and the decode kernel's head-layout sweep on a CUDA GPU (the H200).
+
+One process, in this order (``--budget`` seconds bound the optional parts):
+
+1. Correctness of the compiled kernels with FP8/INT8 caches: ragged batches (prefill over a
+   cached prefix, chunked prefill, decode; forced split-K) against the torch reference reading
+   the same quantized pool, and the KV write / fused rotary write against the torch quantizer.
+2. ``quant``: decode at 64 x 4096, 16 x 32768 and 256 x 1024, 32 query / 8 KV heads, d128:
+   bf16 vs FP8 vs INT8 caches, in TB/s of the bytes the kernel actually reads (values + float32
+   scales) and as the speed ratio against bf16 (the bytes halve: 2x is the limit).
+3. ``sweep``: bf16 decode against torch SDPA on contiguous caches (``enable_gqa=True``) over GQA
+   groups 1, 2, 4, 7, 8 (32/32, 32/16, 32/8, 28/4, 32/4 heads), head_dim 64 and 128, batch x
+   context 1 x 32k, 8 x 8k, 32 x 8k, 256 x 1k; every row, its ratio, the worst row. With
+   ``--explore`` each row also times a grid of tiles and segment counts (the data behind
+   ``decode_config`` / ``choose_num_segments``) and reports the best found.
+4. ``engine``: the 8B shape (random weights) at batch 256, 512-token prompts, 128 new tokens,
+   FP8 vs bf16 KV: output tok/s, and the pool's blocks -> the most 4k-context requests resident.
+
+Times are medians of CUDA-graph replays (bench/kernels.py's ``bench``). Usage:
+``python bench/kv_gpu.py [--explore] [--parts check,quant,sweep,engine] --out $OUT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.kernels import bench, dense_from_paged, make_paged  # noqa: E402
+from local_engine.attention import torch_ref  # noqa: E402
+from local_engine.attention import triton_backend as tb  # noqa: E402
+from local_engine.attention.triton_backend import KernelConfig  # noqa: E402
+from local_engine.kv_cache.quant import SCALE_BYTES, layer_views, quantize  # noqa: E402
+
+LOG: list = []
+RES: dict = {}
+BS = 16
+FMT_DTYPE = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}
+
+
+def log(msg: str = "") -> None:
+    print(msg, flush=True)
+    LOG.append(msg)
+
+
+def rel(a, b) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
+
+
+def quantized_pool(k_src, v_src, fmt):
+    """A quantized pool holding ``k_src``/``v_src`` ([num_blocks, bs, Hkv, D]) in the engine's
+    layout (values and float32 scales inside each block); returns (k, v, k_scale, v_scale)."""
+    nb, bs, hkv, d = k_src.shape
+    raw = torch.zeros(
+        (1, 2, nb, bs * hkv * (d + SCALE_BYTES)), dtype=torch.uint8, device=k_src.device
+    )
+    kc, vc, ks, vs = layer_views(raw, bs, hkv, d, FMT_DTYPE[fmt])[0]
+    for src, c, s in ((k_src, kc, ks), (v_src, vc, vs)):
+        for i in range(0, nb, 4096):  # chunks: the float32 temporaries stay small
+            q, sc = quantize(src[i : i + 4096], c.dtype)
+            c[i : i + 4096] = q
+            s[i : i + 4096] = sc
+    return kc, vc, ks, vs
+
+
+class Decode:
+    """``batch`` sequences of ``ctx`` tokens in shuffled blocks; bf16 or quantized pool."""
+
+    def __init__(self, batch, ctx, h, hkv, d, device, g, fmt="bf16", with_dense=False):
+        self.batch, self.ctx, self.h, self.hkv, self.d = batch, ctx, h, hkv, d
+        k, v, self.bt = make_paged([ctx] * batch, hkv, d, BS, torch.bfloat16, device, g)
+        self.q = torch.randn(batch, h, d, generator=g, device=device).to(torch.bfloat16)
+        self.cu = torch.arange(batch + 1, dtype=torch.int32, device=device)
+        self.sl = torch.full((batch,), ctx, dtype=torch.int32, device=device)
+        self.fmt = fmt
+        if with_dense:
+            kd = torch.stack([dense_from_paged(k, self.bt[i], ctx) for i in range(batch)])
+            vd = torch.stack([dense_from_paged(v, self.bt[i], ctx) for i in range(batch)])
+            self.kd, self.vd = kd.transpose(1, 2).contiguous(), vd.transpose(1, 2).contiguous()
+        if fmt == "bf16":
+            self.k, self.v, self.ks, self.vs = k, v, None, None
+            self.bytes = 2 * batch * ctx * hkv * d * 2
+        else:
+            self.k, self.v, self.ks, self.vs = quantized_pool(k, v, fmt)
+            del k, v
+            self.bytes = 2 * batch * ctx * hkv * (d + SCALE_BYTES)
+
+    def triton(self, **kw):
+        return lambda: tb.paged_attention(
+            self.q,
+            self.k,
+            self.v,
+            self.bt,
+            self.cu,
+            self.sl,
+            k_scale=self.ks,
+            v_scale=self.vs,
+            **kw,
+        )
+
+    def sdpa(self):
+        q4 = self.q[:, :, None, :]
+        return lambda: F.scaled_dot_product_attention(q4, self.kd, self.vd, enable_gqa=True)
+
+
+# ----------------------------------------------------------------------------- 1. correctness
+def check(device) -> bool:
+    log("## correctness (compiled kernels, quantized caches)")
+    g = torch.Generator(device=device).manual_seed(7)
+    ok = True
+    for fmt in ("fp8", "int8"):
+        for h, hkv, d in ((32, 8, 128), (9, 3, 64), (28, 4, 128)):
+            ctx_lens, q_lens = [700, 33, 1, 260, 16], [1, 33, 1, 57, 16]
+            k, v, bt = make_paged(ctx_lens, hkv, d, BS, torch.bfloat16, device, g)
+            kc, vc, ks, vs = quantized_pool(k, v, fmt)
+            q = torch.randn(sum(q_lens), h, d, generator=g, device=device).to(torch.bfloat16)
+            cu = torch.tensor(
+                [0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32, device=device
+            )
+            sl = torch.tensor(ctx_lens, dtype=torch.int32, device=device)
+            bt = torch.where(bt >= kc.shape[0], 0, bt)
+            ref = torch_ref.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs)
+            for nseg in (None, 1, 4):
+                out = tb.paged_attention(
+                    q, kc, vc, bt, cu, sl, num_segments=nseg, k_scale=ks, v_scale=vs
+                )
+                e = rel(out, ref)
+                good = e < 2e-2 and not out.isnan().any()
+                ok &= good
+                log(
+                    f"attention {fmt} {h}/{hkv} d{d} nseg={nseg}: rel err vs torch ref {e:.2e} "
+                    f"{'ok' if good else 'FAIL'}"
+                )
+            # decode-only batch (the decode tile choice)
+            cu1 = torch.arange(len(ctx_lens) + 1, dtype=torch.int32, device=device)
+            q1 = q[: len(ctx_lens)].contiguous()
+            ref1 = torch_ref.paged_attention(q1, kc, vc, bt, cu1, sl, k_scale=ks, v_scale=vs)
+            e = rel(tb.paged_attention(q1, kc, vc, bt, cu1, sl, k_scale=ks, v_scale=vs), ref1)
+            ok &= e < 2e-2
+            log(f"decode {fmt} {h}/{hkv} d{d}: rel err {e:.2e} {'ok' if e < 2e-2 else 'FAIL'}")
+        # KV write through the slot mapping: same scales, values within one level
+        hkv, d, T = 8, 128, 300
+        key = torch.randn(T, hkv, d, device=device, generator=g).to(torch.bfloat16) * 3
+        val = torch.randn(T, hkv, d, device=device, generator=g).to(torch.bfloat16)
+        raw = torch.zeros((1, 2, 40, BS * hkv * (d + 4)), dtype=torch.uint8, device=device)
+        raw2 = raw.clone()
+        kc, vc, ks, vs = layer_views(raw, BS, hkv, d, FMT_DTYPE[fmt])[0]
+        kr, vr, ksr, vsr = layer_views(raw2, BS, hkv, d, FMT_DTYPE[fmt])[0]
+        slots = torch.randperm(40 * BS, device=device, generator=g)[:T]
+        tb.write_kv_cache(key, val, kc, vc, slots, k_scale=ks, v_scale=vs)
+        torch_ref.write_kv_cache(key, val, kr, vr, slots, k_scale=ksr, v_scale=vsr)
+        same = float((raw == raw2).float().mean())
+        ok &= same > 0.999
+        log(
+            f"write {fmt}: bytes equal to the torch quantizer: {same:.5f} {'ok' if same > 0.999 else 'FAIL'}"
+        )
+    return ok
+
+
+# ----------------------------------------------------------------------------- 2. quant table
+def quant_table(device, explore: bool):
+    log("## decode with quantized KV (32/8 heads, d128, block 16)")
+    g = torch.Generator(device=device).manual_seed(1)
+    sm = torch.cuda.get_device_properties(device).multi_processor_count
+    rows = []
+    variants = [("bf16", None), ("fp8", None), ("int8", None)]
+    for batch, ctx in ((64, 4096), (16, 32768), (256, 1024)):
+        t = {}
+        for fmt, _ in variants:
+            name = fmt
+            p = Decode(batch, ctx, 32, 8, 128, device, g, fmt)
+            t[name] = (bench(p.triton()), p.bytes)
+            if fmt != "bf16":  # the timed launch against the torch reference on the same pool
+                ref = torch_ref.paged_attention(
+                    p.q, p.k, p.v, p.bt, p.cu, p.sl, k_scale=p.ks, v_scale=p.vs
+                )
+                e = rel(p.triton()(), ref)
+                log(f"  {fmt} {batch}x{ctx}: rel err vs torch ref {e:.2e}")
+                RES.setdefault("quant_err", {})[f"{fmt} {batch}x{ctx}"] = e
+                del ref
+            if explore and fmt != "bf16":
+                base = tb.decode_config(128, 4, 1, batch * 8, sm)
+                best = None
+                for tn in (64, 128, 256):
+                    for w, st in ((4, 2), (4, 3), (8, 2), (8, 3)):
+                        cfg = KernelConfig(16, tn, w, st)
+                        rule = tb.choose_num_segments(batch * 8, ctx, sm, tn, tn * 128)
+                        for nseg in sorted({rule, max(1, rule // 2), min(256, rule * 2)}):
+                            try:
+                                ms = bench(
+                                    p.triton(config=cfg, num_segments=nseg),
+                                    inner=5,
+                                    reps=5,
+                                )
+                            except Exception as exc:  # noqa: BLE001
+                                log(f"  {name} {cfg}: {type(exc).__name__}: {str(exc)[:100]}")
+                                continue
+                            if best is None or ms < best[0]:
+                                best = (ms, cfg, nseg)
+                if best:
+                    log(
+                        f"  {name} {batch}x{ctx}: default {t[name][0]:.4f} ms (tile {base.tile_n}), "
+                        f"best {best[0]:.4f} ms {best[1]} seg {best[2]} "
+                        f"({p.bytes / best[0] / 1e9:.2f} TB/s)"
+                    )
+                    RES.setdefault("quant_best", {})[f"{name} {batch}x{ctx}"] = [
+                        best[0],
+                        str(best[1]),
+                        best[2],
+                    ]
+            del p
+            torch.cuda.empty_cache()
+        for name, (ms, by) in t.items():
+            rows.append(
+                dict(
+                    shape=f"{batch}x{ctx}",
+                    fmt=name,
+                    ms=ms,
+                    bytes=by,
+                    tbps=by / ms / 1e9,
+                    speedup=t["bf16"][0] / ms,
+                )
+            )
+    log("| batch x context | KV | ms | bytes read | TB/s | speed vs bf16 |")
+    log("|---|---|---|---|---|---|")
+    for r in rows:
+        log(
+            f"| {r['shape']} | {r['fmt']} | {r['ms']:.4f} | {r['bytes'] / 1e6:.0f} MB | "
+            f"{r['tbps']:.2f} | {r['speedup']:.2f}x |"
+        )
+    RES["quant"] = rows
+
+
+# ----------------------------------------------------------------------------- 3. sweep
+LAYOUTS = [(32, 32), (32, 16), (32, 8), (28, 4), (32, 4)]
+SHAPES = [(1, 32768), (8, 8192), (32, 8192), (256, 1024)]
+
+
+def explore_row(p, sm, deadline):
+    """Best (config, segments) over a small grid around the rule's choice."""
+    group = p.h // p.hkv
+    base = tb.decode_config(p.d, group, 2, p.batch * p.hkv, sm)
+    tiles = sorted({max(16, base.tile_n // 2), base.tile_n, base.tile_n * 2})
+    cfgs = [
+        KernelConfig(base.block_m, tn, w, st)
+        for tn in tiles
+        for (w, st) in ((4, 2), (4, 3), (8, 2))
+    ]
+    best = None
+    for cfg in cfgs:
+        rule = tb.choose_num_segments(p.batch * p.hkv, p.ctx, sm, cfg.tile_n, cfg.tile_n * p.d * 2)
+        for nseg in sorted(
+            {max(1, rule // 4), max(1, rule // 2), rule, min(256, rule * 2), min(256, rule * 4)}
+        ):
+            if time.time() > deadline:
+                return best
+            try:
+                ms = bench(p.triton(config=cfg, num_segments=nseg), inner=5, reps=5)
+            except Exception as exc:  # noqa: BLE001
+                log(f"  {cfg} nseg={nseg}: {type(exc).__name__}: {str(exc)[:120]}")
+                continue
+            if best is None or ms < best[0]:
+                best = (ms, cfg, nseg)
+    return best
+
+
+def sweep(device, explore: bool, deadline: float):
+    log("## layout sweep: bf16 decode vs SDPA on contiguous caches (block 16)")
+    sm = torch.cuda.get_device_properties(device).multi_processor_count
+    g = torch.Generator(device=device).manual_seed(2)
+    rows = []
+    for d in (128, 64):
+        for h, hkv in LAYOUTS:
+            for batch, ctx in SHAPES:
+                if time.time() > deadline:
+                    log("(sweep stopped: time budget)")
+                    RES["sweep"] = rows
+                    return rows
+                p = Decode(batch, ctx, h, hkv, d, device, g, "bf16", with_dense=True)
+                out = p.triton()()
+                ref = p.sdpa()()[:, :, 0, :]
+                err = rel(out, ref)
+                t_tri = bench(p.triton())
+                t_sdpa = bench(p.sdpa())
+                cfg = tb.decode_config(d, h // hkv, 2, batch * hkv, sm)
+                nseg = tb.choose_num_segments(
+                    batch * hkv, p.bt.shape[1] * BS, sm, cfg.tile_n, cfg.tile_n * d * 2
+                )
+                r = dict(
+                    heads=f"{h}/{hkv}",
+                    group=h // hkv,
+                    d=d,
+                    shape=f"{batch}x{ctx}",
+                    triton_ms=t_tri,
+                    sdpa_ms=t_sdpa,
+                    ratio=t_sdpa / t_tri,
+                    tbps=p.bytes / t_tri / 1e9,
+                    sdpa_tbps=p.bytes / t_sdpa / 1e9,
+                    tile_n=cfg.tile_n,
+                    segments=nseg,
+                    err=err,
+                )
+                if explore and r["ratio"] < 0.9:
+                    best = explore_row(p, sm, deadline)
+                    if best:
+                        r.update(
+                            best_ms=best[0],
+                            best_cfg=str(best[1]),
+                            best_seg=best[2],
+                            best_ratio=t_sdpa / best[0],
+                        )
+                rows.append(r)
+                extra = (
+                    f" | best {r['best_ratio']:.2f} ({r['best_cfg']}, seg {r['best_seg']})"
+                    if "best_ms" in r
+                    else ""
+                )
+                log(
+                    f"| {r['heads']} | {d} | {r['shape']} | {t_tri:.4f} | {r['tbps']:.2f} | {t_sdpa:.4f} | "
+                    f"{r['sdpa_tbps']:.2f} | {r['ratio']:.2f} | {cfg} seg {nseg} | err {err:.1e}{extra}"
+                )
+                del p
+                torch.cuda.empty_cache()
+    RES["sweep"] = rows
+    return rows
+
+
+def print_sweep(rows):
+    if not rows:
+        return
+    log("")
+    log(
+        "| heads (q/kv) | group | head_dim | batch x ctx | Triton ms | TB/s | SDPA ms | SDPA TB/s | Triton/SDPA speed | tile, segments |"
+    )
+    log("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        log(
+            f"| {r['heads']} | {r['group']} | {r['d']} | {r['shape']} | {r['triton_ms']:.4f} | {r['tbps']:.2f} | "
+            f"{r['sdpa_ms']:.4f} | {r['sdpa_tbps']:.2f} | {r['ratio']:.2f} | {r['tile_n']}, {r['segments']} |"
+        )
+    worst = min(rows, key=lambda r: r["ratio"])
+    under = sum(r["ratio"] < 0.9 for r in rows)
+    log(
+        f"worst row: {worst['heads']} d{worst['d']} {worst['shape']}: {worst['ratio']:.2f} of SDPA; "
+        f"{under} of {len(rows)} rows under 0.9"
+    )
+
+
+# ----------------------------------------------------------------------------- 4. engine
+def engine_run(device, folder: Path, deadline: float):
+    from local_engine import SamplingParams
+    from local_engine.engine import LLMEngine
+
+    log("## engine, 8B shape, batch 256 x (512 prompt + 128 new), FP8 vs bf16 KV")
+    g = torch.Generator().manual_seed(3)
+    prompts = torch.randint(10, 49000, (256, 512), generator=g).tolist()
+    rows = {}
+    for kvd in ("auto", "fp8"):
+        if time.time() > deadline:
+            log("(engine stopped: time budget)")
+            break
+        t0 = time.time()
+        eng = LLMEngine.from_config(
+            folder,
+            device="cuda",
+            kv_cache_dtype=kvd,
+            max_num_seqs=256,
+            max_model_len=4608,
+            max_num_batched_tokens=8192,
+            gpu_memory_utilization=0.9,
+        )
+        build = time.time() - t0
+        nb = eng.kv_cache_manager.num_blocks
+        params = SamplingParams(temperature=0.0, max_tokens=128, ignore_eos=True)
+        for i in range(16):  # warm-up: compile the prefill / decode kernels
+            eng.add_request(
+                f"w{i}", prompts[i], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+            )
+        while eng.has_unfinished_requests():
+            eng.step()
+        eng.kv_cache_manager.reset_prefix_cache()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i, p in enumerate(prompts):
+            eng.add_request(f"r{i}", [t + 1 for t in p], params)
+        n_out, first = 0, None
+        while eng.has_unfinished_requests():
+            for o in eng.step():
+                if o.finished:
+                    n_out += len(o.outputs[0].token_ids)
+            if first is None and eng.metrics.num_waiting == 0:
+                first = time.perf_counter() - t0
+        wall = time.perf_counter() - t0
+        name = "bf16" if kvd == "auto" else kvd
+        rows[name] = dict(
+            tok_s=n_out / wall,
+            wall_s=wall,
+            blocks=nb,
+            resident_4k=nb // (4096 // 16),
+            build_s=build,
+            out_tokens=n_out,
+        )
+        log(
+            f"{name}: {n_out / wall:.0f} output tok/s ({n_out} tokens in {wall:.2f}s), pool {nb} blocks "
+            f"-> {nb // 256} requests of 4k resident (build {build:.0f}s)"
+        )
+        del eng
+        gc.collect()
+        torch.cuda.empty_cache()
+    if len(rows) == 2:
+        log("| KV | output tok/s | pool blocks | 4k-context requests resident |")
+        log("|---|---|---|---|")
+        for k, r in rows.items():
+            log(f"| {k} | {r['tok_s']:.0f} | {r['blocks']} | {r['resident_4k']} |")
+        log(
+            f"FP8/bf16: tok/s {rows['fp8']['tok_s'] / rows['bf16']['tok_s']:.2f}x, "
+            f"resident {rows['fp8']['resident_4k'] / rows['bf16']['resident_4k']:.2f}x"
+        )
+    RES["engine"] = rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", default="check,quant,engine,sweep")
+    ap.add_argument("--explore", action="store_true", help="grid per sweep row under 0.9 of SDPA")
+    ap.add_argument("--explore-quant", action="store_true", help="grid per quantized decode shape")
+    ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run")
+    ap.add_argument("--models", default=".bench_models")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    t_end = time.time() + args.budget
+    device = torch.device("cuda")
+    import triton
+
+    log(
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')} {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
+    )
+    parts = args.parts.split(",")
+    rows = []
+    try:
+        if "check" in parts and not check(device):
+            log("CORRECTNESS FAILED")
+            return 1
+        if "quant" in parts:
+            quant_table(device, args.explore_quant)
+        if "sweep" in parts:
+            rows = sweep(device, args.explore, t_end - (100 if "engine" in parts else 0))
+            print_sweep(rows)
+            rows = []
+        if "engine" in parts:
+            try:
+                engine_run(device, Path(args.models) / "llama3-8b-shape", t_end)
+            except Exception as exc:  # noqa: BLE001
+                import traceback
+
+                log(f"engine run failed: {type(exc).__name__}: {exc}")
+                log(traceback.format_exc()[-1500:])
+    finally:
+        print_sweep(rows)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "kv_gpu.json").write_text(json.dumps(RES, indent=1, default=str))
+        (out / "kv_gpu.log").write_text("\n".join(LOG) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

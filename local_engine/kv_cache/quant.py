@@ -1,0 +1,212 @@
+"""Storage formats of the paged KV cache: the model dtype (``"auto"``), FP8 E4M3 and INT8.
+
+Scales: one float32 scale per (token, KV head), computed when the token is written, from that
+token-head's own values: ``scale = amax(|x|) / QMAX`` over its ``head_dim`` values (``QMAX`` =
+448 for E4M3, the largest finite value; 127 for INT8, symmetric), stored ``q = x / scale``
+(INT8: ``floor(x / scale + 0.5)`` clamped to [-127, 127]; FP8: clamped to [-448, 448], then
+rounded to nearest-even by the cast), read back ``x' = q * scale``. Why per token and head
+(docs/DESIGN.md, "Quantized KV cache"): no calibration data; a token is written once, by one
+kernel, at one slot, so its scale never changes afterwards (a per-block scale would need the
+block's later tokens, or a re-quantization, when a decode step appends to it); an outlier
+token (the attention sink, a huge-norm position) spoils only its own scale.
+
+Bounds of one round trip (``s`` the token-head's scale, ``amax = s * QMAX``):
+- INT8: ``|x - x'| <= s / 2 = amax / 254``;
+- FP8 E4M3 (3 mantissa bits): ``|x - x'| <= 2**-4 * |x| + 2**-10 * s`` (half an ULP of a normal
+  value, or half the subnormal step ``2**-9``); the Triton interpreter flushes E4M3 subnormals,
+  so the bound there is ``2**-4 * |x| + 2**-6 * s``.
+
+Memory layout (:func:`allocate_kv_cache`): the whole pool is one tensor ``[layers, 2, num_blocks,
+block_bytes]`` (uint8 for quantized formats) whose block holds its ``[block_size, num_kv_heads,
+head_dim]`` 1-byte values followed by its ``[block_size, num_kv_heads]`` float32 scales. A
+block therefore carries its scales: copy-on-write, swapping and prefix caching move whole blocks
+(``kv_cache[:, :, block]``) and need no scale bookkeeping. For ``"auto"`` the pool is the
+unchanged ``[layers, 2, num_blocks, block_size, num_kv_heads, head_dim]`` tensor of the model
+dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..config import KV_CACHE_DTYPES, ModelConfig
+from ..errors import EngineError
+
+#: Bytes of one per-(token, KV head) scale (float32).
+SCALE_BYTES = 4
+SCALE_DTYPE = torch.float32
+#: Largest magnitude each quantized storage dtype holds (E4M3 finite max; symmetric INT8).
+QMAX = (
+    {torch.float8_e4m3fn: 448.0, torch.int8: 127.0}
+    if hasattr(torch, "float8_e4m3fn")
+    else {torch.int8: 127.0}
+)
+QUANT_DTYPES = tuple(QMAX)
+
+#: Oldest CUDA compute capability whose Triton lowers float8e4nv (E4M3) conversions (Ada, sm_89).
+FP8_MIN_CAPABILITY = (8, 9)
+
+
+def is_quantized(cache: torch.Tensor) -> bool:
+    """Whether a per-layer cache view holds quantized (1-byte) values that need scales."""
+    return cache.dtype in QMAX
+
+
+@dataclass(frozen=True)
+class KVCacheFormat:
+    """How the pool stores K and V.
+
+    Attributes:
+        name: ``"auto"``, ``"fp8"`` or ``"int8"``.
+        dtype: element dtype of the stored values (the model dtype for ``"auto"``,
+            ``torch.float8_e4m3fn`` or ``torch.int8``).
+    """
+
+    name: str
+    dtype: torch.dtype
+
+    @property
+    def quantized(self) -> bool:
+        return self.name != "auto"
+
+    @property
+    def element_bytes(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def scale_bytes(self) -> int:
+        """Bytes of scale per (token, KV head): 4 when quantized, else 0."""
+        return SCALE_BYTES if self.quantized else 0
+
+    def bytes_per_token(self, mc: ModelConfig) -> int:
+        """KV bytes of one token over all layers: ``2 * layers * kv_heads * (head_dim *
+        element_bytes + scale_bytes)`` (SmolLM2-135M int8: 2 x 30 x 3 x (64 + 4) = 12,240)."""
+        return (
+            2
+            * mc.num_layers
+            * mc.num_kv_heads
+            * (mc.head_dim * self.element_bytes + self.scale_bytes)
+        )
+
+    def block_bytes(self, mc: ModelConfig, block_size: int) -> int:
+        """Bytes of one KV block over all layers (``bytes_per_token * block_size``)."""
+        return self.bytes_per_token(mc) * block_size
+
+    def describe(self) -> str:
+        """``"int8 (per-token-head float32 scales)"`` / ``"bfloat16"``, for logs."""
+        if not self.quantized:
+            return str(self.dtype).replace("torch.", "")
+        return f"{self.name} (per-token-head float32 scales)"
+
+
+def kv_cache_format(
+    name: str,
+    model_dtype: torch.dtype,
+    device: str | torch.device = "cpu",
+    backend: str | None = None,
+) -> KVCacheFormat:
+    """The :class:`KVCacheFormat` for ``EngineConfig.kv_cache_dtype`` on this device.
+
+    Raises:
+        EngineError: an unknown name, or ``"fp8"`` where float8 E4M3 is missing (a torch
+            without ``float8_e4m3fn``, or a CUDA device older than compute capability 8.9 with
+            the Triton backend); the message names what is supported. Never falls back.
+    """
+    key = str(name).lower()
+    if key not in KV_CACHE_DTYPES:
+        raise EngineError(
+            f"unknown kv_cache_dtype {name!r}; supported: {', '.join(KV_CACHE_DTYPES)}"
+        )
+    if key == "auto":
+        return KVCacheFormat("auto", model_dtype)
+    if key == "int8":
+        return KVCacheFormat("int8", torch.int8)
+    if not hasattr(torch, "float8_e4m3fn"):
+        raise EngineError(
+            f"kv_cache_dtype 'fp8' needs torch.float8_e4m3fn (torch >= 2.1; this is "
+            f"{torch.__version__}); supported here: auto, int8"
+        )
+    dev = torch.device(device)
+    if dev.type == "cuda" and backend in (None, "triton") and torch.cuda.is_available():
+        cap = torch.cuda.get_device_capability(dev)
+        if cap < FP8_MIN_CAPABILITY:
+            raise EngineError(
+                f"kv_cache_dtype 'fp8' (E4M3) needs CUDA compute capability >= 8.9 for the "
+                f"Triton kernels; {torch.cuda.get_device_name(dev)} is {cap[0]}.{cap[1]}; "
+                f"supported here: auto, int8 (or attention_backend='torch')"
+            )
+    return KVCacheFormat("fp8", torch.float8_e4m3fn)
+
+
+def allocate_kv_cache(
+    mc: ModelConfig, num_blocks: int, block_size: int, fmt: KVCacheFormat, device
+) -> tuple[torch.Tensor, list[tuple[torch.Tensor, ...]]]:
+    """Allocate the pool (zeros) and its per-layer views.
+
+    Returns:
+        ``(kv_cache, layers)``. ``kv_cache``: ``[layers, 2, num_blocks, block_size,
+        num_kv_heads, head_dim]`` of the model dtype for ``"auto"``; ``[layers, 2, num_blocks,
+        block_bytes]`` uint8 when quantized (see the module docstring). Dimension 2 is the
+        block in both, so ``kv_cache[:, :, ids]`` copies or swaps whole blocks, scales
+        included. ``layers[i]``: ``(k_cache, v_cache)`` views ``[num_blocks, block_size,
+        num_kv_heads, head_dim]``, plus ``(k_scale, v_scale)`` float32 ``[num_blocks,
+        block_size, num_kv_heads]`` when quantized.
+    """
+    L, H, D = mc.num_layers, mc.num_kv_heads, mc.head_dim
+    if not fmt.quantized:
+        kv = torch.zeros((L, 2, num_blocks, block_size, H, D), dtype=fmt.dtype, device=device)
+        return kv, [(kv[i, 0], kv[i, 1]) for i in range(L)]
+    n_val = block_size * H * D
+    per_block = n_val + block_size * H * SCALE_BYTES
+    raw = torch.zeros((L, 2, num_blocks, per_block), dtype=torch.uint8, device=device)
+    return raw, layer_views(raw, block_size, H, D, fmt.dtype)
+
+
+def layer_views(
+    raw: torch.Tensor, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
+) -> list[tuple[torch.Tensor, ...]]:
+    """Per-layer ``(k_cache, v_cache, k_scale, v_scale)`` views of a quantized pool ``raw``
+    (uint8 ``[layers, 2, num_blocks, block_bytes]``)."""
+    n_val = block_size * num_kv_heads * head_dim
+    vals = raw[..., :n_val].view(dtype).unflatten(-1, (block_size, num_kv_heads, head_dim))
+    scales = raw[..., n_val:].view(SCALE_DTYPE).unflatten(-1, (block_size, num_kv_heads))
+    return [(vals[i, 0], vals[i, 1], scales[i, 0], scales[i, 1]) for i in range(raw.shape[0])]
+
+
+def quantize(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``x`` ``[..., head_dim]`` (any float dtype) with one scale per row.
+
+    Returns: ``(q, scale)``: ``q`` of ``dtype`` (``torch.float8_e4m3fn`` or ``torch.int8``),
+    ``x``'s shape; ``scale`` float32 ``x.shape[:-1]``, ``amax / QMAX`` (0 for an all-zero row).
+    The Triton kernels do the same float32 arithmetic.
+    """
+    qmax = QMAX[dtype]
+    xf = x.float()
+    scale = xf.abs().amax(-1) / qmax
+    y = xf / torch.where(scale > 0, scale, 1.0).unsqueeze(-1)
+    if dtype == torch.int8:
+        q = torch.floor(y + 0.5).clamp_(-qmax, qmax).to(torch.int8)
+    else:
+        q = y.clamp_(-qmax, qmax).to(dtype)
+    return q, scale
+
+
+def dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``q.float() * scale[..., None]`` rounded to ``dtype`` (``q`` ``[..., head_dim]``,
+    ``scale`` ``q.shape[:-1]``)."""
+    return (q.float() * scale.float().unsqueeze(-1)).to(dtype)
+
+
+__all__ = [
+    "KVCacheFormat",
+    "kv_cache_format",
+    "allocate_kv_cache",
+    "layer_views",
+    "quantize",
+    "dequantize",
+    "is_quantized",
+    "QMAX",
+    "SCALE_BYTES",
+]
