@@ -20,6 +20,7 @@ device-to-host sync and can be captured in a CUDA graph:
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -107,16 +108,19 @@ SPLIT_MIN_TILES_PER_SEGMENT = 2  # no segment shorter than this many key tiles
 SPLIT_MAX_SEGMENTS = 256
 SEG_CHUNK = 32  # segments merged per step of _reduce_segments_kernel
 
-_SM_COUNT: dict = {}
-
 
 def _sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of ``device`` (4 for the CPU interpreter)."""
     if device.type != "cuda":
         return 4  # interpreter: a small pretend GPU so the split path is exercised
     idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _SM_COUNT:
-        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return _SM_COUNT[idx]
+    return _cuda_sm_count(idx)
+
+
+@functools.cache
+def _cuda_sm_count(idx: int) -> int:
+    """Multiprocessor count of CUDA device ``idx``, read once per device."""
+    return int(torch.cuda.get_device_properties(idx).multi_processor_count)
 
 
 def choose_num_segments(
