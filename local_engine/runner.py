@@ -191,7 +191,7 @@ class ModelRunner:
         if weights is None:
             init_random_weights(model, cfg.seed)
         else:
-            model.load_weights(weights)
+            model.load_weights(weights, cfg.cpu_weight_dtype())
         self.model = model.eval()
         self.model.rope.build_tables(self.device)  # float32 tables, whatever the model dtype
         self.num_blocks = 0
