@@ -19,7 +19,8 @@ One :class:`Linear` module, three storage formats chosen once the weights are lo
   dtype. Without oneDNN bfloat16 support it falls back to ``F.linear`` in bfloat16.
 - ``"int8"`` (the CPU): symmetric per-output-channel int8 weights (``scale = max|w_row| /
   127``), prepacked for fbgemm and run by ``torch.ops.quantized.linear_dynamic``, which
-  quantizes each input matrix to uint8 on the fly (one scale per call) and returns float32
+  quantizes its input to uint8 on the fly and returns float32 (one scale per call, so rows are
+  first divided by their own max and multiplied back: one scale per token)
   (Jacob et al. 2018, "Quantization and Training of Neural Networks for Efficient
   Integer-Arithmetic-Only Inference"; torch's dynamically quantized ``Linear``). A quarter of
   float32's bytes per token.
@@ -181,7 +182,17 @@ class Linear(nn.Module):
                 y = F.linear(xb, self.weight)
             return y.to(x.dtype)
         if self.format == "int8":
-            y = torch.ops.quantized.linear_dynamic(x.float(), self._packed, self._reduce_range)
+            xf = x.float()
+            if xf.shape[0] == 1:
+                y = torch.ops.quantized.linear_dynamic(xf, self._packed, self._reduce_range)
+            else:
+                # per-token activation scales: linear_dynamic quantizes its whole input with one
+                # scale, so rows far below the largest one lose most of their 8 bits; dividing
+                # each row by its max |x| first (and multiplying back, exact since the map is
+                # linear) gives each token its own scale
+                amax = xf.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)
+                y = torch.ops.quantized.linear_dynamic(xf / amax, self._packed, self._reduce_range)
+                y.mul_(amax)
             return y if x.dtype == torch.float32 else y.to(x.dtype)
         return F.linear(x, self.weight)
 
