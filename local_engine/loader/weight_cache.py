@@ -28,7 +28,9 @@ import dataclasses
 import hashlib
 import json
 import logging
+import mmap
 import os
+import struct
 import tempfile
 import zlib
 from pathlib import Path
@@ -109,6 +111,58 @@ class CorruptCacheError(Exception):
     """A cache file that cannot be used (the message says why)."""
 
 
+_DTYPES = {
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "I32": torch.int32,
+    "I64": torch.int64,
+}
+
+
+def _map_safetensors(file: Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """Metadata and tensors of a safetensors file through one private memory map of one open
+    file: a writer that renames a new file onto the path meanwhile cannot mix two files'
+    header and data (``safetensors.safe_open`` reopens the path for the data). The tensors
+    view the mapping (copy-on-write), so nothing is copied.
+
+    Raises:
+        CorruptCacheError: not a well-formed safetensors file.
+    """
+    try:
+        with open(file, "rb") as fh:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    except ValueError as exc:  # an empty file
+        raise CorruptCacheError(f"unreadable ({exc})") from exc
+    try:
+        (n,) = struct.unpack("<Q", mm[:8])
+        if not 0 < n <= len(mm) - 8:
+            raise ValueError(f"header length {n} in a {len(mm)}-byte file")
+        header = json.loads(bytes(mm[8 : 8 + n]))
+        meta = header.pop("__metadata__", None) or {}
+        base, tensors = 8 + n, {}
+        for name, info in header.items():
+            dtype = _DTYPES[info["dtype"]]
+            start, end = info["data_offsets"]
+            shape = [int(d) for d in info["shape"]]
+            size = torch.empty((), dtype=dtype).element_size()
+            count = 1
+            for d in shape:
+                count *= d
+            if not 0 <= start <= end <= len(mm) - base or end - start != count * size:
+                raise ValueError(f"{name}: offsets {start}..{end} do not fit the file or shape")
+            if count == 0:
+                tensors[name] = torch.empty(shape, dtype=dtype)
+            else:
+                flat = torch.frombuffer(mm, dtype=dtype, count=count, offset=base + start)
+                tensors[name] = flat.view(shape)
+    except (struct.error, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise CorruptCacheError(f"unreadable ({exc!r})") from exc
+    return meta, tensors
+
+
 def read_cache(file: Path, model_path: Path) -> LoadedModel:
     """Load a cache file written by :func:`write_cache`.
 
@@ -116,16 +170,9 @@ def read_cache(file: Path, model_path: Path) -> LoadedModel:
         FileNotFoundError: no such file.
         CorruptCacheError: unreadable, of another format or version, or a CRC mismatch.
     """
-    from safetensors import SafetensorError, safe_open
-
     if not file.is_file():
         raise FileNotFoundError(file)
-    try:
-        with safe_open(str(file), framework="pt") as f:
-            meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise CorruptCacheError(f"unreadable ({exc})") from exc
+    meta, tensors = _map_safetensors(file)
     if meta.get("format") != str(CACHE_FORMAT) or meta.get("engine_version") != engine_version():
         raise CorruptCacheError(
             f"format {meta.get('format')!r} / engine {meta.get('engine_version')!r} is not "
