@@ -133,6 +133,35 @@ def module_scopes(model):
     return handles
 
 
+class _Scoped:
+    """Replace ``module.name`` (a function the model calls) by a wrapper inside a
+    ``record_function(label)`` scope; ``remove()`` restores it."""
+
+    def __init__(self, module, name, label):
+        self.module, self.name, self.fn = module, name, getattr(module, name)
+
+        def scoped(*a, **k):
+            with record_function(label):
+                return self.fn(*a, **k)
+
+        setattr(module, name, scoped)
+
+    def remove(self):
+        setattr(self.module, self.name, self.fn)
+
+
+def function_scopes():
+    """Scopes around the functions the model calls through :mod:`local_engine.ops` and
+    :func:`local_engine.attention.paged_attention`."""
+    import local_engine.models.llama as llama
+
+    return [
+        _Scoped(llama.ops, "rotary_and_write_kv", "rotary + KV write (ops)"),
+        _Scoped(llama, "paged_attention", "paged_attention (torch reference)"),
+        _Scoped(llama.ops, "silu_and_mul", "silu_and_mul (ops)"),
+    ]
+
+
 def start_request(engine, context: int, steps: int, rid: str):
     tok = engine.tokenizer
     ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": "Tell me about bees."}]))
@@ -196,7 +225,7 @@ def profile_dtype(weight_dtype: str, threads: int, steps: int, context: int, ban
 
     # 2-3. operator and module profile (a separate, hooked run)
     start_request(engine, context, steps, "prof")
-    handles = module_scopes(model)
+    handles = module_scopes(model) + function_scopes()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         t = time.perf_counter()
         for _ in range(steps):

@@ -118,12 +118,13 @@ class LLMEngine:
         self.output_processor = OutputProcessor(self.tokenizer, self._metrics)
         self.load_seconds = time.monotonic() - t0
         logger.info(
-            "%s loaded in %.1fs on %s (%s, %d threads); KV cache: %d blocks x %d tokens = %d tokens max "
+            "%s loaded in %.1fs on %s (%s, weights %s, %d threads); KV cache: %d blocks x %d tokens = %d tokens max "
             "(%.1f MiB, %d bytes/token); swap space %d blocks; max_model_len=%d",
             self.model_name,
             self.load_seconds,
             config.device,
             str(dtype).replace("torch.", ""),
+            config.cpu_weight_dtype() or str(dtype).replace("torch.", ""),
             torch.get_num_threads(),
             num_blocks,
             config.block_size,
