@@ -103,7 +103,7 @@ def tensors_crc32(tensors: dict[str, torch.Tensor]) -> str:
         t = tensors[name].contiguous()
         crc = zlib.crc32(name.encode(), crc)
         if t.numel():
-            crc = zlib.crc32(t.reshape(-1).view(torch.uint8).numpy(), crc)
+            crc = zlib.crc32(t.reshape(-1).view(torch.uint8).numpy().data, crc)
     return f"{crc:08x}"
 
 

@@ -101,7 +101,9 @@ class Linear(nn.Module):
     def __init__(self, in_features: int, out_features: int):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
+        self.weight: nn.Parameter | None = nn.Parameter(
+            torch.empty(out_features, in_features), requires_grad=False
+        )
         self.format = "dense"
         self.weight_t: torch.Tensor | None = None
         self.qweight: torch.Tensor | None = None
@@ -162,15 +164,19 @@ class Linear(nn.Module):
 
     def dense_weight(self) -> torch.Tensor:
         """The weight as float ``[out, in]`` whatever the format (int8: dequantized)."""
-        if self.format in ("dense", "bf16"):
-            return self.weight
         if self.format == "dense_t":
+            assert self.weight_t is not None
             return self.weight_t.t()
-        return self.qweight.float() * self.scale[:, None]
+        if self.format == "int8":
+            assert self.qweight is not None and self.scale is not None
+            return self.qweight.float() * self.scale[:, None]
+        assert self.weight is not None
+        return self.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.format == "dense_t":
             w = self.weight_t
+            assert w is not None
             if x.dtype == w.dtype:
                 return torch.mm(x, w)
             return torch.mm(x.to(w.dtype), w).to(x.dtype)
@@ -179,7 +185,7 @@ class Linear(nn.Module):
             if self._packed is not None:
                 y = torch.ops.mkldnn._linear_pointwise(xb, self._packed, None, "none", [], "")
             else:
-                y = F.linear(xb, self.weight)
+                y = F.linear(xb, self.dense_weight())
             return y.to(x.dtype)
         if self.format == "int8":
             xf = x.float()
@@ -194,7 +200,7 @@ class Linear(nn.Module):
                 y = torch.ops.quantized.linear_dynamic(xf / amax, self._packed, self._reduce_range)
                 y.mul_(amax)
             return y if x.dtype == torch.float32 else y.to(x.dtype)
-        return F.linear(x, self.weight)
+        return F.linear(x, self.dense_weight())
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, format={self.format}"
