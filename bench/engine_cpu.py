@@ -14,6 +14,10 @@ Three measurements, each printed with its peer measured in the same run and the 
 
 Usage: ``.venv/bin/python bench/engine_cpu.py [--threads N] [--quick]``. Not a test: it prints,
 it does not assert.
+
+``bench/engine_cpu.py --single [options]`` runs issue 18's single-stream tables instead
+(decode per weight dtype, warm TTFT, cold start, the pytest plugin's cost:
+:mod:`bench.engine_cpu_single`, whose ``--help`` lists the options).
 """
 
 from __future__ import annotations
@@ -186,6 +190,12 @@ def bench_steps(engine, prompt_len=1200, decode_steps=20):
 
 
 def main() -> int:
+    if "--single" in sys.argv:
+        sys.argv.remove("--single")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import engine_cpu_single
+
+        return engine_cpu_single.main()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--threads", type=int, default=None, help="torch CPU threads (default: torch's)"

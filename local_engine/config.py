@@ -14,6 +14,7 @@ from .errors import EngineError
 
 #: Values of :attr:`EngineConfig.kv_cache_dtype` (see :mod:`local_engine.kv_cache.quant`).
 KV_CACHE_DTYPES = ("auto", "fp8", "int8")
+WEIGHT_DTYPES = ("float32", "bfloat16", "int8")  # local_engine.models.weights.WEIGHT_DTYPES
 
 
 @dataclass
@@ -91,7 +92,15 @@ class EngineConfig:
             captured for batch sizes 1..``max_num_seqs`` (see :mod:`local_engine.cuda_graphs`).
         num_threads: torch intra-op CPU threads for this process on the CPU (None = auto: one
             per core minus the cores other processes keep busy, by the 1-minute load average;
-            see :func:`local_engine.engine.cpu_threads`).
+            see :func:`local_engine.engine.cpu_threads`). The choice is logged at start-up.
+        weight_dtype: storage of the linear layers' weights on the CPU: ``"float32"``,
+            ``"bfloat16"`` or ``"int8"`` (per-channel int8 on fbgemm, a quarter of float32's
+            bytes per decoded token; see :mod:`local_engine.models.linear`). None = the
+            activation dtype (``dtype``). Activations, norms and the KV cache stay in ``dtype``.
+            On CUDA only None is accepted.
+        weight_cache: keep the prepared weights (dequantized, fused, transposed or quantized)
+            under the user cache directory, keyed by the model file's hash, so the next start
+            skips that work (:mod:`local_engine.loader.weight_cache`; CPU only).
     """
 
     model: str | None = None
@@ -113,6 +122,8 @@ class EngineConfig:
     swap_space: int = 0
     enforce_eager: bool = False  # on CUDA: no decode CUDA graphs (local_engine/cuda_graphs.py)
     num_threads: int | None = None
+    weight_dtype: str | None = None
+    weight_cache: bool = True
 
     DEFAULT_CPU_KV_CACHE_MEMORY = 512 * 1024 * 1024
 
@@ -139,6 +150,16 @@ class EngineConfig:
             raise EngineError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
         if self.num_threads is not None and self.num_threads < 1:
             raise EngineError(f"num_threads must be at least 1, got {self.num_threads}")
+        if self.weight_dtype is not None:
+            if self.weight_dtype not in WEIGHT_DTYPES:
+                raise EngineError(
+                    f"weight_dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {self.weight_dtype!r}"
+                )
+            if self.device != "cpu":
+                raise EngineError(
+                    f"weight_dtype={self.weight_dtype!r} is CPU-only; on {self.device} the weights "
+                    "use dtype"
+                )
         if self.swap_space < 0:
             raise EngineError(f"swap_space must be >= 0 bytes, got {self.swap_space}")
         if str(self.kv_cache_dtype).lower() not in KV_CACHE_DTYPES:
@@ -175,6 +196,19 @@ class EngineConfig:
             raise EngineError(
                 f"unknown dtype {self.dtype!r}; expected one of {sorted(names)}"
             ) from None
+
+    def cpu_weight_dtype(self) -> str | None:
+        """The weight storage the CPU model is prepared in (``"float32"``, ``"bfloat16"``,
+        ``"int8"``), or None for the dense ``[out, in]`` layout in ``dtype`` (CUDA, and
+        float16 on the CPU without an explicit ``weight_dtype``)."""
+        if self.device != "cpu":
+            return None
+        if self.weight_dtype is not None:
+            return self.weight_dtype
+        import torch
+
+        # float16 on the CPU keeps the dense [out, in] layout (None)
+        return {torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(self.torch_dtype())
 
     def replace(self, **changes) -> EngineConfig:
         """A copy with some fields changed (validated again)."""

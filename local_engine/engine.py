@@ -38,13 +38,23 @@ def cpu_threads(requested: int | None) -> int:
     wait for each other's time slices: measured 4-15x slower than one thread there, while on an
     idle box two threads prefill ~1.8x faster than one."""
     if requested is not None:
+        logger.info("CPU threads: %d (set by num_threads / serve --threads)", requested)
         return requested
     default = torch.get_num_threads()
     try:
-        busy = int(os.getloadavg()[0] + 0.5)
+        load = os.getloadavg()[0]
     except OSError:  # no load average on this platform
-        busy = 0
-    return max(1, min(default, (os.cpu_count() or default) - busy))
+        load = 0.0
+    cores = os.cpu_count() or default
+    n = max(1, min(default, cores - int(load + 0.5)))
+    logger.info(
+        "CPU threads: %d (auto: %d cores, 1-minute load average %.1f; "
+        "num_threads / serve --threads overrides)",
+        n,
+        cores,
+        load,
+    )
+    return n
 
 
 class LLMEngine:
@@ -68,16 +78,22 @@ class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, *, loaded=None):
         self.config = config = config or EngineConfig()
         t0 = time.monotonic()
+        dtype = config.torch_dtype()
         if config.device == "cpu":
             torch.set_num_threads(cpu_threads(config.num_threads))
         # ``loaded``: a LoadedModel built by from_config (weights None = random)
-        loaded = loaded if loaded is not None else load_model(config.model)
+        if loaded is None:
+            loaded = load_model(
+                config.model,
+                weight_dtype=config.cpu_weight_dtype(),
+                act_dtype=dtype,
+                cache=config.weight_cache,
+            )
         self.model_config = mc = loaded.config
         self.model_name = mc.name
         self.model_path = loaded.path
         self.tokenizer = Tokenizer(loaded.tokenizer)
         self.max_model_len = config.max_model_len or mc.max_position_embeddings
-        dtype = config.torch_dtype()
         if str(config.device).startswith("cuda") and not torch.cuda.is_available():
             raise EngineError(f"device {config.device!r} requested but CUDA is not available")
         # weights go to the device first, so the pool is sized from the memory left
@@ -103,12 +119,13 @@ class LLMEngine:
         self.output_processor = OutputProcessor(self.tokenizer, self._metrics)
         self.load_seconds = time.monotonic() - t0
         logger.info(
-            "%s loaded in %.1fs on %s (%s, %d threads); KV cache %s: %d blocks x %d tokens = %d tokens max "
+            "%s loaded in %.1fs on %s (%s, weights %s, %d threads); KV cache %s: %d blocks x %d tokens = %d tokens max "
             "(%.1f MiB, %d bytes/token); swap space %d blocks; max_model_len=%d",
             self.model_name,
             self.load_seconds,
             config.device,
             str(dtype).replace("torch.", ""),
+            config.cpu_weight_dtype() or str(dtype).replace("torch.", ""),
             torch.get_num_threads(),
             kv_format.describe(),
             num_blocks,

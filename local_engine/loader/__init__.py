@@ -45,12 +45,16 @@ class TokenizerSpec:
 
 @dataclass
 class LoadedModel:
-    """A loaded checkpoint: architecture, float32 weights (HF names), tokenizer description."""
+    """A loaded checkpoint: architecture, weights, tokenizer description.
+
+    ``weights`` are float32 tensors under HF names when ``weight_dtype`` is None, else the
+    prepared CPU dict of :mod:`local_engine.models.weights` in that weight dtype."""
 
     config: ModelConfig
     weights: dict[str, Any]
     tokenizer: TokenizerSpec
     path: Path
+    weight_dtype: str | None = None
 
 
 def default_model_path() -> Path:
@@ -101,14 +105,49 @@ def resolve_model_path(model: str | None) -> Path:
     )
 
 
-def load_model(model: str | None = None) -> LoadedModel:
+def load_model(
+    model: str | None = None,
+    weight_dtype: str | None = None,
+    act_dtype: Any = None,
+    cache: bool = True,
+) -> LoadedModel:
     """Load a model (see the module docstring).
+
+    Args:
+        model: see :func:`resolve_model_path`.
+        weight_dtype: None for HF-named float32 weights; ``"float32"``, ``"bfloat16"`` or
+            ``"int8"`` for the prepared CPU layout (:func:`local_engine.models.weights.
+            prepare_weights`), read from the weight cache when it holds them.
+        act_dtype: the activation dtype of the prepared embedding and norms (float32).
+        cache: use the on-disk weight cache (:mod:`local_engine.loader.weight_cache`) for
+            prepared weights.
 
     Raises:
         ModelNotFoundError: nothing loadable at ``model``.
-        EngineError: the file is not a supported Llama-family model.
+        EngineError: the file is not a supported Llama-family model, or a bad ``weight_dtype``.
     """
     path = resolve_model_path(model)
+    if weight_dtype is None:
+        return _load_file(path)
+    import torch
+
+    from ..models.weights import prepare_weights
+
+    act_dtype = act_dtype or torch.float32
+
+    def build() -> LoadedModel:
+        raw = _load_file(path)
+        prepared = prepare_weights(raw.weights, raw.config, weight_dtype, act_dtype)
+        return LoadedModel(raw.config, prepared, raw.tokenizer, path, weight_dtype)
+
+    if not cache:
+        return build()
+    from .weight_cache import load_cached
+
+    return load_cached(path, weight_dtype, act_dtype, build)
+
+
+def _load_file(path: Path) -> LoadedModel:
     if path.is_file():
         from .gguf_loader import load_gguf
 

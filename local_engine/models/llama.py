@@ -16,9 +16,9 @@ and SiLU-and-multiply go through :mod:`local_engine.ops`; attention through
 from __future__ import annotations
 
 import math
-from typing import cast
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .. import ops
@@ -26,6 +26,20 @@ from ..attention import paged_attention
 from ..attention.metadata import AttentionMetadata
 from ..config import ModelConfig
 from ..errors import EngineError
+from .linear import Linear
+from .weights import fused_hf_weights, is_prepared, load_prepared, prepare_weights
+
+
+class Embedding(nn.Module):
+    """Token embedding: ``weight`` ``[vocab, hidden]`` (uninitialised until loaded),
+    ``ids`` int64 ``[T]`` -> ``[T, hidden]``."""
+
+    def __init__(self, num_embeddings: int, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_embeddings, dim), requires_grad=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight)
 
 
 class RMSNorm(nn.Module):
@@ -34,7 +48,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+        self.weight = nn.Parameter(torch.empty(dim), requires_grad=False)
         self.eps = eps
 
     def forward(
@@ -105,8 +119,8 @@ class LlamaAttention(nn.Module):
         )
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
-        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=False)
-        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
+        self.qkv_proj = Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size)
+        self.o_proj = Linear(self.q_size, cfg.hidden_size)
         self.rope = rope
         self.scale = self.head_dim**-0.5
 
@@ -161,8 +175,8 @@ class LlamaMLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.inter = cfg.intermediate_size
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size)
 
     def forward(self, x, backend: str | None = None):
         """``x`` ``[T, hidden]`` -> ``[T, hidden]``."""
@@ -209,64 +223,48 @@ class LlamaForCausalLM(nn.Module):
             cfg.rope_scaling,
         )
         self.rope = rope
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList([LlamaDecoderLayer(cfg, rope) for _ in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size)
         for p in self.parameters():
             p.requires_grad_(False)
 
-    def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        """Copy HF-named float32 tensors in (fusing q/k/v and gate/up).
+    def load_weights(
+        self, weights: dict[str, torch.Tensor], weight_dtype: str | None = None
+    ) -> None:
+        """Install the weights.
+
+        Args:
+            weights: HF-named float tensors (``model.layers.0.self_attn.q_proj.weight`` ...),
+                or a prepared dict from :func:`~local_engine.models.weights.prepare_weights`
+                (the weight cache's; its own layout wins over ``weight_dtype``).
+            weight_dtype: None keeps the ``"dense"`` ``[out, in]`` layout in the parameters'
+                dtype (CUDA, and the reference); ``"float32"``/``"bfloat16"``/``"int8"``
+                prepares the CPU layouts (:mod:`local_engine.models.linear`).
 
         Raises:
             EngineError: a tensor is missing or has the wrong shape.
         """
-
-        def take(name):
-            if name not in weights:
-                raise EngineError(f"model weights lack {name}")
-            return weights[name]
-
-        def put(param, tensor, name):
+        if is_prepared(weights):
+            load_prepared(self, weights)
+            return
+        if weight_dtype is not None:
+            load_prepared(
+                self,
+                prepare_weights(weights, self.config, weight_dtype, self.embed_tokens.weight.dtype),
+            )
+            return
+        for name, tensor in fused_hf_weights(weights, self.config):
+            if name == "lm_head" and self.config.tie_word_embeddings:
+                self.lm_head.weight = self.embed_tokens.weight
+                continue
+            param = self.get_parameter(name if name.endswith(".weight") else name + ".weight")
             if tuple(param.shape) != tuple(tensor.shape):
                 raise EngineError(
                     f"{name}: expected shape {tuple(param.shape)}, file has {tuple(tensor.shape)}"
                 )
             param.data.copy_(tensor)
-
-        put(
-            self.embed_tokens.weight, take("model.embed_tokens.weight"), "model.embed_tokens.weight"
-        )
-        put(self.norm.weight, take("model.norm.weight"), "model.norm.weight")
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.embed_tokens.weight
-        else:
-            put(self.lm_head.weight, take("lm_head.weight"), "lm_head.weight")
-        for i, layer in enumerate(cast("list[LlamaDecoderLayer]", self.layers)):
-            p = f"model.layers.{i}."
-            put(
-                layer.input_layernorm.weight,
-                take(p + "input_layernorm.weight"),
-                p + "input_layernorm",
-            )
-            put(
-                layer.post_attention_layernorm.weight,
-                take(p + "post_attention_layernorm.weight"),
-                p + "post_attention_layernorm",
-            )
-            qkv = torch.cat([take(p + f"self_attn.{n}_proj.weight") for n in "qkv"], dim=0)
-            put(layer.self_attn.qkv_proj.weight, qkv, p + "self_attn.qkv_proj")
-            put(
-                layer.self_attn.o_proj.weight,
-                take(p + "self_attn.o_proj.weight"),
-                p + "self_attn.o_proj",
-            )
-            gu = torch.cat(
-                [take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")], dim=0
-            )
-            put(layer.mlp.gate_up_proj.weight, gu, p + "mlp.gate_up_proj")
-            put(layer.mlp.down_proj.weight, take(p + "mlp.down_proj.weight"), p + "mlp.down_proj")
 
     def forward(
         self,

@@ -13,8 +13,15 @@ from local_engine.attention import write_kv_cache
 def rms_norm(
     x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """See :func:`local_engine.ops.rms_norm` (returns a new ``h``; ``residual`` is not written)."""
+    """See :func:`local_engine.ops.rms_norm` (returns a new ``h``; ``residual`` is not written).
+
+    float32 (the CPU engine's dtype) runs the same arithmetic with in-place updates of the
+    ``[T, 1]`` scale column and of the output: bit-identical, two fewer allocations."""
     h = x if residual is None else x + residual
+    if h.dtype == torch.float32:
+        # the same arithmetic in 5 ops instead of 7, the scalar column updated in place
+        inv = h.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
+        return torch.mul(h, inv).mul_(weight), h
     hf = h.float()
     hf = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
     return weight * hf.to(h.dtype), h
@@ -42,4 +49,4 @@ def rotary_and_write_kv(
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """See :func:`local_engine.ops.silu_and_mul`."""
     gate, up = x.chunk(2, dim=-1)
-    return F.silu(gate) * up
+    return F.silu(gate).mul_(up)

@@ -65,6 +65,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--max-model-len", type=int, default=None, help="context length (tokens)")
     parser.add_argument(
+        "--weight-dtype",
+        choices=["float32", "bfloat16", "int8"],
+        default=None,
+        help="CPU weight storage: float32 (default), bfloat16, or int8 (per-channel, about 2-3x "
+        "faster single-stream decode, greedy output close to but not always equal to float32)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: automatic, one per idle core; logged at start-up)",
+    )
+    parser.add_argument(
         "--num-kv-blocks", type=int, default=None, help="KV-cache pool size in blocks"
     )
     parser.add_argument(
@@ -130,6 +143,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--port {args.port} is not a port number (0..65535)")
     if args.max_body_bytes < 1024:
         return _fail("--max-body-bytes must be at least 1024")
+    if args.threads is not None and args.threads < 1:
+        return _fail(f"--threads {args.threads} must be at least 1")
+    if args.weight_dtype is not None and args.device != "cpu":
+        return _fail("--weight-dtype is CPU-only; drop it with --device cuda")
     try:
         sock = bind_socket(args.host, args.port)
     except OSError as exc:
@@ -166,6 +183,10 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
     if args.num_kv_blocks is not None:
         overrides["num_kv_blocks"] = args.num_kv_blocks
     overrides["kv_cache_dtype"] = args.kv_cache_dtype
+    if args.weight_dtype is not None:
+        overrides["weight_dtype"] = args.weight_dtype
+    if args.threads is not None:
+        overrides["num_threads"] = args.threads
     try:
         engine = LLMEngine.from_model(args.model, **overrides)
     except ModelNotFoundError as exc:
