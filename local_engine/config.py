@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import EngineError
+from .spec_decode.config import SpeculativeConfig
 
 #: Values of :attr:`EngineConfig.kv_cache_dtype` (see :mod:`local_engine.kv_cache.quant`).
 KV_CACHE_DTYPES = ("auto", "fp8", "int8")
@@ -92,6 +93,10 @@ class EngineConfig:
         num_threads: torch intra-op CPU threads for this process on the CPU (None = auto: one
             per core minus the cores other processes keep busy, by the 1-minute load average;
             see :func:`local_engine.engine.cpu_threads`).
+        speculative: speculative decoding: None (off), or a dict / :class:`~local_engine.
+            spec_decode.config.SpeculativeConfig` such as ``{"method": "ngram",
+            "num_speculative_tokens": 4}`` (see :mod:`local_engine.spec_decode.config`);
+            a dict is validated and replaced by the dataclass.
     """
 
     model: str | None = None
@@ -113,6 +118,7 @@ class EngineConfig:
     swap_space: int = 0
     enforce_eager: bool = False  # on CUDA: no decode CUDA graphs (local_engine/cuda_graphs.py)
     num_threads: int | None = None
+    speculative: Any = None
 
     DEFAULT_CPU_KV_CACHE_MEMORY = 512 * 1024 * 1024
 
@@ -151,6 +157,9 @@ class EngineConfig:
             raise EngineError(
                 f"attention_backend must be 'torch', 'triton' or None, got {self.attention_backend!r}"
             )
+        self.speculative = SpeculativeConfig.from_value(self.speculative)
+        if self.speculative is not None:
+            self.speculative.check_engine(self.max_num_batched_tokens)
 
     def torch_dtype(self):
         """The ``torch.dtype`` for weights, activations and the KV cache."""

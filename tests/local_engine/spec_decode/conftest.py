@@ -1,0 +1,70 @@
+"""Tiny random-weight Llama checkpoints with SmolLM2's vocabulary (a draft model and a target
+for the speculative-decoding tests), written as Hugging Face folders so that transformers can
+load the very same weights as the reference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def write_tiny_llama(folder: Path, num_layers: int, seed: int, hidden: int = 64) -> Path:
+    """A Llama folder (config.json, model.safetensors, tokenizer.json, tokenizer_config.json):
+    ``num_layers`` blocks of width ``hidden``, 4 query heads over 2 KV heads, SmolLM2's
+    tokenizer; weights from transformers' initialisation (seeded) with ``initializer_range``
+    0.2 so that next-token distributions are peaked (argmax gaps far above float32 noise)."""
+    transformers = pytest.importorskip("transformers")
+    from gguf import GGUFReader
+
+    from local_engine.loader import default_model_path
+    from local_engine.loader.gguf_loader import read_gguf_tokenizer
+    from local_engine.tokenizer import Tokenizer
+
+    spec = read_gguf_tokenizer(GGUFReader(str(default_model_path())))
+    tok = Tokenizer(spec)
+    cfg = dict(
+        architectures=["LlamaForCausalLM"],
+        model_type="llama",
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden // 4,
+        vocab_size=tok.vocab_size,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        hidden_act="silu",
+        attention_bias=False,
+        mlp_bias=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        initializer_range=0.2,
+        torch_dtype="float32",
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg)).eval()
+    model.save_pretrained(str(folder), safe_serialization=True)
+    (folder / "config.json").write_text(json.dumps(cfg, indent=1))
+    (folder / "tokenizer.json").write_text(tok._tok.to_str())
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"bos_token": tok.bos_token, "eos_token": tok.eos_token})
+    )
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_target_dir(tmp_path_factory) -> Path:
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny_target"), num_layers=4, seed=11)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_dir(tmp_path_factory) -> Path:
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny_draft"), num_layers=1, seed=12)
