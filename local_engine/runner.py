@@ -44,6 +44,9 @@ class BatchInputs:
     meta: AttentionMetadata
     sample_rows: list[int]  # index into scheduled list, for each logits row
     is_decode: bool = False  # every sequence has exactly one new token (CUDA-graph eligible)
+    # speculative decoding: logits rows of each sampling sequence (1 + its drafts), or None
+    # when every sampling sequence has one row
+    logits_rows: list[int] | None = None
 
 
 def kv_block_bytes(mc: ModelConfig, block_size: int, dtype: torch.dtype | KVCacheFormat) -> int:
@@ -259,17 +262,27 @@ class ModelRunner:
             ends = [p + 1 for p in starts]
         else:
             ends = [p + k for p, k in zip(starts, news)]
+            # a speculating sequence's drafted tokens follow its committed ones
             token_ids = [
-                t for s, p, e in zip(scheduled, starts, ends) for t in s.seq.all_token_ids[p:e]
+                t
+                for s, p, e in zip(scheduled, starts, ends)
+                for t in (
+                    s.seq.all_token_ids[p:e]
+                    if not s.seq.spec_token_ids
+                    else (s.seq.all_token_ids + s.seq.spec_token_ids)[p:e]
+                )
             ]
         sample_rows = [
-            i for i, (s, e) in enumerate(zip(scheduled, ends)) if e == len(s.seq.all_token_ids)
+            i for i, (s, e) in enumerate(zip(scheduled, ends)) if e >= len(s.seq.all_token_ids)
         ]
+        logits_rows = None
+        if not is_decode and any(s.seq.spec_token_ids for s in scheduled):
+            logits_rows = [ends[i] - len(scheduled[i].seq.all_token_ids) + 1 for i in sample_rows]
         num_tokens = len(token_ids)
         bt = _as_block_table(block_tables, n)
         max_blocks = bt.shape[1]
 
-        n_lp = len(sample_rows)
+        n_lp = len(sample_rows) if logits_rows is None else sum(logits_rows)
         lay = HostLayout.plan(num_tokens, n, max_blocks, n_lp)
         host = self._host_buffer(lay.total)
         o_ids, o_pos, o_slot, o_lp = (
@@ -303,7 +316,13 @@ class ModelRunner:
         slots = host[o_slot : o_slot + num_tokens]
         np.multiply(bt[rows, pos // bs].astype(np.int64), bs, out=slots)
         slots += pos % bs
-        if n_lp:
+        if logits_rows is not None:  # the last 1 + drafts rows of each sampling sequence
+            last = cu[1:][sample_rows]
+            counts = np.array(logits_rows, dtype=np.int64)
+            host[o_lp : o_lp + n_lp] = np.repeat(last - counts, counts) + (
+                np.arange(n_lp) - np.repeat(np.cumsum(counts) - counts, counts)
+            )
+        elif n_lp:
             host[o_lp : o_lp + n_lp] = cu[1:][sample_rows] - 1
         h32[o_bt : o_bt + n * max_blocks] = bt.reshape(-1)
         h32[o_cu : o_cu + n + 1] = cu
@@ -325,6 +344,7 @@ class ModelRunner:
             meta,
             sample_rows,
             is_decode,
+            logits_rows,
         )
 
     def _host_buffer(self, size: int) -> np.ndarray:

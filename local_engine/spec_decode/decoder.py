@@ -81,8 +81,9 @@ class SpeculativeDecoder:
         self.counters = SpecDecodeCounters()
 
     # ---- memory (a draft model's own cache shares the target's block ids) -----------------
-    def kv_block_bytes(self, dtype: torch.dtype) -> int:
-        return self.draft_model.kv_block_bytes(dtype) if self.draft_model else 0
+    def kv_block_bytes(self) -> int:
+        """Extra bytes per KV block a draft model's own cache takes (0 otherwise)."""
+        return self.draft_model.kv_block_bytes() if self.draft_model else 0
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
         if self.draft_model:

@@ -167,13 +167,13 @@ class DraftModelProposer:
             self.shares_kv = False
 
     # ---- memory --------------------------------------------------------------------------
-    def kv_block_bytes(self, dtype: torch.dtype) -> int:
+    def kv_block_bytes(self) -> int:
         """Extra bytes per KV block the draft needs (0 for a ``layers`` draft: it shares)."""
         if self.runner is None:
             return 0
         from ..runner import kv_block_bytes
 
-        return kv_block_bytes(self.runner.model_config, self.block_size, dtype)
+        return kv_block_bytes(self.runner.model_config, self.block_size, self.runner.kv_format)
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
         """Allocate the draft's cache with the target's number of blocks (same block ids)."""
