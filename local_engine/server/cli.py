@@ -78,6 +78,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=64, help="most sequences per step")
     parser.add_argument("--served-model-name", default=None, help="model id listed by /v1/models")
     parser.add_argument(
+        "--speculative",
+        default=None,
+        metavar="ngram|draft:PATH|layers:N",
+        help="speculative decoding (never changes what is sampled): 'ngram' drafts by prompt "
+        "lookup (fits answers that quote the prompt: code edits, extraction, RAG); "
+        "'draft:PATH' by a smaller model sharing the tokenizer; 'layers:N' by the target's "
+        "own first N layers (default off)",
+    )
+    parser.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        default=None,
+        metavar="K",
+        help="tokens drafted per step with --speculative (1..32, default 4)",
+    )
+    parser.add_argument(
         "--drain-timeout",
         type=float,
         default=30.0,
@@ -130,6 +146,15 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--port {args.port} is not a port number (0..65535)")
     if args.max_body_bytes < 1024:
         return _fail("--max-body-bytes must be at least 1024")
+    from local_engine.errors import EngineError
+    from local_engine.spec_decode.config import parse_cli
+
+    try:
+        args.speculative_config = parse_cli(
+            getattr(args, "speculative", None), getattr(args, "num_speculative_tokens", None)
+        )
+    except EngineError as exc:
+        return _fail(str(exc))
     try:
         sock = bind_socket(args.host, args.port)
     except OSError as exc:
@@ -166,6 +191,8 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
     if args.num_kv_blocks is not None:
         overrides["num_kv_blocks"] = args.num_kv_blocks
     overrides["kv_cache_dtype"] = args.kv_cache_dtype
+    if getattr(args, "speculative_config", None) is not None:
+        overrides["speculative"] = args.speculative_config
     try:
         engine = LLMEngine.from_model(args.model, **overrides)
     except ModelNotFoundError as exc:

@@ -12,11 +12,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 
-def write_tiny_llama(folder: Path, num_layers: int, seed: int, hidden: int = 64) -> Path:
+def write_tiny_llama(
+    folder: Path, num_layers: int, seed: int, hidden: int = 64, vocab_size: int | None = None
+) -> Path:
     """A Llama folder (config.json, model.safetensors, tokenizer.json, tokenizer_config.json):
     ``num_layers`` blocks of width ``hidden``, 4 query heads over 2 KV heads, SmolLM2's
     tokenizer; weights from transformers' initialisation (seeded) with ``initializer_range``
-    0.2 so that next-token distributions are peaked (argmax gaps far above float32 noise)."""
+    0.2 so that next-token distributions are peaked (argmax gaps far above float32 noise).
+    ``vocab_size`` below the tokenizer's keeps only the first ids (sampling tests: sampling
+    49,152 logits per row dominates the step on the CPU)."""
     transformers = pytest.importorskip("transformers")
     from gguf import GGUFReader
 
@@ -35,7 +39,7 @@ def write_tiny_llama(folder: Path, num_layers: int, seed: int, hidden: int = 64)
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=hidden // 4,
-        vocab_size=tok.vocab_size,
+        vocab_size=vocab_size or tok.vocab_size,
         rms_norm_eps=1e-5,
         rope_theta=10000.0,
         max_position_embeddings=1024,
@@ -68,3 +72,26 @@ def tiny_target_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_draft_dir(tmp_path_factory) -> Path:
     return write_tiny_llama(tmp_path_factory.mktemp("tiny_draft"), num_layers=1, seed=12)
+
+
+@pytest.fixture(scope="session")
+def small_vocab_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """A 4-layer target with a 512-id vocabulary (SmolLM2's first ids) and a draft made of the
+    same weights plus Gaussian noise (std 0.005 against weights of std 0.2), so that the draft's
+    q is close to the target's p but not equal (acceptance strictly between 0 and 1)."""
+    import shutil
+
+    transformers = pytest.importorskip("transformers")
+    t = write_tiny_llama(tmp_path_factory.mktemp("sv_target"), 4, seed=21, vocab_size=512)
+    d = tmp_path_factory.mktemp("sv_draft")
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(t / f, d / f)
+    model = transformers.LlamaForCausalLM.from_pretrained(str(t)).eval()
+    g = torch.Generator().manual_seed(22)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.add_(torch.randn(p.shape, generator=g) * 0.005)
+    model.save_pretrained(str(d), safe_serialization=True)
+    (d / "config.json").write_text((t / "config.json").read_text())
+    return t, d
