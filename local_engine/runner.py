@@ -210,6 +210,8 @@ class ModelRunner:
         self.sampler = Sampler(cfg.seed, device=self.device)
         self.max_model_len = max_model_len
         self.graphs: DecodeGraphRunner | None = None  # on CUDA unless enforce_eager
+        # the same for verification steps of K + 1 tokens a sequence (speculative decoding)
+        self.spec_graphs: DecodeGraphRunner | None = None
         # CUDA: the pinned int64 host buffer of prepare(), its NumPy view, its copy's event
         self._pinned: torch.Tensor | None = None
         self._pinned_np: np.ndarray | None = None
@@ -234,6 +236,16 @@ class ModelRunner:
                 max_blocks_per_seq=-(-self.max_model_len // self.block_size),
                 backend=self.backend,
             ).capture()
+            spec = self.cfg.speculative
+            if spec is not None:  # speculative verification steps: K + 1 tokens per sequence
+                self.spec_graphs = DecodeGraphRunner(
+                    self.model,
+                    self.kv_caches,
+                    max_batch=self.cfg.max_num_seqs,
+                    max_blocks_per_seq=-(-self.max_model_len // self.block_size),
+                    backend=self.backend,
+                    query_len=spec.num_speculative_tokens + 1,
+                ).capture()
 
     # ---- batch construction --------------------------------------------------------------
     def prepare(self, sched: SchedulerOutput, block_tables) -> BatchInputs:
@@ -421,6 +433,15 @@ class ModelRunner:
             if len(batch.sample_rows) == logits.shape[0]:
                 return logits
             return logits[batch.meta.logits_indices]
+        sg = self.spec_graphs
+        if (  # a verification step where every sequence verifies K drafts (all rows sample)
+            sg is not None
+            and batch.logits_rows is not None
+            and batch.input_ids.shape[0] == sg.q * batch.meta.num_seqs
+            and batch.meta.logits_indices.shape[0] == batch.input_ids.shape[0]
+            and sg.can_run(batch.meta.num_seqs, batch.meta)
+        ):
+            return sg.run(batch.input_ids, batch.positions, batch.meta)
         hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_caches)
         if batch.meta.logits_indices.numel() == 0:
             return hidden.new_zeros((0, self.model.config.vocab_size), dtype=torch.float32)
