@@ -203,9 +203,10 @@ def main():
     print()
     print(
         "| batch | mode | decode tok/s | vs off | acceptance | tokens/verify step "
-        "(formula E) | formula speedup, verify = 1 step | formula, measured verify cost |"
+        "(formula E) | formula speedup, verify = 1 step | formula, measured verify cost "
+        "| same tokens as off |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in res["runs"]:
         acc = "-" if r.get("acceptance") is None else f"{r['acceptance']:.2f}"
         vs = f"{r['speedup']:.2f}x" if "speedup" in r else "-"
@@ -219,7 +220,7 @@ def main():
             e = f1 = f2 = "-"
         print(
             f"| {r['batch']} | {r['mode']} | {r['decode_tok_s']:.0f} | {vs} | {acc} | {e} | "
-            f"{f1} | {f2} |"
+            f"{f1} | {f2} | {r.get('same_tokens', '-')}/{r['batch']} |"
         )
 
 
