@@ -36,7 +36,7 @@ class NgramProposer:
         if k <= 0 or n_tok <= self.min_n:
             return []
         start = max(0, n_tok - self.max_lookback)
-        t = np.asarray(token_ids[start:], dtype=np.int64)
+        t = np.asarray(token_ids[start:], dtype=np.int64)  # no copy for an int64 array
         L = t.shape[0]
         # ends[i]: an earlier occurrence of the suffix may end at position i (i < L - 1);
         # after j rounds, ends[i] says t[i-j..i] == t[L-1-j..L-1]

@@ -68,7 +68,10 @@ def run(folder, graphs: bool, spec: bool):
     return eng, outs, log
 
 
-def test_graph_verification_matches_eager_and_no_speculation(tmp_path):
+def test_graph_verification_matches_eager_and_no_speculation(tmp_path, monkeypatch):
+    from local_engine.spec_decode import decoder
+
+    monkeypatch.setattr(decoder, "MAX_BACKOFF_STEPS", 0)  # draft every step: uniform shapes
     folder = tiny_model_folder(tmp_path)
     eager, outs_e, log_e = run(folder, graphs=False, spec=True)
     graph, outs_g, log_g = run(folder, graphs=True, spec=True)
@@ -82,3 +85,38 @@ def test_graph_verification_matches_eager_and_no_speculation(tmp_path):
     assert graph.metrics.spec_num_draft_tokens > 0
     # padding rows wrote nothing: both pools hold the same K/V
     torch.testing.assert_close(graph.runner.kv_cache, eager.runner.kv_cache, rtol=1e-5, atol=1e-5)
+
+
+class WrongDrafts:
+    def propose(self, token_ids, k):
+        return [(int(token_ids[-1]) + 1) % 256] * k
+
+
+def test_backoff_after_rejected_drafts(tmp_path):
+    """Drafts that are always rejected: drafting waits 1, 2, 4, 8, 16, 16, ... decode steps
+    after each fully rejected step (MAX_BACKOFF_STEPS = 16)."""
+    from local_engine.engine import LLMEngine
+
+    eng = LLMEngine.from_config(tiny_model_folder(tmp_path), device="cpu", num_kv_blocks=32,
+                                speculative={"method": "ngram", "num_speculative_tokens": 2})
+    eng.spec.ngram = WrongDrafts()
+    eng.add_request("a", [1, 2, 3], SamplingParams(temperature=0, max_tokens=80, ignore_eos=True))
+    while eng.has_unfinished_requests():
+        for o in eng.step():
+            if o.finished:
+                out = o
+    # by hand: 79 decode steps after the prefill; drafting allowed while 2 drafts + the bonus
+    # fit (k = min(2, 80 - generated - 1) > 0: the first 78 decode steps)
+    steps, wait, backoff, verified = 0, 0, 0, 0
+    for generated in range(1, 80):
+        if min(2, 80 - generated - 1) <= 0:
+            continue
+        if wait:
+            wait -= 1
+            continue
+        verified += 1
+        backoff = min(max(1, 2 * backoff), 16)
+        wait = backoff
+    assert out.metrics.num_verify_steps == verified == 8  # steps 1, 3, 6, 11, 20, 37, 54, 71
+    assert out.metrics.num_accepted_tokens == 0
+    assert len(out.outputs[0].token_ids) == 80
