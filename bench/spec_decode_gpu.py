@@ -14,13 +14,15 @@ of weights, requests told apart by ``SamplingParams.num_speculative_tokens``):
 - ``reject-all``: K = 4 drafts every step that are never the greedy token: every step verifies
   5 positions and emits 1 token, so its tokens/s against ``off`` is the cost of speculating
   when nothing is accepted (target: at most 10 % slower);
-- ``oracle a``: each draft is the true greedy token (from the ``off`` run) with probability
-  ``a``, independently (the i.i.d. acceptance the formula assumes), else a wrong one;
+- ``forced acceptance a``: the reject-all drafts verified for real, then accepted with
+  probability ``a`` each, independently (the i.i.d. acceptance the formula assumes): the
+  throughput a drafter of that acceptance would give (the emitted tokens are the drafts);
 - ``ngram``: prompt lookup as shipped (random-weight greedy output often loops, so it finds
   matches in the model's own output).
 
 Formula (Leviathan et al. 2023, eq. 1; Chen et al. 2023): tokens per verification step
-``E = (1 - a**(K+1)) / (1 - a)`` for acceptance rate ``a``; expected speedup ``E / cost`` where
+``E = (1 - a**(K+1)) / (1 - a)`` for per-position acceptance probability ``a`` (estimated as
+accepted / positions tested, see :class:`Counting`); expected speedup ``E / cost`` where
 ``cost`` is a verification step's time over a decode step's: 1 in the formula's idealisation
 ("verifying K tokens costs about one step"), and the ``reject-all`` measurement here.
 
@@ -54,6 +56,46 @@ class RejectAll:
 
     def propose(self, token_ids, k):
         return [(t + 1) % self.oracle.vocab for t in self.oracle.truth(token_ids, k)]
+
+
+class Counting:
+    """Wraps a verifier and counts, over drafted steps, the drafts accepted and the positions
+    tested (accepted ones plus the first rejected one): ``accepted / tested`` is the estimate
+    of the per-position acceptance probability ``a`` of the formula (the maximum-likelihood
+    estimate under its i.i.d. assumption), unlike accepted / drafted."""
+
+    def __init__(self, inner):
+        self.inner, self.accepted, self.tested = inner, 0, 0
+
+    def __call__(self, logits, drafts, qs, params, gens):
+        out = self.inner(logits, drafts, qs, params, gens)
+        for d, a in zip(drafts, out.num_accepted):
+            if d:
+                self.accepted += a
+                self.tested += a + (a < len(d))
+        return out
+
+
+class ForcedAcceptance:
+    """Runs the real verification (its cost), then accepts each draft with probability
+    ``alpha`` independently (the i.i.d. acceptance the formula assumes) and emits the drafts up
+    to the first "rejection" plus the verifier's last token: a throughput model of a drafter
+    with acceptance ``alpha``, not a sampler (the tokens are the drafts')."""
+
+    def __init__(self, real, alpha: float, seed: int):
+        self.real, self.alpha, self.rng = real, alpha, random.Random(seed)
+
+    def __call__(self, logits, drafts, qs, params, gens):
+        out = self.real(logits, drafts, qs, params, gens)
+        for i, d in enumerate(drafts):
+            a = 0
+            while a < len(d) and self.rng.random() < self.alpha:
+                a += 1
+            out.num_accepted[i] = a
+            out.token_ids[i] = list(d[:a]) + [out.token_ids[i][-1]]
+            out.logprobs[i] = [None] * (a + 1)
+            out.sampled_logprob[i] = [0.0] * (a + 1)
+        return out
 
 
 class Oracle:
@@ -126,6 +168,7 @@ def main():
     import torch
 
     from local_engine.engine import LLMEngine
+    from local_engine.spec_decode import decoder
 
     folder = args.dir / args.model
     limits = dict(
@@ -153,23 +196,35 @@ def main():
     for b in [int(x) for x in args.batches.split(",")]:
         prompts = [torch.randint(0, vocab, (PROMPT_LEN,), generator=rng).tolist() for _ in range(b)]
         generate(eng, prompts[: min(b, 4)], 0)  # warm-up (graphs, allocator) at this batch
-        eng.spec.ngram = ngram
         r_off, toks = generate(eng, prompts, 0)
         cont = {tuple(p[:16]): (p, t) for p, t in zip(prompts, toks)}
+        reject = RejectAll(Oracle(cont, vocab))
+        eng.spec.ngram = reject
+        generate(eng, prompts[: min(b, 4)], K)  # warm-up of the verification path
         runs = [("off", r_off)]
-
-        drafters = [("reject-all", RejectAll(Oracle(cont, vocab)))]
-        drafters += [(f"oracle {a}", Oracle(cont, vocab, a, seed=b)) for a in (0.6, 0.9)]
-        drafters.append(("ngram", ngram))
-        for name, drafter in drafters:
+        real_sampler = eng.spec.sampler
+        plan = [("reject-all, always verify", reject, None, 0)]
+        plan.append(("reject-all (backoff, as shipped)", reject, None, decoder.MAX_BACKOFF_STEPS))
+        plan += [(f"forced acceptance {a}", reject, a, 0) for a in (0.5, 0.8)]
+        plan.append(("ngram (as shipped)", ngram, None, decoder.MAX_BACKOFF_STEPS))
+        shipped_backoff = decoder.MAX_BACKOFF_STEPS
+        for name, drafter, alpha, backoff in plan:
             eng.spec.ngram = drafter
+            decoder.MAX_BACKOFF_STEPS = backoff
+            counting = Counting(
+                real_sampler if alpha is None else ForcedAcceptance(real_sampler, alpha, b)
+            )
+            eng.spec.sampler = counting
             r, t = generate(eng, prompts, K)
+            r["alpha_hat"] = counting.accepted / counting.tested if counting.tested else None
             # greedy tokens equal to the run without speculation (bf16: a near-tie may differ)
             r["same_tokens"] = sum(x == y for x, y in zip(t, toks))
             runs.append((name, r))
+        decoder.MAX_BACKOFF_STEPS = shipped_backoff
+        eng.spec.sampler, eng.spec.ngram = real_sampler, ngram
         cost = r_off["decode_tok_s"] / runs[1][1]["decode_tok_s"]
         for name, r in runs:
-            a = r["acceptance"]
+            a = r.get("alpha_hat")
             e = (1 - a ** (K + 1)) / (1 - a) if a is not None and a < 1 else (K + 1 if a else 1)
             r.update(
                 batch=b,
@@ -202,24 +257,26 @@ def main():
     save()
     print()
     print(
-        "| batch | mode | decode tok/s | vs off | acceptance | tokens/verify step "
-        "(formula E) | formula speedup, verify = 1 step | formula, measured verify cost "
+        "| batch | mode | decode tok/s | vs off | accepted/drafted | measured tokens/verify step "
+        "| formula tokens/verify step "
+        "| formula speedup, verify = 1 step | formula, measured verify cost "
         "| same tokens as off |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in res["runs"]:
         acc = "-" if r.get("acceptance") is None else f"{r['acceptance']:.2f}"
         vs = f"{r['speedup']:.2f}x" if "speedup" in r else "-"
+        mal = f"{1 + r['accepted'] / r['steps']:.2f}" if r.get("steps") else "-"
         if r.get("drafted"):
             e, f1, f2 = (
-                f"{r['formula_ideal']:.2f}",
+                f"{r['formula_ideal']:.2f} (a={r['alpha_hat']:.2f})",
                 f"{r['formula_ideal']:.2f}x",
                 f"{r['formula_measured_cost']:.2f}x",
             )
         else:
             e = f1 = f2 = "-"
         print(
-            f"| {r['batch']} | {r['mode']} | {r['decode_tok_s']:.0f} | {vs} | {acc} | {e} | "
+            f"| {r['batch']} | {r['mode']} | {r['decode_tok_s']:.0f} | {vs} | {acc} | {mal} | {e} | "
             f"{f1} | {f2} | {r.get('same_tokens', '-')}/{r['batch']} |"
         )
 

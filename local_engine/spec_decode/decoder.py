@@ -113,9 +113,7 @@ class SpeculativeDecoder:
             )
         self.sampler = RejectionSampler(engine_config.seed + 2, device=runner.device)
         self.counters = SpecDecodeCounters()
-        self._state: weakref.WeakKeyDictionary[Sequence, _SeqState] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._state: weakref.WeakKeyDictionary[Sequence, _SeqState] = weakref.WeakKeyDictionary()
 
     # ---- memory (a draft model's own cache shares the target's block ids) -----------------
     def kv_block_bytes(self) -> int:

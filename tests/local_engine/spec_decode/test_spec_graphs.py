@@ -97,8 +97,12 @@ def test_backoff_after_rejected_drafts(tmp_path):
     after each fully rejected step (MAX_BACKOFF_STEPS = 16)."""
     from local_engine.engine import LLMEngine
 
-    eng = LLMEngine.from_config(tiny_model_folder(tmp_path), device="cpu", num_kv_blocks=32,
-                                speculative={"method": "ngram", "num_speculative_tokens": 2})
+    eng = LLMEngine.from_config(
+        tiny_model_folder(tmp_path),
+        device="cpu",
+        num_kv_blocks=32,
+        speculative={"method": "ngram", "num_speculative_tokens": 2},
+    )
     eng.spec.ngram = WrongDrafts()
     eng.add_request("a", [1, 2, 3], SamplingParams(temperature=0, max_tokens=80, ignore_eos=True))
     while eng.has_unfinished_requests():
@@ -107,7 +111,7 @@ def test_backoff_after_rejected_drafts(tmp_path):
                 out = o
     # by hand: 79 decode steps after the prefill; drafting allowed while 2 drafts + the bonus
     # fit (k = min(2, 80 - generated - 1) > 0: the first 78 decode steps)
-    steps, wait, backoff, verified = 0, 0, 0, 0
+    wait, backoff, verified = 0, 0, 0
     for generated in range(1, 80):
         if min(2, 80 - generated - 1) <= 0:
             continue
