@@ -364,6 +364,7 @@ class LLMEngine:
             start += n_rows
         if len(rows) != logits.shape[0]:
             logits = logits[torch.tensor(rows, dtype=torch.long, device=logits.device)]
+        assert self.spec is not None
         return row_seqs, self.spec.verify(logits, row_seqs)
 
     def _commit_verified(self, row_seqs: list[Sequence], out: VerifyOutput, now: float) -> None:
@@ -375,6 +376,8 @@ class LLMEngine:
         finish = self.scheduler.finish
         seq_to_req = self.output_processor.seq_to_req
         kv = self.kv_cache_manager
+        spec = self.spec
+        assert spec is not None
         generated = 0
         for seq, toks, lps, lp, accepted in zip(
             row_seqs, out.token_ids, out.logprobs, out.sampled_logprob, out.num_accepted
@@ -395,7 +398,7 @@ class LLMEngine:
             if status is None and accepted:
                 seq.num_computed_tokens += accepted
                 kv.cache_computed_blocks(seq)
-            self.spec.rollback(seq, kv)
+            spec.rollback(seq, kv)
         self._metrics.generation_tokens += generated
 
     def _advance(self, sched: SchedulerOutput, now: float) -> dict[str, RequestState]:

@@ -200,6 +200,7 @@ class SpeculativeDecoder:
                 want.append(n_spec)
                 rows.append(r)
         if rows:
+            assert self.draft_model is not None
             seqs = [scheduled[r].seq for r in rows]
             drafts, qs = self.draft_model.propose(seqs, want, block_tables[rows])
             for seq, d, q in zip(seqs, drafts, qs):

@@ -153,7 +153,7 @@ class RejectionSampler:
                     chosen_lp[i][j] = chosen[f]
                     if p.logprobs is not None:
                         d = {tok: chosen[f]}
-                        if p.logprobs:
+                        if p.logprobs and top_v is not None and top_i is not None:
                             for v, ti_ in zip(top_v[f][: p.logprobs], top_i[f][: p.logprobs]):
                                 d.setdefault(ti_, v)
                         lps[i][j] = d
@@ -188,7 +188,10 @@ class RejectionSampler:
             r += ks[i] + 1
         # 1. accept/reject every draft (uniforms: seeded sequences from their own generator,
         # the rest from the shared one in one draw)
-        d_rows, d_tok, q_parts, d_gen = [], [], [], []
+        d_rows: list[int] = []
+        d_tok: list[int] = []
+        q_parts: list[torch.Tensor | None] = []
+        d_gen: list[tuple[int, torch.Generator | None]] = []
         for i in seqs:
             k = ks[i]
             if not k:
