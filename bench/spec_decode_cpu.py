@@ -220,6 +220,7 @@ def main():
                     same,
                 )
             )
+            print("row:", rows[-1], flush=True)
     print()
     print(
         "| workload | batch | tok/s off | tok/s ngram | decode tok/s off | decode tok/s ngram "
