@@ -5,14 +5,17 @@ Workloads (chat-templated; ``--max-tokens`` output tokens each):
 
 * ``rewrite``: "rewrite this function with one change" over a ~600-token function shipped in
   this repository (``Scheduler._schedule_waiting``), a different rename per request;
-* ``quote``: answer by quoting a shipped document (``docs/rules/PC00x.md``);
+* ``quote``: answer by quoting a shipped document (``docs/rules/PC001.md``), a different
+  question per request;
 * ``chat``: open questions with nothing to copy.
 
 For each workload, batch 1 (one request alone) and batch 8 (eight at once): output tokens/s
 over the whole run (the prompts' blocks are prefix-cache hits: each set is run once untimed
 first) and over decode only (first token to last), the
 acceptance rate and the mean accepted length (tokens per verification step), with
-speculation off (the peer) and on, best of ``--repeats``. The floor beside them: the time of
+speculation off (the peer: the same engine, ``num_speculative_tokens=0`` per request) and on,
+best of ``--repeats``. A batch's requests share the function or the document as a cached
+prefix (the request's own instruction comes last). The floor beside them: the time of
 one decode forward of 1 token per sequence and of the K + 1 tokens a verification computes,
 measured in the same run, and the expected speedup of the speculative-decoding formula
 (Leviathan et al. 2023, eq. 1 with a drafter of cost 0: ``(1 - a**(K+1)) / (1 - a)`` tokens
@@ -53,14 +56,14 @@ RENAMES = [
     ("need", "blocks_needed"),
 ]
 QUESTIONS = [
-    ("PC003", "Why does iterating a set cost money?"),
     ("PC001", "What does this rule detect?"),
-    ("PC002", "What is the fix?"),
-    ("PC004", "Why does it cost money?"),
-    ("PC005", "What does this rule detect?"),
-    ("PC006", "Why does it cost money?"),
-    ("PC007", "What is the fix?"),
-    ("PC008", "What does this rule detect?"),
+    ("PC001", "Why does it cost money?"),
+    ("PC001", "What is the fix?"),
+    ("PC001", "Show the bad example."),
+    ("PC001", "Show the good example."),
+    ("PC001", "What is the rule's name?"),
+    ("PC001", "When does the rule not apply?"),
+    ("PC001", "What is the first sentence?"),
 ]
 CHAT = [
     "Tell me a short story about a lighthouse keeper.",
@@ -83,25 +86,30 @@ def workloads(tok):
             tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
         )
 
+    # the shared text first, the request's own part last: the 8 requests of a batch share the
+    # function's (or the document's) blocks in the prefix cache
     rewrite = [
         chat(
-            f"Rewrite this Python function with one change: rename the variable `{a}` to "
-            f"`{b}`. Output the whole function and nothing else.\n\n```python\n{func}\n```"
+            f"Here is a Python function:\n\n```python\n{func}\n```\n\nRewrite it with one "
+            f"change: rename the variable `{a}` to `{b}`. Output the whole function and nothing "
+            "else."
         )
         for a, b in RENAMES
     ]
-    quote = []
-    for rule, q in QUESTIONS:
-        doc = (ROOT / "docs" / "rules" / f"{rule}.md").read_text()
-        quote.append(chat(f"{doc}\n\nAnswer by quoting the document above word for word: {q}"))
+    doc = (ROOT / "docs" / "rules" / "PC001.md").read_text()
+    quote = [
+        chat(f"{doc}\n\nAnswer by quoting the document above word for word: {q}")
+        for _rule, q in QUESTIONS
+    ]
     return {"rewrite": rewrite, "quote": quote, "chat": [chat(c) for c in CHAT]}, len(
         tok.encode(func)
     )
 
 
-def run(engine, prompts, max_tokens):
-    """Returns (total seconds, decode seconds, output tokens, drafted, accepted, verify steps)."""
-    p = SamplingParams(temperature=0, max_tokens=max_tokens)
+def run(engine, prompts, max_tokens, k):
+    """Returns (total seconds, decode seconds, output tokens, drafted, accepted, verify steps,
+    token ids); ``k`` = 0 runs without speculation."""
+    p = SamplingParams(temperature=0, max_tokens=max_tokens, num_speculative_tokens=k)
     t0 = time.perf_counter()
     for i, ids in enumerate(prompts):
         engine.add_request(f"r{i}", ids, p)
@@ -165,7 +173,7 @@ def main():
     print("uptime:", os.popen("uptime").read().strip())
     # prefix caching on, and every prompt set run once before timing (both engines), so the
     # timed runs measure generation rather than recomputing the same prompts
-    common = dict(num_kv_blocks=640, num_threads=args.threads)
+    common = dict(num_kv_blocks=1024, num_threads=args.threads)
     off = LLMEngine.from_model(None, **common)
     on = LLMEngine.from_model(
         None, speculative={"method": "ngram", "num_speculative_tokens": K}, **common
@@ -191,11 +199,10 @@ def main():
             prompts = wl[name][:b]
             best = {}
             outs = {}
-            for eng in (off, on):
-                run(eng, prompts, 1)  # warm the prefix cache
+            run(on, prompts, 1, 0)  # warm the prefix cache
             for _ in range(args.repeats):
-                for mode, eng in (("off", off), ("ngram", on)):
-                    r = run(eng, prompts, args.max_tokens)
+                for mode, k in (("off", 0), ("ngram", K)):
+                    r = run(on, prompts, args.max_tokens, k)
                     outs[mode] = r[6]
                     if mode not in best or r[1] < best[mode][1]:
                         best[mode] = r
