@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import EngineError
+from .spec_decode.config import SpeculativeConfig
 
 #: Values of :attr:`EngineConfig.kv_cache_dtype` (see :mod:`local_engine.kv_cache.quant`).
 KV_CACHE_DTYPES = ("auto", "fp8", "int8")
@@ -101,6 +102,10 @@ class EngineConfig:
         weight_cache: keep the prepared weights (dequantized, fused, transposed or quantized)
             under the user cache directory, keyed by the model file's hash, so the next start
             skips that work (:mod:`local_engine.loader.weight_cache`; CPU only).
+        speculative: speculative decoding: None (off), or a dict / :class:`~local_engine.
+            spec_decode.config.SpeculativeConfig` such as ``{"method": "ngram",
+            "num_speculative_tokens": 4}`` (see :mod:`local_engine.spec_decode.config`);
+            a dict is validated and replaced by the dataclass.
     """
 
     model: str | None = None
@@ -124,6 +129,7 @@ class EngineConfig:
     num_threads: int | None = None
     weight_dtype: str | None = None
     weight_cache: bool = True
+    speculative: Any = None
 
     DEFAULT_CPU_KV_CACHE_MEMORY = 512 * 1024 * 1024
 
@@ -172,6 +178,9 @@ class EngineConfig:
             raise EngineError(
                 f"attention_backend must be 'torch', 'triton' or None, got {self.attention_backend!r}"
             )
+        self.speculative = SpeculativeConfig.from_value(self.speculative)
+        if self.speculative is not None:
+            self.speculative.check_engine(self.max_num_batched_tokens)
 
     def torch_dtype(self):
         """The ``torch.dtype`` for weights, activations and the KV cache."""

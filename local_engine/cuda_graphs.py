@@ -55,6 +55,10 @@ class DecodeGraphRunner:
         max_blocks_per_seq: block-table width (``cdiv(max_model_len, block_size)``).
         backend: attention backend name passed through the metadata (None = by device).
         batch_sizes: sizes to capture (default :func:`graph_batch_sizes`).
+        query_len: new tokens per sequence (1 = decode; ``K + 1`` = a speculative verification
+            step where every sequence verifies ``K`` drafts: all ``B * query_len`` rows'
+            logits are computed, and padding sequences get a ``query_len``-token context in
+            block 0).
     """
 
     def __init__(
@@ -67,6 +71,7 @@ class DecodeGraphRunner:
         backend: str | None = None,
         batch_sizes: Sequence[int] | None = None,
         require_cuda: bool = True,
+        query_len: int = 1,
     ):
         device = kv_caches[0][0].device
         if require_cuda and device.type != "cuda":
@@ -79,19 +84,20 @@ class DecodeGraphRunner:
         self.max_batch = self.sizes[-1]
         self.max_blocks_per_seq = max_blocks_per_seq
         b = self.max_batch
-        self.input_ids = torch.zeros(b, dtype=torch.long, device=device)
-        self.positions = torch.zeros(b, dtype=torch.long, device=device)
-        self.slot_mapping = torch.full((b,), -1, dtype=torch.long, device=device)
+        self.q = q = query_len
+        self.input_ids = torch.zeros(b * q, dtype=torch.long, device=device)
+        self.positions = torch.zeros(b * q, dtype=torch.long, device=device)
+        self.slot_mapping = torch.full((b * q,), -1, dtype=torch.long, device=device)
         self.block_tables = torch.zeros((b, max_blocks_per_seq), dtype=torch.int32, device=device)
-        self.cu_seqlens_q = torch.arange(b + 1, dtype=torch.int32, device=device)
-        self.seq_lens = torch.ones(b, dtype=torch.int32, device=device)
+        self.cu_seqlens_q = torch.arange(b + 1, dtype=torch.int32, device=device) * q
+        self.seq_lens = torch.full((b,), q, dtype=torch.int32, device=device)
         self._empty = torch.zeros(0, dtype=torch.long, device=device)
         self.graphs: dict[int, tuple[Callable[[], None], torch.Tensor]] = {}
         self.capture_seconds = 0.0
 
     def _meta(self, b: int) -> AttentionMetadata:
         return AttentionMetadata(
-            slot_mapping=self.slot_mapping[:b],
+            slot_mapping=self.slot_mapping[: b * self.q],
             block_tables=self.block_tables[:b],
             cu_seqlens_q=self.cu_seqlens_q[: b + 1],
             seq_lens=self.seq_lens[:b],
@@ -101,7 +107,8 @@ class DecodeGraphRunner:
 
     def _forward(self, b: int) -> torch.Tensor:
         """float32 logits ``[b, vocab]`` of a decode step over the fixed buffers."""
-        hidden = self.model(self.input_ids[:b], self.positions[:b], self._meta(b), self.kv_caches)
+        n = b * self.q
+        hidden = self.model(self.input_ids[:n], self.positions[:n], self._meta(b), self.kv_caches)
         return self.model.compute_logits(hidden)
 
     @torch.inference_mode()
@@ -111,7 +118,7 @@ class DecodeGraphRunner:
         t0 = time.monotonic()
         pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
         self.slot_mapping.fill_(-1)
-        self.seq_lens.fill_(1)
+        self.seq_lens.fill_(self.q)
         self.block_tables.zero_()
         for b in reversed(self.sizes):
             self.graphs[b] = self._capture_one(b, pool)
@@ -119,8 +126,9 @@ class DecodeGraphRunner:
             torch.cuda.synchronize()
         self.capture_seconds = time.monotonic() - t0
         logger.info(
-            "captured %d decode CUDA graphs (batch %s) in %.1fs",
+            "captured %d decode CUDA graphs (%d token(s) per sequence, batch %s) in %.1fs",
             len(self.sizes),
+            self.q,
             ",".join(map(str, self.sizes)),
             self.capture_seconds,
         )
@@ -150,28 +158,32 @@ class DecodeGraphRunner:
         """Replay the smallest graph that holds this decode step.
 
         Args:
-            input_ids, positions: int64 ``[n]`` (one new token per sequence).
-            meta: the step's metadata (``n`` sequences; ``cu_seqlens_q`` must be ``0..n``).
+            input_ids, positions: int64 ``[n * query_len]`` (``query_len`` new tokens per
+                sequence).
+            meta: the step's metadata (``n`` sequences; ``cu_seqlens_q`` must be
+                ``0, query_len, 2 * query_len, ...``).
 
         Returns:
-            float32 logits ``[n, vocab_size]``, one row per sequence (a view of the graph's
-            output buffer, valid until the next replay).
+            float32 logits ``[n * query_len, vocab_size]``, one row per token (a view of the
+            graph's output buffer, valid until the next replay).
         """
-        n = input_ids.shape[0]
+        q = self.q
+        t = input_ids.shape[0]
+        n = t // q
         b = self.sizes[bisect.bisect_left(self.sizes, n)]
         w = meta.block_tables.shape[1]
-        self.input_ids[:n].copy_(input_ids, non_blocking=True)
-        self.positions[:n].copy_(positions, non_blocking=True)
-        self.slot_mapping[:n].copy_(meta.slot_mapping, non_blocking=True)
+        self.input_ids[:t].copy_(input_ids, non_blocking=True)
+        self.positions[:t].copy_(positions, non_blocking=True)
+        self.slot_mapping[:t].copy_(meta.slot_mapping, non_blocking=True)
         self.block_tables[:n, :w].copy_(meta.block_tables, non_blocking=True)
         self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
-        if b > n:  # padding rows: no KV write, a one-token context in block 0
-            self.slot_mapping[n:b].fill_(-1)
-            self.seq_lens[n:b].fill_(1)
+        if b > n:  # padding rows: no KV write, a query_len-token context in block 0
+            self.slot_mapping[t : b * q].fill_(-1)
+            self.seq_lens[n:b].fill_(q)
             self.block_tables[n:b, 0].zero_()
         replay, out = self.graphs[b]
         replay()
-        return out[:n]
+        return out[:t]
 
 
 __all__ = ["DecodeGraphRunner", "DEFAULT_BATCH_SIZES", "graph_batch_sizes"]

@@ -26,6 +26,8 @@ from .runner import ModelRunner, kv_block_bytes, plan_num_blocks
 from .sampling import SamplerOutput, SamplingParams, make_generator
 from .scheduler import Scheduler, SchedulerOutput
 from .sequence import Sequence, SequenceStatus
+from .spec_decode.decoder import SpeculativeDecoder
+from .spec_decode.rejection_sampler import VerifyOutput
 from .tokenizer import Tokenizer
 
 logger = logging.getLogger("local_engine")
@@ -99,10 +101,21 @@ class LLMEngine:
         # weights go to the device first, so the pool is sized from the memory left
         self.runner = ModelRunner(config, mc, loaded.weights, self.max_model_len)
         del loaded
+        self.spec: SpeculativeDecoder | None = None
+        if config.speculative is not None:
+            config.speculative.check_engine(config.max_num_batched_tokens, mc.num_layers)
+            self.spec = SpeculativeDecoder(
+                config.speculative, config, self.runner, self.tokenizer, self.max_model_len
+            )
         kv_format = self.runner.kv_format
         num_blocks = plan_num_blocks(config, mc, kv_format, self.max_model_len)
-        self.runner.allocate_kv_cache(num_blocks)
         block_bytes = kv_block_bytes(mc, config.block_size, kv_format)
+        if self.spec is not None:
+            draft_bytes = self.spec.kv_block_bytes()  # a draft model's cache, same block ids
+            if draft_bytes and config.num_kv_blocks is None:
+                num_blocks = max(1, num_blocks * block_bytes // (block_bytes + draft_bytes))
+            self.spec.allocate_kv_cache(num_blocks)
+        self.runner.allocate_kv_cache(num_blocks)
         num_cpu_blocks = config.swap_space // block_bytes
         self.runner.allocate_swap_space(num_cpu_blocks)
         self.kv_cache_manager = KVCacheManager(
@@ -191,11 +204,19 @@ class LLMEngine:
         """Queue a request.
 
         Raises:
-            EngineError: duplicate ``request_id``, empty prompt, or a token id out of range.
+            EngineError: duplicate ``request_id``, empty prompt, a token id out of range, or
+                a ``num_speculative_tokens`` the engine cannot honour.
             RequestTooLongError: the prompt leaves no room for one output token within
                 ``max_model_len``, or can never fit the KV pool (message names the lengths).
         """
         params = params or SamplingParams()
+        if self.spec is not None:
+            self.spec.request_k(params)  # raises for a K above the engine's
+        elif params.num_speculative_tokens:
+            raise EngineError(
+                "num_speculative_tokens needs speculative decoding on in the engine "
+                "(EngineConfig.speculative / promptcache serve --speculative)"
+            )
         if request_id in self.output_processor:
             raise EngineError(f"request id {request_id!r} is already in use")
         ids = list(prompt_token_ids)
@@ -279,6 +300,8 @@ class LLMEngine:
         (:meth:`_advance`); fork pending samples; hand each sampled token to the
         :class:`~local_engine.output_processor.OutputProcessor`, finishing the sequences it
         says stopped; build the outputs."""
+        if self.spec is not None:
+            self.spec.plan(self.scheduler.running)  # drafts to make room for
         sched = self.scheduler.schedule()
         if sched.is_empty:
             return []
@@ -286,7 +309,10 @@ class LLMEngine:
         row_seqs, sampled = self._execute(sched)
         advanced = self._advance(sched, now)
         done = time.monotonic()
-        if sampled is not None:
+        if isinstance(sampled, VerifyOutput):
+            self._fork_pending(row_seqs)
+            self._commit_verified(row_seqs, sampled, done)
+        elif sampled is not None:
             # fork n > 1 siblings off sample 0 first (before sample 0 may finish and free)
             self._fork_pending(row_seqs)
             self._metrics.generation_tokens += len(row_seqs)
@@ -302,7 +328,9 @@ class LLMEngine:
             self.scheduler.check_invariants()
         return self.output_processor.make_outputs(advanced.values(), done)
 
-    def _execute(self, sched: SchedulerOutput) -> tuple[list[Sequence], SamplerOutput | None]:
+    def _execute(
+        self, sched: SchedulerOutput
+    ) -> tuple[list[Sequence], SamplerOutput | VerifyOutput | None]:
         """Swap and copy blocks, run the model on the scheduled tokens and sample: one row per
         sampling sequence, plus one per sibling still to fork off it (``FORK_PENDING``; they
         sample from the parent's logits). Returns the rows' sequences and the sampler's
@@ -310,8 +338,13 @@ class LLMEngine:
         tables = self.kv_cache_manager.block_table_array([s.seq.seq_id for s in sched.scheduled])
         self.runner.swap(sched.swap_out, sched.swap_in)
         self.runner.copy_blocks(sched.block_copies)
+        if self.spec is not None:
+            self.spec.copy_blocks(sched.block_copies)
+            self.spec.draft(sched.scheduled, tables)  # the drafts the scheduler made room for
         batch = self.runner.prepare(sched, tables)
         logits = self.runner.forward_logits(batch)
+        if batch.logits_rows is not None:  # some sequence verifies drafts
+            return self._verify(sched, batch, logits)
         row_src: list[int] = []
         row_seqs: list[Sequence] = []
         seq_to_req = self.output_processor.seq_to_req
@@ -330,9 +363,65 @@ class LLMEngine:
         params = [s.params for s in row_seqs]
         return row_seqs, self.runner.sample(logits, params, [s.generator for s in row_seqs])
 
+    def _verify(self, sched: SchedulerOutput, batch, logits) -> tuple[list[Sequence], VerifyOutput]:
+        """Speculative step: each sampling sequence's ``1 + drafts`` logits rows go to the
+        rejection sampler (a ``FORK_PENDING`` sibling samples from its parent's one row)."""
+        row_seqs: list[Sequence] = []
+        rows: list[int] = []
+        seq_to_req = self.output_processor.seq_to_req
+        start = 0
+        for i, n_rows in zip(batch.sample_rows, batch.logits_rows):
+            seq = sched.scheduled[i].seq
+            row_seqs.append(seq)
+            rows.extend(range(start, start + n_rows))
+            if seq.num_forks:
+                for sib in seq_to_req[seq.seq_id].samples[1:]:
+                    row_seqs.append(sib.seq)
+                    rows.append(start + n_rows - 1)
+            start += n_rows
+        if len(rows) != logits.shape[0]:
+            logits = logits[torch.tensor(rows, dtype=torch.long, device=logits.device)]
+        assert self.spec is not None
+        return row_seqs, self.spec.verify(logits, row_seqs)
+
+    def _commit_verified(self, row_seqs: list[Sequence], out: VerifyOutput, now: float) -> None:
+        """Append each sequence's emitted tokens (accepted drafts, then the resampled or bonus
+        token) until one ends it; advance ``num_computed_tokens`` over the accepted drafts only
+        and cache the blocks they completed (so a block is hashed once all its tokens are
+        accepted); give back blocks that held only rejected drafts; count per request."""
+        append = self.output_processor.append_token
+        finish = self.scheduler.finish
+        seq_to_req = self.output_processor.seq_to_req
+        kv = self.kv_cache_manager
+        spec = self.spec
+        assert spec is not None
+        generated = 0
+        for seq, toks, lps, lp, accepted in zip(
+            row_seqs, out.token_ids, out.logprobs, out.sampled_logprob, out.num_accepted
+        ):
+            drafted = len(seq.spec_token_ids)
+            if drafted:
+                m = seq_to_req[seq.seq_id].metrics
+                m.num_draft_tokens += drafted
+                m.num_accepted_tokens += accepted
+                m.num_verify_steps += 1
+            status = None
+            for j, tok in enumerate(toks):
+                generated += 1
+                status = append(seq, tok, lps[j], lp[j], now)
+                if status is not None:
+                    finish(seq, status)
+                    break
+            if status is None and accepted:
+                seq.num_computed_tokens += accepted
+                kv.cache_computed_blocks(seq)
+            spec.rollback(seq, kv)
+        self._metrics.generation_tokens += generated
+
     def _advance(self, sched: SchedulerOutput, now: float) -> dict[str, RequestState]:
         """Mark the scheduled tokens computed, cache the blocks they completed and count
-        prompt tokens; returns the requests that advanced, by id (first-scheduled time set)."""
+        prompt tokens; returns the requests that advanced, by id (first-scheduled time set).
+        Drafted tokens are not marked: they count once verification accepts them."""
         advanced: dict[str, RequestState] = {}
         seq_to_req = self.output_processor.seq_to_req
         cache_blocks = self.kv_cache_manager.cache_computed_blocks
@@ -340,6 +429,8 @@ class LLMEngine:
             seq = s.seq
             start = s.num_computed
             end = start + s.num_new_tokens
+            if end > len(seq.all_token_ids):  # drafts: see _commit_verified
+                end = len(seq.all_token_ids)
             seq.num_computed_tokens = end
             cache_blocks(seq)  # a dict lookup unless a block was completed
             state = seq_to_req.get(seq.seq_id)
@@ -390,4 +481,13 @@ class LLMEngine:
             requests_finished=m.requests_finished,
             ttft_seconds=list(m.ttft),
             tpot_seconds=list(m.tpot),
+            **(
+                {
+                    "spec_num_draft_tokens": self.spec.counters.num_draft_tokens,
+                    "spec_num_accepted_tokens": self.spec.counters.num_accepted_tokens,
+                    "spec_num_verify_steps": self.spec.counters.num_verify_steps,
+                }
+                if self.spec is not None
+                else {}
+            ),
         )

@@ -32,6 +32,9 @@ class EngineMetrics:
         ttft_seconds: recent time-to-first-token observations, seconds.
         tpot_seconds: recent time-per-output-token observations (per finished request with
             two or more tokens: (finish - first token) / (tokens - 1)), seconds.
+        spec_num_draft_tokens, spec_num_accepted_tokens, spec_num_verify_steps: speculative
+            decoding totals (drafted tokens, accepted drafts, sequence-steps that verified a
+            draft); all 0 with speculation off.
     """
 
     prefix_cache_queries: int
@@ -51,6 +54,18 @@ class EngineMetrics:
     block_size: int = 0
     ttft_seconds: list[float] = field(default_factory=list)
     tpot_seconds: list[float] = field(default_factory=list)
+    spec_num_draft_tokens: int = 0
+    spec_num_accepted_tokens: int = 0
+    spec_num_verify_steps: int = 0
+
+    @property
+    def spec_acceptance_rate(self) -> float:
+        """Accepted / drafted tokens (0 when nothing was drafted)."""
+        return (
+            self.spec_num_accepted_tokens / self.spec_num_draft_tokens
+            if self.spec_num_draft_tokens
+            else 0.0
+        )
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -66,6 +81,7 @@ class EngineMetrics:
         d = dict(self.__dict__)
         d["prefix_cache_hit_rate"] = self.prefix_cache_hit_rate
         d["kv_usage_percent"] = self.kv_usage_percent
+        d["spec_acceptance_rate"] = self.spec_acceptance_rate
         return d
 
 

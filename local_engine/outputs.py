@@ -48,6 +48,9 @@ class RequestMetrics:
         first_token_time: when the first output token was sampled.
         last_token_time: when the latest output token was sampled.
         finish_time: when it finished (None while running).
+        num_draft_tokens: speculative decoding: tokens drafted for this request (all samples).
+        num_accepted_tokens: of those, accepted by verification.
+        num_verify_steps: sequence-steps that verified at least one draft.
     """
 
     arrival_time: float
@@ -55,6 +58,25 @@ class RequestMetrics:
     first_token_time: float | None = None
     last_token_time: float | None = None
     finish_time: float | None = None
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_verify_steps: int = 0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted / drafted tokens (None when nothing was drafted)."""
+        if not self.num_draft_tokens:
+            return None
+        return self.num_accepted_tokens / self.num_draft_tokens
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """Tokens emitted per verification step: ``1 + accepted / steps`` (the accepted drafts
+        plus the resampled or bonus token; vLLM's "mean acceptance length"). None when no
+        step verified a draft."""
+        if not self.num_verify_steps:
+            return None
+        return 1.0 + self.num_accepted_tokens / self.num_verify_steps
 
     @property
     def ttft(self) -> float | None:

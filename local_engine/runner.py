@@ -44,6 +44,9 @@ class BatchInputs:
     meta: AttentionMetadata
     sample_rows: list[int]  # index into scheduled list, for each logits row
     is_decode: bool = False  # every sequence has exactly one new token (CUDA-graph eligible)
+    # speculative decoding: logits rows of each sampling sequence (1 + its drafts), or None
+    # when every sampling sequence has one row
+    logits_rows: list[int] | None = None
 
 
 def kv_block_bytes(mc: ModelConfig, block_size: int, dtype: torch.dtype | KVCacheFormat) -> int:
@@ -209,6 +212,8 @@ class ModelRunner:
         self.sampler = Sampler(cfg.seed, device=self.device)
         self.max_model_len = max_model_len
         self.graphs: DecodeGraphRunner | None = None  # on CUDA unless enforce_eager
+        # the same for verification steps of K + 1 tokens a sequence (speculative decoding)
+        self.spec_graphs: DecodeGraphRunner | None = None
         # CUDA: the pinned int64 host buffer of prepare(), its NumPy view, its copy's event
         self._pinned: torch.Tensor | None = None
         self._pinned_np: np.ndarray | None = None
@@ -233,6 +238,16 @@ class ModelRunner:
                 max_blocks_per_seq=-(-self.max_model_len // self.block_size),
                 backend=self.backend,
             ).capture()
+            spec = self.cfg.speculative
+            if spec is not None:  # speculative verification steps: K + 1 tokens per sequence
+                self.spec_graphs = DecodeGraphRunner(
+                    self.model,
+                    self.kv_caches,
+                    max_batch=self.cfg.max_num_seqs,
+                    max_blocks_per_seq=-(-self.max_model_len // self.block_size),
+                    backend=self.backend,
+                    query_len=spec.num_speculative_tokens + 1,
+                ).capture()
 
     # ---- batch construction --------------------------------------------------------------
     def prepare(self, sched: SchedulerOutput, block_tables) -> BatchInputs:
@@ -261,17 +276,27 @@ class ModelRunner:
             ends = [p + 1 for p in starts]
         else:
             ends = [p + k for p, k in zip(starts, news)]
+            # a speculating sequence's drafted tokens follow its committed ones
             token_ids = [
-                t for s, p, e in zip(scheduled, starts, ends) for t in s.seq.all_token_ids[p:e]
+                t
+                for s, p, e in zip(scheduled, starts, ends)
+                for t in (
+                    s.seq.all_token_ids[p:e]
+                    if not s.seq.spec_token_ids
+                    else (s.seq.all_token_ids + s.seq.spec_token_ids)[p:e]
+                )
             ]
         sample_rows = [
-            i for i, (s, e) in enumerate(zip(scheduled, ends)) if e == len(s.seq.all_token_ids)
+            i for i, (s, e) in enumerate(zip(scheduled, ends)) if e >= len(s.seq.all_token_ids)
         ]
+        logits_rows = None
+        if not is_decode and any(s.seq.spec_token_ids for s in scheduled):
+            logits_rows = [ends[i] - len(scheduled[i].seq.all_token_ids) + 1 for i in sample_rows]
         num_tokens = len(token_ids)
         bt = _as_block_table(block_tables, n)
         max_blocks = bt.shape[1]
 
-        n_lp = len(sample_rows)
+        n_lp = len(sample_rows) if logits_rows is None else sum(logits_rows)
         lay = HostLayout.plan(num_tokens, n, max_blocks, n_lp)
         host = self._host_buffer(lay.total)
         o_ids, o_pos, o_slot, o_lp = (
@@ -305,7 +330,13 @@ class ModelRunner:
         slots = host[o_slot : o_slot + num_tokens]
         np.multiply(bt[rows, pos // bs].astype(np.int64), bs, out=slots)
         slots += pos % bs
-        if n_lp:
+        if logits_rows is not None:  # the last 1 + drafts rows of each sampling sequence
+            last = cu[1:][sample_rows]
+            counts = np.array(logits_rows, dtype=np.int64)
+            host[o_lp : o_lp + n_lp] = np.repeat(last - counts, counts) + (
+                np.arange(n_lp) - np.repeat(np.cumsum(counts) - counts, counts)
+            )
+        elif n_lp:
             host[o_lp : o_lp + n_lp] = cu[1:][sample_rows] - 1
         h32[o_bt : o_bt + n * max_blocks] = bt.reshape(-1)
         h32[o_cu : o_cu + n + 1] = cu
@@ -327,6 +358,7 @@ class ModelRunner:
             meta,
             sample_rows,
             is_decode,
+            logits_rows,
         )
 
     def _host_buffer(self, size: int) -> np.ndarray:
@@ -403,6 +435,15 @@ class ModelRunner:
             if len(batch.sample_rows) == logits.shape[0]:
                 return logits
             return logits[batch.meta.logits_indices]
+        sg = self.spec_graphs
+        if (  # a verification step where every sequence verifies K drafts (all rows sample)
+            sg is not None
+            and batch.logits_rows is not None
+            and batch.input_ids.shape[0] == sg.q * batch.meta.num_seqs
+            and batch.meta.logits_indices.shape[0] == batch.input_ids.shape[0]
+            and sg.can_run(batch.meta.num_seqs, batch.meta)
+        ):
+            return sg.run(batch.input_ids, batch.positions, batch.meta)
         hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_caches)
         if batch.meta.logits_indices.numel() == 0:
             return hidden.new_zeros((0, self.model.config.vocab_size), dtype=torch.float32)

@@ -38,6 +38,9 @@ class SamplingParams:
             sampled one); None = none.
         ignore_eos: keep going past EOS.
         skip_special_tokens: drop control tokens from the text.
+        num_speculative_tokens: with speculative decoding on, draft at most this many tokens
+            per step for this request (0 = no speculation for it; None = the engine's K).
+            Speculation never changes what is sampled, only how fast.
 
     Raises:
         EngineError: a value out of range (the message names it).
@@ -54,6 +57,7 @@ class SamplingParams:
     logprobs: int | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
+    num_speculative_tokens: int | None = None
 
     def __post_init__(self):
         if self.temperature is None:
@@ -80,6 +84,13 @@ class SamplingParams:
         if any(not isinstance(s, str) for s in self.stop):
             raise EngineError("stop must be a string or a list of strings")
         self.stop_token_ids = list(self.stop_token_ids or [])
+        if self.num_speculative_tokens is not None and (
+            not isinstance(self.num_speculative_tokens, int) or self.num_speculative_tokens < 0
+        ):
+            raise EngineError(
+                "num_speculative_tokens must be a non-negative integer or None, got "
+                f"{self.num_speculative_tokens!r}"
+            )
         if self.seed is not None and not isinstance(self.seed, int):
             raise EngineError(f"seed must be an integer, got {self.seed!r}")
 

@@ -199,6 +199,8 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             num_new = len(seq.all_token_ids) - seq.num_computed_tokens
+            if seq.num_lookahead_tokens:  # speculative drafts, as far as the budget allows
+                num_new += max(0, min(seq.num_lookahead_tokens, budget - num_new))
             if num_new > budget:
                 if not self.enable_chunked_prefill:
                     i += 1

@@ -56,6 +56,11 @@ class Sequence:
         num_forks: for sample 0 of an ``n > 1`` request, how many siblings still to fork off
             when its prompt is done (they share its blocks copy-on-write).
         generator: torch RNG for seeded sampling (None = the engine's generator).
+        spec_token_ids: speculative decoding: this step's drafted tokens (after the committed
+            ones; never part of ``all_token_ids``), empty when not speculating.
+        spec_probs: the draft distribution ``[len(spec_token_ids), vocab]`` they were drawn
+            from (None for prompt lookup and greedy requests).
+        num_lookahead_tokens: draft slots the scheduler should add to this step's decode.
     """
 
     seq_id: str
@@ -76,6 +81,9 @@ class Sequence:
     cumulative_logprob: float = 0.0
     num_preemptions: int = 0
     max_total_len: int = 0  # prompt + max output tokens, capped by max_model_len
+    spec_token_ids: list[int] = field(default_factory=list)
+    spec_probs: torch.Tensor | None = None
+    num_lookahead_tokens: int = 0
 
     def __post_init__(self):
         if not self.all_token_ids:

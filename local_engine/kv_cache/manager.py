@@ -227,6 +227,24 @@ class KVCacheManager:
                 done = i + 1
         self._num_hashed[seq.seq_id] = done
 
+    def trim(self, seq: Sequence, num_tokens: int) -> None:
+        """Give back ``seq``'s blocks past the first ``blocks_needed(num_tokens)`` (speculative
+        decoding: blocks allocated for drafts that were rejected), tail first. The kept blocks
+        and their hashes are unchanged; a trimmed block never had a hash (it held no
+        accepted token)."""
+        held = self.req_blocks.get(seq.seq_id)
+        if not held:
+            return
+        keep = self.blocks_needed(num_tokens)
+        if len(held) <= keep:
+            return
+        extra = held[keep:]
+        del held[keep:]
+        self.block_tables.assign(seq.seq_id, [b.block_id for b in held])
+        if self._num_hashed.get(seq.seq_id, 0) > keep:
+            self._num_hashed[seq.seq_id] = keep
+        self.pool.free(reversed(extra))
+
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Give ``child`` the same block table as ``parent`` (one more reference on each
         block); the first write to a shared partial block copies it (copy-on-write)."""

@@ -91,6 +91,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=64, help="most sequences per step")
     parser.add_argument("--served-model-name", default=None, help="model id listed by /v1/models")
     parser.add_argument(
+        "--speculative",
+        default=None,
+        metavar="ngram|draft:PATH|layers:N",
+        help="speculative decoding (never changes what is sampled): 'ngram' drafts by prompt "
+        "lookup (fits answers that quote the prompt: code edits, extraction, RAG); "
+        "'draft:PATH' by a smaller model sharing the tokenizer; 'layers:N' by the target's "
+        "own first N layers (default off)",
+    )
+    parser.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        default=None,
+        metavar="K",
+        help="tokens drafted per step with --speculative (1..32, default 4)",
+    )
+    parser.add_argument(
         "--drain-timeout",
         type=float,
         default=30.0,
@@ -147,6 +163,15 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--threads {args.threads} must be at least 1")
     if args.weight_dtype is not None and args.device != "cpu":
         return _fail("--weight-dtype is CPU-only; drop it with --device cuda")
+    from local_engine.errors import EngineError
+    from local_engine.spec_decode.config import parse_cli
+
+    try:
+        args.speculative_config = parse_cli(
+            getattr(args, "speculative", None), getattr(args, "num_speculative_tokens", None)
+        )
+    except EngineError as exc:
+        return _fail(str(exc))
     try:
         sock = bind_socket(args.host, args.port)
     except OSError as exc:
@@ -187,6 +212,8 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
         overrides["weight_dtype"] = args.weight_dtype
     if args.threads is not None:
         overrides["num_threads"] = args.threads
+    if getattr(args, "speculative_config", None) is not None:
+        overrides["speculative"] = args.speculative_config
     try:
         engine = LLMEngine.from_model(args.model, **overrides)
     except ModelNotFoundError as exc:

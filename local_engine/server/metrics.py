@@ -18,6 +18,9 @@ Engine series (read from an engine snapshot at scrape time):
   ``promptcache_kv_cache_blocks_total``; ``promptcache_kv_cache_info{dtype,block_size}`` (always
   1: the KV storage format, ``auto``'s model dtype spelled out, e.g. ``bfloat16``/``fp8``/``int8``).
 * ``promptcache_num_requests_running`` / ``..._waiting``.
+* ``promptcache_spec_decode_draft_tokens_total``, ``..._accepted_tokens_total``,
+  ``..._verify_steps_total``: speculative decoding (acceptance rate = accepted / draft; mean
+  accepted length = 1 + accepted / verify steps).
 """
 
 from __future__ import annotations
@@ -90,6 +93,27 @@ class _EngineCollector:
         p = CounterMetricFamily("promptcache_engine_preemptions", "Sequences preempted")
         p.add_metric([], snap.num_preemptions)
         yield p
+        # speculative decoding (vLLM's spec_decode_num_* counters); 0 with speculation off
+        for name, help_, value in (
+            (
+                "draft_tokens",
+                "Tokens drafted by speculative decoding",
+                getattr(snap, "spec_num_draft_tokens", 0),
+            ),
+            (
+                "accepted_tokens",
+                "Drafted tokens accepted by verification",
+                getattr(snap, "spec_num_accepted_tokens", 0),
+            ),
+            (
+                "verify_steps",
+                "Sequence-steps that verified at least one drafted token",
+                getattr(snap, "spec_num_verify_steps", 0),
+            ),
+        ):
+            c = CounterMetricFamily(f"promptcache_spec_decode_{name}", help_)
+            c.add_metric([], value)
+            yield c
 
 
 class ServerMetrics:

@@ -1,0 +1,246 @@
+"""CPU benchmark of speculative decoding (prompt lookup, K=4) against no speculation on the
+embedded SmolLM2-135M-Instruct, greedy.
+
+Workloads (chat-templated; ``--max-tokens`` output tokens each):
+
+* ``rewrite``: "rewrite this function with one change" over a ~600-token function shipped in
+  this repository (``Scheduler._schedule_waiting``), a different rename per request;
+* ``quote``: answer by quoting a shipped document (``docs/rules/PC001.md``), a different
+  question per request;
+* ``chat``: open questions with nothing to copy.
+
+For each workload, batch 1 (one request alone) and batch 8 (eight at once): output tokens/s
+over the whole run (the prompts' blocks are prefix-cache hits: each set is run once untimed
+first) and over decode only (first token to last), the
+acceptance rate and the mean accepted length (tokens per verification step), with
+speculation off (the peer: the same engine, ``num_speculative_tokens=0`` per request) and on,
+best of ``--repeats``. A batch's requests share the function or the document as a cached
+prefix (the request's own instruction comes last). The floor beside them: the time of
+one decode forward of 1 token per sequence and of the K + 1 tokens a verification computes,
+measured in the same run, and the expected speedup of the speculative-decoding formula
+(Leviathan et al. 2023, eq. 1 with a drafter of cost 0: ``(1 - a**(K+1)) / (1 - a)`` tokens
+per step for acceptance rate ``a``, over the verification's cost relative to a decode step).
+
+Usage: ``.venv/bin/python bench/spec_decode_cpu.py [--max-tokens 96] [--repeats 2]``. Not a
+test: it prints, it does not assert.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from local_engine.engine import LLMEngine  # noqa: E402
+from local_engine.sampling import SamplingParams  # noqa: E402
+from local_engine.scheduler import ScheduledSequence, Scheduler, SchedulerOutput  # noqa: E402
+from local_engine.sequence import Sequence  # noqa: E402
+
+K = 4
+RENAMES = [
+    ("num_seqs", "seq_count"),
+    ("budget", "token_budget"),
+    ("idx", "position"),
+    ("hits", "cached_blocks"),
+    ("num_new", "new_tokens"),
+    ("pending", "in_flight"),
+    ("copies", "block_copies"),
+    ("need", "blocks_needed"),
+]
+QUESTIONS = [
+    ("PC001", "What does this rule detect?"),
+    ("PC001", "Why does it cost money?"),
+    ("PC001", "What is the fix?"),
+    ("PC001", "Show the bad example."),
+    ("PC001", "Show the good example."),
+    ("PC001", "What is the rule's name?"),
+    ("PC001", "When does the rule not apply?"),
+    ("PC001", "What is the first sentence?"),
+]
+CHAT = [
+    "Tell me a short story about a lighthouse keeper.",
+    "Explain photosynthesis to a ten-year-old.",
+    "What are three tips for learning to play the guitar?",
+    "Describe your ideal weekend in the mountains.",
+    "Why is the sky blue? Answer in a paragraph.",
+    "Write a short poem about the sea at night.",
+    "What should I cook for dinner tonight, and why?",
+    "Give me advice for my first job interview.",
+]
+
+
+def workloads(tok):
+    func = inspect.getsource(Scheduler._schedule_waiting)
+    func = "\n".join(line[4:] for line in func.splitlines())  # dedent the method
+
+    def chat(text):
+        return tok.encode(
+            tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+        )
+
+    # the shared text first, the request's own part last: the 8 requests of a batch share the
+    # function's (or the document's) blocks in the prefix cache
+    rewrite = [
+        chat(
+            f"Here is a Python function:\n\n```python\n{func}\n```\n\nRewrite it with one "
+            f"change: rename the variable `{a}` to `{b}`. Output the whole function and nothing "
+            "else."
+        )
+        for a, b in RENAMES
+    ]
+    doc = (ROOT / "docs" / "rules" / "PC001.md").read_text()
+    quote = [
+        chat(f"{doc}\n\nAnswer by quoting the document above word for word: {q}")
+        for _rule, q in QUESTIONS
+    ]
+    return {"rewrite": rewrite, "quote": quote, "chat": [chat(c) for c in CHAT]}, len(
+        tok.encode(func)
+    )
+
+
+def run(engine, prompts, max_tokens, k):
+    """Returns (total seconds, decode seconds, output tokens, drafted, accepted, verify steps,
+    token ids); ``k`` = 0 runs without speculation."""
+    p = SamplingParams(temperature=0, max_tokens=max_tokens, num_speculative_tokens=k)
+    t0 = time.perf_counter()
+    for i, ids in enumerate(prompts):
+        engine.add_request(f"r{i}", ids, p)
+    final = {}
+    while engine.has_unfinished_requests():
+        for o in engine.step():
+            if o.finished:
+                final[o.request_id] = o
+    t1 = time.perf_counter()
+    first = min(o.metrics.first_token_time for o in final.values())
+    last = max(o.metrics.finish_time for o in final.values())
+    toks = sum(len(o.outputs[0].token_ids) for o in final.values())
+    m = [o.metrics for o in final.values()]
+    return (
+        t1 - t0,
+        last - first,
+        toks,
+        sum(x.num_draft_tokens for x in m),
+        sum(x.num_accepted_tokens for x in m),
+        sum(x.num_verify_steps for x in m),
+        [o.outputs[0].token_ids for o in sorted(final.values(), key=lambda o: o.request_id)],
+    )
+
+
+def forward_floor(engine, batch, new_tokens, context, reps=5):
+    """Best seconds of one forward over ``batch`` sequences of ``context`` cached tokens, each
+    computing ``new_tokens`` (1 = a decode step, K + 1 = a verification)."""
+    kv = engine.kv_cache_manager
+    seqs = [
+        Sequence(
+            f"f{i}", f"f{i}", 0, list(range(100, 100 + context + new_tokens)), SamplingParams()
+        )
+        for i in range(batch)
+    ]
+    for s in seqs:
+        assert kv.allocate_slots(s, context + new_tokens) is not None
+    sched = SchedulerOutput([ScheduledSequence(s, context, new_tokens) for s in seqs])
+    tables = kv.block_table_array([s.seq_id for s in seqs])
+    best = float("inf")
+    try:
+        for _ in range(reps):
+            batch_in = engine.runner.prepare(sched, tables)
+            if new_tokens > 1:  # all rows' logits, as a verification needs
+                batch_in.meta.logits_indices = torch.arange(batch * new_tokens)
+            t = time.perf_counter()
+            engine.runner.forward_logits(batch_in)
+            best = min(best, time.perf_counter() - t)
+    finally:
+        for s in seqs:
+            kv.free(s)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--workloads", default="rewrite,quote,chat")
+    args = ap.parse_args()
+    print("uptime:", os.popen("uptime").read().strip())
+    # prefix caching on, and every prompt set run once before timing (both engines), so the
+    # timed runs measure generation rather than recomputing the same prompts
+    common = dict(num_kv_blocks=1024, num_threads=args.threads)
+    off = LLMEngine.from_model(None, **common)
+    on = LLMEngine.from_model(
+        None, speculative={"method": "ngram", "num_speculative_tokens": K}, **common
+    )
+    wl, func_tokens = workloads(off.tokenizer)
+    print(
+        f"SmolLM2-135M fp32, {torch.get_num_threads()} thread(s), greedy, max_tokens="
+        f"{args.max_tokens}, ngram K={K} (prompt_lookup {on.spec.spec.prompt_lookup_min}.."
+        f"{on.spec.spec.prompt_lookup_max}); function = {func_tokens} tokens"
+    )
+    floors = {}
+    for b in (1, 8):
+        d1 = forward_floor(off, b, 1, 600)
+        dk = forward_floor(off, b, K + 1, 600)
+        floors[b] = dk / d1
+        print(
+            f"floor batch {b}: decode forward {d1 * 1e3:.1f} ms, verification forward "
+            f"({K + 1} tokens/seq) {dk * 1e3:.1f} ms, ratio {dk / d1:.2f}"
+        )
+    rows = []
+    for name in args.workloads.split(","):
+        for b in (1, 8):
+            prompts = wl[name][:b]
+            best = {}
+            outs = {}
+            run(on, prompts, 1, 0)  # warm the prefix cache
+            for _ in range(args.repeats):
+                for mode, k in (("off", 0), ("ngram", K)):
+                    r = run(on, prompts, args.max_tokens, k)
+                    outs[mode] = r[6]
+                    if mode not in best or r[1] < best[mode][1]:
+                        best[mode] = r
+            same = outs["off"] == outs["ngram"]
+            o, s = best["off"], best["ngram"]
+            acc = s[4] / s[3] if s[3] else 0.0
+            mal = 1 + s[4] / s[5] if s[5] else 1.0
+            a = min(acc, 0.999)
+            formula = ((1 - a ** (K + 1)) / (1 - a)) / floors[b] if s[3] else 1.0
+            rows.append(
+                (
+                    name,
+                    b,
+                    o[2] / o[0],
+                    s[2] / s[0],
+                    o[2] / o[1],
+                    s[2] / s[1],
+                    (s[2] / s[1]) / (o[2] / o[1]),
+                    acc,
+                    mal,
+                    formula,
+                    same,
+                )
+            )
+            print("row:", rows[-1], flush=True)
+    print()
+    print(
+        "| workload | batch | tok/s off | tok/s ngram | decode tok/s off | decode tok/s ngram "
+        "| decode speedup | acceptance | mean accepted len | formula speedup | same tokens |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r[0]} | {r[1]} | {r[2]:.1f} | {r[3]:.1f} | {r[4]:.1f} | {r[5]:.1f} | "
+            f"{r[6]:.2f}x | {r[7]:.2f} | {r[8]:.2f} | {r[9]:.2f}x | {r[10]} |"
+        )
+    print("uptime:", os.popen("uptime").read().strip())
+
+
+if __name__ == "__main__":
+    main()
