@@ -42,7 +42,7 @@ from promptcache.pricing import Price
 from promptcache.usage import normalize_usage
 from promptcache.usage_record import Usage
 
-__all__ = ["wrap", "request_prefix_hash", "provider_for_host"]
+__all__ = ["wrap", "request_prefix_hash", "provider_for_host", "SESSION_HEADER"]
 
 log = logging.getLogger("promptcache.clients")
 
@@ -53,6 +53,9 @@ _TRACKED_PATHS = {
     "/messages": "messages",
 }
 _MARK = "_promptcache_wrapped"
+#: Per-call lineage key: ``client.messages.create(..., extra_headers={SESSION_HEADER: id})``
+#: (the header also reaches the provider, which ignores it).
+SESSION_HEADER = "X-Promptcache-Session"
 
 
 def provider_for_host(host: str, sdk: str) -> str:
@@ -161,6 +164,7 @@ class _Call:
         "done",
         "status",
         "lock",
+        "session",
     )
 
     def __init__(self, api: str, body: dict[str, Any], t0: float) -> None:
@@ -175,6 +179,7 @@ class _Call:
         self.done = False
         self.status = 0
         self.lock = threading.Lock()
+        self.session: str | None = None
 
 
 def _is_output_event(api: str, ev: dict[str, Any]) -> bool:
@@ -209,8 +214,12 @@ class _Recorder:
         callbacks: Sequence[Callable[..., Any]],
         metadata: dict[str, Any] | None,
         trace: str | os.PathLike[str] | None = None,
+        session: str | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.sdk = sdk
+        self.session = session
+        self.clock = clock
         self.trace: Any = None
         if trace is not None:
             from promptcache.simulate import TraceWriter
@@ -252,7 +261,9 @@ class _Recorder:
                 body = {}
             if not isinstance(body, dict):
                 body = {}
-            self.calls[request] = _Call(api, body, time.perf_counter())
+            call = _Call(api, body, time.perf_counter())
+            call.session = request.headers.get(SESSION_HEADER) or None
+            self.calls[request] = call
         except Exception:  # never break the caller
             log.exception("promptcache: could not inspect a request for tracking")
 
@@ -356,7 +367,8 @@ class _Recorder:
         latency_ms = (t_end - call.t0) * 1000.0
         ttft_ms = None if call.t_first is None else (call.t_first - call.t0) * 1000.0
         prefix_hash = request_prefix_hash(call.api, call.body)
-        fields = dict(
+        session = call.session or self.session
+        fields: dict[str, Any] = dict(
             model=model,
             provider=self.provider,
             api=call.api,
@@ -369,6 +381,14 @@ class _Recorder:
         )
         if getattr(self.tracker, "store_prompts", False):
             fields["prompt"] = json.dumps(call.body, ensure_ascii=False)
+        private = {"prompt"}
+        if hasattr(self.tracker, "attribute"):  # a ledger Tracker: attribute the miss
+            fields["request"] = call.body
+            fields["lineage"] = f"session:{session}" if session else f"{id(self)}:{model}"
+            private |= {"request", "lineage"}
+        if self.clock is not None:
+            fields["ts"] = self.clock()
+            private.add("ts")
         self.tracker.record(usage, **fields)
         if self.trace is not None:
             try:
@@ -377,7 +397,7 @@ class _Recorder:
                 log.warning("promptcache: no trace line written for a %s call: %s", call.api, e)
         for cb in self.callbacks:
             try:
-                cb(usage, **{k: v for k, v in fields.items() if k != "prompt"})
+                cb(usage, **{k: v for k, v in fields.items() if k not in private})
             except Exception:
                 log.exception("promptcache: a wrap() callback failed")
 
@@ -427,6 +447,8 @@ def wrap(
     callbacks: Sequence[Callable[..., Any]] = (),
     metadata: dict[str, Any] | None = None,
     trace: str | os.PathLike[str] | None = None,
+    session: str | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> Any:
     """Record every completion call ``client`` makes; returns the same ``client``.
 
@@ -444,6 +466,14 @@ def wrap(
     line (block hashes and token counts, no prompt text; see
     :func:`promptcache.simulate.trace_line`) for ``promptcache simulate``.
 
+    Miss attribution: each record carries why it missed (``Record.miss_cause``,
+    ``miss_path``, ``matched_prefix_tokens``), comparing the request with the previous one
+    of its lineage: by default the previous request for the same model through this
+    client; ``session``: one lineage key for every call of this client; per call, the
+    header ``X-Promptcache-Session`` (``extra_headers={promptcache.clients.SESSION_HEADER:
+    key}``) when one client serves many conversations. ``clock``: seconds callable for the
+    records' timestamps (default ``time.time``; tests pass a fake clock to step past TTLs).
+
     Wrapping twice is a no-op. Raises ``TypeError`` for an object that is not such a
     client; nothing else is ever raised from tracking.
     """
@@ -458,7 +488,18 @@ def wrap(
         return client
     sdk = type(client).__module__.split(".")[0]
     host = urlsplit(str(getattr(client, "base_url", ""))).hostname or ""
-    rec = _Recorder(sdk, host, tracker, provider, price, callbacks, metadata, trace)
+    rec = _Recorder(
+        sdk,
+        host,
+        tracker,
+        provider,
+        price,
+        callbacks,
+        metadata,
+        trace=trace,
+        session=session,
+        clock=clock,
+    )
     is_async = inspect.iscoroutinefunction(getattr(http, "send", None))
     on_request: Callable[[Any], Any]
     on_response: Callable[[Any], Any]

@@ -24,7 +24,8 @@ cause                  meaning
 
 The cause is None when the provider did not report caching at all (unknown is not a miss).
 
-TTLs and minimum lengths come from :func:`promptcache.limits.cache_rules` (each row with
+TTLs and minimum lengths come from :mod:`promptcache.limits` (:func:`~promptcache.limits.cache_limits`
+and its TTL constants; each row with
 its source and date): Anthropic and Bedrock by breakpoint (``ttl`` "5m" default, "1h");
 OpenAI by ``prompt_cache_retention`` (in-memory: 5 minutes, the lower bound of the
 documented 5-10 minutes; "24h") or, for GPT-5.6+, the breakpoint TTL ("30m" default);
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from promptcache.digest_chain import DigestChain
-from promptcache.limits import CacheRules, cache_rules
+from promptcache.limits import OPENAI_TTL_SECONDS, CacheLimits, cache_limits
 from promptcache.miss_locate import FirstDifference, excerpts, first_difference
 from promptcache.usage import Usage
 
@@ -79,34 +80,32 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def ttl_seconds(label: str | None) -> float | None:
     """Seconds of a TTL label as the providers spell them (``"5m"``, ``"1h"``, ``"24h"``,
     ``"30m"``, ``"12h"``; OpenAI ``"in_memory"``: the lower bound of the documented 5-10
-    minutes of :mod:`promptcache.cache_rules`); None for None or an unknown label."""
+    minutes, :data:`promptcache.limits.OPENAI_TTL_SECONDS`); None for None or an unknown label."""
     if label is None:
         return None
     m = _DURATION.match(label.strip().lower())
     if m:
         return float(int(m.group(1)) * _UNIT[m.group(2)])
     if label == "in_memory":
-        from promptcache.cache_rules import OPENAI_TTL_SECONDS
-
         return float(OPENAI_TTL_SECONDS["in_memory"])
     return None
 
 
-def rules_for(provider: str | None, api: str, model: str | None) -> CacheRules:
+def rules_for(provider: str | None, api: str, model: str | None) -> CacheLimits:
     """The cache rules that apply to a recorded request: by API shape first (Anthropic
     Messages bodies follow Anthropic's rules wherever they are served, Converse follows
     Bedrock's), then by the ledger's provider label, then by the model name."""
     label = (provider or "").lower()
     name = model or ""
     if label == "bedrock" or api == "converse":
-        return cache_rules(name, "bedrock")
+        return cache_limits(name, "bedrock")
     if api == "messages":
-        return cache_rules(name, "anthropic")
+        return cache_limits(name, "anthropic")
     if api == "gemini" or label in ("gemini", "vertex"):
-        return cache_rules(name, "gemini")
+        return cache_limits(name, "gemini")
     if label in ("openai", "azure_openai") or name.lower().startswith(("gpt-", "o1", "o3", "o4")):
-        return cache_rules(name, "openai")
-    return cache_rules(name, "local")
+        return cache_limits(name, "openai")
+    return cache_limits(name, "local")
 
 
 @dataclass(frozen=True)
@@ -170,7 +169,7 @@ def _tokens(obs: Observation, chars: int) -> int:
     return min(prompt, round(chars * prompt / total))
 
 
-def _floor(tokens: int, rules: CacheRules) -> int:
+def _floor(tokens: int, rules: CacheLimits) -> int:
     """The part of a matched prefix a provider with hit increments reports as read."""
     if tokens < rules.min_tokens:
         return 0
@@ -184,7 +183,7 @@ def _needs_markers(chain: DigestChain) -> bool:
 
 
 def _entry_ttl(
-    prev: Observation, rules: CacheRules, end: int, *, longest: bool = False
+    prev: Observation, rules: CacheLimits, end: int, *, longest: bool = False
 ) -> float | None:
     """TTL in seconds of the entry the previous request left for its prefix up to ``end``
     characters -- with ``longest``, of the longest-lived of its entries (all of them
@@ -206,7 +205,7 @@ def _entry_ttl(
     return None  # Gemini implicit, self-hosted: no documented TTL
 
 
-def _reachable(prev: DigestChain, cur: DigestChain, matched: int, rules: CacheRules) -> bool:
+def _reachable(prev: DigestChain, cur: DigestChain, matched: int, rules: CacheLimits) -> bool:
     """Can a breakpoint of ``cur`` find an entry ``prev`` wrote (within the shared prefix),
     looking back ``rules.lookback_blocks`` content blocks (0: unlimited)?"""
     written = [b.block for b in prev.breakpoints if b.end <= matched]
@@ -222,7 +221,11 @@ def _reachable(prev: DigestChain, cur: DigestChain, matched: int, rules: CacheRu
 
 
 def attribute(
-    cur: Observation, prev: Observation | None, *, rules: CacheRules | None = None
+    cur: Observation,
+    prev: Observation | None,
+    *,
+    rules: CacheLimits | None = None,
+    related: bool = True,
 ) -> Attribution:
     """The cause of ``cur``'s cache result, given the previous request of its lineage.
 
@@ -231,6 +234,12 @@ def attribute(
         prev: the previous request of its lineage (same model and lineage key), or None.
         rules: the cache rules to apply (default: :func:`rules_for` from the usage's
             provider, the chain's API and the model).
+        related: False when ``prev`` is not of the same lineage but only the most similar
+            recent request (another conversation sharing the head): a difference in the
+            messages then starts a new lineage (``cold``) instead of a ``prefix_changed``.
+
+    Only ``prefix_changed`` carries ``path`` and the offsets; the other causes leave them
+    None (a difference after the cached part is not why the request missed).
 
     Returns:
         An :class:`Attribution`; never raises for well-formed observations.
@@ -244,8 +253,16 @@ def attribute(
     matched_chars = 0
     if prev is not None:
         diff = first_difference(prev.chain, cur.chain)
-        matched_chars = prev.chain.chars if diff is None else diff.offset_chars
-        matched_chars = min(matched_chars, cur.chain.chars)
+        if (
+            not related
+            and diff is not None
+            and diff.segment < len(cur.chain.segments)
+            and cur.chain.segments[diff.segment].kind == "messages"
+        ):
+            prev, diff = None, None  # another conversation with the same head
+        else:
+            matched_chars = prev.chain.chars if diff is None else diff.offset_chars
+            matched_chars = min(matched_chars, cur.chain.chars)
     matched = _tokens(cur, matched_chars) if prev is not None else 0
     where: dict[str, Any] = {}
     if diff is not None:
@@ -275,7 +292,7 @@ def attribute(
     tolerance = max(rules.increment, 0)
 
     def result(cause: str, detail: str, **kw: Any) -> Attribution:
-        fields = {**where, **kw}
+        fields = {**where, **kw} if cause == "prefix_changed" else dict(kw)
         shared = max(matched, read) if cause == "hit" else matched
         return Attribution(cause, matched_prefix_tokens=shared, detail=detail, **fields)
 

@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from promptcache.digest_chain import build_chain
-from promptcache.limits import cache_rules
+from promptcache.limits import cache_limits
 from promptcache.miss_cause import (
     CAUSES,
     Attribution,
@@ -76,7 +76,7 @@ def test_ttl_labels_in_seconds() -> None:
 
 
 def test_rules_come_from_limits() -> None:
-    assert rules_for("local", "messages", SONNET) == cache_rules(SONNET, "anthropic")
+    assert rules_for("local", "messages", SONNET) == cache_limits(SONNET, "anthropic")
     assert rules_for("bedrock", "converse", "anthropic.claude-sonnet-4-5").provider == "bedrock"
     assert rules_for("openai", "chat.completions", "gpt-4o").min_tokens == 1024
     assert rules_for("vllm", "chat.completions", "Qwen/Qwen3-8B").provider == "local"
