@@ -216,10 +216,12 @@ class _Recorder:
         trace: str | os.PathLike[str] | None = None,
         session: str | None = None,
         clock: Callable[[], float] | None = None,
+        rules: Any = None,
     ) -> None:
         self.sdk = sdk
         self.session = session
         self.clock = clock
+        self.rules = rules
         self.trace: Any = None
         if trace is not None:
             from promptcache.simulate import TraceWriter
@@ -386,6 +388,9 @@ class _Recorder:
             fields["request"] = call.body
             fields["lineage"] = f"session:{session}" if session else f"{id(self)}:{model}"
             private |= {"request", "lineage"}
+            if self.rules is not None:
+                fields["rules"] = self.rules
+                private.add("rules")
         if self.clock is not None:
             fields["ts"] = self.clock()
             private.add("ts")
@@ -449,6 +454,7 @@ def wrap(
     trace: str | os.PathLike[str] | None = None,
     session: str | None = None,
     clock: Callable[[], float] | None = None,
+    rules: Any = None,
 ) -> Any:
     """Record every completion call ``client`` makes; returns the same ``client``.
 
@@ -473,6 +479,8 @@ def wrap(
     header ``X-Promptcache-Session`` (``extra_headers={promptcache.clients.SESSION_HEADER:
     key}``) when one client serves many conversations. ``clock``: seconds callable for the
     records' timestamps (default ``time.time``; tests pass a fake clock to step past TTLs).
+    ``rules``: the :class:`~promptcache.limits.CacheRules` to attribute with (default: the
+    model's row; e.g. OpenAI's rules for a local server emulating them).
 
     Wrapping twice is a no-op. Raises ``TypeError`` for an object that is not such a
     client; nothing else is ever raised from tracking.
@@ -499,6 +507,7 @@ def wrap(
         trace=trace,
         session=session,
         clock=clock,
+        rules=rules,
     )
     is_async = inspect.iscoroutinefunction(getattr(http, "send", None))
     on_request: Callable[[Any], Any]
