@@ -933,6 +933,41 @@ class Tracker:
         obs = Observation(prev_chain, usage, ts, retention if isinstance(retention, str) else None)
         return obs, same
 
+    def miss_groups(self, since: Any = None, until: Any = None) -> list[dict[str, Any]]:
+        """Attributed requests grouped by (cause, path, model): ``requests``,
+        ``prompt_tokens``, ``cache_read_tokens``, ``missed_tokens`` (prompt tokens not read
+        from the cache), ``matched_tokens`` (sum of ``matched_prefix_tokens``) and the latest ``last_ts``;
+        most missed tokens first. Requests without a cause are left
+        out. Raises ``ValueError`` for a bad ``since``/``until``."""
+        d = self.dialect
+        where, params = _range_where("ts", parse_since(since), parse_since(until), d.param)
+        where = (where + " AND " if where else "WHERE ") + "miss_cause IS NOT NULL"
+        cur = self._conn().cursor()
+        cur.execute(
+            "SELECT miss_cause, miss_path, model, COUNT(*), "
+            "SUM(uncached_input_tokens + cache_read_tokens + cache_write_tokens), "
+            "SUM(cache_read_tokens), COALESCE(SUM(matched_prefix_tokens), 0), MAX(ts) "
+            f"FROM requests {where} GROUP BY miss_cause, miss_path, model",
+            params,
+        )
+        out = []
+        for cause, path, model, n, prompt, read, matched, last in cur.fetchall():
+            out.append(
+                {
+                    "cause": cause,
+                    "path": path,
+                    "model": model,
+                    "requests": int(n),
+                    "prompt_tokens": int(prompt or 0),
+                    "cache_read_tokens": int(read or 0),
+                    "missed_tokens": int(prompt or 0) - int(read or 0),
+                    "matched_tokens": int(matched or 0),
+                    "last_ts": float(last),
+                }
+            )
+        out.sort(key=lambda g: (-g["missed_tokens"], -g["requests"], g["cause"], g["path"] or ""))
+        return out
+
     def chain(self, record_id: str) -> DigestChain | None:
         """The stored digest chain of a record (with the atoms of its segments), or None."""
         d = self.dialect
