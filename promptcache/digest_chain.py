@@ -12,7 +12,8 @@ positions instead.
 
 Per segment the chain keeps:
 
-- a 64-bit BLAKE2b digest of its serialization and its length in characters;
+- a 64-bit digest of its serialization (the first 16 hex digits of its SHA-1: change
+  detection, not security) and its length in characters;
 - its *atoms*: every scalar (and empty container) in serialization order with its JSON path
   relative to the segment, its start offset and length in the serialization and a 64-bit
   digest, so that the first differing value *and* structural changes (a key added, removed
@@ -38,7 +39,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from hashlib import blake2b
+from hashlib import sha1
 from typing import Any
 
 __all__ = [
@@ -73,7 +74,11 @@ def serialize(value: Any) -> str:
 
 
 def _digest(text: str, size: int = 8) -> str:
-    return blake2b(text.encode("utf-8", "surrogatepass"), digest_size=size).hexdigest()
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (JSON allows them): keep them digestible
+        data = text.encode("utf-8", "surrogatepass")
+    return sha1(data).hexdigest()[: 2 * size]
 
 
 def _key(name: str) -> str:
@@ -126,9 +131,9 @@ class Atom:
             ``".input_schema.properties.city.type"``, ``"[0].text"``).
         start: offset of the value in the segment's serialization (characters).
         chars: length of the value's serialization (characters; strings include quotes).
-        digest: 16 hex digits (BLAKE2b-64) of the serialization.
+        digest: 16 hex digits (SHA-1, truncated) of the serialization.
         blocks: for a serialization longer than :data:`BLOCK_CHARS`, 8 hex digits
-            (BLAKE2b-32) per block of :data:`BLOCK_CHARS` characters; else empty.
+            (SHA-1, truncated) per block of :data:`BLOCK_CHARS` characters; else empty.
     """
 
     path: str
@@ -172,7 +177,7 @@ class Segment:
 
     Attributes:
         path: absolute JSON path (``"$.tools[2]"``, ``"$.system[0]"``, ``"$.messages[5]"``).
-        digest: 16 hex digits (BLAKE2b-64) of the serialization without cache markers.
+        digest: 16 hex digits (SHA-1, truncated) of the serialization without markers.
         start: offset of the segment in the chain (characters).
         chars: length of its serialization (characters).
         blocks: content blocks it holds (a message's content parts; 1 otherwise; 0 for
@@ -208,6 +213,21 @@ class DigestChain:
     atoms: Mapping[str, tuple[Atom, ...]] = field(default_factory=dict, compare=False)
     values: tuple[Any, ...] = field(default=(), compare=False, repr=False)
     automatic: bool = False
+    #: in memory only: each segment's value as sent (markers included) and its markers
+    #: ``(block, ttl, path, end offset in the segment)``, for reuse by the next request
+    raws: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    marks: tuple[tuple[tuple[int, str, str, int], ...], ...] = field(
+        default=(), compare=False, repr=False
+    )
+
+    @property
+    def keys(self) -> tuple[tuple[str, str], ...]:
+        """``(path, digest)`` per segment (cached)."""
+        k = self.__dict__.get("_keys")
+        if k is None:
+            k = tuple((s.path, s.digest) for s in self.segments)
+            object.__setattr__(self, "_keys", k)
+        return k
 
     @property
     def chars(self) -> int:
@@ -312,6 +332,8 @@ class _Piece:
     blocks: int
     # (index of the content block inside the piece, ttl, marker path) per marker
     markers: list[tuple[int, str, str]]
+    # the value as sent, markers included (None: ``value`` is as sent)
+    raw: Any = None
 
 
 def _strip(value: Any, keys: tuple[str, ...] = _MARKERS) -> tuple[Any, Any]:
@@ -364,6 +386,45 @@ def _message_piece(msg: Any, path: str, default_ttl: str, content_key: str = "co
     return _Piece(path, value, "messages", max(1, len(parts)), markers)
 
 
+@dataclass(slots=True)
+class _Lazy:
+    """A message not yet cut into a piece: build_chain first tries to reuse the previous
+    request's segment for an equal value."""
+
+    path: str
+    raw: Any
+    ttl: str
+    content_key: str = "content"
+    kind: str = "messages"
+
+    def piece(self) -> _Piece:
+        p = _message_piece(self.raw, self.path, self.ttl, self.content_key)
+        p.kind = self.kind
+        return p
+
+
+@dataclass(slots=True)
+class _Tail:
+    """The message list, last in every cache order: build_chain walks it in one tight
+    loop, reusing the previous request's segments for equal messages."""
+
+    items: list[Any]
+    base: str
+    ttl: str
+    content_key: str = "content"
+    system_roles: bool = False
+
+    def lazy(self, j: int) -> _Lazy:
+        msg = self.items[j]
+        system = (
+            self.system_roles
+            and isinstance(msg, dict)
+            and msg.get("role") in ("system", "developer")
+        )
+        kind = "system" if system else "messages"
+        return _Lazy(f"{self.base}[{j}]", msg, self.ttl, self.content_key, kind)
+
+
 def _list_pieces(items: Any, base: str, kind: str, default_ttl: str) -> Iterator[_Piece]:
     """Each item of a list as a piece (tools, system blocks); Bedrock ``cachePoint`` items
     mark the piece before them."""
@@ -374,6 +435,7 @@ def _list_pieces(items: Any, base: str, kind: str, default_ttl: str) -> Iterator
         if isinstance(item, dict) and "cachePoint" in item and len(item) == 1:
             if pending is not None:
                 pending.markers.append((0, _ttl(item["cachePoint"], default_ttl), f"{base}[{i}]"))
+                pending.raw = [pending.raw, item]
             continue
         if pending is not None:
             yield pending
@@ -382,7 +444,7 @@ def _list_pieces(items: Any, base: str, kind: str, default_ttl: str) -> Iterator
         if mk is not None:
             key = next(k for k in _MARKERS if k in item)
             markers.append((0, _ttl(mk, default_ttl), f"{base}[{i}].{key}"))
-        pending = _Piece(f"{base}[{i}]", clean, kind, 1, markers)
+        pending = _Piece(f"{base}[{i}]", clean, kind, 1, markers, item)
     if pending is not None:
         yield pending
 
@@ -393,7 +455,7 @@ def _settings(body: Mapping[str, Any], keys: Sequence[str]) -> Iterator[_Piece]:
             yield _Piece("$" + _key(k), body[k], "setting", 0, [])
 
 
-def _pieces_messages(body: Mapping[str, Any]) -> Iterator[_Piece]:
+def _pieces_messages(body: Mapping[str, Any]) -> Iterator[_Piece | _Tail]:
     # Anthropic: tools -> system -> messages. Changing tool_choice or thinking invalidates
     # the message cache (prompt-caching page, "What invalidates the cache"): they sit
     # between system and messages in the chain.
@@ -404,11 +466,10 @@ def _pieces_messages(body: Mapping[str, Any]) -> Iterator[_Piece]:
     elif system is not None:
         yield _Piece("$.system", system, "system", 1, [])
     yield from _settings(body, ("tool_choice", "thinking"))
-    for i, msg in enumerate(body.get("messages") or []):
-        yield _message_piece(msg, f"$.messages[{i}]", "5m")
+    yield _Tail(body.get("messages") or [], "$.messages", "5m")
 
 
-def _pieces_chat(body: Mapping[str, Any]) -> Iterator[_Piece]:
+def _pieces_chat(body: Mapping[str, Any]) -> Iterator[_Piece | _Tail]:
     # OpenAI routes by a hash of the prompt's first tokens combined with prompt_cache_key;
     # tools and the structured-output schema are part of the cached prefix.
     yield from _settings(body, ("prompt_cache_key",))
@@ -417,16 +478,12 @@ def _pieces_chat(body: Mapping[str, Any]) -> Iterator[_Piece]:
     key = "messages" if "messages" in body else "prompt"
     items = body.get(key)
     if isinstance(items, list) and key == "messages":
-        for i, msg in enumerate(items):
-            p = _message_piece(msg, f"$.messages[{i}]", "30m")
-            if isinstance(msg, dict) and msg.get("role") in ("system", "developer"):
-                p.kind = "system"
-            yield p
+        yield _Tail(items, "$.messages", "30m", system_roles=True)
     elif items is not None:
         yield _Piece("$" + _key(key), items, "messages", 1, [])
 
 
-def _pieces_responses(body: Mapping[str, Any]) -> Iterator[_Piece]:
+def _pieces_responses(body: Mapping[str, Any]) -> Iterator[_Piece | _Tail]:
     yield from _settings(body, ("prompt_cache_key",))
     if body.get("instructions") is not None:
         yield _Piece("$.instructions", body["instructions"], "system", 1, [])
@@ -434,13 +491,12 @@ def _pieces_responses(body: Mapping[str, Any]) -> Iterator[_Piece]:
     yield from _settings(body, ("text", "tool_choice"))
     items = body.get("input")
     if isinstance(items, list):
-        for i, msg in enumerate(items):
-            yield _message_piece(msg, f"$.input[{i}]", "30m")
+        yield _Tail(items, "$.input", "30m")
     elif items is not None:
         yield _Piece("$.input", items, "messages", 1, [])
 
 
-def _pieces_gemini(body: Mapping[str, Any]) -> Iterator[_Piece]:
+def _pieces_gemini(body: Mapping[str, Any]) -> Iterator[_Piece | _Tail]:
     cfg = body.get("config") or body.get("generationConfig") or {}
     yield from _settings(body, ("cachedContent", "cached_content"))
     for base, holder in (("$", body), ("$.config", cfg if isinstance(cfg, dict) else {})):
@@ -454,21 +510,19 @@ def _pieces_gemini(body: Mapping[str, Any]) -> Iterator[_Piece]:
                 yield _Piece(f"{base}.{k}", holder[k], "setting", 0, [])
     contents = body.get("contents")
     if isinstance(contents, list):
-        for i, c in enumerate(contents):
-            yield _message_piece(c, f"$.contents[{i}]", "1h", content_key="parts")
+        yield _Tail(contents, "$.contents", "1h", content_key="parts")
     elif contents is not None:
         yield _Piece("$.contents", contents, "messages", 1, [])
 
 
-def _pieces_converse(body: Mapping[str, Any]) -> Iterator[_Piece]:
+def _pieces_converse(body: Mapping[str, Any]) -> Iterator[_Piece | _Tail]:
     tc = body.get("toolConfig")
     if isinstance(tc, dict):
         yield from _list_pieces(tc.get("tools"), "$.toolConfig.tools", "tools", "5m")
         if tc.get("toolChoice") is not None:
             yield _Piece("$.toolConfig.toolChoice", tc["toolChoice"], "setting", 0, [])
     yield from _list_pieces(body.get("system"), "$.system", "system", "5m")
-    for i, msg in enumerate(body.get("messages") or []):
-        yield _message_piece(msg, f"$.messages[{i}]", "5m")
+    yield _Tail(body.get("messages") or [], "$.messages", "5m")
 
 
 _SEGMENTERS = {
@@ -501,7 +555,7 @@ def _block_end(text: str, value: Any, content_key: str, block: int) -> int:
 
 def build_chain(
     body: Mapping[str, Any], api: str, *, previous: DigestChain | None = None
-) -> DigestChain:
+) -> DigestChain:  # noqa: C901 - one pass over the segments
     """The digest chain of one request body.
 
     Args:
@@ -510,7 +564,10 @@ def build_chain(
         api: one of :data:`APIS`.
         previous: a chain built in this process for the previous request of the lineage;
             segments equal to its values (``==``) at the same path reuse its digests and
-            atoms instead of being serialized again.
+            atoms instead of being serialized again -- except tool definitions, which are
+            always serialized (``==`` ignores key order; a schema's key order reaches the
+            prompt). Message envelopes compared with ``==`` ignore key order too, which the
+            providers' message rendering does as well.
 
     Returns:
         A :class:`DigestChain` holding references to the segment values.
@@ -523,40 +580,98 @@ def build_chain(
         raise ValueError(f"unknown api {api!r}; expected one of {', '.join(APIS)}")
     content_key = "parts" if api == "gemini" else "content"
     prev_segs = previous.segments if previous is not None else ()
+    prev_raws = previous.raws if previous is not None else ()
     prev_vals = previous.values if previous is not None else ()
+    prev_marks = previous.marks if previous is not None else ()
     prev_atoms = previous.atoms if previous is not None else {}
     segments: list[Segment] = []
     values: list[Any] = []
+    raws: list[Any] = []
+    marks: list[tuple[tuple[int, str, str, int], ...]] = []
     atoms: dict[str, tuple[Atom, ...]] = {}
     bps: list[Breakpoint] = []
     pos = 0
     block = 0
-    for i, piece in enumerate(segmenter(body)):
-        text: str | None = None
-        reused = None
-        if i < len(prev_vals) and prev_segs[i].path == piece.path and prev_vals[i] == piece.value:
-            reused = prev_segs[i]
-        if reused is not None:
-            digest, chars = reused.digest, reused.chars
-            if digest in prev_atoms:
-                atoms[digest] = prev_atoms[digest]
-        else:
-            text = _ENCODE(piece.value)
-            digest, chars = _digest(text), len(text)
-            if digest not in atoms:
-                atoms[digest] = _atoms(piece.value)
+    n_prev = len(prev_raws)
+
+    def add(item: _Piece | _Lazy, raw: Any, i: int) -> None:
+        nonlocal pos, block
+        # equal values reuse the previous request's digests. Dict equality ignores key
+        # order, and a tool schema's key order reaches the prompt: tools are compared by
+        # their repr (insertion order, C speed) instead
+        if isinstance(item, _Piece) and item.kind == "tools":
+            raw = repr(raw)
+        if i < n_prev and prev_segs[i].path == item.path and prev_raws[i] == raw:
+            reuse(i, raw)
+            return
+        piece = item.piece() if isinstance(item, _Lazy) else item
+        value = piece.value
+        text = _ENCODE(value)
+        digest, chars = _digest(text), len(text)
+        if digest not in atoms:
+            atoms[digest] = prev_atoms.get(digest) or _atoms(value)
+        found = []
         for b, ttl, mpath in piece.markers:
             b = max(0, b)
             if piece.blocks > 1 and b < piece.blocks - 1:
-                text = _ENCODE(piece.value) if text is None else text
-                end = pos + _block_end(text, piece.value, content_key, b)
+                rel = _block_end(text, value, content_key, b)
             else:
-                end = pos + chars
-            bps.append(Breakpoint(end, block + b, ttl, mpath))
-        segments.append(Segment(piece.path, digest, pos, chars, piece.blocks, piece.kind))
-        values.append(piece.value)
-        pos += chars
-        block += piece.blocks
+                rel = chars
+            found.append((b, ttl, mpath, rel))
+        push(
+            Segment(piece.path, digest, pos, chars, piece.blocks, piece.kind),
+            value,
+            raw,
+            tuple(found),
+        )
+
+    def reuse(i: int, raw: Any) -> None:
+        seg = prev_segs[i]
+        if seg.start != pos:
+            seg = Segment(seg.path, seg.digest, pos, seg.chars, seg.blocks, seg.kind)
+        if seg.digest in prev_atoms:
+            atoms[seg.digest] = prev_atoms[seg.digest]
+        push(seg, prev_vals[i], raw, prev_marks[i])
+
+    def push(seg: Segment, value: Any, raw: Any, mk: tuple[tuple[int, str, str, int], ...]) -> None:
+        nonlocal pos, block
+        for b, ttl, mpath, rel in mk:
+            bps.append(Breakpoint(pos + rel, block + b, ttl, mpath))
+        segments.append(seg)
+        values.append(value)
+        raws.append(raw)
+        marks.append(mk)
+        pos += seg.chars
+        block += seg.blocks
+
+    for item in segmenter(body):
+        if isinstance(item, _Tail):
+            first = len(segments)
+            msgs = item.items
+            # the same head as the previous request: message j sits at the same index
+            aligned = first < n_prev and prev_segs[first].path == f"{item.base}[0]"
+            for j, msg in enumerate(msgs):
+                i = first + j
+                if aligned and i < n_prev and prev_raws[i] == msg:
+                    seg = prev_segs[i]
+                    mk = prev_marks[i]
+                    if seg.start == pos and not mk:  # the common case, inlined
+                        segments.append(seg)
+                        values.append(prev_vals[i])
+                        raws.append(msg)
+                        marks.append(mk)
+                        d = seg.digest
+                        if d in prev_atoms:
+                            atoms[d] = prev_atoms[d]
+                        pos += seg.chars
+                        block += seg.blocks
+                    else:
+                        reuse(i, msg)
+                else:
+                    add(item.lazy(j), msg, i)
+            continue
+        raw = item.raw if isinstance(item, _Lazy) or item.raw is not None else item.value
+        add(item, raw, len(segments))
     automatic = False
     top = body.get("cache_control") if api == "messages" else None
     if top is not None:
@@ -567,4 +682,13 @@ def build_chain(
             last = cacheable[-1]
             bps.append(Breakpoint(last.end, block - 1, _ttl(top, "5m"), "$.cache_control"))
     bps.sort(key=lambda b: (b.end, b.block))
-    return DigestChain(api, tuple(segments), tuple(bps), atoms, tuple(values), automatic)
+    return DigestChain(
+        api,
+        tuple(segments),
+        tuple(bps),
+        atoms,
+        tuple(values),
+        automatic,
+        tuple(raws),
+        tuple(marks),
+    )

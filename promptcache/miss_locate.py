@@ -136,9 +136,18 @@ def first_difference(prev: DigestChain, cur: DigestChain) -> FirstDifference | N
     """
     ps, cs = prev.segments, cur.segments
     n = min(len(ps), len(cs))
-    i = 0
-    while i < n and ps[i].digest == cs[i].digest and ps[i].path == cs[i].path:
-        i += 1
+    pk, ck = prev.keys, cur.keys
+    if pk[:n] == ck[:n]:  # C-level comparison of the (path, digest) runs
+        i = n
+    else:
+        lo, hi = 0, n  # pk[:lo] == ck[:lo], pk[:hi] != ck[:hi]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if pk[lo:mid] == ck[lo:mid]:
+                lo = mid
+            else:
+                hi = mid
+        i = lo
     if i == len(ps):
         return None
     if i == len(cs):

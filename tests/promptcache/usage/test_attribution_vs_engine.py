@@ -98,7 +98,12 @@ def test_anthropic_agent_loop(tmp_path) -> None:
             )
 
         def tool_turn(i: int) -> None:
-            use = {"type": "tool_use", "id": f"tu_{i}", "name": "status", "input": {"order_id": "A1"}}
+            use = {
+                "type": "tool_use",
+                "id": f"tu_{i}",
+                "name": "status",
+                "input": {"order_id": "A1"},
+            }
             history.append({"role": "assistant", "content": [use]})
             history.append(
                 {
