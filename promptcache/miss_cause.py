@@ -32,6 +32,9 @@ documented 5-10 minutes; "24h") or, for GPT-5.6+, the breakpoint TTL ("30m" defa
 Gemini's implicit cache and self-hosted servers (vLLM, SGLang, the local engine in
 automatic mode) document no TTL (LRU eviction), so they never get ``ttl_expired``.
 
+Gemini's implicit caching documents no granularity for its hits, so any read of an
+unchanged prefix there counts as ``hit`` (never ``partial``).
+
 Token offsets are estimates: characters of the chain scaled by this request's reported
 prompt tokens over the chain's characters (the chain is the request's JSON, so the ratio
 includes its structure).
@@ -311,6 +314,9 @@ def attribute(
             return result("hit", f"read {read} tokens")
         if read + tolerance >= expected and read > 0:
             return result("hit", f"read {read} of the {expected} cached tokens")
+        if read > 0 and rules.provider == "gemini":
+            # Gemini's implicit cache documents no hit granularity: a read is a hit
+            return result("hit", f"read {read} tokens (Gemini reports its own granularity)")
     if read > 0 and (prev is None or not cached_tokens):
         return result("hit", f"read {read} tokens")
 
