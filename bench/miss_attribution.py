@@ -6,8 +6,8 @@ Run:  .venv/bin/python bench/miss_attribution.py [--conversations 24] [--overhea
 1. **Trace.** Conversations of an agent loop (Anthropic Messages bodies with tool schemas,
    a ~1,500-token system prompt, cache breakpoints; and OpenAI Chat bodies with automatic
    caching), each request's usage computed by the provider-rule emulator the local engine
-   uses (:mod:`promptcache.cache_rules`: ``anthropic_usage``/``openai_usage`` on a
-   :class:`~promptcache.cache_rules.CacheState` with a manual clock) from this script's own
+   uses (:mod:`promptcache.cache_emulation`: ``anthropic_usage``/``openai_usage`` on a
+   :class:`~promptcache.cache_emulation.CacheState` with a manual clock) from this script's own
    rendering of the body into tokens (4-character chunks of the JSON, one content block per
    tool / system block / message). Causes are injected at known turns: a tool added, a
    schema's keys reordered, a timestamp in the system prompt, an earlier message edited
@@ -50,7 +50,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from promptcache import Tracker, Usage  # noqa: E402
-from promptcache.cache_rules import (  # noqa: E402
+from promptcache.cache_emulation import (  # noqa: E402
     Breakpoint,
     CacheState,
     ManualClock,

@@ -526,7 +526,7 @@ def wrap(
     header ``X-Promptcache-Session`` (``extra_headers={promptcache.clients.SESSION_HEADER:
     key}``) when one client serves many conversations. ``clock``: seconds callable for the
     records' timestamps (default ``time.time``; tests pass a fake clock to step past TTLs).
-    ``rules``: the :class:`~promptcache.limits.CacheRules` to attribute with (default: the
+    ``rules``: the :class:`~promptcache.limits.CacheLimits` to attribute with (default: the
     model's row; e.g. OpenAI's rules for a local server emulating them).
 
     Wrapping twice is a no-op. Raises ``TypeError`` for an object that is not such a

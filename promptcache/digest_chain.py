@@ -670,8 +670,7 @@ def build_chain(
                 else:
                     add(item.lazy(j), msg, i)
             continue
-        raw = item.raw if isinstance(item, _Lazy) or item.raw is not None else item.value
-        add(item, raw, len(segments))
+        add(item, item.value if item.raw is None else item.raw, len(segments))
     automatic = False
     top = body.get("cache_control") if api == "messages" else None
     if top is not None:

@@ -162,7 +162,7 @@ def litellm_callback(tracker: Any = None, **options: Any) -> Any:
     except Exception:
         return PromptCacheCallback(tracker, **options)
 
-    class _Logger(PromptCacheCallback, CustomLogger):  # type: ignore[misc,valid-type]
+    class _Logger(PromptCacheCallback, CustomLogger):  # type: ignore[misc]
         def __init__(self) -> None:
             CustomLogger.__init__(self)
             PromptCacheCallback.__init__(self, tracker, **options)

