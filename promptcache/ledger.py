@@ -1304,9 +1304,7 @@ class Tracker:
                     miss_offset_tokens=row["miss_offset_tokens"],
                     miss_detail=row["miss_detail"],
                     miss_excerpt=(
-                        tuple(json.loads(row["miss_excerpt"]))
-                        if row["miss_excerpt"]
-                        else None
+                        tuple(json.loads(row["miss_excerpt"])) if row["miss_excerpt"] else None
                     ),
                     lineage=row["lineage"],
                 )
