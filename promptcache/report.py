@@ -236,7 +236,9 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(format_table(rows, args.by, total))
-        print(format_misses(misses))
+        section = format_misses(misses)
+        if section:
+            print(section)
     if args.html:
         try:
             write_html(tracker, args.html, since=args.since, by=args.by, summarize=summarize)

@@ -71,12 +71,10 @@ def _table(head: Sequence[str], rows: list[list[str]]) -> list[str]:
 
 
 def format_misses(report: MissReport) -> str:
-    """The terminal section: misses by cause, then the top offenders with their paths."""
+    """The terminal section: misses by cause, then the top offenders with their paths
+    (empty when no request in the period was attributed)."""
     if not report.attributed:
-        return (
-            "misses by cause: no attributed requests (record with promptcache.wrap() or "
-            "Tracker.record(..., request=body))"
-        )
+        return ""  # nothing attributed (recorded without request bodies): no section
     lines = ["", "misses by cause"]
     lines += _table(
         ["cause", "requests", "prompt tok", "missed tok"],
