@@ -8,6 +8,8 @@ Public names (contracts in DESIGN.md):
 - ``cost(usage, model=None, price=None) -> Cost``, ``Cost``, ``Price``
 - ``check(payload, provider)``, ``Conversation``, ``PrefixMonitor``
 - ``Tracker(path=None)``, ``wrap(client, tracker=None)``
+- ``litellm_callback(tracker)`` (LiteLLM traffic into the ledger), ``CAUSES`` (the miss
+  causes a ``Record.miss_cause`` takes)
 
 The SDK never imports torch or ``local_engine``; attributes are resolved lazily so that
 ``import promptcache`` stays light.
@@ -37,9 +39,12 @@ _EXPORTS = {
     "PrefixMonitor": "promptcache.monitor",
     "Tracker": "promptcache.ledger",
     "wrap": "promptcache.clients",
+    "litellm_callback": "promptcache.litellm_callback",
+    "CAUSES": "promptcache.miss_cause",
 }
 
 __all__ = [
+    "CAUSES",
     "Cost",
     "Conversation",
     "EmptyRequestError",
@@ -53,6 +58,7 @@ __all__ = [
     "build",
     "check",
     "cost",
+    "litellm_callback",
     "normalize_usage",
     "wrap",
     "__version__",

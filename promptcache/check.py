@@ -383,7 +383,9 @@ def check(
         provider: ``"anthropic"``, ``"openai"``, ``"openai_compatible"``, ``"bedrock"`` or
             ``"gemini"``.
         previous: the previous request of the same conversation; adds a ``prefix-drift``
-            finding naming the first differing path and offset (see :func:`diff_requests`).
+            finding naming the first differing path and offset (see :func:`diff_requests`),
+            and turns ``non-canonical-json`` warnings whose value has the same bytes in
+            ``previous`` into ``info`` (unsorted but unchanged keys do not bust the cache).
 
     Returns:
         Findings, grouped by check (limits, TTL order, minimums, volatile values, JSON
@@ -497,7 +499,10 @@ def check(
                     offset=m.start,
                 )
             )
-    findings.extend(_canonical_findings(p, provider))
+    canonical = list(_canonical_findings(p, provider))
+    if previous is not None:
+        canonical = _against_previous(canonical, _loads(previous), p)
+    findings.extend(canonical)
     if provider in ("anthropic", "bedrock") and not markers and not automatic:
         findings.append(
             Finding(
@@ -522,6 +527,57 @@ def check(
                 )
             )
     return findings
+
+
+def _at(payload: Any, path: str) -> tuple[bool, Any]:
+    """(found, value) at a JSON path such as ``$.tools[0].input_schema.properties``."""
+    from promptcache.digest_chain import parse_path
+
+    try:
+        comps = parse_path(path)
+    except ValueError:
+        return False, None
+    node = payload
+    for c in comps:
+        if isinstance(c, int) and isinstance(node, list) and 0 <= c < len(node):
+            node = node[c]
+        elif isinstance(c, str) and isinstance(node, dict) and c in node:
+            node = node[c]
+        else:
+            return False, None
+    return True, node
+
+
+def _against_previous(found: list[Finding], previous: Any, current: Any) -> list[Finding]:
+    """Unsorted keys busy the cache only when the bytes change between requests: a
+    ``non-canonical-json`` value identical (same keys in the same order) in the previous
+    request becomes an ``info``; one that changed stays a warning and says so."""
+    out = []
+    for f in found:
+        ok_prev, before = _at(previous, f.path)
+        ok_cur, after = _at(current, f.path)
+        if ok_prev and ok_cur:
+            same = json.dumps(before, ensure_ascii=False) == json.dumps(after, ensure_ascii=False)
+            if same:
+                f = Finding(
+                    f.code,
+                    "info",
+                    f.path,
+                    "keys are not sorted, but the bytes are the same as in the previous "
+                    "request, so the cache is not affected; sort them if this value is ever "
+                    "rebuilt per request",
+                    f.offset,
+                )
+            else:
+                f = Finding(
+                    f.code,
+                    f.severity,
+                    f.path,
+                    f.message + " -- and it changed since the previous request",
+                    f.offset,
+                )
+        out.append(f)
+    return out
 
 
 # ---- drift between two requests -------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 Works with ``openai.OpenAI``, ``openai.AsyncOpenAI``, ``anthropic.Anthropic`` and
 ``anthropic.AsyncAnthropic`` (and their ``with_options``/``copy`` children, which share the
-HTTP client). Tracking is done by *observing the HTTP exchange*: a request hook and a
+HTTP client), ``google.genai.Client`` (its sync HTTP client: ``generate_content`` and
+``generate_content_stream``) and boto3 ``bedrock-runtime`` clients
+(:mod:`promptcache.clients_bedrock`: ``converse``, ``converse_stream``, ``invoke_model``). Tracking is done by *observing the HTTP exchange*: a request hook and a
 response hook are added to the client's own HTTP client (``httpx``'s public
 ``event_hooks``), and the response body stream is wrapped so its bytes are seen as the SDK
 reads them. The SDK still parses the response itself, so plain calls, ``stream=True``,
@@ -37,12 +39,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from promptcache.clients_bedrock import wrap_bedrock
 from promptcache.ledger import Tracker
 from promptcache.pricing import Price
 from promptcache.usage import normalize_usage
 from promptcache.usage_record import Usage
 
-__all__ = ["wrap", "request_prefix_hash", "provider_for_host"]
+__all__ = ["wrap", "request_prefix_hash", "provider_for_host", "SESSION_HEADER"]
 
 log = logging.getLogger("promptcache.clients")
 
@@ -53,6 +56,9 @@ _TRACKED_PATHS = {
     "/messages": "messages",
 }
 _MARK = "_promptcache_wrapped"
+#: Per-call lineage key: ``client.messages.create(..., extra_headers={SESSION_HEADER: id})``
+#: (the header also reaches the provider, which ignores it).
+SESSION_HEADER = "X-Promptcache-Session"
 
 
 def provider_for_host(host: str, sdk: str) -> str:
@@ -68,11 +74,17 @@ def provider_for_host(host: str, sdk: str) -> str:
         return "anthropic"
     if host == "api.deepseek.com":
         return "deepseek"
+    if host == "generativelanguage.googleapis.com":
+        return "gemini"
+    if host.endswith("aiplatform.googleapis.com"):
+        return "vertex"
     try:
         if host == "localhost" or ipaddress.ip_address(host).is_loopback:
             return "local"
     except ValueError:
         pass
+    if sdk == "google":
+        return "gemini"
     return "anthropic" if sdk == "anthropic" else "openai_compatible"
 
 
@@ -161,6 +173,7 @@ class _Call:
         "done",
         "status",
         "lock",
+        "session",
     )
 
     def __init__(self, api: str, body: dict[str, Any], t0: float) -> None:
@@ -175,11 +188,18 @@ class _Call:
         self.done = False
         self.status = 0
         self.lock = threading.Lock()
+        self.session: str | None = None
 
 
 def _is_output_event(api: str, ev: dict[str, Any]) -> bool:
     """Does this stream event carry generated output (for time to first token)?"""
     kind = ev.get("type")
+    if api == "gemini":
+        return any(
+            (part or {}).get("text")
+            for cand in ev.get("candidates") or []
+            for part in ((cand or {}).get("content") or {}).get("parts") or []
+        )
     if api == "messages":
         return kind == "content_block_delta"
     if api == "responses":
@@ -209,8 +229,14 @@ class _Recorder:
         callbacks: Sequence[Callable[..., Any]],
         metadata: dict[str, Any] | None,
         trace: str | os.PathLike[str] | None = None,
+        session: str | None = None,
+        clock: Callable[[], float] | None = None,
+        rules: Any = None,
     ) -> None:
         self.sdk = sdk
+        self.session = session
+        self.clock = clock
+        self.rules = rules
         self.trace: Any = None
         if trace is not None:
             from promptcache.simulate import TraceWriter
@@ -242,6 +268,11 @@ class _Recorder:
             api = next(
                 (name for suffix, name in _TRACKED_PATHS.items() if path.endswith(suffix)), None
             )
+            gemini_model = None
+            if api is None and path.endswith((":generateContent", ":streamGenerateContent")):
+                # google-genai: .../models/{model}:generateContent (or streamed, alt=sse)
+                api = "gemini"
+                gemini_model = path.rsplit("/", 1)[-1].split(":", 1)[0]
             if api is None or request.method != "POST":
                 return
             if api == "completions" and path.endswith("/chat/completions"):
@@ -252,7 +283,11 @@ class _Recorder:
                 body = {}
             if not isinstance(body, dict):
                 body = {}
-            self.calls[request] = _Call(api, body, time.perf_counter())
+            if gemini_model and "model" not in body:
+                body = {**body, "model": gemini_model}
+            call = _Call(api, body, time.perf_counter())
+            call.session = request.headers.get(SESSION_HEADER) or None
+            self.calls[request] = call
         except Exception:  # never break the caller
             log.exception("promptcache: could not inspect a request for tracking")
 
@@ -341,6 +376,8 @@ class _Recorder:
         fmt = (
             "anthropic"
             if call.api == "messages"
+            else "gemini"
+            if call.api == "gemini"
             else ("openai" if self.provider in ("openai", "azure_openai") else "openai_compatible")
         )
         if fmt == "openai_compatible" and self.provider == "deepseek":
@@ -350,34 +387,69 @@ class _Recorder:
         except Exception as e:
             log.warning("promptcache: no usage recorded for a %s call: %s", call.api, e)
             return
-        model = usage.model or call.body.get("model")
-        usage = usage.replace(provider=self.provider, model=model)
         t_end = time.perf_counter() if call.t_end is None else call.t_end
         latency_ms = (t_end - call.t0) * 1000.0
         ttft_ms = None if call.t_first is None else (call.t_first - call.t0) * 1000.0
-        prefix_hash = request_prefix_hash(call.api, call.body)
-        fields = dict(
-            model=model,
-            provider=self.provider,
+        self.store(
+            usage,
             api=call.api,
-            prefix_hash=prefix_hash,
+            body=call.body,
             latency_ms=latency_ms,
             ttft_ms=ttft_ms,
             stream=call.stream,
+            session=call.session,
+        )
+
+    def store(
+        self,
+        usage: Usage,
+        *,
+        api: str,
+        body: dict[str, Any],
+        latency_ms: float | None,
+        ttft_ms: float | None,
+        stream: bool,
+        session: str | None = None,
+        model: str | None = None,
+    ) -> None:
+        """Write one record (and attribute its miss) and call the callbacks."""
+        model = usage.model or model or body.get("model")
+        usage = usage.replace(provider=self.provider, model=model)
+        prefix_hash = request_prefix_hash(api, body)
+        session = session or self.session
+        fields: dict[str, Any] = dict(
+            model=model,
+            provider=self.provider,
+            api=api,
+            prefix_hash=prefix_hash,
+            latency_ms=latency_ms,
+            ttft_ms=ttft_ms,
+            stream=stream,
             metadata=self.metadata or None,
             price=self.price,
         )
         if getattr(self.tracker, "store_prompts", False):
-            fields["prompt"] = json.dumps(call.body, ensure_ascii=False)
+            fields["prompt"] = json.dumps(body, ensure_ascii=False, default=str)
+        private = {"prompt"}
+        if hasattr(self.tracker, "attribute"):  # a ledger Tracker: attribute the miss
+            fields["request"] = body
+            fields["lineage"] = f"session:{session}" if session else f"{id(self)}:{model}"
+            private |= {"request", "lineage"}
+            if self.rules is not None:
+                fields["rules"] = self.rules
+                private.add("rules")
+        if self.clock is not None:
+            fields["ts"] = self.clock()
+            private.add("ts")
         self.tracker.record(usage, **fields)
         if self.trace is not None:
             try:
-                self.trace.write(call.body, model, usage.output_tokens, time.time())
+                self.trace.write(body, model, usage.output_tokens, time.time())
             except (ValueError, OSError) as e:
-                log.warning("promptcache: no trace line written for a %s call: %s", call.api, e)
+                log.warning("promptcache: no trace line written for a %s call: %s", api, e)
         for cb in self.callbacks:
             try:
-                cb(usage, **{k: v for k, v in fields.items() if k != "prompt"})
+                cb(usage, **{k: v for k, v in fields.items() if k not in private})
             except Exception:
                 log.exception("promptcache: a wrap() callback failed")
 
@@ -427,6 +499,9 @@ def wrap(
     callbacks: Sequence[Callable[..., Any]] = (),
     metadata: dict[str, Any] | None = None,
     trace: str | os.PathLike[str] | None = None,
+    session: str | None = None,
+    clock: Callable[[], float] | None = None,
+    rules: Any = None,
 ) -> Any:
     """Record every completion call ``client`` makes; returns the same ``client``.
 
@@ -444,21 +519,66 @@ def wrap(
     line (block hashes and token counts, no prompt text; see
     :func:`promptcache.simulate.trace_line`) for ``promptcache simulate``.
 
+    Miss attribution: each record carries why it missed (``Record.miss_cause``,
+    ``miss_path``, ``matched_prefix_tokens``), comparing the request with the previous one
+    of its lineage: by default the previous request for the same model through this
+    client; ``session``: one lineage key for every call of this client; per call, the
+    header ``X-Promptcache-Session`` (``extra_headers={promptcache.clients.SESSION_HEADER:
+    key}``) when one client serves many conversations. ``clock``: seconds callable for the
+    records' timestamps (default ``time.time``; tests pass a fake clock to step past TTLs).
+    ``rules``: the :class:`~promptcache.limits.CacheLimits` to attribute with (default: the
+    model's row; e.g. OpenAI's rules for a local server emulating them).
+
     Wrapping twice is a no-op. Raises ``TypeError`` for an object that is not such a
     client; nothing else is ever raised from tracking.
     """
+    if hasattr(getattr(client, "meta", None), "events"):  # a botocore client
+        rec = _Recorder(
+            "boto3",
+            "",
+            tracker,
+            provider or "bedrock",
+            price,
+            callbacks,
+            metadata,
+            trace=trace,
+            session=session,
+            clock=clock,
+            rules=rules,
+        )
+        return wrap_bedrock(client, rec)
     http: Any = getattr(client, "_client", None)
+    host_url = getattr(client, "base_url", "")
+    api_client = getattr(client, "_api_client", None)
+    if api_client is not None and hasattr(api_client, "_httpx_client"):
+        # google-genai: Client()._api_client holds the httpx(2) client it sends with
+        http = api_client._httpx_client
+        opts = getattr(api_client, "_http_options", None)
+        host_url = getattr(opts, "base_url", None) or "https://generativelanguage.googleapis.com"
     hooks = getattr(http, "event_hooks", None)
     if not isinstance(hooks, dict):
         raise TypeError(
-            f"promptcache.wrap() takes an openai or anthropic client, got "
+            f"promptcache.wrap() takes an openai or anthropic client (or a google-genai "
+            f"Client, or a boto3 bedrock-runtime client), got "
             f"{type(client).__module__}.{type(client).__name__}"
         )
     if getattr(http, _MARK, None) is not None:
         return client
     sdk = type(client).__module__.split(".")[0]
-    host = urlsplit(str(getattr(client, "base_url", ""))).hostname or ""
-    rec = _Recorder(sdk, host, tracker, provider, price, callbacks, metadata, trace)
+    host = urlsplit(str(host_url)).hostname or ""
+    rec = _Recorder(
+        sdk,
+        host,
+        tracker,
+        provider,
+        price,
+        callbacks,
+        metadata,
+        trace=trace,
+        session=session,
+        clock=clock,
+        rules=rules,
+    )
     is_async = inspect.iscoroutinefunction(getattr(http, "send", None))
     on_request: Callable[[Any], Any]
     on_response: Callable[[Any], Any]

@@ -43,8 +43,11 @@ from typing import Any
 
 import platformdirs
 
+from promptcache.attribution import Attributed, Attributor, api_of_request, common_run
+from promptcache.digest_chain import APIS, DigestChain
 from promptcache.errors import PromptCacheError
 from promptcache.memo import IdentityMemo
+from promptcache.miss_cause import Observation
 from promptcache.pricing import Cost, Price, cost_pico, warn_unknown_price
 from promptcache.summary_table import format_table
 from promptcache.usage_record import Usage
@@ -63,7 +66,7 @@ log = logging.getLogger("promptcache.ledger")
 
 ENV_VAR = "PROMPTCACHE_LEDGER"
 PICO = Decimal(10) ** 12
-GROUPS = ("provider", "model", "prefix_hash", "day", "hour", "api")
+GROUPS = ("provider", "model", "prefix_hash", "day", "hour", "api", "miss_cause")
 
 
 class LedgerError(PromptCacheError):
@@ -155,6 +158,21 @@ _MIGRATIONS: list[list[str]] = [
     # version 4: summaries by prefix read the rollup; the per-record prefix index only
     # slowed every insert
     ["DROP INDEX IF EXISTS requests_prefix"],
+    # version 5: miss attribution -- each record's cause, where it lies, its lineage and
+    # its digest chain (segment digests; the atoms of each distinct segment once, in
+    # ``segments``). Columns are added, so every committed record stays as it was.
+    [
+        "ALTER TABLE requests ADD COLUMN miss_cause TEXT",
+        "ALTER TABLE requests ADD COLUMN miss_path TEXT",
+        "ALTER TABLE requests ADD COLUMN matched_prefix_tokens {bigint}",
+        "ALTER TABLE requests ADD COLUMN miss_offset_chars {bigint}",
+        "ALTER TABLE requests ADD COLUMN miss_offset_tokens {bigint}",
+        "ALTER TABLE requests ADD COLUMN miss_detail TEXT",
+        "ALTER TABLE requests ADD COLUMN miss_excerpt TEXT",
+        "ALTER TABLE requests ADD COLUMN lineage TEXT",
+        "ALTER TABLE requests ADD COLUMN chain TEXT",
+        "CREATE TABLE IF NOT EXISTS segments (digest TEXT PRIMARY KEY, atoms TEXT NOT NULL)",
+    ],
 ]
 
 _ROLLUP_SUMS = (
@@ -200,6 +218,15 @@ _COLUMNS = (
     "flags",
     "metadata",
     "prompt_text",
+    "miss_cause",
+    "miss_path",
+    "matched_prefix_tokens",
+    "miss_offset_chars",
+    "miss_offset_tokens",
+    "miss_detail",
+    "miss_excerpt",
+    "lineage",
+    "chain",
 )
 
 
@@ -221,6 +248,22 @@ class Record:
     stream: bool
     metadata: Mapping[str, Any] = field(default_factory=dict)
     prompt_text: str | None = None
+    #: why it missed: one of :data:`promptcache.miss_cause.CAUSES` (None: caching not
+    #: reported, or the request was recorded without its body)
+    miss_cause: str | None = None
+    #: JSON path of the first difference from the lineage's previous request, or None
+    miss_path: str | None = None
+    #: tokens of the prefix shared with the previous request (estimated), or None
+    matched_prefix_tokens: int | None = None
+    #: characters / estimated tokens of the request before the first difference
+    miss_offset_chars: int | None = None
+    miss_offset_tokens: int | None = None
+    #: one sentence saying why
+    miss_detail: str | None = None
+    #: (before, after) text around the difference; only with ``store_prompts=True``
+    miss_excerpt: tuple[str, str] | None = None
+    #: the lineage key the request was compared in
+    lineage: str | None = None
 
 
 @dataclass(frozen=True)
@@ -372,6 +415,21 @@ def _pusd(amount: Decimal) -> int:
     return int((amount * PICO).to_integral_value())
 
 
+@dataclass(frozen=True)
+class _Atoms:
+    """Carries a record's chain JSON and its atoms to the write transaction."""
+
+    text: str
+    chain: DigestChain
+
+
+#: How far back (seconds) and how many recent requests of a model the ledger looks at for
+#: a lineage's predecessor when this process has none in memory (24 h covers every
+#: documented TTL but OpenAI's 24h retention's edge).
+PREDECESSOR_WINDOW_S = 86400.0
+PREDECESSOR_CANDIDATES = 64
+
+
 class _Dialect:
     name = "sqlite"
     param = "?"
@@ -440,6 +498,7 @@ class Tracker:
                 "an in-memory ledger cannot be shared across threads or processes; give a file path"
             )
         self.store_prompts = store_prompts
+        self.attributor = Attributor()
         self.busy_timeout_s = busy_timeout_s
         if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
             raise LedgerError(f"synchronous={synchronous!r}: use NORMAL or FULL")
@@ -621,6 +680,10 @@ class Tracker:
         prompt: str | None = None,
         ts: float | None = None,
         record_id: str | None = None,
+        request: Mapping[str, Any] | None = None,
+        lineage: str | None = None,
+        rules: Any = None,
+        attributed: Attributed | None = None,
     ) -> tuple[Any, ...]:
         if not isinstance(usage, Usage):
             raise TypeError(
@@ -642,6 +705,31 @@ class Tracker:
                 warn_unknown_price(model, e)
         ts = time.time() if ts is None else float(ts)
         day = _day(ts)
+        if attributed is None and request is not None:
+            attributed = self.attribute(
+                request, usage, ts=ts, api=api, model=model, lineage=lineage, rules=rules
+            )
+        miss: tuple[Any, ...] = (None,) * 9
+        if attributed is not None:
+            a = attributed.attribution
+            excerpt = None
+            if self.store_prompts and a.before is not None and a.after is not None:
+                excerpt = json.dumps([a.before, a.after], ensure_ascii=False)
+            chain_json = attributed.chain.to_json()
+            retention = request.get("prompt_cache_retention") if request is not None else None
+            if isinstance(retention, str):
+                chain_json["retention"] = retention
+            miss = (
+                a.cause,
+                a.path,
+                a.matched_prefix_tokens if a.cause is not None else None,
+                a.offset_chars,
+                a.offset_tokens,
+                a.detail or None,
+                excerpt,
+                attributed.lineage,
+                _Atoms(json.dumps(chain_json, separators=(",", ":")), attributed.chain),
+            )
         return (
             record_id or os.urandom(16).hex(),
             ts,
@@ -667,6 +755,7 @@ class Tracker:
             json.dumps(list(usage.flags)) if usage.flags else None,
             json.dumps(dict(metadata), sort_keys=True, default=str) if metadata else None,
             prompt if (self.store_prompts and prompt is not None) else None,
+            *miss,
         )
 
     def _insert_sql(self) -> str:
@@ -710,10 +799,20 @@ class Tracker:
         mapping), ``prompt`` (stored only with ``store_prompts=True``), ``ts`` (Unix
         seconds, default now), ``record_id`` (default a new UUID; an id already stored is
         ignored, so retries never duplicate).
+
+        Miss attribution (:mod:`promptcache.miss_cause`): ``request`` (the request body as
+        sent, a JSON object; reduced to its digest chain, never stored as text unless
+        ``store_prompts``), ``lineage`` (the key of the conversation it belongs to;
+        default ``"<provider>:<model>"``), ``rules`` (a
+        :class:`~promptcache.limits.CacheLimits` to apply instead of the model's row).
         """
         row = self._row(usage, **fields)
-        with self._write() as cur:
-            self._insert(cur, [row])
+        try:
+            with self._write() as cur:
+                self._insert(cur, [row])
+        except BaseException:
+            self.__dict__.pop("_known_segments", None)
+            raise
         return str(row[0])
 
     def record_many(self, items: Iterable[Usage | tuple[Usage, Mapping[str, Any]]]) -> list[str]:
@@ -728,14 +827,203 @@ class Tracker:
                 usage, kw = item
                 rows.append(self._row(usage, **kw))
         if rows:
-            with self._write() as cur:
-                self._insert(cur, rows)
+            try:
+                with self._write() as cur:
+                    self._insert(cur, rows)
+            except BaseException:
+                self.__dict__.pop("_known_segments", None)
+                raise
         return [r[0] for r in rows]
+
+    # -- miss attribution ------------------------------------------------------------
+
+    def attribute(
+        self,
+        request: Mapping[str, Any],
+        usage: Usage,
+        *,
+        ts: float | None = None,
+        api: str | None = None,
+        model: str | None = None,
+        lineage: str | None = None,
+        rules: Any = None,
+    ) -> Attributed:
+        """The miss attribution :meth:`record` stores for ``request`` (see there); this
+        request becomes the lineage's latest in this process."""
+        model = model or usage.model
+        chain_api = api if api in APIS else api_of_request(request)
+        key = lineage or f"{usage.provider or ''}:{model or ''}"
+        return self.attributor.attribute(
+            request,
+            chain_api,
+            usage,
+            time.time() if ts is None else float(ts),
+            lineage=key,
+            rules=rules,
+            fallback=lambda chain: self.predecessor(chain, model=model, before=ts, lineage=key),
+        )
+
+    def predecessor(
+        self,
+        chain: DigestChain,
+        *,
+        model: str | None,
+        before: float | None = None,
+        lineage: str | None = None,
+    ) -> tuple[Observation, bool] | None:
+        """The ledger's predecessor of ``chain`` among the latest
+        :data:`PREDECESSOR_CANDIDATES` requests for ``model`` within
+        :data:`PREDECESSOR_WINDOW_S`: the latest of the same ``lineage`` if there is one
+        (returned with True), else the one whose chain shares the longest common run of
+        segment digests (with False); None when none shares a first segment."""
+        if not model or not chain.segments:
+            return None
+        d = self.dialect
+        now = time.time() if before is None else float(before)
+        cur = self._conn().cursor()
+        cur.execute(
+            "SELECT ts, chain, uncached_input_tokens, cache_read_tokens, cache_write_tokens, "
+            "cache_write_5m_tokens, cache_write_1h_tokens, output_tokens, cache_reported, "
+            f"provider, lineage FROM requests WHERE ts >= {d.param} AND ts <= {d.param} AND "
+            f"model = {d.param} AND chain IS NOT NULL ORDER BY ts DESC LIMIT "
+            f"{int(PREDECESSOR_CANDIDATES)}",
+            (now - PREDECESSOR_WINDOW_S, now, model),
+        )
+        mine = chain.digests()
+        best: tuple[int, float, Any] | None = None
+        same = False
+        for row in cur.fetchall():  # newest first
+            try:
+                data = json.loads(row[1])
+                digests = [seg[1] for seg in data["segments"]]
+            except (ValueError, KeyError, TypeError, IndexError):
+                continue
+            run = common_run(mine, digests)
+            if lineage is not None and row[10] == lineage:
+                best, same = (run, float(row[0]), (data, row)), True
+                break
+            if run and (best is None or run > best[0]):
+                best = (run, float(row[0]), (data, row))
+        if best is None:
+            return None
+        run, ts, (data, row) = best
+        segs = data["segments"]
+        want = [segs[run][1]] if run < len(segs) else []
+        atoms: dict[str, list[Any]] = {}
+        if want:
+            cur.execute(f"SELECT digest, atoms FROM segments WHERE digest = {d.param}", want)
+            for digest, text in cur.fetchall():
+                atoms[digest] = json.loads(text)
+        prev_chain = DigestChain.from_json(data, atoms)
+        w, w5, w1 = int(row[4]), int(row[5]), int(row[6])
+        ttl = {"5m": w5, "1h": w1}
+        if w - w5 - w1:
+            ttl["other"] = w - w5 - w1
+        usage = Usage(
+            uncached_input_tokens=int(row[2]),
+            cache_read_tokens=int(row[3]),
+            cache_write_tokens=w,
+            output_tokens=int(row[7]),
+            cache_write_by_ttl=ttl,
+            cache_reported=bool(row[8]),
+            provider=row[9],
+            model=model,
+        )
+        retention = data.get("retention")
+        obs = Observation(prev_chain, usage, ts, retention if isinstance(retention, str) else None)
+        return obs, same
+
+    def miss_groups(self, since: Any = None, until: Any = None) -> list[dict[str, Any]]:
+        """Attributed requests grouped by (cause, path, model): ``requests``,
+        ``prompt_tokens``, ``cache_read_tokens``, ``missed_tokens`` (prompt tokens not read
+        from the cache), ``matched_tokens`` (sum of ``matched_prefix_tokens``) and the latest ``last_ts``;
+        most missed tokens first. Requests without a cause are left
+        out. Raises ``ValueError`` for a bad ``since``/``until``."""
+        d = self.dialect
+        where, params = _range_where("ts", parse_since(since), parse_since(until), d.param)
+        where = (where + " AND " if where else "WHERE ") + "miss_cause IS NOT NULL"
+        cur = self._conn().cursor()
+        cur.execute(
+            "SELECT miss_cause, miss_path, model, COUNT(*), "
+            "SUM(uncached_input_tokens + cache_read_tokens + cache_write_tokens), "
+            "SUM(cache_read_tokens), COALESCE(SUM(matched_prefix_tokens), 0), MAX(ts) "
+            f"FROM requests {where} GROUP BY miss_cause, miss_path, model",
+            params,
+        )
+        out = []
+        for cause, path, model, n, prompt, read, matched, last in cur.fetchall():
+            out.append(
+                {
+                    "cause": cause,
+                    "path": path,
+                    "model": model,
+                    "requests": int(n),
+                    "prompt_tokens": int(prompt or 0),
+                    "cache_read_tokens": int(read or 0),
+                    "missed_tokens": int(prompt or 0) - int(read or 0),
+                    "matched_tokens": int(matched or 0),
+                    "last_ts": float(last),
+                }
+            )
+        out.sort(key=lambda g: (-g["missed_tokens"], -g["requests"], g["cause"], g["path"] or ""))
+        return out
+
+    def chain(self, record_id: str) -> DigestChain | None:
+        """The stored digest chain of a record (with the atoms of its segments), or None."""
+        d = self.dialect
+        cur = self._conn().cursor()
+        cur.execute(f"SELECT chain FROM requests WHERE record_id = {d.param}", (record_id,))
+        row = cur.fetchone()
+        if row is None or row[0] is None:
+            return None
+        data = json.loads(row[0])
+        digests = sorted({seg[1] for seg in data["segments"]})
+        atoms: dict[str, Any] = {}
+        for i in range(0, len(digests), 500):
+            part = digests[i : i + 500]
+            cur.execute(
+                f"SELECT digest, atoms FROM segments WHERE digest IN "
+                f"({', '.join([d.param] * len(part))})",
+                part,
+            )
+            for digest, text in cur.fetchall():
+                atoms[digest] = json.loads(text)
+        return DigestChain.from_json(data, atoms)
+
+    _CHAIN_COL = _COLUMNS.index("chain")
+
+    def _segments(self, cur: Any, rows: list[tuple]) -> list[tuple]:
+        """Store the atoms of segments not stored yet and put each row's chain JSON in
+        place of its :class:`_Atoms` carrier (inside the caller's write transaction)."""
+        known: set[str] = self.__dict__.setdefault("_known_segments", set())
+        d, col = self.dialect, self._CHAIN_COL
+        out, new = [], {}
+        for row in rows:
+            carrier = row[col]
+            if isinstance(carrier, _Atoms):
+                for digest, atoms in carrier.chain.atoms.items():
+                    if digest not in known and digest not in new:
+                        new[digest] = json.dumps(
+                            [a.to_list() for a in atoms], separators=(",", ":")
+                        )
+                row = row[:col] + (carrier.text,) + row[col + 1 :]
+            out.append(row)
+        if new:
+            cur.executemany(
+                f"{d.ddl['ins']} segments (digest, atoms) VALUES ({d.param}, {d.param})"
+                f"{d.ddl['tail']}",
+                sorted(new.items()),
+            )
+            if len(known) > 200_000:
+                known.clear()
+            known.update(new)
+        return out
 
     def _insert(self, cur: Any, rows: list[tuple]) -> None:
         """Insert rows whose record_id is new (inside the caller's write transaction) and
         add exactly those to the hourly rollup."""
         rows = self._price_ids(cur, rows)
+        rows = self._segments(cur, rows)
         seen: set[str] = set()
         uniq = []
         for r in rows:
@@ -832,7 +1120,9 @@ class Tracker:
 
     def summary(self, by: str | None = "provider", since: Any = None, until: Any = None) -> Summary:
         """Aggregate the ledger. ``by``: ``"provider"``, ``"model"``, ``"prefix_hash"``,
-        ``"day"`` (UTC date), ``"hour"`` (UTC, ISO text), ``"api"``, ``"metadata.KEY"`` (a
+        ``"day"`` (UTC date), ``"hour"`` (UTC, ISO text), ``"api"``, ``"miss_cause"`` (the
+        attributed cause, :data:`promptcache.miss_cause.CAUSES`; scans the records),
+        ``"metadata.KEY"`` (a
         key of the metadata given to ``record``/``wrap``; scans the records), or None for
         one overall row. ``since``/``until``: see :func:`parse_since`. Rows are ordered by
         key (time groups) or by cost, largest first. Raises ``ValueError`` for an
@@ -862,7 +1152,7 @@ class Tracker:
         h_hi = None if hi is None else math.floor(hi / 3600)
         raw: list[tuple[float | None, float | None]] = []
         use_rollup = True
-        if meta_key is not None:  # metadata is not in the rollup: scan the records
+        if meta_key is not None or by == "miss_cause":  # not in the rollup: scan records
             use_rollup, raw = False, [(lo, hi)]
         elif h_lo is not None and h_hi is not None and h_lo >= h_hi:
             use_rollup, raw = False, [(lo, hi)]
@@ -1007,6 +1297,16 @@ class Tracker:
                     stream=bool(row["stream"]),
                     metadata=json.loads(row["metadata"]) if row["metadata"] else {},
                     prompt_text=row["prompt_text"],
+                    miss_cause=row["miss_cause"],
+                    miss_path=row["miss_path"],
+                    matched_prefix_tokens=row["matched_prefix_tokens"],
+                    miss_offset_chars=row["miss_offset_chars"],
+                    miss_offset_tokens=row["miss_offset_tokens"],
+                    miss_detail=row["miss_detail"],
+                    miss_excerpt=(
+                        tuple(json.loads(row["miss_excerpt"])) if row["miss_excerpt"] else None
+                    ),
+                    lineage=row["lineage"],
                 )
             )
         return out

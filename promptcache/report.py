@@ -9,6 +9,11 @@ requests, prompt tokens, cache-read and cache-write tokens, the token-weighted h
 no-cache baseline and the saving, in USD. ``--html`` writes a self-contained page (inline
 SVG charts, no scripts or network): hit rate over time, cost and saving by model, and the
 prefixes with the most misses.
+
+Misses by cause (:mod:`promptcache.report_misses`) follow in all three formats: the
+requests and missed tokens per attributed cause and the top offenders with their JSON
+paths. ``--fail-under-hit-rate 0.8`` and ``--fail-on prefix_changed`` exit 1 (with one line
+per failed guard) for CI checks on recorded test traffic.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from typing import Any
 
 from promptcache.errors import PromptCacheError
 from promptcache.ledger import LedgerError, Tracker, default_path, parse_since
+from promptcache.miss_cause import MISS_CAUSES
 from promptcache.pricing import read_prices
 from promptcache.report_html import write_html
+from promptcache.report_misses import format_misses, guard_failures, miss_report, misses_json
 from promptcache.reprice import repriced_summary
 from promptcache.summary_table import format_table, money, prefix_label, unpriced_note
 
@@ -70,8 +77,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="reprice the recorded requests with this prices TOML file (format below; "
         "default: $PROMPTCACHE_PRICES when set)",
     )
+    parser.add_argument(
+        "--fail-under-hit-rate",
+        type=_fraction,
+        default=None,
+        metavar="RATE",
+        help="exit 1 when the token-weighted cache hit rate is under RATE (0..1, e.g. 0.8), "
+        "or unknown; a CI guard on recorded test traffic",
+    )
+    parser.add_argument(
+        "--fail-on",
+        type=_causes,
+        action="extend",
+        default=[],
+        metavar="CAUSE[,CAUSE]",
+        help="exit 1 when any request missed with one of these causes: " + ", ".join(MISS_CAUSES),
+    )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = PRICES_HELP
+
+
+def _fraction(value: str) -> float:
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = -1.0
+    if not 0.0 <= rate <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a rate between 0 and 1 (e.g. 0.8)")
+    return rate
+
+
+def _causes(value: str) -> list[str]:
+    causes = [c.strip() for c in value.split(",") if c.strip()]
+    bad = [c for c in causes if c not in MISS_CAUSES]
+    if bad or not causes:
+        raise argparse.ArgumentTypeError(
+            f"unknown cause {', '.join(bad) or value!r}; choose from {', '.join(MISS_CAUSES)}"
+        )
+    return causes
 
 
 PRICES_HELP = """\
@@ -177,15 +220,15 @@ def run(args: argparse.Namespace) -> int:
     except (PromptCacheError, LedgerError) as e:
         return fail(str(e))
     total = overall[0] if overall else None
+    misses = miss_report(tracker, since=args.since)
     if args.json:
-        print(
-            json.dumps(
-                summary_json(rows, args.by, total)
-                if total
-                else {"by": args.by, "rows": [], "total": None},
-                indent=2,
-            )
+        doc = (
+            summary_json(rows, args.by, total)
+            if total
+            else {"by": args.by, "rows": [], "total": None}
         )
+        doc["misses"] = misses_json(misses)
+        print(json.dumps(doc, indent=2))
     elif total is None:
         print(
             f"no requests in the ledger {tracker.location}"
@@ -193,6 +236,9 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(format_table(rows, args.by, total))
+        section = format_misses(misses)
+        if section:
+            print(section)
     if args.html:
         try:
             write_html(tracker, args.html, since=args.since, by=args.by, summarize=summarize)
@@ -200,4 +246,12 @@ def run(args: argparse.Namespace) -> int:
             return fail(f"cannot write {args.html}: {e.strerror}")
         print(f"wrote {args.html}", file=sys.stderr)
     tracker.close()
-    return 0
+    failed = guard_failures(
+        misses,
+        total.hit_rate if total is not None else None,
+        fail_under=args.fail_under_hit_rate,
+        fail_on=args.fail_on,
+    )
+    for line in failed:
+        print(f"promptcache report: FAIL: {line}", file=sys.stderr)
+    return 1 if failed else 0

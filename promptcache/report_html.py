@@ -11,7 +11,9 @@ numbers can be read back from the DOM):
 2. ``cost-by-group``: cost vs. the no-cache baseline per ``--by`` group, USD, and the saving;
 3. ``prefix-misses``: the prefixes (prefix hashes) with the most missed prompt tokens
    (prompt tokens not read from the cache), with their request counts and how many were
-   not hits (a hit reads at least :data:`HIT_MIN_SHARE` of its prompt from the cache).
+   not hits (a hit reads at least :data:`HIT_MIN_SHARE` of its prompt from the cache);
+4. ``miss-causes``: missed prompt tokens per attributed miss cause, then the top offenders
+   with their JSON paths (:mod:`promptcache.report_misses`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from decimal import Decimal
 from typing import Any
 
 from promptcache.ledger import parse_since
+from promptcache.report_misses import miss_report, misses_html
 from promptcache.summary_table import prefix_label, unpriced_note
 
 __all__ = ["write_html", "render_html"]
@@ -330,7 +333,9 @@ def render_html(
             f"<td>{_money(r, r.cost)}</td><td>{_money(r, r.baseline)}</td>"
             f"<td>{_money(r, r.saving)}</td></tr>"
         )
-    parts.append("</table></body></html>")
+    parts.append("</table>")
+    parts.append(misses_html(miss_report(tracker, since=since)))
+    parts.append("</body></html>")
     return "".join(parts)
 
 

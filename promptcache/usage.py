@@ -38,8 +38,10 @@ from promptcache.providers import (
     anthropic_usage,
     bedrock_usage,
     gemini_usage,
+    litellm_usage,
     openai_compatible_usage,
     openai_usage,
+    selfhosted_usage,
 )
 from promptcache.usage_record import CACHE_NOT_REPORTED, WRITE_TTL_ASSUMED, Usage
 
@@ -72,6 +74,8 @@ _BEDROCK = _parser(bedrock_usage)
 _OPENAI = _parser(openai_usage)
 _GEMINI = _parser(gemini_usage)
 _OPENAI_COMPATIBLE = _parser(openai_compatible_usage)
+_SELFHOSTED = _parser(selfhosted_usage)
+_LITELLM = _parser(litellm_usage)
 
 #: provider name (as accepted by :func:`normalize_usage`) -> its parsers
 PARSERS: Mapping[str, UsageParser] = {
@@ -82,10 +86,15 @@ PARSERS: Mapping[str, UsageParser] = {
     "gemini": _GEMINI,
     "vertex": _GEMINI,
     "deepseek": _OPENAI_COMPATIBLE,
-    "openai_compatible": _OPENAI_COMPATIBLE,
-    "local": _OPENAI_COMPATIBLE,
-    "vllm": _OPENAI_COMPATIBLE,
-    "sglang": _OPENAI_COMPATIBLE,
+    # the self-hosted parser reads the chat fields first, then each server's own
+    "openai_compatible": _SELFHOSTED,
+    "local": _SELFHOSTED,
+    "vllm": _SELFHOSTED,
+    "sglang": _SELFHOSTED,
+    "llamacpp": _SELFHOSTED,
+    "ollama": _SELFHOSTED,
+    "tgi": _SELFHOSTED,
+    "litellm": _LITELLM,
 }
 #: the provider names :func:`normalize_usage` accepts
 PROVIDERS: tuple[str, ...] = tuple(PARSERS)
@@ -130,7 +139,9 @@ def _is_stream(obj: Any) -> bool:
     return isinstance(obj, (list, tuple)) or hasattr(obj, "__iter__")
 
 
-def normalize_usage(provider: str, usage: Any, *, model: str | None = None) -> Usage:
+def normalize_usage(
+    provider: str, usage: Any, *, model: str | None = None, prompt_tokens: int | None = None
+) -> Usage:
     """Normalize one request's usage as reported by ``provider``.
 
     ``provider``: one of ``"anthropic"``, ``"openai"`` (Chat Completions or Responses,
@@ -143,7 +154,13 @@ def normalize_usage(provider: str, usage: Any, *, model: str | None = None) -> U
     as is), or a stream: a list/iterable of events or chunks (Anthropic ``message_start``
     + ``message_delta``; OpenAI chunks where the last carries ``usage`` with
     ``stream_options={"include_usage": True}``; Responses ``response.completed``; Gemini
-    chunks; Bedrock ConverseStream ``metadata``). A stream iterator is consumed.
+    chunks; Bedrock ConverseStream ``metadata``). A stream iterator is consumed. Also
+    ``"litellm"`` (its ``ModelResponse`` for any underlying provider,
+    :mod:`promptcache.providers.litellm_usage`) and the self-hosted servers ``"llamacpp"``,
+    ``"ollama"``, ``"tgi"`` (:mod:`promptcache.providers.selfhosted_usage`).
+
+    ``prompt_tokens``: the prompt length when the caller knows it, for servers that report
+    only the tokens they evaluated (Ollama's native API); ignored by the others.
 
     Returns a :class:`Usage` (``model`` filled from the response when present).
     Raises :class:`~promptcache.errors.UsageError` for an unknown provider, a payload
@@ -159,13 +176,16 @@ def normalize_usage(provider: str, usage: Any, *, model: str | None = None) -> U
         )
     if usage is None:
         raise UsageError(f"no usage given for provider {provider!r}")
+    extra: dict[str, Any] = {}
+    if prompt_tokens is not None and parser is _SELFHOSTED:
+        extra["prompt_tokens"] = prompt_tokens
     if _is_stream(usage):
         events = [to_plain(e) for e in usage]
         if not events:
             raise UsageError("empty stream: no events to read a usage from")
-        result = parser.parse_stream(events, provider=key)
+        result = parser.parse_stream(events, provider=key, **extra)
     else:
-        result = parser.parse(to_plain(usage), provider=key)
+        result = parser.parse(to_plain(usage), provider=key, **extra)
     if model is not None and result.model is None:
         result = result.replace(model=model)
     return result

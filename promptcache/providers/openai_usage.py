@@ -6,6 +6,7 @@ Registered with :func:`promptcache.normalize_usage` in :mod:`promptcache.usage`.
 from __future__ import annotations
 
 from promptcache.errors import UsageError
+from promptcache.usage_reconcile import reconcile_chat_usage
 from promptcache.usage_record import (
     CACHE_NOT_REPORTED,
     WRITE_TTL_ASSUMED,
@@ -155,7 +156,10 @@ def parse_usage(data: dict, *, provider: str = "openai") -> Usage:
     Chat and Responses are told apart by ``prompt_tokens`` vs ``input_tokens``."""
     usage, model = usage_and_model(data)
     if "prompt_tokens" in usage:
-        return usage_from_chat_fields(usage, provider=provider, model=model)
+        # a gateway may also give Anthropic's names; when they disagree, the reads win
+        # (promptcache.usage_reconcile)
+        parsed = usage_from_chat_fields(usage, provider=provider, model=model)
+        return reconcile_chat_usage(usage, parsed)
     return usage_from_responses_fields(usage, provider=provider, model=model)
 
 

@@ -272,8 +272,9 @@ def test_migration_from_schema_1_keeps_records_and_prices(tmp_path):
         )
     conn.commit()
     conn.close()
-    t = Tracker(path)  # migrates 1 -> 2 (prices table) -> 3 (hourly rollup, backfilled) -> 4
-    assert t.schema_version == SCHEMA_VERSION == 4
+    # migrates 1 -> 2 (prices table) -> 3 (hourly rollup, backfilled) -> 4 -> 5 (attribution)
+    t = Tracker(path)
+    assert t.schema_version == SCHEMA_VERSION == 5
     conn = sqlite3.connect(path)
     cols = [r[1] for r in conn.execute("PRAGMA table_info(requests)")]
     assert "price_json" not in cols and "price_id" in cols
