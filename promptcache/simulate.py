@@ -665,6 +665,12 @@ trace format: JSON Lines (one JSON object a line, in time order), each line eith
 
 "ts" is Unix seconds (required, non-decreasing). Record a trace from live traffic with
 promptcache.wrap(client, tracker, trace="trace.jsonl").
+
+--from-ledger [--db PATH] [--since 7d] replays what promptcache.wrap already recorded in
+the ledger, no trace needed: each record's segment digests, breakpoints and token counts
+become one segments line (a segment's tokens are estimated from its share of the
+record's characters). Records from before ledger schema v5 carry no digests and are
+skipped.
 """
 
 
@@ -672,7 +678,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``promptcache simulate``."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = TRACE_HELP
-    parser.add_argument("trace", metavar="TRACE.jsonl", help="the trace (JSON Lines; format below)")
+    parser.add_argument(
+        "trace",
+        metavar="TRACE.jsonl",
+        nargs="?",
+        help="the trace (JSON Lines; format below); or pass --from-ledger instead",
+    )
+    parser.add_argument(
+        "--from-ledger",
+        action="store_true",
+        help="replay the traffic recorded in the ledger (each record's digest chain and "
+        "token counts, no prompt text; records need ledger schema v5+) instead of a trace",
+    )
+    parser.add_argument(
+        "--db",
+        metavar="PATH",
+        help="with --from-ledger: ledger file or postgresql:// URL (default: "
+        "$PROMPTCACHE_LEDGER or the user data directory)",
+    )
+    parser.add_argument(
+        "--since",
+        default=None,
+        metavar="WHEN",
+        help="with --from-ledger: only requests since WHEN: 30m, 24h, 7d, 2w or an ISO date",
+    )
     parser.add_argument(
         "--provider", required=True, choices=PROVIDERS, help="whose cache rules to apply"
     )
@@ -717,13 +746,47 @@ def _fmt(res: SimulationResult) -> dict[str, str]:
     }
 
 
+def _from_ledger(args: argparse.Namespace) -> tuple[list[TraceRequest], str]:
+    """The ledger's records as trace requests (``--from-ledger``); raises TraceError or
+    PromptCacheError (missing or unreadable ledger) with the line to print."""
+    from promptcache.ledger import Tracker, default_path, parse_since
+    from promptcache.simulate_ledger import trace_rows_from_ledger
+
+    parse_since(args.since)  # a bad --since fails before the ledger is opened
+    db = args.db or default_path()
+    if "://" not in db and not os.path.exists(db):
+        raise TraceError(
+            f"no ledger at {db}; record some calls with promptcache.wrap(client) first, "
+            "or pass --db PATH"
+        )
+    with Tracker(db) as tracker:
+        rows, skipped = trace_rows_from_ledger(tracker, since=args.since)
+    if skipped:
+        print(
+            f"promptcache simulate: {skipped} record(s) without a digest chain (before "
+            "ledger schema v5, or recorded without the request body) left out",
+            file=sys.stderr,
+        )
+    # the same reader as a JSONL file: one path from trace line to simulation
+    reqs = load_trace((json.dumps(r) for r in rows), model=args.model)
+    return reqs, db
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the prediction; exit 0, or 2 with one line on a bad trace or argument."""
 
+    source = args.trace
     try:
+        if args.from_ledger == (args.trace is not None):
+            raise TraceError("pass either a TRACE.jsonl file or --from-ledger (not both)")
+        if not args.from_ledger and (args.db or args.since):
+            raise TraceError("--db and --since go with --from-ledger")
         if args.prices:
             load_prices(args.prices)
-        reqs = load_trace(args.trace, model=args.model)
+        if args.from_ledger:
+            reqs, source = _from_ledger(args)
+        else:
+            reqs = load_trace(args.trace, model=args.model)
         kw = {"min_cacheable_tokens": args.min_cacheable_tokens}
         res = simulate(reqs, args.provider, args.model, **kw)
         cmp = (
@@ -736,8 +799,11 @@ def run(args: argparse.Namespace) -> int:
     except (TraceError, PromptCacheError) as e:
         print(f"promptcache simulate: {e}", file=sys.stderr)
         return 2
+    except ValueError as e:  # a bad --since
+        print(f"promptcache simulate: {e}", file=sys.stderr)
+        return 2
     except OSError as e:
-        print(f"promptcache simulate: cannot read {args.trace}: {e.strerror}", file=sys.stderr)
+        print(f"promptcache simulate: cannot read {source}: {e.strerror}", file=sys.stderr)
         return 2
     if args.json:
         doc = {"provider": args.provider, "model": args.model, "as_traced": res.to_dict()}
