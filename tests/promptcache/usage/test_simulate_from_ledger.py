@@ -6,6 +6,7 @@ line and exit 2."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import anthropic
 import httpx2
@@ -192,3 +193,6 @@ def test_simulate_help_explains_from_ledger(capsys):
         main(["simulate", "--help"])
     out = capsys.readouterr().out
     assert "--from-ledger" in out and "--since" in out and "schema v5" in out
+    root = Path(__file__).resolve().parents[3]
+    for doc in (root / "README.md", root / "docs" / "sdk.md"):
+        assert "promptcache simulate --from-ledger" in doc.read_text().replace("\n", " ")
