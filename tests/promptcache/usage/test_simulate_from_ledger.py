@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anthropic
 import httpx2
+import openai
 import pytest
 
 import promptcache
@@ -196,3 +197,63 @@ def test_simulate_help_explains_from_ledger(capsys):
     root = Path(__file__).resolve().parents[3]
     for doc in (root / "README.md", root / "docs" / "sdk.md"):
         assert "promptcache simulate --from-ledger" in doc.read_text().replace("\n", " ")
+
+
+def test_from_ledger_openai_partitions_by_prompt_cache_key(tmp_path, capsys):
+    """gpt-4o (before GPT-5.6: no breakpoints, 1,024-token minimum, 128-token steps),
+    caches partitioned by prompt_cache_key -- replayed from the ledger and from the
+    JSONL trace of the same calls."""
+    model = "gpt-4o"
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        body = json.loads(request.content)
+        n = sum(s.tokens for s in segments_from_request(body, model))
+        return httpx2.Response(
+            200,
+            json={
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 1700000000,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "ok"},
+                        "finish_reason": "stop",
+                        "logprobs": None,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": n,
+                    "completion_tokens": 2,
+                    "total_tokens": n + 2,
+                    "prompt_tokens_details": {"cached_tokens": 0},
+                },
+            },
+        )
+
+    client = openai.OpenAI(
+        api_key="sk-test",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )
+    db, trace = tmp_path / "o.db", tmp_path / "o.jsonl"
+    tracker = Tracker(db)
+    promptcache.wrap(client, tracker, trace=trace)
+    calls = [("team-a", "Can I return shoes?"), ("team-b", "And a jacket?"), ("team-a", "Socks?")]
+    for key, q in calls:
+        client.chat.completions.create(
+            model=model,
+            prompt_cache_key=key,
+            messages=[{"role": "system", "content": POLICY_A}, {"role": "user", "content": q}],
+        )
+    tracker.close()
+    # by hand: 1 team-a, empty cache -> miss; 2 team-b, another partition -> miss although
+    # the prompt starts alike; 3 team-a again -> reads the system prefix written by 1
+    want = [False, False, True]
+    for argv in (["--from-ledger", "--db", str(db)], [str(trace)]):
+        assert main(["simulate", *argv, "--provider", "openai", "--json"]) == 0
+        per = json.loads(capsys.readouterr().out)["as_traced"]["per_request"]
+        assert [r["cache_read_tokens"] > 0 for r in per] == want
+        # OpenAI reads in 128-token steps from 1,024
+        assert (per[2]["cache_read_tokens"] - 1024) % 128 == 0
