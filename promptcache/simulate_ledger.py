@@ -15,14 +15,15 @@ Mapping (one record -> one request):
   (a marker on an inner content part of a message); ``hash`` is the segment digest
   (``digest@start-end`` for a piece of a cut segment), ``cache`` the breakpoint's TTL,
   ``layer`` the segment kind (tools, system, messages; routing settings such as
-  ``tool_choice`` or ``prompt_cache_key`` have no layer and ``boundary: false``);
+  ``tool_choice`` or ``response_format`` have no layer and ``boundary: false``);
 - tokens: the ledger keeps a record's prompt tokens (uncached + cache read + cache write),
   not each segment's, so a segment's tokens are estimated in proportion to its characters
   (``round(chars * prompt_tokens / chain_chars)`` at each cut, the estimate miss
   attribution uses) and fixed at the segment's first appearance, so equal digests always
   carry equal token counts;
 - OpenAI ``prompt_cache_key``: the digest of the ``$.prompt_cache_key`` segment (equal key
-  = equal partition); ``retention``: the ``prompt_cache_retention`` stored with the chain.
+  = equal partition; the segment itself is left out of the prompt: it is routing, not
+  tokens); ``retention``: the ``prompt_cache_retention`` stored with the chain.
 
 Known approximations: token counts per segment are estimates (above); a message with
 several content parts counts as one content block for Anthropic's 20-block lookback unless
@@ -59,10 +60,15 @@ def _row(
     data: dict[str, Any], rec: Record, memo: dict[tuple[str, int, int], int]
 ) -> dict[str, Any]:
     chain = DigestChain.from_json(data)
-    total_chars = chain.chars
+    # OpenAI's prompt_cache_key picks the cache partition; it is not prompt text
+    key_seg = next((s for s in chain.segments if s.path == "$.prompt_cache_key"), None)
+    key_chars = key_seg.chars if key_seg is not None else 0
+    total_chars = chain.chars - key_chars
     prompt = rec.usage.prompt_tokens
 
     def tokens_at(chars: int) -> int:
+        if key_seg is not None and chars >= key_seg.end:
+            chars -= key_chars
         if total_chars <= 0:
             return 0
         return int(round(chars * prompt / total_chars))
@@ -71,10 +77,9 @@ def _row(
     for bp in chain.breakpoints:
         bps.setdefault(bp.end, bp.ttl)
     segs: list[dict[str, Any]] = []
-    key = None
     for s in chain.segments:
-        if s.path == "$.prompt_cache_key":
-            key = s.digest
+        if s is key_seg:
+            continue
         cuts = sorted({e for e in bps if s.start < e < s.end} | {s.end})
         start = s.start
         for end in cuts:
@@ -99,8 +104,8 @@ def _row(
         "model": rec.model,
         "output_tokens": int(rec.usage.output_tokens),
     }
-    if key is not None:
-        row["prompt_cache_key"] = key
+    if key_seg is not None:
+        row["prompt_cache_key"] = key_seg.digest
     if isinstance(data.get("retention"), str):
         row["retention"] = data["retention"]
     row["segments"] = segs
