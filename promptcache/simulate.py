@@ -768,7 +768,7 @@ def _from_ledger(args: argparse.Namespace) -> tuple[list[TraceRequest], str]:
             file=sys.stderr,
         )
     # the same reader as a JSONL file: one path from trace line to simulation
-    reqs = load_trace((json.dumps(r) for r in rows), model=args.model)
+    reqs = load_trace((json.dumps(r, sort_keys=True) for r in rows), model=args.model)
     return reqs, db
 
 
