@@ -33,6 +33,21 @@ from promptcache.usage_record import (
 DEFAULT_WRITE_TTL = "30m"
 
 
+def _not_reported(
+    prompt: int, output: int, reasoning: int | None, provider: str, model: str | None
+) -> Usage:
+    """The usage of a response without cache details: caching unknown, never a miss."""
+    return Usage(
+        uncached_input_tokens=prompt,
+        output_tokens=output,
+        cache_reported=False,
+        reasoning_tokens=reasoning,
+        provider=provider,
+        model=model,
+        flags=(CACHE_NOT_REPORTED,),
+    )
+
+
 def usage_from_chat_fields(
     usage: dict, *, provider: str, model: str | None, where: str = "usage"
 ) -> Usage:
@@ -48,15 +63,7 @@ def usage_from_chat_fields(
         out_details, "reasoning_tokens", where=f"{where}.completion_tokens_details"
     )
     if cached is None and not written:
-        return Usage(
-            uncached_input_tokens=prompt,
-            output_tokens=output,
-            cache_reported=False,
-            reasoning_tokens=reasoning,
-            provider=provider,
-            model=model,
-            flags=(CACHE_NOT_REPORTED,),
-        )
+        return _not_reported(prompt, output, reasoning, provider, model)
     cached = cached or 0
     check_part(
         cached + written,
@@ -93,15 +100,7 @@ def usage_from_responses_fields(
         where=f"{where}.output_tokens_details",
     )
     if cached is None and not written:
-        return Usage(
-            uncached_input_tokens=total_in,
-            output_tokens=output,
-            cache_reported=False,
-            reasoning_tokens=reasoning,
-            provider=provider,
-            model=model,
-            flags=(CACHE_NOT_REPORTED,),
-        )
+        return _not_reported(total_in, output, reasoning, provider, model)
     cached = cached or 0
     check_part(
         cached + written,
