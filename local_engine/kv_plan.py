@@ -409,7 +409,10 @@ def format_plan(p: KVPlan, *, total_memory: int | None = None, headroom: float =
             f"KV per request ({p.context:,} tokens = {p.blocks_per_request:,} blocks)",
             _fmt_bytes(p.kv_bytes_per_request),
         ),
-        (f"KV for the batch ({p.batch} requests)", _fmt_bytes(p.kv_bytes_batch)),
+        (
+            f"KV for the batch ({p.batch} request{'' if p.batch == 1 else 's'})",
+            _fmt_bytes(p.kv_bytes_batch),
+        ),
     ]
     if p.memory is not None:
         total = p.memory if total_memory is None else total_memory

@@ -78,3 +78,9 @@ def test_weights_that_alone_do_not_fit_say_so(capsys):
     assert not re.search(r"-\d", line), line  # no negative remainder
     d = _json(capsys, "--model", "llama-3-70b", "--context", "4k", "--memory", "80GiB")
     assert d["weights_fit"] is False and d["max_requests"] == 0
+
+
+@pytest.mark.parametrize("batch, label", [("1", "(1 request)"), ("4", "(4 requests)")])
+def test_batch_label_is_singular_for_one_request(capsys, batch, label):
+    assert main(["kv-plan", "--model", "llama3-8b", "--context", "4k", "--batch", batch]) == 0
+    assert f"KV for the batch {label}" in capsys.readouterr().out
