@@ -117,6 +117,7 @@ def start_engine(model: str | None, timeout: float) -> tuple[subprocess.Popen, s
     port = _free_port()
     log_path = os.path.join(tempfile.gettempdir(), f"promptcache-demo-engine-{port}.log")
     cmd = [sys.executable, "-m", "promptcache", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    cmd.append("--exit-with-parent")  # a demo stopped with SIGKILL leaves no server behind
     if model:
         cmd += ["--model", model]
     log = open(log_path, "w")

@@ -105,6 +105,7 @@ class LocalEngineServer:
             "0",
             "--cache-mode",
             self.cache_mode,
+            "--exit-with-parent",  # a killed test run leaves no server behind
         ]
         if self.model:
             cmd += ["--model", self.model]

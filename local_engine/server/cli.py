@@ -11,8 +11,11 @@ import argparse
 import errno
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
+import time
 from pathlib import Path
 
 from .emulation import CACHE_MODES
@@ -119,6 +122,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--disable-docs",
         action="store_true",
         help="do not serve the OpenAPI document (/openapi.json) and its pages (/docs, /redoc)",
+    )
+    parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="shut down (draining, as on SIGTERM) when the process that started this server "
+        "ends; the pytest plugin passes it so a killed test run leaves no server behind",
     )
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
@@ -256,13 +265,33 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
         log_config=None,
     )
     server = _DrainingServer(uv_config)
+    if args.exit_with_parent:
+        watch_parent(os.getppid(), lambda: server.handle_exit(signal.SIGTERM, None))
     server.run(sockets=[sock])
     return 0
 
 
+def watch_parent(parent_pid: int, on_exit, interval: float = 1.0) -> threading.Thread:
+    """Call ``on_exit()`` once, from a daemon thread, when this process's parent is no longer
+    ``parent_pid`` (the parent ended and the process was re-parented; ``os.getppid()`` is
+    polled every ``interval`` seconds). Portable to every POSIX system, unlike
+    ``PR_SET_PDEATHSIG``."""
+
+    def _watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval)
+        logging.getLogger("promptcache.server").warning(
+            "parent process %d ended: shutting down (--exit-with-parent)", parent_pid
+        )
+        on_exit()
+
+    thread = threading.Thread(target=_watch, name="promptcache-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def _server_class():
     import contextlib
-    import signal
 
     import uvicorn
 
