@@ -28,7 +28,7 @@ from .sampling import Sampler, SamplerOutput, SamplingParams
 from .scheduler import SchedulerOutput
 
 if TYPE_CHECKING:
-    from .cuda_graphs import DecodeGraphRunner
+    from .cuda_graphs import DecodeGraphRunner, PrefillGraphRunner
 
 logger = logging.getLogger("local_engine")
 
@@ -214,6 +214,8 @@ class ModelRunner:
         self.graphs: DecodeGraphRunner | None = None  # on CUDA unless enforce_eager
         # the same for verification steps of K + 1 tokens a sequence (speculative decoding)
         self.spec_graphs: DecodeGraphRunner | None = None
+        # prefill and mixed steps of few tokens (a prefix-cache hit's chunk, chunks + decodes)
+        self.prefill_graphs: PrefillGraphRunner | None = None
         # CUDA: the pinned int64 host buffer of prepare(), its NumPy view, its copy's event
         self._pinned: torch.Tensor | None = None
         self._pinned_np: np.ndarray | None = None
@@ -247,6 +249,18 @@ class ModelRunner:
                     max_blocks_per_seq=-(-self.max_model_len // self.block_size),
                     backend=self.backend,
                     query_len=spec.num_speculative_tokens + 1,
+                ).capture()
+            max_tokens = min(self.cfg.prefill_graph_max_tokens, self.cfg.max_num_batched_tokens)
+            if max_tokens > 0:
+                from .cuda_graphs import PrefillGraphRunner
+
+                self.prefill_graphs = PrefillGraphRunner(
+                    self.model,
+                    self.kv_caches,
+                    max_tokens=max_tokens,
+                    max_seqs=self.cfg.max_num_seqs,
+                    max_blocks_per_seq=-(-self.max_model_len // self.block_size),
+                    backend=self.backend,
                 ).capture()
 
     # ---- batch construction --------------------------------------------------------------
@@ -444,6 +458,11 @@ class ModelRunner:
             and sg.can_run(batch.meta.num_seqs, batch.meta)
         ):
             return sg.run(batch.input_ids, batch.positions, batch.meta)
+        pg = self.prefill_graphs
+        if pg is not None and batch.logits_rows is None:  # a prefill or mixed step
+            shape = pg.shape_for(batch.input_ids.shape[0], batch.meta)
+            if shape is not None:
+                return pg.run(shape, batch.input_ids, batch.positions, batch.meta)
         hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_caches)
         if batch.meta.logits_indices.numel() == 0:
             return hidden.new_zeros((0, self.model.config.vocab_size), dtype=torch.float32)
