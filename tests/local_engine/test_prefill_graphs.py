@@ -123,22 +123,25 @@ class ReplayPrefillByRerun(PrefillGraphRunner):
         return replay
 
 
-def run_engine(folder, seed, use_graphs):
+def run_engine(folder, seed, use_graphs, device="cpu"):
     from local_engine import SamplingParams
     from local_engine.engine import LLMEngine
 
     eng = LLMEngine.from_config(
         folder,
-        device="cpu",
+        device=device,
+        dtype="float32",
         seed=seed,
         max_num_seqs=4,
         num_kv_blocks=64,
         max_model_len=256,
         block_size=16,
         max_num_batched_tokens=64,
+        # on CUDA the engine captures the real graphs itself (decode graphs in both runs)
+        prefill_graph_max_tokens=32 if use_graphs else 0,
     )
     runner = eng.runner
-    if use_graphs:
+    if use_graphs and device == "cpu":
         runner.prefill_graphs = ReplayPrefillByRerun(
             runner.model,
             runner.kv_caches,
@@ -147,6 +150,18 @@ def run_engine(folder, seed, use_graphs):
             max_blocks_per_seq=256 // 16,
             require_cuda=False,
         ).capture()
+    elif use_graphs:  # count the real graphs' replays
+        pg = runner.prefill_graphs
+        pg.replays = []
+
+        def counted(key, replay):
+            def f():
+                pg.replays.append(key)
+                replay()
+
+            return f
+
+        pg.graphs = {k: counted(k, f) for k, f in pg.graphs.items()}
     log = []
     orig = runner.forward_logits
 
@@ -198,3 +213,23 @@ def test_replayed_prefill_matches_eager(tmp_path):
     assert all(t > 32 for t, _, _ in log_g[:1])
     # padding wrote nothing: both pools hold the same K/V
     torch.testing.assert_close(graph.runner.kv_cache, eager.runner.kv_cache, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (real capture)")
+def test_captured_prefill_graphs_match_eager_on_cuda(tmp_path):
+    """The real captured graphs (Triton attention, float32): the same tokens, logits within
+    1e-3 (the graphs' block tables are max_model_len wide, which may change the split-K
+    segment count and so the summation order), and the same KV pool."""
+    folder = tiny_model_folder(tmp_path)
+    eager, outs_e, log_e = run_engine(folder, 7, False, "cuda")
+    graph, outs_g, log_g = run_engine(folder, 7, True, "cuda")
+    pg = graph.runner.prefill_graphs
+    assert pg is not None and eager.runner.prefill_graphs is None
+    assert pg.shapes == prefill_graph_shapes(32, 4)
+    assert outs_e == outs_g
+    assert outs_g["hit"][1] == 48
+    assert (32, 4) in pg.replays and len(set(pg.replays)) >= 2, pg.replays
+    for (t_e, n_e, a), (t_g, n_g, b) in zip(log_e, log_g):
+        assert (t_e, n_e) == (t_g, n_g)
+        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(graph.runner.kv_cache, eager.runner.kv_cache, rtol=1e-4, atol=1e-4)
