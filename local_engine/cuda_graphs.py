@@ -20,17 +20,21 @@ kernels are the ones an eager step of that shape would run.
 
 :class:`PrefillGraphRunner` does the same for steps that are not pure decode: a prefill chunk
 over a cached prefix (a prefix-cache hit), or prefill chunks mixed with decodes. Such a step run
-eagerly is bound by the host (the 8B shape: ~320 launches, ~12.6 ms of Python for ~6.7 ms of GPU
-work on 100 new tokens over a 4,000-token prefix, issue 13). The whole forward pass is captured,
-attention included (no piecewise graphs as in vLLM v1): the Triton paged-attention kernel reads
-each sequence's query range and context length from device tensors and sizes its grid from
-shapes alone (``num_tokens // BLOCK_Q + num_seqs`` q-blocks), so one graph serves any mix of
-query lengths and cached prefixes of its shape. A graph is captured per *(tokens, sequences)*
-bucket (:func:`prefill_graph_shapes`); a step of ``t`` tokens in ``n`` sequences replays the
-smallest bucket ``(T, S)`` with ``T >= t`` and ``S >= n`` (:func:`choose_prefill_shape`),
-padded in the fixed buffers (:meth:`PrefillGraphRunner.run`): tokens ``t..T`` belong to no
-sequence (slot -1, so nothing is written; their ids and positions are left from earlier steps,
-valid values whose rows are dropped); sequences ``n..S`` have no query tokens (their
+eagerly is bound by the host (issue 13; measured on the 8B shape, 100 new tokens over a
+4,000-token prefix: ~360 launches, more host time than the 7.4 ms of GPU work, 18 ms to the
+first token; ``bench/RESULTS.md``, "## hitpath"). The whole forward pass is captured, attention
+included (no piecewise graphs as in vLLM v1): the Triton paged-attention kernel reads each
+sequence's query range and context length from device tensors and sizes its grid from shapes
+alone (``num_tokens // BLOCK_Q + num_seqs`` q-blocks), so one graph serves any mix of query
+lengths and cached prefixes of its shape. A graph is captured per *(tokens, sequences)* bucket
+(:func:`prefill_graph_shapes`); a step of ``t`` tokens in ``n`` sequences replays the smallest
+bucket ``(T, S)`` with ``T >= t`` and ``S >= n`` (:func:`choose_prefill_shape`).
+
+Its inputs reach the graph's buffer in the one host-to-device copy that every step makes
+anyway: the runner lays the step out in the bucket's padded sizes
+(:class:`local_engine.host_layout.HostLayout`), so a replay launches nothing but the graph.
+Padding: tokens ``t..T`` belong to no sequence (slot -1, so nothing is written; id and
+position 0; their rows are dropped); sequences ``n..S`` have no query tokens (their
 ``cu_seqlens_q`` entries repeat ``t``), so the attention programs of the padding exit at once;
 logits rows past the real ones gather row 0. Only the sampling rows' logits are computed
 (``hidden[logits_indices]``), into one float32 buffer shared by all the buckets.
@@ -46,6 +50,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from .attention.metadata import AttentionMetadata
+from .host_layout import HostLayout
 
 logger = logging.getLogger("local_engine")
 
@@ -262,10 +267,12 @@ class PrefillGraphRunner:
         shapes: buckets to capture (default :func:`prefill_graph_shapes`).
         require_cuda: False lets CPU tests drive the buffers (with a stand-in for capture).
 
-    Fixed buffers (largest bucket ``T_max`` tokens, ``S_max`` sequences): ``input_ids``,
-    ``positions``, ``slot_mapping`` int64 ``[T_max]``; ``block_tables`` int32 ``[S_max,
-    max_blocks_per_seq]``; ``cu_seqlens_q`` int32 ``[S_max + 1]``; ``seq_lens`` int32
-    ``[S_max]``; ``logits_indices`` int64 ``[S_max]``; ``logits`` float32 ``[S_max, vocab]``.
+    Inputs: one int64 device buffer, ``inputs``. Bucket ``(T, S)`` reads its step from the
+    front of it, laid out as :class:`~local_engine.host_layout.HostLayout` ``.plan(T, S,
+    max_blocks_per_seq, S)`` (``layouts[(T, S)]``): :meth:`ModelRunner.prepare
+    <local_engine.runner.ModelRunner.prepare>` writes a step in that layout, padded, into its
+    host buffer and copies it here in one copy; :meth:`replay` then only launches the graph.
+    Output: ``logits`` float32 ``[S_max, vocab]``, shared by the buckets.
     """
 
     def __init__(
@@ -291,56 +298,41 @@ class PrefillGraphRunner:
             sorted(shapes) if shapes is not None else prefill_graph_shapes(max_tokens, max_seqs)
         )
         self.max_blocks_per_seq = max_blocks_per_seq
-        t_max = max((t for t, _ in self.shapes), default=0)
-        s_max = max((s for _, s in self.shapes), default=0)
-        self.max_tokens, self.max_seqs = t_max, s_max
-        self.input_ids = torch.zeros(t_max, dtype=torch.long, device=device)
-        self.positions = torch.zeros(t_max, dtype=torch.long, device=device)
-        self.slot_mapping = torch.full((t_max,), -1, dtype=torch.long, device=device)
-        self.block_tables = torch.zeros(
-            (s_max, max_blocks_per_seq), dtype=torch.int32, device=device
-        )
-        self.cu_seqlens_q = torch.zeros(s_max + 1, dtype=torch.int32, device=device)
-        self.seq_lens = torch.zeros(s_max, dtype=torch.int32, device=device)
-        self.logits_indices = torch.zeros(s_max, dtype=torch.long, device=device)
+        self.max_tokens = max((t for t, _ in self.shapes), default=0)
+        self.max_seqs = max((s for _, s in self.shapes), default=0)
+        self.layouts = {
+            (t, s): HostLayout.plan(t, s, max_blocks_per_seq, s) for t, s in self.shapes
+        }
+        total = max((lay.total for lay in self.layouts.values()), default=1)
+        self.inputs = torch.zeros(total, dtype=torch.long, device=device)
         vocab = model.config.vocab_size if model is not None else 0
-        self.logits = torch.zeros((s_max, vocab), dtype=torch.float32, device=device)
+        self.logits = torch.zeros((self.max_seqs, vocab), dtype=torch.float32, device=device)
         self.graphs: dict[tuple[int, int], Callable[[], None]] = {}
         self.capture_seconds = 0.0
 
-    def _meta(self, t: int, s: int) -> AttentionMetadata:
-        return AttentionMetadata(
-            slot_mapping=self.slot_mapping[:t],
-            block_tables=self.block_tables[:s],
-            cu_seqlens_q=self.cu_seqlens_q[: s + 1],
-            seq_lens=self.seq_lens[:s],
-            logits_indices=self.logits_indices[:s],
-            backend=self.backend,
-        )
-
     def _forward(self, t: int, s: int) -> None:
-        """The bucket's step over the fixed buffers: float32 logits of its ``s`` gathered rows
-        into ``logits[:s]``."""
-        hidden = self.model(
-            self.input_ids[:t], self.positions[:t], self._meta(t, s), self.kv_caches
-        )
-        self.logits[:s].copy_(self.model.compute_logits(hidden[self.logits_indices[:s]]))
+        """Bucket ``(t, s)``'s step over the input buffer: float32 logits of its ``s``
+        gathered rows into ``logits[:s]``."""
+        ids, pos, slots, lidx, tables, cu, lens = self.layouts[(t, s)].tensors(self.inputs)
+        meta = AttentionMetadata(slots, tables, cu, lens, lidx, backend=self.backend)
+        hidden = self.model(ids, pos, meta, self.kv_caches)
+        self.logits[:s].copy_(self.model.compute_logits(hidden[lidx]))
+
+    def _empty_step(self, shape: tuple[int, int]) -> None:
+        """Fill the input buffer with bucket ``shape``'s padding of an empty step (no sequence
+        has tokens, every slot -1): what capture runs on, writing no KV."""
+        self.inputs.zero_()
+        lay = self.layouts[shape]
+        self.inputs[lay.slot_mapping : lay.slot_mapping + lay.num_tokens].fill_(-1)
 
     @torch.inference_mode()
     def capture(self) -> PrefillGraphRunner:
-        """Capture one graph per bucket, largest first, all in one memory pool. While capturing
-        the buffers hold the padding of an empty step (no sequence has tokens, every slot -1),
-        so the KV cache is not written."""
+        """Capture one graph per bucket, largest first, all in one memory pool, each over the
+        padding of an empty step (so the KV cache is not written)."""
         t0 = time.monotonic()
         pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
-        self.slot_mapping.fill_(-1)
-        self.input_ids.zero_()
-        self.positions.zero_()
-        self.cu_seqlens_q.zero_()
-        self.seq_lens.zero_()
-        self.block_tables.zero_()
-        self.logits_indices.zero_()
         for shape in reversed(self.shapes):
+            self._empty_step(shape)
             self.graphs[shape] = self._capture_one(shape, pool)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
@@ -365,55 +357,21 @@ class PrefillGraphRunner:
             self._forward(*shape)
         return graph.replay
 
-    def shape_for(self, num_tokens: int, meta: AttentionMetadata) -> tuple[int, int] | None:
-        """The bucket that replays a step of ``num_tokens`` tokens with metadata ``meta``
-        (one logits row at most per sequence), or None (run it eagerly)."""
-        if not self.graphs or meta.block_tables.shape[1] > self.max_blocks_per_seq:
+    def shape_for(self, num_tokens: int, num_seqs: int, max_blocks: int) -> tuple[int, int] | None:
+        """The bucket that replays a step of ``num_tokens`` tokens in ``num_seqs`` sequences
+        (one logits row at most each) with block tables ``max_blocks`` wide, or None (run it
+        eagerly)."""
+        if not self.graphs or max_blocks > self.max_blocks_per_seq:
             return None
-        n = meta.num_seqs
-        if meta.logits_indices.shape[0] > n:
-            return None
-        return choose_prefill_shape(self.shapes, num_tokens, n)
+        return choose_prefill_shape(self.shapes, num_tokens, num_seqs)
 
     @torch.inference_mode()
-    def run(
-        self,
-        shape: tuple[int, int],
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        meta: AttentionMetadata,
-    ) -> torch.Tensor:
-        """Replay bucket ``shape`` (from :meth:`shape_for`) on a step's inputs.
-
-        Args:
-            input_ids, positions: int64 ``[t]``; meta: the step's metadata (``n`` sequences,
-                ``L <= n`` logits rows).
-
-        Returns:
-            float32 logits ``[L, vocab_size]`` of ``meta.logits_indices``' rows (a view of the
-            shared buffer, valid until the next replay).
-        """
-        big_t, big_s = shape
-        t = input_ids.shape[0]
-        n = meta.num_seqs
-        n_lp = meta.logits_indices.shape[0]
-        w = meta.block_tables.shape[1]
-        self.input_ids[:t].copy_(input_ids, non_blocking=True)
-        self.positions[:t].copy_(positions, non_blocking=True)
-        self.slot_mapping[:t].copy_(meta.slot_mapping, non_blocking=True)
-        self.block_tables[:n, :w].copy_(meta.block_tables, non_blocking=True)
-        self.cu_seqlens_q[: n + 1].copy_(meta.cu_seqlens_q, non_blocking=True)
-        self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
-        self.logits_indices[:n_lp].copy_(meta.logits_indices, non_blocking=True)
-        # padding (pad_prefill_inputs): tokens of no sequence, sequences of no tokens
-        if big_t > t:
-            self.slot_mapping[t:big_t].fill_(-1)
-        if big_s > n:
-            self.cu_seqlens_q[n + 1 : big_s + 1].copy_(meta.cu_seqlens_q[n:].expand(big_s - n))
-        if big_s > n_lp:
-            self.logits_indices[n_lp:big_s].zero_()
+    def replay(self, shape: tuple[int, int], num_logits: int) -> torch.Tensor:
+        """Replay bucket ``shape`` over the step already in :attr:`inputs` (its layout,
+        padded); float32 logits ``[num_logits, vocab_size]`` of the step's sampling rows (a
+        view of the shared buffer, valid until the next replay)."""
         self.graphs[shape]()
-        return self.logits[:n_lp]
+        return self.logits[:num_logits]
 
 
 __all__ = [

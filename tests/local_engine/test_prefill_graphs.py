@@ -17,12 +17,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from local_engine.attention.metadata import AttentionMetadata
 from local_engine.cuda_graphs import (
     PrefillGraphRunner,
     choose_prefill_shape,
     prefill_graph_shapes,
 )
+from local_engine.host_layout import HostLayout
+from local_engine.sampling import SamplingParams
 
 from .attention.test_triton_cuda_graphs import tiny_model_folder
 
@@ -50,57 +51,70 @@ def test_choose_prefill_shape():
     assert choose_prefill_shape(prefill_graph_shapes(512, 64), 100, 1) == (128, 1)
 
 
-def meta_of(slots, tables, cu, lens, lidx):
-    return AttentionMetadata(
-        slot_mapping=torch.tensor(slots, dtype=torch.long),
-        block_tables=torch.tensor(tables, dtype=torch.int32),
-        cu_seqlens_q=torch.tensor(cu, dtype=torch.int32),
-        seq_lens=torch.tensor(lens, dtype=torch.int32),
-        logits_indices=torch.tensor(lidx, dtype=torch.long),
-    )
+def test_bucket_layout_by_hand():
+    """Bucket (16 tokens, 4 sequences), block tables 6 wide: int64 parts of 16, 16, 16 and 4
+    entries, then the int32 part (tables 4 x 6 = 24 entries, cu_seqlens_q 5 from entry 24,
+    seq_lens 4 from entry 32 (24 + 5 rounded up to 4), 36 int32 = 18 int64 entries)."""
+    lay = HostLayout.plan(16, 4, 6, 4)
+    assert (lay.input_ids, lay.positions, lay.slot_mapping, lay.logits_indices) == (0, 16, 32, 48)
+    assert (lay.int32, lay.block_tables, lay.cu_seqlens_q, lay.seq_lens) == (52, 0, 24, 32)
+    assert (lay.int32_len, lay.total) == (18, 70)
+    buf = torch.arange(70)
+    ids, pos, slots, lidx, tables, cu, lens = lay.tensors(buf, 7, 2, 2)
+    assert ids.tolist() == list(range(7)) and slots.tolist() == list(range(32, 39))
+    assert tables.shape == (2, 6) and cu.shape == (3,) and lens.shape == (2,)
+    with pytest.raises(ValueError):
+        lay.tensors(buf, 17, 2, 2)
 
 
-def test_run_pads_the_fixed_buffers():
-    """A step of 5 + 2 tokens (sequence 0: 5 new over 11 cached, sequence 1: a decode-like
-    chunk of 2) in bucket (16, 4), after a larger step left stale values in every buffer."""
-    kv = [(torch.zeros(8, 4, 1, 8), torch.zeros(8, 4, 1, 8))]
-    r = PrefillGraphRunner(
-        None, kv, max_tokens=16, max_seqs=4, max_blocks_per_seq=6, require_cuda=False
+def test_prepare_lays_a_step_out_padded_in_its_bucket():
+    """A step of 5 + 2 tokens (sequence 0: 5 new over 11 cached, sequence 1: 2 new over 5)
+    in bucket (16, 4) with block tables 32 wide, after a step that left other values in the
+    graph's input buffer; the values worked out by hand."""
+    from local_engine.scheduler import ScheduledSequence, SchedulerOutput
+    from local_engine.sequence import Sequence
+
+    from .test_runner_prepare import make_runner
+
+    runner = make_runner()  # block size 16, 512-token rotary table
+    pg = PrefillGraphRunner(
+        runner.model,
+        runner.kv_caches,
+        max_tokens=16,
+        max_seqs=4,
+        max_blocks_per_seq=32,
+        shapes=[(16, 4)],
+        require_cuda=False,
     )
-    assert r.shapes == [(16, 1), (16, 2), (16, 4)]
-    calls = []
-    r.graphs = {s: (lambda s=s: calls.append(s)) for s in r.shapes}
-    for buf in (r.input_ids, r.positions, r.slot_mapping, r.logits_indices):
-        buf.fill_(9)
-    r.cu_seqlens_q.fill_(9)
-    r.seq_lens.fill_(9)
-    r.block_tables.fill_(9)
-    meta = meta_of(
-        slots=[11, 12, 13, 14, 15, 21, 22],
-        tables=[[0, 1, 2, 3], [5, 0, 0, 0]],  # 4 wide (the batch's), the buffer is 6 wide
-        cu=[0, 5, 7],
-        lens=[16, 7],
-        lidx=[4, 6],
-    )
-    ids = torch.arange(100, 107)
-    pos = torch.tensor([11, 12, 13, 14, 15, 5, 6])
-    shape = r.shape_for(7, meta)
-    assert shape == (16, 2)
-    shape = (16, 4)  # a wider bucket pads sequences too
-    out = r.run(shape, ids, pos, meta)
-    assert calls == [(16, 4)]
-    assert out.shape == (2, 0)  # the two sampling rows (no model here: vocab 0)
-    assert r.input_ids[:7].tolist() == list(range(100, 107))
-    assert r.positions[:7].tolist() == [11, 12, 13, 14, 15, 5, 6]
-    assert r.slot_mapping.tolist() == [11, 12, 13, 14, 15, 21, 22] + [-1] * 9
-    assert r.cu_seqlens_q.tolist() == [0, 5, 7, 7, 7]
-    assert r.seq_lens[:2].tolist() == [16, 7]
-    assert r.logits_indices.tolist() == [4, 6, 0, 0]
-    assert r.block_tables[:2].tolist() == [[0, 1, 2, 3, 9, 9], [5, 0, 0, 0, 9, 9]]
-    # no bucket for a step too large, or a block table wider than the buffers
-    assert r.shape_for(17, meta) is None
-    wide = meta_of([1], [[0] * 7], [0, 1], [1], [0])
-    assert r.shape_for(1, wide) is None
+    pg.graphs = {(16, 4): lambda: None}
+    runner.prefill_graphs = pg
+    pg.inputs.fill_(9)
+    params = SamplingParams()
+    s0 = Sequence("a", "a", 0, list(range(100, 116)), params)
+    s1 = Sequence("b", "b", 0, list(range(200, 207)), params)
+    sched = SchedulerOutput([ScheduledSequence(s0, 11, 5), ScheduledSequence(s1, 5, 2)])
+    batch = runner.prepare(sched, [[3], [5]])
+    assert batch.graph_shape == (16, 4)
+    lay = pg.layouts[(16, 4)]
+    ids, pos, slots, lidx, tables, cu, lens = lay.tensors(pg.inputs)
+    assert ids.tolist() == [111, 112, 113, 114, 115, 205, 206] + [0] * 9
+    assert pos.tolist() == [11, 12, 13, 14, 15, 5, 6] + [0] * 9
+    # slot = block * 16 + offset; padding tokens write nowhere
+    assert slots.tolist() == [59, 60, 61, 62, 63, 85, 86] + [-1] * 9
+    assert cu.tolist() == [0, 5, 7, 7, 7]
+    assert lens.tolist() == [16, 7, 0, 0]
+    assert lidx.tolist() == [4, 6, 0, 0]
+    assert tables.tolist() == [[3] + [0] * 31, [5] + [0] * 31] + [[0] * 32] * 2
+    # the batch's tensors are views of the same buffer, cut to the real step
+    assert batch.input_ids.data_ptr() == ids.data_ptr() and batch.input_ids.shape == (7,)
+    assert batch.meta.block_tables.shape == (2, 32)
+    assert batch.meta.logits_indices.tolist() == [4, 6]
+    assert batch.sample_rows == [0, 1]
+    # steps that do not fit (or no graphs) keep the plain layout
+    big = SchedulerOutput([ScheduledSequence(s0, 0, 16), ScheduledSequence(s1, 0, 7)])
+    assert runner.prepare(big, [[3], [5]]).graph_shape is None
+    runner.prefill_graphs = None
+    assert runner.prepare(sched, [[3], [5]]).graph_shape is None
 
 
 def test_requires_cuda_by_default():
@@ -233,3 +247,48 @@ def test_captured_prefill_graphs_match_eager_on_cuda(tmp_path):
         assert (t_e, n_e) == (t_g, n_g)
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(graph.runner.kv_cache, eager.runner.kv_cache, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("budget", [64, 40])
+def test_prepare_in_buckets_matches_the_per_token_definition(budget):
+    """The random workloads of test_runner_prepare (prefix hits, chunked prefill, decodes)
+    with prefill graphs attached: every step a bucket takes has the definition's values in
+    its real part (block tables widened with 0) and the padding in the rest."""
+    from .test_runner_prepare import expected, make_runner, schedules
+
+    runner = make_runner()
+    pg = PrefillGraphRunner(
+        runner.model,
+        runner.kv_caches,
+        max_tokens=64,
+        max_seqs=8,
+        max_blocks_per_seq=32,
+        require_cuda=False,
+    )
+    pg.graphs = {s: (lambda: None) for s in pg.shapes}
+    runner.prefill_graphs = pg
+    taken = set()
+    for out, lists, _array in schedules(budget, True, seed=budget + 1):
+        exp = expected(out, lists)
+        batch = runner.prepare(out, lists)
+        decode = all(s.num_new_tokens == 1 for s in out.scheduled)
+        t, n = len(exp["ids"]), len(out.scheduled)
+        fits = choose_prefill_shape(pg.shapes, t, n)
+        assert batch.graph_shape == (None if decode else fits)
+        if batch.graph_shape is None:
+            continue
+        taken.add(batch.graph_shape)
+        big_t, big_s = batch.graph_shape
+        ids, pos, slots, lidx, tables, cu, lens = pg.layouts[batch.graph_shape].tensors(pg.inputs)
+        n_lp = len(exp["lidx"])
+        assert ids.tolist() == exp["ids"] + [0] * (big_t - t)
+        assert pos.tolist() == exp["pos"] + [0] * (big_t - t)
+        assert slots.tolist() == exp["slots"] + [-1] * (big_t - t)
+        assert cu.tolist() == exp["cu"] + [t] * (big_s - n)
+        assert lens.tolist() == exp["lens"] + [0] * (big_s - n)
+        assert lidx.tolist() == exp["lidx"] + [0] * (big_s - n_lp)
+        wide = [row + [0] * (32 - len(row)) for row in exp["bt"]]
+        assert tables.tolist() == wide + [[0] * 32] * (big_s - n)
+        assert batch.meta.cu_seqlens_q.tolist() == exp["cu"]
+        assert batch.sample_rows == exp["rows"]
+    assert len(taken) >= 2, taken
