@@ -454,6 +454,7 @@ def main(argv=None) -> int:
         decode_capture_s=engine.runner.graphs.capture_seconds if engine.runner.graphs else None,
         prefill_capture_s=pg.capture_seconds if pg else None,
         prefill_shapes=len(pg.shapes) if pg else 0,
+        prefill_capture_mib=pg.capture_bytes / 2**20 if pg else None,
         mem_reserved_gib=torch.cuda.memory_reserved() / 2**30 if torch.cuda.is_available() else 0,
         kv_blocks=engine.kv_cache_manager.num_blocks,
     )

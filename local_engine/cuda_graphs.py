@@ -309,6 +309,7 @@ class PrefillGraphRunner:
         self.logits = torch.zeros((self.max_seqs, vocab), dtype=torch.float32, device=device)
         self.graphs: dict[tuple[int, int], Callable[[], None]] = {}
         self.capture_seconds = 0.0
+        self.capture_bytes = 0  # device memory the capture reserved (graph pool, warm-ups)
 
     def _forward(self, t: int, s: int) -> None:
         """Bucket ``(t, s)``'s step over the input buffer: float32 logits of its ``s``
@@ -330,21 +331,25 @@ class PrefillGraphRunner:
         """Capture one graph per bucket, largest first, all in one memory pool, each over the
         padding of an empty step (so the KV cache is not written)."""
         t0 = time.monotonic()
-        pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
+        cuda = self.device.type == "cuda"
+        reserved = torch.cuda.memory_reserved(self.device) if cuda else 0
+        pool = torch.cuda.graph_pool_handle() if cuda else None
         for shape in reversed(self.shapes):
             self._empty_step(shape)
             self.graphs[shape] = self._capture_one(shape, pool)
-        if self.device.type == "cuda":
+        if cuda:
             torch.cuda.synchronize()
+            self.capture_bytes = torch.cuda.memory_reserved(self.device) - reserved
         self.capture_seconds = time.monotonic() - t0
         if self.shapes:
             logger.info(
                 "captured %d prefill/mixed-step CUDA graphs (up to %d tokens in %d sequences) "
-                "in %.1fs",
+                "in %.1fs, %.0f MiB",
                 len(self.shapes),
                 self.max_tokens,
                 self.max_seqs,
                 self.capture_seconds,
+                self.capture_bytes / 2**20,
             )
         return self
 
