@@ -321,7 +321,8 @@ class ModelRunner:
             h32[o_cu + n + 1 : o_cu + big_s + 1] = num_tokens  # sequences of no tokens
             h32[o_sl + n : o_sl + big_s] = 0
 
-        dev = self._to_device(host, lay.total, None if shape is None else pg.inputs)
+        dest = pg.inputs if pg is not None and shape is not None else None
+        dev = self._to_device(host, lay.total, dest)
         ids_d, pos_d, slot_d, lp_d, bt_d, cu_d, sl_d = lay.tensors(dev, num_tokens, n, n_lp)
         meta = AttentionMetadata(
             slot_mapping=slot_d,
