@@ -292,3 +292,60 @@ def test_prepare_in_buckets_matches_the_per_token_definition(budget):
         assert batch.meta.cu_seqlens_q.tolist() == exp["cu"]
         assert batch.sample_rows == exp["rows"]
     assert len(taken) >= 2, taken
+
+
+def test_prefill_graphs_with_speculative_decoding(tmp_path, monkeypatch):
+    """With n-gram speculation (drafts every step: verification steps carry several logits
+    rows a sequence, so they stay eager), prefill and mixed steps without drafts replay the
+    graphs: the same tokens as the engine without graphs, and as no speculation at all."""
+    from local_engine.engine import LLMEngine
+    from local_engine.spec_decode import decoder
+
+    from .spec_decode.test_spec_graphs import RepeatLast
+
+    monkeypatch.setattr(decoder, "MAX_BACKOFF_STEPS", 0)
+    folder = tiny_model_folder(tmp_path)
+
+    def run(graphs: bool, spec: bool):
+        eng = LLMEngine.from_config(
+            folder,
+            device="cpu",
+            seed=3,
+            max_num_seqs=4,
+            num_kv_blocks=64,
+            max_model_len=256,
+            speculative={"method": "ngram", "num_speculative_tokens": 3} if spec else None,
+        )
+        if spec:
+            eng.spec.ngram = RepeatLast()
+        pg = None
+        if graphs:
+            r = eng.runner
+            pg = r.prefill_graphs = ReplayPrefillByRerun(
+                r.model, r.kv_caches, max_tokens=32, max_seqs=4, max_blocks_per_seq=16,
+                require_cuda=False,
+            ).capture()  # fmt: skip
+        g = torch.Generator().manual_seed(2)
+        prefix = torch.randint(0, 256, (32,), generator=g).tolist()
+        p = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+        eng.add_request("first", prefix + [7], p)
+        outs = {}
+        while eng.has_unfinished_requests():
+            eng.step()
+        for i in range(3):
+            eng.add_request(
+                f"r{i}", prefix + torch.randint(0, 256, (3 + 5 * i,), generator=g).tolist(), p
+            )
+            eng.step()
+        while eng.has_unfinished_requests():
+            for o in eng.step():
+                if o.finished:
+                    outs[o.request_id] = o.outputs[0].token_ids
+        return eng, outs, pg
+
+    eng_g, outs_g, pg = run(True, True)
+    _, outs_e, _ = run(False, True)
+    _, outs_plain, _ = run(False, False)
+    assert outs_g == outs_e == outs_plain
+    assert pg.replays, "no prefill step replayed"
+    assert eng_g.metrics.spec_num_draft_tokens > 0
