@@ -22,7 +22,8 @@ hits), the timings first (the torch profiler, once run, slows later launches):
   prepare, forward (synchronised), sample and the rest of the step, and the host time until
   the forward returns;
 
-then greedy continuations in both modes (12 tokens of 4 prefix hits submitted together: chunks
+then a sweep of warm TTFT over new-token counts (``--sweep``, median of 5, both modes), then
+greedy continuations in both modes (12 tokens of 4 prefix hits submitted together: chunks
 mixed with decodes; compared token by token, a divergence reported with its eager top-2
 margin); then per mode:
 
@@ -97,11 +98,11 @@ class Bench:
     def warm_prompt(self, new: int | None = None) -> list[int]:
         return self.prefix + self.rand(self.args.new if new is None else new)
 
-    def warm_ttft(self) -> dict:
-        self.ttft(self.warm_prompt())  # untimed
+    def warm_ttft(self, new: int | None = None, repeats: int | None = None) -> dict:
+        self.ttft(self.warm_prompt(new))  # untimed
         ts, cached = [], []
-        for _ in range(self.args.repeats):
-            t, o = self.ttft(self.warm_prompt())
+        for _ in range(repeats or self.args.repeats):
+            t, o = self.ttft(self.warm_prompt(new))
             ts.append(t)
             cached.append(o.num_cached_tokens)
         return dict(ms=statistics.median(ts) * 1e3, all_ms=[x * 1e3 for x in ts], cached=cached)
@@ -403,6 +404,12 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="eager,graphs", help="eager,graphs")
     ap.add_argument("--max-tokens", type=int, default=512, help="prefill_graph_max_tokens")
     ap.add_argument(
+        "--sweep",
+        default="17,64,65,130,256,300,512",
+        help="new-token counts of a warm-TTFT sweep over the buckets (median of 5 each, "
+        "both modes; empty = none)",
+    )
+    ap.add_argument(
         "--cpu-dry-run",
         action="store_true",
         help="run the script's logic on the CPU with --dir's smollm2-135m folder, the graphs "
@@ -484,6 +491,12 @@ def main(argv=None) -> int:
         engine.runner.prefill_graphs = pg if mode == "graphs" else None
         res[mode]["warm2"] = b.warm_ttft()
         log(f"{mode} warm TTFT (2nd round) {res[mode]['warm2']}")
+    sweep = [int(x) for x in args.sweep.split(",") if x]
+    for mode in modes if sweep else ():
+        engine.runner.prefill_graphs = pg if mode == "graphs" else None
+        res[mode]["sweep"] = {k: b.warm_ttft(k, repeats=5)["ms"] for k in sweep}
+        log(f"{mode} warm TTFT by new tokens {res[mode]['sweep']}")
+    save()
     if pg is not None and "graphs" in modes and "eager" in modes:
         prompts = [b.prefix + b.rand(5)] + [b.warm_prompt(k) for k in (100, 37, 250, 9)]
         gre = {}
@@ -544,6 +557,11 @@ def main(argv=None) -> int:
                 + ", ".join(f"{k[:-3]} {v:.2f}" for k, v in bd.items() if v is not None)
                 + " ms"
             )
+    if sweep and all("sweep" in res[m] for m in modes):
+        print("\n| new tokens | " + " | ".join(f"{m} warm TTFT ms" for m in modes) + " |")
+        print("|---" * (len(modes) + 1) + "|")
+        for k in sweep:
+            print(f"| {k} | " + " | ".join(f"{res[m]['sweep'][k]:.2f}" for m in modes) + " |")
     if "greedy" in res:
         print(f"greedy eager vs graphs: {res['greedy']}")
     if "graphs" in res and "check" in res["graphs"]:
