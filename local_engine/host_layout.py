@@ -21,8 +21,9 @@ def _round_up(x: int, m: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class HostLayout:
-    """Where :meth:`ModelRunner.prepare` puts each batch input in its one int64 host buffer
-    (which reaches the device in one copy; the batch tensors are views into the copy).
+    """Where :meth:`~local_engine.runner.ModelRunner.prepare` puts each batch input in its one
+    int64 host buffer (which reaches the device in one copy; the batch tensors are views into
+    the copy).
 
     Offsets are in entries of their part; every part starts on a 16-byte boundary (2 int64
     or 4 int32 entries) so that each view is aligned. In order, in int64 entries:

@@ -216,7 +216,11 @@ class ModelRunner:
 
         All integer inputs are written into one host buffer (laid out as :class:`HostLayout`
         says) and reach the device in one copy (from pinned memory on CUDA); the tensors of
-        :class:`BatchInputs` are views into it.
+        :class:`BatchInputs` are views into it. A prefill or mixed step that a prefill CUDA
+        graph holds (:meth:`PrefillGraphRunner.shape_for
+        <local_engine.cuda_graphs.PrefillGraphRunner.shape_for>`) is laid out in the padded
+        sizes of that graph's bucket and copied into the graph's input buffer
+        (``graph_shape`` set; :meth:`forward_logits` then only replays).
         Per sequence there is one pass of Python attribute reads; positions, slots and the
         rest are NumPy arithmetic over the whole batch.
         """
