@@ -89,8 +89,17 @@ class EngineConfig:
         seed: seed of the engine's default random generator (requests without ``seed``).
         debug_checks: check the block pool's invariants after every step (slow).
         swap_space: bytes of CPU memory for swapping preempted requests' KV (0 = recompute).
-        enforce_eager: on CUDA, run decode steps eagerly instead of replaying the CUDA graphs
-            captured for batch sizes 1..``max_num_seqs`` (see :mod:`local_engine.cuda_graphs`).
+        enforce_eager: on CUDA, run every step eagerly instead of replaying the CUDA graphs
+            captured for decode steps of batch sizes 1..``max_num_seqs`` and for small prefill
+            and mixed steps (see :mod:`local_engine.cuda_graphs`).
+        prefill_graph_max_tokens: on CUDA, steps that are not pure decode (a prefill chunk
+            over a cached prefix, prefill chunks mixed with decodes) of at most this many
+            tokens (and ``max_num_batched_tokens``) replay CUDA graphs captured per (tokens,
+            sequences) bucket (:class:`~local_engine.cuda_graphs.PrefillGraphRunner`); 0 = run
+            them eagerly. Off with ``enforce_eager``. Default 512: on the Llama-3-8B shape
+            (H200, bench/RESULTS.md "## hitpath") a 100-token chunk over a 4,000-token cached
+            prefix reaches its first token in 8.3 ms instead of 14.7-19.3 ms; past ~300
+            tokens a padded graph and the eager step cost about the same.
         num_threads: torch intra-op CPU threads for this process on the CPU (None = auto: one
             per core minus the cores other processes keep busy, by the 1-minute load average;
             see :func:`local_engine.engine.cpu_threads`). The choice is logged at start-up.
@@ -126,6 +135,7 @@ class EngineConfig:
     debug_checks: bool = False
     swap_space: int = 0
     enforce_eager: bool = False  # on CUDA: no decode CUDA graphs (local_engine/cuda_graphs.py)
+    prefill_graph_max_tokens: int = 512
     num_threads: int | None = None
     weight_dtype: str | None = None
     weight_cache: bool = True
@@ -154,6 +164,10 @@ class EngineConfig:
             raise EngineError(f"max_model_len must be positive, got {self.max_model_len}")
         if not (self.device == "cpu" or str(self.device).startswith("cuda")):
             raise EngineError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        if self.prefill_graph_max_tokens < 0:
+            raise EngineError(
+                f"prefill_graph_max_tokens must be >= 0 (0 = off), got {self.prefill_graph_max_tokens}"
+            )
         if self.num_threads is not None and self.num_threads < 1:
             raise EngineError(f"num_threads must be at least 1, got {self.num_threads}")
         if self.weight_dtype is not None:

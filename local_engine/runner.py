@@ -22,13 +22,14 @@ import torch
 
 from .attention.metadata import AttentionMetadata
 from .config import EngineConfig, ModelConfig
+from .host_layout import HostLayout
 from .kv_cache.quant import KVCacheFormat, allocate_kv_cache, kv_cache_format
 from .models.llama import LlamaForCausalLM
 from .sampling import Sampler, SamplerOutput, SamplingParams
 from .scheduler import SchedulerOutput
 
 if TYPE_CHECKING:
-    from .cuda_graphs import DecodeGraphRunner
+    from .cuda_graphs import DecodeGraphRunner, PrefillGraphRunner
 
 logger = logging.getLogger("local_engine")
 
@@ -47,6 +48,9 @@ class BatchInputs:
     # speculative decoding: logits rows of each sampling sequence (1 + its drafts), or None
     # when every sampling sequence has one row
     logits_rows: list[int] | None = None
+    # the (tokens, sequences) bucket of the prefill CUDA graph whose input buffer holds this
+    # step's inputs (padded; these tensors are views of it), or None
+    graph_shape: tuple[int, int] | None = None
 
 
 def kv_block_bytes(mc: ModelConfig, block_size: int, dtype: torch.dtype | KVCacheFormat) -> int:
@@ -94,69 +98,6 @@ def init_random_weights(model: LlamaForCausalLM, seed: int, std: float = 0.02) -
             p.fill_(1.0)
         else:
             p.normal_(0.0, std, generator=gen)
-
-
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
-@dataclass(frozen=True, slots=True)
-class HostLayout:
-    """Where :meth:`ModelRunner.prepare` puts each batch input in its one int64 host buffer
-    (which reaches the device in one copy; the batch tensors are views into the copy).
-
-    Offsets are in entries of their part; every part starts on a 16-byte boundary (2 int64
-    or 4 int32 entries) so that each view is aligned. In order, in int64 entries:
-
-    ========================  ==================  ========================================
-    offset                    length              holds
-    ========================  ==================  ========================================
-    ``input_ids``             ``num_tokens``      token ids, int64
-    ``positions``             ``num_tokens``      positions, int64
-    ``slot_mapping``          ``num_tokens``      KV slot of each token, int64
-    ``logits_indices``        ``num_logits``      flat row of each sampling sequence, int64
-    ``int32``                 ``int32_len``       the int32 part, viewed as int32 below
-    ========================  ==================  ========================================
-
-    and inside the int32 part, in int32 entries: ``block_tables`` (0) ``[num_seqs,
-    max_blocks]``, ``cu_seqlens_q`` ``[num_seqs + 1]``, ``seq_lens`` ``[num_seqs]``.
-    ``total`` is the int64 entries of the whole buffer.
-    """
-
-    num_tokens: int
-    num_seqs: int
-    max_blocks: int
-    num_logits: int
-    input_ids: int
-    positions: int
-    slot_mapping: int
-    logits_indices: int
-    int32: int
-    int32_len: int
-    total: int
-    block_tables: int  # int32 offsets from here on, inside the int32 part
-    cu_seqlens_q: int
-    seq_lens: int
-
-    @classmethod
-    def plan(cls, num_tokens: int, num_seqs: int, max_blocks: int, num_logits: int) -> HostLayout:
-        """The layout for a batch of ``num_tokens`` tokens in ``num_seqs`` sequences with
-        block tables ``max_blocks`` wide, ``num_logits`` of which sample."""
-        n = num_seqs
-        o_cu = _round_up(n * max_blocks, 4)
-        o_sl = _round_up(o_cu + n + 1, 4)
-        int32_len = _round_up(o_sl + n, 4) // 2
-        offsets = []
-        total = 0
-        for size in (num_tokens, num_tokens, num_tokens, num_logits, int32_len):
-            offsets.append(total)
-            total += _round_up(size, 2)
-        o_ids, o_pos, o_slot, o_lp, o_32 = offsets
-        return cls(
-            num_tokens, n, max_blocks, num_logits,
-            o_ids, o_pos, o_slot, o_lp, o_32, int32_len, total,
-            0, o_cu, o_sl,
-        )  # fmt: skip
 
 
 def _as_block_table(block_tables, n: int) -> np.ndarray:
@@ -214,6 +155,8 @@ class ModelRunner:
         self.graphs: DecodeGraphRunner | None = None  # on CUDA unless enforce_eager
         # the same for verification steps of K + 1 tokens a sequence (speculative decoding)
         self.spec_graphs: DecodeGraphRunner | None = None
+        # prefill and mixed steps of few tokens (a prefix-cache hit's chunk, chunks + decodes)
+        self.prefill_graphs: PrefillGraphRunner | None = None
         # CUDA: the pinned int64 host buffer of prepare(), its NumPy view, its copy's event
         self._pinned: torch.Tensor | None = None
         self._pinned_np: np.ndarray | None = None
@@ -248,6 +191,18 @@ class ModelRunner:
                     backend=self.backend,
                     query_len=spec.num_speculative_tokens + 1,
                 ).capture()
+            max_tokens = min(self.cfg.prefill_graph_max_tokens, self.cfg.max_num_batched_tokens)
+            if max_tokens > 0:
+                from .cuda_graphs import PrefillGraphRunner
+
+                self.prefill_graphs = PrefillGraphRunner(
+                    self.model,
+                    self.kv_caches,
+                    max_tokens=max_tokens,
+                    max_seqs=self.cfg.max_num_seqs,
+                    max_blocks_per_seq=-(-self.max_model_len // self.block_size),
+                    backend=self.backend,
+                ).capture()
 
     # ---- batch construction --------------------------------------------------------------
     def prepare(self, sched: SchedulerOutput, block_tables) -> BatchInputs:
@@ -261,7 +216,11 @@ class ModelRunner:
 
         All integer inputs are written into one host buffer (laid out as :class:`HostLayout`
         says) and reach the device in one copy (from pinned memory on CUDA); the tensors of
-        :class:`BatchInputs` are views into it.
+        :class:`BatchInputs` are views into it. A prefill or mixed step that a prefill CUDA
+        graph holds (:meth:`PrefillGraphRunner.shape_for
+        <local_engine.cuda_graphs.PrefillGraphRunner.shape_for>`) is laid out in the padded
+        sizes of that graph's bucket and copied into the graph's input buffer
+        (``graph_shape`` set; :meth:`forward_logits` then only replays).
         Per sequence there is one pass of Python attribute reads; positions, slots and the
         rest are NumPy arithmetic over the whole batch.
         """
@@ -297,7 +256,17 @@ class ModelRunner:
         max_blocks = bt.shape[1]
 
         n_lp = len(sample_rows) if logits_rows is None else sum(logits_rows)
-        lay = HostLayout.plan(num_tokens, n, max_blocks, n_lp)
+        # a prefill or mixed step that a prefill CUDA graph replays is laid out in the padded
+        # sizes of the graph's bucket and copied straight into the graph's input buffer
+        pg = self.prefill_graphs
+        shape = None
+        if pg is not None and not is_decode and logits_rows is None:
+            shape = pg.shape_for(num_tokens, n, max_blocks)
+        if shape is None:
+            lay = HostLayout.plan(num_tokens, n, max_blocks, n_lp)
+        else:
+            assert pg is not None
+            lay = pg.layouts[shape]
         host = self._host_buffer(lay.total)
         o_ids, o_pos, o_slot, o_lp = (
             lay.input_ids,
@@ -338,28 +307,36 @@ class ModelRunner:
             )
         elif n_lp:
             host[o_lp : o_lp + n_lp] = cu[1:][sample_rows] - 1
-        h32[o_bt : o_bt + n * max_blocks] = bt.reshape(-1)
+        if shape is None:
+            h32[o_bt : o_bt + n * max_blocks] = bt.reshape(-1)
+        else:  # the graph's [S, max_blocks_per_seq] table: rows and columns past ours are 0
+            table = h32[o_bt : o_bt + lay.num_seqs * lay.max_blocks].reshape(-1, lay.max_blocks)
+            table[:n, :max_blocks] = bt
+            table[:n, max_blocks:] = 0
+            table[n:] = 0
         h32[o_cu : o_cu + n + 1] = cu
         h32[o_sl : o_sl + n] = ends_np
+        if shape is not None:  # padding (see local_engine/cuda_graphs.py, PrefillGraphRunner)
+            big_t, big_s = shape
+            host[o_ids + num_tokens : o_ids + big_t] = 0
+            host[o_pos + num_tokens : o_pos + big_t] = 0
+            host[o_slot + num_tokens : o_slot + big_t] = -1  # tokens of no sequence: no write
+            host[o_lp + n_lp : o_lp + big_s] = 0  # logits rows past ours gather row 0
+            h32[o_cu + n + 1 : o_cu + big_s + 1] = num_tokens  # sequences of no tokens
+            h32[o_sl + n : o_sl + big_s] = 0
 
-        dev = self._to_device(host, lay.total)
-        d32 = dev[lay.int32 : lay.int32 + lay.int32_len].view(torch.int32)
+        dest = pg.inputs if pg is not None and shape is not None else None
+        dev = self._to_device(host, lay.total, dest)
+        ids_d, pos_d, slot_d, lp_d, bt_d, cu_d, sl_d = lay.tensors(dev, num_tokens, n, n_lp)
         meta = AttentionMetadata(
-            slot_mapping=dev[o_slot : o_slot + num_tokens],
-            block_tables=d32[o_bt : o_bt + n * max_blocks].view(n, max_blocks),
-            cu_seqlens_q=d32[o_cu : o_cu + n + 1],
-            seq_lens=d32[o_sl : o_sl + n],
-            logits_indices=dev[o_lp : o_lp + n_lp],
+            slot_mapping=slot_d,
+            block_tables=bt_d,
+            cu_seqlens_q=cu_d,
+            seq_lens=sl_d,
+            logits_indices=lp_d,
             backend=self.backend,
         )
-        return BatchInputs(
-            dev[o_ids : o_ids + num_tokens],
-            dev[o_pos : o_pos + num_tokens],
-            meta,
-            sample_rows,
-            is_decode,
-            logits_rows,
-        )
+        return BatchInputs(ids_d, pos_d, meta, sample_rows, is_decode, logits_rows, shape)
 
     def _host_buffer(self, size: int) -> np.ndarray:
         """An int64 host array of at least ``size`` entries to build one step's inputs in. On
@@ -376,13 +353,23 @@ class ModelRunner:
             self._copy_done.synchronize()  # the previous step's copy still reads the buffer
         return self._pinned_np
 
-    def _to_device(self, host: np.ndarray, size: int) -> torch.Tensor:
+    def _to_device(
+        self, host: np.ndarray, size: int, dest: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The first ``size`` entries of the host buffer as an int64 tensor on the device (one
-        non-blocking copy on CUDA; the buffer itself on the CPU)."""
+        non-blocking copy on CUDA; the buffer itself on the CPU), or copied into ``dest`` (a
+        CUDA graph's input buffer) when given."""
         if self.device.type != "cuda":
-            return torch.from_numpy(host)
+            if dest is None:
+                return torch.from_numpy(host)
+            dest[:size].copy_(torch.from_numpy(host[:size]))
+            return dest
         assert self._pinned is not None  # _host_buffer made it
-        dev = torch.empty(max(size, 1), dtype=torch.int64, device=self.device)
+        dev = (
+            torch.empty(max(size, 1), dtype=torch.int64, device=self.device)
+            if dest is None
+            else dest
+        )
         dev[:size].copy_(self._pinned[:size], non_blocking=True)
         if self._copy_done is None:
             self._copy_done = torch.cuda.Event()
@@ -444,6 +431,9 @@ class ModelRunner:
             and sg.can_run(batch.meta.num_seqs, batch.meta)
         ):
             return sg.run(batch.input_ids, batch.positions, batch.meta)
+        pg = self.prefill_graphs
+        if pg is not None and batch.graph_shape is not None:  # laid out in a graph's buffer
+            return pg.replay(batch.graph_shape, batch.meta.logits_indices.shape[0])
         hidden = self.model(batch.input_ids, batch.positions, batch.meta, self.kv_caches)
         if batch.meta.logits_indices.numel() == 0:
             return hidden.new_zeros((0, self.model.config.vocab_size), dtype=torch.float32)
