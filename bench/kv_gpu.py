@@ -355,16 +355,229 @@ def print_sweep(rows):
     )
 
 
+# ----------------------------------------------------------------------------- tuning grid
+# --tune: every variant of the quantized decode (3 shapes x FP8/INT8) and of the bf16 sweep
+# rows, each checked against a reference and timed; the table (tune.json) is what the rules
+# in triton_backend (decode_config, choose_num_segments, KV_CVT_GPU) are derived from.
+QUANT_SHAPES = [(64, 4096), (16, 32768), (256, 1024)]
+TUNE_WS = {"bf16": ((4, 2), (8, 2), (4, 3)), "q": ((4, 2), (4, 3), (8, 2), (8, 3))}
+
+
+def _segs(rule: int, factors) -> list[int]:
+    return sorted({min(256, max(1, int(rule * f))) for f in factors})
+
+
+def quant_variants(batch, ctx, sm):
+    """(config, nseg, kv_cvt, pdl) for the quantized 32/8 d128 decode grid."""
+    out = []
+    base = tb.decode_config(128, 4, 1, batch * 8, sm)
+    r0 = tb.choose_num_segments(batch * 8, ctx, sm, base.tile_n, base.tile_n * 128)
+    out.append((base, r0, 0, True))  # the old conversion, the rule's tiles
+    out.append((base, r0, 2, False))  # without programmatic dependent launch
+    for cvt in (1, 2):
+        for tn in (64, 128, 256):
+            for w, st in TUNE_WS["q"]:
+                cfg = KernelConfig(16, tn, w, st)
+                r = tb.choose_num_segments(batch * 8, ctx, sm, tn, tn * 128)
+                for nseg in _segs(r, (1, 2) if r == 1 else (0.5, 1, 2)):
+                    out.append((cfg, nseg, cvt, True))
+    return out
+
+
+def sweep_variants(batch, ctx, h, hkv, d, sm):
+    group = h // hkv
+    base = tb.decode_config(d, group, 2, batch * hkv, sm)
+    t16 = 16384 // (d * 2)
+    out = []
+    r0 = tb.choose_num_segments(batch * hkv, ctx, sm, base.tile_n, base.tile_n * d * 2)
+    out.append((base, r0, 0, False))
+    for tn in (t16, 2 * t16):
+        for w, st in TUNE_WS["bf16"]:
+            cfg = KernelConfig(base.block_m, tn, w, st)
+            r = tb.choose_num_segments(batch * hkv, ctx, sm, tn, tn * d * 2)
+            for nseg in _segs(r, (1, 2, 4) if r == 1 else (0.5, 1, 2)):
+                out.append((cfg, nseg, 0, True))
+    return out
+
+
+def _variant_fn(p, cfg, nseg, cvt, pdl):
+    kw = dict(config=cfg, num_segments=nseg, pdl=pdl)
+    if p.fmt != "bf16":
+        kw["kv_cvt"] = cvt
+    return p.triton(**kw)
+
+
+def _compile_worker(jobs):
+    """Compile (by one small launch each) the kernels of ``jobs`` into triton's disk cache."""
+    device = torch.device("cuda")
+    g = torch.Generator(device=device).manual_seed(0)
+    done = 0
+    for h, hkv, d, fmt, variants in jobs:
+        p = Decode(2, 512, h, hkv, d, device, g, fmt)
+        for cfg, nseg, cvt, pdl in variants:
+            try:
+                # split launches: every SEG_CHUNK of the merge (2 .. 32)
+                for n in (2, 4, 8, 16, 32) if nseg > 1 else (1,):
+                    _variant_fn(p, cfg, n, cvt, pdl)()
+                done += 1
+            except Exception:  # noqa: BLE001 - the main process reports it
+                pass
+    torch.cuda.synchronize()
+    return done
+
+
+def precompile(groups, workers: int = 14) -> None:
+    """Compile every (layout, variant) in parallel processes; the timing process then loads
+    them from triton's cache. The small problem keeps the specialisations (all strides and
+    table widths multiples of 16, as in the timed shapes)."""
+    import multiprocessing as mp
+
+    t0 = time.time()
+    jobs = [[] for _ in range(workers)]
+    i = 0
+    for layout, variants in groups.items():
+        uniq, seen = [], set()
+        for cfg, nseg, cvt, pdl in variants:
+            key = (cfg, nseg > 1, cvt, pdl)
+            if key not in seen:
+                seen.add(key)
+                uniq.append((cfg, 2 if nseg > 1 else 1, cvt, pdl))
+        for v in uniq:
+            jobs[i % workers].append((*layout, [v]))
+            i += 1
+    with mp.get_context("spawn").Pool(workers) as pool:
+        n = sum(pool.map(_compile_worker, jobs))
+    log(f"precompiled {n} of {i} kernel variants in {time.time() - t0:.1f}s ({workers} processes)")
+
+
+def conversion_check(device) -> bool:
+    """Every INT8 value and every finite E4M3 byte through the fp16 bit conversions: one
+    sequence whose K and V hold all of them (unit scales), against the torch reference."""
+    ok = True
+    g = torch.Generator(device=device).manual_seed(11)
+    for fmt in ("int8", "fp8"):
+        hkv, d, ctx = 1, 128, 256
+        k, v, bt = make_paged([ctx], hkv, d, BS, torch.bfloat16, device, g)
+        kc, vc, ks, vs = quantized_pool(k, v, fmt)
+        allb = torch.arange(256, dtype=torch.int32, device=device).to(torch.uint8)
+        if fmt == "fp8":
+            allb = allb[(allb & 0x7F) != 0x7F]  # E4M3 NaNs
+        vals = allb[torch.randint(0, allb.numel(), kc.shape, generator=g, device=device)]
+        kc.view(torch.uint8).copy_(vals)
+        vc.view(torch.uint8).copy_(vals.flip(0))
+        ks.fill_(1.0 / 64)  # each byte value appears ~128 times in the sequence's blocks
+        vs.fill_(1.0 / 64)
+        q = torch.randn(1, 4, d, generator=g, device=device).to(torch.bfloat16) * 0.1
+        cu = torch.tensor([0, 1], dtype=torch.int32, device=device)
+        sl = torch.tensor([ctx], dtype=torch.int32, device=device)
+        ref = torch_ref.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs)
+        for cvt in (0, 1, 2):
+            out = tb.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, kv_cvt=cvt)
+            e = rel(out, ref)
+            good = e < 1e-2 and not out.isnan().any()
+            ok &= good
+            log(f"all-bytes {fmt} kv_cvt={cvt}: rel err {e:.2e} {'ok' if good else 'FAIL'}")
+    return ok
+
+
+def tune(device, deadline: float, out_dir: Path) -> None:
+    sm = torch.cuda.get_device_properties(device).multi_processor_count
+    groups: dict = {}
+    for fmt in ("fp8", "int8"):
+        for batch, ctx in QUANT_SHAPES:
+            groups.setdefault((32, 8, 128, fmt), []).extend(quant_variants(batch, ctx, sm))
+    for d in (128, 64):
+        for h, hkv in LAYOUTS:
+            for batch, ctx in SHAPES:
+                groups.setdefault((h, hkv, d, "bf16"), []).extend(
+                    sweep_variants(batch, ctx, h, hkv, d, sm)
+                )
+    precompile(groups)
+    table = []
+    g = torch.Generator(device=device).manual_seed(5)
+
+    def run_row(p, variants, ref, extra):
+        row = dict(extra, variants=[])
+        for cfg, nseg, cvt, pdl in variants:
+            if time.time() > deadline:
+                break
+            fn = _variant_fn(p, cfg, nseg, cvt, pdl)
+            try:
+                e = rel(fn(), ref)
+                ms = bench(fn, inner=8, reps=5)
+            except Exception as exc:  # noqa: BLE001
+                log(f"  {extra} {cfg} seg {nseg} cvt {cvt}: {type(exc).__name__}: {str(exc)[:160]}")
+                continue
+            row["variants"].append(
+                dict(cfg=list(cfg.__dict__.values()), nseg=nseg, cvt=cvt, pdl=pdl, ms=ms, err=e)
+            )
+        good = [v for v in row["variants"] if v["err"] < 1e-2]
+        if good:
+            best = min(good, key=lambda v: v["ms"])
+            row["best"] = best
+            log(
+                f"{extra}: rule {row['variants'][0]['ms']:.4f} ms, best {best['ms']:.4f} ms "
+                f"{best['cfg']} seg {best['nseg']} cvt {best['cvt']} pdl {best['pdl']} "
+                f"(max err {max(v['err'] for v in row['variants']):.1e})"
+            )
+        table.append(row)
+
+    for batch, ctx in QUANT_SHAPES:
+        pb = Decode(batch, ctx, 32, 8, 128, device, g, "bf16")
+        ms_bf16 = bench(pb.triton(), inner=8, reps=5)
+        del pb
+        for fmt in ("fp8", "int8"):
+            p = Decode(batch, ctx, 32, 8, 128, device, g, fmt)
+            ref = torch_ref.paged_attention(
+                p.q, p.k, p.v, p.bt, p.cu, p.sl, k_scale=p.ks, v_scale=p.vs
+            )
+            run_row(
+                p,
+                quant_variants(batch, ctx, sm),
+                ref,
+                dict(kind="quant", fmt=fmt, shape=f"{batch}x{ctx}", bf16_ms=ms_bf16, bytes=p.bytes),
+            )
+            del p, ref
+            torch.cuda.empty_cache()
+        (out_dir / "tune.json").write_text(json.dumps(table, default=str))
+    for d in (128, 64):
+        for h, hkv in LAYOUTS:
+            for batch, ctx in SHAPES:
+                if time.time() > deadline:
+                    log("(tune stopped: time budget)")
+                    (out_dir / "tune.json").write_text(json.dumps(table, default=str))
+                    return
+                p = Decode(batch, ctx, h, hkv, d, device, g, "bf16", with_dense=True)
+                ref = p.sdpa()()[:, :, 0, :]
+                sdpa_ms = bench(p.sdpa(), inner=8, reps=5)
+                run_row(
+                    p,
+                    sweep_variants(batch, ctx, h, hkv, d, sm),
+                    ref,
+                    dict(
+                        kind="sweep",
+                        heads=f"{h}/{hkv}",
+                        d=d,
+                        shape=f"{batch}x{ctx}",
+                        sdpa_ms=sdpa_ms,
+                        bytes=p.bytes,
+                    ),
+                )
+                del p, ref
+                torch.cuda.empty_cache()
+    (out_dir / "tune.json").write_text(json.dumps(table, default=str))
+
+
 # ----------------------------------------------------------------------------- 4. engine
 def engine_run(device, folder: Path, deadline: float):
     from local_engine import SamplingParams
     from local_engine.engine import LLMEngine
 
-    log("## engine, 8B shape, batch 256 x (512 prompt + 128 new), FP8 vs bf16 KV")
+    log("## engine, 8B shape, batch 256 x (512 prompt + 128 new), FP8 / INT8 vs bf16 KV")
     g = torch.Generator().manual_seed(3)
     prompts = torch.randint(10, 49000, (256, 512), generator=g).tolist()
     rows = {}
-    for kvd in ("auto", "fp8"):
+    for kvd in ("auto", "fp8", "int8"):
         if time.time() > deadline:
             log("(engine stopped: time budget)")
             break
@@ -416,15 +629,17 @@ def engine_run(device, folder: Path, deadline: float):
         del eng
         gc.collect()
         torch.cuda.empty_cache()
-    if len(rows) == 2:
-        log("| KV | output tok/s | pool blocks | 4k-context requests resident |")
-        log("|---|---|---|---|")
-        for k, r in rows.items():
-            log(f"| {k} | {r['tok_s']:.0f} | {r['blocks']} | {r['resident_4k']} |")
+    if "bf16" in rows:
+        b = rows["bf16"]
         log(
-            f"FP8/bf16: tok/s {rows['fp8']['tok_s'] / rows['bf16']['tok_s']:.2f}x, "
-            f"resident {rows['fp8']['resident_4k'] / rows['bf16']['resident_4k']:.2f}x"
+            "| KV | output tok/s | vs bf16 | pool blocks | 4k-context requests resident | vs bf16 |"
         )
+        log("|---|---|---|---|---|---|")
+        for k, r in rows.items():
+            log(
+                f"| {k} | {r['tok_s']:.0f} | {r['tok_s'] / b['tok_s']:.2f}x | {r['blocks']} | "
+                f"{r['resident_4k']} | {r['resident_4k'] / b['resident_4k']:.2f}x |"
+            )
     RES["engine"] = rows
 
 
@@ -433,6 +648,7 @@ def main() -> int:
     ap.add_argument("--parts", default="check,quant,engine,sweep")
     ap.add_argument("--explore", action="store_true", help="grid per sweep row under 0.9 of SDPA")
     ap.add_argument("--explore-quant", action="store_true", help="grid per quantized decode shape")
+    ap.add_argument("--tune", action="store_true", help="the variant grid -> tune.json (then exit)")
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run")
     ap.add_argument("--models", default=".bench_models")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -446,6 +662,26 @@ def main() -> int:
     )
     parts = args.parts.split(",")
     rows = []
+    if args.tune:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            ok = conversion_check(device)
+            if "check" in parts:
+                ok &= check(device)
+            log("CHECKS " + ("passed" if ok else "FAILED"))
+            tune(device, t_end - (120 if "engine" in parts else 0), out)
+            if "engine" in parts:
+                engine_run(device, Path(args.models) / "llama3-8b-shape", t_end)
+        except Exception as exc:  # noqa: BLE001
+            import traceback
+
+            log(f"tune failed: {type(exc).__name__}: {exc}")
+            log(traceback.format_exc()[-2000:])
+        finally:
+            (out / "kv_gpu.log").write_text("\n".join(LOG) + "\n")
+            (out / "kv_gpu.json").write_text(json.dumps(RES, indent=1, default=str))
+        return 0
     try:
         if "check" in parts and not check(device):
             log("CORRECTNESS FAILED")

@@ -29,6 +29,30 @@ and E4M3 values are bf16/fp16 values); each key's float32 scale multiplies its s
 (``s = (q . k_q) * k_scale * qk_scale``) and each value's scale its probability column before
 the ``P @ V`` product (``sum_n p_n * v_scale_n * v_q,n``), so nothing is dequantized in memory.
 
+``KV_CVT`` (quantized caches with 16-bit queries): 0 = the 1-byte values converted to the query
+dtype (``cvt`` through float32 for bf16: the conversion unit, 16 results per clock per SM on
+Hopper, caps such a kernel near 2.2-2.8 TB/s of 1-byte values); 1 = fp16 products: the values
+converted to fp16 by Triton's cast (INT8 ``I2F.F16``; E4M3 ``cvt.rn.f16x2.e4m3x2``, two per
+instruction); 2 = fp16 products with the values converted by bit arithmetic in inline PTX
+(GPU only): INT8 ``x ^ 0x80`` placed in the mantissa of fp16 1024 (``prmt``) minus 1152
+(``sub.f16x2``), exact; E4M3 ``sign | (bits & 0x7f) << 7`` read as fp16, which is the value
+times ``2**-8`` (exact, subnormals included; the ``2**8`` goes into the scales). In the fp16
+modes each query row is scaled by a power of two ``2**-e`` with ``2**e >= amax|q|`` (exact for
+bf16 queries, whose 8 significant bits fit fp16's 11) and ``2**e`` returns in the score
+scale; the probabilities times V's scales are divided by the tile's largest V scale (so they
+lie in [0, 1], fp16's range; 11 significant bits against bf16's 8) and that factor multiplies
+the tile's ``P @ V``.
+
+``DECODE``: one program per query token (``BLOCK_Q = 1``, the ``G`` heads of one KV head), for
+decode-shaped calls: program ``i`` checks ``cu_seqlens_q[i] == i`` and ``cu_seqlens_q[i + 1] ==
+i + 1`` (every sequence one token: sequence ``i``, two independent loads) and otherwise finds
+the token's sequence by binary search, so any ``cu_seqlens_q`` stays correct.
+
+``USE_GDC`` (GPU): programmatic dependent launch. The attention kernel waits for the previous
+kernel's results (``griddepcontrol.wait``) before its first load and lets the split-K merge
+launch early (``griddepcontrol.launch_dependents``); the merge waits likewise. Both are no-ops
+when the launch does not ask for programmatic dependent launch.
+
 Per key tile, the tiles wholly below the earliest query position of the q-block are visited
 without the causal mask; only the last few tiles (the diagonal) compute it.
 """
@@ -37,6 +61,11 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+try:  # triton >= 3.3 on CUDA
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # pragma: no cover - older triton: USE_GDC stays False
+    gdc_launch_dependents = gdc_wait = None
 
 # Finite stand-in for -inf as the running max: exp2(-inf - NEG_BIG) == 0 and no inf - inf.
 NEG_BIG = tl.constexpr(-1.0e30)
@@ -58,11 +87,79 @@ def _find_seq(cu_q_ptr, target, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
+def _i8_to_f16_bits(x):
+    """INT8 tensor -> exact fp16 (GPU only): ``x ^ 0x80`` as the low mantissa byte of fp16
+    1024 (``0x64XX`` = 1024 + byte), minus 1152 (``0x6480``); 4 values per invocation."""
+    return tl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 t, lo, hi, m;
+        xor.b32 t, $2, 0x80808080;
+        prmt.b32 lo, t, 0x64646464, 0x5140;
+        prmt.b32 hi, t, 0x64646464, 0x5342;
+        mov.b32 m, 0x64806480;
+        sub.rn.f16x2 $0, lo, m;
+        sub.rn.f16x2 $1, hi, m;
+        }
+        """,
+        constraints="=r,=r,r",
+        args=[x],
+        dtype=tl.float16,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@triton.jit
+def _e4m3_to_f16_bits(x):
+    """E4M3 bytes (as uint8) -> fp16 holding the value times ``2**-8`` (GPU only, exact):
+    each byte ``b`` to the high byte of a 16-bit lane, then ``sign | (b & 0x7f) << 7``."""
+    return tl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 a, b, sa, sb;
+        prmt.b32 a, $2, 0, 0x1404;
+        prmt.b32 b, $2, 0, 0x3424;
+        shr.b32 sa, a, 1;
+        shr.b32 sb, b, 1;
+        and.b32 sa, sa, 0x3F803F80;
+        and.b32 sb, sb, 0x3F803F80;
+        and.b32 a, a, 0x80008000;
+        and.b32 b, b, 0x80008000;
+        or.b32 $0, sa, a;
+        or.b32 $1, sb, b;
+        }
+        """,
+        constraints="=r,=r,r",
+        args=[x],
+        dtype=tl.float16,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@triton.jit
+def _kv_to_f16(x, QUANT: tl.constexpr, KV_CVT: tl.constexpr, DOT_MODE: tl.constexpr):
+    """1-byte K/V values as fp16 operands of the fp16 products (see ``KV_CVT``); under the
+    interpreter (``DOT_MODE`` 2) as float32 holding the same values."""
+    if DOT_MODE != 0:
+        return x.to(tl.float32)  # INT8 / E4M3 values are exact in fp16 and float32
+    elif KV_CVT == 2:
+        if QUANT == 1:
+            return _i8_to_f16_bits(x)
+        else:
+            return _e4m3_to_f16_bits(x.to(tl.uint8, bitcast=True))
+    else:
+        return x.to(tl.float16)
+
+
+@triton.jit
 def _attend_tile(
     acc,
     l_i,
     m_i,
     q,
+    q_row_scale,
     t,
     bt_row,
     k_ptr,
@@ -83,6 +180,8 @@ def _attend_tile(
     stride_st,
     offs_d,
     QUANT: tl.constexpr,
+    KV_CVT: tl.constexpr,
+    KV_FAC: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
@@ -132,40 +231,88 @@ def _attend_tile(
         else:
             k_sc = tl.load(ks_ptr + s_off)
             v_sc = tl.load(vs_ptr + s_off)
-    if DOT_MODE == 0:
-        s = tl.dot(q, k.to(q.dtype))
-    elif DOT_MODE == 1:
-        s = tl.dot(q, k.to(tl.float32), input_precision="ieee")
-    else:  # interpreter with bf16: round to bf16 as the GPU would, multiply in fp32
-        # (int8 -> bf16 casts give NaN in the interpreter: through float32, exact either way)
-        s = tl.dot(
-            q.to(tl.float32),
-            k.to(tl.float32).to(q.dtype).to(tl.float32),
-            input_precision="ieee",
-        )
-    if QUANT != 0:
-        s = s * (k_sc * qk_scale)[None, :]
+    if QUANT != 0 and KV_CVT != 0:
+        # fp16 products: q pre-scaled per row, 1-byte values exact in fp16
+        # (E4M3 by bits: value * 2**-8, the 2**8 folded into the scales)
+        s = _mma(q, _kv_to_f16(k, QUANT, KV_CVT, DOT_MODE), DOT_MODE)
+        s = s * q_row_scale[:, None] * (k_sc * KV_FAC)[None, :]
     else:
-        s = s * qk_scale
+        if DOT_MODE == 0:
+            s = tl.dot(q, k.to(q.dtype))
+        elif DOT_MODE == 1:
+            s = tl.dot(q, k.to(tl.float32), input_precision="ieee")
+        else:  # interpreter with bf16: round to bf16 as the GPU would, multiply in fp32
+            # (int8 -> bf16 casts give NaN in the interpreter: through float32, exact either way)
+            s = tl.dot(
+                q.to(tl.float32),
+                k.to(tl.float32).to(q.dtype).to(tl.float32),
+                input_precision="ieee",
+            )
+        if QUANT != 0:
+            s = s * (k_sc * qk_scale)[None, :]
+        else:
+            s = s * qk_scale
     if MASKED:
         s = tl.where(n[None, :] <= pos[:, None], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     p = tl.exp2(s - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    pw = p * v_sc[None, :] if QUANT != 0 else p
-    if DOT_MODE == 0:
-        pv = tl.dot(pw.to(q.dtype), v.to(q.dtype))
-    elif DOT_MODE == 1:
-        pv = tl.dot(pw, v.to(tl.float32), input_precision="ieee")
+    if QUANT != 0 and KV_CVT != 0:
+        # sum_n p_n * v_scale_n * v_n = v_max * sum_n (p_n * v_scale_n / v_max) * v_n
+        v_max = tl.max(v_sc, 0)
+        v_max = tl.where(v_max > 0.0, v_max, 1.0)
+        pw = p * (v_sc / v_max)[None, :]
+        pv = _mma(_to_f16(pw, DOT_MODE), _kv_to_f16(v, QUANT, KV_CVT, DOT_MODE), DOT_MODE)
+        acc = acc * alpha[:, None] + pv * (v_max * KV_FAC)
     else:
-        pv = tl.dot(
-            pw.to(q.dtype).to(tl.float32),
-            v.to(tl.float32).to(q.dtype).to(tl.float32),
-            input_precision="ieee",
-        )
-    acc = acc * alpha[:, None] + pv
+        pw = p * v_sc[None, :] if QUANT != 0 else p
+        if DOT_MODE == 0:
+            pv = tl.dot(pw.to(q.dtype), v.to(q.dtype))
+        elif DOT_MODE == 1:
+            pv = tl.dot(pw, v.to(tl.float32), input_precision="ieee")
+        else:
+            pv = tl.dot(
+                pw.to(q.dtype).to(tl.float32),
+                v.to(tl.float32).to(q.dtype).to(tl.float32),
+                input_precision="ieee",
+            )
+        acc = acc * alpha[:, None] + pv
     return acc, l_i, m_new
+
+
+@triton.jit
+def _to_f16(x, DOT_MODE: tl.constexpr):
+    """float32 -> fp16 operand (the interpreter: fp16-rounded float32)."""
+    if DOT_MODE == 0:
+        return x.to(tl.float16)
+    else:
+        return x.to(tl.float16).to(tl.float32)
+
+
+@triton.jit
+def _mma(a, b, DOT_MODE: tl.constexpr):
+    """``a @ b`` with a float32 accumulator: fp16 operands on the GPU, float32 (IEEE) in the
+    interpreter."""
+    if DOT_MODE == 0:
+        return tl.dot(a, b)
+    else:
+        return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _find_seq_of_token(cu_q_ptr, tok, num_seqs):
+    """Largest ``i`` in ``[0, num_seqs)`` with ``cu_q[i] <= tok``: the sequence owning query
+    token ``tok`` (sequences with no new tokens have ``cu_q[i] == cu_q[i + 1]``)."""
+    lo = tl.full((), 0, tl.int32)
+    hi = tl.full((), 0, tl.int32) + num_seqs - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if tl.load(cu_q_ptr + mid) <= tok:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 # num_seqs/num_segments vary from step to step: not specialised (no recompiles when they are 1
@@ -212,20 +359,40 @@ def paged_attention_kernel(
     DOT_MODE: tl.constexpr,
     NUM_STAGES: tl.constexpr,
     QUANT: tl.constexpr,
+    KV_CVT: tl.constexpr = 0,
+    KV_FAC: tl.constexpr = 1.0,
+    DECODE: tl.constexpr = False,
+    USE_GDC: tl.constexpr = False,
 ):
     """One program per (block of query rows, KV head, split-K segment). Causal attention of
     ``BLOCK_Q`` new tokens x the ``G`` query heads sharing KV head ``program_id(1)`` over the
     sequence's paged context, reading each KV block once through the block table; with
     ``SPLIT`` it writes per-segment partial outputs, maxima and sums for
-    ``_reduce_segments_kernel``. Launched by :func:`triton_backend.paged_attention`."""
+    ``_reduce_segments_kernel``. ``DECODE``: program ``program_id(0)`` is query token
+    ``program_id(0)`` (``BLOCK_Q == 1``). Launched by :func:`triton_backend.paged_attention`."""
     qb = tl.program_id(0)
     kvh = tl.program_id(1)
     seg = tl.program_id(2)
+    if USE_GDC:
+        gdc_wait()  # q, the caches and the tables come from earlier kernels
+        gdc_launch_dependents()
 
-    seq = _find_seq(cu_q_ptr, qb, num_seqs, BLOCK_Q)
-    q_start = tl.load(cu_q_ptr + seq)
-    q_len = tl.load(cu_q_ptr + seq + 1) - q_start
-    q_off = (qb - (q_start // BLOCK_Q + seq)) * BLOCK_Q
+    if DECODE:
+        # one token per program; sequence i = token i unless some sequence has != 1 token
+        seq = qb
+        q_start = tl.load(cu_q_ptr + qb)
+        q_end = tl.load(cu_q_ptr + qb + 1, mask=qb < num_seqs, other=-1)
+        if (q_start != qb) | (q_end != qb + 1):
+            seq = _find_seq_of_token(cu_q_ptr, qb, num_seqs)
+            q_start = tl.load(cu_q_ptr + seq)
+            q_end = tl.load(cu_q_ptr + seq + 1)
+        q_len = q_end - q_start
+        q_off = qb - q_start
+    else:
+        seq = _find_seq(cu_q_ptr, qb, num_seqs, BLOCK_Q)
+        q_start = tl.load(cu_q_ptr + seq)
+        q_len = tl.load(cu_q_ptr + seq + 1) - q_start
+        q_off = (qb - (q_start // BLOCK_Q + seq)) * BLOCK_Q
     if q_off < q_len:
         ctx = tl.load(seq_lens_ptr + seq)
         rows = tl.arange(0, BLOCK_M)
@@ -241,6 +408,15 @@ def paged_attention_kernel(
             mask=q_mask,
             other=0.0,
         )
+        if QUANT != 0 and KV_CVT != 0:
+            # fp16 products: each row scaled by 2**-e, 2**e >= its amax (exact for bf16 rows)
+            q_f = q.to(tl.float32)
+            q_amax = tl.max(tl.abs(q_f), 1)
+            q_pow = tl.exp2(tl.ceil(tl.log2(tl.where(q_amax > 0.0, q_amax, 1.0))))
+            q = _to_f16(q_f / q_pow[:, None], DOT_MODE)
+            q_row_scale = q_pow * qk_scale
+        else:
+            q_row_scale = tl.zeros([BLOCK_M], tl.float32) + qk_scale  # unused
 
         first_pos = ctx - q_len + q_off
         last_pos = ctx - q_len + tl.minimum(q_off + BLOCK_Q, q_len) - 1
@@ -266,6 +442,7 @@ def paged_attention_kernel(
                 l_i,
                 m_i,
                 q,
+                q_row_scale,
                 t,
                 bt_row,
                 k_ptr,
@@ -286,6 +463,8 @@ def paged_attention_kernel(
                 stride_st,
                 offs_d,
                 QUANT,
+                KV_CVT,
+                KV_FAC,
                 HEAD_DIM,
                 HEAD_DIM_PAD,
                 BLOCK_SIZE,
@@ -299,6 +478,7 @@ def paged_attention_kernel(
                 l_i,
                 m_i,
                 q,
+                q_row_scale,
                 t,
                 bt_row,
                 k_ptr,
@@ -319,6 +499,8 @@ def paged_attention_kernel(
                 stride_st,
                 offs_d,
                 QUANT,
+                KV_CVT,
+                KV_FAC,
                 HEAD_DIM,
                 HEAD_DIM_PAD,
                 BLOCK_SIZE,
@@ -360,11 +542,15 @@ def _reduce_segments_kernel(
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PAD: tl.constexpr,
     SEG_CHUNK: tl.constexpr,
+    USE_GDC: tl.constexpr = False,
 ):
     """Merge one (token, head)'s split-K partial outputs: weights ``sum_s * 2^(max_s - max)``,
     visited ``SEG_CHUNK`` segments at a time (any segment count, bounded registers)."""
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
+    if USE_GDC:
+        gdc_wait()  # the attention kernel's partial outputs
+        gdc_launch_dependents()
     base = (t * NUM_HEADS + h) * num_segments
     m_all = tl.full((), NEG_BIG, tl.float32)
     for c in range(0, num_segments, SEG_CHUNK):

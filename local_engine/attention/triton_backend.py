@@ -10,9 +10,13 @@ on (``TRITON_INTERPRET=1`` set before ``triton`` is first imported), which is ho
 Launch choices depend on tensor shapes only (never on tensor values), so a call costs no
 device-to-host sync and can be captured in a CUDA graph:
 
-- *decode-shaped* calls (``num_tokens == num_seqs``) use a q-block of one token's query-head
-  group (``BLOCK_M = max(16, next_pow2(G))`` rows); others use ``BLOCK_M = 128`` rows
-  (``128 // G`` tokens times the ``G`` heads of one KV head).
+- *decode-shaped* calls (``num_tokens == num_seqs``) run the kernel's ``DECODE`` mode: one
+  program per token and KV head, ``BLOCK_M = max(16, next_pow2(G))`` rows (the token's
+  query-head group); others use ``BLOCK_M = 128`` rows (``128 // G`` tokens times the ``G``
+  heads of one KV head).
+- quantized caches with 16-bit queries multiply in fp16 (``KV_CVT``, :func:`kv_cvt_of`).
+- on Hopper (compute capability 9.0+) both kernels launch with programmatic dependent launch
+  (:func:`pdl_of`).
 - split-K (flash-decoding) is chosen by :func:`choose_num_segments` from the grid size, the
   SM count and the longest context the block table can hold (``block_tables.shape[1] *
   block_size``).
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from local_engine.attention import triton_kv_write
+from local_engine.attention import triton_attention, triton_kv_write
 from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
 
 LOG2E = 1.4426950408889634
@@ -174,6 +178,44 @@ def _dot_mode(q: torch.Tensor) -> int:
     return 0
 
 
+#: ``KV_CVT`` of quantized caches with 16-bit queries on the GPU (see triton_attention's
+#: docstring): 2 = fp16 products, values converted by bit arithmetic.
+KV_CVT_GPU = 2
+#: Programmatic dependent launch (griddepcontrol) on GPUs of compute capability >= 9.0.
+PDL_MIN_CAPABILITY = (9, 0)
+
+
+def kv_cvt_of(q: torch.Tensor, quant: int, kv_cvt: int | None = None) -> int:
+    """The kernel's ``KV_CVT`` for queries ``q``: 0 for float caches and float32 queries;
+    otherwise ``kv_cvt`` if given, else :data:`KV_CVT_GPU` on CUDA and 1 in the interpreter
+    (its arithmetic, with the casts emulated in float32; inline PTX does not interpret)."""
+    if not quant or q.dtype == torch.float32:
+        return 0
+    if kv_cvt is not None:
+        if kv_cvt not in (0, 1, 2) or (kv_cvt == 2 and not q.is_cuda):
+            raise ValueError(f"kv_cvt must be 0, 1 or 2 (2 on CUDA only); got {kv_cvt}")
+        return kv_cvt
+    return KV_CVT_GPU if q.is_cuda else 1
+
+
+@functools.cache
+def _cuda_pdl_ok(idx: int) -> bool:
+    return (
+        triton_attention.gdc_wait is not None
+        and torch.cuda.get_device_capability(idx) >= PDL_MIN_CAPABILITY
+    )
+
+
+def pdl_of(q: torch.Tensor, pdl: bool | None = None) -> bool:
+    """Whether to launch with programmatic dependent launch: CUDA tensors on a device of
+    compute capability >= 9.0 with a triton that has ``griddepcontrol`` (``pdl`` overrides
+    downwards only)."""
+    if not q.is_cuda:
+        return False
+    idx = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    return _cuda_pdl_ok(idx) and pdl is not False
+
+
 def _check_runnable(t: torch.Tensor) -> None:
     if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError(
@@ -196,12 +238,16 @@ def paged_attention(
     out: torch.Tensor | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    kv_cvt: int | None = None,
+    pdl: bool | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
     Extra keyword arguments (for benchmarks, tests and CUDA graphs): ``config`` overrides the
     tile choice; ``num_segments`` forces the split-K segment count (1 = no split); ``out``
-    (``[num_tokens, num_heads, head_dim]``, q's dtype, contiguous last dim) receives the result.
+    (``[num_tokens, num_heads, head_dim]``, q's dtype, contiguous last dim) receives the result;
+    ``kv_cvt`` forces the quantized-value conversion (:func:`kv_cvt_of`); ``pdl=False`` turns
+    programmatic dependent launch off (:func:`pdl_of`).
 
     Raises:
         ValueError: ``num_heads`` not a multiple of ``num_kv_heads``, or shapes that disagree.
@@ -263,11 +309,12 @@ def paged_attention(
         else:
             config = PREFILL_CONFIG.get(head_dim) or PREFILL_CONFIG[128]
     block_m = max(config.block_m, 16, triton.next_power_of_2(group))
-    block_q = block_m // group
-    num_q_blocks = num_tokens // block_q + num_seqs
+    # decode: one program per token (the kernel's DECODE mode), else q-blocks of block_q tokens
+    block_q = 1 if decode else block_m // group
+    num_q_blocks = num_tokens if decode else num_tokens // block_q + num_seqs
     if num_segments is None:
         max_context = block_tables.shape[1] * block_size
-        busy = num_seqs if decode else num_q_blocks  # decode: one q-block per sequence
+        busy = num_q_blocks
         tile_bytes = config.tile_n * head_dim_pad_of(head_dim) * k_cache.element_size()
         num_segments = choose_num_segments(
             busy * num_kv_heads, max_context, _sm_count(q.device), config.tile_n, tile_bytes
@@ -282,6 +329,9 @@ def paged_attention(
         seg_sum = _alloc((num_tokens, num_heads, num_segments), torch.float32, q.device)
     else:
         seg_out = seg_max = seg_sum = out  # unused
+    dot_mode = _dot_mode(q)
+    cvt = kv_cvt_of(q, quant, kv_cvt)
+    use_pdl = pdl_of(q, pdl)
     paged_attention_kernel[(num_q_blocks, num_kv_heads, num_segments)](
         out,
         seg_out,
@@ -320,11 +370,16 @@ def paged_attention(
         BLOCK_Q=block_q,
         TILE_N=config.tile_n,
         SPLIT=split,
-        DOT_MODE=_dot_mode(q),
+        DOT_MODE=dot_mode,
         NUM_STAGES=config.num_stages,
         QUANT=quant,
+        KV_CVT=cvt,
+        KV_FAC=256.0 if quant == 2 and cvt == 2 and dot_mode == 0 else 1.0,
+        DECODE=decode,
+        USE_GDC=use_pdl,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
+        **({"launch_pdl": True} if use_pdl else {}),
     )
     if split:
         _reduce_segments_kernel[(num_tokens, num_heads)](
@@ -339,7 +394,9 @@ def paged_attention(
             HEAD_DIM=head_dim,
             HEAD_DIM_PAD=head_dim_pad,
             SEG_CHUNK=min(SEG_CHUNK, triton.next_power_of_2(num_segments)),
+            USE_GDC=use_pdl,
             num_warps=4,
+            **({"launch_pdl": True} if use_pdl else {}),
         )
     return out
 
@@ -370,5 +427,7 @@ __all__ = [
     "write_kv_cache",
     "choose_num_segments",
     "decode_config",
+    "kv_cvt_of",
+    "pdl_of",
     "KernelConfig",
 ]
