@@ -204,6 +204,24 @@ def test_decode_batch(tb, dtype, num_segments):
     check(tb, b, num_segments=num_segments)
 
 
+@pytest.mark.parametrize("num_segments", [1, 3])
+def test_decode_shaped_call_with_uneven_token_counts(tb, num_segments):
+    # num_tokens == num_seqs takes the one-program-per-token DECODE mode, but here sequence 0
+    # has 2 new tokens and sequence 1 none: programs 0 and 1 must find sequence 0 by search,
+    # programs 2 and 3 take the fast path (cu_seqlens_q[i] == i, cu_seqlens_q[i + 1] == i + 1)
+    b = Batch(
+        [20, 33, 5, 40],
+        [2, 0, 1, 1],
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype=torch.float32,
+        seed=fresh_seed(),
+    )
+    check(tb, b, num_segments=num_segments)
+
+
 @pytest.mark.parametrize("num_segments", [2, 5])
 def test_split_k_on_prefill_and_mixed(tb, num_segments):
     # split-K with several query rows per sequence: segments beyond a row's causal limit
