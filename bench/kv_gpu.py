@@ -367,14 +367,16 @@ def _segs(rule: int, factors) -> list[int]:
     return sorted({min(256, max(1, int(rule * f))) for f in factors})
 
 
-def quant_variants(batch, ctx, sm):
+def quant_variants(batch, ctx, sm, fmt="fp8"):
     """(config, nseg, kv_cvt, pdl) for the quantized 32/8 d128 decode grid."""
     out = []
     base = tb.decode_config(128, 4, 1, batch * 8, sm)
     r0 = tb.choose_num_segments(batch * 8, ctx, sm, base.tile_n, base.tile_n * 128)
-    out.append((base, r0, 0, True))  # the old conversion, the rule's tiles
-    out.append((base, r0, 2, False))  # without programmatic dependent launch
-    for cvt in (1, 2):
+    out.append((base, r0, tb.KV_CVT_GPU, True))  # the rule
+    out.append((base, r0, 0, True))  # the old conversion (bf16 products)
+    out.append((base, r0, 1, True))  # triton's casts (converted after shared memory)
+    out.append((base, r0, tb.KV_CVT_GPU, False))  # without programmatic dependent launch
+    for cvt in (2, 3) if fmt == "fp8" else (2,):
         for tn in (64, 128, 256):
             for w, st in TUNE_WS["q"]:
                 cfg = KernelConfig(16, tn, w, st)
@@ -485,7 +487,7 @@ def tune(device, deadline: float, out_dir: Path) -> None:
     groups: dict = {}
     for fmt in ("fp8", "int8"):
         for batch, ctx in QUANT_SHAPES:
-            groups.setdefault((32, 8, 128, fmt), []).extend(quant_variants(batch, ctx, sm))
+            groups.setdefault((32, 8, 128, fmt), []).extend(quant_variants(batch, ctx, sm, fmt))
     for d in (128, 64):
         for h, hkv in LAYOUTS:
             for batch, ctx in SHAPES:
@@ -504,7 +506,7 @@ def tune(device, deadline: float, out_dir: Path) -> None:
             fn = _variant_fn(p, cfg, nseg, cvt, pdl)
             try:
                 e = rel(fn(), ref)
-                ms = bench(fn, inner=8, reps=5)
+                ms = bench(fn, inner=6, reps=3)
             except Exception as exc:  # noqa: BLE001
                 log(f"  {extra} {cfg} seg {nseg} cvt {cvt}: {type(exc).__name__}: {str(exc)[:160]}")
                 continue
@@ -533,7 +535,7 @@ def tune(device, deadline: float, out_dir: Path) -> None:
             )
             run_row(
                 p,
-                quant_variants(batch, ctx, sm),
+                quant_variants(batch, ctx, sm, fmt),
                 ref,
                 dict(kind="quant", fmt=fmt, shape=f"{batch}x{ctx}", bf16_ms=ms_bf16, bytes=p.bytes),
             )

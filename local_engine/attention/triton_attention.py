@@ -30,18 +30,23 @@ and E4M3 values are bf16/fp16 values); each key's float32 scale multiplies its s
 the ``P @ V`` product (``sum_n p_n * v_scale_n * v_q,n``), so nothing is dequantized in memory.
 
 ``KV_CVT`` (quantized caches with 16-bit queries): 0 = the 1-byte values converted to the query
-dtype (``cvt`` through float32 for bf16: the conversion unit, 16 results per clock per SM on
-Hopper, caps such a kernel near 2.2-2.8 TB/s of 1-byte values); 1 = fp16 products: the values
-converted to fp16 by Triton's cast (INT8 ``I2F.F16``; E4M3 ``cvt.rn.f16x2.e4m3x2``, two per
-instruction); 2 = fp16 products with the values converted by bit arithmetic in inline PTX
-(GPU only): INT8 ``x ^ 0x80`` placed in the mantissa of fp16 1024 (``prmt``) minus 1152
-(``sub.f16x2``), exact; E4M3 ``sign | (bits & 0x7f) << 7`` read as fp16, which is the value
-times ``2**-8`` (exact, subnormals included; the ``2**8`` goes into the scales). In the fp16
-modes each query row is scaled by a power of two ``2**-e`` with ``2**e >= amax|q|`` (exact for
-bf16 queries, whose 8 significant bits fit fp16's 11) and ``2**e`` returns in the score
-scale; the probabilities times V's scales are divided by the tile's largest V scale (so they
-lie in [0, 1], fp16's range; 11 significant bits against bf16's 8) and that factor multiplies
-the tile's ``P @ V``.
+dtype and bf16/fp16 products (E4M3 -> bf16 costs one ``F2F.BF16.F16`` per value on the
+conversion unit, 16 per clock per SM on Hopper); 1 = fp16 products with the values cast by
+Triton (``.to(fp16)``); 2 = fp16 products with the values converted by inline PTX: INT8 ``x ^
+0x80`` placed in the mantissa of fp16 1024 (``prmt``) minus 1152 (``sub.f16x2``), exact; E4M3
+by ``cvt.rn.f16x2.e4m3x2`` (two per instruction); 3 = as 2 but E4M3 by bits, ``sign | (bits &
+0x7f) << 7`` read as fp16 = the value times ``2**-8`` (exact, subnormals included; the ``2**8``
+goes into the scales, ``KV_FAC``). Modes 0 and 1 convert *after* shared memory: Triton moves
+an elementwise conversion (a cast, a pure one-input asm) that feeds ``tl.dot`` past the
+layout change, so each thread gathers single bytes (``LDS.U8``) in the MMA operand layout and
+repacks them (``PRMT``); the asm of modes 2/3 is declared impure, which keeps the conversion
+in the load's layout (16-byte vectors), and the fp16 tile goes through shared memory with
+``ldmatrix`` like a bf16 cache (SASS of the d128 tile-128 decode, triton 3.9 for sm_90:
+256 ``LDS.U8`` per thread and tile in modes 0/1, none in 2/3). In the fp16 modes each query row
+is scaled by a power of two ``2**-e`` with ``2**e >= amax|q|`` (exact for bf16 queries, whose 8
+significant bits fit fp16's 11) and ``2**e`` returns in the score scale; the probabilities
+times V's scales are divided by the tile's largest V scale (so they lie in [0, 1], fp16's
+range; 11 significant bits against bf16's 8) and that factor multiplies the tile's ``P @ V``.
 
 ``DECODE``: one program per query token (``BLOCK_Q = 1``, the ``G`` heads of one KV head), for
 decode-shaped calls: program ``i`` checks ``cu_seqlens_q[i] == i`` and ``cu_seqlens_q[i + 1] ==
@@ -105,7 +110,7 @@ def _i8_to_f16_bits(x):
         constraints="=r,=r,r",
         args=[x],
         dtype=tl.float16,
-        is_pure=True,
+        is_pure=False,  # not hoisted past the layout change: converted before shared memory
         pack=4,
     )
 
@@ -133,7 +138,28 @@ def _e4m3_to_f16_bits(x):
         constraints="=r,=r,r",
         args=[x],
         dtype=tl.float16,
-        is_pure=True,
+        is_pure=False,  # not hoisted past the layout change: converted before shared memory
+        pack=4,
+    )
+
+
+@triton.jit
+def _e4m3_to_f16_cvt(x):
+    """E4M3 bytes -> fp16 by the hardware conversion (``cvt.rn.f16x2.e4m3x2``, sm_89+), as
+    inline PTX so that it stays before the layout change (GPU only)."""
+    return tl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b16 lo, hi;
+        mov.b32 {lo, hi}, $2;
+        cvt.rn.f16x2.e4m3x2 $0, lo;
+        cvt.rn.f16x2.e4m3x2 $1, hi;
+        }
+        """,
+        constraints="=r,=r,r",
+        args=[x],
+        dtype=tl.float16,
+        is_pure=False,
         pack=4,
     )
 
@@ -143,14 +169,20 @@ def _kv_to_f16(x, QUANT: tl.constexpr, KV_CVT: tl.constexpr, DOT_MODE: tl.conste
     """1-byte K/V values as fp16 operands of the fp16 products (see ``KV_CVT``); under the
     interpreter (``DOT_MODE`` 2) as float32 holding the same values."""
     if DOT_MODE != 0:
-        return x.to(tl.float32)  # INT8 / E4M3 values are exact in fp16 and float32
+        y = x.to(tl.float32)  # INT8 / E4M3 values are exact in fp16 and float32
     elif KV_CVT == 2:
         if QUANT == 1:
-            return _i8_to_f16_bits(x)
+            y = _i8_to_f16_bits(x)
         else:
-            return _e4m3_to_f16_bits(x.to(tl.uint8, bitcast=True))
+            y = _e4m3_to_f16_cvt(x.to(tl.uint8, bitcast=True))
+    elif KV_CVT == 3:
+        if QUANT == 1:
+            y = _i8_to_f16_bits(x)
+        else:
+            y = _e4m3_to_f16_bits(x.to(tl.uint8, bitcast=True))
     else:
-        return x.to(tl.float16)
+        y = x.to(tl.float16)
+    return y
 
 
 @triton.jit
@@ -285,9 +317,10 @@ def _attend_tile(
 def _to_f16(x, DOT_MODE: tl.constexpr):
     """float32 -> fp16 operand (the interpreter: fp16-rounded float32)."""
     if DOT_MODE == 0:
-        return x.to(tl.float16)
+        y = x.to(tl.float16)
     else:
-        return x.to(tl.float16).to(tl.float32)
+        y = x.to(tl.float16).to(tl.float32)
+    return y
 
 
 @triton.jit
@@ -295,9 +328,10 @@ def _mma(a, b, DOT_MODE: tl.constexpr):
     """``a @ b`` with a float32 accumulator: fp16 operands on the GPU, float32 (IEEE) in the
     interpreter."""
     if DOT_MODE == 0:
-        return tl.dot(a, b)
+        c = tl.dot(a, b)
     else:
-        return tl.dot(a, b, input_precision="ieee")
+        c = tl.dot(a, b, input_precision="ieee")
+    return c
 
 
 @triton.jit

@@ -179,7 +179,7 @@ def _dot_mode(q: torch.Tensor) -> int:
 
 
 #: ``KV_CVT`` of quantized caches with 16-bit queries on the GPU (see triton_attention's
-#: docstring): 2 = fp16 products, values converted by bit arithmetic.
+#: docstring): 2 = fp16 products, values converted by inline PTX before shared memory.
 KV_CVT_GPU = 2
 #: Programmatic dependent launch (griddepcontrol) on GPUs of compute capability >= 9.0.
 PDL_MIN_CAPABILITY = (9, 0)
@@ -192,8 +192,8 @@ def kv_cvt_of(q: torch.Tensor, quant: int, kv_cvt: int | None = None) -> int:
     if not quant or q.dtype == torch.float32:
         return 0
     if kv_cvt is not None:
-        if kv_cvt not in (0, 1, 2) or (kv_cvt == 2 and not q.is_cuda):
-            raise ValueError(f"kv_cvt must be 0, 1 or 2 (2 on CUDA only); got {kv_cvt}")
+        if kv_cvt not in (0, 1, 2, 3) or (kv_cvt >= 2 and not q.is_cuda):
+            raise ValueError(f"kv_cvt must be 0, 1, 2 or 3 (2, 3 on CUDA only); got {kv_cvt}")
         return kv_cvt
     return KV_CVT_GPU if q.is_cuda else 1
 
@@ -374,7 +374,7 @@ def paged_attention(
         NUM_STAGES=config.num_stages,
         QUANT=quant,
         KV_CVT=cvt,
-        KV_FAC=256.0 if quant == 2 and cvt == 2 and dot_mode == 0 else 1.0,
+        KV_FAC=256.0 if quant == 2 and cvt == 3 and dot_mode == 0 else 1.0,
         DECODE=decode,
         USE_GDC=use_pdl,
         num_warps=config.num_warps,
