@@ -358,52 +358,58 @@ def print_sweep(rows):
 # ----------------------------------------------------------------------------- tuning grid
 # --tune: every variant of the quantized decode (3 shapes x FP8/INT8) and of the bf16 sweep
 # rows, each checked against a reference and timed; the table (tune.json) is what the rules
-# in triton_backend (decode_config, choose_num_segments, KV_CVT_GPU) are derived from.
+# in triton_backend (decode_config, choose_num_segments, KV_CVT_BY_QUANT) are derived from.
+# A variant is (KernelConfig, num_segments, kv_cvt).
 QUANT_SHAPES = [(64, 4096), (16, 32768), (256, 1024)]
-TUNE_WS = {"bf16": ((4, 2), (8, 2), (4, 3)), "q": ((4, 2), (4, 3), (8, 2), (8, 3))}
+TUNE_WS = {"bf16": ((4, 2), (8, 2), (4, 3)), "q": ((4, 2), (4, 3), (8, 2), (8, 3), (2, 3))}
 
 
 def _segs(rule: int, factors) -> list[int]:
     return sorted({min(256, max(1, int(rule * f))) for f in factors})
 
 
+def quant_rule(batch, ctx, sm, fmt):
+    cfg = tb.decode_config(128, 4, 1, batch * 8, sm)
+    nseg = tb.choose_num_segments(batch * 8, ctx, sm, cfg.tile_n, cfg.tile_n * 128)
+    return cfg, nseg, tb.KV_CVT_BY_QUANT[1 if fmt == "int8" else 2]
+
+
 def quant_variants(batch, ctx, sm, fmt="fp8"):
-    """(config, nseg, kv_cvt, pdl) for the quantized 32/8 d128 decode grid."""
-    out = []
-    base = tb.decode_config(128, 4, 1, batch * 8, sm)
-    r0 = tb.choose_num_segments(batch * 8, ctx, sm, base.tile_n, base.tile_n * 128)
-    out.append((base, r0, tb.KV_CVT_GPU, True))  # the rule
-    out.append((base, r0, 0, True))  # the old conversion (bf16 products)
-    out.append((base, r0, 1, True))  # triton's casts (converted after shared memory)
-    out.append((base, r0, tb.KV_CVT_GPU, False))  # without programmatic dependent launch
-    for cvt in (2, 3) if fmt == "fp8" else (2,):
+    """The rule first, then both conversions over tiles x (warps, stages) x segment counts."""
+    rule = quant_rule(batch, ctx, sm, fmt)
+    out = [rule]
+    for cvt in (0, 1):
         for tn in (64, 128, 256):
             for w, st in TUNE_WS["q"]:
                 cfg = KernelConfig(16, tn, w, st)
                 r = tb.choose_num_segments(batch * 8, ctx, sm, tn, tn * 128)
                 for nseg in _segs(r, (1, 2) if r == 1 else (0.5, 1, 2)):
-                    out.append((cfg, nseg, cvt, True))
+                    if (cfg, nseg, cvt) != rule:
+                        out.append((cfg, nseg, cvt))
     return out
+
+
+def sweep_rule(batch, ctx, h, hkv, d, sm):
+    cfg = tb.decode_config(d, h // hkv, 2, batch * hkv, sm)
+    nseg = tb.choose_num_segments(batch * hkv, ctx, sm, cfg.tile_n, cfg.tile_n * d * 2)
+    return cfg, nseg, 0
 
 
 def sweep_variants(batch, ctx, h, hkv, d, sm):
-    group = h // hkv
-    base = tb.decode_config(d, group, 2, batch * hkv, sm)
+    out = [sweep_rule(batch, ctx, h, hkv, d, sm)]
     t16 = 16384 // (d * 2)
-    out = []
-    r0 = tb.choose_num_segments(batch * hkv, ctx, sm, base.tile_n, base.tile_n * d * 2)
-    out.append((base, r0, 0, False))
     for tn in (t16, 2 * t16):
         for w, st in TUNE_WS["bf16"]:
-            cfg = KernelConfig(base.block_m, tn, w, st)
+            cfg = KernelConfig(out[0][0].block_m, tn, w, st)
             r = tb.choose_num_segments(batch * hkv, ctx, sm, tn, tn * d * 2)
             for nseg in _segs(r, (1, 2, 4) if r == 1 else (0.5, 1, 2)):
-                out.append((cfg, nseg, 0, True))
+                if (cfg, nseg, 0) != out[0]:
+                    out.append((cfg, nseg, 0))
     return out
 
 
-def _variant_fn(p, cfg, nseg, cvt, pdl):
-    kw = dict(config=cfg, num_segments=nseg, pdl=pdl)
+def _variant_fn(p, cfg, nseg, cvt):
+    kw = dict(config=cfg, num_segments=nseg)
     if p.fmt != "bf16":
         kw["kv_cvt"] = cvt
     return p.triton(**kw)
@@ -416,11 +422,11 @@ def _compile_worker(jobs):
     done = 0
     for h, hkv, d, fmt, variants in jobs:
         p = Decode(2, 512, h, hkv, d, device, g, fmt)
-        for cfg, nseg, cvt, pdl in variants:
+        for cfg, nseg, cvt in variants:
             try:
                 # split launches: every SEG_CHUNK of the merge (2 .. 32)
                 for n in (2, 4, 8, 16, 32) if nseg > 1 else (1,):
-                    _variant_fn(p, cfg, n, cvt, pdl)()
+                    _variant_fn(p, cfg, n, cvt)()
                 done += 1
             except Exception:  # noqa: BLE001 - the main process reports it
                 pass
@@ -438,22 +444,20 @@ def precompile(groups, workers: int = 14) -> None:
     jobs = [[] for _ in range(workers)]
     i = 0
     for layout, variants in groups.items():
-        uniq, seen = [], set()
-        for cfg, nseg, cvt, pdl in variants:
-            key = (cfg, nseg > 1, cvt, pdl)
+        seen = set()
+        for cfg, nseg, cvt in variants:
+            key = (cfg, nseg > 1, cvt)
             if key not in seen:
                 seen.add(key)
-                uniq.append((cfg, 2 if nseg > 1 else 1, cvt, pdl))
-        for v in uniq:
-            jobs[i % workers].append((*layout, [v]))
-            i += 1
+                jobs[i % workers].append((*layout, [(cfg, 2 if nseg > 1 else 1, cvt)]))
+                i += 1
     with mp.get_context("spawn").Pool(workers) as pool:
         n = sum(pool.map(_compile_worker, jobs))
     log(f"precompiled {n} of {i} kernel variants in {time.time() - t0:.1f}s ({workers} processes)")
 
 
 def conversion_check(device) -> bool:
-    """Every INT8 value and every finite E4M3 byte through the fp16 bit conversions: one
+    """Every INT8 value and every finite E4M3 byte through both conversions (kv_cvt 0, 1): one
     sequence whose K and V hold all of them (unit scales), against the torch reference."""
     ok = True
     g = torch.Generator(device=device).manual_seed(11)
@@ -473,7 +477,7 @@ def conversion_check(device) -> bool:
         cu = torch.tensor([0, 1], dtype=torch.int32, device=device)
         sl = torch.tensor([ctx], dtype=torch.int32, device=device)
         ref = torch_ref.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs)
-        for cvt in (0, 1, 2):
+        for cvt in (0, 1):
             out = tb.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, kv_cvt=cvt)
             e = rel(out, ref)
             good = e < 1e-2 and not out.isnan().any()
@@ -482,8 +486,9 @@ def conversion_check(device) -> bool:
     return ok
 
 
-def tune(device, deadline: float, out_dir: Path) -> None:
-    sm = torch.cuda.get_device_properties(device).multi_processor_count
+def tune_groups(sm, final: bool):
+    """Variants to compile per layout: the whole grid, or (final) the rules plus the quantized
+    grid of both conversions."""
     groups: dict = {}
     for fmt in ("fp8", "int8"):
         for batch, ctx in QUANT_SHAPES:
@@ -491,57 +496,63 @@ def tune(device, deadline: float, out_dir: Path) -> None:
     for d in (128, 64):
         for h, hkv in LAYOUTS:
             for batch, ctx in SHAPES:
-                groups.setdefault((h, hkv, d, "bf16"), []).extend(
-                    sweep_variants(batch, ctx, h, hkv, d, sm)
-                )
-    precompile(groups)
-    table = []
+                v = (sweep_rule if final else sweep_variants)(batch, ctx, h, hkv, d, sm)
+                groups.setdefault((h, hkv, d, "bf16"), []).extend([v] if final else v)
+    return groups
+
+
+def _run_variants(p, variants, ref, extra, table, deadline):
+    row = dict(extra, variants=[])
+    for cfg, nseg, cvt in variants:
+        if time.time() > deadline:
+            break
+        fn = _variant_fn(p, cfg, nseg, cvt)
+        try:
+            e = rel(fn(), ref)
+            ms = bench(fn, inner=6, reps=3)
+        except Exception as exc:  # noqa: BLE001
+            log(f"  {extra} {cfg} seg {nseg} cvt {cvt}: {type(exc).__name__}: {str(exc)[:160]}")
+            continue
+        row["variants"].append(
+            dict(cfg=list(cfg.__dict__.values()), nseg=nseg, cvt=cvt, ms=ms, err=e)
+        )
+    good = [v for v in row["variants"] if v["err"] < 1e-2]
+    if good:
+        best = min(good, key=lambda v: v["ms"])
+        row["best"] = best
+        log(
+            f"{extra}: rule {row['variants'][0]['ms']:.4f} ms, best {best['ms']:.4f} ms "
+            f"{best['cfg']} seg {best['nseg']} cvt {best['cvt']} "
+            f"(max err {max(v['err'] for v in row['variants']):.1e})"
+        )
+    table.append(row)
+    return row
+
+
+def quant_grid(device, sm, deadline, table):
     g = torch.Generator(device=device).manual_seed(5)
-
-    def run_row(p, variants, ref, extra):
-        row = dict(extra, variants=[])
-        for cfg, nseg, cvt, pdl in variants:
-            if time.time() > deadline:
-                break
-            fn = _variant_fn(p, cfg, nseg, cvt, pdl)
-            try:
-                e = rel(fn(), ref)
-                ms = bench(fn, inner=6, reps=3)
-            except Exception as exc:  # noqa: BLE001
-                log(f"  {extra} {cfg} seg {nseg} cvt {cvt}: {type(exc).__name__}: {str(exc)[:160]}")
-                continue
-            row["variants"].append(
-                dict(cfg=list(cfg.__dict__.values()), nseg=nseg, cvt=cvt, pdl=pdl, ms=ms, err=e)
-            )
-        good = [v for v in row["variants"] if v["err"] < 1e-2]
-        if good:
-            best = min(good, key=lambda v: v["ms"])
-            row["best"] = best
-            log(
-                f"{extra}: rule {row['variants'][0]['ms']:.4f} ms, best {best['ms']:.4f} ms "
-                f"{best['cfg']} seg {best['nseg']} cvt {best['cvt']} pdl {best['pdl']} "
-                f"(max err {max(v['err'] for v in row['variants']):.1e})"
-            )
-        table.append(row)
-
     for batch, ctx in QUANT_SHAPES:
         pb = Decode(batch, ctx, 32, 8, 128, device, g, "bf16")
-        ms_bf16 = bench(pb.triton(), inner=8, reps=5)
+        ms_bf16 = bench(pb.triton(), inner=6, reps=3)
         del pb
         for fmt in ("fp8", "int8"):
             p = Decode(batch, ctx, 32, 8, 128, device, g, fmt)
             ref = torch_ref.paged_attention(
                 p.q, p.k, p.v, p.bt, p.cu, p.sl, k_scale=p.ks, v_scale=p.vs
             )
-            run_row(
-                p,
-                quant_variants(batch, ctx, sm, fmt),
-                ref,
-                dict(kind="quant", fmt=fmt, shape=f"{batch}x{ctx}", bf16_ms=ms_bf16, bytes=p.bytes),
-            )
+            extra = dict(kind="quant", fmt=fmt, shape=f"{batch}x{ctx}", bf16_ms=ms_bf16)
+            _run_variants(p, quant_variants(batch, ctx, sm, fmt), ref, extra, table, deadline)
             del p, ref
             torch.cuda.empty_cache()
-        (out_dir / "tune.json").write_text(json.dumps(table, default=str))
+
+
+def tune(device, deadline: float, out_dir: Path) -> None:
+    sm = torch.cuda.get_device_properties(device).multi_processor_count
+    precompile(tune_groups(sm, final=False))
+    table: list = []
+    quant_grid(device, sm, deadline, table)
+    (out_dir / "tune.json").write_text(json.dumps(table, default=str))
+    g = torch.Generator(device=device).manual_seed(5)
     for d in (128, 64):
         for h, hkv in LAYOUTS:
             for batch, ctx in SHAPES:
@@ -551,23 +562,25 @@ def tune(device, deadline: float, out_dir: Path) -> None:
                     return
                 p = Decode(batch, ctx, h, hkv, d, device, g, "bf16", with_dense=True)
                 ref = p.sdpa()()[:, :, 0, :]
-                sdpa_ms = bench(p.sdpa(), inner=8, reps=5)
-                run_row(
-                    p,
-                    sweep_variants(batch, ctx, h, hkv, d, sm),
-                    ref,
-                    dict(
-                        kind="sweep",
-                        heads=f"{h}/{hkv}",
-                        d=d,
-                        shape=f"{batch}x{ctx}",
-                        sdpa_ms=sdpa_ms,
-                        bytes=p.bytes,
-                    ),
+                extra = dict(
+                    kind="sweep",
+                    heads=f"{h}/{hkv}",
+                    d=d,
+                    shape=f"{batch}x{ctx}",
+                    sdpa_ms=bench(p.sdpa(), inner=6, reps=3),
+                )
+                _run_variants(
+                    p, sweep_variants(batch, ctx, h, hkv, d, sm), ref, extra, table, deadline
                 )
                 del p, ref
                 torch.cuda.empty_cache()
     (out_dir / "tune.json").write_text(json.dumps(table, default=str))
+
+
+def _check_process(q) -> None:
+    """check() in its own process (its compiles overlap the parallel precompile)."""
+    ok = check(torch.device("cuda"))
+    q.put((ok, LOG))
 
 
 # ----------------------------------------------------------------------------- 4. engine
@@ -579,7 +592,7 @@ def engine_run(device, folder: Path, deadline: float):
     g = torch.Generator().manual_seed(3)
     prompts = torch.randint(10, 49000, (256, 512), generator=g).tolist()
     rows = {}
-    for kvd in ("auto", "fp8", "int8"):
+    for kvd in ("auto", "int8", "fp8"):
         if time.time() > deadline:
             log("(engine stopped: time budget)")
             break
@@ -663,35 +676,42 @@ def main() -> int:
         f"{time.strftime('%Y-%m-%d %H:%M:%S')} {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
     )
     parts = args.parts.split(",")
-    rows = []
-    if args.tune:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        try:
-            ok = conversion_check(device)
-            if "check" in parts:
-                ok &= check(device)
-            log("CHECKS " + ("passed" if ok else "FAILED"))
-            tune(device, t_end - (120 if "engine" in parts else 0), out)
-            if "engine" in parts:
-                engine_run(device, Path(args.models) / "llama3-8b-shape", t_end)
-        except Exception as exc:  # noqa: BLE001
-            import traceback
-
-            log(f"tune failed: {type(exc).__name__}: {exc}")
-            log(traceback.format_exc()[-2000:])
-        finally:
-            (out / "kv_gpu.log").write_text("\n".join(LOG) + "\n")
-            (out / "kv_gpu.json").write_text(json.dumps(RES, indent=1, default=str))
-        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sm = torch.cuda.get_device_properties(device).multi_processor_count
+    rows: list = []
     try:
-        if "check" in parts and not check(device):
+        if args.tune:
+            ok = conversion_check(device)
+            log("CHECKS " + ("passed" if ok else "FAILED"))
+            tune(device, t_end, out)
+            return 0
+        import multiprocessing as mp
+
+        proc = None
+        if "check" in parts:  # its compiles run beside the parallel precompile
+            q = mp.get_context("spawn").Queue()
+            proc = mp.get_context("spawn").Process(target=_check_process, args=(q,))
+            proc.start()
+        precompile(tune_groups(sm, final=True))
+        if proc is not None:
+            ok, lines = q.get()
+            proc.join()
+            for line in lines:
+                log(line)
+            if not ok:
+                log("CORRECTNESS FAILED")
+                return 1
+        if not conversion_check(device):
             log("CORRECTNESS FAILED")
             return 1
         if "quant" in parts:
-            quant_table(device, args.explore_quant)
+            quant_table(device, False)
+            table: list = []
+            quant_grid(device, sm, time.time() + 25, table)
+            (out / "quant_grid.json").write_text(json.dumps(table, default=str))
         if "sweep" in parts:
-            rows = sweep(device, args.explore, t_end - (100 if "engine" in parts else 0))
+            rows = sweep(device, args.explore, t_end - (150 if "engine" in parts else 0))
             print_sweep(rows)
             rows = []
         if "engine" in parts:
@@ -702,10 +722,13 @@ def main() -> int:
 
                 log(f"engine run failed: {type(exc).__name__}: {exc}")
                 log(traceback.format_exc()[-1500:])
+    except Exception as exc:  # noqa: BLE001
+        import traceback
+
+        log(f"run failed: {type(exc).__name__}: {exc}")
+        log(traceback.format_exc()[-2000:])
     finally:
         print_sweep(rows)
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         (out / "kv_gpu.json").write_text(json.dumps(RES, indent=1, default=str))
         (out / "kv_gpu.log").write_text("\n".join(LOG) + "\n")
     return 0

@@ -29,34 +29,24 @@ and E4M3 values are bf16/fp16 values); each key's float32 scale multiplies its s
 (``s = (q . k_q) * k_scale * qk_scale``) and each value's scale its probability column before
 the ``P @ V`` product (``sum_n p_n * v_scale_n * v_q,n``), so nothing is dequantized in memory.
 
-``KV_CVT`` (quantized caches with 16-bit queries): 0 = the 1-byte values converted to the query
-dtype and bf16/fp16 products (E4M3 -> bf16 costs one ``F2F.BF16.F16`` per value on the
-conversion unit, 16 per clock per SM on Hopper); 1 = fp16 products with the values cast by
-Triton (``.to(fp16)``); 2 = fp16 products with the values converted by inline PTX: INT8 ``x ^
-0x80`` placed in the mantissa of fp16 1024 (``prmt``) minus 1152 (``sub.f16x2``), exact; E4M3
-by ``cvt.rn.f16x2.e4m3x2`` (two per instruction); 3 = as 2 but E4M3 by bits, ``sign | (bits &
-0x7f) << 7`` read as fp16 = the value times ``2**-8`` (exact, subnormals included; the ``2**8``
-goes into the scales, ``KV_FAC``). Modes 0 and 1 convert *after* shared memory: Triton moves
-an elementwise conversion (a cast, a pure one-input asm) that feeds ``tl.dot`` past the
-layout change, so each thread gathers single bytes (``LDS.U8``) in the MMA operand layout and
-repacks them (``PRMT``); the asm of modes 2/3 is declared impure, which keeps the conversion
-in the load's layout (16-byte vectors), and the fp16 tile goes through shared memory with
-``ldmatrix`` like a bf16 cache (SASS of the d128 tile-128 decode, triton 3.9 for sm_90:
-256 ``LDS.U8`` per thread and tile in modes 0/1, none in 2/3). In the fp16 modes each query row
-is scaled by a power of two ``2**-e`` with ``2**e >= amax|q|`` (exact for bf16 queries, whose 8
-significant bits fit fp16's 11) and ``2**e`` returns in the score scale; the probabilities
-times V's scales are divided by the tile's largest V scale (so they lie in [0, 1], fp16's
-range; 11 significant bits against bf16's 8) and that factor multiplies the tile's ``P @ V``.
+``KV_CVT`` (quantized caches): 0 = the 1-byte values converted to the query dtype, products
+in that dtype (bf16/fp16, or float32 queries in float32); 1 = fp16 products for 16-bit
+queries: the values cast to fp16 (exact: INT8 and E4M3 values are fp16 values), each query
+row scaled by a power of two ``2**-e`` with ``2**e >= amax|q|`` (exact for bf16 queries,
+whose 8 significant bits fit fp16's 11; ``2**e`` returns in the score scale), and the
+probabilities times V's scales divided by the tile's largest V scale (so they lie in [0, 1],
+fp16's range; 11 significant bits against bf16's 8), that factor multiplying the tile's
+``P @ V``. Why two: on Hopper an E4M3 -> bf16 cast costs an ``F2F.BF16.F16`` per value after
+the paired ``cvt.rn.f16x2.e4m3x2`` (the conversion unit, 16 per clock per SM), while E4M3 ->
+fp16 is that one paired instruction; INT8 -> bf16 is done with integer tricks (``PRMT`` +
+``HADD2.BF16``) and INT8 -> fp16 by ``I2F.F16`` per value, so INT8 is fastest in mode 0 and
+FP8 in mode 1 (bench/RESULTS.md, "## kvquant", 2026-12-01 session 2).
 
 ``DECODE``: one program per query token (``BLOCK_Q = 1``, the ``G`` heads of one KV head), for
 decode-shaped calls: program ``i`` checks ``cu_seqlens_q[i] == i`` and ``cu_seqlens_q[i + 1] ==
 i + 1`` (every sequence one token: sequence ``i``, two independent loads) and otherwise finds
-the token's sequence by binary search, so any ``cu_seqlens_q`` stays correct.
-
-``USE_GDC`` (GPU): programmatic dependent launch. The attention kernel waits for the previous
-kernel's results (``griddepcontrol.wait``) before its first load and lets the split-K merge
-launch early (``griddepcontrol.launch_dependents``); the merge waits likewise. Both are no-ops
-when the launch does not ask for programmatic dependent launch.
+the token's sequence by binary search, so any ``cu_seqlens_q`` stays correct; no binary search
+over the sequences and no idle programs in the common case.
 
 Per key tile, the tiles wholly below the earliest query position of the q-block are visited
 without the causal mask; only the last few tiles (the diagonal) compute it.
@@ -66,11 +56,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-
-try:  # triton >= 3.3 on CUDA
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-except ImportError:  # pragma: no cover - older triton: USE_GDC stays False
-    gdc_launch_dependents = gdc_wait = None
 
 # Finite stand-in for -inf as the running max: exp2(-inf - NEG_BIG) == 0 and no inf - inf.
 NEG_BIG = tl.constexpr(-1.0e30)
@@ -92,94 +77,11 @@ def _find_seq(cu_q_ptr, target, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
-def _i8_to_f16_bits(x):
-    """INT8 tensor -> exact fp16 (GPU only): ``x ^ 0x80`` as the low mantissa byte of fp16
-    1024 (``0x64XX`` = 1024 + byte), minus 1152 (``0x6480``); 4 values per invocation."""
-    return tl.inline_asm_elementwise(
-        asm="""
-        {
-        .reg .b32 t, lo, hi, m;
-        xor.b32 t, $2, 0x80808080;
-        prmt.b32 lo, t, 0x64646464, 0x5140;
-        prmt.b32 hi, t, 0x64646464, 0x5342;
-        mov.b32 m, 0x64806480;
-        sub.rn.f16x2 $0, lo, m;
-        sub.rn.f16x2 $1, hi, m;
-        }
-        """,
-        constraints="=r,=r,r",
-        args=[x],
-        dtype=tl.float16,
-        is_pure=False,  # not hoisted past the layout change: converted before shared memory
-        pack=4,
-    )
-
-
-@triton.jit
-def _e4m3_to_f16_bits(x):
-    """E4M3 bytes (as uint8) -> fp16 holding the value times ``2**-8`` (GPU only, exact):
-    each byte ``b`` to the high byte of a 16-bit lane, then ``sign | (b & 0x7f) << 7``."""
-    return tl.inline_asm_elementwise(
-        asm="""
-        {
-        .reg .b32 a, b, sa, sb;
-        prmt.b32 a, $2, 0, 0x1404;
-        prmt.b32 b, $2, 0, 0x3424;
-        shr.b32 sa, a, 1;
-        shr.b32 sb, b, 1;
-        and.b32 sa, sa, 0x3F803F80;
-        and.b32 sb, sb, 0x3F803F80;
-        and.b32 a, a, 0x80008000;
-        and.b32 b, b, 0x80008000;
-        or.b32 $0, sa, a;
-        or.b32 $1, sb, b;
-        }
-        """,
-        constraints="=r,=r,r",
-        args=[x],
-        dtype=tl.float16,
-        is_pure=False,  # not hoisted past the layout change: converted before shared memory
-        pack=4,
-    )
-
-
-@triton.jit
-def _e4m3_to_f16_cvt(x):
-    """E4M3 bytes -> fp16 by the hardware conversion (``cvt.rn.f16x2.e4m3x2``, sm_89+), as
-    inline PTX so that it stays before the layout change (GPU only)."""
-    return tl.inline_asm_elementwise(
-        asm="""
-        {
-        .reg .b16 lo, hi;
-        mov.b32 {lo, hi}, $2;
-        cvt.rn.f16x2.e4m3x2 $0, lo;
-        cvt.rn.f16x2.e4m3x2 $1, hi;
-        }
-        """,
-        constraints="=r,=r,r",
-        args=[x],
-        dtype=tl.float16,
-        is_pure=False,
-        pack=4,
-    )
-
-
-@triton.jit
-def _kv_to_f16(x, QUANT: tl.constexpr, KV_CVT: tl.constexpr, DOT_MODE: tl.constexpr):
+def _kv_to_f16(x, DOT_MODE: tl.constexpr):
     """1-byte K/V values as fp16 operands of the fp16 products (see ``KV_CVT``); under the
     interpreter (``DOT_MODE`` 2) as float32 holding the same values."""
     if DOT_MODE != 0:
         y = x.to(tl.float32)  # INT8 / E4M3 values are exact in fp16 and float32
-    elif KV_CVT == 2:
-        if QUANT == 1:
-            y = _i8_to_f16_bits(x)
-        else:
-            y = _e4m3_to_f16_cvt(x.to(tl.uint8, bitcast=True))
-    elif KV_CVT == 3:
-        if QUANT == 1:
-            y = _i8_to_f16_bits(x)
-        else:
-            y = _e4m3_to_f16_bits(x.to(tl.uint8, bitcast=True))
     else:
         y = x.to(tl.float16)
     return y
@@ -213,7 +115,6 @@ def _attend_tile(
     offs_d,
     QUANT: tl.constexpr,
     KV_CVT: tl.constexpr,
-    KV_FAC: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
@@ -265,9 +166,8 @@ def _attend_tile(
             v_sc = tl.load(vs_ptr + s_off)
     if QUANT != 0 and KV_CVT != 0:
         # fp16 products: q pre-scaled per row, 1-byte values exact in fp16
-        # (E4M3 by bits: value * 2**-8, the 2**8 folded into the scales)
-        s = _mma(q, _kv_to_f16(k, QUANT, KV_CVT, DOT_MODE), DOT_MODE)
-        s = s * q_row_scale[:, None] * (k_sc * KV_FAC)[None, :]
+        s = _mma(q, _kv_to_f16(k, DOT_MODE), DOT_MODE)
+        s = s * q_row_scale[:, None] * k_sc[None, :]
     else:
         if DOT_MODE == 0:
             s = tl.dot(q, k.to(q.dtype))
@@ -295,8 +195,8 @@ def _attend_tile(
         v_max = tl.max(v_sc, 0)
         v_max = tl.where(v_max > 0.0, v_max, 1.0)
         pw = p * (v_sc / v_max)[None, :]
-        pv = _mma(_to_f16(pw, DOT_MODE), _kv_to_f16(v, QUANT, KV_CVT, DOT_MODE), DOT_MODE)
-        acc = acc * alpha[:, None] + pv * (v_max * KV_FAC)
+        pv = _mma(_to_f16(pw, DOT_MODE), _kv_to_f16(v, DOT_MODE), DOT_MODE)
+        acc = acc * alpha[:, None] + pv * v_max
     else:
         pw = p * v_sc[None, :] if QUANT != 0 else p
         if DOT_MODE == 0:
@@ -394,9 +294,7 @@ def paged_attention_kernel(
     NUM_STAGES: tl.constexpr,
     QUANT: tl.constexpr,
     KV_CVT: tl.constexpr = 0,
-    KV_FAC: tl.constexpr = 1.0,
     DECODE: tl.constexpr = False,
-    USE_GDC: tl.constexpr = False,
 ):
     """One program per (block of query rows, KV head, split-K segment). Causal attention of
     ``BLOCK_Q`` new tokens x the ``G`` query heads sharing KV head ``program_id(1)`` over the
@@ -407,9 +305,6 @@ def paged_attention_kernel(
     qb = tl.program_id(0)
     kvh = tl.program_id(1)
     seg = tl.program_id(2)
-    if USE_GDC:
-        gdc_wait()  # q, the caches and the tables come from earlier kernels
-        gdc_launch_dependents()
 
     if DECODE:
         # one token per program; sequence i = token i unless some sequence has != 1 token
@@ -498,7 +393,6 @@ def paged_attention_kernel(
                 offs_d,
                 QUANT,
                 KV_CVT,
-                KV_FAC,
                 HEAD_DIM,
                 HEAD_DIM_PAD,
                 BLOCK_SIZE,
@@ -534,7 +428,6 @@ def paged_attention_kernel(
                 offs_d,
                 QUANT,
                 KV_CVT,
-                KV_FAC,
                 HEAD_DIM,
                 HEAD_DIM_PAD,
                 BLOCK_SIZE,
@@ -576,15 +469,11 @@ def _reduce_segments_kernel(
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PAD: tl.constexpr,
     SEG_CHUNK: tl.constexpr,
-    USE_GDC: tl.constexpr = False,
 ):
     """Merge one (token, head)'s split-K partial outputs: weights ``sum_s * 2^(max_s - max)``,
     visited ``SEG_CHUNK`` segments at a time (any segment count, bounded registers)."""
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
-    if USE_GDC:
-        gdc_wait()  # the attention kernel's partial outputs
-        gdc_launch_dependents()
     base = (t * NUM_HEADS + h) * num_segments
     m_all = tl.full((), NEG_BIG, tl.float32)
     for c in range(0, num_segments, SEG_CHUNK):

@@ -14,9 +14,8 @@ device-to-host sync and can be captured in a CUDA graph:
   program per token and KV head, ``BLOCK_M = max(16, next_pow2(G))`` rows (the token's
   query-head group); others use ``BLOCK_M = 128`` rows (``128 // G`` tokens times the ``G``
   heads of one KV head).
-- quantized caches with 16-bit queries multiply in fp16 (``KV_CVT``, :func:`kv_cvt_of`).
-- on Hopper (compute capability 9.0+) both kernels launch with programmatic dependent launch
-  (:func:`pdl_of`).
+- quantized caches: FP8 with 16-bit queries multiplies in fp16, INT8 in the query dtype
+  (``KV_CVT``, :func:`kv_cvt_of`).
 - split-K (flash-decoding) is chosen by :func:`choose_num_segments` from the grid size, the
   SM count and the longest context the block table can hold (``block_tables.shape[1] *
   block_size``).
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from local_engine.attention import triton_attention, triton_kv_write
+from local_engine.attention import triton_kv_write
 from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
 
 LOG2E = 1.4426950408889634
@@ -61,14 +60,17 @@ PREFILL_CONFIG = {64: KernelConfig(128, 32, 4, 3), 128: KernelConfig(128, 32, 4,
 
 #: Bytes of K one decode tile loads (TILE_N keys x head_dim x element bytes): the 2026-11-29
 #: best d128 bf16 tile (64 keys) is 16 KiB; other head dims / element sizes keep the bytes.
-#: Wide groups (more than 4 query heads per KV head) take twice that when the launch has few
-#: programs, from the 2026-12-01 layout sweeps (bench/RESULTS.md, "## kvquant"): 28/4 d128
-#: went from 0.68-0.71 of SDPA (16 KiB) to 0.84-0.89 (32 KiB, 8 warps) at 1 x 32k .. 32 x 8k
-#: but lost at 256 x 1k (0.95 -> 0.90); 32/4 gained only at 1 x 32k (0.79 -> 0.84) and lost
-#: at 8 x 8k / 32 x 8k (0.90 / 0.92 -> 0.81 / 0.82); d64 alike.
+#: Wide groups (more than 4 query heads per KV head) with rows of >= 256 bytes (d128 bf16)
+#: take twice that when the launch has few programs (2026-12-01 layout sweeps,
+#: bench/RESULTS.md "## kvquant": 28/4 d128 0.68-0.71 of SDPA at 16 KiB -> 0.83-0.89 at 32 KiB
+#: and 8 warps, 1 x 32k .. 32 x 8k). At d64 the doubled tile (256 keys) lost to 16 KiB in the
+#: session-2 grid (28/4 1 x 32k 0.73 vs 0.77, 8 x 8k 0.74 vs 0.81; 32/4 0.69 vs 0.74), so the
+#: doubling needs 256-byte rows.
 DECODE_TILE_BYTES = 16384
 DECODE_TILE_MIN, DECODE_TILE_MAX = 32, 256
 WIDE_GROUP = 4  # groups above this may get the doubled tile
+WIDE_ROW_BYTES = 256  # ... when a K row (head_dim x element bytes) is at least this long
+FEW_PROGRAMS_PER_SM = 1 / 8  # "few programs": fewer than sm_count / 8 (1 x 32k at <= 16 KV heads)
 
 
 def decode_config(
@@ -78,26 +80,33 @@ def decode_config(
     num_programs: int | None = None,
     sm_count: int = 132,
 ) -> KernelConfig:
-    """Tiles of a decode launch.
+    """Tiles of a decode launch (a pure function of these shapes: CUDA-graph safe).
 
     ``BLOCK_M = max(16, next_pow2(group))`` query rows (one token's query-head group);
     ``TILE_N`` keys so that one K tile is :data:`DECODE_TILE_BYTES` (d128 bf16: 64, d64 bf16:
-    128, d128 fp8/int8: 128); 4 warps; 2 stages (3 for 1-byte caches: 5-7% faster unsplit in
-    the 2026-12-01 grid). A group above :data:`WIDE_GROUP` gets twice the tile bytes (8 warps
-    at rows of >= 256 bytes, else 3 stages) when the unsplit launch has few programs
-    (``num_programs`` = sequences x KV heads): fewer than ``sm_count / 8``, or, for a group that
-    is not a power of two (7: BLOCK_M rows half used), fewer than ``2 * sm_count``.
+    128, d128 fp8/int8: 128); 4 warps; 2 stages, 3 for 1-byte caches (5-7% faster unsplit in
+    the 2026-12-01 grid) and for rows under 256 bytes when the launch has few programs
+    (``num_programs`` = tokens x KV heads of the unsplit launch, fewer than ``sm_count / 8``:
+    d64 1 x 32k gained 0.71 -> 0.74 .. 0.80 -> 0.82 of SDPA). A group above
+    :data:`WIDE_GROUP` with rows of at least :data:`WIDE_ROW_BYTES` gets twice the tile bytes
+    and 8 warps when the launch has few programs or, for a group that is not a power of two (7:
+    BLOCK_M rows half used), fewer than ``2 * sm_count``.
     """
     d_pad = max(16, triton.next_power_of_2(head_dim))
     p = num_programs if num_programs is not None else 1
-    pow2 = group & (group - 1) == 0
-    wide = group > WIDE_GROUP and (p * 8 < sm_count or (not pow2 and p < 2 * sm_count))
-    tile_bytes = DECODE_TILE_BYTES * (2 if wide else 1)
-    tile_n = triton.next_power_of_2(max(1, tile_bytes // (d_pad * elem_bytes)))
-    tile_n = min(max(tile_n, DECODE_TILE_MIN), DECODE_TILE_MAX)
     row_bytes = d_pad * elem_bytes
-    warps = 8 if wide and row_bytes >= 256 else 4
-    stages = 3 if (wide and row_bytes < 256) or elem_bytes == 1 else 2
+    pow2 = group & (group - 1) == 0
+    few = p < sm_count * FEW_PROGRAMS_PER_SM
+    wide = (
+        group > WIDE_GROUP
+        and row_bytes >= WIDE_ROW_BYTES
+        and (few or (not pow2 and p < 2 * sm_count))
+    )
+    tile_bytes = DECODE_TILE_BYTES * (2 if wide else 1)
+    tile_n = triton.next_power_of_2(max(1, tile_bytes // row_bytes))
+    tile_n = min(max(tile_n, DECODE_TILE_MIN), DECODE_TILE_MAX)
+    warps = 8 if wide else 4
+    stages = 3 if elem_bytes == 1 or (few and row_bytes < WIDE_ROW_BYTES) else 2
     return KernelConfig(max(16, triton.next_power_of_2(group)), tile_n, warps, stages)
 
 
@@ -108,7 +117,10 @@ def decode_config(
 # minimum segment length limits the split.
 SPLIT_TARGET_PROGRAMS_PER_SM = 4.0  # at 16 KiB tiles: segments = prev_pow2(target * SMs / programs)
 SPLIT_TILE_BYTES_PER_SM = 4 * 16384  # the target scales as 64 KiB / tile bytes (32 KiB tiles: 2)
-SPLIT_MIN_TILES_PER_SEGMENT = 2  # no segment shorter than this many key tiles
+# no segment shorter than this many key tiles: 2 -> 4 in session 2 (2026-12-01 grid: 28/4 and
+# 32/4 d64 at 1 x 32k with 16 KiB tiles, 64 segments of 4 tiles 0.77 / 0.74 of SDPA, 128 of 2
+# tiles 0.67 / 0.64; the other 1 x 32k and 8 x 8k rows' choices were already >= 4 tiles)
+SPLIT_MIN_TILES_PER_SEGMENT = 4
 SPLIT_MAX_SEGMENTS = 256
 SEG_CHUNK = 32  # segments merged per step of _reduce_segments_kernel
 
@@ -178,42 +190,26 @@ def _dot_mode(q: torch.Tensor) -> int:
     return 0
 
 
-#: ``KV_CVT`` of quantized caches with 16-bit queries on the GPU (see triton_attention's
-#: docstring): 2 = fp16 products, values converted by inline PTX before shared memory.
-KV_CVT_GPU = 2
-#: Programmatic dependent launch (griddepcontrol) on GPUs of compute capability >= 9.0.
-PDL_MIN_CAPABILITY = (9, 0)
+#: ``KV_CVT`` per quantized format (``QUANT`` 1 = INT8, 2 = FP8) for 16-bit queries: INT8 keeps
+#: bf16 products (Triton converts INT8 -> bf16 with integer tricks; -> fp16 costs an I2F per
+#: value), FP8 takes fp16 products (E4M3 -> fp16 is one paired cvt; -> bf16 adds an F2F per
+#: value). Measured on the H200, 2026-12-01 session 2 (bench/RESULTS.md, "## kvquant"): INT8
+#: 0.215 / 0.429 / 0.234 ms (mode 0) vs 0.263 / 0.611 / 0.288 (mode 1) at 64 x 4k / 16 x 32k /
+#: 256 x 1k; FP8 0.227 / 0.518 / 0.244 (mode 1) vs 0.269 / 0.507 / 0.285 (mode 0).
+KV_CVT_BY_QUANT = {1: 0, 2: 1}
 
 
 def kv_cvt_of(q: torch.Tensor, quant: int, kv_cvt: int | None = None) -> int:
-    """The kernel's ``KV_CVT`` for queries ``q``: 0 for float caches and float32 queries;
-    otherwise ``kv_cvt`` if given, else :data:`KV_CVT_GPU` on CUDA and 1 in the interpreter
-    (its arithmetic, with the casts emulated in float32; inline PTX does not interpret)."""
+    """The kernel's ``KV_CVT`` for queries ``q`` over a cache of kind ``quant``: 0 for float
+    caches and float32 queries; otherwise ``kv_cvt`` if given (0 or 1), else
+    :data:`KV_CVT_BY_QUANT` (the same choice on the GPU and in the interpreter)."""
     if not quant or q.dtype == torch.float32:
         return 0
     if kv_cvt is not None:
-        if kv_cvt not in (0, 1, 2, 3) or (kv_cvt >= 2 and not q.is_cuda):
-            raise ValueError(f"kv_cvt must be 0, 1, 2 or 3 (2, 3 on CUDA only); got {kv_cvt}")
+        if kv_cvt not in (0, 1):
+            raise ValueError(f"kv_cvt must be 0 (query-dtype products) or 1 (fp16); got {kv_cvt}")
         return kv_cvt
-    return KV_CVT_GPU if q.is_cuda else 1
-
-
-@functools.cache
-def _cuda_pdl_ok(idx: int) -> bool:
-    return (
-        triton_attention.gdc_wait is not None
-        and torch.cuda.get_device_capability(idx) >= PDL_MIN_CAPABILITY
-    )
-
-
-def pdl_of(q: torch.Tensor, pdl: bool | None = None) -> bool:
-    """Whether to launch with programmatic dependent launch: CUDA tensors on a device of
-    compute capability >= 9.0 with a triton that has ``griddepcontrol`` (``pdl`` overrides
-    downwards only)."""
-    if not q.is_cuda:
-        return False
-    idx = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    return _cuda_pdl_ok(idx) and pdl is not False
+    return KV_CVT_BY_QUANT[quant]
 
 
 def _check_runnable(t: torch.Tensor) -> None:
@@ -239,15 +235,13 @@ def paged_attention(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
     kv_cvt: int | None = None,
-    pdl: bool | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
     Extra keyword arguments (for benchmarks, tests and CUDA graphs): ``config`` overrides the
     tile choice; ``num_segments`` forces the split-K segment count (1 = no split); ``out``
     (``[num_tokens, num_heads, head_dim]``, q's dtype, contiguous last dim) receives the result;
-    ``kv_cvt`` forces the quantized-value conversion (:func:`kv_cvt_of`); ``pdl=False`` turns
-    programmatic dependent launch off (:func:`pdl_of`).
+    ``kv_cvt`` forces the quantized-value conversion (:func:`kv_cvt_of`).
 
     Raises:
         ValueError: ``num_heads`` not a multiple of ``num_kv_heads``, or shapes that disagree.
@@ -331,7 +325,6 @@ def paged_attention(
         seg_out = seg_max = seg_sum = out  # unused
     dot_mode = _dot_mode(q)
     cvt = kv_cvt_of(q, quant, kv_cvt)
-    use_pdl = pdl_of(q, pdl)
     paged_attention_kernel[(num_q_blocks, num_kv_heads, num_segments)](
         out,
         seg_out,
@@ -374,12 +367,9 @@ def paged_attention(
         NUM_STAGES=config.num_stages,
         QUANT=quant,
         KV_CVT=cvt,
-        KV_FAC=256.0 if quant == 2 and cvt == 3 and dot_mode == 0 else 1.0,
         DECODE=decode,
-        USE_GDC=use_pdl,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
-        **({"launch_pdl": True} if use_pdl else {}),
     )
     if split:
         _reduce_segments_kernel[(num_tokens, num_heads)](
@@ -394,9 +384,7 @@ def paged_attention(
             HEAD_DIM=head_dim,
             HEAD_DIM_PAD=head_dim_pad,
             SEG_CHUNK=min(SEG_CHUNK, triton.next_power_of_2(num_segments)),
-            USE_GDC=use_pdl,
             num_warps=4,
-            **({"launch_pdl": True} if use_pdl else {}),
         )
     return out
 
@@ -428,6 +416,5 @@ __all__ = [
     "choose_num_segments",
     "decode_config",
     "kv_cvt_of",
-    "pdl_of",
     "KernelConfig",
 ]

@@ -286,15 +286,17 @@ def test_fp16_products_keep_extreme_magnitudes(fmt, tb):
     assert rel(out, ref) < 5e-3, rel(out, ref)
 
 
-def test_kv_cvt_and_pdl_choice(tb):
+def test_kv_cvt_choice(tb):
     bf = torch.zeros(1, 1, 8, dtype=torch.bfloat16)
-    assert tb.kv_cvt_of(bf, quant=1) == 1  # the interpreter: fp16 products, casts emulated
+    assert tb.kv_cvt_of(bf, quant=1) == 0  # INT8: bf16 products (the faster INT8 path)
+    assert tb.kv_cvt_of(bf, quant=2) == 1  # FP8: fp16 products (no E4M3 -> bf16 F2F)
+    assert tb.kv_cvt_of(bf.half(), quant=2) == 1
     assert tb.kv_cvt_of(bf, quant=0) == 0  # a float cache
     assert tb.kv_cvt_of(bf.float(), quant=2) == 0  # float32 queries: float32 products
     assert tb.kv_cvt_of(bf, quant=2, kv_cvt=0) == 0
-    with pytest.raises(ValueError, match="CUDA only"):
-        tb.kv_cvt_of(bf, quant=1, kv_cvt=2)  # inline PTX does not interpret
-    assert tb.pdl_of(bf) is False  # CPU tensors: no programmatic dependent launch
+    assert tb.kv_cvt_of(bf, quant=1, kv_cvt=1) == 1
+    with pytest.raises(ValueError, match="kv_cvt must be"):
+        tb.kv_cvt_of(bf, quant=1, kv_cvt=2)
 
 
 def test_split_k_over_quantized_cache(tb):

@@ -327,12 +327,15 @@ def test_choose_num_segments_rule(tb):
     assert tb.choose_num_segments(num_programs=8 * 8, max_context=32768, sm_count=sm) == 8  # 8.25
     assert tb.choose_num_segments(num_programs=3 * 8, max_context=32768, sm_count=sm) == 16  # 22
     assert tb.choose_num_segments(num_programs=1, max_context=1 << 20, sm_count=sm) == 256  # cap
-    # 16/2 heads at 1 x 32k: 2 programs -> 264 -> 256 segments of 128 tokens (two 64-key tiles)
-    assert tb.choose_num_segments(num_programs=2, max_context=32768, sm_count=sm) == 256
-    # no segment shorter than two tiles: 1024 tokens allow at most 8 segments of 2 x 64
-    assert tb.choose_num_segments(num_programs=8, max_context=1024, sm_count=sm) == 8
-    assert tb.choose_num_segments(num_programs=8, max_context=1024, sm_count=sm, tile_n=128) == 4
-    assert tb.choose_num_segments(num_programs=8, max_context=255, sm_count=sm) == 1
+    # 16/2 heads at 1 x 32k: 2 programs -> 264 wanted, but no segment under 4 tiles:
+    # 32768 / (4 x 64) = 128 segments of 256 tokens
+    assert tb.choose_num_segments(num_programs=2, max_context=32768, sm_count=sm) == 128
+    # 1024 tokens allow at most 4 segments of 4 x 64 (2 of 4 x 128)
+    assert tb.choose_num_segments(num_programs=8, max_context=1024, sm_count=sm) == 4
+    assert tb.choose_num_segments(num_programs=8, max_context=1024, sm_count=sm, tile_n=128) == 2
+    assert tb.choose_num_segments(num_programs=8, max_context=511, sm_count=sm) == 1
+    # 28/4 d64 1 x 32k (4 programs, 128-key tiles of 16 KiB): 132 wanted, 64 by length
+    assert tb.choose_num_segments(4, 32768, sm, 128, 16384) == 64
 
 
 def test_decode_config_keeps_the_tile_bytes(tb):
@@ -349,8 +352,14 @@ def test_decode_config_keeps_the_tile_bytes(tb):
     # group 8 (32/4): only below 132 / 8 programs (1 x 32k)
     assert tb.decode_config(128, 8, 2, 4, sm) == tb.KernelConfig(16, 128, 8, 2)
     assert tb.decode_config(128, 8, 2, 32, sm) == tb.KernelConfig(16, 64, 4, 2)
-    assert tb.decode_config(64, 8, 2, 4, sm) == tb.KernelConfig(16, 256, 4, 3)
-    assert tb.decode_config(64, 7, 1, 4, sm).tile_n == 256  # capped
+    # d64 (128-byte rows): never doubled; 3 stages below 132 / 8 programs
+    assert tb.decode_config(64, 8, 2, 4, sm) == tb.KernelConfig(16, 128, 4, 3)
+    assert tb.decode_config(64, 7, 2, 16, sm) == tb.KernelConfig(16, 128, 4, 3)  # 16 < 16.5
+    assert tb.decode_config(64, 7, 2, 17, sm) == tb.KernelConfig(16, 128, 4, 2)
+    assert tb.decode_config(64, 1, 2, 4, sm) == tb.KernelConfig(16, 128, 4, 3)
+    # 1-byte d128 rows are 128 bytes: no doubling for wide groups either (3 stages as always)
+    assert tb.decode_config(128, 7, 1, 4, sm) == tb.KernelConfig(16, 128, 4, 3)
+    assert tb.decode_config(64, 7, 1, 4, sm).tile_n == 256  # 16 KiB of 64-byte rows
     # 32 KiB tiles halve the split target: 2 programs per SM
     assert tb.choose_num_segments(4, 32768, 132, 128, 32768) == 64
 
