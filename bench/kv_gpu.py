@@ -577,6 +577,114 @@ def tune(device, deadline: float, out_dir: Path) -> None:
     (out_dir / "tune.json").write_text(json.dumps(table, default=str))
 
 
+# ----------------------------------------------------------------------------- run 3 grids
+# The 15 layout-sweep rows under 0.9 of SDPA in run 2 (heads q/kv, head_dim, batch, context).
+WORST_ROWS = [
+    (32, 8, 128, 1, 32768),
+    (28, 4, 128, 1, 32768),
+    (28, 4, 128, 8, 8192),
+    (28, 4, 128, 32, 8192),
+    (32, 4, 128, 1, 32768),
+    (32, 16, 64, 1, 32768),
+    (32, 16, 64, 256, 1024),
+    (32, 8, 64, 1, 32768),
+    (32, 8, 64, 8, 8192),
+    (32, 8, 64, 32, 8192),
+    (28, 4, 64, 1, 32768),
+    (28, 4, 64, 8, 8192),
+    (32, 4, 64, 1, 32768),
+    (32, 4, 64, 8, 8192),
+    (32, 32, 64, 256, 1024),
+]
+
+
+def quant_small_variants(batch, ctx, sm, fmt):
+    """The rule, then fewer / more warps per tile around it (both conversions)."""
+    out = [quant_rule(batch, ctx, sm, fmt)]
+    for cvt in (0, 1):
+        for tn, w, st in ((32, 1, 3), (64, 1, 3), (64, 2, 2), (64, 2, 4), (128, 4, 3)):
+            cfg = KernelConfig(16, tn, w, st)
+            r = tb.choose_num_segments(batch * 8, ctx, sm, tn, tn * 128)
+            for nseg in _segs(r, (1,) if r == 1 else (0.5, 1)):
+                if (cfg, nseg, cvt) != out[0]:
+                    out.append((cfg, nseg, cvt))
+    return out
+
+
+def bf16_small_variants(batch, ctx, h, hkv, d, sm):
+    """The rule, then 1-2 warp CTAs at the rule's tile and half of it."""
+    rule = sweep_rule(batch, ctx, h, hkv, d, sm)
+    out = [rule]
+    base = rule[0]
+    for tn, w, st in (
+        (base.tile_n, 2, 2),
+        (base.tile_n, 2, 3),
+        (base.tile_n // 2, 1, 3),
+        (base.tile_n // 2, 2, 3),
+    ):
+        cfg = KernelConfig(base.block_m, tn, w, st)
+        r = tb.choose_num_segments(batch * hkv, ctx, sm, tn, tn * d * 2)
+        for nseg in _segs(r, (1, 2)):
+            out.append((cfg, nseg, 0))
+    return out
+
+
+def run3_groups(sm):
+    groups: dict = {}
+    for fmt in ("fp8", "int8"):
+        for batch, ctx in QUANT_SHAPES:
+            groups.setdefault((32, 8, 128, fmt), []).extend(
+                quant_small_variants(batch, ctx, sm, fmt)
+            )
+    for batch, ctx in QUANT_SHAPES:
+        groups.setdefault((32, 8, 128, "bf16"), []).append(sweep_rule(batch, ctx, 32, 8, 128, sm))
+    for h, hkv, d, batch, ctx in WORST_ROWS:
+        groups.setdefault((h, hkv, d, "bf16"), []).extend(
+            bf16_small_variants(batch, ctx, h, hkv, d, sm)
+        )
+    return groups
+
+
+def quant_small_grid(device, sm, deadline, table):
+    g = torch.Generator(device=device).manual_seed(6)
+    for batch, ctx in QUANT_SHAPES:
+        pb = Decode(batch, ctx, 32, 8, 128, device, g, "bf16")
+        ms_bf16 = bench(pb.triton(), inner=6, reps=3)
+        del pb
+        for fmt in ("fp8", "int8"):
+            if time.time() > deadline:
+                return
+            p = Decode(batch, ctx, 32, 8, 128, device, g, fmt)
+            ref = torch_ref.paged_attention(
+                p.q, p.k, p.v, p.bt, p.cu, p.sl, k_scale=p.ks, v_scale=p.vs
+            )
+            extra = dict(kind="quant", fmt=fmt, shape=f"{batch}x{ctx}", bf16_ms=ms_bf16)
+            _run_variants(p, quant_small_variants(batch, ctx, sm, fmt), ref, extra, table, deadline)
+            del p, ref
+            torch.cuda.empty_cache()
+
+
+def worst_rows_grid(device, sm, deadline, table):
+    g = torch.Generator(device=device).manual_seed(7)
+    for h, hkv, d, batch, ctx in dict.fromkeys(WORST_ROWS):
+        if time.time() > deadline:
+            return
+        p = Decode(batch, ctx, h, hkv, d, device, g, "bf16", with_dense=True)
+        ref = p.sdpa()()[:, :, 0, :]
+        extra = dict(
+            kind="sweep",
+            heads=f"{h}/{hkv}",
+            d=d,
+            shape=f"{batch}x{ctx}",
+            sdpa_ms=bench(p.sdpa(), inner=6, reps=3),
+        )
+        _run_variants(
+            p, bf16_small_variants(batch, ctx, h, hkv, d, sm), ref, extra, table, deadline
+        )
+        del p, ref
+        torch.cuda.empty_cache()
+
+
 def _check_process(q) -> None:
     """check() in its own process (its compiles overlap the parallel precompile)."""
     ok = check(torch.device("cuda"))
@@ -693,7 +801,7 @@ def main() -> int:
             q = mp.get_context("spawn").Queue()
             proc = mp.get_context("spawn").Process(target=_check_process, args=(q,))
             proc.start()
-        precompile(tune_groups(sm, final=True))
+        precompile(run3_groups(sm) if "run3" in parts else tune_groups(sm, final=True))
         if proc is not None:
             ok, lines = q.get()
             proc.join()
@@ -707,9 +815,10 @@ def main() -> int:
             return 1
         if "quant" in parts:
             quant_table(device, False)
-            table: list = []
-            quant_grid(device, sm, time.time() + 25, table)
-            (out / "quant_grid.json").write_text(json.dumps(table, default=str))
+            if "run3" not in parts:
+                table: list = []
+                quant_grid(device, sm, time.time() + 25, table)
+                (out / "quant_grid.json").write_text(json.dumps(table, default=str))
         if "sweep" in parts:
             rows = sweep(device, args.explore, t_end - (150 if "engine" in parts else 0))
             print_sweep(rows)
@@ -722,6 +831,11 @@ def main() -> int:
 
                 log(f"engine run failed: {type(exc).__name__}: {exc}")
                 log(traceback.format_exc()[-1500:])
+        if "run3" in parts:  # after the tables: the grids get what time is left
+            table = []
+            quant_small_grid(device, sm, t_end - 14, table)
+            worst_rows_grid(device, sm, t_end, table)
+            (out / "run3_grid.json").write_text(json.dumps(table, default=str))
     except Exception as exc:  # noqa: BLE001
         import traceback
 

@@ -68,6 +68,13 @@ PREFILL_CONFIG = {64: KernelConfig(128, 32, 4, 3), 128: KernelConfig(128, 32, 4,
 #: doubling needs 256-byte rows.
 DECODE_TILE_BYTES = 16384
 DECODE_TILE_MIN, DECODE_TILE_MAX = 32, 256
+#: 1-byte (FP8/INT8) caches: 8 KiB K tiles and one warp per 32 keys (d128: 64 keys, 2 warps).
+#: The session-2 grid (bench/RESULTS.md, "## kvquant") found 32 keys per warp best at every
+#: tile size (64/2, 128/4, 256/8 warps) and the smallest of them fastest: 64 x 4k FP8 0.197 ms
+#: at 64 keys / 2 warps vs 0.228 at 128 / 4 (the 16 KiB rule), INT8 0.204 vs 0.218; at 4
+#: warps 64 keys lost (0.33 / 0.32 ms).
+DECODE_TILE_BYTES_1B = 8192
+KEYS_PER_WARP_1B = 32
 WIDE_GROUP = 4  # groups above this may get the doubled tile
 WIDE_ROW_BYTES = 256  # ... when a K row (head_dim x element bytes) is at least this long
 FEW_PROGRAMS_PER_SM = 1 / 8  # "few programs": fewer than sm_count / 8 (1 x 32k at <= 16 KV heads)
@@ -84,17 +91,22 @@ def decode_config(
 
     ``BLOCK_M = max(16, next_pow2(group))`` query rows (one token's query-head group);
     ``TILE_N`` keys so that one K tile is :data:`DECODE_TILE_BYTES` (d128 bf16: 64, d64 bf16:
-    128, d128 fp8/int8: 128); 4 warps; 2 stages, 3 for 1-byte caches (5-7% faster unsplit in
-    the 2026-12-01 grid) and for rows under 256 bytes when the launch has few programs
+    128); 4 warps; 2 stages, 3 for rows under 256 bytes when the launch has few programs
     (``num_programs`` = tokens x KV heads of the unsplit launch, fewer than ``sm_count / 8``:
     d64 1 x 32k gained 0.71 -> 0.74 .. 0.80 -> 0.82 of SDPA). A group above
     :data:`WIDE_GROUP` with rows of at least :data:`WIDE_ROW_BYTES` gets twice the tile bytes
     and 8 warps when the launch has few programs or, for a group that is not a power of two (7:
-    BLOCK_M rows half used), fewer than ``2 * sm_count``.
+    BLOCK_M rows half used), fewer than ``2 * sm_count``. 1-byte caches: tiles of
+    :data:`DECODE_TILE_BYTES_1B` (d128: 64 keys), one warp per :data:`KEYS_PER_WARP_1B` keys,
+    3 stages.
     """
     d_pad = max(16, triton.next_power_of_2(head_dim))
-    p = num_programs if num_programs is not None else 1
+    block_m = max(16, triton.next_power_of_2(group))
     row_bytes = d_pad * elem_bytes
+    if elem_bytes == 1:
+        tile_n = min(max(DECODE_TILE_BYTES_1B // row_bytes, DECODE_TILE_MIN), DECODE_TILE_MAX)
+        return KernelConfig(block_m, tile_n, max(1, min(8, tile_n // KEYS_PER_WARP_1B)), 3)
+    p = num_programs if num_programs is not None else 1
     pow2 = group & (group - 1) == 0
     few = p < sm_count * FEW_PROGRAMS_PER_SM
     wide = (
@@ -106,8 +118,8 @@ def decode_config(
     tile_n = triton.next_power_of_2(max(1, tile_bytes // row_bytes))
     tile_n = min(max(tile_n, DECODE_TILE_MIN), DECODE_TILE_MAX)
     warps = 8 if wide else 4
-    stages = 3 if elem_bytes == 1 or (few and row_bytes < WIDE_ROW_BYTES) else 2
-    return KernelConfig(max(16, triton.next_power_of_2(group)), tile_n, warps, stages)
+    stages = 3 if few and row_bytes < WIDE_ROW_BYTES else 2
+    return KernelConfig(block_m, tile_n, warps, stages)
 
 
 # Split-K rule (see choose_num_segments). The 2026-11-29 split grid (132 SMs, 32q/8kv, d128)

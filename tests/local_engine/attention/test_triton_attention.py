@@ -339,10 +339,12 @@ def test_choose_num_segments_rule(tb):
 
 
 def test_decode_config_keeps_the_tile_bytes(tb):
-    # 16 KiB of K per tile: d128 bf16 64 keys (the tuned tile), d64 bf16 128, d128 1-byte 128
+    # 16 KiB of K per tile: d128 bf16 64 keys (the tuned tile), d64 bf16 128
     assert tb.decode_config(128, 4, 2) == tb.KernelConfig(16, 64, 4, 2)
     assert tb.decode_config(64, 3, 2).tile_n == 128
-    assert tb.decode_config(128, 4, 1) == tb.KernelConfig(16, 128, 4, 3)  # 1-byte: 3 stages
+    # 1-byte caches: 8 KiB tiles, a warp per 32 keys, 3 stages (d128: 64 keys, 2 warps)
+    assert tb.decode_config(128, 4, 1) == tb.KernelConfig(16, 64, 2, 3)
+    assert tb.decode_config(64, 4, 1) == tb.KernelConfig(16, 128, 4, 3)
     assert tb.decode_config(128, 32, 2).block_m == 32  # a group wider than 16 rows
     sm = 132
     # group 7 (28/4): 32 KiB tiles below 2 x 132 programs (1 x 32k .. 32 x 8k), not at 256 x 1k
@@ -357,9 +359,11 @@ def test_decode_config_keeps_the_tile_bytes(tb):
     assert tb.decode_config(64, 7, 2, 16, sm) == tb.KernelConfig(16, 128, 4, 3)  # 16 < 16.5
     assert tb.decode_config(64, 7, 2, 17, sm) == tb.KernelConfig(16, 128, 4, 2)
     assert tb.decode_config(64, 1, 2, 4, sm) == tb.KernelConfig(16, 128, 4, 3)
-    # 1-byte d128 rows are 128 bytes: no doubling for wide groups either (3 stages as always)
-    assert tb.decode_config(128, 7, 1, 4, sm) == tb.KernelConfig(16, 128, 4, 3)
-    assert tb.decode_config(64, 7, 1, 4, sm).tile_n == 256  # 16 KiB of 64-byte rows
+    # 1-byte caches: no doubling for wide groups, whatever the program count
+    assert tb.decode_config(128, 7, 1, 4, sm) == tb.KernelConfig(16, 64, 2, 3)
+    assert tb.decode_config(128, 32, 1, 4096, sm) == tb.KernelConfig(32, 64, 2, 3)
+    # 8 KiB tiles at 8 KiB: the split target doubles to 8 programs per SM (16 x 32k: 8)
+    assert tb.choose_num_segments(16 * 8, 32768, sm, 64, 8192) == 8
     # 32 KiB tiles halve the split target: 2 programs per SM
     assert tb.choose_num_segments(4, 32768, 132, 128, 32768) == 64
 
