@@ -370,7 +370,8 @@ def _segs(rule: int, factors) -> list[int]:
 
 def quant_rule(batch, ctx, sm, fmt):
     cfg = tb.decode_config(128, 4, 1, batch * 8, sm)
-    nseg = tb.choose_num_segments(batch * 8, ctx, sm, cfg.tile_n, cfg.tile_n * 128)
+    tile_bytes = tb.split_tile_bytes(cfg, 128, 1, decode=True)
+    nseg = tb.choose_num_segments(batch * 8, ctx, sm, cfg.tile_n, tile_bytes)
     return cfg, nseg, tb.KV_CVT_BY_QUANT[1 if fmt == "int8" else 2]
 
 

@@ -362,8 +362,15 @@ def test_decode_config_keeps_the_tile_bytes(tb):
     # 1-byte caches: no doubling for wide groups, whatever the program count
     assert tb.decode_config(128, 7, 1, 4, sm) == tb.KernelConfig(16, 64, 2, 3)
     assert tb.decode_config(128, 32, 1, 4096, sm) == tb.KernelConfig(32, 64, 2, 3)
-    # 8 KiB tiles at 8 KiB: the split target doubles to 8 programs per SM (16 x 32k: 8)
+    # 8 KiB tiles would double the split target to 8 programs per SM (16 x 32k: 8) ...
     assert tb.choose_num_segments(16 * 8, 32768, sm, 64, 8192) == 8
+    # ... but decode sizes it by at least 16 KiB: 4 per SM (64 x 4k: 1 segment, 16 x 32k: 4)
+    cfg1 = tb.decode_config(128, 4, 1, 64 * 8, sm)
+    assert tb.split_tile_bytes(cfg1, 128, 1, decode=True) == 16384
+    assert tb.split_tile_bytes(cfg1, 128, 1, decode=False) == 8192  # prefill: the tile itself
+    assert tb.split_tile_bytes(tb.decode_config(128, 7, 2, 4, sm), 128, 2, True) == 32768
+    assert tb.choose_num_segments(64 * 8, 4096, sm, 64, 16384) == 1
+    assert tb.choose_num_segments(16 * 8, 32768, sm, 64, 16384) == 4
     # 32 KiB tiles halve the split target: 2 programs per SM
     assert tb.choose_num_segments(4, 32768, 132, 128, 32768) == 64
 
