@@ -2,22 +2,31 @@
 
 One process, in this order (``--budget`` seconds bound the optional parts):
 
-1. Correctness of the compiled kernels with FP8/INT8 caches: ragged batches (prefill over a
-   cached prefix, chunked prefill, decode; forced split-K) against the torch reference reading
-   the same quantized pool, and the KV write / fused rotary write against the torch quantizer.
+1. ``check``: the compiled kernels with FP8/INT8 caches on ragged batches (prefill over a cached
+   prefix, chunked prefill, decode; forced split-K) against the torch reference reading the
+   same quantized pool, and the KV write / fused rotary write against the torch quantizer (in a
+   second process, beside the parallel precompile); then every INT8 value and finite E4M3 byte
+   through both conversions (``kv_cvt`` 0 and 1).
 2. ``quant``: decode at 64 x 4096, 16 x 32768 and 256 x 1024, 32 query / 8 KV heads, d128:
    bf16 vs FP8 vs INT8 caches, in TB/s of the bytes the kernel actually reads (values + float32
-   scales) and as the speed ratio against bf16 (the bytes halve: 2x is the limit).
+   scales) and as the speed ratio against bf16 (the bytes halve: 2x is the limit); each timed
+   quantized launch checked against the torch reference. Then a grid of both conversions x
+   tiles x (warps, stages) x segment counts (quant_grid.json).
 3. ``sweep``: bf16 decode against torch SDPA on contiguous caches (``enable_gqa=True``) over GQA
    groups 1, 2, 4, 7, 8 (32/32, 32/16, 32/8, 28/4, 32/4 heads), head_dim 64 and 128, batch x
-   context 1 x 32k, 8 x 8k, 32 x 8k, 256 x 1k; every row, its ratio, the worst row. With
-   ``--explore`` each row also times a grid of tiles and segment counts (the data behind
-   ``decode_config`` / ``choose_num_segments``) and reports the best found.
+   context 1 x 32k, 8 x 8k, 32 x 8k, 256 x 1k; every row (checked against SDPA), its ratio,
+   the worst row.
 4. ``engine``: the 8B shape (random weights) at batch 256, 512-token prompts, 128 new tokens,
-   FP8 vs bf16 KV: output tok/s, and the pool's blocks -> the most 4k-context requests resident.
+   bf16 vs INT8 vs FP8 KV: output tok/s, and the pool's blocks -> the most 4k-context requests
+   resident.
+5. ``run3``: after the rest, small grids around the 1-byte rule and 1-2 warp CTAs on the sweep
+   rows that were under 0.9 of SDPA (run3_grid.json).
 
+``--tune`` instead times the whole variant grid (quantized shapes and every sweep row) into
+tune.json, the data behind ``decode_config`` / ``choose_num_segments`` / ``KV_CVT_BY_QUANT``.
+All kernel variants are compiled first by 14 processes into triton's cache (``precompile``).
 Times are medians of CUDA-graph replays (bench/kernels.py's ``bench``). Usage:
-``python bench/kv_gpu.py [--explore] [--parts check,quant,sweep,engine] --out $OUT``.
+``python bench/kv_gpu.py [--tune] [--parts check,quant,sweep,engine,run3] --out $OUT``.
 """
 
 from __future__ import annotations
