@@ -92,8 +92,9 @@ def decode_config(
     ``BLOCK_M = max(16, next_pow2(group))`` query rows (one token's query-head group);
     ``TILE_N`` keys so that one K tile is :data:`DECODE_TILE_BYTES` (d128 bf16: 64, d64 bf16:
     128); 4 warps; 2 stages, 3 for rows under 256 bytes when the launch has few programs
-    (``num_programs`` = tokens x KV heads of the unsplit launch, fewer than ``sm_count / 8``:
-    d64 1 x 32k gained 0.71 -> 0.74 .. 0.80 -> 0.82 of SDPA). A group above
+    (``num_programs`` = tokens x KV heads of the unsplit launch, fewer than ``sm_count / 8``;
+    with the undoubled tile and 4-tile segments, 28/4, 32/4, 32/8 d64 at 1 x 32k went 0.71 /
+    0.70 / 0.79 -> 0.76 / 0.74 / 0.81 of SDPA). A group above
     :data:`WIDE_GROUP` with rows of at least :data:`WIDE_ROW_BYTES` gets twice the tile bytes
     and 8 warps when the launch has few programs or, for a group that is not a power of two (7:
     BLOCK_M rows half used), fewer than ``2 * sm_count``. 1-byte caches: tiles of
@@ -215,9 +216,10 @@ def _dot_mode(q: torch.Tensor) -> int:
 #: ``KV_CVT`` per quantized format (``QUANT`` 1 = INT8, 2 = FP8) for 16-bit queries: INT8 keeps
 #: bf16 products (Triton converts INT8 -> bf16 with integer tricks; -> fp16 costs an I2F per
 #: value), FP8 takes fp16 products (E4M3 -> fp16 is one paired cvt; -> bf16 adds an F2F per
-#: value). Measured on the H200, 2026-12-01 session 2 (bench/RESULTS.md, "## kvquant"): INT8
-#: 0.215 / 0.429 / 0.234 ms (mode 0) vs 0.263 / 0.611 / 0.288 (mode 1) at 64 x 4k / 16 x 32k /
-#: 256 x 1k; FP8 0.227 / 0.518 / 0.244 (mode 1) vs 0.269 / 0.507 / 0.285 (mode 0).
+#: value). Measured on the H200, 2026-12-01 session 2 (bench/RESULTS.md, "## kvquant"), 32/8
+#: d128 at the decode_config tile (64 keys, 2 warps, 3 stages), 64 x 4k / 16 x 32k / 256 x 1k:
+#: INT8 0.204 / 0.432 / 0.215 ms (mode 0) vs 0.247 / 0.605 / 0.257 (mode 1); FP8 0.197 / 0.509
+#: / 0.210 (mode 1) vs 0.244 / 0.491 / 0.251 (mode 0: ahead only at 16 x 32k).
 KV_CVT_BY_QUANT = {1: 0, 2: 1}
 
 
