@@ -417,8 +417,10 @@ def run_split_grid(device, g, results):
             p = DecodeProblem(batch, ctx, device, g)
             ms = [bench(p.triton(num_segments=s), inner=5, reps=5) for s in segs]
             best = segs[ms.index(min(ms))]
-            bq = tb.DECODE_CONFIG[D].block_m // (H // HKV)
-            rule = tb.choose_num_segments((batch // bq + batch) * HKV, ctx, sm)
+            # decode launches one program per token and KV head (the kernel's DECODE mode)
+            cfg = tb.decode_config(D, H // HKV, 2, batch * HKV, sm)
+            tile_bytes = tb.split_tile_bytes(cfg, D, 2, decode=True)
+            rule = tb.choose_num_segments(batch * HKV, ctx, sm, cfg.tile_n, tile_bytes)
             grid[f"{batch}x{ctx}"] = dict(zip(map(str, segs), ms))
             log(
                 f"{batch:>5} {ctx:>6} "

@@ -2,22 +2,31 @@
 
 One process, in this order (``--budget`` seconds bound the optional parts):
 
-1. Correctness of the compiled kernels with FP8/INT8 caches: ragged batches (prefill over a
-   cached prefix, chunked prefill, decode; forced split-K) against the torch reference reading
-   the same quantized pool, and the KV write / fused rotary write against the torch quantizer.
+1. ``check``: the compiled kernels with FP8/INT8 caches on ragged batches (prefill over a cached
+   prefix, chunked prefill, decode; forced split-K) against the torch reference reading the
+   same quantized pool, and the KV write / fused rotary write against the torch quantizer (in a
+   second process, beside the parallel precompile); then every INT8 value and finite E4M3 byte
+   through both conversions (``kv_cvt`` 0 and 1).
 2. ``quant``: decode at 64 x 4096, 16 x 32768 and 256 x 1024, 32 query / 8 KV heads, d128:
    bf16 vs FP8 vs INT8 caches, in TB/s of the bytes the kernel actually reads (values + float32
-   scales) and as the speed ratio against bf16 (the bytes halve: 2x is the limit).
+   scales) and as the speed ratio against bf16 (the bytes halve: 2x is the limit); each timed
+   quantized launch checked against the torch reference. Then a grid of both conversions x
+   tiles x (warps, stages) x segment counts (quant_grid.json).
 3. ``sweep``: bf16 decode against torch SDPA on contiguous caches (``enable_gqa=True``) over GQA
    groups 1, 2, 4, 7, 8 (32/32, 32/16, 32/8, 28/4, 32/4 heads), head_dim 64 and 128, batch x
-   context 1 x 32k, 8 x 8k, 32 x 8k, 256 x 1k; every row, its ratio, the worst row. With
-   ``--explore`` each row also times a grid of tiles and segment counts (the data behind
-   ``decode_config`` / ``choose_num_segments``) and reports the best found.
+   context 1 x 32k, 8 x 8k, 32 x 8k, 256 x 1k; every row (checked against SDPA), its ratio,
+   the worst row.
 4. ``engine``: the 8B shape (random weights) at batch 256, 512-token prompts, 128 new tokens,
-   FP8 vs bf16 KV: output tok/s, and the pool's blocks -> the most 4k-context requests resident.
+   bf16 vs INT8 vs FP8 KV: output tok/s, and the pool's blocks -> the most 4k-context requests
+   resident.
+5. ``run3``: after the rest, small grids around the 1-byte rule and 1-2 warp CTAs on the sweep
+   rows that were under 0.9 of SDPA (run3_grid.json).
 
+``--tune`` instead times the whole variant grid (quantized shapes and every sweep row) into
+tune.json, the data behind ``decode_config`` / ``choose_num_segments`` / ``KV_CVT_BY_QUANT``.
+All kernel variants are compiled first by 14 processes into triton's cache (``precompile``).
 Times are medians of CUDA-graph replays (bench/kernels.py's ``bench``). Usage:
-``python bench/kv_gpu.py [--explore] [--parts check,quant,sweep,engine] --out $OUT``.
+``python bench/kv_gpu.py [--tune] [--parts check,quant,sweep,engine,run3] --out $OUT``.
 """
 
 from __future__ import annotations
@@ -355,16 +364,353 @@ def print_sweep(rows):
     )
 
 
+# ----------------------------------------------------------------------------- tuning grid
+# --tune: every variant of the quantized decode (3 shapes x FP8/INT8) and of the bf16 sweep
+# rows, each checked against a reference and timed; the table (tune.json) is what the rules
+# in triton_backend (decode_config, choose_num_segments, KV_CVT_BY_QUANT) are derived from.
+# A variant is (KernelConfig, num_segments, kv_cvt).
+QUANT_SHAPES = [(64, 4096), (16, 32768), (256, 1024)]
+TUNE_WS = {"bf16": ((4, 2), (8, 2), (4, 3)), "q": ((4, 2), (4, 3), (8, 2), (8, 3), (2, 3))}
+
+
+def _segs(rule: int, factors) -> list[int]:
+    return sorted({min(256, max(1, int(rule * f))) for f in factors})
+
+
+def quant_rule(batch, ctx, sm, fmt):
+    cfg = tb.decode_config(128, 4, 1, batch * 8, sm)
+    tile_bytes = tb.split_tile_bytes(cfg, 128, 1, decode=True)
+    nseg = tb.choose_num_segments(batch * 8, ctx, sm, cfg.tile_n, tile_bytes)
+    return cfg, nseg, tb.KV_CVT_BY_QUANT[1 if fmt == "int8" else 2]
+
+
+def quant_variants(batch, ctx, sm, fmt="fp8"):
+    """The rule first, then both conversions over tiles x (warps, stages) x segment counts."""
+    rule = quant_rule(batch, ctx, sm, fmt)
+    out = [rule]
+    for cvt in (0, 1):
+        for tn in (64, 128, 256):
+            for w, st in TUNE_WS["q"]:
+                cfg = KernelConfig(16, tn, w, st)
+                r = tb.choose_num_segments(batch * 8, ctx, sm, tn, tn * 128)
+                for nseg in _segs(r, (1, 2) if r == 1 else (0.5, 1, 2)):
+                    if (cfg, nseg, cvt) != rule:
+                        out.append((cfg, nseg, cvt))
+    return out
+
+
+def sweep_rule(batch, ctx, h, hkv, d, sm):
+    cfg = tb.decode_config(d, h // hkv, 2, batch * hkv, sm)
+    nseg = tb.choose_num_segments(batch * hkv, ctx, sm, cfg.tile_n, cfg.tile_n * d * 2)
+    return cfg, nseg, 0
+
+
+def sweep_variants(batch, ctx, h, hkv, d, sm):
+    out = [sweep_rule(batch, ctx, h, hkv, d, sm)]
+    t16 = 16384 // (d * 2)
+    for tn in (t16, 2 * t16):
+        for w, st in TUNE_WS["bf16"]:
+            cfg = KernelConfig(out[0][0].block_m, tn, w, st)
+            r = tb.choose_num_segments(batch * hkv, ctx, sm, tn, tn * d * 2)
+            for nseg in _segs(r, (1, 2, 4) if r == 1 else (0.5, 1, 2)):
+                if (cfg, nseg, 0) != out[0]:
+                    out.append((cfg, nseg, 0))
+    return out
+
+
+def _variant_fn(p, cfg, nseg, cvt):
+    kw = dict(config=cfg, num_segments=nseg)
+    if p.fmt != "bf16":
+        kw["kv_cvt"] = cvt
+    return p.triton(**kw)
+
+
+def _compile_worker(jobs):
+    """Compile (by one small launch each) the kernels of ``jobs`` into triton's disk cache."""
+    device = torch.device("cuda")
+    g = torch.Generator(device=device).manual_seed(0)
+    done = 0
+    for h, hkv, d, fmt, variants in jobs:
+        p = Decode(2, 512, h, hkv, d, device, g, fmt)
+        for cfg, nseg, cvt in variants:
+            try:
+                # split launches: every SEG_CHUNK of the merge (2 .. 32)
+                for n in (2, 4, 8, 16, 32) if nseg > 1 else (1,):
+                    _variant_fn(p, cfg, n, cvt)()
+                done += 1
+            except Exception:  # noqa: BLE001 - the main process reports it
+                pass
+    torch.cuda.synchronize()
+    return done
+
+
+def precompile(groups, workers: int = 14) -> None:
+    """Compile every (layout, variant) in parallel processes; the timing process then loads
+    them from triton's cache. The small problem keeps the specialisations (all strides and
+    table widths multiples of 16, as in the timed shapes)."""
+    import multiprocessing as mp
+
+    t0 = time.time()
+    jobs = [[] for _ in range(workers)]
+    i = 0
+    for layout, variants in groups.items():
+        seen = set()
+        for cfg, nseg, cvt in variants:
+            key = (cfg, nseg > 1, cvt)
+            if key not in seen:
+                seen.add(key)
+                jobs[i % workers].append((*layout, [(cfg, 2 if nseg > 1 else 1, cvt)]))
+                i += 1
+    with mp.get_context("spawn").Pool(workers) as pool:
+        n = sum(pool.map(_compile_worker, jobs))
+    log(f"precompiled {n} of {i} kernel variants in {time.time() - t0:.1f}s ({workers} processes)")
+
+
+def conversion_check(device) -> bool:
+    """Every INT8 value and every finite E4M3 byte through both conversions (kv_cvt 0, 1): one
+    sequence whose K and V hold all of them (unit scales), against the torch reference."""
+    ok = True
+    g = torch.Generator(device=device).manual_seed(11)
+    for fmt in ("int8", "fp8"):
+        hkv, d, ctx = 1, 128, 256
+        k, v, bt = make_paged([ctx], hkv, d, BS, torch.bfloat16, device, g)
+        kc, vc, ks, vs = quantized_pool(k, v, fmt)
+        allb = torch.arange(256, dtype=torch.int32, device=device).to(torch.uint8)
+        if fmt == "fp8":
+            allb = allb[(allb & 0x7F) != 0x7F]  # E4M3 NaNs
+        vals = allb[torch.randint(0, allb.numel(), kc.shape, generator=g, device=device)]
+        kc.view(torch.uint8).copy_(vals)
+        vc.view(torch.uint8).copy_(vals.flip(0))
+        ks.fill_(1.0 / 64)  # each byte value appears ~128 times in the sequence's blocks
+        vs.fill_(1.0 / 64)
+        q = torch.randn(1, 4, d, generator=g, device=device).to(torch.bfloat16) * 0.1
+        cu = torch.tensor([0, 1], dtype=torch.int32, device=device)
+        sl = torch.tensor([ctx], dtype=torch.int32, device=device)
+        ref = torch_ref.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs)
+        for cvt in (0, 1):
+            out = tb.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, kv_cvt=cvt)
+            e = rel(out, ref)
+            good = e < 1e-2 and not out.isnan().any()
+            ok &= good
+            log(f"all-bytes {fmt} kv_cvt={cvt}: rel err {e:.2e} {'ok' if good else 'FAIL'}")
+    return ok
+
+
+def tune_groups(sm, final: bool):
+    """Variants to compile per layout: the whole grid, or (final) the rules plus the quantized
+    grid of both conversions."""
+    groups: dict = {}
+    for fmt in ("fp8", "int8"):
+        for batch, ctx in QUANT_SHAPES:
+            groups.setdefault((32, 8, 128, fmt), []).extend(quant_variants(batch, ctx, sm, fmt))
+    for d in (128, 64):
+        for h, hkv in LAYOUTS:
+            for batch, ctx in SHAPES:
+                v = (sweep_rule if final else sweep_variants)(batch, ctx, h, hkv, d, sm)
+                groups.setdefault((h, hkv, d, "bf16"), []).extend([v] if final else v)
+    return groups
+
+
+def _run_variants(p, variants, ref, extra, table, deadline):
+    row = dict(extra, variants=[])
+    for cfg, nseg, cvt in variants:
+        if time.time() > deadline:
+            break
+        fn = _variant_fn(p, cfg, nseg, cvt)
+        try:
+            e = rel(fn(), ref)
+            ms = bench(fn, inner=6, reps=3)
+        except Exception as exc:  # noqa: BLE001
+            log(f"  {extra} {cfg} seg {nseg} cvt {cvt}: {type(exc).__name__}: {str(exc)[:160]}")
+            continue
+        row["variants"].append(
+            dict(cfg=list(cfg.__dict__.values()), nseg=nseg, cvt=cvt, ms=ms, err=e)
+        )
+    good = [v for v in row["variants"] if v["err"] < 1e-2]
+    if good:
+        best = min(good, key=lambda v: v["ms"])
+        row["best"] = best
+        log(
+            f"{extra}: rule {row['variants'][0]['ms']:.4f} ms, best {best['ms']:.4f} ms "
+            f"{best['cfg']} seg {best['nseg']} cvt {best['cvt']} "
+            f"(max err {max(v['err'] for v in row['variants']):.1e})"
+        )
+    table.append(row)
+    return row
+
+
+def quant_grid(device, sm, deadline, table):
+    g = torch.Generator(device=device).manual_seed(5)
+    for batch, ctx in QUANT_SHAPES:
+        pb = Decode(batch, ctx, 32, 8, 128, device, g, "bf16")
+        ms_bf16 = bench(pb.triton(), inner=6, reps=3)
+        del pb
+        for fmt in ("fp8", "int8"):
+            p = Decode(batch, ctx, 32, 8, 128, device, g, fmt)
+            ref = torch_ref.paged_attention(
+                p.q, p.k, p.v, p.bt, p.cu, p.sl, k_scale=p.ks, v_scale=p.vs
+            )
+            extra = dict(kind="quant", fmt=fmt, shape=f"{batch}x{ctx}", bf16_ms=ms_bf16)
+            _run_variants(p, quant_variants(batch, ctx, sm, fmt), ref, extra, table, deadline)
+            del p, ref
+            torch.cuda.empty_cache()
+
+
+def tune(device, deadline: float, out_dir: Path) -> None:
+    sm = torch.cuda.get_device_properties(device).multi_processor_count
+    precompile(tune_groups(sm, final=False))
+    table: list = []
+    quant_grid(device, sm, deadline, table)
+    (out_dir / "tune.json").write_text(json.dumps(table, default=str))
+    g = torch.Generator(device=device).manual_seed(5)
+    for d in (128, 64):
+        for h, hkv in LAYOUTS:
+            for batch, ctx in SHAPES:
+                if time.time() > deadline:
+                    log("(tune stopped: time budget)")
+                    (out_dir / "tune.json").write_text(json.dumps(table, default=str))
+                    return
+                p = Decode(batch, ctx, h, hkv, d, device, g, "bf16", with_dense=True)
+                ref = p.sdpa()()[:, :, 0, :]
+                extra = dict(
+                    kind="sweep",
+                    heads=f"{h}/{hkv}",
+                    d=d,
+                    shape=f"{batch}x{ctx}",
+                    sdpa_ms=bench(p.sdpa(), inner=6, reps=3),
+                )
+                _run_variants(
+                    p, sweep_variants(batch, ctx, h, hkv, d, sm), ref, extra, table, deadline
+                )
+                del p, ref
+                torch.cuda.empty_cache()
+    (out_dir / "tune.json").write_text(json.dumps(table, default=str))
+
+
+# ----------------------------------------------------------------------------- run 3 grids
+# The 15 layout-sweep rows under 0.9 of SDPA in run 2 (heads q/kv, head_dim, batch, context).
+WORST_ROWS = [
+    (32, 8, 128, 1, 32768),
+    (28, 4, 128, 1, 32768),
+    (28, 4, 128, 8, 8192),
+    (28, 4, 128, 32, 8192),
+    (32, 4, 128, 1, 32768),
+    (32, 16, 64, 1, 32768),
+    (32, 16, 64, 256, 1024),
+    (32, 8, 64, 1, 32768),
+    (32, 8, 64, 8, 8192),
+    (32, 8, 64, 32, 8192),
+    (28, 4, 64, 1, 32768),
+    (28, 4, 64, 8, 8192),
+    (32, 4, 64, 1, 32768),
+    (32, 4, 64, 8, 8192),
+    (32, 32, 64, 256, 1024),
+]
+
+
+def quant_small_variants(batch, ctx, sm, fmt):
+    """The rule, then fewer / more warps per tile around it (both conversions)."""
+    out = [quant_rule(batch, ctx, sm, fmt)]
+    for cvt in (0, 1):
+        for tn, w, st in ((32, 1, 3), (64, 1, 3), (64, 2, 2), (64, 2, 4), (128, 4, 3)):
+            cfg = KernelConfig(16, tn, w, st)
+            r = tb.choose_num_segments(batch * 8, ctx, sm, tn, tn * 128)
+            for nseg in _segs(r, (1,) if r == 1 else (0.5, 1)):
+                if (cfg, nseg, cvt) != out[0]:
+                    out.append((cfg, nseg, cvt))
+    return out
+
+
+def bf16_small_variants(batch, ctx, h, hkv, d, sm):
+    """The rule, then 1-2 warp CTAs at the rule's tile and half of it."""
+    rule = sweep_rule(batch, ctx, h, hkv, d, sm)
+    out = [rule]
+    base = rule[0]
+    for tn, w, st in (
+        (base.tile_n, 2, 2),
+        (base.tile_n, 2, 3),
+        (base.tile_n // 2, 1, 3),
+        (base.tile_n // 2, 2, 3),
+    ):
+        cfg = KernelConfig(base.block_m, tn, w, st)
+        r = tb.choose_num_segments(batch * hkv, ctx, sm, tn, tn * d * 2)
+        for nseg in _segs(r, (1, 2)):
+            out.append((cfg, nseg, 0))
+    return out
+
+
+def run3_groups(sm):
+    groups: dict = {}
+    for fmt in ("fp8", "int8"):
+        for batch, ctx in QUANT_SHAPES:
+            groups.setdefault((32, 8, 128, fmt), []).extend(
+                quant_small_variants(batch, ctx, sm, fmt)
+            )
+    for batch, ctx in QUANT_SHAPES:
+        groups.setdefault((32, 8, 128, "bf16"), []).append(sweep_rule(batch, ctx, 32, 8, 128, sm))
+    for h, hkv, d, batch, ctx in WORST_ROWS:
+        groups.setdefault((h, hkv, d, "bf16"), []).extend(
+            bf16_small_variants(batch, ctx, h, hkv, d, sm)
+        )
+    return groups
+
+
+def quant_small_grid(device, sm, deadline, table):
+    g = torch.Generator(device=device).manual_seed(6)
+    for batch, ctx in QUANT_SHAPES:
+        pb = Decode(batch, ctx, 32, 8, 128, device, g, "bf16")
+        ms_bf16 = bench(pb.triton(), inner=6, reps=3)
+        del pb
+        for fmt in ("fp8", "int8"):
+            if time.time() > deadline:
+                return
+            p = Decode(batch, ctx, 32, 8, 128, device, g, fmt)
+            ref = torch_ref.paged_attention(
+                p.q, p.k, p.v, p.bt, p.cu, p.sl, k_scale=p.ks, v_scale=p.vs
+            )
+            extra = dict(kind="quant", fmt=fmt, shape=f"{batch}x{ctx}", bf16_ms=ms_bf16)
+            _run_variants(p, quant_small_variants(batch, ctx, sm, fmt), ref, extra, table, deadline)
+            del p, ref
+            torch.cuda.empty_cache()
+
+
+def worst_rows_grid(device, sm, deadline, table):
+    g = torch.Generator(device=device).manual_seed(7)
+    for h, hkv, d, batch, ctx in dict.fromkeys(WORST_ROWS):
+        if time.time() > deadline:
+            return
+        p = Decode(batch, ctx, h, hkv, d, device, g, "bf16", with_dense=True)
+        ref = p.sdpa()()[:, :, 0, :]
+        extra = dict(
+            kind="sweep",
+            heads=f"{h}/{hkv}",
+            d=d,
+            shape=f"{batch}x{ctx}",
+            sdpa_ms=bench(p.sdpa(), inner=6, reps=3),
+        )
+        _run_variants(
+            p, bf16_small_variants(batch, ctx, h, hkv, d, sm), ref, extra, table, deadline
+        )
+        del p, ref
+        torch.cuda.empty_cache()
+
+
+def _check_process(q) -> None:
+    """check() in its own process (its compiles overlap the parallel precompile)."""
+    ok = check(torch.device("cuda"))
+    q.put((ok, LOG))
+
+
 # ----------------------------------------------------------------------------- 4. engine
 def engine_run(device, folder: Path, deadline: float):
     from local_engine import SamplingParams
     from local_engine.engine import LLMEngine
 
-    log("## engine, 8B shape, batch 256 x (512 prompt + 128 new), FP8 vs bf16 KV")
+    log("## engine, 8B shape, batch 256 x (512 prompt + 128 new), FP8 / INT8 vs bf16 KV")
     g = torch.Generator().manual_seed(3)
     prompts = torch.randint(10, 49000, (256, 512), generator=g).tolist()
     rows = {}
-    for kvd in ("auto", "fp8"):
+    for kvd in ("auto", "int8", "fp8"):
         if time.time() > deadline:
             log("(engine stopped: time budget)")
             break
@@ -416,15 +762,17 @@ def engine_run(device, folder: Path, deadline: float):
         del eng
         gc.collect()
         torch.cuda.empty_cache()
-    if len(rows) == 2:
-        log("| KV | output tok/s | pool blocks | 4k-context requests resident |")
-        log("|---|---|---|---|")
-        for k, r in rows.items():
-            log(f"| {k} | {r['tok_s']:.0f} | {r['blocks']} | {r['resident_4k']} |")
+    if "bf16" in rows:
+        b = rows["bf16"]
         log(
-            f"FP8/bf16: tok/s {rows['fp8']['tok_s'] / rows['bf16']['tok_s']:.2f}x, "
-            f"resident {rows['fp8']['resident_4k'] / rows['bf16']['resident_4k']:.2f}x"
+            "| KV | output tok/s | vs bf16 | pool blocks | 4k-context requests resident | vs bf16 |"
         )
+        log("|---|---|---|---|---|---|")
+        for k, r in rows.items():
+            log(
+                f"| {k} | {r['tok_s']:.0f} | {r['tok_s'] / b['tok_s']:.2f}x | {r['blocks']} | "
+                f"{r['resident_4k']} | {r['resident_4k'] / b['resident_4k']:.2f}x |"
+            )
     RES["engine"] = rows
 
 
@@ -433,6 +781,7 @@ def main() -> int:
     ap.add_argument("--parts", default="check,quant,engine,sweep")
     ap.add_argument("--explore", action="store_true", help="grid per sweep row under 0.9 of SDPA")
     ap.add_argument("--explore-quant", action="store_true", help="grid per quantized decode shape")
+    ap.add_argument("--tune", action="store_true", help="the variant grid -> tune.json (then exit)")
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run")
     ap.add_argument("--models", default=".bench_models")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -445,15 +794,43 @@ def main() -> int:
         f"{time.strftime('%Y-%m-%d %H:%M:%S')} {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
     )
     parts = args.parts.split(",")
-    rows = []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sm = torch.cuda.get_device_properties(device).multi_processor_count
+    rows: list = []
     try:
-        if "check" in parts and not check(device):
+        if args.tune:
+            ok = conversion_check(device)
+            log("CHECKS " + ("passed" if ok else "FAILED"))
+            tune(device, t_end, out)
+            return 0
+        import multiprocessing as mp
+
+        proc = None
+        if "check" in parts:  # its compiles run beside the parallel precompile
+            q = mp.get_context("spawn").Queue()
+            proc = mp.get_context("spawn").Process(target=_check_process, args=(q,))
+            proc.start()
+        precompile(run3_groups(sm) if "run3" in parts else tune_groups(sm, final=True))
+        if proc is not None:
+            ok, lines = q.get()
+            proc.join()
+            for line in lines:
+                log(line)
+            if not ok:
+                log("CORRECTNESS FAILED")
+                return 1
+        if not conversion_check(device):
             log("CORRECTNESS FAILED")
             return 1
         if "quant" in parts:
-            quant_table(device, args.explore_quant)
+            quant_table(device, False)
+            if "run3" not in parts:
+                table: list = []
+                quant_grid(device, sm, time.time() + 25, table)
+                (out / "quant_grid.json").write_text(json.dumps(table, default=str))
         if "sweep" in parts:
-            rows = sweep(device, args.explore, t_end - (100 if "engine" in parts else 0))
+            rows = sweep(device, args.explore, t_end - (150 if "engine" in parts else 0))
             print_sweep(rows)
             rows = []
         if "engine" in parts:
@@ -464,10 +841,18 @@ def main() -> int:
 
                 log(f"engine run failed: {type(exc).__name__}: {exc}")
                 log(traceback.format_exc()[-1500:])
+        if "run3" in parts:  # after the tables: the grids get what time is left
+            table = []
+            quant_small_grid(device, sm, t_end - 14, table)
+            worst_rows_grid(device, sm, t_end, table)
+            (out / "run3_grid.json").write_text(json.dumps(table, default=str))
+    except Exception as exc:  # noqa: BLE001
+        import traceback
+
+        log(f"run failed: {type(exc).__name__}: {exc}")
+        log(traceback.format_exc()[-2000:])
     finally:
         print_sweep(rows)
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         (out / "kv_gpu.json").write_text(json.dumps(RES, indent=1, default=str))
         (out / "kv_gpu.log").write_text("\n".join(LOG) + "\n")
     return 0

@@ -29,6 +29,25 @@ and E4M3 values are bf16/fp16 values); each key's float32 scale multiplies its s
 (``s = (q . k_q) * k_scale * qk_scale``) and each value's scale its probability column before
 the ``P @ V`` product (``sum_n p_n * v_scale_n * v_q,n``), so nothing is dequantized in memory.
 
+``KV_CVT`` (quantized caches): 0 = the 1-byte values converted to the query dtype, products
+in that dtype (bf16/fp16, or float32 queries in float32); 1 = fp16 products for 16-bit
+queries: the values cast to fp16 (exact: INT8 and E4M3 values are fp16 values), each query
+row scaled by a power of two ``2**-e`` with ``2**e >= amax|q|`` (exact for bf16 queries,
+whose 8 significant bits fit fp16's 11; ``2**e`` returns in the score scale), and the
+probabilities times V's scales divided by the tile's largest V scale (so they lie in [0, 1],
+fp16's range; 11 significant bits against bf16's 8), that factor multiplying the tile's
+``P @ V``. Why two: on Hopper an E4M3 -> bf16 cast costs an ``F2F.BF16.F16`` per value after
+the paired ``cvt.rn.f16x2.e4m3x2`` (the conversion unit, 16 per clock per SM), while E4M3 ->
+fp16 is that one paired instruction; INT8 -> bf16 is done with integer tricks (``PRMT`` +
+``HADD2.BF16``) and INT8 -> fp16 by ``I2F.F16`` per value, so INT8 is fastest in mode 0 and
+FP8 in mode 1 (bench/RESULTS.md, "## kvquant", 2026-12-01 session 2).
+
+``DECODE``: one program per query token (``BLOCK_Q = 1``, the ``G`` heads of one KV head), for
+decode-shaped calls: program ``i`` checks ``cu_seqlens_q[i] == i`` and ``cu_seqlens_q[i + 1] ==
+i + 1`` (every sequence one token: sequence ``i``, two independent loads) and otherwise finds
+the token's sequence by binary search, so any ``cu_seqlens_q`` stays correct; no binary search
+over the sequences and no idle programs in the common case.
+
 Per key tile, the tiles wholly below the earliest query position of the q-block are visited
 without the causal mask; only the last few tiles (the diagonal) compute it.
 """
@@ -58,11 +77,23 @@ def _find_seq(cu_q_ptr, target, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
+def _kv_to_f16(x, DOT_MODE: tl.constexpr):
+    """1-byte K/V values as fp16 operands of the fp16 products (see ``KV_CVT``); under the
+    interpreter (``DOT_MODE`` 2) as float32 holding the same values."""
+    if DOT_MODE != 0:
+        y = x.to(tl.float32)  # INT8 / E4M3 values are exact in fp16 and float32
+    else:
+        y = x.to(tl.float16)
+    return y
+
+
+@triton.jit
 def _attend_tile(
     acc,
     l_i,
     m_i,
     q,
+    q_row_scale,
     t,
     bt_row,
     k_ptr,
@@ -83,6 +114,7 @@ def _attend_tile(
     stride_st,
     offs_d,
     QUANT: tl.constexpr,
+    KV_CVT: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
@@ -132,40 +164,89 @@ def _attend_tile(
         else:
             k_sc = tl.load(ks_ptr + s_off)
             v_sc = tl.load(vs_ptr + s_off)
-    if DOT_MODE == 0:
-        s = tl.dot(q, k.to(q.dtype))
-    elif DOT_MODE == 1:
-        s = tl.dot(q, k.to(tl.float32), input_precision="ieee")
-    else:  # interpreter with bf16: round to bf16 as the GPU would, multiply in fp32
-        # (int8 -> bf16 casts give NaN in the interpreter: through float32, exact either way)
-        s = tl.dot(
-            q.to(tl.float32),
-            k.to(tl.float32).to(q.dtype).to(tl.float32),
-            input_precision="ieee",
-        )
-    if QUANT != 0:
-        s = s * (k_sc * qk_scale)[None, :]
+    if QUANT != 0 and KV_CVT != 0:
+        # fp16 products: q pre-scaled per row, 1-byte values exact in fp16
+        s = _mma(q, _kv_to_f16(k, DOT_MODE), DOT_MODE)
+        s = s * q_row_scale[:, None] * k_sc[None, :]
     else:
-        s = s * qk_scale
+        if DOT_MODE == 0:
+            s = tl.dot(q, k.to(q.dtype))
+        elif DOT_MODE == 1:
+            s = tl.dot(q, k.to(tl.float32), input_precision="ieee")
+        else:  # interpreter with bf16: round to bf16 as the GPU would, multiply in fp32
+            # (int8 -> bf16 casts give NaN in the interpreter: through float32, exact either way)
+            s = tl.dot(
+                q.to(tl.float32),
+                k.to(tl.float32).to(q.dtype).to(tl.float32),
+                input_precision="ieee",
+            )
+        if QUANT != 0:
+            s = s * (k_sc * qk_scale)[None, :]
+        else:
+            s = s * qk_scale
     if MASKED:
         s = tl.where(n[None, :] <= pos[:, None], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     p = tl.exp2(s - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    pw = p * v_sc[None, :] if QUANT != 0 else p
-    if DOT_MODE == 0:
-        pv = tl.dot(pw.to(q.dtype), v.to(q.dtype))
-    elif DOT_MODE == 1:
-        pv = tl.dot(pw, v.to(tl.float32), input_precision="ieee")
+    if QUANT != 0 and KV_CVT != 0:
+        # sum_n p_n * v_scale_n * v_n = v_max * sum_n (p_n * v_scale_n / v_max) * v_n
+        v_max = tl.max(v_sc, 0)
+        v_max = tl.where(v_max > 0.0, v_max, 1.0)
+        pw = p * (v_sc / v_max)[None, :]
+        pv = _mma(_to_f16(pw, DOT_MODE), _kv_to_f16(v, DOT_MODE), DOT_MODE)
+        acc = acc * alpha[:, None] + pv * v_max
     else:
-        pv = tl.dot(
-            pw.to(q.dtype).to(tl.float32),
-            v.to(tl.float32).to(q.dtype).to(tl.float32),
-            input_precision="ieee",
-        )
-    acc = acc * alpha[:, None] + pv
+        pw = p * v_sc[None, :] if QUANT != 0 else p
+        if DOT_MODE == 0:
+            pv = tl.dot(pw.to(q.dtype), v.to(q.dtype))
+        elif DOT_MODE == 1:
+            pv = tl.dot(pw, v.to(tl.float32), input_precision="ieee")
+        else:
+            pv = tl.dot(
+                pw.to(q.dtype).to(tl.float32),
+                v.to(tl.float32).to(q.dtype).to(tl.float32),
+                input_precision="ieee",
+            )
+        acc = acc * alpha[:, None] + pv
     return acc, l_i, m_new
+
+
+@triton.jit
+def _to_f16(x, DOT_MODE: tl.constexpr):
+    """float32 -> fp16 operand (the interpreter: fp16-rounded float32)."""
+    if DOT_MODE == 0:
+        y = x.to(tl.float16)
+    else:
+        y = x.to(tl.float16).to(tl.float32)
+    return y
+
+
+@triton.jit
+def _mma(a, b, DOT_MODE: tl.constexpr):
+    """``a @ b`` with a float32 accumulator: fp16 operands on the GPU, float32 (IEEE) in the
+    interpreter."""
+    if DOT_MODE == 0:
+        c = tl.dot(a, b)
+    else:
+        c = tl.dot(a, b, input_precision="ieee")
+    return c
+
+
+@triton.jit
+def _find_seq_of_token(cu_q_ptr, tok, num_seqs):
+    """Largest ``i`` in ``[0, num_seqs)`` with ``cu_q[i] <= tok``: the sequence owning query
+    token ``tok`` (sequences with no new tokens have ``cu_q[i] == cu_q[i + 1]``)."""
+    lo = tl.full((), 0, tl.int32)
+    hi = tl.full((), 0, tl.int32) + num_seqs - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if tl.load(cu_q_ptr + mid) <= tok:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 # num_seqs/num_segments vary from step to step: not specialised (no recompiles when they are 1
@@ -212,20 +293,35 @@ def paged_attention_kernel(
     DOT_MODE: tl.constexpr,
     NUM_STAGES: tl.constexpr,
     QUANT: tl.constexpr,
+    KV_CVT: tl.constexpr = 0,
+    DECODE: tl.constexpr = False,
 ):
     """One program per (block of query rows, KV head, split-K segment). Causal attention of
     ``BLOCK_Q`` new tokens x the ``G`` query heads sharing KV head ``program_id(1)`` over the
     sequence's paged context, reading each KV block once through the block table; with
     ``SPLIT`` it writes per-segment partial outputs, maxima and sums for
-    ``_reduce_segments_kernel``. Launched by :func:`triton_backend.paged_attention`."""
+    ``_reduce_segments_kernel``. ``DECODE``: program ``program_id(0)`` is query token
+    ``program_id(0)`` (``BLOCK_Q == 1``). Launched by :func:`triton_backend.paged_attention`."""
     qb = tl.program_id(0)
     kvh = tl.program_id(1)
     seg = tl.program_id(2)
 
-    seq = _find_seq(cu_q_ptr, qb, num_seqs, BLOCK_Q)
-    q_start = tl.load(cu_q_ptr + seq)
-    q_len = tl.load(cu_q_ptr + seq + 1) - q_start
-    q_off = (qb - (q_start // BLOCK_Q + seq)) * BLOCK_Q
+    if DECODE:
+        # one token per program; sequence i = token i unless some sequence has != 1 token
+        seq = qb
+        q_start = tl.load(cu_q_ptr + qb)
+        q_end = tl.load(cu_q_ptr + qb + 1, mask=qb < num_seqs, other=-1)
+        if (q_start != qb) | (q_end != qb + 1):
+            seq = _find_seq_of_token(cu_q_ptr, qb, num_seqs)
+            q_start = tl.load(cu_q_ptr + seq)
+            q_end = tl.load(cu_q_ptr + seq + 1)
+        q_len = q_end - q_start
+        q_off = qb - q_start
+    else:
+        seq = _find_seq(cu_q_ptr, qb, num_seqs, BLOCK_Q)
+        q_start = tl.load(cu_q_ptr + seq)
+        q_len = tl.load(cu_q_ptr + seq + 1) - q_start
+        q_off = (qb - (q_start // BLOCK_Q + seq)) * BLOCK_Q
     if q_off < q_len:
         ctx = tl.load(seq_lens_ptr + seq)
         rows = tl.arange(0, BLOCK_M)
@@ -241,6 +337,15 @@ def paged_attention_kernel(
             mask=q_mask,
             other=0.0,
         )
+        if QUANT != 0 and KV_CVT != 0:
+            # fp16 products: each row scaled by 2**-e, 2**e >= its amax (exact for bf16 rows)
+            q_f = q.to(tl.float32)
+            q_amax = tl.max(tl.abs(q_f), 1)
+            q_pow = tl.exp2(tl.ceil(tl.log2(tl.where(q_amax > 0.0, q_amax, 1.0))))
+            q = _to_f16(q_f / q_pow[:, None], DOT_MODE)
+            q_row_scale = q_pow * qk_scale
+        else:
+            q_row_scale = tl.zeros([BLOCK_M], tl.float32) + qk_scale  # unused
 
         first_pos = ctx - q_len + q_off
         last_pos = ctx - q_len + tl.minimum(q_off + BLOCK_Q, q_len) - 1
@@ -266,6 +371,7 @@ def paged_attention_kernel(
                 l_i,
                 m_i,
                 q,
+                q_row_scale,
                 t,
                 bt_row,
                 k_ptr,
@@ -286,6 +392,7 @@ def paged_attention_kernel(
                 stride_st,
                 offs_d,
                 QUANT,
+                KV_CVT,
                 HEAD_DIM,
                 HEAD_DIM_PAD,
                 BLOCK_SIZE,
@@ -299,6 +406,7 @@ def paged_attention_kernel(
                 l_i,
                 m_i,
                 q,
+                q_row_scale,
                 t,
                 bt_row,
                 k_ptr,
@@ -319,6 +427,7 @@ def paged_attention_kernel(
                 stride_st,
                 offs_d,
                 QUANT,
+                KV_CVT,
                 HEAD_DIM,
                 HEAD_DIM_PAD,
                 BLOCK_SIZE,

@@ -10,9 +10,12 @@ on (``TRITON_INTERPRET=1`` set before ``triton`` is first imported), which is ho
 Launch choices depend on tensor shapes only (never on tensor values), so a call costs no
 device-to-host sync and can be captured in a CUDA graph:
 
-- *decode-shaped* calls (``num_tokens == num_seqs``) use a q-block of one token's query-head
-  group (``BLOCK_M = max(16, next_pow2(G))`` rows); others use ``BLOCK_M = 128`` rows
-  (``128 // G`` tokens times the ``G`` heads of one KV head).
+- *decode-shaped* calls (``num_tokens == num_seqs``) run the kernel's ``DECODE`` mode: one
+  program per token and KV head, ``BLOCK_M = max(16, next_pow2(G))`` rows (the token's
+  query-head group); others use ``BLOCK_M = 128`` rows (``128 // G`` tokens times the ``G``
+  heads of one KV head).
+- quantized caches: FP8 with 16-bit queries multiplies in fp16, INT8 in the query dtype
+  (``KV_CVT``, :func:`kv_cvt_of`).
 - split-K (flash-decoding) is chosen by :func:`choose_num_segments` from the grid size, the
   SM count and the longest context the block table can hold (``block_tables.shape[1] *
   block_size``).
@@ -57,14 +60,24 @@ PREFILL_CONFIG = {64: KernelConfig(128, 32, 4, 3), 128: KernelConfig(128, 32, 4,
 
 #: Bytes of K one decode tile loads (TILE_N keys x head_dim x element bytes): the 2026-11-29
 #: best d128 bf16 tile (64 keys) is 16 KiB; other head dims / element sizes keep the bytes.
-#: Wide groups (more than 4 query heads per KV head) take twice that when the launch has few
-#: programs, from the 2026-12-01 layout sweeps (bench/RESULTS.md, "## kvquant"): 28/4 d128
-#: went from 0.68-0.71 of SDPA (16 KiB) to 0.84-0.89 (32 KiB, 8 warps) at 1 x 32k .. 32 x 8k
-#: but lost at 256 x 1k (0.95 -> 0.90); 32/4 gained only at 1 x 32k (0.79 -> 0.84) and lost
-#: at 8 x 8k / 32 x 8k (0.90 / 0.92 -> 0.81 / 0.82); d64 alike.
+#: Wide groups (more than 4 query heads per KV head) with rows of >= 256 bytes (d128 bf16)
+#: take twice that when the launch has few programs (2026-12-01 layout sweeps,
+#: bench/RESULTS.md "## kvquant": 28/4 d128 0.68-0.71 of SDPA at 16 KiB -> 0.83-0.89 at 32 KiB
+#: and 8 warps, 1 x 32k .. 32 x 8k). At d64 the doubled tile (256 keys) lost to 16 KiB in the
+#: session-2 grid (28/4 1 x 32k 0.73 vs 0.77, 8 x 8k 0.74 vs 0.81; 32/4 0.69 vs 0.74), so the
+#: doubling needs 256-byte rows.
 DECODE_TILE_BYTES = 16384
 DECODE_TILE_MIN, DECODE_TILE_MAX = 32, 256
+#: 1-byte (FP8/INT8) caches: 8 KiB K tiles and one warp per 32 keys (d128: 64 keys, 2 warps).
+#: The session-2 grid (bench/RESULTS.md, "## kvquant") found 32 keys per warp best at every
+#: tile size (64/2, 128/4, 256/8 warps) and the smallest of them fastest: 64 x 4k FP8 0.197 ms
+#: at 64 keys / 2 warps vs 0.228 at 128 / 4 (the 16 KiB rule), INT8 0.204 vs 0.218; at 4
+#: warps 64 keys lost (0.33 / 0.32 ms).
+DECODE_TILE_BYTES_1B = 8192
+KEYS_PER_WARP_1B = 32
 WIDE_GROUP = 4  # groups above this may get the doubled tile
+WIDE_ROW_BYTES = 256  # ... when a K row (head_dim x element bytes) is at least this long
+FEW_PROGRAMS_PER_SM = 1 / 8  # "few programs": fewer than sm_count / 8 (1 x 32k at <= 16 KV heads)
 
 
 def decode_config(
@@ -74,27 +87,40 @@ def decode_config(
     num_programs: int | None = None,
     sm_count: int = 132,
 ) -> KernelConfig:
-    """Tiles of a decode launch.
+    """Tiles of a decode launch (a pure function of these shapes: CUDA-graph safe).
 
     ``BLOCK_M = max(16, next_pow2(group))`` query rows (one token's query-head group);
     ``TILE_N`` keys so that one K tile is :data:`DECODE_TILE_BYTES` (d128 bf16: 64, d64 bf16:
-    128, d128 fp8/int8: 128); 4 warps; 2 stages (3 for 1-byte caches: 5-7% faster unsplit in
-    the 2026-12-01 grid). A group above :data:`WIDE_GROUP` gets twice the tile bytes (8 warps
-    at rows of >= 256 bytes, else 3 stages) when the unsplit launch has few programs
-    (``num_programs`` = sequences x KV heads): fewer than ``sm_count / 8``, or, for a group that
-    is not a power of two (7: BLOCK_M rows half used), fewer than ``2 * sm_count``.
+    128); 4 warps; 2 stages, 3 for rows under 256 bytes when the launch has few programs
+    (``num_programs`` = tokens x KV heads of the unsplit launch, fewer than ``sm_count / 8``;
+    with the undoubled tile and 4-tile segments, 28/4, 32/4, 32/8 d64 at 1 x 32k went 0.71 /
+    0.70 / 0.79 -> 0.76 / 0.74 / 0.81 of SDPA). A group above
+    :data:`WIDE_GROUP` with rows of at least :data:`WIDE_ROW_BYTES` gets twice the tile bytes
+    and 8 warps when the launch has few programs or, for a group that is not a power of two (7:
+    BLOCK_M rows half used), fewer than ``2 * sm_count``. 1-byte caches: tiles of
+    :data:`DECODE_TILE_BYTES_1B` (d128: 64 keys), one warp per :data:`KEYS_PER_WARP_1B` keys,
+    3 stages.
     """
     d_pad = max(16, triton.next_power_of_2(head_dim))
+    block_m = max(16, triton.next_power_of_2(group))
+    row_bytes = d_pad * elem_bytes
+    if elem_bytes == 1:
+        tile_n = min(max(DECODE_TILE_BYTES_1B // row_bytes, DECODE_TILE_MIN), DECODE_TILE_MAX)
+        return KernelConfig(block_m, tile_n, max(1, min(8, tile_n // KEYS_PER_WARP_1B)), 3)
     p = num_programs if num_programs is not None else 1
     pow2 = group & (group - 1) == 0
-    wide = group > WIDE_GROUP and (p * 8 < sm_count or (not pow2 and p < 2 * sm_count))
+    few = p < sm_count * FEW_PROGRAMS_PER_SM
+    wide = (
+        group > WIDE_GROUP
+        and row_bytes >= WIDE_ROW_BYTES
+        and (few or (not pow2 and p < 2 * sm_count))
+    )
     tile_bytes = DECODE_TILE_BYTES * (2 if wide else 1)
-    tile_n = triton.next_power_of_2(max(1, tile_bytes // (d_pad * elem_bytes)))
+    tile_n = triton.next_power_of_2(max(1, tile_bytes // row_bytes))
     tile_n = min(max(tile_n, DECODE_TILE_MIN), DECODE_TILE_MAX)
-    row_bytes = d_pad * elem_bytes
-    warps = 8 if wide and row_bytes >= 256 else 4
-    stages = 3 if (wide and row_bytes < 256) or elem_bytes == 1 else 2
-    return KernelConfig(max(16, triton.next_power_of_2(group)), tile_n, warps, stages)
+    warps = 8 if wide else 4
+    stages = 3 if few and row_bytes < WIDE_ROW_BYTES else 2
+    return KernelConfig(block_m, tile_n, warps, stages)
 
 
 # Split-K rule (see choose_num_segments). The 2026-11-29 split grid (132 SMs, 32q/8kv, d128)
@@ -104,7 +130,10 @@ def decode_config(
 # minimum segment length limits the split.
 SPLIT_TARGET_PROGRAMS_PER_SM = 4.0  # at 16 KiB tiles: segments = prev_pow2(target * SMs / programs)
 SPLIT_TILE_BYTES_PER_SM = 4 * 16384  # the target scales as 64 KiB / tile bytes (32 KiB tiles: 2)
-SPLIT_MIN_TILES_PER_SEGMENT = 2  # no segment shorter than this many key tiles
+# no segment shorter than this many key tiles: 2 -> 4 in session 2 (2026-12-01 grid: 28/4 and
+# 32/4 d64 at 1 x 32k with 16 KiB tiles, 64 segments of 4 tiles 0.77 / 0.74 of SDPA, 128 of 2
+# tiles 0.67 / 0.64; the other 1 x 32k and 8 x 8k rows' choices were already >= 4 tiles)
+SPLIT_MIN_TILES_PER_SEGMENT = 4
 SPLIT_MAX_SEGMENTS = 256
 SEG_CHUNK = 32  # segments merged per step of _reduce_segments_kernel
 
@@ -156,6 +185,16 @@ def choose_num_segments(
     return 1 << (n.bit_length() - 1)
 
 
+def split_tile_bytes(config: KernelConfig, head_dim: int, elem_bytes: int, decode: bool) -> int:
+    """Tile bytes that :func:`choose_num_segments` sizes the split-K target by: the K tile's
+    ``tile_n x head_dim_pad x elem_bytes``, but for decode at least :data:`DECODE_TILE_BYTES`
+    (the 8 KiB 1-byte tiles keep the target of 4 programs per SM: run 2 of session 2, FP8
+    64 x 4k at 64 keys / 2 warps, 1 segment 0.197 ms vs 2 segments 0.263; INT8 0.204 vs
+    0.224; 16 x 32k 4 and 8 segments equal)."""
+    b = config.tile_n * head_dim_pad_of(head_dim) * elem_bytes
+    return max(b, DECODE_TILE_BYTES) if decode else b
+
+
 def head_dim_pad_of(head_dim: int) -> int:
     """head_dim padded to a power of two (at least 16), as the kernels tile it."""
     return max(16, triton.next_power_of_2(head_dim))
@@ -172,6 +211,29 @@ def _dot_mode(q: torch.Tensor) -> int:
     if not q.is_cuda and q.dtype == torch.bfloat16:
         return 2
     return 0
+
+
+#: ``KV_CVT`` per quantized format (``QUANT`` 1 = INT8, 2 = FP8) for 16-bit queries: INT8 keeps
+#: bf16 products (Triton converts INT8 -> bf16 with integer tricks; -> fp16 costs an I2F per
+#: value), FP8 takes fp16 products (E4M3 -> fp16 is one paired cvt; -> bf16 adds an F2F per
+#: value). Measured on the H200, 2026-12-01 session 2 (bench/RESULTS.md, "## kvquant"), 32/8
+#: d128 at the decode_config tile (64 keys, 2 warps, 3 stages), 64 x 4k / 16 x 32k / 256 x 1k:
+#: INT8 0.204 / 0.432 / 0.215 ms (mode 0) vs 0.247 / 0.605 / 0.257 (mode 1); FP8 0.197 / 0.509
+#: / 0.210 (mode 1) vs 0.244 / 0.491 / 0.251 (mode 0: ahead only at 16 x 32k).
+KV_CVT_BY_QUANT = {1: 0, 2: 1}
+
+
+def kv_cvt_of(q: torch.Tensor, quant: int, kv_cvt: int | None = None) -> int:
+    """The kernel's ``KV_CVT`` for queries ``q`` over a cache of kind ``quant``: 0 for float
+    caches and float32 queries; otherwise ``kv_cvt`` if given (0 or 1), else
+    :data:`KV_CVT_BY_QUANT` (the same choice on the GPU and in the interpreter)."""
+    if not quant or q.dtype == torch.float32:
+        return 0
+    if kv_cvt is not None:
+        if kv_cvt not in (0, 1):
+            raise ValueError(f"kv_cvt must be 0 (query-dtype products) or 1 (fp16); got {kv_cvt}")
+        return kv_cvt
+    return KV_CVT_BY_QUANT[quant]
 
 
 def _check_runnable(t: torch.Tensor) -> None:
@@ -196,12 +258,14 @@ def paged_attention(
     out: torch.Tensor | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    kv_cvt: int | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
     Extra keyword arguments (for benchmarks, tests and CUDA graphs): ``config`` overrides the
     tile choice; ``num_segments`` forces the split-K segment count (1 = no split); ``out``
-    (``[num_tokens, num_heads, head_dim]``, q's dtype, contiguous last dim) receives the result.
+    (``[num_tokens, num_heads, head_dim]``, q's dtype, contiguous last dim) receives the result;
+    ``kv_cvt`` forces the quantized-value conversion (:func:`kv_cvt_of`).
 
     Raises:
         ValueError: ``num_heads`` not a multiple of ``num_kv_heads``, or shapes that disagree.
@@ -263,12 +327,13 @@ def paged_attention(
         else:
             config = PREFILL_CONFIG.get(head_dim) or PREFILL_CONFIG[128]
     block_m = max(config.block_m, 16, triton.next_power_of_2(group))
-    block_q = block_m // group
-    num_q_blocks = num_tokens // block_q + num_seqs
+    # decode: one program per token (the kernel's DECODE mode), else q-blocks of block_q tokens
+    block_q = 1 if decode else block_m // group
+    num_q_blocks = num_tokens if decode else num_tokens // block_q + num_seqs
     if num_segments is None:
         max_context = block_tables.shape[1] * block_size
-        busy = num_seqs if decode else num_q_blocks  # decode: one q-block per sequence
-        tile_bytes = config.tile_n * head_dim_pad_of(head_dim) * k_cache.element_size()
+        busy = num_q_blocks
+        tile_bytes = split_tile_bytes(config, head_dim, k_cache.element_size(), decode)
         num_segments = choose_num_segments(
             busy * num_kv_heads, max_context, _sm_count(q.device), config.tile_n, tile_bytes
         )
@@ -282,6 +347,8 @@ def paged_attention(
         seg_sum = _alloc((num_tokens, num_heads, num_segments), torch.float32, q.device)
     else:
         seg_out = seg_max = seg_sum = out  # unused
+    dot_mode = _dot_mode(q)
+    cvt = kv_cvt_of(q, quant, kv_cvt)
     paged_attention_kernel[(num_q_blocks, num_kv_heads, num_segments)](
         out,
         seg_out,
@@ -320,9 +387,11 @@ def paged_attention(
         BLOCK_Q=block_q,
         TILE_N=config.tile_n,
         SPLIT=split,
-        DOT_MODE=_dot_mode(q),
+        DOT_MODE=dot_mode,
         NUM_STAGES=config.num_stages,
         QUANT=quant,
+        KV_CVT=cvt,
+        DECODE=decode,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
@@ -370,5 +439,7 @@ __all__ = [
     "write_kv_cache",
     "choose_num_segments",
     "decode_config",
+    "split_tile_bytes",
+    "kv_cvt_of",
     "KernelConfig",
 ]

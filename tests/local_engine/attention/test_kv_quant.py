@@ -226,6 +226,79 @@ def test_triton_attention_bf16_queries(fmt, tb):
     assert rel(out, orig) < LOOSE[fmt] + 2e-2
 
 
+def _decode_case(fmt, seed, q_mult=1.0, k_mult=1.0, v_mult=1.0):
+    """bf16 decode queries (5 sequences, one with 2 new tokens) over a quantized pool written
+    by the Triton KV write; returns (args, kwargs, float64 attention over the dequantized
+    cache with the bf16 queries)."""
+    g = torch.Generator().manual_seed(seed)
+    Hq, H, D, bs = 8, 2, 64, 16
+    ctx_lens, q_lens = [70, 1, 33, 16, 130], [1, 1, 1, 2, 1]
+    n_blocks = [-(-c // bs) for c in ctx_lens]
+    raw, (kc, vc, ks, vs) = _pool(fmt, sum(n_blocks) + 2, bs, H, D)
+    perm = torch.randperm(sum(n_blocks) + 2, generator=g).tolist()
+    tables = torch.zeros((len(ctx_lens), max(n_blocks)), dtype=torch.int32)
+    slots = []
+    for i, (c, n) in enumerate(zip(ctx_lens, n_blocks)):
+        blocks = [perm.pop() for _ in range(n)]
+        tables[i, :n] = torch.tensor(blocks)
+        slot = torch.tensor([blocks[p // bs] * bs + p % bs for p in range(c)])
+        k = with_outliers((c, H, D), g, k_mult)
+        v = with_outliers((c, H, D), g, v_mult)
+        write_kv_cache(k, v, kc, vc, slot, backend="triton", k_scale=ks, v_scale=vs)
+        slots.append(slot)
+    q = (torch.randn((sum(q_lens), Hq, D), generator=g) * q_mult).to(torch.bfloat16)
+    cu = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32)
+    lens = torch.tensor(ctx_lens, dtype=torch.int32)
+    deq = []
+    for i, (c, ql) in enumerate(zip(ctx_lens, q_lens)):
+        b, o = slots[i] // bs, slots[i] % bs
+        kd = dequantize(kc[b, o], ks[b, o], torch.float64)
+        vd = dequantize(vc[b, o], vs[b, o], torch.float64)
+        deq.append(_dense(q[cu[i] : cu[i + 1]].double(), kd, vd, c, ql))
+    return (q, kc, vc, tables, cu, lens), dict(k_scale=ks, v_scale=vs), torch.cat(deq)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_fp16_products_match_float64(fmt, tb):
+    """kv_cvt=1 (fp16 products: rows scaled by powers of two, P * v_scale over the tile's
+    largest V scale) against float64 over the dequantized cache: bf16 output rounding (2**-9
+    relative) dominates; measured 4e-4 .. 3.3e-3 (seeds 8, 9, 10), bound 5e-3. The old bf16
+    products (kv_cvt=0: 5e-4 .. 8.3e-3) stay within the bf16 tolerance."""
+    args, kw, ref = _decode_case(fmt, 8 if fmt == "int8" else 9)
+    for cvt, tol in ((1, 5e-3), (0, 2e-2)):
+        out = tb.paged_attention(*args, kv_cvt=cvt, **kw)
+        assert out.dtype == torch.bfloat16 and not out.isnan().any()
+        assert rel(out, ref) < tol, (cvt, rel(out, ref))
+    split = tb.paged_attention(*args, kv_cvt=1, num_segments=3, **kw)
+    assert rel(split, ref) < 5e-3
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_fp16_products_keep_extreme_magnitudes(fmt, tb):
+    """Queries of ~1e5 (fp16's largest is 65504: unscaled they overflow), keys of ~1e-5 (so
+    the scores stay O(1)) and values of ~1e-7 (P * v_scale ~1e-9 is below fp16's smallest
+    subnormal, 6e-8, unless divided by the tile's largest V scale): the fp16 path must still
+    agree with float64 (same bound as at unit magnitudes; measured 3.1e-3 / 3.5e-3 for INT8 /
+    FP8; without the two scalings both fail)."""
+    args, kw, ref = _decode_case(fmt, 10, q_mult=1e5, k_mult=1e-5, v_mult=1e-7)
+    out = tb.paged_attention(*args, kv_cvt=1, **kw)
+    assert not out.isnan().any() and not out.isinf().any()
+    assert rel(out, ref) < 5e-3, rel(out, ref)
+
+
+def test_kv_cvt_choice(tb):
+    bf = torch.zeros(1, 1, 8, dtype=torch.bfloat16)
+    assert tb.kv_cvt_of(bf, quant=1) == 0  # INT8: bf16 products (the faster INT8 path)
+    assert tb.kv_cvt_of(bf, quant=2) == 1  # FP8: fp16 products (no E4M3 -> bf16 F2F)
+    assert tb.kv_cvt_of(bf.half(), quant=2) == 1
+    assert tb.kv_cvt_of(bf, quant=0) == 0  # a float cache
+    assert tb.kv_cvt_of(bf.float(), quant=2) == 0  # float32 queries: float32 products
+    assert tb.kv_cvt_of(bf, quant=2, kv_cvt=0) == 0
+    assert tb.kv_cvt_of(bf, quant=1, kv_cvt=1) == 1
+    with pytest.raises(ValueError, match="kv_cvt must be"):
+        tb.kv_cvt_of(bf, quant=1, kv_cvt=2)
+
+
 def test_split_k_over_quantized_cache(tb):
     """Forced split-K segments merge to the unsplit result."""
     g = torch.Generator().manual_seed(5)

@@ -204,6 +204,24 @@ def test_decode_batch(tb, dtype, num_segments):
     check(tb, b, num_segments=num_segments)
 
 
+@pytest.mark.parametrize("num_segments", [1, 3])
+def test_decode_shaped_call_with_uneven_token_counts(tb, num_segments):
+    # num_tokens == num_seqs takes the one-program-per-token DECODE mode, but here sequence 0
+    # has 2 new tokens and sequence 1 none: programs 0 and 1 must find sequence 0 by search,
+    # programs 2 and 3 take the fast path (cu_seqlens_q[i] == i, cu_seqlens_q[i + 1] == i + 1)
+    b = Batch(
+        [20, 33, 5, 40],
+        [2, 0, 1, 1],
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype=torch.float32,
+        seed=fresh_seed(),
+    )
+    check(tb, b, num_segments=num_segments)
+
+
 @pytest.mark.parametrize("num_segments", [2, 5])
 def test_split_k_on_prefill_and_mixed(tb, num_segments):
     # split-K with several query rows per sequence: segments beyond a row's causal limit
@@ -309,19 +327,24 @@ def test_choose_num_segments_rule(tb):
     assert tb.choose_num_segments(num_programs=8 * 8, max_context=32768, sm_count=sm) == 8  # 8.25
     assert tb.choose_num_segments(num_programs=3 * 8, max_context=32768, sm_count=sm) == 16  # 22
     assert tb.choose_num_segments(num_programs=1, max_context=1 << 20, sm_count=sm) == 256  # cap
-    # 16/2 heads at 1 x 32k: 2 programs -> 264 -> 256 segments of 128 tokens (two 64-key tiles)
-    assert tb.choose_num_segments(num_programs=2, max_context=32768, sm_count=sm) == 256
-    # no segment shorter than two tiles: 1024 tokens allow at most 8 segments of 2 x 64
-    assert tb.choose_num_segments(num_programs=8, max_context=1024, sm_count=sm) == 8
-    assert tb.choose_num_segments(num_programs=8, max_context=1024, sm_count=sm, tile_n=128) == 4
-    assert tb.choose_num_segments(num_programs=8, max_context=255, sm_count=sm) == 1
+    # 16/2 heads at 1 x 32k: 2 programs -> 264 wanted, but no segment under 4 tiles:
+    # 32768 / (4 x 64) = 128 segments of 256 tokens
+    assert tb.choose_num_segments(num_programs=2, max_context=32768, sm_count=sm) == 128
+    # 1024 tokens allow at most 4 segments of 4 x 64 (2 of 4 x 128)
+    assert tb.choose_num_segments(num_programs=8, max_context=1024, sm_count=sm) == 4
+    assert tb.choose_num_segments(num_programs=8, max_context=1024, sm_count=sm, tile_n=128) == 2
+    assert tb.choose_num_segments(num_programs=8, max_context=511, sm_count=sm) == 1
+    # 28/4 d64 1 x 32k (4 programs, 128-key tiles of 16 KiB): 132 wanted, 64 by length
+    assert tb.choose_num_segments(4, 32768, sm, 128, 16384) == 64
 
 
 def test_decode_config_keeps_the_tile_bytes(tb):
-    # 16 KiB of K per tile: d128 bf16 64 keys (the tuned tile), d64 bf16 128, d128 1-byte 128
+    # 16 KiB of K per tile: d128 bf16 64 keys (the tuned tile), d64 bf16 128
     assert tb.decode_config(128, 4, 2) == tb.KernelConfig(16, 64, 4, 2)
     assert tb.decode_config(64, 3, 2).tile_n == 128
-    assert tb.decode_config(128, 4, 1) == tb.KernelConfig(16, 128, 4, 3)  # 1-byte: 3 stages
+    # 1-byte caches: 8 KiB tiles, a warp per 32 keys, 3 stages (d128: 64 keys, 2 warps)
+    assert tb.decode_config(128, 4, 1) == tb.KernelConfig(16, 64, 2, 3)
+    assert tb.decode_config(64, 4, 1) == tb.KernelConfig(16, 128, 4, 3)
     assert tb.decode_config(128, 32, 2).block_m == 32  # a group wider than 16 rows
     sm = 132
     # group 7 (28/4): 32 KiB tiles below 2 x 132 programs (1 x 32k .. 32 x 8k), not at 256 x 1k
@@ -331,8 +354,23 @@ def test_decode_config_keeps_the_tile_bytes(tb):
     # group 8 (32/4): only below 132 / 8 programs (1 x 32k)
     assert tb.decode_config(128, 8, 2, 4, sm) == tb.KernelConfig(16, 128, 8, 2)
     assert tb.decode_config(128, 8, 2, 32, sm) == tb.KernelConfig(16, 64, 4, 2)
-    assert tb.decode_config(64, 8, 2, 4, sm) == tb.KernelConfig(16, 256, 4, 3)
-    assert tb.decode_config(64, 7, 1, 4, sm).tile_n == 256  # capped
+    # d64 (128-byte rows): never doubled; 3 stages below 132 / 8 programs
+    assert tb.decode_config(64, 8, 2, 4, sm) == tb.KernelConfig(16, 128, 4, 3)
+    assert tb.decode_config(64, 7, 2, 16, sm) == tb.KernelConfig(16, 128, 4, 3)  # 16 < 16.5
+    assert tb.decode_config(64, 7, 2, 17, sm) == tb.KernelConfig(16, 128, 4, 2)
+    assert tb.decode_config(64, 1, 2, 4, sm) == tb.KernelConfig(16, 128, 4, 3)
+    # 1-byte caches: no doubling for wide groups, whatever the program count
+    assert tb.decode_config(128, 7, 1, 4, sm) == tb.KernelConfig(16, 64, 2, 3)
+    assert tb.decode_config(128, 32, 1, 4096, sm) == tb.KernelConfig(32, 64, 2, 3)
+    # 8 KiB tiles would double the split target to 8 programs per SM (16 x 32k: 8) ...
+    assert tb.choose_num_segments(16 * 8, 32768, sm, 64, 8192) == 8
+    # ... but decode sizes it by at least 16 KiB: 4 per SM (64 x 4k: 1 segment, 16 x 32k: 4)
+    cfg1 = tb.decode_config(128, 4, 1, 64 * 8, sm)
+    assert tb.split_tile_bytes(cfg1, 128, 1, decode=True) == 16384
+    assert tb.split_tile_bytes(cfg1, 128, 1, decode=False) == 8192  # prefill: the tile itself
+    assert tb.split_tile_bytes(tb.decode_config(128, 7, 2, 4, sm), 128, 2, True) == 32768
+    assert tb.choose_num_segments(64 * 8, 4096, sm, 64, 16384) == 1
+    assert tb.choose_num_segments(16 * 8, 32768, sm, 64, 16384) == 4
     # 32 KiB tiles halve the split target: 2 programs per SM
     assert tb.choose_num_segments(4, 32768, 132, 128, 32768) == 64
 
