@@ -36,7 +36,7 @@ import torch
 from ..errors import EngineError
 from ..sequence import Sequence
 from .config import SpeculativeConfig
-from .ngram import NgramProposer
+from .ngram import NgramIndex, NgramProposer
 from .policy import (
     AcceptanceEstimate,
     StepCostModel,
@@ -69,6 +69,9 @@ MAX_BACKOFF_STEPS = 32
 #: Plain decode steps tried per batch-size bucket to measure its decode time (a step that a
 #: new prompt joins measures nothing); after that the bucket speculates without the cost model.
 MEASURE_TRIES = 3
+#: The acceptance rate a probe is counted at on a padded step (the estimate's Beta(1, 1)
+#: prior: no evidence either way).
+PRIOR_RATE = AcceptanceEstimate().rate
 
 
 @dataclass
@@ -93,6 +96,7 @@ class _SeqState:
     wait: int = 0  # decode steps left before drafting again
     probe: bool = False  # the drafts after this wait are drafted whatever the cost model says
     acceptance: AcceptanceEstimate = field(default_factory=AcceptanceEstimate)
+    index: NgramIndex | None = None  # prompt lookup's incremental index (NgramProposer)
     planned: int = 0  # real drafts planned this step (the rest of the lookahead is padding)
 
     def array(self, ids: list[int]) -> np.ndarray:
@@ -107,6 +111,17 @@ class _SeqState:
             self.tokens[self.num_tokens : n] = ids[self.num_tokens : n]
             self.num_tokens = n
         return self.tokens[:n]
+
+    def lookup(self, ngram, ids: list[int], k: int) -> list[int]:
+        """Up to ``k`` prompt-lookup drafts after ``ids`` (this sequence's tokens): through
+        the incremental :class:`NgramIndex` for an :class:`NgramProposer`, else (a drafter
+        with only ``propose(token_ids, k)``, as the benchmarks substitute) over the array."""
+        if type(ngram) is NgramProposer:
+            if self.index is None:
+                self.index = ngram.index()
+            self.index.extend(ids)
+            return self.index.propose(k)
+        return ngram.propose(self.array(ids), k)
 
     def back_off(self) -> None:
         self.backoff = min(max(1, 2 * self.backoff), MAX_BACKOFF_STEPS)
@@ -244,7 +259,7 @@ class SpeculativeDecoder:
                 st.wait = max(0, st.wait - 1)
             return
         gain = 0.0  # padded step: expected extra tokens of the sequences' drafts
-        forced = False  # a probe or a sequence that does not follow the cost model drafts
+        forced = False  # a sequence that does not follow the cost model drafts
         chosen: list[tuple[Sequence, _SeqState, list[int] | None, int]] = []
         for seq, st, k in decodes:
             if k <= 0:
@@ -252,24 +267,23 @@ class SpeculativeDecoder:
             if st.wait:
                 st.wait -= 1
                 continue
-            drafts = ngram.propose(st.array(seq.all_token_ids), k) if ngram is not None else None
+            drafts = st.lookup(ngram, seq.all_token_ids, k) if ngram is not None else None
             n_real = k if drafts is None else len(drafts)
             if n_real == 0:
                 continue
-            if timed and not st.probe and allows_timing(seq.params):
+            if timed and allows_timing(seq.params):
                 assert t_d is not None and beta is not None
-                a = st.acceptance.rate
-                if pads:
+                if pads:  # a probe counts at the prior's rate: padded steps cost every decode
+                    a = PRIOR_RATE if st.probe else st.acceptance.rate
                     gain += expected_tokens(a, n_real) - 1.0
-                else:
-                    n_real = best_num_drafts(a, n_real, t_d / num_seqs, beta)
+                elif not st.probe:  # (a probe drafts: it costs only its own tokens)
+                    n_real = best_num_drafts(st.acceptance.rate, n_real, t_d / num_seqs, beta)
                     if n_real == 0:  # not worth it now: wait, then probe
                         st.back_off()
                         st.probe = True
                         continue
             else:
                 forced = True
-            st.probe = False
             chosen.append((seq, st, drafts, n_real))
         if pads and chosen and not forced and timed:
             assert t_d is not None and beta is not None
@@ -285,10 +299,11 @@ class SpeculativeDecoder:
             have = {id(c[0]) for c in chosen}
             for seq, st, k in decodes:  # (a seeded request's drafts stay as they always are)
                 if k > 0 and id(seq) not in have and allows_timing(seq.params):
-                    d = ngram.propose(st.array(seq.all_token_ids), k)
+                    d = st.lookup(ngram, seq.all_token_ids, k)
                     if d:
                         chosen.append((seq, st, d, len(d)))
         for seq, st, drafts, n_real in chosen:
+            st.probe = False
             st.planned = n_real
             if drafts is not None:
                 seq.spec_token_ids = drafts[:n_real]

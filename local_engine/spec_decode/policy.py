@@ -28,7 +28,6 @@ must be reproducible (seeded, temperature > 0) do not use them (:meth:`allows_ti
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 #: Weight of the newest step in the moving averages of step times.
@@ -54,11 +53,13 @@ def best_num_drafts(a: float, k_max: int, token_seconds: float, beta: float) -> 
     if beta <= 0.0 or a >= 1.0:
         return k_max
     ratio = beta / token_seconds
-    if ratio >= 1.0:  # a**j <= a < 1 <= ratio: no draft pays
-        return 0
-    # a**j > ratio  <=>  j < log(ratio) / log(a)
-    j = math.ceil(math.log(ratio) / math.log(a)) - 1
-    return max(0, min(k_max, j))
+    j, gain = 0, 1.0
+    while j < k_max:  # a**j falls with j: stop at the first draft that does not pay
+        gain *= a
+        if gain <= ratio:
+            break
+        j += 1
+    return j
 
 
 def bucket(num_seqs: int) -> int:
