@@ -276,7 +276,9 @@ class SpeculativeDecoder:
                 if pads:  # a probe counts at the prior's rate: padded steps cost every decode
                     a = PRIOR_RATE if st.probe else st.acceptance.rate
                     gain += expected_tokens(a, n_real) - 1.0
-                elif not st.probe:  # (a probe drafts: it costs only its own tokens)
+                elif not st.probe and st.acceptance.tested:
+                    # (a probe, or a sequence with no evidence yet, drafts all it has: that
+                    # costs only its own tokens and measures its acceptance)
                     n_real = best_num_drafts(st.acceptance.rate, n_real, t_d / num_seqs, beta)
                     if n_real == 0:  # not worth it now: wait, then probe
                         st.back_off()

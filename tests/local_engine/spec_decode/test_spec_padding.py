@@ -108,9 +108,9 @@ def test_padded_drafts_are_never_verified_or_counted(tmp_path):
 
 def test_policy_drafts_only_at_probes_when_drafts_do_not_pay(tmp_path):
     """A preloaded cost model (decode step 1 s, each extra token 10 s: no draft pays at any
-    acceptance) and drafts that are always rejected: a sequence drafts only at its probes,
-    which come after waits of 1, 2, 4, ... steps (each refusal and each rejection doubles the
-    wait); worked out by hand below."""
+    acceptance) and drafts that are always rejected: a sequence drafts once to measure its
+    acceptance, then only at its probes, which come after waits of 1, 2, 4, ... steps (each
+    refusal and each rejection doubles the wait); worked out by hand below."""
     eng = engine(tiny_model_folder(tmp_path))
     eng.spec.ngram = WrongDrafts()
     eng.spec.pad = False
@@ -123,7 +123,8 @@ def test_policy_drafts_only_at_probes_when_drafts_do_not_pay(tmp_path):
             if o.finished:
                 out = o
     # by hand: 59 decode steps; drafting possible while k = min(3, 60 - generated - 1) > 0
-    wait, backoff, probe, verified = 0, 0, False, []
+    # (the first drafts, with no evidence yet, are drafted like a probe)
+    wait, backoff, probe, verified = 0, 0, True, []
     for generated in range(1, 60):
         if min(K, 60 - generated - 1) <= 0:
             continue
@@ -135,9 +136,9 @@ def test_policy_drafts_only_at_probes_when_drafts_do_not_pay(tmp_path):
         if probe:
             verified.append(generated)
         probe = not probe
-    # 1 refused (wait 1), 3 probe (rejected: wait 2), 6 refused (4), 11 probe (8), 20 refused
-    # (16), 37 probe (32), then waiting past the end
-    assert verified == [3, 11, 37]
+    # 1 first drafts (rejected: wait 1), 3 refused (wait 2), 6 probe (rejected: 4), 11 refused
+    # (8), 20 probe (16), 37 refused (32), then waiting past the end
+    assert verified == [1, 6, 20]
     assert out.metrics.num_verify_steps == len(verified)
     assert out.metrics.num_accepted_tokens == 0
 
