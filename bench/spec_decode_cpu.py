@@ -106,6 +106,46 @@ def workloads(tok):
     )
 
 
+class StepProfile:
+    """Wraps an engine's speculative ``plan`` and its runner's ``forward_logits`` to add up the
+    host seconds of planning (prompt lookup, the cost model) and the forwards' seconds and
+    counts, split into plain decode forwards and verification forwards."""
+
+    def __init__(self, engine):
+        self.reset()
+        spec, runner = engine.spec, engine.runner
+        plan, fwd = spec.plan, runner.forward_logits
+
+        def timed_plan(running):
+            t = time.perf_counter()
+            plan(running)
+            self.plan_s += time.perf_counter() - t
+
+        def timed_forward(batch):
+            t = time.perf_counter()
+            out = fwd(batch)
+            key = "plain" if batch.logits_rows is None else "verify"
+            self.fwd_s[key] += time.perf_counter() - t
+            self.fwd_n[key] += 1
+            return out
+
+        spec.plan, runner.forward_logits = timed_plan, timed_forward
+
+    def reset(self):
+        self.plan_s = 0.0
+        self.fwd_s = {"plain": 0.0, "verify": 0.0}
+        self.fwd_n = {"plain": 0, "verify": 0}
+
+    def summary(self):
+        n = sum(self.fwd_n.values()) or 1
+        parts = [f"plan {self.plan_s / n * 1e6:.0f} us/step"]
+        for key in ("plain", "verify"):
+            c = self.fwd_n[key]
+            if c:
+                parts.append(f"{key} {c} x {self.fwd_s[key] / c * 1e3:.1f} ms")
+        return ", ".join(parts)
+
+
 def run(engine, prompts, max_tokens, k):
     """Returns (total seconds, decode seconds, output tokens, drafted, accepted, verify steps,
     token ids); ``k`` = 0 runs without speculation."""
@@ -169,23 +209,35 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--workloads", default="rewrite,quote,chat")
+    ap.add_argument("--weight-dtype", default=None, help="float32 (default), bfloat16, int8")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument(
+        "--previous",
+        action="store_true",
+        help="also the previous policy (no cost model, backoff cap 16) as a third column",
+    )
     args = ap.parse_args()
     print("uptime:", os.popen("uptime").read().strip())
     # prefix caching on, and every prompt set run once before timing (both engines), so the
     # timed runs measure generation rather than recomputing the same prompts
-    common = dict(num_kv_blocks=1024, num_threads=args.threads)
+    common = dict(num_kv_blocks=1024, num_threads=args.threads, weight_dtype=args.weight_dtype)
     off = LLMEngine.from_model(None, **common)
     on = LLMEngine.from_model(
         None, speculative={"method": "ngram", "num_speculative_tokens": K}, **common
     )
     wl, func_tokens = workloads(off.tokenizer)
     print(
-        f"SmolLM2-135M fp32, {torch.get_num_threads()} thread(s), greedy, max_tokens="
+        f"SmolLM2-135M fp32 activations, weights {on.config.cpu_weight_dtype()}, "
+        f"{torch.get_num_threads()} thread(s), greedy, max_tokens="
         f"{args.max_tokens}, ngram K={K} (prompt_lookup {on.spec.spec.prompt_lookup_min}.."
         f"{on.spec.spec.prompt_lookup_max}); function = {func_tokens} tokens"
     )
+    batches = [int(x) for x in args.batches.split(",")]
+    from local_engine.spec_decode import decoder
+
+    prof = StepProfile(on)
     floors = {}
-    for b in (1, 8):
+    for b in batches:
         d1 = forward_floor(off, b, 1, 600)
         dk = forward_floor(off, b, K + 1, 600)
         floors[b] = dk / d1
@@ -195,23 +247,48 @@ def main():
         )
     rows = []
     for name in args.workloads.split(","):
-        for b in (1, 8):
+        for b in batches:
             prompts = wl[name][:b]
             best = {}
             outs = {}
+            profs = {}
+            counts: dict = {}
             run(on, prompts, 1, 0)  # warm the prefix cache
+            modes = [("off", 0, True), ("ngram", K, True)]
+            if args.previous:
+                modes.append(("previous", K, False))
             for _ in range(args.repeats):
-                for mode, k in (("off", 0), ("ngram", K)):
+                for mode, k, adaptive in modes:
+                    on.spec.adaptive = adaptive
+                    decoder.MAX_BACKOFF_STEPS = 32 if adaptive else 16
+                    prof.reset()
                     r = run(on, prompts, args.max_tokens, k)
                     outs[mode] = r[6]
                     if mode not in best or r[1] < best[mode][1]:
                         best[mode] = r
+                        profs[mode] = prof.summary()
+                        counts[mode] = dict(prof.fwd_n)
+            on.spec.adaptive, decoder.MAX_BACKOFF_STEPS = True, 32
+            for mode in best:
+                print(f"  {name} b={b} {mode}: {profs[mode]}", flush=True)
+            if args.previous:
+                p_ = best["previous"]
+                print(
+                    f"  previous policy: decode tok/s {p_[2] / p_[1]:.1f} "
+                    f"({(p_[2] / p_[1]) / (best['off'][2] / best['off'][1]):.2f}x), "
+                    f"accepted/drafted {p_[4] / p_[3] if p_[3] else 0:.2f}",
+                    flush=True,
+                )
             same = outs["off"] == outs["ngram"]
             o, s = best["off"], best["ngram"]
             acc = s[4] / s[3] if s[3] else 0.0
             mal = 1 + s[4] / s[5] if s[5] else 1.0
             a = min(acc, 0.999)
             formula = ((1 - a ** (K + 1)) / (1 - a)) / floors[b] if s[3] else 1.0
+            # load-independent view: forwards counted, a verification priced at the floor's
+            # ratio (every sequence verifying: an upper bound for mixed steps)
+            co, cs = counts["off"], counts["ngram"]
+            step_model = (co["plain"] + co["verify"]) / (cs["plain"] + cs["verify"] * floors[b])
             rows.append(
                 (
                     name,
@@ -225,19 +302,21 @@ def main():
                     mal,
                     formula,
                     same,
+                    step_model,
                 )
             )
             print("row:", rows[-1], flush=True)
     print()
     print(
         "| workload | batch | tok/s off | tok/s ngram | decode tok/s off | decode tok/s ngram "
-        "| decode speedup | acceptance | mean accepted len | formula speedup | same tokens |"
+        "| decode speedup | acceptance | mean accepted len | formula speedup | same tokens "
+        "| step-count speedup |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r[0]} | {r[1]} | {r[2]:.1f} | {r[3]:.1f} | {r[4]:.1f} | {r[5]:.1f} | "
-            f"{r[6]:.2f}x | {r[7]:.2f} | {r[8]:.2f} | {r[9]:.2f}x | {r[10]} |"
+            f"{r[6]:.2f}x | {r[7]:.2f} | {r[8]:.2f} | {r[9]:.2f}x | {r[10]} | {r[11]:.2f}x |"
         )
     print("uptime:", os.popen("uptime").read().strip())
 

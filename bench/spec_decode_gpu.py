@@ -119,6 +119,34 @@ class Oracle:
         ]
 
 
+class PathCounter:
+    """Counts the forward passes of a runner by path: decode graph, verification graph,
+    eager (a mixed or cut step)."""
+
+    def __init__(self, runner):
+        self.counts = {"decode_graph": 0, "verify_graph": 0, "eager": 0}
+        self._wrap(runner, "forward_logits", None)
+        for attr, key in (("graphs", "decode_graph"), ("spec_graphs", "verify_graph")):
+            g = getattr(runner, attr, None)
+            if g is not None:
+                self._wrap(g, "run", key)
+
+    def _wrap(self, obj, name, key):
+        inner = getattr(obj, name)
+
+        def wrapped(*a, **kw):
+            self.counts["eager" if key is None else key] += 1
+            if key is not None:
+                self.counts["eager"] -= 1  # counted as a forward_logits call already
+            return inner(*a, **kw)
+
+        setattr(obj, name, wrapped)
+
+    def reset(self):
+        for k in self.counts:
+            self.counts[k] = 0
+
+
 def generate(engine, prompts, k):
     from local_engine.sampling import SamplingParams
 
@@ -163,6 +191,7 @@ def main():
     ap.add_argument("--deadline-s", type=float, default=280)
     ap.add_argument("--model", default="llama3-8b-shape", help="folder under --dir")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--no-eager", action="store_true", help="skip the eager-engine peer rows")
     args = ap.parse_args()
     t_start = time.time()
     import torch
@@ -203,25 +232,34 @@ def main():
         generate(eng, prompts[: min(b, 4)], K)  # warm-up of the verification path
         runs = [("off", r_off)]
         real_sampler = eng.spec.sampler
-        plan = [("reject-all, always verify", reject, None, 0)]
-        plan.append(("reject-all (backoff, as shipped)", reject, None, decoder.MAX_BACKOFF_STEPS))
-        plan += [(f"forced acceptance {a}", reject, a, 0) for a in (0.5, 0.8)]
-        plan.append(("ngram (as shipped)", ngram, None, decoder.MAX_BACKOFF_STEPS))
         shipped_backoff = decoder.MAX_BACKOFF_STEPS
-        for name, drafter, alpha, backoff in plan:
+        # (name, drafter, forced alpha, backoff cap, cost model on, pad to K)
+        plan = [("reject-all, always verify", reject, None, 0, False, True)]
+        plan.append(("reject-all, as shipped", reject, None, shipped_backoff, True, None))
+        plan.append(("reject-all, previous (backoff 16, no pad)", reject, None, 16, False, False))
+        plan += [(f"forced acceptance {a}, always", reject, a, 0, False, True) for a in (0.5, 0.8)]
+        plan.append(("forced acceptance 0.8, as shipped", reject, 0.8, shipped_backoff, True, None))
+        plan.append(("ngram, as shipped", ngram, None, shipped_backoff, True, None))
+        paths = PathCounter(eng.runner)
+        for name, drafter, alpha, backoff, adaptive, pad in plan:
             eng.spec.ngram = drafter
+            eng.spec.adaptive, eng.spec.pad = adaptive, pad
             decoder.MAX_BACKOFF_STEPS = backoff
             counting = Counting(
                 real_sampler if alpha is None else ForcedAcceptance(real_sampler, alpha, b)
             )
             eng.spec.sampler = counting
+            paths.reset()
             r, t = generate(eng, prompts, K)
+            r["paths"] = dict(paths.counts)
             r["alpha_hat"] = counting.accepted / counting.tested if counting.tested else None
             # greedy tokens equal to the run without speculation (bf16: a near-tie may differ)
             r["same_tokens"] = sum(x == y for x, y in zip(t, toks))
             runs.append((name, r))
+            print(name, json.dumps(r), flush=True)
         decoder.MAX_BACKOFF_STEPS = shipped_backoff
         eng.spec.sampler, eng.spec.ngram = real_sampler, ngram
+        eng.spec.adaptive, eng.spec.pad = True, None
         cost = r_off["decode_tok_s"] / runs[1][1]["decode_tok_s"]
         for name, r in runs:
             a = r.get("alpha_hat")
@@ -241,7 +279,7 @@ def main():
             break
     del eng
     torch.cuda.empty_cache()
-    if time.time() - t_start < args.deadline_s - 60:  # the CUDA graphs' share, eager engine
+    if not args.no_eager and time.time() - t_start < args.deadline_s - 60:  # graphs' share
         e2 = LLMEngine.from_config(folder, **dict(limits, enforce_eager=True))
         rng = torch.Generator().manual_seed(0)
         for b in [int(x) for x in args.batches.split(",")]:
@@ -260,9 +298,9 @@ def main():
         "| batch | mode | decode tok/s | vs off | accepted/drafted | measured tokens/verify step "
         "| formula tokens/verify step "
         "| formula speedup, verify = 1 step | formula, measured verify cost "
-        "| same tokens as off |"
+        "| same tokens as off | forwards: decode graph / verify graph / eager |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in res["runs"]:
         acc = "-" if r.get("acceptance") is None else f"{r['acceptance']:.2f}"
         vs = f"{r['speedup']:.2f}x" if "speedup" in r else "-"
@@ -277,7 +315,9 @@ def main():
             e = f1 = f2 = "-"
         print(
             f"| {r['batch']} | {r['mode']} | {r['decode_tok_s']:.0f} | {vs} | {acc} | {mal} | {e} | "
-            f"{f1} | {f2} | {r.get('same_tokens', '-')}/{r['batch']} |"
+            f"{f1} | {f2} | {r.get('same_tokens', '-')}/{r['batch']} | "
+            + (" / ".join(str(v) for v in r["paths"].values()) if "paths" in r else "-")
+            + " |"
         )
 
 

@@ -306,7 +306,11 @@ class LLMEngine:
         if sched.is_empty:
             return []
         now = time.monotonic()
+        shape = self.spec.step_shape(sched.scheduled) if self.spec is not None else None
         row_seqs, sampled = self._execute(sched)
+        if shape is not None:
+            assert self.spec is not None
+            self.spec.observe(shape, time.monotonic() - now)  # the cost model's step times
         advanced = self._advance(sched, now)
         done = time.monotonic()
         if isinstance(sampled, VerifyOutput):
@@ -373,11 +377,11 @@ class LLMEngine:
         for i, n_rows in zip(batch.sample_rows, batch.logits_rows):
             seq = sched.scheduled[i].seq
             row_seqs.append(seq)
-            rows.extend(range(start, start + n_rows))
+            rows.extend(range(start, start + n_rows - seq.num_spec_pad))  # padding: not verified
             if seq.num_forks:
                 for sib in seq_to_req[seq.seq_id].samples[1:]:
                     row_seqs.append(sib.seq)
-                    rows.append(start + n_rows - 1)
+                    rows.append(start + n_rows - seq.num_spec_pad - 1)
             start += n_rows
         if len(rows) != logits.shape[0]:
             logits = logits[torch.tensor(rows, dtype=torch.long, device=logits.device)]
@@ -399,7 +403,7 @@ class LLMEngine:
         for seq, toks, lps, lp, accepted in zip(
             row_seqs, out.token_ids, out.logprobs, out.sampled_logprob, out.num_accepted
         ):
-            drafted = len(seq.spec_token_ids)
+            drafted = len(seq.spec_token_ids) - seq.num_spec_pad
             if drafted:
                 m = seq_to_req[seq.seq_id].metrics
                 m.num_draft_tokens += drafted

@@ -61,6 +61,9 @@ class Sequence:
         spec_probs: the draft distribution ``[len(spec_token_ids), vocab]`` they were drawn
             from (None for prompt lookup and greedy requests).
         num_lookahead_tokens: draft slots the scheduler should add to this step's decode.
+        num_spec_pad: how many of ``spec_token_ids`` (at the end) are padding: tokens computed
+            only so that every sequence of a verification step has K drafts (one CUDA-graph
+            shape); their logits rows are never verified and they are never accepted.
     """
 
     seq_id: str
@@ -84,6 +87,7 @@ class Sequence:
     spec_token_ids: list[int] = field(default_factory=list)
     spec_probs: torch.Tensor | None = None
     num_lookahead_tokens: int = 0
+    num_spec_pad: int = 0
 
     def __post_init__(self):
         if not self.all_token_ids:

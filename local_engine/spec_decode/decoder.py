@@ -36,37 +36,68 @@ import torch
 from ..errors import EngineError
 from ..sequence import Sequence
 from .config import SpeculativeConfig
-from .ngram import NgramProposer
+from .ngram import NgramIndex, NgramProposer
+from .policy import (
+    AcceptanceEstimate,
+    StepCostModel,
+    allows_timing,
+    best_num_drafts,
+    bucket,
+    expected_tokens,
+)
 from .rejection_sampler import RejectionSampler, VerifyOutput
 
 
 @dataclass
 class SpecDecodeCounters:
     """Engine-wide totals (Prometheus counters): drafted tokens, accepted drafts, and
-    verification steps (sequence-steps that verified at least one draft)."""
+    verification steps (sequence-steps that verified at least one draft). Padding
+    (``Sequence.num_spec_pad``) is not counted."""
 
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     num_verify_steps: int = 0
 
 
-#: Most decode steps a sequence waits before drafting again after its drafts were all rejected
-#: (the wait doubles on each such step: 1, 2, 4, ..., and drops to 0 on any acceptance). With
-#: nothing ever accepted this drafts on about 1 step in 17, so the verification's extra cost
-#: (measured 1.9x a decode step for K=4 at batch 64 on the 8B shape, bench/RESULTS.md) is paid
-#: on ~6% of steps.
-MAX_BACKOFF_STEPS = 16
+#: Most decode steps a sequence waits before drafting again after its drafts were all rejected,
+#: or after the cost model judged its drafts not worth their cost (the wait doubles each time:
+#: 1, 2, 4, ..., and drops to 0 on any acceptance; the drafts after a wait are a probe that
+#: measures the acceptance again). With nothing ever accepted this drafts on about 1 step in
+#: 33, so the verification's extra cost (measured 1.9x a decode step for K=4 at batch 64 on
+#: the 8B shape, bench/RESULTS.md) is paid on ~3% of steps.
+MAX_BACKOFF_STEPS = 32
+#: Plain decode steps tried per batch-size bucket to measure its decode time (a step that a
+#: new prompt joins measures nothing); after that the bucket speculates without the cost model.
+MEASURE_TRIES = 3
+#: The acceptance rate a probe is counted at on a padded step (the estimate's Beta(1, 1)
+#: prior: no evidence either way).
+PRIOR_RATE = AcceptanceEstimate().rate
+
+
+@dataclass
+class StepShape:
+    """What the cost model needs of a step: its sequences, the drafted and padding tokens it
+    computes beyond one per sequence, and whether it is decode-only (no prefill)."""
+
+    num_seqs: int
+    extra_tokens: int
+    decode_only: bool
 
 
 @dataclass
 class _SeqState:
     """Per-sequence drafting state: the token ids as an int64 array grown in place (prompt
-    lookup reads it without converting the list every step) and the backoff."""
+    lookup reads it without converting the list every step), the backoff, and the acceptance
+    estimate."""
 
     tokens: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     num_tokens: int = 0
-    backoff: int = 0  # the current wait after a fully rejected step
+    backoff: int = 0  # the current wait after a fully rejected (or refused) step
     wait: int = 0  # decode steps left before drafting again
+    probe: bool = False  # the drafts after this wait are drafted whatever the cost model says
+    acceptance: AcceptanceEstimate = field(default_factory=AcceptanceEstimate)
+    index: NgramIndex | None = None  # prompt lookup's incremental index (NgramProposer)
+    planned: int = 0  # real drafts planned this step (the rest of the lookahead is padding)
 
     def array(self, ids: list[int]) -> np.ndarray:
         n = len(ids)
@@ -81,6 +112,21 @@ class _SeqState:
             self.num_tokens = n
         return self.tokens[:n]
 
+    def lookup(self, ngram, ids: list[int], k: int) -> list[int]:
+        """Up to ``k`` prompt-lookup drafts after ``ids`` (this sequence's tokens): through
+        the incremental :class:`NgramIndex` for an :class:`NgramProposer`, else (a drafter
+        with only ``propose(token_ids, k)``, as the benchmarks substitute) over the array."""
+        if type(ngram) is NgramProposer:
+            if self.index is None:
+                self.index = ngram.index()
+            self.index.extend(ids)
+            return self.index.propose(k)
+        return ngram.propose(self.array(ids), k)
+
+    def back_off(self) -> None:
+        self.backoff = min(max(1, 2 * self.backoff), MAX_BACKOFF_STEPS)
+        self.wait = self.backoff
+
 
 class SpeculativeDecoder:
     """Drafting and verification for one engine.
@@ -91,6 +137,13 @@ class SpeculativeDecoder:
         runner: the target's :class:`~local_engine.runner.ModelRunner`.
         tokenizer: the target's tokenizer (a draft model's must match).
         max_model_len: longest context.
+
+    Attributes:
+        adaptive: choose each step's drafts with the cost model
+            (:mod:`local_engine.spec_decode.policy`); False drafts whenever the drafter has
+            drafts and the sequence is not backing off.
+        pad: pad every decode of a verification step to K drafts so that the step replays the
+            captured verification CUDA graph (None: exactly when the runner has one).
 
     Raises:
         EngineError, ModelNotFoundError: from the draft model's loading and checks.
@@ -111,9 +164,22 @@ class SpeculativeDecoder:
             self.draft_model = DraftModelProposer(
                 spec, engine_config, runner, tokenizer, max_model_len
             )
+        self.runner = runner
+        self.max_model_len = max_model_len
         self.sampler = RejectionSampler(engine_config.seed + 2, device=runner.device)
         self.counters = SpecDecodeCounters()
+        self.cost = StepCostModel()
+        self.adaptive = True
+        self.pad: bool | None = None
+        self._measure_tries: dict[int, int] = {}
         self._state: weakref.WeakKeyDictionary[Sequence, _SeqState] = weakref.WeakKeyDictionary()
+
+    @property
+    def pads(self) -> bool:
+        """Whether verification steps are padded to K drafts a sequence (see ``pad``)."""
+        if self.pad is not None:
+            return self.pad
+        return getattr(self.runner, "spec_graphs", None) is not None
 
     # ---- memory (a draft model's own cache shares the target's block ids) -----------------
     def kv_block_bytes(self) -> int:
@@ -149,69 +215,156 @@ class SpeculativeDecoder:
     # ---- 1. before scheduling ------------------------------------------------------------
     def plan(self, running: Seq[Sequence]) -> None:
         """Set ``num_lookahead_tokens`` (and, for prompt lookup, ``spec_token_ids``) of every
-        running sequence; 0 for sequences in prefill or about to sample their first token, and
-        for sequences backing off after fully rejected drafts (:data:`MAX_BACKOFF_STEPS`)."""
+        running sequence: 0 for sequences in prefill or about to sample their first token, for
+        sequences backing off (:data:`MAX_BACKOFF_STEPS`), and for drafts the cost model says
+        cost more than they bring (:mod:`~local_engine.spec_decode.policy`; cut to the drafts
+        that pay, per sequence, or on a padded step all or none). On a padded step every
+        decode gets K slots: its real drafts, then padding (``num_spec_pad``)."""
         ngram = self.ngram
         states = self._state
+        decodes: list[tuple[Sequence, _SeqState, int]] = []  # (seq, state, room for drafts)
         for seq in running:
             seq.spec_token_ids = []
             seq.spec_probs = None
             seq.num_lookahead_tokens = 0
+            seq.num_spec_pad = 0
             n = seq.num_tokens
             if seq.num_computed_tokens != n - 1 or n == seq.num_prompt_tokens:
                 continue  # prefill (or the first token): no drafts
-            k = min(self.request_k(seq.params), seq.max_total_len - n - 1)
-            if k <= 0:
-                continue
             st = states.get(seq)
             if st is None:
                 st = states[seq] = _SeqState()
+            st.planned = 0
+            decodes.append((seq, st, min(self.request_k(seq.params), seq.max_total_len - n - 1)))
+        if not decodes:
+            return
+        num_seqs = len(running)
+        # padding buys one graph shape, which a step that also prefills cannot have
+        pads = self.pads and len(decodes) == num_seqs
+        t_d = self.cost.decode_seconds(num_seqs)
+        beta = self.cost.beta_seconds(num_seqs)
+        timed = self.adaptive and t_d is not None and beta is not None
+        if (
+            self.adaptive
+            and t_d is None
+            and len(decodes) == num_seqs  # no prefill running (a new one may still join)
+            and self._measure_tries.get(bucket(num_seqs), 0) < MEASURE_TRIES
+            # (only when every sequence may follow timings: a seeded one drafts as always)
+            and all(allows_timing(s.params) for s, _st, _k in decodes)
+        ):
+            # one plain decode step measures T_d of this size
+            b = bucket(num_seqs)
+            self._measure_tries[b] = self._measure_tries.get(b, 0) + 1
+            for _seq, st, _k in decodes:
+                st.wait = max(0, st.wait - 1)
+            return
+        gain = 0.0  # padded step: expected extra tokens of the sequences' drafts
+        forced = False  # a sequence that does not follow the cost model drafts
+        chosen: list[tuple[Sequence, _SeqState, list[int] | None, int]] = []
+        for seq, st, k in decodes:
+            if k <= 0:
+                continue
             if st.wait:
                 st.wait -= 1
                 continue
-            if ngram is not None:
-                drafts = ngram.propose(st.array(seq.all_token_ids), k)
-                seq.spec_token_ids = drafts
-                seq.num_lookahead_tokens = len(drafts)
+            drafts = st.lookup(ngram, seq.all_token_ids, k) if ngram is not None else None
+            n_real = k if drafts is None else len(drafts)
+            if n_real == 0:
+                continue
+            if timed and allows_timing(seq.params):
+                assert t_d is not None and beta is not None
+                if pads:  # a probe counts at the prior's rate: padded steps cost every decode
+                    a = PRIOR_RATE if st.probe else st.acceptance.rate
+                    gain += expected_tokens(a, n_real) - 1.0
+                elif not st.probe and st.acceptance.tested:
+                    # (a probe, or a sequence with no evidence yet, drafts all it has: that
+                    # costs only its own tokens and measures its acceptance)
+                    n_real = best_num_drafts(st.acceptance.rate, n_real, t_d / num_seqs, beta)
+                    if n_real == 0:  # not worth it now: wait, then probe
+                        st.back_off()
+                        st.probe = True
+                        continue
             else:
-                seq.num_lookahead_tokens = k
+                forced = True
+            chosen.append((seq, st, drafts, n_real))
+        if pads and chosen and not forced and timed:
+            assert t_d is not None and beta is not None
+            # a padded verification costs beta * K extra tokens for every decode
+            if gain * t_d / num_seqs <= beta * self.k * len(decodes):
+                for _seq, st, _d, _n in chosen:
+                    st.back_off()
+                    st.probe = True
+                return
+        if not chosen:
+            return
+        if pads and ngram is not None:  # the step verifies anyway: every lookup rides along
+            have = {id(c[0]) for c in chosen}
+            for seq, st, k in decodes:  # (a seeded request's drafts stay as they always are)
+                if k > 0 and id(seq) not in have and allows_timing(seq.params):
+                    d = st.lookup(ngram, seq.all_token_ids, k)
+                    if d:
+                        chosen.append((seq, st, d, len(d)))
+        for seq, st, drafts, n_real in chosen:
+            st.probe = False
+            st.planned = n_real
+            if drafts is not None:
+                seq.spec_token_ids = drafts[:n_real]
+            seq.num_lookahead_tokens = n_real
+        if pads:
+            limit = min(self.max_model_len, self.runner.num_blocks * self.runner.block_size)
+            for seq, _st, _k in decodes:
+                # positions n-1 .. n-1+K must exist (rotary table, the pool): else no padding
+                # (the step then runs eagerly)
+                seq.num_lookahead_tokens = max(
+                    seq.num_lookahead_tokens, min(self.k, limit - seq.num_tokens)
+                )
 
     # ---- 2. after scheduling -------------------------------------------------------------
     def draft(self, scheduled, block_tables) -> None:
         """Fill ``spec_token_ids`` / ``spec_probs`` of the scheduled sequences with the drafts
-        the scheduler made room for (``num_computed + num_new_tokens - num_tokens`` of them)
-        and lower ``num_new_tokens`` where the drafter gave fewer.
+        the scheduler made room for (``num_computed + num_new_tokens - num_tokens`` of them:
+        the planned real drafts first, padding after) and lower ``num_new_tokens`` where the
+        drafter gave fewer.
 
         Args:
             scheduled: the step's ``ScheduledSequence`` list.
             block_tables: int32 ``[len(scheduled), max_blocks]`` in the same order.
         """
-        want, rows = [], []
+        want, rows, pads = [], [], []
+        states = self._state
         for r, s in enumerate(scheduled):
             seq = s.seq
             n_spec = s.num_computed + s.num_new_tokens - seq.num_tokens
             if n_spec <= 0:
                 if seq.spec_token_ids:
                     seq.spec_token_ids = []
+                seq.num_spec_pad = 0
                 continue
-            if self.ngram is not None:
-                seq.spec_token_ids = seq.spec_token_ids[:n_spec]
+            st = states.get(seq)
+            real = min(n_spec, st.planned if st is not None else n_spec)
+            seq.num_spec_pad = n_spec - real
+            if self.ngram is not None or real == 0:
+                seq.spec_token_ids = seq.spec_token_ids[:real] + [seq.all_token_ids[-1]] * (
+                    n_spec - real
+                )
             else:
-                want.append(n_spec)
+                want.append(real)
                 rows.append(r)
+                pads.append(n_spec - real)
         if rows:
             assert self.draft_model is not None
             seqs = [scheduled[r].seq for r in rows]
             drafts, qs = self.draft_model.propose(seqs, want, block_tables[rows])
-            for seq, d, q in zip(seqs, drafts, qs):
-                seq.spec_token_ids = d
+            for seq, d, q, pad in zip(seqs, drafts, qs, pads):
+                seq.spec_token_ids = list(d) + [seq.all_token_ids[-1]] * pad
                 seq.spec_probs = q
 
     # ---- 3. verification -----------------------------------------------------------------
     def verify(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> VerifyOutput:
-        """Verify the drafts of ``seqs`` (each with ``len(seq.spec_token_ids) + 1`` consecutive
-        logits rows; 0 drafts is plain sampling) and count them."""
-        drafts = [seq.spec_token_ids for seq in seqs]
+        """Verify the real drafts of ``seqs`` (each with ``len(spec_token_ids) -
+        num_spec_pad + 1`` consecutive logits rows; 0 drafts is plain sampling), count them
+        and update each sequence's acceptance estimate and backoff."""
+        drafts = [seq.spec_token_ids[: len(seq.spec_token_ids) - seq.num_spec_pad] for seq in seqs]
         out = self.sampler(
             logits,
             drafts,
@@ -228,12 +381,31 @@ class SpeculativeDecoder:
                 c.num_verify_steps += 1
                 st = states.get(seq)
                 if st is not None:
+                    st.acceptance.update(len(d), a)
                     if a:
-                        st.backoff = 0
+                        st.backoff = st.wait = 0
                     else:  # all rejected: wait 1, 2, 4, ... steps before drafting again
-                        st.backoff = min(max(1, 2 * st.backoff), MAX_BACKOFF_STEPS)
-                        st.wait = st.backoff
+                        st.back_off()
         return out
+
+    # ---- the cost model's measurements ---------------------------------------------------
+    @staticmethod
+    def step_shape(scheduled) -> StepShape:
+        """The shape of a scheduled step (before it runs; ``scheduled`` as :meth:`draft`)."""
+        extra = 0
+        decode_only = True
+        for s in scheduled:
+            seq = s.seq
+            if s.num_computed != seq.num_tokens - 1 or seq.num_tokens == seq.num_prompt_tokens:
+                decode_only = False
+                break
+            extra += s.num_new_tokens - 1
+        return StepShape(len(scheduled), extra, decode_only)
+
+    def observe(self, shape: StepShape, seconds: float) -> None:
+        """Feed a finished step's wall time to the cost model (decode-only steps only)."""
+        if shape.decode_only:
+            self.cost.observe(shape.num_seqs, shape.extra_tokens, seconds)
 
     # ---- 4. after the step ---------------------------------------------------------------
     @staticmethod
@@ -243,8 +415,9 @@ class SpeculativeDecoder:
         seq.spec_token_ids = []
         seq.spec_probs = None
         seq.num_lookahead_tokens = 0
+        seq.num_spec_pad = 0
         if not seq.is_finished:
             kv.trim(seq, seq.num_tokens)
 
 
-__all__ = ["SpeculativeDecoder", "SpecDecodeCounters"]
+__all__ = ["SpeculativeDecoder", "SpecDecodeCounters", "StepShape"]

@@ -111,3 +111,23 @@ def test_ngram_examples():
     assert p.propose([1, 2, 3, 4, 5, 6], 3) == []  # nothing repeats
     assert p.propose([7, 1, 2, 8, 1, 2, 9, 1, 2], 2) == [9, 1]  # the most recent occurrence
     assert NgramProposer(1, 1).propose([4, 1, 4], 5) == [1, 4]
+
+
+def test_incremental_index_matches_propose():
+    """NgramIndex (the engine's O(1)-a-step lookup) drafts what NgramProposer.propose drafts,
+    after every token of random sequences over small vocabularies (many repeats)."""
+    import random
+
+    from local_engine.spec_decode.ngram import NgramProposer
+
+    rng = random.Random(0)
+    for lo, hi in ((1, 1), (2, 5), (3, 4)):
+        p = NgramProposer(lo, hi)
+        for _ in range(40):
+            vocab = rng.choice([2, 3, 5, 20])
+            seq = [rng.randrange(vocab) for _ in range(rng.randrange(1, 90))]
+            index = p.index()
+            for n in range(1, len(seq) + 1):
+                index.extend(seq[:n])
+                for k in (1, 4):
+                    assert index.propose(k) == p.propose(seq[:n], k), (lo, hi, seq[:n], k)

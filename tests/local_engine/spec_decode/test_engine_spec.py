@@ -168,6 +168,7 @@ def test_stop_string_and_max_tokens_inside_an_accepted_run(engine_factory, basel
     i = 4  # "List the numbers from 1 to 30": a long output to cut
     full = base[i].outputs[0]
     eng.spec.ngram = OracleList(ids[i], full.token_ids)
+    eng.spec.adaptive = False  # draft from the first decode on (no cost-model measurement step)
     # max_tokens inside an 8-token accepted run
     (o,) = generate(eng, [ids[i]], [SamplingParams(temperature=0, max_tokens=5)])
     assert o.outputs[0].token_ids == full.token_ids[:5]
@@ -205,6 +206,7 @@ def test_rejected_drafts_are_rolled_back(engine_factory):
         speculative={"method": "ngram", "num_speculative_tokens": 4},
     )
     eng.spec.ngram = WrongDrafts(wrong)
+    eng.spec.adaptive = False  # draft from the first decode on (no cost-model measurement step)
     kv = eng.kv_cache_manager
     eng.add_request("a", prompt, SamplingParams(temperature=0, max_tokens=6))
     eng.step()  # prefill, samples token 30

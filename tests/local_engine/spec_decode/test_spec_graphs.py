@@ -37,6 +37,8 @@ def run(folder, graphs: bool, spec: bool):
     runner = eng.runner
     if spec:
         eng.spec.ngram = RepeatLast()
+        eng.spec.adaptive = False  # draft every step (no cost-model measurement steps)
+        eng.spec.pad = True  # the same padded shapes with and without the graph runner
     if graphs:
         runner.spec_graphs = ReplayByRerun(
             runner.model,
@@ -93,8 +95,8 @@ class WrongDrafts:
 
 
 def test_backoff_after_rejected_drafts(tmp_path):
-    """Drafts that are always rejected: drafting waits 1, 2, 4, 8, 16, 16, ... decode steps
-    after each fully rejected step (MAX_BACKOFF_STEPS = 16)."""
+    """Drafts that are always rejected: drafting waits 1, 2, 4, 8, 16, 32, 32, ... decode
+    steps after each fully rejected step (MAX_BACKOFF_STEPS = 32; the cost model off)."""
     from local_engine.engine import LLMEngine
 
     eng = LLMEngine.from_config(
@@ -104,6 +106,7 @@ def test_backoff_after_rejected_drafts(tmp_path):
         speculative={"method": "ngram", "num_speculative_tokens": 2},
     )
     eng.spec.ngram = WrongDrafts()
+    eng.spec.adaptive = False
     eng.add_request("a", [1, 2, 3], SamplingParams(temperature=0, max_tokens=80, ignore_eos=True))
     while eng.has_unfinished_requests():
         for o in eng.step():
@@ -119,8 +122,8 @@ def test_backoff_after_rejected_drafts(tmp_path):
             wait -= 1
             continue
         verified += 1
-        backoff = min(max(1, 2 * backoff), 16)
+        backoff = min(max(1, 2 * backoff), 32)
         wait = backoff
-    assert out.metrics.num_verify_steps == verified == 8  # steps 1, 3, 6, 11, 20, 37, 54, 71
+    assert out.metrics.num_verify_steps == verified == 7  # steps 1, 3, 6, 11, 20, 37, 70
     assert out.metrics.num_accepted_tokens == 0
     assert len(out.outputs[0].token_ids) == 80
