@@ -19,6 +19,26 @@ import torch.nn.functional as F
 
 from local_engine.kv_cache.quant import dequantize, is_quantized, quantize
 
+# The last slot mapping seen, as int64 with its padding mask: every layer of a forward pass
+# writes through the same one, so the conversion and the padding check (a host sync on a GPU)
+# run once per step. Keyed by identity and version counter (an in-place torch write
+# invalidates it); the memo holds the tensor, so a later step's cannot reuse its id.
+_SLOTS: tuple | None = None
+
+
+def _slots(slot_mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(slots as int64, mask of the non-negative ones or None when all are)``."""
+    global _SLOTS
+    memo = _SLOTS
+    if memo is not None and memo[0] is slot_mapping and memo[1] == slot_mapping._version:
+        return memo[2], memo[3]
+    slots = slot_mapping if slot_mapping.dtype == torch.long else slot_mapping.to(torch.long)
+    keep = None
+    if slots.numel() and int(slots.min()) < 0:
+        keep = slots >= 0
+    _SLOTS = (slot_mapping, slot_mapping._version, slots, keep)
+    return slots, keep
+
 
 def write_kv_cache(
     key: torch.Tensor,
@@ -32,9 +52,8 @@ def write_kv_cache(
     """See :func:`local_engine.attention.write_kv_cache`. A quantized cache gets
     :func:`~local_engine.kv_cache.quant.quantize` of each token-head (values and scale)."""
     num_blocks, block_size = k_cache.shape[:2]
-    slots = slot_mapping if slot_mapping.dtype == torch.long else slot_mapping.to(torch.long)
-    if slots.numel() and int(slots.min()) < 0:  # padding rows are skipped
-        keep = slots >= 0
+    slots, keep = _slots(slot_mapping)
+    if keep is not None:  # padding rows are skipped
         slots, key, value = slots[keep], key[keep], value[keep]
     if not is_quantized(k_cache):
         # index_copy_ on the flat slot axis: one kernel per cache, no index_put bookkeeping

@@ -9,7 +9,8 @@ One :class:`Linear` module, three storage formats chosen once the weights are lo
   2-core AMD EPYC (Zen 4), one thread, the ``[out, in]`` layout streams 12-13 GB/s and the
   ``[in, out]`` one 24-29 GB/s (``bench/profile_cpu.py``, ``bench/RESULTS.md`` "## cpu"), so
   transposing once at load halves the matmul time of a decode step. Prefill GEMMs run at the
-  same speed in either layout.
+  same speed in either layout. Wide-input matrices (``out < in``: ``down_proj``) stream faster
+  in ``[out, in]`` and stay ``"dense"`` (:func:`~local_engine.models.weights.float32_transposed`).
 - ``"bf16"`` (the CPU): ``weight`` ``[out, in]`` bfloat16, reordered once into oneDNN's
   blocked layout (``torch.ops.mkldnn._reorder_linear_weight``, the packing torch's inductor
   uses for CPU linears) and run by ``torch.ops.mkldnn._linear_pointwise``, which uses the
@@ -95,7 +96,7 @@ class Linear(nn.Module):
     """``y = x @ W^T`` without bias; ``x`` ``[T, in]`` -> ``[T, out]`` in ``x``'s dtype.
 
     Built in the ``"dense"`` format with an uninitialised ``weight`` ``[out, in]`` (no random
-    init: every weight is overwritten by the loader). :meth:`set_dense_t`,
+    init: every weight is overwritten by the loader). :meth:`set_dense`, :meth:`set_dense_t`,
     :meth:`set_bf16` and :meth:`set_int8` switch formats (see the module docstring)."""
 
     def __init__(self, in_features: int, out_features: int):
@@ -121,6 +122,18 @@ class Linear(nn.Module):
         self.weight_t = weight_t.contiguous()
         self.weight = None
         self.format = "dense_t"
+
+    def set_dense(self, weight: torch.Tensor) -> None:
+        """Store ``weight`` ``[out, in]`` as it is (the CPU's float32 layout for ``out < in``,
+        see :func:`local_engine.models.weights.float32_transposed`)."""
+        if tuple(weight.shape) != (self.out_features, self.in_features):
+            raise ValueError(
+                f"weight must be [{self.out_features}, {self.in_features}], "
+                f"got {tuple(weight.shape)}"
+            )
+        self.weight = nn.Parameter(weight.contiguous(), requires_grad=False)
+        self.weight_t = None
+        self.format = "dense"
 
     def set_bf16(self, weight: torch.Tensor) -> None:
         """Store ``weight`` ``[out, in]`` as bfloat16, reordered for oneDNN when it supports

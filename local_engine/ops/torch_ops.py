@@ -37,15 +37,61 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> tor
     return out.add_(swapped.mul_(sin_signed))
 
 
+# The last step's gathered rotary rows: every layer of a forward pass rotates by the same
+# positions with the same tables, so the gather runs once per step instead of once per layer.
+# Keyed by the tensors' identity and version counter (an in-place torch write to `positions`
+# invalidates it); the memo holds the keyed tensors, so a new step's tensors cannot reuse
+# their ids.
+_ROWS: tuple | None = None
+
+
+def _rotary_rows(positions, cos, sin, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cos[positions], [-sin, sin][positions])`` as ``[T, 1, D]`` in ``dtype``."""
+    global _ROWS
+    memo = _ROWS
+    if (
+        memo is not None
+        and memo[0] is positions
+        and memo[1] == positions._version
+        and memo[2] is cos
+        and memo[3] is sin
+        and memo[4] == dtype
+    ):
+        return memo[5], memo[6]
+    half = cos.shape[-1] // 2
+    c = cos.index_select(0, positions).unsqueeze(1).to(dtype)
+    s = sin.index_select(0, positions).unsqueeze(1).to(dtype)
+    s[..., :half].neg_()  # a fresh tensor: index_select copies
+    _ROWS = (positions, positions._version, cos, sin, dtype, c, s)
+    return c, s
+
+
+def _adjacent(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether ``k``'s heads directly follow ``q``'s in memory with the same row stride (the
+    q and k slices of one fused qkv projection), so both rotate as one ``[T, Hq + Hkv, D]``."""
+    return (
+        q.dtype == k.dtype
+        and (q.shape[0] == 1 or q.stride(0) == k.stride(0))  # a size-1 dim's stride is moot
+        and q.stride(1) == k.stride(1)
+        and q.stride(2) == 1
+        and k.stride(2) == 1
+        and q.stride(1) == q.shape[2]
+        and k.data_ptr() == q.data_ptr() + q.shape[1] * q.shape[2] * q.element_size()
+    )
+
+
 def rotary_and_write_kv(
     q, k, v, positions, cos, sin, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None
 ) -> torch.Tensor:
     """See :func:`local_engine.ops.rotary_and_write_kv` (returns a new rotated ``q``)."""
-    half = q.shape[-1] // 2
-    c = cos.index_select(0, positions).unsqueeze(1).to(q.dtype)
-    s = sin.index_select(0, positions).unsqueeze(1).to(q.dtype)
-    s[..., :half].neg_()  # a fresh tensor: index_select copies
-    q, k = _rotate(q, c, s), _rotate(k, c, s)
+    c, s = _rotary_rows(positions, cos, sin, q.dtype)
+    if _adjacent(q, k):
+        t, hq, d = q.shape
+        row = k.stride(0) if t > 1 else (hq + k.shape[1]) * d
+        qk = _rotate(q.as_strided((t, hq + k.shape[1], d), (row, d, 1)), c, s)
+        q, k = qk[:, :hq], qk[:, hq:]
+    else:
+        q, k = _rotate(q, c, s), _rotate(k, c, s)
     write_kv_cache(
         k, v, k_cache, v_cache, slot_mapping, backend="torch", k_scale=k_scale, v_scale=v_scale
     )
