@@ -321,35 +321,34 @@ def bench_plugin(args):
     (d / "test_plugin_cost.py").write_text(_PLUGIN_TESTS)
     cache = tempfile.mkdtemp(prefix="weights-")
     print("| code | run | pytest wall (s) |\n|---|---|---:|")
-    for label, root in (
-        ("before (" + args.before + ")", args.before),
-        ("after (this branch)", str(ROOT)),
-    ):
-        for run in ("first", "second"):
-            env = {**os.environ, "PYTHONPATH": root, "PROMPTCACHE_WEIGHT_CACHE_DIR": cache}
-            t = time.perf_counter()
-            res = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pytest",
-                    "-q",
-                    "-p",
-                    "no:cacheprovider",
-                    "-p",
-                    "no:xdist",
-                    str(d),
-                ],
-                capture_output=True,
-                text=True,
-                env=env,
-                cwd=d,
-            )
-            wall = time.perf_counter() - t
-            ok = "passed" if res.returncode == 0 else f"FAILED rc={res.returncode}"
-            print(f"| {label} | {run} ({ok}) | {wall:.1f} |")
-            if res.returncode:
-                print(res.stdout[-1500:])
+    # interleaved (before, after, before, after) so that a load drift on the shared machine
+    # does not favour one side; each side's first run writes its own weight-cache file
+    sides = (("before (" + args.before + ")", args.before), ("after (this branch)", str(ROOT)))
+    for run, (label, root) in ((run, side) for run in ("first", "second") for side in sides):
+        env = {**os.environ, "PYTHONPATH": root, "PROMPTCACHE_WEIGHT_CACHE_DIR": cache}
+        t = time.perf_counter()
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:xdist",
+                str(d),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=d,
+        )
+        wall = time.perf_counter() - t
+        ok = "passed" if res.returncode == 0 else f"FAILED rc={res.returncode}"
+        print(f"| {label} | {run} ({ok}) | {wall:.1f} |")
+        if res.returncode:
+            print(res.stdout[-1500:])
 
 
 def main() -> int:
