@@ -22,21 +22,29 @@ from local_engine.kv_cache.quant import dequantize, is_quantized, quantize
 # The last slot mapping seen, as int64 with its padding mask: every layer of a forward pass
 # writes through the same one, so the conversion and the padding check (a host sync on a GPU)
 # run once per step. Keyed by identity and version counter (an in-place torch write
-# invalidates it); the memo holds the tensor, so a later step's cannot reuse its id.
+# invalidates it; an inference-mode tensor has none and is never reused); the memo holds the
+# tensor, so a later step's cannot reuse its id.
 _SLOTS: tuple | None = None
+
+
+def version_of(t: torch.Tensor) -> int | None:
+    """``t``'s version counter (bumped by every in-place write), None for an inference-mode
+    tensor, which has none (a memo keyed on it must not be reused)."""
+    return None if t.is_inference() else t._version
 
 
 def _slots(slot_mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(slots as int64, mask of the non-negative ones or None when all are)``."""
     global _SLOTS
     memo = _SLOTS
-    if memo is not None and memo[0] is slot_mapping and memo[1] == slot_mapping._version:
+    version = version_of(slot_mapping)
+    if memo is not None and memo[0] is slot_mapping and version is not None and memo[1] == version:
         return memo[2], memo[3]
     slots = slot_mapping if slot_mapping.dtype == torch.long else slot_mapping.to(torch.long)
     keep = None
     if slots.numel() and int(slots.min()) < 0:
         keep = slots >= 0
-    _SLOTS = (slot_mapping, slot_mapping._version, slots, keep)
+    _SLOTS = (slot_mapping, version, slots, keep)
     return slots, keep
 
 
@@ -57,12 +65,10 @@ def write_kv_cache(
         slots, key, value = slots[keep], key[keep], value[keep]
     if not is_quantized(k_cache):
         # index_copy_ on the flat slot axis: one kernel per cache, no index_put bookkeeping
-        k_cache.view(num_blocks * block_size, *k_cache.shape[2:]).index_copy_(
-            0, slots, key.to(k_cache.dtype)
-        )
-        v_cache.view(num_blocks * block_size, *v_cache.shape[2:]).index_copy_(
-            0, slots, value.to(v_cache.dtype)
-        )
+        if key.dtype != k_cache.dtype:
+            key, value = key.to(k_cache.dtype), value.to(v_cache.dtype)
+        k_cache.view(num_blocks * block_size, *k_cache.shape[2:]).index_copy_(0, slots, key)
+        v_cache.view(num_blocks * block_size, *v_cache.shape[2:]).index_copy_(0, slots, value)
         return
     blk, off = slots // block_size, slots % block_size
     for x, cache, sc in ((key, k_cache, k_scale), (value, v_cache, v_scale)):
@@ -98,13 +104,20 @@ def _attend(q, k_cache, v_cache, table_row, ctx, scale, k_scale, v_scale) -> tor
     q_len, num_heads = q.shape[0], q.shape[1]
     block_size, num_kv_heads, head_dim = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
     compute = _compute_dtype(q.dtype)
-    blocks = table_row[: (ctx + block_size - 1) // block_size]
+    n_blocks = (ctx + block_size - 1) // block_size
+    blocks = table_row[:n_blocks]
     # [n_blocks, block, KV, D] -> [ctx, KV, D] -> [1, KV, ctx, D] (a strided view)
-    k = _read(k_cache, k_scale, blocks, compute).reshape(-1, num_kv_heads, head_dim)[:ctx]
-    v = _read(v_cache, v_scale, blocks, compute).reshape(-1, num_kv_heads, head_dim)[:ctx]
-    kh = k.permute(1, 0, 2).unsqueeze(0)
-    vh = v.permute(1, 0, 2).unsqueeze(0)
-    qh = q.to(compute).transpose(0, 1).unsqueeze(0)  # [1, H, q_len, D]
+    if k_scale is None and k_cache.dtype == compute:  # the CPU engine's case: fewest calls
+        k = k_cache.index_select(0, blocks).view(n_blocks * block_size, num_kv_heads, head_dim)
+        v = v_cache.index_select(0, blocks).view(n_blocks * block_size, num_kv_heads, head_dim)
+    else:
+        k = _read(k_cache, k_scale, blocks, compute).view(-1, num_kv_heads, head_dim)
+        v = _read(v_cache, v_scale, blocks, compute).view(-1, num_kv_heads, head_dim)
+    kh = k[:ctx].transpose(0, 1).unsqueeze(0)
+    vh = v[:ctx].transpose(0, 1).unsqueeze(0)
+    if q.dtype != compute:
+        q = q.to(compute)
+    qh = q.transpose(0, 1).unsqueeze(0)  # [1, H, q_len, D]
     mask = None
     if 1 < q_len < ctx:
         # Query j sits at position ctx - q_len + j and sees keys 0..that position.
@@ -120,7 +133,7 @@ def _attend(q, k_cache, v_cache, table_row, ctx, scale, k_scale, v_scale) -> tor
         scale=scale,
         enable_gqa=num_heads != num_kv_heads,
     )
-    return o[0].transpose(0, 1)
+    return o.view(num_heads, head_dim)[None] if q_len == 1 else o[0].transpose(0, 1)
 
 
 def paged_attention(
@@ -149,7 +162,7 @@ def paged_attention(
         if num_tokens == 0:
             return torch.empty_like(q)
         o = _attend(q, k_cache, v_cache, block_tables[0], lens[0], scale, k_scale, v_scale)
-        return o.to(q.dtype).contiguous()
+        return o if o.dtype == q.dtype and num_tokens == 1 else o.to(q.dtype).contiguous()
     out = torch.empty_like(q)
     decode = [i for i in range(len(lens)) if cu[i + 1] - cu[i] == 1]
     if len(decode) > 1:

@@ -92,6 +92,13 @@ def _pack_int8(q: torch.Tensor, scale: torch.Tensor):
             torch.backends.quantized.engine = engine
 
 
+@functools.cache
+def _linear_dynamic():
+    """``quantized::linear_dynamic``'s resolved overload: calling it skips the op packet's
+    per-call overload resolution and script-object scan (~1 us of 120 calls a step)."""
+    return torch.ops.quantized.linear_dynamic.default
+
+
 class Linear(nn.Module):
     """``y = x @ W^T`` without bias; ``x`` ``[T, in]`` -> ``[T, out]`` in ``x``'s dtype.
 
@@ -201,16 +208,16 @@ class Linear(nn.Module):
                 y = F.linear(xb, self.dense_weight())
             return y.to(x.dtype)
         if self.format == "int8":
-            xf = x.float()
+            xf = x if x.dtype == torch.float32 else x.float()
             if xf.shape[0] == 1:
-                y = torch.ops.quantized.linear_dynamic(xf, self._packed, self._reduce_range)
+                y = _linear_dynamic()(xf, self._packed, self._reduce_range)
             else:
                 # per-token activation scales: linear_dynamic quantizes its whole input with one
                 # scale, so rows far below the largest one lose most of their 8 bits; dividing
                 # each row by its max |x| first (and multiplying back, exact since the map is
                 # linear) gives each token its own scale
                 amax = xf.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)
-                y = torch.ops.quantized.linear_dynamic(xf / amax, self._packed, self._reduce_range)
+                y = _linear_dynamic()(xf / amax, self._packed, self._reduce_range)
                 y.mul_(amax)
             return y if x.dtype == torch.float32 else y.to(x.dtype)
         return F.linear(x, self.dense_weight())

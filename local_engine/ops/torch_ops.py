@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from local_engine.attention import write_kv_cache
+from local_engine.attention.torch_ref import version_of
 
 
 def rms_norm(
@@ -40,8 +41,8 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> tor
 # The last step's gathered rotary rows: every layer of a forward pass rotates by the same
 # positions with the same tables, so the gather runs once per step instead of once per layer.
 # Keyed by the tensors' identity and version counter (an in-place torch write to `positions`
-# invalidates it); the memo holds the keyed tensors, so a new step's tensors cannot reuse
-# their ids.
+# invalidates it; an inference-mode tensor has no version counter and is never reused); the
+# memo holds the keyed tensors, so a new step's tensors cannot reuse their ids.
 _ROWS: tuple | None = None
 
 
@@ -52,7 +53,8 @@ def _rotary_rows(positions, cos, sin, dtype) -> tuple[torch.Tensor, torch.Tensor
     if (
         memo is not None
         and memo[0] is positions
-        and memo[1] == positions._version
+        and memo[1] == version_of(positions)
+        and memo[1] is not None
         and memo[2] is cos
         and memo[3] is sin
         and memo[4] == dtype
@@ -62,7 +64,7 @@ def _rotary_rows(positions, cos, sin, dtype) -> tuple[torch.Tensor, torch.Tensor
     c = cos.index_select(0, positions).unsqueeze(1).to(dtype)
     s = sin.index_select(0, positions).unsqueeze(1).to(dtype)
     s[..., :half].neg_()  # a fresh tensor: index_select copies
-    _ROWS = (positions, positions._version, cos, sin, dtype, c, s)
+    _ROWS = (positions, version_of(positions), cos, sin, dtype, c, s)
     return c, s
 
 

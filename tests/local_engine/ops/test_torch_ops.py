@@ -78,3 +78,22 @@ def test_rotary_and_write_kv_bit_identical(fused_qkv, tokens):
         q, k, v, positions, rope.cos, rope.sin, k_cache, v_cache, slots
     )
     assert torch.equal(out3, out2)
+
+
+def test_rotary_rows_are_not_reused_for_inference_tensors():
+    """Inference-mode tensors have no version counter: an in-place write to the same positions
+    tensor between two calls must still be seen (the draft model's tensors are such)."""
+    rope = RotaryEmbedding(16, 64, 10000.0, None)
+    with torch.inference_mode():
+        q = torch.randn(3, 2, 16)
+        k, v = torch.randn(2, 3, 1, 16)
+        positions = torch.tensor([1, 2, 3])
+        slots = torch.tensor([0, 1, 2])
+        cache = torch.zeros(2, 2, 4, 1, 16)
+        torch_ops.rotary_and_write_kv(q, k, v, positions, rope.cos, rope.sin, *cache, slots)
+        positions.copy_(torch.tensor([10, 20, 30]))
+        slots.copy_(torch.tensor([5, 6, 7]))
+        out = torch_ops.rotary_and_write_kv(q, k, v, positions, rope.cos, rope.sin, *cache, slots)
+        c, s = rope.cos[positions].unsqueeze(1), rope.sin[positions].unsqueeze(1)
+        assert torch.equal(out, _hf_rotate(q, c, s))
+        assert torch.equal(cache[1].view(-1, 1, 16)[5:8], v)
