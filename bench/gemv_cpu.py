@@ -3,7 +3,7 @@
 For each shape, 30 distinct random matrices (2 for the LM head) so that the weights come from
 DRAM as in a decode step, best of 5 passes; printed as microseconds per call and GB/s of the
 float32-equivalent bytes (``out * in * 4 / time``; formats that store fewer bytes exceed the
-read bandwidth). The read bandwidth of a plain ``torch.sum`` over 512 MiB is printed first.
+read bandwidth). The read bandwidth of a plain ``torch.sum`` over 512 MiB of float32 is printed first.
 
 Formats: ``F.linear`` on ``[out, in]``; ``torch.mv``; ``torch.mm`` on ``[in, out]``; oneMKL's
 packed GEMM (``torch.ops.mkl._mkl_linear``); oneDNN float32 and bfloat16 packed linears
@@ -88,7 +88,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     print("#", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    buf = torch.ones(128 * 2**20)
+    buf = torch.ones(128 * 2**20)  # 512 MiB of float32
     buf.sum()
     bw = buf.numel() * 4 / _best([buf.sum])
     print(f"# torch.sum read bandwidth: {bw / 1e9:.1f} GB/s, {args.threads} thread(s)")
