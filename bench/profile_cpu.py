@@ -178,7 +178,7 @@ def start_request(engine, context: int, steps: int, rid: str):
 
 
 def finish(engine):
-    for r in list(engine._requests):
+    for r in list(engine.output_processor.requests):
         engine.abort_request(r)
     while engine.has_unfinished_requests():
         engine.step()

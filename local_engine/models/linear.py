@@ -9,7 +9,8 @@ One :class:`Linear` module, three storage formats chosen once the weights are lo
   2-core AMD EPYC (Zen 4), one thread, the ``[out, in]`` layout streams 12-13 GB/s and the
   ``[in, out]`` one 24-29 GB/s (``bench/profile_cpu.py``, ``bench/RESULTS.md`` "## cpu"), so
   transposing once at load halves the matmul time of a decode step. Prefill GEMMs run at the
-  same speed in either layout.
+  same speed in either layout. Wide-input matrices (``out < in``: ``down_proj``) stream faster
+  in ``[out, in]`` and stay ``"dense"`` (:func:`~local_engine.models.weights.float32_transposed`).
 - ``"bf16"`` (the CPU): ``weight`` ``[out, in]`` bfloat16, reordered once into oneDNN's
   blocked layout (``torch.ops.mkldnn._reorder_linear_weight``, the packing torch's inductor
   uses for CPU linears) and run by ``torch.ops.mkldnn._linear_pointwise``, which uses the
@@ -91,11 +92,18 @@ def _pack_int8(q: torch.Tensor, scale: torch.Tensor):
             torch.backends.quantized.engine = engine
 
 
+@functools.cache
+def _linear_dynamic():
+    """``quantized::linear_dynamic``'s resolved overload: calling it skips the op packet's
+    per-call overload resolution and script-object scan (~1 us of 120 calls a step)."""
+    return torch.ops.quantized.linear_dynamic.default
+
+
 class Linear(nn.Module):
     """``y = x @ W^T`` without bias; ``x`` ``[T, in]`` -> ``[T, out]`` in ``x``'s dtype.
 
     Built in the ``"dense"`` format with an uninitialised ``weight`` ``[out, in]`` (no random
-    init: every weight is overwritten by the loader). :meth:`set_dense_t`,
+    init: every weight is overwritten by the loader). :meth:`set_dense`, :meth:`set_dense_t`,
     :meth:`set_bf16` and :meth:`set_int8` switch formats (see the module docstring)."""
 
     def __init__(self, in_features: int, out_features: int):
@@ -121,6 +129,18 @@ class Linear(nn.Module):
         self.weight_t = weight_t.contiguous()
         self.weight = None
         self.format = "dense_t"
+
+    def set_dense(self, weight: torch.Tensor) -> None:
+        """Store ``weight`` ``[out, in]`` as it is (the CPU's float32 layout for ``out < in``,
+        see :func:`local_engine.models.weights.float32_transposed`)."""
+        if tuple(weight.shape) != (self.out_features, self.in_features):
+            raise ValueError(
+                f"weight must be [{self.out_features}, {self.in_features}], "
+                f"got {tuple(weight.shape)}"
+            )
+        self.weight = nn.Parameter(weight.contiguous(), requires_grad=False)
+        self.weight_t = None
+        self.format = "dense"
 
     def set_bf16(self, weight: torch.Tensor) -> None:
         """Store ``weight`` ``[out, in]`` as bfloat16, reordered for oneDNN when it supports
@@ -188,16 +208,16 @@ class Linear(nn.Module):
                 y = F.linear(xb, self.dense_weight())
             return y.to(x.dtype)
         if self.format == "int8":
-            xf = x.float()
+            xf = x if x.dtype == torch.float32 else x.float()
             if xf.shape[0] == 1:
-                y = torch.ops.quantized.linear_dynamic(xf, self._packed, self._reduce_range)
+                y = _linear_dynamic()(xf, self._packed, self._reduce_range)
             else:
                 # per-token activation scales: linear_dynamic quantizes its whole input with one
                 # scale, so rows far below the largest one lose most of their 8 bits; dividing
                 # each row by its max |x| first (and multiplying back, exact since the map is
                 # linear) gives each token its own scale
                 amax = xf.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)
-                y = torch.ops.quantized.linear_dynamic(xf / amax, self._packed, self._reduce_range)
+                y = _linear_dynamic()(xf / amax, self._packed, self._reduce_range)
                 y.mul_(amax)
             return y if x.dtype == torch.float32 else y.to(x.dtype)
         return F.linear(x, self.dense_weight())

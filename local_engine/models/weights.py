@@ -13,7 +13,8 @@ o_proj``, ``layers.{i}.mlp.gate_up_proj``, ``layers.{i}.mlp.down_proj``, ``lm_he
     embed_tokens.weight            [vocab, hidden]  activation dtype
     norm.weight, layers.{i}.input_layernorm.weight, layers.{i}.post_attention_layernorm.weight
                                    [hidden]         activation dtype
-    float32:             L.weight_t  [in, out]      float32
+    float32:             L.weight_t  [in, out]      float32, for out >= in (qkv, o, gate_up, lm_head)
+                         L.weight    [out, in]      float32, for out < in (down_proj)
     bfloat16:            L.weight    [out, in]      bfloat16 (reordered for oneDNN at load)
     int8:                L.qweight   [out, in] int8, L.scale [out] float32
 """
@@ -103,9 +104,21 @@ def prepare_weights(
             out[name + ".qweight"], out[name + ".scale"] = quantize_int8(t)
         elif weight_dtype == "bfloat16":
             out[name + ".weight"] = t.to(torch.bfloat16).contiguous()
-        else:
+        elif float32_transposed(t.shape[0], t.shape[1]):
             out[name + ".weight_t"] = t.t().float().contiguous()
+        else:
+            out[name + ".weight"] = t.float().contiguous()
     return out
+
+
+def float32_transposed(out_features: int, in_features: int) -> bool:
+    """Whether a float32 CPU linear is stored ``[in, out]`` (``dense_t``, ``torch.mm``) rather
+    than ``[out, in]`` (``dense``, ``F.linear``). oneMKL's batch-1 GEMV on one Zen 4 core,
+    cold weights, 30 matrices per shape (``bench/RESULTS.md`` "## cpu", 2026-12-01 11:10, load
+    1): ``[in, out]`` 14.2 / 17.5 / 17.9 GB/s for qkv 960x576, gate_up 3072x576, lm_head
+    49152x576 against 11.0-11.3 for ``[out, in]``; for down_proj 576x1536 the reverse, 12.0
+    against 15.0; o_proj 576x576 11.8 against 11.1. So: transposed unless ``out < in``."""
+    return out_features >= in_features
 
 
 def prepared_weight_dtype(prepared: dict[str, torch.Tensor]) -> str:
@@ -116,8 +129,8 @@ def prepared_weight_dtype(prepared: dict[str, torch.Tensor]) -> str:
     """
     if "lm_head.qweight" in prepared:
         return "int8"
-    if "lm_head.weight" in prepared:
-        return "bfloat16"
+    if "lm_head.weight" in prepared:  # float32 heads are stored transposed (out >= in)
+        return "bfloat16" if prepared["lm_head.weight"].dtype == torch.bfloat16 else "float32"
     if "lm_head.weight_t" in prepared:
         return "float32"
     raise EngineError("not a prepared weight dict (no lm_head.weight_t, .weight or .qweight)")
@@ -164,8 +177,10 @@ def load_prepared(model, prepared: dict[str, torch.Tensor]) -> None:
                 lin.set_int8(take(name + ".qweight"), take(name + ".scale"))
             elif kind == "bfloat16":
                 lin.set_bf16(take(name + ".weight"))
+            elif name + ".weight_t" in prepared:
+                lin.set_dense_t(prepared[name + ".weight_t"])
             else:
-                lin.set_dense_t(take(name + ".weight_t"))
+                lin.set_dense(take(name + ".weight"))
         except ValueError as exc:
             raise EngineError(f"{name}: {exc}") from exc
 
@@ -178,4 +193,5 @@ __all__ = [
     "load_prepared",
     "prepare_weights",
     "prepared_weight_dtype",
+    "float32_transposed",
 ]

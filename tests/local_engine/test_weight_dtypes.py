@@ -51,7 +51,7 @@ def test_linear_formats_match_f_linear(fmt, rows):
     x = torch.randn(rows, 48)
     lin = Linear(48, 80)
     if fmt == "dense":
-        lin.weight.data = w.clone()
+        lin.set_dense(w.clone())
     elif fmt == "dense_t":
         lin.set_dense_t(w.t().contiguous())
     elif fmt == "bf16":
@@ -73,8 +73,53 @@ def test_linear_rejects_wrong_shapes():
     lin = Linear(4, 6)
     with pytest.raises(ValueError, match="weight_t must be"):
         lin.set_dense_t(torch.zeros(6, 4))
+    with pytest.raises(ValueError, match="weight must be"):
+        lin.set_dense(torch.zeros(4, 6))
     with pytest.raises(ValueError, match="qweight must be int8"):
         lin.set_int8(torch.zeros(6, 4), torch.ones(6))
+
+
+def test_float32_layout_per_shape_round_trips():
+    """float32 prepared weights: [in, out] where out >= in, [out, in] for down_proj (out < in);
+    a model loaded from them computes every linear as F.linear on the original weight."""
+    from local_engine.config import ModelConfig
+    from local_engine.models.llama import LlamaForCausalLM
+    from local_engine.models.weights import load_prepared, prepare_weights
+
+    mc = ModelConfig(
+        name="t", vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=1,
+        num_heads=4, num_kv_heads=2, head_dim=8, rms_norm_eps=1e-5, rope_theta=10000.0,
+        max_position_embeddings=64, tie_word_embeddings=False,
+    )  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    shapes = {
+        "model.embed_tokens.weight": (64, 32), "model.norm.weight": (32,), "lm_head.weight": (64, 32),
+        "model.layers.0.input_layernorm.weight": (32,),
+        "model.layers.0.post_attention_layernorm.weight": (32,),
+        "model.layers.0.self_attn.q_proj.weight": (32, 32),
+        "model.layers.0.self_attn.k_proj.weight": (16, 32),
+        "model.layers.0.self_attn.v_proj.weight": (16, 32),
+        "model.layers.0.self_attn.o_proj.weight": (32, 32),
+        "model.layers.0.mlp.gate_proj.weight": (48, 32),
+        "model.layers.0.mlp.up_proj.weight": (48, 32),
+        "model.layers.0.mlp.down_proj.weight": (32, 48),
+    }  # fmt: skip
+    hf = {k: torch.randn(*v, generator=g) for k, v in shapes.items()}
+    prepared = prepare_weights(hf, mc, "float32")
+    assert "layers.0.mlp.down_proj.weight" in prepared  # [out, in]: out 32 < in 48
+    assert prepared["layers.0.mlp.gate_up_proj.weight_t"].shape == (32, 96)
+    assert "lm_head.weight_t" in prepared and "layers.0.self_attn.o_proj.weight_t" in prepared
+    model = LlamaForCausalLM(mc)
+    load_prepared(model, prepared)
+    down = model.layers[0].mlp.down_proj
+    assert down.format == "dense" and model.lm_head.format == "dense_t"
+    x = torch.randn(3, 48, generator=g)
+    ref = F.linear(x, hf["model.layers.0.mlp.down_proj.weight"])
+    assert torch.equal(down(x), ref)
+    h = torch.randn(2, 32, generator=g)
+    torch.testing.assert_close(
+        model.lm_head(h), F.linear(h, hf["lm_head.weight"]), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_weight_dtype_validation():
