@@ -140,7 +140,12 @@ class Scheduler:
         if seq.status == SequenceStatus.RUNNING:
             self.running.remove(seq)
         elif seq.status != SequenceStatus.FORK_PENDING and not seq.is_finished:
-            self.waiting.remove(seq)  # WAITING, PREEMPTED and SWAPPED wait in the queue
+            self.waiting.remove(seq)  # WAITING, PREEMPTED, SWAPPED, RESTORING wait in the queue
+        if seq.status == SequenceStatus.SWAPPED and self._pending_swap_out:
+            # its swap-out copies may not have run yet: its host blocks are given back now and
+            # may hold another block (the CPU tier's) before the next step runs them
+            mine = set(self.kv.swapped.get(seq.seq_id, ()))
+            self._pending_swap_out = [c for c in self._pending_swap_out if c[1] not in mine]
         seq.status = status
         self.kv.free(seq)
 
