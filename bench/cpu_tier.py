@@ -157,7 +157,11 @@ def main(argv=None) -> int:
         r = run_trace(e, prompts, params)
         r.update(name=name, pool=nb, tier=tier, load=os.getloadavg()[0])
         rows.append(r)
-        print(f"  done {name}: {r['wall']:.0f}s", flush=True)
+        print(
+            f"  done {name}: {r['wall']:.0f}s, hit rate {r['hit_rate']:.1%} (CPU "
+            f"{r['cpu_hit_rate']:.1%}), TTFT mean {r['ttft_mean']:.3f}s p95 {r['ttft_p95']:.3f}s",
+            flush=True,
+        )
         del e
     base = rows[0]
     print()
