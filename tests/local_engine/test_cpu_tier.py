@@ -365,3 +365,23 @@ def test_serve_flag_parses_human_sizes_and_refuses_nonsense(capsys):
     assert cli.run(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--cpu-cache-memory" in err[0] and "4GiB" in err[0]
+
+
+def test_the_real_model_restores_the_same_greedy_continuation(engine_factory):
+    """SmolLM2-135M (the embedded GGUF, float32): the same arithmetic as the tiny model's
+    test (70-token prompts, a 10-block pool, the first prompt's 4 full blocks evicted to the
+    tier): 64 tokens come back from the tier and the greedy continuation equals both the
+    first computation and the tier-off recompute."""
+    block_bytes = 2 * 30 * 3 * 64 * 4 * BS  # 30 layers, 3 KV heads of 64, float32: 737,280
+    on = engine_factory(num_kv_blocks=NUM_BLOCKS, cpu_cache_memory=64 * block_bytes,
+                        max_num_batched_tokens=64, debug_checks=True)  # fmt: skip
+    off = engine_factory(num_kv_blocks=NUM_BLOCKS, max_num_batched_tokens=64)
+    ps = [[(i * 7919 + 13 * j) % 49152 for j in range(PROMPT_LEN)] for i in range(4)]
+    firsts = [run(on, f"p{i}", p) for i, p in enumerate(ps)]
+    for i, p in enumerate(ps):
+        run(off, f"p{i}", p)
+    again_on, again_off = run(on, "again", ps[0]), run(off, "again", ps[0])
+    assert (again_on.num_cached_tokens, again_on.num_cpu_cached_tokens) == (64, 64)
+    assert again_off.num_cached_tokens == 0
+    assert again_on.token_ids == again_off.token_ids == firsts[0].token_ids
+    idle_checks(on)
