@@ -98,6 +98,11 @@ def main(argv=None) -> int:
     ap.add_argument("--zipf", type=float, default=0.8, help="Zipf exponent s (default 0.8)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument(
+        "--only",
+        default="off,on,full,floor",
+        help="configurations to run, comma-separated from off,on,full,floor (default all)",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.requests, args.prefixes, args.prefix_len = 60, 12, 512
@@ -134,6 +139,7 @@ def main(argv=None) -> int:
 
     # the whole working set: every prefix's blocks plus each request's unique tail blocks
     all_blocks = args.prefixes * per_req + 2 * args.requests
+    keys = ["off", "on", "full", "floor"]
     configs = [
         ("tier off (peer)", pool, 0),
         ("tier on", pool, all_blocks),
@@ -144,6 +150,8 @@ def main(argv=None) -> int:
         ),
         ("all on device (floor)", all_blocks + per_req, 0),
     ]
+    wanted = set(args.only.split(","))
+    configs = [c for k, c in zip(keys, configs) if k in wanted]
     print(
         f"# trace: {args.requests} requests over {args.prefixes} prefixes of {args.prefix_len} "
         f"tokens + {SUFFIX_LEN} unique, Zipf s={args.zipf}, seed {args.seed}; "
