@@ -89,6 +89,12 @@ class EngineConfig:
         seed: seed of the engine's default random generator (requests without ``seed``).
         debug_checks: check the block pool's invariants after every step (slow).
         swap_space: bytes of CPU memory for swapping preempted requests' KV (0 = recompute).
+        cpu_cache_memory: bytes of CPU memory for the prefix cache's CPU tier (0 = off): cached
+            blocks the device pool evicts are copied there (LRU) instead of dropped, and copied
+            back when a prompt's prefix continues into them (counted as cached). Pinned on
+            CUDA. Shares one host allocator with ``swap_space`` (swap keeps its bytes as a
+            reserved floor; the tier may use what swap does not hold). Needs
+            ``enable_prefix_caching``. See docs/DESIGN.md, "CPU tier".
         enforce_eager: on CUDA, run every step eagerly instead of replaying the CUDA graphs
             captured for decode steps of batch sizes 1..``max_num_seqs`` and for small prefill
             and mixed steps (see :mod:`local_engine.cuda_graphs`).
@@ -134,6 +140,7 @@ class EngineConfig:
     seed: int = 0
     debug_checks: bool = False
     swap_space: int = 0
+    cpu_cache_memory: int = 0
     enforce_eager: bool = False  # on CUDA: no decode CUDA graphs (local_engine/cuda_graphs.py)
     prefill_graph_max_tokens: int = 512
     num_threads: int | None = None
@@ -182,6 +189,16 @@ class EngineConfig:
                 )
         if self.swap_space < 0:
             raise EngineError(f"swap_space must be >= 0 bytes, got {self.swap_space}")
+        if not isinstance(self.cpu_cache_memory, int) or self.cpu_cache_memory < 0:
+            raise EngineError(
+                f"cpu_cache_memory must be a whole number of bytes >= 0 (0 = off), got "
+                f"{self.cpu_cache_memory!r}"
+            )
+        if self.cpu_cache_memory and not self.enable_prefix_caching:
+            raise EngineError(
+                "cpu_cache_memory is the prefix cache's CPU tier; it needs "
+                "enable_prefix_caching=True"
+            )
         if str(self.kv_cache_dtype).lower() not in KV_CACHE_DTYPES:
             raise EngineError(
                 f"unknown kv_cache_dtype {self.kv_cache_dtype!r}; supported: "

@@ -117,9 +117,20 @@ class LLMEngine:
             self.spec.allocate_kv_cache(num_blocks)
         self.runner.allocate_kv_cache(num_blocks)
         num_cpu_blocks = config.swap_space // block_bytes
-        self.runner.allocate_swap_space(num_cpu_blocks)
+        num_tier_blocks = config.cpu_cache_memory // block_bytes
+        if config.cpu_cache_memory and not num_tier_blocks:
+            raise EngineError(
+                f"cpu_cache_memory={config.cpu_cache_memory} bytes holds no KV block (one block "
+                f"is {block_bytes} bytes here); give at least that, or 0 to turn the tier off"
+            )
+        # swap space and the CPU tier share one host pool (kv_cache/cpu_tier.py)
+        self.runner.allocate_swap_space(num_cpu_blocks + num_tier_blocks)
         self.kv_cache_manager = KVCacheManager(
-            num_blocks, config.block_size, config.enable_prefix_caching, num_cpu_blocks
+            num_blocks,
+            config.block_size,
+            config.enable_prefix_caching,
+            num_cpu_blocks,
+            num_tier_blocks,
         )
         self.scheduler = Scheduler(
             self.kv_cache_manager,
@@ -133,7 +144,7 @@ class LLMEngine:
         self.load_seconds = time.monotonic() - t0
         logger.info(
             "%s loaded in %.1fs on %s (%s, weights %s, %d threads); KV cache %s: %d blocks x %d tokens = %d tokens max "
-            "(%.1f MiB, %d bytes/token); swap space %d blocks; max_model_len=%d",
+            "(%.1f MiB, %d bytes/token); swap space %d blocks; CPU tier %d blocks; max_model_len=%d",
             self.model_name,
             self.load_seconds,
             config.device,
@@ -147,6 +158,7 @@ class LLMEngine:
             num_blocks * block_bytes / 2**20,
             block_bytes // config.block_size,
             num_cpu_blocks,
+            num_tier_blocks,
             self.max_model_len,
         )
 
@@ -302,8 +314,15 @@ class LLMEngine:
         says stopped; build the outputs."""
         if self.spec is not None:
             self.spec.plan(self.scheduler.running)  # drafts to make room for
+        xfer = self.runner.kv_transfer
+        if xfer is not None and self.kv_cache_manager.num_restores_in_flight:
+            self.kv_cache_manager.finish_restores(xfer.poll())  # CPU-tier copies done
         sched = self.scheduler.schedule()
         if sched.is_empty:
+            if sched.has_transfers:  # a restore began with nothing else to run
+                self._move_blocks(sched)
+            if xfer is not None and self.kv_cache_manager.num_restores_in_flight:
+                xfer.wait_oldest()  # nothing runs meanwhile: no busy loop
             return []
         now = time.monotonic()
         shape = self.spec.step_shape(sched.scheduled) if self.spec is not None else None
@@ -340,7 +359,7 @@ class LLMEngine:
         sample from the parent's logits). Returns the rows' sequences and the sampler's
         output (None when no sequence samples this step)."""
         tables = self.kv_cache_manager.block_table_array([s.seq.seq_id for s in sched.scheduled])
-        self.runner.swap(sched.swap_out, sched.swap_in)
+        self._move_blocks(sched)
         self.runner.copy_blocks(sched.block_copies)
         if self.spec is not None:
             self.spec.copy_blocks(sched.block_copies)
@@ -366,6 +385,19 @@ class LLMEngine:
             logits = logits[torch.tensor(row_src, dtype=torch.long, device=logits.device)]
         params = [s.params for s in row_seqs]
         return row_seqs, self.runner.sample(logits, params, [s.generator for s in row_seqs])
+
+    def _move_blocks(self, sched: SchedulerOutput) -> None:
+        """The step's copies between the device pool and host memory, in the order that keeps
+        every read before the write of the same block: CPU-tier offloads of evicted blocks
+        (the blocks are handed out again this step), swap-out then swap-in, CPU-tier restores
+        (into fresh blocks; asynchronous on CUDA, polled at the next step)."""
+        xfer = self.runner.kv_transfer
+        if xfer is not None:
+            xfer.offload(sched.tier_offload)
+        self.runner.swap(sched.swap_out, sched.swap_in)
+        if xfer is not None:
+            for job in sched.tier_restore:
+                xfer.restore(job.job_id, job.copies)
 
     def _verify(self, sched: SchedulerOutput, batch, logits) -> tuple[list[Sequence], VerifyOutput]:
         """Speculative step: each sampling sequence's ``1 + drafts`` logits rows go to the
@@ -467,6 +499,9 @@ class LLMEngine:
         """A snapshot (see :class:`~local_engine.metrics.EngineMetrics`)."""
         kv = self.kv_cache_manager
         m = self._metrics
+        xfer = self.runner.kv_transfer
+        if xfer is not None:
+            xfer.poll_timing()
         return EngineMetrics(
             prefix_cache_queries=kv.prefix_cache_queries,
             prefix_cache_hits=kv.prefix_cache_hits,
@@ -485,6 +520,17 @@ class LLMEngine:
             requests_finished=m.requests_finished,
             ttft_seconds=list(m.ttft),
             tpot_seconds=list(m.tpot),
+            prefix_cache_hits_cpu=kv.prefix_cache_hits_cpu,
+            gpu_cache_blocks_resident=len(kv.pool.hash_to_block),
+            cpu_cache_blocks_resident=kv.host.num_tier_resident,
+            cpu_cache_num_blocks=kv.host.num_tier_blocks,
+            num_swap_blocks=kv.host.num_swap_blocks,
+            cpu_cache_evictions=kv.host.num_tier_evictions,
+            cpu_cache_offers_refused=kv.host.num_offers_refused,
+            kv_bytes_gpu_to_cpu=xfer.bytes_to_host if xfer else 0,
+            kv_bytes_cpu_to_gpu=xfer.bytes_to_device if xfer else 0,
+            kv_transfer_seconds_gpu_to_cpu=xfer.seconds_to_host if xfer else 0.0,
+            kv_transfer_seconds_cpu_to_gpu=xfer.seconds_to_device if xfer else 0.0,
             **(
                 {
                     "spec_num_draft_tokens": self.spec.counters.num_draft_tokens,

@@ -35,6 +35,17 @@ class EngineMetrics:
         spec_num_draft_tokens, spec_num_accepted_tokens, spec_num_verify_steps: speculative
             decoding totals (drafted tokens, accepted drafts, sequence-steps that verified a
             draft); all 0 with speculation off.
+        prefix_cache_hits_cpu: of ``prefix_cache_hits`` (both tiers), tokens copied back from
+            the CPU tier (cumulative); ``prefix_cache_hits_gpu`` is the rest.
+        gpu_cache_blocks_resident, cpu_cache_blocks_resident: blocks holding cached content
+            (a chain hash) in the device pool / the CPU tier now.
+        cpu_cache_num_blocks: host blocks of the tier's own share (0 = tier off; it may also
+            use swap space swap does not hold); num_swap_blocks: swap's floor.
+        cpu_cache_evictions: tier blocks dropped for room (for the tier or for swap);
+            cpu_cache_offers_refused: evicted device blocks the tier could not take.
+        kv_bytes_gpu_to_cpu, kv_bytes_cpu_to_gpu: CPU-tier copies, bytes (cumulative);
+        kv_transfer_seconds_gpu_to_cpu, kv_transfer_seconds_cpu_to_gpu: their copy time
+            (CUDA event time on the copy stream; wall time on the CPU).
     """
 
     prefix_cache_queries: int
@@ -57,6 +68,22 @@ class EngineMetrics:
     spec_num_draft_tokens: int = 0
     spec_num_accepted_tokens: int = 0
     spec_num_verify_steps: int = 0
+    prefix_cache_hits_cpu: int = 0
+    gpu_cache_blocks_resident: int = 0
+    cpu_cache_blocks_resident: int = 0
+    cpu_cache_num_blocks: int = 0
+    num_swap_blocks: int = 0
+    cpu_cache_evictions: int = 0
+    cpu_cache_offers_refused: int = 0
+    kv_bytes_gpu_to_cpu: int = 0
+    kv_bytes_cpu_to_gpu: int = 0
+    kv_transfer_seconds_gpu_to_cpu: float = 0.0
+    kv_transfer_seconds_cpu_to_gpu: float = 0.0
+
+    @property
+    def prefix_cache_hits_gpu(self) -> int:
+        """Hits served from the device pool (tokens, cumulative)."""
+        return self.prefix_cache_hits - self.prefix_cache_hits_cpu
 
     @property
     def spec_acceptance_rate(self) -> float:
@@ -82,6 +109,7 @@ class EngineMetrics:
         d["prefix_cache_hit_rate"] = self.prefix_cache_hit_rate
         d["kv_usage_percent"] = self.kv_usage_percent
         d["spec_acceptance_rate"] = self.spec_acceptance_rate
+        d["prefix_cache_hits_gpu"] = self.prefix_cache_hits_gpu
         return d
 
 

@@ -238,9 +238,10 @@ class OutputProcessor:
                     seq.cumulative_logprob if want_lp else None,
                 )
             )
-        cached = state.samples[0].seq.num_cached_tokens
+        seq0 = state.samples[0].seq
+        cached = seq0.num_cached_tokens
         # positional: request_id, prompt_token_ids, num_cached_tokens, outputs, finished,
-        # metrics, prompt
+        # metrics, prompt, num_cpu_cached_tokens
         return RequestOutput(
             state.request_id,
             state.prompt_token_ids,
@@ -249,6 +250,7 @@ class OutputProcessor:
             finished,
             state.metrics,
             state.prompt,
+            seq0.num_cpu_cached_tokens if cached > 0 else 0,
         )
 
     def _finish_request(self, state: RequestState, now: float) -> None:

@@ -92,10 +92,13 @@ class RequestOutput:
         request_id: as given to ``add_request``.
         prompt: prompt text when known (``LLM.generate`` with text), else None.
         prompt_token_ids: the prompt.
-        num_cached_tokens: prompt tokens whose K/V came from the prefix cache (whole blocks).
+        num_cached_tokens: prompt tokens whose K/V came from the prefix cache (whole blocks),
+            from either tier: the device pool ("gpu") or the CPU tier.
         outputs: one :class:`CompletionOutput` per sample.
         finished: all samples finished.
         metrics: :class:`RequestMetrics`.
+        num_cpu_cached_tokens: of ``num_cached_tokens``, the tokens copied back from the CPU
+            tier (``EngineConfig.cpu_cache_memory``); 0 with the tier off.
     """
 
     request_id: str
@@ -105,6 +108,13 @@ class RequestOutput:
     finished: bool
     metrics: RequestMetrics
     prompt: str | None = None
+    num_cpu_cached_tokens: int = 0
+
+    @property
+    def num_gpu_cached_tokens(self) -> int:
+        """Of ``num_cached_tokens``, the tokens found in the device pool (named "gpu" as in
+        the usage field; on a CPU-only engine the device pool is in host memory too)."""
+        return self.num_cached_tokens - self.num_cpu_cached_tokens
 
     @property
     def text(self) -> str:

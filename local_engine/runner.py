@@ -30,6 +30,7 @@ from .scheduler import SchedulerOutput
 
 if TYPE_CHECKING:
     from .cuda_graphs import DecodeGraphRunner, PrefillGraphRunner
+    from .kv_cache.transfer import KVTransfer
 
 logger = logging.getLogger("local_engine")
 
@@ -149,7 +150,8 @@ class ModelRunner:
         self.num_blocks = 0
         self.kv_cache = torch.empty(0, dtype=self.dtype)  # [layers, 2, ...] once allocated
         self.kv_caches: list[tuple[torch.Tensor, ...]] = []  # (k, v[, k_scale, v_scale])
-        self.cpu_kv_cache: torch.Tensor | None = None  # swap space, when there is any
+        self.cpu_kv_cache: torch.Tensor | None = None  # swap space + CPU tier, when any
+        self.kv_transfer: KVTransfer | None = None  # copies to and from it
         self.sampler = Sampler(cfg.seed, device=self.device)
         self.max_model_len = max_model_len
         self.graphs: DecodeGraphRunner | None = None  # on CUDA unless enforce_eager
@@ -377,14 +379,17 @@ class ModelRunner:
         return dev
 
     def allocate_swap_space(self, num_cpu_blocks: int) -> None:
-        """CPU memory for swapped-out blocks, shaped like the device cache (pinned on CUDA)."""
+        """Host KV blocks for swap space and the CPU tier of the prefix cache together,
+        ``[num_cpu_blocks, layers, 2, *block]`` (pinned on CUDA), and the copy engine that
+        moves blocks to and from them (:mod:`local_engine.kv_cache.transfer`)."""
+        from .kv_cache.transfer import KVTransfer, allocate_host_cache
+
         self.cpu_kv_cache = None
+        self.kv_transfer = None
         if num_cpu_blocks <= 0:
             return
-        shape = (self.kv_cache.shape[0], 2, num_cpu_blocks) + tuple(self.kv_cache.shape[3:])
-        self.cpu_kv_cache = torch.zeros(
-            shape, dtype=self.kv_cache.dtype, device="cpu", pin_memory=self.device.type == "cuda"
-        )
+        self.cpu_kv_cache = allocate_host_cache(self.kv_cache, num_cpu_blocks)
+        self.kv_transfer = KVTransfer(self.kv_cache, self.cpu_kv_cache)
 
     def swap(self, swap_out: Seq[tuple[int, int]], swap_in: Seq[tuple[int, int]]) -> None:
         """Copy ``(device, cpu)`` blocks out, then ``(cpu, device)`` blocks in, all layers."""
@@ -395,11 +400,11 @@ class ModelRunner:
         if swap_out:
             dev = torch.tensor([a for a, _ in swap_out], dtype=torch.long, device=self.device)
             cpu = torch.tensor([b for _, b in swap_out], dtype=torch.long)
-            cpu_cache[:, :, cpu] = self.kv_cache[:, :, dev].to("cpu")
+            cpu_cache[cpu] = self.kv_cache[:, :, dev].movedim(2, 0).to("cpu")
         if swap_in:
             cpu = torch.tensor([a for a, _ in swap_in], dtype=torch.long)
             dev = torch.tensor([b for _, b in swap_in], dtype=torch.long, device=self.device)
-            self.kv_cache[:, :, dev] = cpu_cache[:, :, cpu].to(self.device)
+            self.kv_cache[:, :, dev] = cpu_cache[cpu].movedim(0, 2).to(self.device)
 
     def copy_blocks(self, copies: Seq[tuple[int, int]]) -> None:
         """Copy whole KV blocks ``src -> dst`` in every layer (copy-on-write)."""

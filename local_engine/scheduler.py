@@ -13,6 +13,10 @@ Each :meth:`Scheduler.schedule` call picks the work of one step under a token bu
    waiting sequence whose next uncached block is being computed right now by another
    sequence's prefill is held back (prefix-aware scheduling) so that it hits that block a step
    later instead of computing it again; the requests behind it are not blocked.
+3. With a CPU tier, a waiting sequence whose prefix continues into blocks the device pool
+   evicted to the tier gets its blocks at once and a copy back (``tier_restore``); it waits
+   (``RESTORING``, keeping its place in the queue) until the runner reports the copy done,
+   while the other sequences run, then is admitted like any other with those tokens cached.
 
 Nothing here knows about tensors; the runner turns a :class:`SchedulerOutput` into them.
 """
@@ -52,10 +56,19 @@ class SchedulerOutput:
     swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu block, device block)
     preempted: list[Sequence] = field(default_factory=list)
     num_batched_tokens: int = 0
+    # CPU tier: (device block, host slot) offloads of evicted blocks, done before anything
+    # writes a device block this step; restores begun this step (RestoreJob), issued after swaps
+    tier_offload: list[tuple[int, int]] = field(default_factory=list)
+    tier_restore: list = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
         return not self.scheduled
+
+    @property
+    def has_transfers(self) -> bool:
+        """Whether the step moves blocks between tiers (to run even when nothing is scheduled)."""
+        return bool(self.tier_offload or self.tier_restore)
 
 
 class Scheduler:
@@ -127,7 +140,12 @@ class Scheduler:
         if seq.status == SequenceStatus.RUNNING:
             self.running.remove(seq)
         elif seq.status != SequenceStatus.FORK_PENDING and not seq.is_finished:
-            self.waiting.remove(seq)  # WAITING, PREEMPTED and SWAPPED wait in the queue
+            self.waiting.remove(seq)  # WAITING, PREEMPTED, SWAPPED, RESTORING wait in the queue
+        if seq.status == SequenceStatus.SWAPPED and self._pending_swap_out:
+            # its swap-out copies may not have run yet: its host blocks are given back now and
+            # may hold another block (the CPU tier's) before the next step runs them
+            mine = set(self.kv.swapped.get(seq.seq_id, ()))
+            self._pending_swap_out = [c for c in self._pending_swap_out if c[1] not in mine]
         seq.status = status
         self.kv.free(seq)
 
@@ -155,10 +173,16 @@ class Scheduler:
         return hashes[seq.num_computed_tokens // bs : seq.num_prompt_tokens // bs]
 
     def _pending_hashes(self) -> set[bytes]:
-        """Hashes of prompt blocks that running prefills will compute but have not yet."""
+        """Hashes of prompt blocks that running prefills will compute but have not yet, and
+        of blocks being restored from the CPU tier (and what those sequences compute next)."""
         pending: set[bytes] = set()
         for s in self.running:
             if s.in_prefill:
+                pending.update(self._uncomputed_prompt_hashes(s))
+        for job in self.kv.restoring.values():
+            pending.update(job.hashes)
+        for s in self.waiting:
+            if s.status == SequenceStatus.RESTORING:
                 pending.update(self._uncomputed_prompt_hashes(s))
         return pending
 
@@ -179,6 +203,7 @@ class Scheduler:
         another request is computing this step."""
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
+        self.kv.end_step()
 
         budget = self._schedule_running(out, budget)
         # waiting sequences only when this step did not have to preempt (the pool is tight);
@@ -186,9 +211,10 @@ class Scheduler:
         if not out.preempted and self.waiting:
             budget = self._schedule_waiting(out, budget)
         out.num_batched_tokens = self.max_num_batched_tokens - budget
+        out.tier_offload, out.tier_restore = self.kv.take_transfers()
         # swap-outs decided this step (or left from a step that scheduled nothing) run first
         out.swap_out = self._pending_swap_out + out.swap_out
-        self._pending_swap_out = [] if out.scheduled else out.swap_out
+        self._pending_swap_out = [] if (out.scheduled or out.has_transfers) else out.swap_out
         return out
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
@@ -230,8 +256,10 @@ class Scheduler:
         preempted ones look up the prefix cache first) while the budget, ``max_num_seqs`` and
         free blocks allow, holding back one whose next uncached block a running prefill is
         computing. Returns the budget left."""
-        pending = self._pending_hashes() if self.kv.enable_caching else set()
         num_seqs = len(self.running) + sum(s.num_forks for s in self.running)
+        if self.kv.has_restored:
+            num_seqs, budget = self._admit_restored(out, num_seqs, budget)
+        pending = self._pending_hashes() if self.kv.enable_caching else set()
         idx = 0
         while idx < len(self.waiting) and budget > 0:
             seq = self.waiting[idx]
@@ -258,6 +286,9 @@ class Scheduler:
                 num_seqs += self._admit(idx, seq, num_new, out)
                 budget -= num_new
                 continue
+            if seq.status == SequenceStatus.RESTORING:
+                idx += 1  # its copy is still running (or it was admitted above)
+                continue
             hits, num_cached = self.kv.get_computed_blocks(seq)
             if pending:
                 hashes = self.kv.update_block_hashes(seq)
@@ -265,11 +296,33 @@ class Scheduler:
                 if nxt < (seq.num_tokens - 1) // self.kv.block_size and hashes[nxt] in pending:
                     idx += 1  # hold back: another prefill is computing this block now
                     continue
+            cont = self.kv.find_cpu_hits(seq, hits) if self.kv.cpu_tier_enabled else []
+            if cont and pending and any(h in pending for h, _ in cont):
+                idx += 1  # another sequence restores (or computes) these blocks right now
+                continue
+            num_cached += len(cont) * self.kv.block_size
             num_new = seq.num_tokens - seq.num_computed_tokens - num_cached
             if num_new > budget:
                 if not self.enable_chunked_prefill:
                     break
                 num_new = budget
+            if cont:
+                job = self.kv.begin_restore(seq, hits, cont, num_new)
+                if job is None:
+                    break  # FCFS, as below
+                if seq.num_cached_tokens < 0:
+                    seq.num_cached_tokens = num_cached
+                    seq.num_cpu_cached_tokens = len(job.blocks) * self.kv.block_size
+                    self.kv.record_lookup(
+                        seq.num_prompt_tokens, num_cached, seq.num_cpu_cached_tokens
+                    )
+                seq.num_computed_tokens += num_cached
+                seq.status = SequenceStatus.RESTORING
+                pending.update(job.hashes)
+                if self.kv.enable_caching:
+                    pending.update(self._uncomputed_prompt_hashes(seq))
+                idx += 1  # it stays in the queue until its copy is done
+                continue
             copies = self.kv.allocate_slots(seq, num_new, hits)
             if copies is None:
                 break  # FCFS: nobody overtakes a request that does not fit
@@ -283,6 +336,38 @@ class Scheduler:
                 pending.update(self._uncomputed_prompt_hashes(seq))
         return budget
 
+    def _admit_restored(self, out: SchedulerOutput, num_seqs: int, budget: int) -> tuple[int, int]:
+        """Admit the waiting sequences whose CPU-tier restore is done, in queue order, before
+        the FCFS pass: they already hold the blocks of their first chunk (taken when the
+        restore began), so admitting them takes nothing from the sequences ahead of them, and
+        a sequence ahead that does not fit cannot hold them (and their blocks) back. Returns
+        the seats and budget left."""
+        idx = 0
+        while idx < len(self.waiting) and budget > 0:
+            seq = self.waiting[idx]
+            if seq.status != SequenceStatus.RESTORING or not self.kv.restore_done(seq):
+                idx += 1
+                continue
+            if num_seqs + 1 + seq.num_forks > self.max_num_seqs:
+                break
+            num_new = seq.num_tokens - seq.num_computed_tokens
+            if num_new > budget:
+                if not self.enable_chunked_prefill:
+                    idx += 1
+                    continue
+                num_new = budget
+            copies = self.kv.allocate_slots(seq, num_new)
+            if copies is None:  # the blocks it holds were sized for its first chunk
+                held = len(self.kv.req_blocks[seq.seq_id]) * self.kv.block_size
+                num_new = min(num_new, held - seq.num_computed_tokens)
+                copies = self.kv.allocate_slots(seq, num_new)
+                assert copies is not None and num_new > 0
+            self.kv.admit_restored(seq)
+            out.block_copies.extend(copies)
+            num_seqs += self._admit(idx, seq, num_new, out)
+            budget -= num_new
+        return num_seqs, budget
+
     def check_invariants(self) -> None:
         """Debug check: pool invariants, and every live sequence in exactly one queue."""
         self.kv.check_invariants()
@@ -290,7 +375,11 @@ class Scheduler:
         if len(ids) != len(set(ids)):
             raise AssertionError(f"a sequence is queued twice: {ids}")
         for s in self.waiting:
-            if self.kv.req_blocks.get(s.seq_id):
-                raise AssertionError(f"waiting sequence {s.seq_id} holds blocks")
+            if (s.status == SequenceStatus.RESTORING) != bool(self.kv.req_blocks.get(s.seq_id)):
+                raise AssertionError(f"waiting sequence {s.seq_id}: holds blocks iff restoring")
+            if (s.status == SequenceStatus.RESTORING) != (
+                s.seq_id in self.kv.restoring or self.kv.restore_done(s)
+            ):
+                raise AssertionError(f"sequence {s.seq_id}: restore state and status disagree")
             if (s.status == SequenceStatus.SWAPPED) != (s.seq_id in self.kv.swapped):
                 raise AssertionError(f"sequence {s.seq_id}: swap state and status disagree")

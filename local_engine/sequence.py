@@ -19,17 +19,20 @@ from .sampling import SamplingParams
 
 class SequenceStatus(enum.Enum):
     """Lifecycle of a sequence: WAITING -> RUNNING -> FINISHED_*; RUNNING -> PREEMPTED (blocks
-    given back, recomputed later) or SWAPPED (K/V kept in CPU memory) -> RUNNING.
+        given back, recomputed later) or SWAPPED (K/V kept in CPU memory) -> RUNNING; WAITING or
+    PREEMPTED -> RESTORING (holding its prefix blocks while the CPU tier copies them back) ->
+    RUNNING.
 
-    Samples 1..n-1 of an ``n > 1`` request start FORK_PENDING: in no scheduler queue and
-    holding no blocks until sample 0's prompt is computed; then they fork off it (sharing its
-    blocks copy-on-write) straight to RUNNING, or are aborted (FINISHED_ABORTED)."""
+        Samples 1..n-1 of an ``n > 1`` request start FORK_PENDING: in no scheduler queue and
+        holding no blocks until sample 0's prompt is computed; then they fork off it (sharing its
+        blocks copy-on-write) straight to RUNNING, or are aborted (FINISHED_ABORTED)."""
 
     WAITING = "waiting"
     FORK_PENDING = "fork_pending"  # a sibling sample not yet forked off sample 0
     RUNNING = "running"
     PREEMPTED = "preempted"  # waiting again after giving its blocks back
     SWAPPED = "swapped"  # waiting with its K/V copied to CPU memory
+    RESTORING = "restoring"  # waiting while its cached prefix is copied back from the CPU tier
     FINISHED_STOPPED = "finished_stopped"
     FINISHED_LENGTH = "finished_length"
     FINISHED_ABORTED = "finished_aborted"
@@ -51,7 +54,8 @@ class Sequence:
         prompt_token_ids: the prompt; ``all_token_ids`` = prompt + generated.
         num_computed_tokens: tokens whose K/V are in this sequence's blocks.
         num_cached_tokens: prompt tokens served from the prefix cache when first scheduled
-            (whole blocks); -1 until then.
+            (whole blocks, either tier); -1 until then.
+        num_cpu_cached_tokens: of those, tokens restored from the CPU tier.
         cache_salt: per-tenant salt mixed into block hashes (None = shared cache).
         num_forks: for sample 0 of an ``n > 1`` request, how many siblings still to fork off
             when its prompt is done (they share its blocks copy-on-write).
@@ -76,6 +80,7 @@ class Sequence:
     all_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
     num_cached_tokens: int = -1
+    num_cpu_cached_tokens: int = 0
     status: SequenceStatus = SequenceStatus.WAITING
     num_forks: int = 0
     generator: torch.Generator | None = None

@@ -18,7 +18,7 @@ import hashlib
 import json
 import struct
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 BlockHash = bytes
 
@@ -87,6 +87,9 @@ class BlockPool:
         self.cached_free: OrderedDict[int, KVBlock] = OrderedDict()
         self.hash_to_block: dict[BlockHash, KVBlock] = {}
         self.num_evictions = 0
+        # called as on_evict(block, hash) when allocate() evicts a cached-free block, before
+        # the block is handed out (the CPU tier copies it out: KVCacheManager)
+        self.on_evict: Callable[[KVBlock, BlockHash], None] | None = None
 
     # ---- queries -------------------------------------------------------------------------
     @property
@@ -128,7 +131,10 @@ class BlockPool:
                 b = self.free_uncached.pop()
             else:
                 _, b = self.cached_free.popitem(last=False)
+                h = b.block_hash
                 self._evict(b)
+                if self.on_evict is not None and h is not None:
+                    self.on_evict(b, h)
             b.ref_cnt = 1
             out.append(b)
         return out

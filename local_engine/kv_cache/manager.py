@@ -11,17 +11,45 @@ Lifecycle of a sequence (vLLM v1's ``KVCacheManager`` shape):
 3. After the step ran, :meth:`cache_computed_blocks` registers the newly full, computed
    blocks under their hashes so later requests can hit them.
 4. :meth:`free` drops the sequence's references tail first.
+
+With a CPU tier (``num_cpu_cache_blocks > 0``), a cached block the pool evicts is copied to a
+host slot under the same chain hash (:meth:`take_transfers` hands the step's copies to the
+runner), and :meth:`find_cpu_hits` / :meth:`begin_restore` continue a prompt's lookup into
+the tier: the blocks found there get fresh device blocks and a copy back that runs while other
+sequences compute; :meth:`finish_restores` registers them under their hashes once the copy is
+done (docs/DESIGN.md, "CPU tier").
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..sequence import Sequence
-from .block_pool import BlockPool, KVBlock, PoolInvariantError, hash_block_tokens
+from .block_pool import BlockHash, BlockPool, KVBlock, PoolInvariantError, hash_block_tokens
 from .block_table import BlockTableRows
+from .cpu_tier import HostBlockPool
+
+
+@dataclass
+class RestoreJob:
+    """One sequence's prefix blocks being copied back from the CPU tier to the device.
+
+    Attributes:
+        job_id: the runner's handle for the copy (polled for completion).
+        seq_id: the sequence the blocks are for.
+        copies: ``(host slot, device block)`` per restored block, in block order.
+        hashes: the chain hash of each restored block (pinned in the tier until done).
+        blocks: the device blocks written (fresh, unhashed until the copy is done).
+    """
+
+    job_id: int
+    seq_id: str
+    copies: list[tuple[int, int]] = field(default_factory=list)
+    hashes: list[BlockHash] = field(default_factory=list)
+    blocks: list[KVBlock] = field(default_factory=list)
 
 
 class KVCacheManager:
@@ -31,14 +59,24 @@ class KVCacheManager:
         num_blocks: pool size.
         block_size: tokens per block.
         enable_caching: automatic prefix caching on/off.
+        num_cpu_blocks: swap space in host blocks (swap's reserved floor).
+        num_cpu_cache_blocks: the CPU tier's share of host blocks (0 = tier off; ignored
+            with caching off).
 
     Attributes:
         num_blocks, block_size; ``num_free_blocks`` (free + evictable cached);
-        ``prefix_cache_queries`` / ``prefix_cache_hits``: prompt tokens looked up / found.
+        ``prefix_cache_queries`` / ``prefix_cache_hits``: prompt tokens looked up / found
+        (either tier); ``prefix_cache_hits_cpu``: of the hits, tokens restored from the CPU
+        tier; ``host``: the :class:`~local_engine.kv_cache.cpu_tier.HostBlockPool`.
     """
 
     def __init__(
-        self, num_blocks: int, block_size: int, enable_caching: bool = True, num_cpu_blocks: int = 0
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_caching: bool = True,
+        num_cpu_blocks: int = 0,
+        num_cpu_cache_blocks: int = 0,
     ):
         self.block_size = block_size
         self.enable_caching = enable_caching
@@ -49,12 +87,28 @@ class KVCacheManager:
         # its leading blocks are known to carry a hash (cache_computed_blocks starts there)
         self.block_tables = BlockTableRows()
         self._num_hashed: dict[str, int] = {}
-        # swap space: CPU block ids, free list and per-sequence tables of swapped-out blocks
+        # host blocks: swap space (num_cpu_blocks, a reserved floor) and the CPU tier of the
+        # prefix cache (num_cpu_cache_blocks) share one allocator (cpu_tier.HostBlockPool)
         self.num_cpu_blocks = num_cpu_blocks
-        self.free_cpu_blocks: list[int] = list(range(num_cpu_blocks - 1, -1, -1))
+        self.host = HostBlockPool(num_cpu_blocks, num_cpu_cache_blocks if enable_caching else 0)
         self.swapped: dict[str, list[int]] = {}
         self.prefix_cache_queries = 0
-        self.prefix_cache_hits = 0
+        self.prefix_cache_hits = 0  # both tiers
+        self.prefix_cache_hits_cpu = 0  # of those, restored from the CPU tier
+        # CPU tier: device blocks evicted this step with the slots they go to; restores issued
+        # this step; restores in flight by job id, by live sequence, and of aborted sequences
+        # (their device blocks are held until the copy is done); sequences whose restore is done
+        self._offloads: list[tuple[int, int, bytes]] = []
+        self._new_restores: list[RestoreJob] = []
+        self._jobs: dict[int, RestoreJob] = {}
+        self.restoring: dict[str, RestoreJob] = {}
+        self._orphans: dict[int, RestoreJob] = {}
+        self._restored: set[str] = set()
+        self._next_job = 0
+        self.num_blocks_offloaded = 0  # device -> CPU tier, blocks (cumulative)
+        self.num_blocks_restored = 0  # CPU tier -> device, blocks (cumulative)
+        if self.host.tier_enabled:
+            self.pool.on_evict = self._offload
 
     # ---- sizes ---------------------------------------------------------------------------
     @property
@@ -119,10 +173,14 @@ class KVCacheManager:
             hits.append(b)
         return hits, len(hits) * self.block_size
 
-    def record_lookup(self, num_query_tokens: int, num_hit_tokens: int) -> None:
-        """Count a prefix-cache query (tokens looked up) and its hits, for metrics."""
+    def record_lookup(
+        self, num_query_tokens: int, num_hit_tokens: int, num_cpu_hit_tokens: int = 0
+    ) -> None:
+        """Count a prefix-cache query (tokens looked up) and its hits (both tiers; of those
+        ``num_cpu_hit_tokens`` restored from the CPU tier), for metrics."""
         self.prefix_cache_queries += num_query_tokens
         self.prefix_cache_hits += num_hit_tokens
+        self.prefix_cache_hits_cpu += num_cpu_hit_tokens
 
     def num_blocks_to_allocate(
         self, seq: Sequence, num_new_tokens: int, computed_blocks: Seq[KVBlock] = ()
@@ -218,11 +276,14 @@ class KVCacheManager:
         if start >= n_full:
             return
         hashes = self.update_block_hashes(seq)
+        tier = self.host.tier
         done = start
         for i in range(start, n_full):
             b = held[i]
             if b.block_hash is None:
                 self.pool.cache_block(b, hashes[i])
+                if tier and b.block_hash is not None:
+                    self.host.tier_remove(b.block_hash)  # one tier at a time
             if done == i and b.block_hash is not None:
                 done = i + 1
         self._num_hashed[seq.seq_id] = done
@@ -256,23 +317,39 @@ class KVCacheManager:
 
     def free(self, seq: Sequence) -> None:
         """Drop ``seq``'s blocks, tail first (its unshared tail becomes the LRU victim before
-        a shared prefix), and any swapped-out copy. Unknown sequences are a no-op."""
+        a shared prefix), and any swapped-out copy. Unknown sequences are a no-op. The fresh
+        blocks of a restore still in flight come back when its copy is done."""
         self.drop_swapped(seq)
         self.block_tables.release(seq.seq_id)
         self._num_hashed.pop(seq.seq_id, None)
+        self._restored.discard(seq.seq_id)
         blocks = self.req_blocks.pop(seq.seq_id, None)
+        job = self.restoring.pop(seq.seq_id, None)
+        if job is not None and blocks:
+            # a restore still writes these device blocks: they come back when it is done
+            self._orphans[job.job_id] = job
+            writing = {id(b) for b in job.blocks}
+            blocks = [b for b in blocks if id(b) not in writing]
         if blocks:
             self.pool.free(reversed(blocks))
 
     def reset_prefix_cache(self) -> int:
         """Evict every freed cached block (its hash is forgotten, it becomes a plain free block);
-        blocks in use keep their hashes. Returns how many were evicted."""
+        blocks in use keep their hashes; the CPU tier is emptied too (but for blocks a restore
+        is reading). Returns how many device blocks were evicted."""
+        self.host.reset_tier()
         return self.pool.reset_prefix_cache()
 
     # ---- swapping (CPU memory) -----------------------------------------------------------
+    @property
+    def free_cpu_blocks(self) -> list[int]:
+        """Host blocks held neither by swap nor by the CPU tier (free now or next step)."""
+        return self.host.free + self.host._deferred
+
     def can_swap_out(self, seq: Sequence) -> bool:
-        """True when ``seq`` holds device blocks and enough CPU swap blocks are free for all of them."""
-        return 0 < len(self.req_blocks.get(seq.seq_id, ())) <= len(self.free_cpu_blocks)
+        """True when ``seq`` holds device blocks and swap can take host blocks for all of them
+        (within its floor; evicting CPU-tier blocks if need be)."""
+        return 0 < len(self.req_blocks.get(seq.seq_id, ())) <= self.host.swap_available()
 
     def swap_out(self, seq: Sequence) -> list[tuple[int, int]]:
         """Give ``seq``'s device blocks back, keeping their contents in CPU blocks.
@@ -282,7 +359,7 @@ class KVCacheManager:
         blocks = self.req_blocks.pop(seq.seq_id)
         self.block_tables.release(seq.seq_id)
         self._num_hashed.pop(seq.seq_id, None)
-        cpu = [self.free_cpu_blocks.pop() for _ in blocks]
+        cpu = self.host.swap_alloc(len(blocks))
         self.swapped[seq.seq_id] = cpu
         self.pool.free(reversed(blocks))
         return [(b.block_id, c) for b, c in zip(blocks, cpu)]
@@ -306,14 +383,159 @@ class KVCacheManager:
         self.req_blocks[seq.seq_id] = blocks
         self.block_tables.assign(seq.seq_id, [b.block_id for b in blocks])
         self._num_hashed.pop(seq.seq_id, None)
-        self.free_cpu_blocks.extend(reversed(cpu))
+        self.host.swap_release(cpu)
         return [(c, b.block_id) for c, b in zip(cpu, blocks)]
 
     def drop_swapped(self, seq: Sequence) -> None:
         """Forget a swapped-out sequence's CPU blocks (abort)."""
         cpu = self.swapped.pop(seq.seq_id, None)
         if cpu:
-            self.free_cpu_blocks.extend(cpu)
+            self.host.swap_release(cpu)
+
+    # ---- CPU tier of the prefix cache ------------------------------------------------------
+    @property
+    def cpu_tier_enabled(self) -> bool:
+        return self.host.tier_enabled
+
+    def _offload(self, block: KVBlock, block_hash: BlockHash) -> None:
+        """BlockPool.on_evict: keep an evicted cached block in the CPU tier when it has room."""
+        slot = self.host.tier_store(block_hash)
+        if slot is not None:
+            self._offloads.append((block.block_id, slot, block_hash))
+
+    def end_step(self) -> None:
+        """Start of a scheduler step: host slots given back last step become free."""
+        self.host.end_step()
+
+    def take_transfers(self) -> tuple[list[tuple[int, int]], list[RestoreJob]]:
+        """The CPU-tier copies of this step, cleared: ``(device block, host slot)`` offloads
+        (one per slot: a block stored and evicted again within the step is not copied) and the
+        restores begun. The runner does the offloads before anything writes a device block
+        this step, and issues the restores after the swaps."""
+        tier = self.host.tier
+        offloads = [(b, slot) for b, slot, h in self._offloads if tier.get(h) == slot]
+        self.num_blocks_offloaded += len(offloads)
+        restores = self._new_restores
+        self._offloads, self._new_restores = [], []
+        return offloads, restores
+
+    def find_cpu_hits(
+        self, seq: Sequence, gpu_hits: Seq[KVBlock]
+    ) -> list[tuple[BlockHash, KVBlock | None]]:
+        """Continue ``seq``'s prefix lookup past its device hits ``gpu_hits`` (from
+        :meth:`get_computed_blocks`): the longest run of blocks found in the CPU tier (entry
+        ``(hash, None)``) or, after one, on the device again (``(hash, block)``), capped as
+        there so that one prompt token is left to compute. Empty when the tier is off or
+        holds none of the next blocks."""
+        if not self.host.tier_enabled or seq.num_computed_tokens > 0:
+            return []
+        hashes = self.update_block_hashes(seq)
+        max_blocks = (seq.num_tokens - 1) // self.block_size
+        tier = self.host.tier
+        out: list[tuple[BlockHash, KVBlock | None]] = []
+        for i in range(len(gpu_hits), max_blocks):
+            h = hashes[i]
+            if h in tier:
+                out.append((h, None))
+                continue
+            b = self.pool.lookup(h)
+            if b is None:
+                break
+            out.append((h, b))
+        while out and out[-1][1] is not None:  # nothing to restore after the last CPU hit
+            out.pop()
+        return out
+
+    def restore_blocks_needed(
+        self, gpu_hits: Seq[KVBlock], cont: Seq[tuple[BlockHash, KVBlock | None]], num_new: int
+    ) -> int:
+        """Free device blocks :meth:`begin_restore` would consume."""
+        n_hit = len(gpu_hits) + len(cont)
+        total = self.blocks_needed(n_hit * self.block_size + num_new)
+        n_cpu = sum(1 for _, b in cont if b is None)
+        touched = list(gpu_hits) + [b for _, b in cont if b is not None]
+        return (total - n_hit) + n_cpu + sum(1 for b in touched if b.ref_cnt == 0)
+
+    def begin_restore(
+        self,
+        seq: Sequence,
+        gpu_hits: Seq[KVBlock],
+        cont: Seq[tuple[BlockHash, KVBlock | None]],
+        num_new: int,
+    ) -> RestoreJob | None:
+        """Give ``seq`` (holding no blocks) its whole cached prefix and room for its next
+        ``num_new`` tokens: the device hits and the device blocks in ``cont`` take a
+        reference, each CPU-tier block in ``cont`` gets a fresh device block and a copy back
+        (its tier block pinned until the copy is done). The sequence must not run until
+        :meth:`finish_restores` reports the job done.
+
+        Returns: the job (also handed to the runner by :meth:`take_transfers`), or None when
+        the pool cannot supply the blocks (nothing changed then)."""
+        assert not self.req_blocks.get(seq.seq_id), "restore for a sequence holding blocks"
+        if self.restore_blocks_needed(gpu_hits, cont, num_new) > self.pool.num_free_blocks:
+            return None
+        n_hit = len(gpu_hits) + len(cont)
+        total = self.blocks_needed(n_hit * self.block_size + num_new)
+        job = RestoreJob(self._next_job, seq.seq_id)
+        self._next_job += 1
+        slots = {h: self.host.tier[h] for h, b in cont if b is None}
+        self.host.pin(slots)
+        self.pool.touch(list(gpu_hits) + [b for _, b in cont if b is not None])
+        # evictions here offload other blocks to the tier; the pinned ones stay
+        fresh = iter(self.pool.allocate(len(slots) + total - n_hit))
+        held = list(gpu_hits)
+        for h, b in cont:
+            if b is None:
+                b = next(fresh)
+                job.copies.append((slots[h], b.block_id))
+                job.hashes.append(h)
+                job.blocks.append(b)
+            held.append(b)
+        held.extend(fresh)
+        self.req_blocks[seq.seq_id] = held
+        self.block_tables.assign(seq.seq_id, [b.block_id for b in held])
+        self._num_hashed.pop(seq.seq_id, None)
+        self._jobs[job.job_id] = job
+        self.restoring[seq.seq_id] = job
+        self._new_restores.append(job)
+        return job
+
+    def restore_done(self, seq: Sequence) -> bool:
+        """Whether ``seq``'s restore finished (it may run now)."""
+        return seq.seq_id in self._restored and seq.seq_id not in self.restoring
+
+    def admit_restored(self, seq: Sequence) -> None:
+        """The scheduler admitted ``seq`` after its restore."""
+        self._restored.discard(seq.seq_id)
+
+    @property
+    def num_restores_in_flight(self) -> int:
+        return len(self._jobs)
+
+    @property
+    def has_restored(self) -> bool:
+        """Whether a sequence's restore is done and it waits to be admitted."""
+        return bool(self._restored)
+
+    def finish_restores(self, job_ids: Seq[int]) -> None:
+        """The runner finished these restores' copies: unpin their tier blocks; for a live
+        sequence register the restored device blocks under their hashes (unless another block
+        got the hash meanwhile) and drop the tier copies (a block lives in one tier); for an
+        aborted one give its fresh device blocks back (the tier keeps the blocks)."""
+        for jid in job_ids:
+            job = self._jobs.pop(jid)
+            self.host.unpin(job.hashes)
+            if self._orphans.pop(jid, None) is not None:
+                self.pool.free(reversed(job.blocks))
+            else:
+                for b, h in zip(job.blocks, job.hashes):
+                    self.pool.cache_block(b, h)
+                del self.restoring[job.seq_id]
+                self._restored.add(job.seq_id)
+                self.num_blocks_restored += len(job.blocks)
+            for h in job.hashes:
+                if self.pool.lookup(h) is not None:
+                    self.host.tier_remove(h)
 
     # ---- debugging -----------------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -323,14 +545,28 @@ class KVCacheManager:
         for blocks in self.req_blocks.values():
             for b in blocks:
                 refs[b.block_id] = refs.get(b.block_id, 0) + 1
+        for job in self._orphans.values():  # an aborted sequence's blocks a restore writes
+            for b in job.blocks:
+                refs[b.block_id] = refs.get(b.block_id, 0) + 1
         self.pool.check(refs)
-        held_cpu = [c for cpu in self.swapped.values() for c in cpu]
-        if (
-            len(set(held_cpu)) != len(held_cpu)
-            or set(held_cpu) & set(self.free_cpu_blocks)
-            or len(held_cpu) + len(self.free_cpu_blocks) != self.num_cpu_blocks
-        ):
-            raise PoolInvariantError("CPU swap blocks: lost, duplicated, or both free and held")
+        self.host.check(c for cpu in self.swapped.values() for c in cpu)
+        for h in self.host.tier:  # a block lives in one tier (but while a restore reads it)
+            if h not in self.host.pins and self.pool.lookup(h) is not None:
+                raise PoolInvariantError(f"block {h.hex()[:8]} cached on the device and the CPU")
+        pinned: dict[bytes, int] = {}
+        for jid, job in self._jobs.items():
+            if (jid in self._orphans) == (self.restoring.get(job.seq_id) is job):
+                raise PoolInvariantError(f"restore {jid}: neither live nor orphaned, or both")
+            if any(b.block_hash is not None for b in job.blocks):
+                raise PoolInvariantError(f"restore {jid}: a block being written has a hash")
+            for h in job.hashes:
+                pinned[h] = pinned.get(h, 0) + 1
+        if pinned != self.host.pins:
+            raise PoolInvariantError("CPU-tier pins differ from the restores in flight")
+        for seq_id, job in self.restoring.items():
+            held = {id(b) for b in self.req_blocks.get(seq_id, ())}
+            if job.seq_id != seq_id or not all(id(b) in held for b in job.blocks):
+                raise PoolInvariantError(f"restore of {seq_id}: its blocks left its table")
         if set(self.swapped) & set(self.req_blocks):
             raise PoolInvariantError("a sequence holds both device blocks and swapped-out blocks")
         for seq_id, blocks in self.req_blocks.items():

@@ -84,6 +84,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--num-kv-blocks", type=int, default=None, help="KV-cache pool size in blocks"
     )
     parser.add_argument(
+        "--cpu-cache-memory",
+        default="0",
+        metavar="SIZE",
+        help="CPU tier of the prefix cache: host memory that keeps cached KV blocks the "
+        "device pool evicts, copied back when a prompt hits them (e.g. 4GiB, 512MiB, 2GB or "
+        "bytes; pinned on CUDA; default 0 = off)",
+    )
+    parser.add_argument(
         "--kv-cache-dtype",
         default="auto",
         choices=["auto", "fp8", "int8"],
@@ -134,6 +142,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def parse_size(text: str) -> int:
+    """Bytes from ``"4GiB"``, ``"512MiB"``, ``"2GB"`` or ``"1048576"``, read by pydantic's
+    ``ByteSize``: binary units KiB/MiB/GiB/TiB, decimal KB/MB/GB/TB (and K/M/G/T, decimal as
+    pydantic reads them), case-insensitive.
+
+    Raises:
+        ValueError: anything else (the message says what is accepted).
+    """
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
+    try:
+        return int(TypeAdapter(ByteSize).validate_python(str(text)))
+    except ValidationError:
+        raise ValueError(
+            f"{text!r} is not a size; give bytes or a number with a unit such as 4GiB, "
+            "512MiB or 2GB"
+        ) from None
+
+
 def _fail(message: str) -> int:
     print(f"promptcache serve: error: {message}", file=sys.stderr)
     return 2
@@ -172,6 +199,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--threads {args.threads} must be at least 1")
     if args.weight_dtype is not None and args.device != "cpu":
         return _fail("--weight-dtype is CPU-only; drop it with --device cuda")
+    try:
+        args.cpu_cache_bytes = parse_size(getattr(args, "cpu_cache_memory", "0"))
+    except ValueError as exc:
+        return _fail(f"--cpu-cache-memory: {exc}")
     from local_engine.errors import EngineError
     from local_engine.spec_decode.config import parse_cli
 
@@ -217,6 +248,8 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
     if args.num_kv_blocks is not None:
         overrides["num_kv_blocks"] = args.num_kv_blocks
     overrides["kv_cache_dtype"] = args.kv_cache_dtype
+    if getattr(args, "cpu_cache_bytes", 0):
+        overrides["cpu_cache_memory"] = args.cpu_cache_bytes
     if args.weight_dtype is not None:
         overrides["weight_dtype"] = args.weight_dtype
     if args.threads is not None:

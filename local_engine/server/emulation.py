@@ -227,14 +227,25 @@ class CacheEmulator:
             raise APIError(400, exc.message, param=exc.param) from None
 
 
-def openai_usage_body(usage: CacheUsage, completion_tokens: int, *, report_writes: bool) -> dict:
+#: Name of the usage extension field giving the engine's prefix-cache hits per tier, in tokens:
+#: ``{"gpu": n, "cpu": m}`` ("gpu": the device pool; "cpu": the CPU tier,
+#: ``--cpu-cache-memory``). The providers' own fields are unchanged; in ``automatic`` mode
+#: ``gpu + cpu`` equals ``prompt_tokens_details.cached_tokens`` (OpenAI) and
+#: ``cache_read_input_tokens`` (Anthropic); in the emulated modes those report the emulated
+#: provider's rules while this field stays what the engine physically reused.
+CACHE_TIERS_FIELD = "promptcache_cache_tiers"
+
+
+def openai_usage_body(
+    usage: CacheUsage, completion_tokens: int, *, report_writes: bool, tiers: dict | None = None
+) -> dict:
     """OpenAI ``usage``: ``prompt_tokens`` (cached included),
     ``prompt_tokens_details.cached_tokens`` and, where writes are reported,
-    ``cache_write_tokens``."""
+    ``cache_write_tokens``; plus :data:`CACHE_TIERS_FIELD` when ``tiers`` is given."""
     details = {"cached_tokens": usage.cache_read_tokens, "audio_tokens": 0}
     if report_writes and usage.writes_reported:
         details["cache_write_tokens"] = usage.cache_write_total
-    return {
+    body = {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": usage.prompt_tokens + completion_tokens,
@@ -246,14 +257,18 @@ def openai_usage_body(usage: CacheUsage, completion_tokens: int, *, report_write
             "rejected_prediction_tokens": 0,
         },
     }
+    if tiers is not None:
+        body[CACHE_TIERS_FIELD] = dict(tiers)
+    return body
 
 
-def anthropic_usage_body(usage: CacheUsage, output_tokens: int) -> dict:
-    """Anthropic ``usage``: ``input_tokens`` counts only uncached input."""
+def anthropic_usage_body(usage: CacheUsage, output_tokens: int, tiers: dict | None = None) -> dict:
+    """Anthropic ``usage``: ``input_tokens`` counts only uncached input; plus
+    :data:`CACHE_TIERS_FIELD` when ``tiers`` is given."""
     w = usage.cache_write_tokens
     one_hour = w.get("1h", 0) + w.get("12h", 0)
     five_min = usage.cache_write_total - one_hour
-    return {
+    body = {
         "input_tokens": usage.uncached_tokens,
         "cache_creation_input_tokens": usage.cache_write_total,
         "cache_read_input_tokens": usage.cache_read_tokens,
@@ -264,3 +279,6 @@ def anthropic_usage_body(usage: CacheUsage, output_tokens: int) -> dict:
         "output_tokens": output_tokens,
         "service_tier": "standard",
     }
+    if tiers is not None:
+        body[CACHE_TIERS_FIELD] = dict(tiers)
+    return body

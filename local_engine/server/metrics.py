@@ -18,6 +18,14 @@ Engine series (read from an engine snapshot at scrape time):
   ``promptcache_kv_cache_blocks_total``; ``promptcache_kv_cache_info{dtype,block_size}`` (always
   1: the KV storage format, ``auto``'s model dtype spelled out, e.g. ``bfloat16``/``fp8``/``int8``).
 * ``promptcache_num_requests_running`` / ``..._waiting``.
+* CPU tier (``--cpu-cache-memory``): ``promptcache_prefix_cache_tier_hits_tokens_total{tier}``
+  (``tier="gpu"``: the device pool, ``"cpu"``: the CPU tier; they sum to
+  ``..._hits_tokens_total``), ``promptcache_kv_cache_tier_blocks_resident{tier}`` (blocks holding
+  cached content now), ``promptcache_kv_cache_tier_blocks_total{tier}`` (capacity; cpu: the
+  tier's own share), ``promptcache_kv_tier_transfer_bytes_total{direction}`` and
+  ``promptcache_kv_tier_transfer_seconds_total{direction}`` (``gpu_to_cpu`` offloads of evicted
+  blocks, ``cpu_to_gpu`` restores; bandwidth = bytes / seconds),
+  ``promptcache_cpu_cache_evictions_total``.
 * ``promptcache_spec_decode_draft_tokens_total``, ``..._accepted_tokens_total``,
   ``..._verify_steps_total``: speculative decoding (acceptance rate = accepted / draft; mean
   accepted length = 1 + accepted / verify steps).
@@ -93,6 +101,7 @@ class _EngineCollector:
         p = CounterMetricFamily("promptcache_engine_preemptions", "Sequences preempted")
         p.add_metric([], snap.num_preemptions)
         yield p
+        yield from self._tiers(snap)
         # speculative decoding (vLLM's spec_decode_num_* counters); 0 with speculation off
         for name, help_, value in (
             (
@@ -114,6 +123,56 @@ class _EngineCollector:
             c = CounterMetricFamily(f"promptcache_spec_decode_{name}", help_)
             c.add_metric([], value)
             yield c
+
+    @staticmethod
+    def _tiers(snap):
+        """The per-tier series of the prefix cache (CPU tier: ``--cpu-cache-memory``)."""
+        hits_cpu = getattr(snap, "prefix_cache_hits_cpu", 0)
+        th = CounterMetricFamily(
+            "promptcache_prefix_cache_tier_hits_tokens",
+            "Prompt tokens served from the prefix cache, by tier (gpu: device pool, cpu: CPU tier)",
+            labels=["tier"],
+        )
+        th.add_metric(["gpu"], snap.prefix_cache_hits - hits_cpu)
+        th.add_metric(["cpu"], hits_cpu)
+        yield th
+        res = GaugeMetricFamily(
+            "promptcache_kv_cache_tier_blocks_resident",
+            "KV blocks holding cached content, by tier",
+            labels=["tier"],
+        )
+        res.add_metric(["gpu"], getattr(snap, "gpu_cache_blocks_resident", 0))
+        res.add_metric(["cpu"], getattr(snap, "cpu_cache_blocks_resident", 0))
+        yield res
+        cap = GaugeMetricFamily(
+            "promptcache_kv_cache_tier_blocks_total",
+            "KV blocks of each tier (cpu: the tier's own share of host blocks; 0 = off)",
+            labels=["tier"],
+        )
+        cap.add_metric(["gpu"], snap.num_blocks)
+        cap.add_metric(["cpu"], getattr(snap, "cpu_cache_num_blocks", 0))
+        yield cap
+        moved = CounterMetricFamily(
+            "promptcache_kv_tier_transfer_bytes",
+            "Bytes of KV blocks copied between the tiers",
+            labels=["direction"],
+        )
+        moved.add_metric(["gpu_to_cpu"], getattr(snap, "kv_bytes_gpu_to_cpu", 0))
+        moved.add_metric(["cpu_to_gpu"], getattr(snap, "kv_bytes_cpu_to_gpu", 0))
+        yield moved
+        secs = CounterMetricFamily(
+            "promptcache_kv_tier_transfer_seconds",
+            "Time spent copying KV blocks between the tiers",
+            labels=["direction"],
+        )
+        secs.add_metric(["gpu_to_cpu"], getattr(snap, "kv_transfer_seconds_gpu_to_cpu", 0.0))
+        secs.add_metric(["cpu_to_gpu"], getattr(snap, "kv_transfer_seconds_cpu_to_gpu", 0.0))
+        yield secs
+        ev = CounterMetricFamily(
+            "promptcache_cpu_cache_evictions", "CPU-tier blocks dropped to make room"
+        )
+        ev.add_metric([], getattr(snap, "cpu_cache_evictions", 0))
+        yield ev
 
 
 class ServerMetrics:

@@ -85,6 +85,8 @@ class Generation:
         default_factory=list
     )
     usages: list[CacheUsage] = field(default_factory=list)
+    # the engine's prefix-cache hits of all prompts by tier, tokens (usage extension field)
+    tiers: dict[str, int] = field(default_factory=lambda: {"gpu": 0, "cpu": 0})
     created: int = 0
     extra: Any = None
     finished: bool = False
@@ -217,6 +219,10 @@ async def _start(gen: Generation, ids: Sequence[str]) -> None:
             st.emulator.usage(creq, first.num_cached_tokens)
             for creq, (_, first) in zip(gen.cache_requests, gen.started)
         ]
+        gen.tiers = {
+            "gpu": sum(first.num_gpu_cached_tokens for _, first in gen.started),
+            "cpu": sum(first.num_cpu_cached_tokens for _, first in gen.started),
+        }
     except BaseException:
         await gen.close()
         raise

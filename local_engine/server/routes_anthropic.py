@@ -149,7 +149,7 @@ class Messages(Endpoint):
             "content": [{"type": "text", "text": o.text}],
             "stop_reason": reason,
             "stop_sequence": seq,
-            "usage": anthropic_usage_body(usage, len(o.token_ids)),
+            "usage": anthropic_usage_body(usage, len(o.token_ids), gen.tiers),
         }
         if gen.extra is not None:
             body["diagnostics"] = gen.extra[1]
@@ -165,7 +165,7 @@ class Messages(Endpoint):
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": anthropic_usage_body(gen.usages[0], 1),
+            "usage": anthropic_usage_body(gen.usages[0], 1, gen.tiers),
         }
         if gen.extra is not None:
             start["diagnostics"] = gen.extra[1]
@@ -203,7 +203,9 @@ class Messages(Endpoint):
         reason, seq = stop_fields(o)
         note(gen.request, finish=reason)
         yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
-        final_usage = anthropic_usage_body(gen.record_usage(len(o.token_ids)), len(o.token_ids))
+        final_usage = anthropic_usage_body(
+            gen.record_usage(len(o.token_ids)), len(o.token_ids), gen.tiers
+        )
         final_usage.pop("service_tier", None)
         yield _event(
             "message_delta",

@@ -159,7 +159,9 @@ class ChatCompletions(Endpoint):
     def _usage_body(self, gen: Generation, out: Any) -> dict:
         completion = sum(len(o.token_ids) for o in out.outputs)
         usage = gen.record_usage(completion)
-        return openai_usage_body(usage, completion, report_writes=gen.report_writes)
+        return openai_usage_body(
+            usage, completion, report_writes=gen.report_writes, tiers=gen.tiers
+        )
 
     def response(self, gen: Generation, finals: list[Any]) -> Response:
         req: ChatCompletionRequest = gen.req
@@ -377,7 +379,9 @@ class Completions(Endpoint):
     def _usage_body(self, gen: Generation, finals: list[Any]) -> dict:
         completion = sum(len(o.token_ids) for f in finals for o in f.outputs)
         usage = gen.record_usage(completion)
-        return openai_usage_body(usage, completion, report_writes=gen.report_writes)
+        return openai_usage_body(
+            usage, completion, report_writes=gen.report_writes, tiers=gen.tiers
+        )
 
     def response(self, gen: Generation, finals: list[Any]) -> Response:
         req: CompletionRequest = gen.req

@@ -260,3 +260,166 @@ def test_random_interleavings_keep_the_pool_consistent(
     for s in seqs:
         if s.status == SequenceStatus.FINISHED_LENGTH:
             assert s.num_tokens == s.max_total_len
+
+
+# ---- CPU tier: the same machinery with the runner's copies simulated on contents ----------
+
+
+class TierDriver(Driver):
+    """A :class:`Driver` with a CPU tier behind the pool (and swap space sharing its host
+    blocks) that also plays the runner's copies on *contents*: every device block and host
+    block holds, per slot, the ``(cache salt, position, token)`` written there. Before a
+    sequence computes, every position it attends must hold its own salt and token: a block in
+    the wrong place, a copy to the wrong slot, a stale restore or a hit across salts fails it.
+    A restore's copy lands only when :meth:`complete_restores` says it is done (as late as
+    an asynchronous copy may): a host block overwritten, or a device block handed to someone
+    else, while the copy is in flight shows up as wrong contents."""
+
+    def __init__(self, num_blocks, max_num_seqs, budget, chunked, cpu_blocks, tier_blocks):
+        self.kv = KVCacheManager(num_blocks, BS, True, cpu_blocks, tier_blocks)
+        self.sched = Scheduler(self.kv, max_num_seqs, budget, chunked)
+        self.rng = random.Random(0)
+        self.done = {}
+        self.dev: dict[int, list] = {}
+        self.host: dict[int, list] = {}
+        self.in_flight: list = []  # RestoreJobs issued, copies not landed yet
+        self.finished_jobs: list[int] = []
+
+    def add(self, sid, tokens, max_new=4, salt=None):
+        seq = super().add(sid, tokens, max_new)
+        seq.cache_salt = salt
+        return seq
+
+    def complete_restores(self):
+        """The copies of every restore issued so far land now (reported at the next step)."""
+        for job in self.in_flight:
+            for h, d in job.copies:
+                self.dev[d] = list(self.host[h])
+            self.finished_jobs.append(job.job_id)
+        self.in_flight = []
+
+    def step(self):
+        if self.finished_jobs:  # as LLMEngine.step: the runner's poll, before scheduling
+            self.kv.finish_restores(self.finished_jobs)
+            self.finished_jobs = []
+        out = self.sched.schedule()
+        if out.is_empty and not out.has_transfers:
+            return out  # the engine runs nothing (a pending swap-out is carried over)
+        empty = [None] * BS
+        for d, h in out.tier_offload:  # the engine's order: offload, swap out/in, restore
+            self.host[h] = list(self.dev.get(d, empty))
+        for d, h in out.swap_out:
+            self.host[h] = list(self.dev.get(d, empty))
+        for h, d in out.swap_in:
+            self.dev[d] = list(self.host[h])
+        self.in_flight += out.tier_restore  # the copies land in complete_restores
+        for s, d in out.block_copies:
+            self.dev[d] = list(self.dev.get(s, empty))
+        for s in out.scheduled:
+            seq = s.seq
+            table = self.kv.block_ids(seq.seq_id)
+            for p in range(s.num_computed):
+                got = self.dev.get(table[p // BS], empty)[p % BS]
+                assert got == (seq.cache_salt, p, seq.all_token_ids[p]), (
+                    f"{seq.seq_id} position {p}: block {table[p // BS]} holds {got}"
+                )
+            for p in range(s.num_computed, s.num_computed + s.num_new_tokens):
+                self.dev.setdefault(table[p // BS], list(empty))[p % BS] = (
+                    seq.cache_salt,
+                    p,
+                    seq.all_token_ids[p],
+                )
+        for s in out.scheduled:
+            seq = s.seq
+            seq.num_computed_tokens += s.num_new_tokens
+            self.kv.cache_computed_blocks(seq)
+            if s.samples:
+                seq.all_token_ids.append(self.rng.randrange(1000))
+                if seq.num_tokens >= seq.max_total_len:
+                    self.sched.finish(seq, SequenceStatus.FINISHED_LENGTH)
+                    self.done[seq.seq_id] = seq
+        return out
+
+
+def test_tier_driver_restores_an_evicted_prefix_with_its_contents():
+    d = TierDriver(num_blocks=10, max_num_seqs=4, budget=64, chunked=True, cpu_blocks=0,
+                   tier_blocks=32)  # fmt: skip
+    prompts = [list(range(p * 100, p * 100 + 70)) for p in range(4)]
+    for i, p in enumerate(prompts):  # one at a time: 5 blocks each, 4 of them full
+        d.add(f"p{i}", p, max_new=5)
+        while d.sched.has_unfinished():
+            d.step()
+            d.check()
+    # 16 full blocks went through a 10-block pool in LRU order: p0's 4 (the oldest) left first
+    again = d.add("again", prompts[0], max_new=2)
+    d.step()
+    assert again.status == SequenceStatus.RESTORING and again.num_cached_tokens == 64
+    assert again.num_cpu_cached_tokens == 64
+    d.complete_restores()
+    while d.sched.has_unfinished():
+        d.step()  # the content check: the restored blocks hold p0's tokens
+        d.check()
+    assert d.kv.prefix_cache_hits_cpu == 64 and again.num_output_tokens == 2
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rnd=st.randoms(use_true_random=False),
+    num_blocks=st.integers(6, 16),
+    budget=st.integers(8, 96),
+    chunked=st.booleans(),
+    cpu_blocks=st.sampled_from([0, 4, 16]),
+    tier_blocks=st.sampled_from([1, 3, 8, 32]),
+    p_abort=st.sampled_from([0.0, 0.05, 0.2]),
+    p_preempt=st.sampled_from([0.0, 0.05, 0.2]),
+    p_done=st.sampled_from([0.1, 0.5, 1.0]),
+)
+def test_random_interleavings_keep_both_tiers_consistent(
+    rnd, num_blocks, budget, chunked, cpu_blocks, tier_blocks, p_abort, p_preempt, p_done
+):
+    """A random walk of 150 ops: add (three shared 64-token prefixes, three cache salts),
+    step, abort (RESTORING ones included), preemption (recompute or swap), restore completion,
+    with evictions to and restores from the CPU tier. After every op both pools' invariants
+    hold (ref counts, one place per block, one tier per hash, pins = restores in flight, swap
+    within its floor, the host blocks partitioned), every computed position holds its
+    sequence's own salt and token, and at idle nothing leaks."""
+    d = TierDriver(num_blocks, 4, budget, chunked, cpu_blocks, tier_blocks)
+    seqs = []
+    prefixes = [list(range(p * 1000, p * 1000 + 64)) for p in range(3)]
+    for _ in range(150):
+        r = rnd.random()
+        if r < 0.3:
+            plen = rnd.randint(17, 70)
+            if plen + 1 <= d.sched.max_sequence_tokens:
+                base = prefixes[rnd.randrange(3)]
+                toks = (base + list(range(len(seqs) * 7, len(seqs) * 7 + plen)))[:plen]
+                salt = rnd.choice([None, None, "a", "b"])
+                seqs.append(d.add(f"s{len(seqs)}", toks, rnd.randint(1, 6), salt))
+        elif r < 0.3 + p_abort and seqs:
+            victim = rnd.choice(seqs)
+            d.abort(victim)
+        elif r < 0.3 + p_abort + p_preempt and d.sched.running:
+            victim = d.sched.running.pop()
+            d.sched._preempt(victim)
+        else:
+            d.step()
+        if rnd.random() < p_done:
+            d.complete_restores()
+        d.check()
+    for _ in range(2000):  # drain
+        if not d.sched.has_unfinished() and not d.kv.num_restores_in_flight:
+            break
+        d.complete_restores()
+        d.step()
+        d.check()
+    d.kv.end_step()
+    assert not d.sched.has_unfinished() and not d.kv.num_restores_in_flight
+    assert d.kv.num_free_blocks == d.kv.num_blocks
+    assert all(b.ref_cnt == 0 for b in d.kv.pool.blocks)
+    host = d.kv.host
+    assert host.swap_used == 0 and not host.pins and not d.kv.swapped
+    assert len(host.free) + host.num_tier_resident == host.num_blocks
+    assert not d.kv.restoring and not d.kv.has_restored
+    for s in seqs:
+        if s.status == SequenceStatus.FINISHED_LENGTH:
+            assert s.num_tokens == s.max_total_len
