@@ -127,51 +127,62 @@ class _EngineCollector:
     @staticmethod
     def _tiers(snap):
         """The per-tier series of the prefix cache (CPU tier: ``--cpu-cache-memory``)."""
-        hits_cpu = getattr(snap, "prefix_cache_hits_cpu", 0)
-        th = CounterMetricFamily(
-            "promptcache_prefix_cache_tier_hits_tokens",
-            "Prompt tokens served from the prefix cache, by tier (gpu: device pool, cpu: CPU tier)",
-            labels=["tier"],
+
+        def of(name: str, default=0):
+            return getattr(snap, name, default)
+
+        hits_cpu = of("prefix_cache_hits_cpu")
+        # (family, name, help, label, {label value: sample})
+        series = (
+            (
+                CounterMetricFamily,
+                "promptcache_prefix_cache_tier_hits_tokens",
+                "Prompt tokens served from the prefix cache, by tier (gpu: device pool, cpu: CPU "
+                "tier)",
+                "tier",
+                {"gpu": snap.prefix_cache_hits - hits_cpu, "cpu": hits_cpu},
+            ),
+            (
+                GaugeMetricFamily,
+                "promptcache_kv_cache_tier_blocks_resident",
+                "KV blocks holding cached content, by tier",
+                "tier",
+                {"gpu": of("gpu_cache_blocks_resident"), "cpu": of("cpu_cache_blocks_resident")},
+            ),
+            (
+                GaugeMetricFamily,
+                "promptcache_kv_cache_tier_blocks_total",
+                "KV blocks of each tier (cpu: the tier's own share of host blocks; 0 = off)",
+                "tier",
+                {"gpu": snap.num_blocks, "cpu": of("cpu_cache_num_blocks")},
+            ),
+            (
+                CounterMetricFamily,
+                "promptcache_kv_tier_transfer_bytes",
+                "Bytes of KV blocks copied between the tiers",
+                "direction",
+                {"gpu_to_cpu": of("kv_bytes_gpu_to_cpu"), "cpu_to_gpu": of("kv_bytes_cpu_to_gpu")},
+            ),
+            (
+                CounterMetricFamily,
+                "promptcache_kv_tier_transfer_seconds",
+                "Time spent copying KV blocks between the tiers",
+                "direction",
+                {
+                    "gpu_to_cpu": of("kv_transfer_seconds_gpu_to_cpu", 0.0),
+                    "cpu_to_gpu": of("kv_transfer_seconds_cpu_to_gpu", 0.0),
+                },
+            ),
         )
-        th.add_metric(["gpu"], snap.prefix_cache_hits - hits_cpu)
-        th.add_metric(["cpu"], hits_cpu)
-        yield th
-        res = GaugeMetricFamily(
-            "promptcache_kv_cache_tier_blocks_resident",
-            "KV blocks holding cached content, by tier",
-            labels=["tier"],
-        )
-        res.add_metric(["gpu"], getattr(snap, "gpu_cache_blocks_resident", 0))
-        res.add_metric(["cpu"], getattr(snap, "cpu_cache_blocks_resident", 0))
-        yield res
-        cap = GaugeMetricFamily(
-            "promptcache_kv_cache_tier_blocks_total",
-            "KV blocks of each tier (cpu: the tier's own share of host blocks; 0 = off)",
-            labels=["tier"],
-        )
-        cap.add_metric(["gpu"], snap.num_blocks)
-        cap.add_metric(["cpu"], getattr(snap, "cpu_cache_num_blocks", 0))
-        yield cap
-        moved = CounterMetricFamily(
-            "promptcache_kv_tier_transfer_bytes",
-            "Bytes of KV blocks copied between the tiers",
-            labels=["direction"],
-        )
-        moved.add_metric(["gpu_to_cpu"], getattr(snap, "kv_bytes_gpu_to_cpu", 0))
-        moved.add_metric(["cpu_to_gpu"], getattr(snap, "kv_bytes_cpu_to_gpu", 0))
-        yield moved
-        secs = CounterMetricFamily(
-            "promptcache_kv_tier_transfer_seconds",
-            "Time spent copying KV blocks between the tiers",
-            labels=["direction"],
-        )
-        secs.add_metric(["gpu_to_cpu"], getattr(snap, "kv_transfer_seconds_gpu_to_cpu", 0.0))
-        secs.add_metric(["cpu_to_gpu"], getattr(snap, "kv_transfer_seconds_cpu_to_gpu", 0.0))
-        yield secs
+        for family, name, help_, label, samples in series:
+            m = family(name, help_, labels=[label])
+            for value, sample in samples.items():
+                m.add_metric([value], sample)
+            yield m
         ev = CounterMetricFamily(
             "promptcache_cpu_cache_evictions", "CPU-tier blocks dropped to make room"
         )
-        ev.add_metric([], getattr(snap, "cpu_cache_evictions", 0))
+        ev.add_metric([], of("cpu_cache_evictions"))
         yield ev
 
 
