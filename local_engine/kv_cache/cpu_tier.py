@@ -63,6 +63,7 @@ class HostBlockPool:
     # ---- queries -------------------------------------------------------------------------
     @property
     def tier_enabled(self) -> bool:
+        """Whether the pool has a CPU-tier share (``cpu_cache_memory`` > 0)."""
         return self.num_tier_blocks > 0
 
     @property
@@ -146,6 +147,8 @@ class HostBlockPool:
             self.pins[h] = self.pins.get(h, 0) + 1
 
     def unpin(self, hashes: Iterable[BlockHash]) -> None:
+        """Undo one :meth:`pin` of each hash (a restore finished or was orphaned). Raises
+        ``PoolInvariantError`` for a hash that is not pinned."""
         for h in hashes:
             n = self.pins.get(h, 0)
             if n <= 0:

@@ -395,6 +395,7 @@ class KVCacheManager:
     # ---- CPU tier of the prefix cache ------------------------------------------------------
     @property
     def cpu_tier_enabled(self) -> bool:
+        """Whether evicted cached blocks go to a CPU tier (``EngineConfig.cpu_cache_memory``)."""
         return self.host.tier_enabled
 
     def _offload(self, block: KVBlock, block_hash: BlockHash) -> None:
@@ -510,6 +511,7 @@ class KVCacheManager:
 
     @property
     def num_restores_in_flight(self) -> int:
+        """Restore jobs begun and not yet finished (their copies may still be running)."""
         return len(self._jobs)
 
     @property

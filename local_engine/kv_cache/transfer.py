@@ -175,6 +175,7 @@ class KVTransfer:
 
     @property
     def num_in_flight(self) -> int:
+        """Restore jobs issued and not yet reported by :meth:`poll` (running or done)."""
         return len(self._restores) + len(self._done)
 
     def wait_oldest(self) -> None:

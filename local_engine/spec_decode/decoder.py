@@ -124,6 +124,8 @@ class _SeqState:
         return ngram.propose(self.array(ids), k)
 
     def back_off(self) -> None:
+        """Skip drafting for the next ``backoff`` steps, doubling it (1, 2, 4, ... up to
+        :data:`MAX_BACKOFF_STEPS`)."""
         self.backoff = min(max(1, 2 * self.backoff), MAX_BACKOFF_STEPS)
         self.wait = self.backoff
 
