@@ -570,20 +570,7 @@ def tune(device, deadline: float, out_dir: Path) -> None:
                     log("(tune stopped: time budget)")
                     (out_dir / "tune.json").write_text(json.dumps(table, default=str))
                     return
-                p = Decode(batch, ctx, h, hkv, d, device, g, "bf16", with_dense=True)
-                ref = p.sdpa()()[:, :, 0, :]
-                extra = dict(
-                    kind="sweep",
-                    heads=f"{h}/{hkv}",
-                    d=d,
-                    shape=f"{batch}x{ctx}",
-                    sdpa_ms=bench(p.sdpa(), inner=6, reps=3),
-                )
-                _run_variants(
-                    p, sweep_variants(batch, ctx, h, hkv, d, sm), ref, extra, table, deadline
-                )
-                del p, ref
-                torch.cuda.empty_cache()
+                _sweep_row((batch, ctx, h, hkv, d), device, g, sweep_variants, sm, table, deadline)
     (out_dir / "tune.json").write_text(json.dumps(table, default=str))
 
 
@@ -679,20 +666,25 @@ def worst_rows_grid(device, sm, deadline, table):
     for h, hkv, d, batch, ctx in dict.fromkeys(WORST_ROWS):
         if time.time() > deadline:
             return
-        p = Decode(batch, ctx, h, hkv, d, device, g, "bf16", with_dense=True)
-        ref = p.sdpa()()[:, :, 0, :]
-        extra = dict(
-            kind="sweep",
-            heads=f"{h}/{hkv}",
-            d=d,
-            shape=f"{batch}x{ctx}",
-            sdpa_ms=bench(p.sdpa(), inner=6, reps=3),
-        )
-        _run_variants(
-            p, bf16_small_variants(batch, ctx, h, hkv, d, sm), ref, extra, table, deadline
-        )
-        del p, ref
-        torch.cuda.empty_cache()
+        _sweep_row((batch, ctx, h, hkv, d), device, g, bf16_small_variants, sm, table, deadline)
+
+
+def _sweep_row(row, device, g, variants, sm, table, deadline) -> None:
+    """Time every variant of ``variants(batch, ctx, h, hkv, d, sm)`` on one bf16 sweep row
+    ``(batch, ctx, h, hkv, d)`` against SDPA (its output the reference), into ``table``."""
+    batch, ctx, h, hkv, d = row
+    p = Decode(batch, ctx, h, hkv, d, device, g, "bf16", with_dense=True)
+    ref = p.sdpa()()[:, :, 0, :]
+    extra = dict(
+        kind="sweep",
+        heads=f"{h}/{hkv}",
+        d=d,
+        shape=f"{batch}x{ctx}",
+        sdpa_ms=bench(p.sdpa(), inner=6, reps=3),
+    )
+    _run_variants(p, variants(batch, ctx, h, hkv, d, sm), ref, extra, table, deadline)
+    del p, ref
+    torch.cuda.empty_cache()
 
 
 def _check_process(q) -> None:
