@@ -8,7 +8,10 @@ context length and a batch size it prints:
 - KV bytes per request (context rounded up to whole blocks) and for the batch;
 - weight bytes (parameters x weight bytes; for a GGUF file, its tensors' stored size);
 - with ``--memory``: the memory left after the weights, the KV blocks it holds, and how many
-  requests of that context fit at once (whole blocks each).
+  requests of that context fit at once (whole blocks each);
+- with ``--cpu-cache-memory``: the KV blocks the prefix cache's CPU tier holds
+  (``cpu_cache_memory // block bytes``, as ``EngineConfig.cpu_cache_memory`` allocates) and how
+  many cached prefixes of that context it keeps beside the device's.
 
 Preset numbers come from each model's ``config.json`` on the Hugging Face hub (pages read
 2025-01; the repository is named per preset). Parameter counts are computed from those numbers
@@ -177,15 +180,20 @@ class PlanError(ValueError):
 
 
 def parse_bytes(text: str) -> int:
-    """``"80GiB"`` -> 85899345920; accepts B, KB/MB/GB/TB (powers of 1000), KiB/MiB/GiB/TiB
-    (powers of 1024) and plain integers (bytes).
+    """``"80GiB"`` -> 85899345920: the one size parser of the CLI (``kv-plan --memory``,
+    ``serve --cpu-cache-memory``). Accepts B, KB/MB/GB/TB and K/M/G/T (powers of 1000, as
+    pydantic's ``ByteSize`` reads them), KiB/MiB/GiB/TiB (powers of 1024) and plain integers
+    (bytes), case-insensitive, with or without a space.
 
     Raises:
         PlanError: not a size.
     """
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B|B)?\s*", str(text), flags=re.I)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B|[KMGT]|B)?\s*", str(text), flags=re.I)
     if not m:
-        raise PlanError(f"cannot read {text!r} as a size; write e.g. 80GiB, 24GB or 1073741824")
+        raise PlanError(
+            f"cannot read {text!r} as a size; write bytes or a number with a unit, e.g. 4GiB, "
+            "80GiB, 24GB or 1073741824"
+        )
     value, unit = float(m.group(1)), (m.group(2) or "B").upper()
     powers = {
         "B": 1,
@@ -198,7 +206,7 @@ def parse_bytes(text: str) -> int:
         "GIB": 2**30,
         "TIB": 2**40,
     }
-    return int(value * powers[unit])
+    return int(value * powers[unit if unit in powers else unit + "B"])
 
 
 def parse_tokens(text: str) -> int:
@@ -258,6 +266,9 @@ class KVPlan:
     kv_blocks: int | None = None
     max_requests: int | None = None
     batch_fits: bool | None = None
+    cpu_cache_memory: int | None = None
+    cpu_tier_blocks: int | None = None
+    cpu_tier_prefixes: int | None = None
 
 
 def plan(
@@ -271,6 +282,7 @@ def plan(
     weight_bytes: int | None = None,
     weight_dtype: str = "bf16",
     source: str = "",
+    cpu_cache_memory: int | None = None,
 ) -> KVPlan:
     """Compute a :class:`KVPlan`.
 
@@ -282,12 +294,17 @@ def plan(
         block_size: tokens per KV block.
         memory: device memory in bytes (None: skip the fit part).
         weight_bytes: stored weight size; default parameters x ``weight_dtype`` bytes.
+        cpu_cache_memory: host bytes for the prefix cache's CPU tier (None: skip that part);
+            whole blocks of the device's block size, as the engine sizes the tier (swap space
+            is separate and, while idle, lent to the tier on top of this).
 
     Raises:
-        PlanError: a non-positive size or unknown dtype.
+        PlanError: a non-positive size, a negative CPU-tier size or unknown dtype.
     """
     if context <= 0 or batch <= 0 or block_size <= 0:
         raise PlanError("--context, --batch and --block-size must be positive integers")
+    if cpu_cache_memory is not None and cpu_cache_memory < 0:
+        raise PlanError("--cpu-cache-memory must be >= 0 bytes (0 = no CPU tier)")
     if kv_dtype not in DTYPE_BYTES or weight_dtype not in DTYPE_BYTES:
         bad = kv_dtype if kv_dtype not in DTYPE_BYTES else weight_dtype
         raise PlanError(f"unknown dtype {bad!r}; use one of {', '.join(sorted(DTYPE_BYTES))}")
@@ -320,6 +337,10 @@ def plan(
         p.kv_blocks = max(0, left // (block_size * per_token))
         p.max_requests = p.kv_blocks // blocks
         p.batch_fits = p.max_requests >= batch
+    if cpu_cache_memory is not None:
+        p.cpu_cache_memory = cpu_cache_memory
+        p.cpu_tier_blocks = cpu_cache_memory // (block_size * per_token)
+        p.cpu_tier_prefixes = p.cpu_tier_blocks // blocks
     return p
 
 
@@ -439,6 +460,20 @@ def format_plan(p: KVPlan, *, total_memory: int | None = None, headroom: float =
             (f"requests of {p.context:,} tokens that fit", f"{p.max_requests:,}"),
             (f"batch of {p.batch} fits", "yes" if p.batch_fits else "NO"),
         ]
+    if p.cpu_cache_memory is not None:
+        rows += [
+            ("CPU tier (host memory)", _fmt_bytes(p.cpu_cache_memory)),
+            ("CPU tier KV blocks", f"{p.cpu_tier_blocks:,}"),
+            (
+                f"cached prefixes of {p.context:,} tokens in the CPU tier",
+                f"{p.cpu_tier_prefixes:,}"
+                + (
+                    f" (device: {p.max_requests:,}; together {p.max_requests + p.cpu_tier_prefixes:,})"
+                    if p.max_requests is not None and p.cpu_tier_prefixes is not None
+                    else ""
+                ),
+            ),
+        ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
@@ -477,6 +512,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="device memory: 80GiB, 24GB, 141GB or bytes (enables the fit part)",
     )
     parser.add_argument(
+        "--cpu-cache-memory",
+        default=None,
+        metavar="SIZE",
+        help="host memory for the prefix cache's CPU tier, as `promptcache serve "
+        "--cpu-cache-memory` takes it (4GiB, 512MB or bytes): prints the blocks and cached "
+        "prefixes it holds",
+    )
+    parser.add_argument(
         "--headroom",
         type=float,
         default=DEFAULT_HEADROOM,
@@ -498,6 +541,7 @@ def run(args: argparse.Namespace) -> int:
             raise PlanError(f"--headroom {args.headroom:g}: give a fraction in [0, 1), e.g. 0.1")
         cfg, source, stored = resolve_model(args.model)
         total = parse_bytes(args.memory) if args.memory is not None else None
+        cpu_tier = parse_bytes(args.cpu_cache_memory) if args.cpu_cache_memory is not None else None
         headroom_bytes = int(total * args.headroom) if total is not None else None
         memory = (
             total - headroom_bytes if total is not None and headroom_bytes is not None else None
@@ -512,6 +556,7 @@ def run(args: argparse.Namespace) -> int:
             weight_bytes=stored,
             weight_dtype=args.weight_dtype.lower(),
             source=source,
+            cpu_cache_memory=cpu_tier,
         )
     except (PlanError, ValueError, OSError) as exc:
         print(f"promptcache kv-plan: error: {exc}", file=sys.stderr)

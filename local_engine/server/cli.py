@@ -143,22 +143,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_size(text: str) -> int:
-    """Bytes from ``"4GiB"``, ``"512MiB"``, ``"2GB"`` or ``"1048576"``, read by pydantic's
-    ``ByteSize``: binary units KiB/MiB/GiB/TiB, decimal KB/MB/GB/TB (and K/M/G/T, decimal as
-    pydantic reads them), case-insensitive.
+    """Bytes from ``"4GiB"``, ``"512MiB"``, ``"2GB"`` or ``"1048576"``: ``kv-plan``'s parser
+    (:func:`local_engine.kv_plan.parse_bytes`), so both commands read a size the same way.
 
     Raises:
-        ValueError: anything else (the message says what is accepted).
+        ValueError: anything else (``PlanError``; the message says what is accepted).
     """
-    from pydantic import ByteSize, TypeAdapter, ValidationError
+    from local_engine.kv_plan import parse_bytes
 
-    try:
-        return int(TypeAdapter(ByteSize).validate_python(str(text)))
-    except ValidationError:
-        raise ValueError(
-            f"{text!r} is not a size; give bytes or a number with a unit such as 4GiB, "
-            "512MiB or 2GB"
-        ) from None
+    return parse_bytes(text)
 
 
 def _fail(message: str) -> int:

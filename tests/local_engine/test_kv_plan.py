@@ -159,3 +159,51 @@ def test_cli_json_and_errors(capsys, gguf_path, tmp_path):
     assert err.count("\n") == 1 and "llama-3-8b" in err
     assert main(["kv-plan", "--model", "mistral", "--context", "10", "--memory", "12XB"]) == 2
     assert main(["kv-plan", "--model", "mistral", "--context", "0"]) == 2
+
+
+def test_cpu_tier_blocks_and_prefixes_hand_computed():
+    cfg, _ = PRESETS["llama-3-8b"]
+    p = plan(cfg, context=8192, kv_dtype="bf16", memory=80 * 2**30, cpu_cache_memory=64 * 2**30)
+    # one block = 16 x 131,072 B = 2,097,152 B (2 MiB): 64 GiB / 2 MiB = 32,768 blocks;
+    # 8192 tokens = 512 blocks -> 32,768 // 512 = 64 prefixes in the tier; the device holds
+    # 33,301 // 512 = 65 (80 GiB minus the bf16 weights, as in the 8B test above)
+    assert p.cpu_tier_blocks == 32_768
+    assert p.cpu_tier_prefixes == 64
+    assert p.max_requests == 65
+    # int8 halves the bytes: 2 x 32 x 8 x (128 + 4) = 67,584 B a token, 1,081,344 B a block
+    q = plan(cfg, context=8192, kv_dtype="int8", cpu_cache_memory=64 * 2**30)
+    assert q.cpu_tier_blocks == 68_719_476_736 // 1_081_344 == 63_550
+    assert q.cpu_tier_prefixes == 63_550 // 512 == 124
+    assert plan(cfg, context=16).cpu_tier_blocks is None
+    with pytest.raises(PlanError, match="cpu-cache-memory"):
+        plan(cfg, context=16, cpu_cache_memory=-1)
+
+
+@pytest.mark.parametrize("text, expected", [("4G", 4 * 10**9), ("512m", 512 * 10**6)])
+def test_parse_bytes_reads_bare_decimal_units_as_serve_did(text, expected):
+    # serve --cpu-cache-memory used pydantic's ByteSize before the parsers were made one:
+    # a bare K/M/G/T is decimal there too
+    assert parse_bytes(text) == expected
+
+
+def test_cli_prints_the_cpu_tier(capsys):
+    import argparse
+
+    from local_engine.kv_plan import add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(
+        ["--model", "llama-3-8b", "--context", "8k", "--memory", "80GiB", "--headroom", "0"]
+        + ["--cpu-cache-memory", "64GiB"]
+    )
+    assert run(args) == 0
+    out = capsys.readouterr().out
+    assert "CPU tier KV blocks" in out and "32,768" in out
+    assert "64 (device: 65; together 129)" in out
+    args = parser.parse_args(
+        ["--model", "llama-3-8b", "--context", "8k", "--cpu-cache-memory", "lots"]
+    )
+    assert run(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "4GiB" in err[0]

@@ -106,6 +106,15 @@ def test_engine_allocation_agrees_with_kv_plan(engine_factory, dtype):
     assert m.kv_cache_dtype == dtype and m.num_blocks == 342
 
 
+def test_engine_cpu_tier_agrees_with_kv_plan(engine_factory):
+    """kv-plan --cpu-cache-memory counts the blocks EngineConfig.cpu_cache_memory allocates:
+    int8, 2 x 30 x 3 x (64 + 4) = 12,240 B a token, 195,840 B a block; 32 MiB -> 171 blocks."""
+    eng = engine_factory(kv_cache_dtype="int8", num_kv_blocks=64, cpu_cache_memory=32 * 2**20)
+    p = plan(PRESETS["smollm2-135m"][0], context=2048, kv_dtype="int8", cpu_cache_memory=32 * 2**20)
+    assert p.cpu_tier_blocks == 33_554_432 // 195_840 == 171
+    assert eng.kv_cache_manager.host.num_tier_blocks == p.cpu_tier_blocks
+
+
 # ---- prefix caching ------------------------------------------------------------------------
 def _chat_prompts(tok):
     system = {"role": "system", "content": "You are a concise assistant for a bike shop. " * 12}
