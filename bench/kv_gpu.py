@@ -48,7 +48,12 @@ from bench.kernels import bench, dense_from_paged, make_paged  # noqa: E402
 from local_engine.attention import torch_ref  # noqa: E402
 from local_engine.attention import triton_backend as tb  # noqa: E402
 from local_engine.attention.triton_backend import KernelConfig  # noqa: E402
-from local_engine.kv_cache.quant import SCALE_BYTES, layer_views, quantize  # noqa: E402
+from local_engine.kv_cache.quant import (  # noqa: E402
+    DEFAULT_LAYOUT,
+    SCALE_BYTES,
+    layer_views,
+    quantize,
+)
 
 LOG: list = []
 RES: dict = {}
@@ -65,14 +70,23 @@ def rel(a, b) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
+def fmt_layout(fmt: str) -> tuple[str, str]:
+    """``"int8"`` -> (``"int8"``, the engine's default layout); ``"int8/tm"`` -> the
+    sessions 1-2 ``"token_major"`` layout (kv_cache.quant.LAYOUTS)."""
+    name, _, lay = fmt.partition("/")
+    return name, ("token_major" if lay == "tm" else DEFAULT_LAYOUT)
+
+
 def quantized_pool(k_src, v_src, fmt):
     """A quantized pool holding ``k_src``/``v_src`` ([num_blocks, bs, Hkv, D]) in the engine's
-    layout (values and float32 scales inside each block); returns (k, v, k_scale, v_scale)."""
+    layout (values and float32 scales inside each block; ``fmt`` "int8/tm" etc.: the old
+    token-major layout); returns (k, v, k_scale, v_scale)."""
     nb, bs, hkv, d = k_src.shape
+    name, layout = fmt_layout(fmt)
     raw = torch.zeros(
         (1, 2, nb, bs * hkv * (d + SCALE_BYTES)), dtype=torch.uint8, device=k_src.device
     )
-    kc, vc, ks, vs = layer_views(raw, bs, hkv, d, FMT_DTYPE[fmt])[0]
+    kc, vc, ks, vs = layer_views(raw, bs, hkv, d, FMT_DTYPE[name], layout)[0]
     for src, c, s in ((k_src, kc, ks), (v_src, vc, vs)):
         for i in range(0, nb, 4096):  # chunks: the float32 temporaries stay small
             q, sc = quantize(src[i : i + 4096], c.dtype)
@@ -304,6 +318,10 @@ def sweep(device, explore: bool, deadline: float):
                 nseg = tb.choose_num_segments(
                     batch * hkv, p.bt.shape[1] * BS, sm, cfg.tile_n, cfg.tile_n * d * 2
                 )
+                t_attn = None
+                if nseg > 1:  # the attention kernel alone: what the split-K merge costs
+                    with no_merge():
+                        t_attn = bench(p.triton())
                 r = dict(
                     heads=f"{h}/{hkv}",
                     group=h // hkv,
@@ -317,6 +335,7 @@ def sweep(device, explore: bool, deadline: float):
                     tile_n=cfg.tile_n,
                     segments=nseg,
                     err=err,
+                    attn_only_ms=t_attn,
                 )
                 if explore and r["ratio"] < 0.9:
                     best = explore_row(p, sm, deadline)
@@ -343,6 +362,22 @@ def sweep(device, explore: bool, deadline: float):
     return rows
 
 
+class no_merge:
+    """Within: paged_attention launches no split-K merge kernel (timing the attention kernel
+    alone; the output is then wrong)."""
+
+    class _Noop:
+        def __getitem__(self, grid):
+            return lambda *a, **k: None
+
+    def __enter__(self):
+        self.saved = tb._reduce_segments_kernel
+        tb._reduce_segments_kernel = self._Noop()
+
+    def __exit__(self, *exc):
+        tb._reduce_segments_kernel = self.saved
+
+
 def print_sweep(rows):
     if not rows:
         return
@@ -356,6 +391,19 @@ def print_sweep(rows):
             f"| {r['heads']} | {r['group']} | {r['d']} | {r['shape']} | {r['triton_ms']:.4f} | {r['tbps']:.2f} | "
             f"{r['sdpa_ms']:.4f} | {r['sdpa_tbps']:.2f} | {r['ratio']:.2f} | {r['tile_n']}, {r['segments']} |"
         )
+    split = [r for r in rows if r.get("attn_only_ms")]
+    if split:
+        log("")
+        log(
+            "| heads | d | batch x ctx | Triton ms | attention kernel alone ms | merge + gap ms | SDPA ms | ratio without merge |"
+        )
+        log("|---|---|---|---|---|---|---|---|")
+        for r in split:
+            a = r["attn_only_ms"]
+            log(
+                f"| {r['heads']} | {r['d']} | {r['shape']} | {r['triton_ms']:.4f} | {a:.4f} | "
+                f"{r['triton_ms'] - a:.4f} | {r['sdpa_ms']:.4f} | {r['sdpa_ms'] / a:.2f} |"
+            )
     worst = min(rows, key=lambda r: r["ratio"])
     under = sum(r["ratio"] < 0.9 for r in rows)
     log(
@@ -511,7 +559,7 @@ def tune_groups(sm, final: bool):
     return groups
 
 
-def _run_variants(p, variants, ref, extra, table, deadline):
+def _run_variants(p, variants, ref, extra, table, deadline, reps=3):
     row = dict(extra, variants=[])
     for cfg, nseg, cvt in variants:
         if time.time() > deadline:
@@ -519,7 +567,7 @@ def _run_variants(p, variants, ref, extra, table, deadline):
         fn = _variant_fn(p, cfg, nseg, cvt)
         try:
             e = rel(fn(), ref)
-            ms = bench(fn, inner=6, reps=3)
+            ms = bench(fn, inner=6, reps=reps)
         except Exception as exc:  # noqa: BLE001
             log(f"  {extra} {cfg} seg {nseg} cvt {cvt}: {type(exc).__name__}: {str(exc)[:160]}")
             continue
@@ -687,6 +735,110 @@ def _sweep_row(row, device, g, variants, sm, table, deadline) -> None:
     torch.cuda.empty_cache()
 
 
+# ----------------------------------------------------------------------------- session 3
+# --parts s3: the V-token-minor 1-byte layout (kv_cache.quant.DEFAULT_LAYOUT) against the old
+# token-major one, over tiles x (warps, stages) x both conversions x segment counts
+# (s3_grid.json), then the sweep with the split rows' attention kernel timed alone.
+S3_CFGS = [(64, 2, 3), (64, 2, 2), (64, 4, 3), (128, 4, 3), (128, 4, 2), (128, 8, 3), (256, 8, 3)]
+S3_FMTS = ("int8", "fp8", "int8/tm", "fp8/tm")
+
+
+def s3_quant_variants(batch, ctx, sm, fmt):
+    name, layout = fmt_layout(fmt)
+    rule = quant_rule(batch, ctx, sm, name)
+    out = [rule]
+    if layout == "token_major":
+        return out
+    for cvt in (0, 1):
+        for tn, w, st in S3_CFGS:
+            cfg = KernelConfig(16, tn, w, st)
+            r = tb.choose_num_segments(batch * 8, ctx, sm, tn, max(tn * 128, 16384))
+            for nseg in _segs(r, (1,) if r == 1 else (0.5, 1, 2)):
+                if (cfg, nseg, cvt) not in out:
+                    out.append((cfg, nseg, cvt))
+    return out
+
+
+def s3_groups(sm):
+    groups: dict = {}
+    for fmt in S3_FMTS:
+        for batch, ctx in QUANT_SHAPES:
+            groups.setdefault((32, 8, 128, fmt), []).extend(s3_quant_variants(batch, ctx, sm, fmt))
+    for d in (128, 64):
+        for h, hkv in LAYOUTS:
+            for batch, ctx in SHAPES:
+                groups.setdefault((h, hkv, d, "bf16"), []).append(
+                    sweep_rule(batch, ctx, h, hkv, d, sm)
+                )
+    return groups
+
+
+def s3_quant_grid(device, sm, deadline, table):
+    g = torch.Generator(device=device).manual_seed(8)
+    summary = []
+    for batch, ctx in QUANT_SHAPES:
+        pb = Decode(batch, ctx, 32, 8, 128, device, g, "bf16")
+        ms_bf16 = bench(pb.triton())
+        del pb
+        for fmt in S3_FMTS:
+            if time.time() > deadline:
+                return summary
+            p = Decode(batch, ctx, 32, 8, 128, device, g, fmt)
+            ref = torch_ref.paged_attention(
+                p.q, p.k, p.v, p.bt, p.cu, p.sl, k_scale=p.ks, v_scale=p.vs
+            )
+            extra = dict(kind="quant", fmt=fmt, shape=f"{batch}x{ctx}", bf16_ms=ms_bf16)
+            row = _run_variants(
+                p, s3_quant_variants(batch, ctx, sm, fmt), ref, extra, table, deadline, reps=5
+            )
+            if row.get("best"):
+                rule = row["variants"][0]
+                summary.append((f"{batch}x{ctx}", fmt, ms_bf16, rule, row["best"]))
+            del p, ref
+            torch.cuda.empty_cache()
+    return summary
+
+
+def print_s3(summary):
+    log("")
+    log(
+        "| batch x ctx | KV | bf16 ms | rule ms | rule vs bf16 | best ms | best vs bf16 | best (tile, warps, stages, blk_m) seg cvt | max err |"
+    )
+    log("|---|---|---|---|---|---|---|---|---|")
+    for shape, fmt, b, rule, best in summary:
+        log(
+            f"| {shape} | {fmt} | {b:.4f} | {rule['ms']:.4f} | {b / rule['ms']:.2f}x | "
+            f"{best['ms']:.4f} | {b / best['ms']:.2f}x | {best['cfg']} {best['nseg']} {best['cvt']} | "
+            f"{best['err']:.1e} |"
+        )
+
+
+def sdpa_kernels(device) -> None:
+    """Which kernels (and how long on the device) one SDPA call and one Triton call launch, on
+    two short sweep rows (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    g = torch.Generator(device=device).manual_seed(9)
+    for h, hkv, d, batch, ctx in ((32, 4, 64, 1, 32768), (32, 8, 128, 8, 8192)):
+        p = Decode(batch, ctx, h, hkv, d, device, g, "bf16", with_dense=True)
+        for name, fn in (("sdpa", p.sdpa()), ("triton", p.triton())):
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(20):
+                    fn()
+                torch.cuda.synchronize()
+            ev = [e for e in prof.key_averages() if e.device_time_total > 0]
+            for e in ev:
+                log(
+                    f"  {h}/{hkv} d{d} {batch}x{ctx} {name}: {e.key[:90]} x{e.count // 20} "
+                    f"{e.device_time_total / 20:.2f} us/call"
+                )
+        del p
+        torch.cuda.empty_cache()
+
+
 def _check_process(q) -> None:
     """check() in its own process (its compiles overlap the parallel precompile)."""
     ok = check(torch.device("cuda"))
@@ -803,7 +955,13 @@ def main() -> int:
             q = mp.get_context("spawn").Queue()
             proc = mp.get_context("spawn").Process(target=_check_process, args=(q,))
             proc.start()
-        precompile(run3_groups(sm) if "run3" in parts else tune_groups(sm, final=True))
+        if "s3" in parts:
+            groups = s3_groups(sm)
+        elif "run3" in parts:
+            groups = run3_groups(sm)
+        else:
+            groups = tune_groups(sm, final=True)
+        precompile(groups)
         if proc is not None:
             ok, lines = q.get()
             proc.join()
@@ -815,6 +973,13 @@ def main() -> int:
         if not conversion_check(device):
             log("CORRECTNESS FAILED")
             return 1
+        if "s3" in parts:
+            table = []
+            summary = s3_quant_grid(device, sm, t_end - 150, table)
+            (out / "s3_grid.json").write_text(json.dumps(table, default=str))
+            print_s3(summary)
+            RES["s3_summary"] = summary
+            sdpa_kernels(device)
         if "quant" in parts:
             quant_table(device, False)
             if "run3" not in parts:
@@ -845,6 +1010,8 @@ def main() -> int:
         log(traceback.format_exc()[-2000:])
     finally:
         print_sweep(rows)
+        if RES.get("s3_summary"):
+            print_s3(RES["s3_summary"])
         (out / "kv_gpu.json").write_text(json.dumps(RES, indent=1, default=str))
         (out / "kv_gpu.log").write_text("\n".join(LOG) + "\n")
     return 0

@@ -112,6 +112,8 @@ def _attend_tile(
     stride_vt,
     stride_sb,
     stride_st,
+    stride_vd,
+    stride_sh,
     offs_d,
     QUANT: tl.constexpr,
     KV_CVT: tl.constexpr,
@@ -121,10 +123,17 @@ def _attend_tile(
     TILE_N: tl.constexpr,
     MASKED: tl.constexpr,
     DOT_MODE: tl.constexpr,
+    V_TOKEN_MINOR: tl.constexpr,
+    SCALE_TOKEN_MINOR: tl.constexpr,
 ):
     n = t * TILE_N + tl.arange(0, TILE_N)
     if MASKED:
         n_ok = n < ctx
+        if V_TOKEN_MINOR:
+            # whole blocks (constant over runs of BLOCK_SIZE keys, so the loads stay vectors):
+            # the context's last block is allocated, its keys past ctx are finite values from
+            # the quantizer (or the pool's zeros) and get p = 0 from the causal mask below
+            n_ok = (n // BLOCK_SIZE) * BLOCK_SIZE < ctx
         blk = tl.load(bt_row + n // BLOCK_SIZE, mask=n_ok, other=0).to(tl.int64)
     else:
         blk = tl.load(bt_row + n // BLOCK_SIZE).to(tl.int64)
@@ -132,38 +141,44 @@ def _attend_tile(
     k_off = blk * stride_kb + slot_in_blk * stride_kt + kv_head_off_k  # [TILE_N]
     v_off = blk * stride_vb + slot_in_blk * stride_vt + kv_head_off_v
     # K^T tile [HEAD_DIM_PAD, TILE_N], V tile [TILE_N, HEAD_DIM_PAD]
+    k_idx = k_off[None, :] + offs_d[:, None]
+    v_idx = v_off[:, None] + offs_d[None, :] * stride_vd
+    if V_TOKEN_MINOR:
+        # V stored [head_dim, block_size] per block and head: keys contiguous in runs of a
+        # block (the loaded block ids hide that from triton's analysis, so say it)
+        v_idx = tl.max_contiguous(tl.multiple_of(v_idx, [BLOCK_SIZE, 1]), [BLOCK_SIZE, 1])
     if HEAD_DIM_PAD == HEAD_DIM:
         if MASKED:
-            k = tl.load(k_ptr + k_off[None, :] + offs_d[:, None], mask=n_ok[None, :], other=0.0)
-            v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+            k = tl.load(k_ptr + k_idx, mask=n_ok[None, :], other=0.0)
+            v = tl.load(v_ptr + v_idx, mask=n_ok[:, None], other=0.0)
         else:
-            k = tl.load(k_ptr + k_off[None, :] + offs_d[:, None])
-            v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :])
+            k = tl.load(k_ptr + k_idx)
+            v = tl.load(v_ptr + v_idx)
     else:
         d_ok = offs_d < HEAD_DIM
         if MASKED:
-            k = tl.load(
-                k_ptr + k_off[None, :] + offs_d[:, None],
-                mask=d_ok[:, None] & n_ok[None, :],
-                other=0.0,
-            )
-            v = tl.load(
-                v_ptr + v_off[:, None] + offs_d[None, :],
-                mask=n_ok[:, None] & d_ok[None, :],
-                other=0.0,
-            )
+            k = tl.load(k_ptr + k_idx, mask=d_ok[:, None] & n_ok[None, :], other=0.0)
+            v = tl.load(v_ptr + v_idx, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
         else:
-            k = tl.load(k_ptr + k_off[None, :] + offs_d[:, None], mask=d_ok[:, None], other=0.0)
-            v = tl.load(v_ptr + v_off[:, None] + offs_d[None, :], mask=d_ok[None, :], other=0.0)
+            k = tl.load(k_ptr + k_idx, mask=d_ok[:, None], other=0.0)
+            v = tl.load(v_ptr + v_idx, mask=d_ok[None, :], other=0.0)
     if QUANT != 0:
         # per-(token, KV head) scales: K's scales the score columns, V's the probabilities
-        s_off = blk * stride_sb + slot_in_blk * stride_st + kvh
+        s_off = blk * stride_sb + slot_in_blk * stride_st + kvh * stride_sh
+        if SCALE_TOKEN_MINOR:  # scales [kv_heads, block_size] per block
+            s_off = tl.max_contiguous(tl.multiple_of(s_off, BLOCK_SIZE), BLOCK_SIZE)
         if MASKED:
             k_sc = tl.load(ks_ptr + s_off, mask=n_ok, other=0.0)
             v_sc = tl.load(vs_ptr + s_off, mask=n_ok, other=0.0)
         else:
             k_sc = tl.load(ks_ptr + s_off)
             v_sc = tl.load(vs_ptr + s_off)
+        if MASKED and V_TOKEN_MINOR:
+            # keys past ctx in the last block were read whole: whatever bytes they hold (a
+            # NaN E4M3 pattern too) must not reach P @ V (0 * NaN); their scores are masked
+            in_ctx = n < ctx
+            v = tl.where(in_ctx[:, None], v, tl.zeros_like(v))
+            v_sc = tl.where(in_ctx, v_sc, 0.0)
     if QUANT != 0 and KV_CVT != 0:
         # fp16 products: q pre-scaled per row, 1-byte values exact in fp16
         s = _mma(q, _kv_to_f16(k, DOT_MODE), DOT_MODE)
@@ -281,6 +296,8 @@ def paged_attention_kernel(
     stride_bt,
     stride_sb,
     stride_st,
+    stride_vd,
+    stride_sh,
     NUM_HEADS: tl.constexpr,
     G: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -295,6 +312,8 @@ def paged_attention_kernel(
     QUANT: tl.constexpr,
     KV_CVT: tl.constexpr = 0,
     DECODE: tl.constexpr = False,
+    V_TOKEN_MINOR: tl.constexpr = False,
+    SCALE_TOKEN_MINOR: tl.constexpr = False,
 ):
     """One program per (block of query rows, KV head, split-K segment). Causal attention of
     ``BLOCK_Q`` new tokens x the ``G`` query heads sharing KV head ``program_id(1)`` over the
@@ -311,10 +330,14 @@ def paged_attention_kernel(
         seq = qb
         q_start = tl.load(cu_q_ptr + qb)
         q_end = tl.load(cu_q_ptr + qb + 1, mask=qb < num_seqs, other=-1)
+        # the common case's context length, loaded beside cu_q (not after it: one latency
+        # less before the first block-table read)
+        ctx = tl.load(seq_lens_ptr + qb, mask=qb < num_seqs, other=0)
         if (q_start != qb) | (q_end != qb + 1):
             seq = _find_seq_of_token(cu_q_ptr, qb, num_seqs)
             q_start = tl.load(cu_q_ptr + seq)
             q_end = tl.load(cu_q_ptr + seq + 1)
+            ctx = tl.load(seq_lens_ptr + seq)
         q_len = q_end - q_start
         q_off = qb - q_start
     else:
@@ -322,8 +345,8 @@ def paged_attention_kernel(
         q_start = tl.load(cu_q_ptr + seq)
         q_len = tl.load(cu_q_ptr + seq + 1) - q_start
         q_off = (qb - (q_start // BLOCK_Q + seq)) * BLOCK_Q
-    if q_off < q_len:
         ctx = tl.load(seq_lens_ptr + seq)
+    if q_off < q_len:
         rows = tl.arange(0, BLOCK_M)
         q_idx = q_off + rows // G
         head = kvh * G + rows % G
@@ -390,6 +413,8 @@ def paged_attention_kernel(
                 stride_vt,
                 stride_sb,
                 stride_st,
+                stride_vd,
+                stride_sh,
                 offs_d,
                 QUANT,
                 KV_CVT,
@@ -399,6 +424,8 @@ def paged_attention_kernel(
                 TILE_N,
                 False,
                 DOT_MODE,
+                V_TOKEN_MINOR,
+                SCALE_TOKEN_MINOR,
             )
         for t in tl.range(tl.maximum(t_lo, n_full), t_hi):
             acc, l_i, m_i = _attend_tile(
@@ -425,6 +452,8 @@ def paged_attention_kernel(
                 stride_vt,
                 stride_sb,
                 stride_st,
+                stride_vd,
+                stride_sh,
                 offs_d,
                 QUANT,
                 KV_CVT,
@@ -434,6 +463,8 @@ def paged_attention_kernel(
                 TILE_N,
                 True,
                 DOT_MODE,
+                V_TOKEN_MINOR,
+                SCALE_TOKEN_MINOR,
             )
 
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)

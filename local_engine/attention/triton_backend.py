@@ -200,6 +200,22 @@ def head_dim_pad_of(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
+def token_minor_ok(t: torch.Tensor, tile_n: int) -> bool:
+    """Whether a paged view ``t`` (``[num_blocks, block_size, ...]``, V values or scales) is
+    token-minor in runs the kernel may declare contiguous and aligned (its ``V_TOKEN_MINOR`` /
+    ``SCALE_TOKEN_MINOR`` hints): unit stride over the block's tokens, every other stride a
+    multiple of ``block_size``, ``block_size`` a power of two no larger than ``tile_n``
+    (:data:`local_engine.kv_cache.quant.DEFAULT_LAYOUT`'s V and scales, block 16). Other
+    strides still run, without the hints."""
+    bs = t.shape[1]
+    return (
+        t.stride(1) == 1
+        and bs & (bs - 1) == 0
+        and bs <= tile_n
+        and all(t.stride(i) % bs == 0 for i in range(t.dim()) if i != 1)
+    )
+
+
 def _alloc(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Uninitialised buffer (tests replace this to poison outputs and scratch)."""
     return torch.empty(shape, dtype=dtype, device=device)
@@ -293,8 +309,8 @@ def paged_attention(
             f"expected cu_seqlens_q [{num_seqs + 1}] and block_tables [{num_seqs}, max_blocks]; got "
             f"{tuple(cu_seqlens_q.shape)} and {tuple(block_tables.shape)}"
         )
-    if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
-        raise ValueError("k_cache/v_cache need a contiguous last (head_dim) dimension")
+    if k_cache.stride(3) != 1:
+        raise ValueError("k_cache needs a contiguous last (head_dim) dimension")
     quant = triton_kv_write.quant_mode(k_cache)
     if quant:
         k_scale, v_scale = triton_kv_write.check_scale_layout(k_scale, v_scale)
@@ -349,6 +365,8 @@ def paged_attention(
         seg_out = seg_max = seg_sum = out  # unused
     dot_mode = _dot_mode(q)
     cvt = kv_cvt_of(q, quant, kv_cvt)
+    v_minor = bool(quant) and token_minor_ok(v_cache, config.tile_n)
+    s_minor = bool(quant) and token_minor_ok(k_scale, config.tile_n)
     paged_attention_kernel[(num_q_blocks, num_kv_heads, num_segments)](
         out,
         seg_out,
@@ -378,6 +396,8 @@ def paged_attention(
         block_tables.stride(0),
         k_scale.stride(0) if quant else 0,
         k_scale.stride(1) if quant else 0,
+        v_cache.stride(3),
+        k_scale.stride(2) if quant else 0,
         NUM_HEADS=num_heads,
         G=group,
         HEAD_DIM=head_dim,
@@ -392,6 +412,8 @@ def paged_attention(
         QUANT=quant,
         KV_CVT=cvt,
         DECODE=decode,
+        V_TOKEN_MINOR=v_minor,
+        SCALE_TOKEN_MINOR=s_minor,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )

@@ -70,8 +70,10 @@ def _write_kv_kernel(
     stride_vcb,
     stride_vct,
     stride_vch,
+    stride_vcd,
     stride_sb,
     stride_st,
+    stride_sh,
     QUANT: tl.constexpr,
     QMAX_: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
@@ -95,7 +97,11 @@ def _write_kv_kernel(
             k_cache_ptr + blk * stride_kcb + off * stride_kct + h[:, None] * stride_kch + d[None, :]
         )
         vc = (
-            v_cache_ptr + blk * stride_vcb + off * stride_vct + h[:, None] * stride_vch + d[None, :]
+            v_cache_ptr
+            + blk * stride_vcb
+            + off * stride_vct
+            + h[:, None] * stride_vch
+            + d[None, :] * stride_vcd
         )
         if QUANT == 0:
             tl.store(kc, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
@@ -105,7 +111,7 @@ def _write_kv_kernel(
             qv, sv = quantize_heads(v.to(tl.float32), QUANT, QMAX_, v_cache_ptr.dtype.element_ty)
             tl.store(kc, qk, mask=mask)
             tl.store(vc, qv, mask=mask)
-            s_off = blk * stride_sb + off * stride_st + h
+            s_off = blk * stride_sb + off * stride_st + h * stride_sh
             tl.store(ks_ptr + s_off, sk, mask=h < NUM_KV_HEADS)
             tl.store(vs_ptr + s_off, sv, mask=h < NUM_KV_HEADS)
 
@@ -142,8 +148,8 @@ def write_kv_cache(
         )
     if slot_mapping.shape != (num_tokens,):
         raise ValueError(f"slot_mapping must be [{num_tokens}]; got {tuple(slot_mapping.shape)}")
-    if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
-        raise ValueError("k_cache/v_cache need a contiguous last (head_dim) dimension")
+    if k_cache.stride(3) != 1:
+        raise ValueError("k_cache needs a contiguous last (head_dim) dimension")
     quant = quant_mode(k_cache)
     if quant:
         k_scale, v_scale = check_scale_layout(k_scale, v_scale)
@@ -173,8 +179,10 @@ def write_kv_cache(
         v_cache.stride(0),
         v_cache.stride(1),
         v_cache.stride(2),
+        v_cache.stride(3),
         k_scale.stride(0) if quant else 0,
         k_scale.stride(1) if quant else 0,
+        k_scale.stride(2) if quant else 0,
         QUANT=quant,
         QMAX_=QMAX.get(k_cache.dtype, 1.0),
         BLOCK_SIZE=k_cache.shape[1],
@@ -189,7 +197,7 @@ def write_kv_cache(
 def check_scale_layout(
     k_scale: torch.Tensor | None, v_scale: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernels index both scale views with ``k_scale``'s strides and a unit head stride.
+    """The kernels index both scale views with ``k_scale``'s strides (any layout).
 
     Returns: ``(k_scale, v_scale)``.
 
@@ -197,9 +205,8 @@ def check_scale_layout(
         ValueError: a missing scale, or other strides."""
     if k_scale is None or v_scale is None:
         raise ValueError("a quantized KV cache needs k_scale and v_scale")
-    if k_scale.stride() != v_scale.stride() or k_scale.stride(2) != 1:
+    if k_scale.stride() != v_scale.stride():
         raise ValueError(
-            f"k_scale/v_scale need equal strides with a contiguous head dim; got "
-            f"{k_scale.stride()} and {v_scale.stride()}"
+            f"k_scale/v_scale need equal strides; got {k_scale.stride()} and {v_scale.stride()}"
         )
     return k_scale, v_scale

@@ -17,8 +17,9 @@ Bounds of one round trip (``s`` the token-head's scale, ``amax = s * QMAX``):
   so the bound there is ``2**-4 * |x| + 2**-6 * s``.
 
 Memory layout (:func:`allocate_kv_cache`): the whole pool is one tensor ``[layers, 2, num_blocks,
-block_bytes]`` (uint8 for quantized formats) whose block holds its ``[block_size, num_kv_heads,
-head_dim]`` 1-byte values followed by its ``[block_size, num_kv_heads]`` float32 scales. A
+block_bytes]`` (uint8 for quantized formats) whose block holds its ``block_size x num_kv_heads x
+head_dim`` 1-byte values followed by its ``block_size x num_kv_heads`` float32 scales (K's
+values token-major, V's and the scales token-minor: :data:`DEFAULT_LAYOUT`). A
 block therefore carries its scales: copy-on-write, swapping and prefix caching move whole blocks
 (``kv_cache[:, :, block]``) and need no scale bookkeeping. For ``"auto"`` the pool is the
 unchanged ``[layers, 2, num_blocks, block_size, num_kv_heads, head_dim]`` tensor of the model
@@ -164,15 +165,50 @@ def allocate_kv_cache(
     return raw, layer_views(raw, block_size, H, D, fmt.dtype)
 
 
+#: How a quantized block lays out its bytes (:func:`layer_views`). ``"v_token_minor"`` (the
+#: default since 2026-12-01 session 3): K values ``[block_size, kv_heads, head_dim]``, then V
+#: values ``[kv_heads, head_dim, block_size]`` (each head-dim channel's ``block_size`` keys
+#: contiguous, as vLLM's original paged-attention value cache), then K's and V's float32
+#: scales ``[kv_heads, block_size]``. The attention kernel's ``P @ V`` product sums over keys,
+#: and a tensor-core operand wants the summed axis contiguous: with 1-byte V laid out
+#: head_dim-minor, triton gathers it byte by byte from shared memory (256 ``LDS.U8`` per
+#: thread and 128-key tile, sm_90 SASS), token-minor it is 16-byte loads and ``ldmatrix``;
+#: the scales, read per key, become contiguous vectors too. ``"token_major"`` (sessions 1-2):
+#: K and V values ``[block_size, kv_heads, head_dim]``, scales ``[block_size, kv_heads]``.
+#: The logical shapes of the views are the same for both; only strides differ.
+LAYOUTS = ("v_token_minor", "token_major")
+DEFAULT_LAYOUT = "v_token_minor"
+
+
 def layer_views(
-    raw: torch.Tensor, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
+    raw: torch.Tensor,
+    block_size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    layout: str = DEFAULT_LAYOUT,
 ) -> list[tuple[torch.Tensor, ...]]:
     """Per-layer ``(k_cache, v_cache, k_scale, v_scale)`` views of a quantized pool ``raw``
-    (uint8 ``[layers, 2, num_blocks, block_bytes]``)."""
-    n_val = block_size * num_kv_heads * head_dim
-    vals = raw[..., :n_val].view(dtype).unflatten(-1, (block_size, num_kv_heads, head_dim))
-    scales = raw[..., n_val:].view(SCALE_DTYPE).unflatten(-1, (block_size, num_kv_heads))
-    return [(vals[i, 0], vals[i, 1], scales[i, 0], scales[i, 1]) for i in range(raw.shape[0])]
+    (uint8 ``[layers, 2, num_blocks, block_bytes]``): values ``[num_blocks, block_size,
+    num_kv_heads, head_dim]`` of ``dtype``, scales float32 ``[num_blocks, block_size,
+    num_kv_heads]``, strided as :data:`DEFAULT_LAYOUT` (or ``layout``) says.
+
+    Raises:
+        ValueError: an unknown ``layout``."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown quantized KV layout {layout!r}; supported: {LAYOUTS}")
+    bs, H, D = block_size, num_kv_heads, head_dim
+    n_val = bs * H * D
+    vals = raw[..., :n_val].view(dtype)
+    scales = raw[..., n_val:].view(SCALE_DTYPE)
+    if layout == "token_major":
+        vals_k = vals_v = vals.unflatten(-1, (bs, H, D))
+        sc = scales.unflatten(-1, (bs, H))
+    else:
+        vals_k = vals.unflatten(-1, (bs, H, D))
+        vals_v = vals.unflatten(-1, (H, D, bs)).permute(0, 1, 2, 5, 3, 4)
+        sc = scales.unflatten(-1, (H, bs)).transpose(-1, -2)
+    return [(vals_k[i, 0], vals_v[i, 1], sc[i, 0], sc[i, 1]) for i in range(raw.shape[0])]
 
 
 def quantize(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,6 +242,8 @@ __all__ = [
     "layer_views",
     "quantize",
     "dequantize",
+    "LAYOUTS",
+    "DEFAULT_LAYOUT",
     "is_quantized",
     "QMAX",
     "SCALE_BYTES",

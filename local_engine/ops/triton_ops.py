@@ -109,8 +109,10 @@ def _rotary_kv_kernel(
     stride_vcb,
     stride_vct,
     stride_vch,
+    stride_vcd,
     stride_sb,
     stride_st,
+    stride_sh,
     QUANT: tl.constexpr,
     QMAX_: tl.constexpr,
     NUM_HEADS: tl.constexpr,
@@ -147,13 +149,21 @@ def _rotary_kv_kernel(
         k2 = tl.load(k1p + HALF, mask=kmask, other=0.0).to(tl.float32)
         kc = kc_ptr + blk * stride_kcb + off * stride_kct + hk[:, None] * stride_kch + d[None, :]
         v1p = v_ptr + t * stride_vt + hk[:, None] * stride_vh + d[None, :]
-        vc = vc_ptr + blk * stride_vcb + off * stride_vct + hk[:, None] * stride_vch + d[None, :]
+        vc = (
+            vc_ptr
+            + blk * stride_vcb
+            + off * stride_vct
+            + hk[:, None] * stride_vch
+            + d[None, :] * stride_vcd
+        )  # V may be token-minor (quantized pools, kv_cache.quant.DEFAULT_LAYOUT)
         if QUANT == 0:
             tl.store(kc, (k1 * c - k2 * s).to(kc_ptr.dtype.element_ty), mask=kmask)
             tl.store(kc + HALF, (k2 * c + k1 * s).to(kc_ptr.dtype.element_ty), mask=kmask)
             tl.store(vc, tl.load(v1p, mask=kmask).to(vc_ptr.dtype.element_ty), mask=kmask)
             tl.store(
-                vc + HALF, tl.load(v1p + HALF, mask=kmask).to(vc_ptr.dtype.element_ty), mask=kmask
+                vc + HALF * stride_vcd,
+                tl.load(v1p + HALF, mask=kmask).to(vc_ptr.dtype.element_ty),
+                mask=kmask,
             )
         else:
             # quantize what the unquantized path would store: the rotated key rounded to k's
@@ -171,8 +181,10 @@ def _rotary_kv_kernel(
             v2 = tl.load(v1p + HALF, mask=kmask, other=0.0).to(tl.float32)
             sv = tl.maximum(tl.max(tl.abs(v1), 1), tl.max(tl.abs(v2), 1)) / QMAX_
             tl.store(vc, quantize_rows(v1, sv, QUANT, QMAX_, out_ty), mask=kmask)
-            tl.store(vc + HALF, quantize_rows(v2, sv, QUANT, QMAX_, out_ty), mask=kmask)
-            s_off = blk * stride_sb + off * stride_st + hk
+            tl.store(
+                vc + HALF * stride_vcd, quantize_rows(v2, sv, QUANT, QMAX_, out_ty), mask=kmask
+            )
+            s_off = blk * stride_sb + off * stride_st + hk * stride_sh
             tl.store(ks_ptr + s_off, sk, mask=hk < NUM_KV_HEADS)
             tl.store(vs_ptr + s_off, sv, mask=hk < NUM_KV_HEADS)
 
@@ -191,7 +203,7 @@ def rotary_and_write_kv(
     Hk = k.shape[1]
     if D % 2:
         raise ValueError(f"rotary_and_write_kv: head_dim must be even, got {D}")
-    for name, t in (("q", q), ("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
+    for name, t in (("q", q), ("k", k), ("v", v), ("k_cache", k_cache)):
         if t.stride(-1) != 1:
             raise ValueError(f"rotary_and_write_kv: {name} needs a contiguous last dimension")
     if cos.dtype != torch.float32 or cos.shape != sin.shape or cos.dim() != 2 or cos.shape[1] != D:
@@ -237,8 +249,10 @@ def rotary_and_write_kv(
         v_cache.stride(0),
         v_cache.stride(1),
         v_cache.stride(2),
+        v_cache.stride(3),
         k_scale.stride(0) if quant else 0,
         k_scale.stride(1) if quant else 0,
+        k_scale.stride(2) if quant else 0,
         QUANT=quant,
         QMAX_=QMAX.get(k_cache.dtype, 1.0),
         NUM_HEADS=H,
