@@ -482,8 +482,8 @@ def _compile_worker(jobs):
         p = Decode(2, 512, h, hkv, d, device, g, fmt)
         for cfg, nseg, cvt in variants:
             try:
-                # split launches: every SEG_CHUNK of the merge (2 .. 32)
-                for n in (2, 4, 8, 16, 32) if nseg > 1 else (1,):
+                # split launches: every merge chunk (2 .. 128 segments)
+                for n in (2, 4, 8, 16, 32, 64, 128, 256) if nseg > 1 else (1,):
                     _variant_fn(p, cfg, n, cvt)()
                 done += 1
             except Exception:  # noqa: BLE001 - the main process reports it
@@ -739,18 +739,30 @@ def _sweep_row(row, device, g, variants, sm, table, deadline) -> None:
 # --parts s3: the V-token-minor 1-byte layout (kv_cache.quant.DEFAULT_LAYOUT) against the old
 # token-major one, over tiles x (warps, stages) x both conversions x segment counts
 # (s3_grid.json), then the sweep with the split rows' attention kernel timed alone.
+# run 1 (call 1): S3_CFGS x both conversions x S3_FMTS; run 2: --parts s3b, 1-warp CTAs and
+# the rule's neighbours on the new layout only, and the wide-group bf16 rows' tiles
 S3_CFGS = [(64, 2, 3), (64, 2, 2), (64, 4, 3), (128, 4, 3), (128, 4, 2), (128, 8, 3), (256, 8, 3)]
 S3_FMTS = ("int8", "fp8", "int8/tm", "fp8/tm")
+S3B_CFGS = [(64, 2, 2), (32, 1, 2), (32, 1, 3), (64, 1, 2), (64, 2, 3), (128, 4, 2)]
+S3B_FMTS = ("int8", "fp8")
+S3B_WIDE_ROWS = [
+    (28, 4, 128, 1, 32768),
+    (28, 4, 128, 8, 8192),
+    (28, 4, 128, 32, 8192),
+    (32, 4, 128, 1, 32768),
+]
+S3B_WIDE_CFGS = [(64, 4, 2), (64, 2, 3), (64, 2, 2), (128, 4, 2), (128, 8, 2), (128, 8, 3)]
 
 
-def s3_quant_variants(batch, ctx, sm, fmt):
+def s3_quant_variants(batch, ctx, sm, fmt, cfgs=None):
     name, layout = fmt_layout(fmt)
     rule = quant_rule(batch, ctx, sm, name)
     out = [rule]
     if layout == "token_major":
         return out
-    for cvt in (0, 1):
-        for tn, w, st in S3_CFGS:
+    cvts = (0, 1) if cfgs is None else (rule[2],)
+    for cvt in cvts:
+        for tn, w, st in cfgs or S3_CFGS:
             cfg = KernelConfig(16, tn, w, st)
             r = tb.choose_num_segments(batch * 8, ctx, sm, tn, max(tn * 128, 16384))
             for nseg in _segs(r, (1,) if r == 1 else (0.5, 1, 2)):
@@ -759,11 +771,33 @@ def s3_quant_variants(batch, ctx, sm, fmt):
     return out
 
 
-def s3_groups(sm):
+def s3b_quant_variants(batch, ctx, sm, fmt):
+    return s3_quant_variants(batch, ctx, sm, fmt, S3B_CFGS)
+
+
+def s3b_wide_variants(batch, ctx, h, hkv, d, sm):
+    rule = sweep_rule(batch, ctx, h, hkv, d, sm)
+    out = [rule]
+    for tn, w, st in S3B_WIDE_CFGS:
+        cfg = KernelConfig(rule[0].block_m, tn, w, st)
+        nseg = tb.choose_num_segments(
+            batch * hkv, ctx, sm, tn, tb.split_tile_bytes(cfg, d, 2, decode=True)
+        )
+        if (cfg, nseg, 0) not in out:
+            out.append((cfg, nseg, 0))
+    return out
+
+
+def s3_groups(sm, b=False):
     groups: dict = {}
-    for fmt in S3_FMTS:
+    for fmt in S3B_FMTS if b else S3_FMTS:
         for batch, ctx in QUANT_SHAPES:
-            groups.setdefault((32, 8, 128, fmt), []).extend(s3_quant_variants(batch, ctx, sm, fmt))
+            v = (s3b_quant_variants if b else s3_quant_variants)(batch, ctx, sm, fmt)
+            groups.setdefault((32, 8, 128, fmt), []).extend(v)
+    if b:
+        for h, hkv, d, batch, ctx in S3B_WIDE_ROWS:
+            v = s3b_wide_variants(batch, ctx, h, hkv, d, sm)
+            groups.setdefault((h, hkv, d, "bf16"), []).extend(v)
     for d in (128, 64):
         for h, hkv in LAYOUTS:
             for batch, ctx in SHAPES:
@@ -773,14 +807,15 @@ def s3_groups(sm):
     return groups
 
 
-def s3_quant_grid(device, sm, deadline, table):
+def s3_quant_grid(device, sm, deadline, table, b=False):
     g = torch.Generator(device=device).manual_seed(8)
     summary = []
+    variants = s3b_quant_variants if b else s3_quant_variants
     for batch, ctx in QUANT_SHAPES:
         pb = Decode(batch, ctx, 32, 8, 128, device, g, "bf16")
         ms_bf16 = bench(pb.triton())
         del pb
-        for fmt in S3_FMTS:
+        for fmt in S3B_FMTS if b else S3_FMTS:
             if time.time() > deadline:
                 return summary
             p = Decode(batch, ctx, 32, 8, 128, device, g, fmt)
@@ -789,7 +824,7 @@ def s3_quant_grid(device, sm, deadline, table):
             )
             extra = dict(kind="quant", fmt=fmt, shape=f"{batch}x{ctx}", bf16_ms=ms_bf16)
             row = _run_variants(
-                p, s3_quant_variants(batch, ctx, sm, fmt), ref, extra, table, deadline, reps=5
+                p, variants(batch, ctx, sm, fmt), ref, extra, table, deadline, reps=5
             )
             if row.get("best"):
                 rule = row["variants"][0]
@@ -955,8 +990,8 @@ def main() -> int:
             q = mp.get_context("spawn").Queue()
             proc = mp.get_context("spawn").Process(target=_check_process, args=(q,))
             proc.start()
-        if "s3" in parts:
-            groups = s3_groups(sm)
+        if "s3" in parts or "s3b" in parts:
+            groups = s3_groups(sm, b="s3b" in parts)
         elif "run3" in parts:
             groups = run3_groups(sm)
         else:
@@ -973,9 +1008,15 @@ def main() -> int:
         if not conversion_check(device):
             log("CORRECTNESS FAILED")
             return 1
-        if "s3" in parts:
+        if "s3" in parts or "s3b" in parts:
+            b = "s3b" in parts
             table = []
-            summary = s3_quant_grid(device, sm, t_end - 150, table)
+            summary = s3_quant_grid(device, sm, t_end - 150, table, b=b)
+            if b:
+                g = torch.Generator(device=device).manual_seed(10)
+                for h, hkv, d, batch, ctx in S3B_WIDE_ROWS:
+                    row = (batch, ctx, h, hkv, d)
+                    _sweep_row(row, device, g, s3b_wide_variants, sm, table, t_end - 150)
             (out / "s3_grid.json").write_text(json.dumps(table, default=str))
             print_s3(summary)
             RES["s3_summary"] = summary

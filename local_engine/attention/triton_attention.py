@@ -487,6 +487,49 @@ def paged_attention_kernel(
             )
 
 
+@triton.jit
+def _merge_row(
+    dst_ptr,
+    seg_out_ptr,
+    seg_max_ptr,
+    seg_sum_ptr,
+    base,
+    num_segments,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    SEG_CHUNK: tl.constexpr,
+):
+    """``dst[:HEAD_DIM]`` = the merge of one (token, head)'s split-K partial outputs ``o_s``
+    (rows ``base .. base + num_segments`` of the scratch) with weights ``sum_s * 2^(max_s -
+    max)``, in one pass over chunks of ``SEG_CHUNK`` segments (the launcher makes one chunk
+    hold every segment when registers allow: one round of loads, no dependent second pass;
+    more segments rescale the running sum per chunk, as the online softmax does). Loads
+    bypass L1 (``.cg``): other programs wrote the scratch."""
+    d = tl.arange(0, HEAD_DIM_PAD)
+    m_run = tl.full((), NEG_BIG, tl.float32)
+    acc = tl.zeros([HEAD_DIM_PAD], tl.float32)
+    w_sum = tl.zeros((), tl.float32)
+    for c in range(0, num_segments, SEG_CHUNK):
+        s = c + tl.arange(0, SEG_CHUNK)
+        s_ok = s < num_segments
+        m = tl.load(seg_max_ptr + base + s, mask=s_ok, other=NEG_BIG, cache_modifier=".cg")
+        seg_sum = tl.load(seg_sum_ptr + base + s, mask=s_ok, other=0.0, cache_modifier=".cg")
+        o = tl.load(
+            seg_out_ptr + (base + s)[:, None] * HEAD_DIM_PAD + d[None, :],
+            mask=s_ok[:, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        m_new = tl.maximum(m_run, tl.max(m, 0))
+        alpha = tl.exp2(m_run - m_new)
+        w = seg_sum * tl.exp2(m - m_new)
+        acc = acc * alpha + tl.sum(o * w[:, None], 0)
+        w_sum = w_sum * alpha + tl.sum(w, 0)
+        m_run = m_new
+    res = acc / tl.where(w_sum == 0.0, 1.0, w_sum)
+    tl.store(dst_ptr + d, res.to(dst_ptr.dtype.element_ty), mask=d < HEAD_DIM)
+
+
 @triton.jit(do_not_specialize=["num_segments"])
 def _reduce_segments_kernel(
     out_ptr,
@@ -501,35 +544,17 @@ def _reduce_segments_kernel(
     HEAD_DIM_PAD: tl.constexpr,
     SEG_CHUNK: tl.constexpr,
 ):
-    """Merge one (token, head)'s split-K partial outputs: weights ``sum_s * 2^(max_s - max)``,
-    visited ``SEG_CHUNK`` segments at a time (any segment count, bounded registers)."""
+    """One program per (token, head): :func:`_merge_row` of its split-K partials."""
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
-    base = (t * NUM_HEADS + h) * num_segments
-    m_all = tl.full((), NEG_BIG, tl.float32)
-    for c in range(0, num_segments, SEG_CHUNK):
-        s = c + tl.arange(0, SEG_CHUNK)
-        m = tl.load(seg_max_ptr + base + s, mask=s < num_segments, other=NEG_BIG)
-        m_all = tl.maximum(m_all, tl.max(m, 0))
-    d = tl.arange(0, HEAD_DIM_PAD)
-    acc = tl.zeros([HEAD_DIM_PAD], tl.float32)
-    w_sum = tl.zeros((), tl.float32)
-    for c in range(0, num_segments, SEG_CHUNK):
-        s = c + tl.arange(0, SEG_CHUNK)
-        s_ok = s < num_segments
-        m = tl.load(seg_max_ptr + base + s, mask=s_ok, other=NEG_BIG)
-        seg_sum = tl.load(seg_sum_ptr + base + s, mask=s_ok, other=0.0)
-        w = seg_sum * tl.exp2(m - m_all)
-        w_sum += tl.sum(w, 0)
-        o = tl.load(
-            seg_out_ptr + (base + s)[:, None] * HEAD_DIM_PAD + d[None, :],
-            mask=s_ok[:, None],
-            other=0.0,
-        )
-        acc += tl.sum(o * w[:, None], 0)
-    res = acc / tl.where(w_sum == 0.0, 1.0, w_sum)
-    tl.store(
-        out_ptr + t * stride_ot + h * stride_oh + d,
-        res.to(out_ptr.dtype.element_ty),
-        mask=d < HEAD_DIM,
+    _merge_row(
+        out_ptr + t * stride_ot + h * stride_oh,
+        seg_out_ptr,
+        seg_max_ptr,
+        seg_sum_ptr,
+        (t * NUM_HEADS + h) * num_segments,
+        num_segments,
+        HEAD_DIM,
+        HEAD_DIM_PAD,
+        SEG_CHUNK,
     )

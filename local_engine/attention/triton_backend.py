@@ -75,6 +75,11 @@ DECODE_TILE_MIN, DECODE_TILE_MAX = 32, 256
 #: warps 64 keys lost (0.33 / 0.32 ms).
 DECODE_TILE_BYTES_1B = 8192
 KEYS_PER_WARP_1B = 32
+#: Software-pipelining stages of the 1-byte decode: 3 -> 2 in session 3 (2026-12-01 grid, the
+#: V-token-minor layout, 64 keys / 2 warps, bench/RESULTS.md "## kvquant"): INT8 0.2105 vs
+#: 0.2146 ms at 64 x 4k, 0.4280 vs 0.4504 at 16 x 32k, 0.2140 vs 0.2201 at 256 x 1k; FP8
+#: 0.1972 / 0.3950 / 0.2011 vs 0.2025 / 0.4136 / 0.2073.
+DECODE_STAGES_1B = 2
 WIDE_GROUP = 4  # groups above this may get the doubled tile
 WIDE_ROW_BYTES = 256  # ... when a K row (head_dim x element bytes) is at least this long
 FEW_PROGRAMS_PER_SM = 1 / 8  # "few programs": fewer than sm_count / 8 (1 x 32k at <= 16 KV heads)
@@ -99,14 +104,15 @@ def decode_config(
     and 8 warps when the launch has few programs or, for a group that is not a power of two (7:
     BLOCK_M rows half used), fewer than ``2 * sm_count``. 1-byte caches: tiles of
     :data:`DECODE_TILE_BYTES_1B` (d128: 64 keys), one warp per :data:`KEYS_PER_WARP_1B` keys,
-    3 stages.
+    :data:`DECODE_STAGES_1B` stages.
     """
     d_pad = max(16, triton.next_power_of_2(head_dim))
     block_m = max(16, triton.next_power_of_2(group))
     row_bytes = d_pad * elem_bytes
     if elem_bytes == 1:
         tile_n = min(max(DECODE_TILE_BYTES_1B // row_bytes, DECODE_TILE_MIN), DECODE_TILE_MAX)
-        return KernelConfig(block_m, tile_n, max(1, min(8, tile_n // KEYS_PER_WARP_1B)), 3)
+        warps = max(1, min(8, tile_n // KEYS_PER_WARP_1B))
+        return KernelConfig(block_m, tile_n, warps, DECODE_STAGES_1B)
     p = num_programs if num_programs is not None else 1
     pow2 = group & (group - 1) == 0
     few = p < sm_count * FEW_PROGRAMS_PER_SM
@@ -135,7 +141,11 @@ SPLIT_TILE_BYTES_PER_SM = 4 * 16384  # the target scales as 64 KiB / tile bytes 
 # tiles 0.67 / 0.64; the other 1 x 32k and 8 x 8k rows' choices were already >= 4 tiles)
 SPLIT_MIN_TILES_PER_SEGMENT = 4
 SPLIT_MAX_SEGMENTS = 256
-SEG_CHUNK = 32  # segments merged per step of _reduce_segments_kernel
+#: Partial-output values (segments x head_dim_pad) the merge loads per step: every segment at
+#: once up to 64 segments at d128 / 128 at d64 (2026-12-01 session 3: the two-pass merge over
+#: chunks of 32, max first then sums, took 4.8 us of a 16 us 1 x 32k call, 32/4 d64, against
+#: cuDNN's 3.7 us reduction; bench/RESULTS.md "## kvquant").
+MERGE_CHUNK_ELEMS = 8192
 
 
 def _sm_count(device: torch.device) -> int:
@@ -418,20 +428,51 @@ def paged_attention(
         num_stages=config.num_stages,
     )
     if split:
-        _reduce_segments_kernel[(num_tokens, num_heads)](
-            out,
-            seg_out,
-            seg_max,
-            seg_sum,
-            num_segments,
-            out.stride(0),
-            out.stride(1),
-            NUM_HEADS=num_heads,
-            HEAD_DIM=head_dim,
-            HEAD_DIM_PAD=head_dim_pad,
-            SEG_CHUNK=min(SEG_CHUNK, triton.next_power_of_2(num_segments)),
-            num_warps=4,
-        )
+        merge_segments(out, seg_out, seg_max, seg_sum)
+    return out
+
+
+def merge_chunk(num_segments: int, head_dim_pad: int) -> int:
+    """Segments :func:`_reduce_segments_kernel` merges per step: all of them (one round of
+    loads) up to :data:`MERGE_CHUNK_ELEMS` partial-output values, else that many (a power
+    of two, at least 2)."""
+    cap = max(2, MERGE_CHUNK_ELEMS // head_dim_pad)
+    return min(triton.next_power_of_2(max(num_segments, 2)), cap)
+
+
+def merge_segments(
+    out: torch.Tensor,
+    seg_out: torch.Tensor,
+    seg_max: torch.Tensor,
+    seg_sum: torch.Tensor,
+    seg_chunk: int | None = None,
+) -> torch.Tensor:
+    """Merge split-K partials into ``out`` ``[num_tokens, num_heads, head_dim]``: ``out[t, h]
+    = sum_s w_s o_s / sum_s w_s`` with ``w_s = seg_sum[t, h, s] * 2**(seg_max[t, h, s] -
+    max_s seg_max[t, h, s])`` (base-2 maxima, as the attention kernel writes them).
+
+    Args:
+        seg_out: float32 ``[num_tokens, num_heads, num_segments, head_dim_pad]`` normalised
+            partial outputs; ``seg_max`` / ``seg_sum``: float32 ``[num_tokens, num_heads,
+            num_segments]`` row maxima and sums of exponentials (0 for an empty segment).
+        seg_chunk: segments per merge step (default :func:`merge_chunk`; tests force small).
+    """
+    num_tokens, num_heads, num_segments, head_dim_pad = seg_out.shape
+    chunk = seg_chunk or merge_chunk(num_segments, head_dim_pad)
+    _reduce_segments_kernel[(num_tokens, num_heads)](
+        out,
+        seg_out,
+        seg_max,
+        seg_sum,
+        num_segments,
+        out.stride(0),
+        out.stride(1),
+        NUM_HEADS=num_heads,
+        HEAD_DIM=out.shape[2],
+        HEAD_DIM_PAD=head_dim_pad,
+        SEG_CHUNK=chunk,
+        num_warps=4 if chunk * head_dim_pad <= 4096 else 8,
+    )
     return out
 
 
@@ -462,6 +503,7 @@ __all__ = [
     "choose_num_segments",
     "decode_config",
     "split_tile_bytes",
+    "merge_segments",
     "kv_cvt_of",
     "KernelConfig",
 ]

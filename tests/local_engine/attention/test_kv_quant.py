@@ -338,3 +338,48 @@ def test_scales_are_required_and_checked():
     fk = torch.zeros(2, 4, 1, 8)
     with pytest.raises(ValueError, match="unquantized"):
         write_kv_cache(k, k, fk, fk, torch.tensor([0]), backend="torch", k_scale=ks, v_scale=vs)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_block_layout_bytes_by_hand(backend, tb):
+    """The default layout (kv_cache.quant.DEFAULT_LAYOUT) at block 4, one KV head, head_dim 2:
+    K's values token-major, V's token-minor (byte ``d * block_size + token``), scales after
+    the values at float ``head * block_size + token``. Token at slot 5 (block 1, offset 1),
+    x = [2.54, -1.0]: scale 2.54 / 127 = 0.02, q = [127, round(-50)] = [127, -50]."""
+    raw, (kc, vc, ks, vs) = _pool("int8", 2, 4, 1, 2)
+    x = torch.tensor([[[2.54, -1.0]]])
+    write_kv_cache(x, x, kc, vc, torch.tensor([5]), backend=backend, k_scale=ks, v_scale=vs)
+    k_blk, v_blk = raw[0, 0, 1], raw[0, 1, 1]  # uint8 [4 * 1 * 2 + 4 * 4]
+    assert k_blk[2:4].view(torch.int8).tolist() == [127, -50]  # token 1: bytes 2, 3
+    assert v_blk[[1, 5]].view(torch.int8).tolist() == [127, -50]  # d0 at 0*4+1, d1 at 1*4+1
+    assert int(v_blk[:8].count_nonzero()) == 2
+    for blk in (k_blk, v_blk):
+        scales = blk[8:].view(torch.float32)
+        assert scales[1] == pytest.approx(0.02) and int(scales.count_nonzero()) == 1
+    assert raw[0, :, 0].count_nonzero() == 0  # block 0 untouched
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bytes_past_the_context_never_reach_the_output(fmt, tb):
+    """The kernel reads the context's last block whole (vector loads, token-minor V): NaN
+    bytes (E4M3 0xFF) and NaN scales in its slots past the context must not leak (0 * NaN)."""
+    g = torch.Generator().manual_seed(21)
+    Hq, H, D, bs, ctx = 4, 2, 32, 16, 37  # the last block holds 5 of 16 tokens
+    raw, (kc, vc, ks, vs) = _pool(fmt, 4, bs, H, D)
+    raw.fill_(0xFF)  # E4M3 NaN (0xFF); INT8 -1; every scale a NaN (0xFFFFFFFF)
+    assert ks.isnan().all()
+    table = torch.tensor([[2, 0, 3, 1]], dtype=torch.int32)
+    slot = torch.tensor([int(table[0, p // bs]) * bs + p % bs for p in range(ctx)])
+    k, v = with_outliers((ctx, H, D), g), with_outliers((ctx, H, D), g)
+    write_kv_cache(k, v, kc, vc, slot, backend="torch", k_scale=ks, v_scale=vs)
+    q = torch.randn((1, Hq, D), generator=g).to(torch.bfloat16)
+    cu = torch.tensor([0, 1], dtype=torch.int32)
+    lens = torch.tensor([ctx], dtype=torch.int32)
+    r = torch_ref.paged_attention(q, kc, vc, table, cu, lens, k_scale=ks, v_scale=vs)
+    assert not r.isnan().any()
+    for nseg in (1, 2):
+        out = tb.paged_attention(
+            q, kc, vc, table, cu, lens, num_segments=nseg, k_scale=ks, v_scale=vs
+        )
+        assert not out.isnan().any()
+        assert rel(out, r.double()) < 2e-2  # bf16 queries and probabilities

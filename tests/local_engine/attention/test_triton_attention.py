@@ -342,9 +342,9 @@ def test_decode_config_keeps_the_tile_bytes(tb):
     # 16 KiB of K per tile: d128 bf16 64 keys (the tuned tile), d64 bf16 128
     assert tb.decode_config(128, 4, 2) == tb.KernelConfig(16, 64, 4, 2)
     assert tb.decode_config(64, 3, 2).tile_n == 128
-    # 1-byte caches: 8 KiB tiles, a warp per 32 keys, 3 stages (d128: 64 keys, 2 warps)
-    assert tb.decode_config(128, 4, 1) == tb.KernelConfig(16, 64, 2, 3)
-    assert tb.decode_config(64, 4, 1) == tb.KernelConfig(16, 128, 4, 3)
+    # 1-byte caches: 8 KiB tiles, a warp per 32 keys, 2 stages (d128: 64 keys, 2 warps)
+    assert tb.decode_config(128, 4, 1) == tb.KernelConfig(16, 64, 2, 2)
+    assert tb.decode_config(64, 4, 1) == tb.KernelConfig(16, 128, 4, 2)
     assert tb.decode_config(128, 32, 2).block_m == 32  # a group wider than 16 rows
     sm = 132
     # group 7 (28/4): 32 KiB tiles below 2 x 132 programs (1 x 32k .. 32 x 8k), not at 256 x 1k
@@ -360,8 +360,8 @@ def test_decode_config_keeps_the_tile_bytes(tb):
     assert tb.decode_config(64, 7, 2, 17, sm) == tb.KernelConfig(16, 128, 4, 2)
     assert tb.decode_config(64, 1, 2, 4, sm) == tb.KernelConfig(16, 128, 4, 3)
     # 1-byte caches: no doubling for wide groups, whatever the program count
-    assert tb.decode_config(128, 7, 1, 4, sm) == tb.KernelConfig(16, 64, 2, 3)
-    assert tb.decode_config(128, 32, 1, 4096, sm) == tb.KernelConfig(32, 64, 2, 3)
+    assert tb.decode_config(128, 7, 1, 4, sm) == tb.KernelConfig(16, 64, 2, 2)
+    assert tb.decode_config(128, 32, 1, 4096, sm) == tb.KernelConfig(32, 64, 2, 2)
     # 8 KiB tiles would double the split target to 8 programs per SM (16 x 32k: 8) ...
     assert tb.choose_num_segments(16 * 8, 32768, sm, 64, 8192) == 8
     # ... but decode sizes it by at least 16 KiB: 4 per SM (64 x 4k: 1 segment, 16 x 32k: 4)
@@ -464,3 +464,46 @@ def test_random_sweep(tb, trial):
         seed=seed,
     )
     check(tb, b, num_segments=rng.choice([None, 1, 2, 4]))
+
+
+def test_merge_segments_by_hand(tb):
+    """The split-K merge on values worked out by hand: two segments with base-2 maxima 0 and 1
+    and sums 1 and 3 weigh 1 * 2**(0 - 1) = 0.5 and 3 * 2**0 = 3, so out = (0.5 * a + 3 * b) /
+    3.5; an empty segment (max -1e30, sum 0) weighs nothing; forced 2-segment chunks give the
+    same (the online rescale between chunks)."""
+    D = 4
+    a = torch.tensor([1.0, -2.0, 0.5, 4.0])
+    b = torch.tensor([3.0, 0.0, -1.0, 2.0])
+    seg_out = torch.zeros(1, 2, 3, 16)
+    seg_out[0, :, 0, :D] = a
+    seg_out[0, :, 1, :D] = b
+    seg_out[0, :, 2, :D] = 1e4  # the empty segment's (unused) output
+    seg_max = torch.tensor([[[0.0, 1.0, -1.0e30]] * 2])
+    seg_sum = torch.tensor([[[1.0, 3.0, 0.0]] * 2])
+    expected = (0.5 * a + 3.0 * b) / 3.5  # [9.5, -1, -2.75, 8] / 3.5
+    assert torch.allclose(expected, torch.tensor([19 / 7, -2 / 7, -5.5 / 7, 16 / 7]))
+    for chunk in (None, 2):
+        out = torch.full((1, 2, D), float("nan"))
+        tb.merge_segments(out, seg_out, seg_max, seg_sum, seg_chunk=chunk)
+        assert torch.allclose(out[0, 0], expected, atol=1e-6)
+        assert torch.allclose(out[0, 1], expected, atol=1e-6)
+    # the launch rule: every segment in one step up to 8192 values, else chunks of that size
+    assert tb.merge_chunk(64, 128) == 64 and tb.merge_chunk(128, 64) == 128
+    assert tb.merge_chunk(256, 64) == 128 and tb.merge_chunk(256, 128) == 64
+    assert tb.merge_chunk(3, 128) == 4 and tb.merge_chunk(1, 64) == 2
+
+
+def test_token_minor_rule(tb):
+    """The kernel's contiguity hints only for unit-stride runs of a power-of-two block, every
+    other stride a multiple of it, and a tile at least one block long."""
+    from local_engine.kv_cache.quant import layer_views
+
+    raw = torch.zeros(1, 2, 3, 16 * 2 * (8 + 4), dtype=torch.uint8)
+    kc, vc, ks, vs = layer_views(raw, 16, 2, 8, torch.int8)[0]
+    assert tb.token_minor_ok(vc, 64) and tb.token_minor_ok(ks, 64)
+    assert not tb.token_minor_ok(kc, 64)  # K stays head_dim-minor
+    assert not tb.token_minor_ok(vc, 8)  # a tile shorter than a block
+    kc, vc, ks, vs = layer_views(raw, 16, 2, 8, torch.int8, "token_major")[0]
+    assert not tb.token_minor_ok(vc, 64) and not tb.token_minor_ok(ks, 64)
+    raw12 = torch.zeros(1, 2, 3, 12 * 2 * (8 + 4), dtype=torch.uint8)
+    assert not tb.token_minor_ok(layer_views(raw12, 12, 2, 8, torch.int8)[0][1], 64)
