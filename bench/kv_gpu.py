@@ -243,6 +243,11 @@ def quant_table(device, explore: bool):
             del p
             torch.cuda.empty_cache()
         for name, (ms, by) in t.items():
+            eb = 2 if name == "bf16" else 1
+            cfg = tb.decode_config(128, 4, eb, batch * 8, sm)
+            nseg = tb.choose_num_segments(
+                batch * 8, ctx, sm, cfg.tile_n, tb.split_tile_bytes(cfg, 128, eb, decode=True)
+            )
             rows.append(
                 dict(
                     shape=f"{batch}x{ctx}",
@@ -251,13 +256,16 @@ def quant_table(device, explore: bool):
                     bytes=by,
                     tbps=by / ms / 1e9,
                     speedup=t["bf16"][0] / ms,
+                    config=f"{cfg.tile_n}, {cfg.num_warps}, {cfg.num_stages}; {nseg}",
                 )
             )
-    log("| batch x context | KV | ms | bytes read | TB/s | speed vs bf16 |")
-    log("|---|---|---|---|---|---|")
+    log(
+        "| batch x context | KV | keys, warps, stages; segments | ms | bytes read | TB/s | speed vs bf16 |"
+    )
+    log("|---|---|---|---|---|---|---|")
     for r in rows:
         log(
-            f"| {r['shape']} | {r['fmt']} | {r['ms']:.4f} | {r['bytes'] / 1e6:.0f} MB | "
+            f"| {r['shape']} | {r['fmt']} | {r['config']} | {r['ms']:.4f} | {r['bytes'] / 1e6:.0f} MB | "
             f"{r['tbps']:.2f} | {r['speedup']:.2f}x |"
         )
     RES["quant"] = rows
@@ -425,11 +433,11 @@ def _segs(rule: int, factors) -> list[int]:
     return sorted({min(256, max(1, int(rule * f))) for f in factors})
 
 
-def quant_rule(batch, ctx, sm, fmt):
-    cfg = tb.decode_config(128, 4, 1, batch * 8, sm)
-    tile_bytes = tb.split_tile_bytes(cfg, 128, 1, decode=True)
-    nseg = tb.choose_num_segments(batch * 8, ctx, sm, cfg.tile_n, tile_bytes)
-    return cfg, nseg, tb.KV_CVT_BY_QUANT[1 if fmt == "int8" else 2]
+def quant_rule(batch, ctx, sm, fmt, d=128, hkv=8, group=4):
+    cfg = tb.decode_config(d, group, 1, batch * hkv, sm)
+    tile_bytes = tb.split_tile_bytes(cfg, d, 1, decode=True)
+    nseg = tb.choose_num_segments(batch * hkv, ctx, sm, cfg.tile_n, tile_bytes)
+    return cfg, nseg, tb.KV_CVT_BY_QUANT[1 if fmt.startswith("int8") else 2]
 
 
 def quant_variants(batch, ctx, sm, fmt="fp8"):
@@ -788,7 +796,66 @@ def s3b_wide_variants(batch, ctx, h, hkv, d, sm):
     return out
 
 
-def s3_groups(sm, b=False):
+# run 3 (--parts s3c): the final 1-byte rule (32 keys / 1 warp / 3 stages at d128, split to 8
+# warps per SM) against its neighbours, at d128 and d64 (32/8 heads)
+S3C_CFGS = [(32, 1, 3), (32, 1, 2), (64, 1, 3), (64, 2, 3)]
+S3C_SHAPES = [(128, 64, 4096), (128, 16, 32768), (128, 256, 1024), (64, 64, 4096), (64, 16, 32768)]
+
+
+def s3c_variants(batch, ctx, d, sm, fmt):
+    rule = quant_rule(batch, ctx, sm, fmt, d=d)
+    out = [rule]
+    for tn, w, st in S3C_CFGS:
+        cfg = KernelConfig(16, tn, w, st)
+        own = tb.choose_num_segments(
+            batch * 8, ctx, sm, tn, tb.split_tile_bytes(cfg, d, 1, decode=True)
+        )
+        for nseg in _segs(own, (1, 2) if own == 1 else (0.5, 1, 2)):
+            if (cfg, nseg, rule[2]) not in out:
+                out.append((cfg, nseg, rule[2]))
+    return out
+
+
+def s3c_grid(device, sm, deadline, table):
+    g = torch.Generator(device=device).manual_seed(12)
+    summary = []
+    for d, batch, ctx in S3C_SHAPES:
+        pb = Decode(batch, ctx, 32, 8, d, device, g, "bf16")
+        ms_bf16 = bench(pb.triton())
+        del pb
+        for fmt in S3B_FMTS:
+            if time.time() > deadline:
+                return summary
+            p = Decode(batch, ctx, 32, 8, d, device, g, fmt)
+            ref = torch_ref.paged_attention(
+                p.q, p.k, p.v, p.bt, p.cu, p.sl, k_scale=p.ks, v_scale=p.vs
+            )
+            extra = dict(kind="quant", fmt=fmt, shape=f"d{d} {batch}x{ctx}", bf16_ms=ms_bf16)
+            row = _run_variants(
+                p, s3c_variants(batch, ctx, d, sm, fmt), ref, extra, table, deadline, reps=7
+            )
+            if row.get("best"):
+                summary.append(
+                    (f"d{d} {batch}x{ctx}", fmt, ms_bf16, row["variants"][0], row["best"])
+                )
+            del p, ref
+            torch.cuda.empty_cache()
+    return summary
+
+
+def s3_groups(sm, b=False, c=False):
+    if c:
+        groups: dict = {}
+        for d, batch, ctx in S3C_SHAPES:
+            for fmt in S3B_FMTS:
+                groups.setdefault((32, 8, d, fmt), []).extend(s3c_variants(batch, ctx, d, sm, fmt))
+        for dd in (128, 64):
+            for h, hkv in LAYOUTS:
+                for batch, ctx in SHAPES:
+                    groups.setdefault((h, hkv, dd, "bf16"), []).append(
+                        sweep_rule(batch, ctx, h, hkv, dd, sm)
+                    )
+        return groups
     groups: dict = {}
     for fmt in S3B_FMTS if b else S3_FMTS:
         for batch, ctx in QUANT_SHAPES:
@@ -990,8 +1057,8 @@ def main() -> int:
             q = mp.get_context("spawn").Queue()
             proc = mp.get_context("spawn").Process(target=_check_process, args=(q,))
             proc.start()
-        if "s3" in parts or "s3b" in parts:
-            groups = s3_groups(sm, b="s3b" in parts)
+        if "s3" in parts or "s3b" in parts or "s3c" in parts:
+            groups = s3_groups(sm, b="s3b" in parts, c="s3c" in parts)
         elif "run3" in parts:
             groups = run3_groups(sm)
         else:
@@ -1008,6 +1075,12 @@ def main() -> int:
         if not conversion_check(device):
             log("CORRECTNESS FAILED")
             return 1
+        if "s3c" in parts:
+            table = []
+            summary = s3c_grid(device, sm, t_end - 200, table)
+            (out / "s3c_grid.json").write_text(json.dumps(table, default=str))
+            print_s3(summary)
+            RES["s3_summary"] = summary
         if "s3" in parts or "s3b" in parts:
             b = "s3b" in parts
             table = []

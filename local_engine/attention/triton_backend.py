@@ -63,23 +63,27 @@ PREFILL_CONFIG = {64: KernelConfig(128, 32, 4, 3), 128: KernelConfig(128, 32, 4,
 #: Wide groups (more than 4 query heads per KV head) with rows of >= 256 bytes (d128 bf16)
 #: take twice that when the launch has few programs (2026-12-01 layout sweeps,
 #: bench/RESULTS.md "## kvquant": 28/4 d128 0.68-0.71 of SDPA at 16 KiB -> 0.83-0.89 at 32 KiB
-#: and 8 warps, 1 x 32k .. 32 x 8k). At d64 the doubled tile (256 keys) lost to 16 KiB in the
+#: and 8 warps, 1 x 32k .. 32 x 8k), with 4 warps since session 3 (28/4 d128 8 x 8k 0.0428 vs
+#: 0.0457 ms at 8 warps, 32 x 8k 0.1342 vs 0.1437, 1 x 32k 0.0287 vs 0.0291; 32/4 1 x 32k
+#: 0.0284 vs 0.0289). At d64 the doubled tile (256 keys) lost to 16 KiB in the
 #: session-2 grid (28/4 1 x 32k 0.73 vs 0.77, 8 x 8k 0.74 vs 0.81; 32/4 0.69 vs 0.74), so the
 #: doubling needs 256-byte rows.
 DECODE_TILE_BYTES = 16384
 DECODE_TILE_MIN, DECODE_TILE_MAX = 32, 256
-#: 1-byte (FP8/INT8) caches: 8 KiB K tiles and one warp per 32 keys (d128: 64 keys, 2 warps).
-#: The session-2 grid (bench/RESULTS.md, "## kvquant") found 32 keys per warp best at every
-#: tile size (64/2, 128/4, 256/8 warps) and the smallest of them fastest: 64 x 4k FP8 0.197 ms
-#: at 64 keys / 2 warps vs 0.228 at 128 / 4 (the 16 KiB rule), INT8 0.204 vs 0.218; at 4
-#: warps 64 keys lost (0.33 / 0.32 ms).
-DECODE_TILE_BYTES_1B = 8192
+#: 1-byte (FP8/INT8) caches: 4 KiB K tiles and one warp per 32 keys (d128: 32 keys, 1 warp),
+#: 3 stages. Session 2 (bench/RESULTS.md, "## kvquant") found 32 keys per warp best at every
+#: tile size and the smallest (64 keys / 2 warps) fastest; session 3 (2026-12-01, the
+#: V-token-minor layout) went one smaller: 32/8 d128 at 32 keys / 1 warp / 3 stages, INT8
+#: 0.365 ms at 16 x 32k (8 segments) and 0.188 at 256 x 1k against 0.429 / 0.212 at 64 keys /
+#: 2 warps; FP8 0.363 / 0.185 against 0.393 / 0.189. The kernel needs ~254 registers a thread
+#: either way, so an SM holds 8 warps: 1-warp programs double the programs per SM (below).
+DECODE_TILE_BYTES_1B = 4096
 KEYS_PER_WARP_1B = 32
-#: Software-pipelining stages of the 1-byte decode: 3 -> 2 in session 3 (2026-12-01 grid, the
-#: V-token-minor layout, 64 keys / 2 warps, bench/RESULTS.md "## kvquant"): INT8 0.2105 vs
-#: 0.2146 ms at 64 x 4k, 0.4280 vs 0.4504 at 16 x 32k, 0.2140 vs 0.2201 at 256 x 1k; FP8
-#: 0.1972 / 0.3950 / 0.2011 vs 0.2025 / 0.4136 / 0.2073.
-DECODE_STAGES_1B = 2
+DECODE_STAGES_1B = 3
+#: Split-K target of 1-byte decode: this many warps per SM (programs per SM = it / warps).
+#: 64 x 4k at 1 warp then takes 2 segments (1,024 programs); 64 keys / 2 warps keeps the
+#: session-2 target of 4 programs per SM (1 segment).
+SPLIT_WARPS_PER_SM_1B = 8
 WIDE_GROUP = 4  # groups above this may get the doubled tile
 WIDE_ROW_BYTES = 256  # ... when a K row (head_dim x element bytes) is at least this long
 FEW_PROGRAMS_PER_SM = 1 / 8  # "few programs": fewer than sm_count / 8 (1 x 32k at <= 16 KV heads)
@@ -101,9 +105,9 @@ def decode_config(
     with the undoubled tile and 4-tile segments, 28/4, 32/4, 32/8 d64 at 1 x 32k went 0.71 /
     0.70 / 0.79 -> 0.76 / 0.74 / 0.81 of SDPA). A group above
     :data:`WIDE_GROUP` with rows of at least :data:`WIDE_ROW_BYTES` gets twice the tile bytes
-    and 8 warps when the launch has few programs or, for a group that is not a power of two (7:
+    (4 warps) when the launch has few programs or, for a group that is not a power of two (7:
     BLOCK_M rows half used), fewer than ``2 * sm_count``. 1-byte caches: tiles of
-    :data:`DECODE_TILE_BYTES_1B` (d128: 64 keys), one warp per :data:`KEYS_PER_WARP_1B` keys,
+    :data:`DECODE_TILE_BYTES_1B` (d128: 32 keys), one warp per :data:`KEYS_PER_WARP_1B` keys,
     :data:`DECODE_STAGES_1B` stages.
     """
     d_pad = max(16, triton.next_power_of_2(head_dim))
@@ -124,7 +128,7 @@ def decode_config(
     tile_bytes = DECODE_TILE_BYTES * (2 if wide else 1)
     tile_n = triton.next_power_of_2(max(1, tile_bytes // row_bytes))
     tile_n = min(max(tile_n, DECODE_TILE_MIN), DECODE_TILE_MAX)
-    warps = 8 if wide else 4
+    warps = 4
     stages = 3 if few and row_bytes < WIDE_ROW_BYTES else 2
     return KernelConfig(block_m, tile_n, warps, stages)
 
@@ -196,11 +200,14 @@ def choose_num_segments(
 
 
 def split_tile_bytes(config: KernelConfig, head_dim: int, elem_bytes: int, decode: bool) -> int:
-    """Tile bytes that :func:`choose_num_segments` sizes the split-K target by: the K tile's
-    ``tile_n x head_dim_pad x elem_bytes``, but for decode at least :data:`DECODE_TILE_BYTES`
-    (the 8 KiB 1-byte tiles keep the target of 4 programs per SM: run 2 of session 2, FP8
-    64 x 4k at 64 keys / 2 warps, 1 segment 0.197 ms vs 2 segments 0.263; INT8 0.204 vs
-    0.224; 16 x 32k 4 and 8 segments equal)."""
+    """Tile bytes that :func:`choose_num_segments` sizes the split-K target by (its target is
+    ``SPLIT_TILE_BYTES_PER_SM / this`` programs per SM): the K tile's ``tile_n x head_dim_pad
+    x elem_bytes``, but for decode at least :data:`DECODE_TILE_BYTES`, and for 1-byte decode
+    ``SPLIT_TILE_BYTES_PER_SM * num_warps / SPLIT_WARPS_PER_SM_1B`` (8 warps per SM: 1-warp
+    programs 8 per SM, 2-warp programs 4 per SM as in session 2: FP8 64 x 4k at 64 keys /
+    2 warps, 1 segment 0.197 ms vs 2 segments 0.263; INT8 0.204 vs 0.224)."""
+    if decode and elem_bytes == 1:
+        return SPLIT_TILE_BYTES_PER_SM * config.num_warps // SPLIT_WARPS_PER_SM_1B
     b = config.tile_n * head_dim_pad_of(head_dim) * elem_bytes
     return max(b, DECODE_TILE_BYTES) if decode else b
 

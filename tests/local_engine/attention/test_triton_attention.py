@@ -342,17 +342,19 @@ def test_decode_config_keeps_the_tile_bytes(tb):
     # 16 KiB of K per tile: d128 bf16 64 keys (the tuned tile), d64 bf16 128
     assert tb.decode_config(128, 4, 2) == tb.KernelConfig(16, 64, 4, 2)
     assert tb.decode_config(64, 3, 2).tile_n == 128
-    # 1-byte caches: 8 KiB tiles, a warp per 32 keys, 2 stages (d128: 64 keys, 2 warps)
-    assert tb.decode_config(128, 4, 1) == tb.KernelConfig(16, 64, 2, 2)
-    assert tb.decode_config(64, 4, 1) == tb.KernelConfig(16, 128, 4, 2)
+    # 1-byte caches: 4 KiB tiles, a warp per 32 keys, 3 stages (d128: 4096 / 128 = 32 keys,
+    # 1 warp; d64: 64 keys, 2 warps)
+    assert tb.decode_config(128, 4, 1) == tb.KernelConfig(16, 32, 1, 3)
+    assert tb.decode_config(64, 4, 1) == tb.KernelConfig(16, 64, 2, 3)
     assert tb.decode_config(128, 32, 2).block_m == 32  # a group wider than 16 rows
     sm = 132
-    # group 7 (28/4): 32 KiB tiles below 2 x 132 programs (1 x 32k .. 32 x 8k), not at 256 x 1k
+    # group 7 (28/4): 32 KiB tiles (4 warps) below 2 x 132 programs (1 x 32k .. 32 x 8k), not
+    # at 256 x 1k
     for programs in (4, 32, 128):
-        assert tb.decode_config(128, 7, 2, programs, sm) == tb.KernelConfig(16, 128, 8, 2)
+        assert tb.decode_config(128, 7, 2, programs, sm) == tb.KernelConfig(16, 128, 4, 2)
     assert tb.decode_config(128, 7, 2, 1024, sm) == tb.KernelConfig(16, 64, 4, 2)
     # group 8 (32/4): only below 132 / 8 programs (1 x 32k)
-    assert tb.decode_config(128, 8, 2, 4, sm) == tb.KernelConfig(16, 128, 8, 2)
+    assert tb.decode_config(128, 8, 2, 4, sm) == tb.KernelConfig(16, 128, 4, 2)
     assert tb.decode_config(128, 8, 2, 32, sm) == tb.KernelConfig(16, 64, 4, 2)
     # d64 (128-byte rows): never doubled; 3 stages below 132 / 8 programs
     assert tb.decode_config(64, 8, 2, 4, sm) == tb.KernelConfig(16, 128, 4, 3)
@@ -360,15 +362,20 @@ def test_decode_config_keeps_the_tile_bytes(tb):
     assert tb.decode_config(64, 7, 2, 17, sm) == tb.KernelConfig(16, 128, 4, 2)
     assert tb.decode_config(64, 1, 2, 4, sm) == tb.KernelConfig(16, 128, 4, 3)
     # 1-byte caches: no doubling for wide groups, whatever the program count
-    assert tb.decode_config(128, 7, 1, 4, sm) == tb.KernelConfig(16, 64, 2, 2)
-    assert tb.decode_config(128, 32, 1, 4096, sm) == tb.KernelConfig(32, 64, 2, 2)
-    # 8 KiB tiles would double the split target to 8 programs per SM (16 x 32k: 8) ...
-    assert tb.choose_num_segments(16 * 8, 32768, sm, 64, 8192) == 8
-    # ... but decode sizes it by at least 16 KiB: 4 per SM (64 x 4k: 1 segment, 16 x 32k: 4)
+    assert tb.decode_config(128, 7, 1, 4, sm) == tb.KernelConfig(16, 32, 1, 3)
+    assert tb.decode_config(128, 32, 1, 4096, sm) == tb.KernelConfig(32, 32, 1, 3)
+    # 1-byte decode sizes the split by 8 warps per SM: a 1-warp program is 65536 / 8 = 8 KiB
+    # (8 programs per SM), a 2-warp one 16 KiB (4 per SM); prefill by the tile itself
     cfg1 = tb.decode_config(128, 4, 1, 64 * 8, sm)
-    assert tb.split_tile_bytes(cfg1, 128, 1, decode=True) == 16384
-    assert tb.split_tile_bytes(cfg1, 128, 1, decode=False) == 8192  # prefill: the tile itself
+    assert tb.split_tile_bytes(cfg1, 128, 1, decode=True) == 8192
+    assert tb.split_tile_bytes(tb.KernelConfig(16, 64, 2, 3), 128, 1, decode=True) == 16384
+    assert tb.split_tile_bytes(cfg1, 128, 1, decode=False) == 32 * 128
     assert tb.split_tile_bytes(tb.decode_config(128, 7, 2, 4, sm), 128, 2, True) == 32768
+    # 64 x 4k: 8 * 132 // 512 = 2 segments; 16 x 32k: 1056 // 128 = 8; 256 x 1k: 0 -> 1
+    assert tb.choose_num_segments(64 * 8, 4096, sm, 32, 8192) == 2
+    assert tb.choose_num_segments(16 * 8, 32768, sm, 32, 8192) == 8
+    assert tb.choose_num_segments(256 * 8, 1024, sm, 32, 8192) == 1
+    # bf16 decode: 16 KiB, 4 programs per SM (64 x 4k: 1 segment, 16 x 32k: 4)
     assert tb.choose_num_segments(64 * 8, 4096, sm, 64, 16384) == 1
     assert tb.choose_num_segments(16 * 8, 32768, sm, 64, 16384) == 4
     # 32 KiB tiles halve the split target: 2 programs per SM
