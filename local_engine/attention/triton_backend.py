@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from local_engine.attention import triton_kv_write
+from local_engine.attention import triton_attention, triton_kv_write
 from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
 
 LOG2E = 1.4426950408889634
@@ -70,15 +70,17 @@ PREFILL_CONFIG = {64: KernelConfig(128, 32, 4, 3), 128: KernelConfig(128, 32, 4,
 #: doubling needs 256-byte rows.
 DECODE_TILE_BYTES = 16384
 DECODE_TILE_MIN, DECODE_TILE_MAX = 32, 256
-#: 1-byte (FP8/INT8) caches: 4 KiB K tiles and one warp per 32 keys (d128: 32 keys, 1 warp),
-#: 3 stages. Session 2 (bench/RESULTS.md, "## kvquant") found 32 keys per warp best at every
-#: tile size and the smallest (64 keys / 2 warps) fastest; session 3 (2026-12-01, the
-#: V-token-minor layout) went one smaller: 32/8 d128 at 32 keys / 1 warp / 3 stages, INT8
-#: 0.365 ms at 16 x 32k (8 segments) and 0.188 at 256 x 1k against 0.429 / 0.212 at 64 keys /
-#: 2 warps; FP8 0.363 / 0.185 against 0.393 / 0.189. The kernel needs ~254 registers a thread
-#: either way, so an SM holds 8 warps: 1-warp programs double the programs per SM (below).
+#: 1-byte (FP8/INT8) caches: 4 KiB K tiles (d128: 32 keys, d64: 64), one warp, 3 stages.
+#: Session 2 (bench/RESULTS.md, "## kvquant") found 32 keys per warp best at every tile size
+#: and the smallest (64 keys / 2 warps) fastest; session 3 (2026-12-01, the V-token-minor
+#: layout) went to one warp: 32/8 d128 at 32 keys / 1 warp / 3 stages, INT8 0.365 ms at
+#: 16 x 32k (8 segments) and 0.188 at 256 x 1k against 0.429 / 0.212 at 64 keys / 2 warps;
+#: FP8 0.363 / 0.185 against 0.393 / 0.189; at d64, 64 keys / 1 warp 0.116 / 0.218 ms (INT8
+#: 64 x 4k / 16 x 32k) against 0.140 / 0.291 at 64 keys / 2 warps. The kernel needs ~254
+#: registers a thread either way, so an SM holds 8 warps: 1-warp programs double the
+#: programs per SM (the split target below).
 DECODE_TILE_BYTES_1B = 4096
-KEYS_PER_WARP_1B = 32
+DECODE_WARPS_1B = 1
 DECODE_STAGES_1B = 3
 #: Split-K target of 1-byte decode: this many warps per SM (programs per SM = it / warps).
 #: 64 x 4k at 1 warp then takes 2 segments (1,024 programs); 64 keys / 2 warps keeps the
@@ -107,7 +109,7 @@ def decode_config(
     :data:`WIDE_GROUP` with rows of at least :data:`WIDE_ROW_BYTES` gets twice the tile bytes
     (4 warps) when the launch has few programs or, for a group that is not a power of two (7:
     BLOCK_M rows half used), fewer than ``2 * sm_count``. 1-byte caches: tiles of
-    :data:`DECODE_TILE_BYTES_1B` (d128: 32 keys), one warp per :data:`KEYS_PER_WARP_1B` keys,
+    :data:`DECODE_TILE_BYTES_1B` (d128: 32 keys, d64: 64), :data:`DECODE_WARPS_1B` warp,
     :data:`DECODE_STAGES_1B` stages.
     """
     d_pad = max(16, triton.next_power_of_2(head_dim))
@@ -115,8 +117,7 @@ def decode_config(
     row_bytes = d_pad * elem_bytes
     if elem_bytes == 1:
         tile_n = min(max(DECODE_TILE_BYTES_1B // row_bytes, DECODE_TILE_MIN), DECODE_TILE_MAX)
-        warps = max(1, min(8, tile_n // KEYS_PER_WARP_1B))
-        return KernelConfig(block_m, tile_n, warps, DECODE_STAGES_1B)
+        return KernelConfig(block_m, tile_n, DECODE_WARPS_1B, DECODE_STAGES_1B)
     p = num_programs if num_programs is not None else 1
     pow2 = group & (group - 1) == 0
     few = p < sm_count * FEW_PROGRAMS_PER_SM
@@ -292,13 +293,15 @@ def paged_attention(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
     kv_cvt: int | None = None,
+    merge_pdl: bool | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
     Extra keyword arguments (for benchmarks, tests and CUDA graphs): ``config`` overrides the
     tile choice; ``num_segments`` forces the split-K segment count (1 = no split); ``out``
     (``[num_tokens, num_heads, head_dim]``, q's dtype, contiguous last dim) receives the result;
-    ``kv_cvt`` forces the quantized-value conversion (:func:`kv_cvt_of`).
+    ``kv_cvt`` forces the quantized-value conversion (:func:`kv_cvt_of`); ``merge_pdl`` the
+    split-K merge's launch (:func:`merge_pdl_of`).
 
     Raises:
         ValueError: ``num_heads`` not a multiple of ``num_kv_heads``, or shapes that disagree.
@@ -382,6 +385,7 @@ def paged_attention(
         seg_out = seg_max = seg_sum = out  # unused
     dot_mode = _dot_mode(q)
     cvt = kv_cvt_of(q, quant, kv_cvt)
+    pdl = split and merge_pdl_of(q, merge_pdl)
     v_minor = bool(quant) and token_minor_ok(v_cache, config.tile_n)
     s_minor = bool(quant) and token_minor_ok(k_scale, config.tile_n)
     paged_attention_kernel[(num_q_blocks, num_kv_heads, num_segments)](
@@ -431,11 +435,12 @@ def paged_attention(
         DECODE=decode,
         V_TOKEN_MINOR=v_minor,
         SCALE_TOKEN_MINOR=s_minor,
+        PDL_TRIGGER=pdl,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
     if split:
-        merge_segments(out, seg_out, seg_max, seg_sum)
+        merge_segments(out, seg_out, seg_max, seg_sum, pdl=pdl)
     return out
 
 
@@ -447,12 +452,38 @@ def merge_chunk(num_segments: int, head_dim_pad: int) -> int:
     return min(triton.next_power_of_2(max(num_segments, 2)), cap)
 
 
+#: Launch the split-K merge as a programmatic dependent of the attention kernel (sm_90+): its
+#: launch overlaps the attention kernel's tail instead of following its completion.
+MERGE_PDL = False
+PDL_MIN_CAPABILITY = (9, 0)
+
+
+@functools.cache
+def _cuda_pdl_ok(idx: int) -> bool:
+    return (
+        triton_attention.gdc_wait is not None
+        and torch.cuda.get_device_capability(idx) >= PDL_MIN_CAPABILITY
+    )
+
+
+def merge_pdl_of(q: torch.Tensor, merge_pdl: bool | None = None) -> bool:
+    """Whether the split-K merge launches as a programmatic dependent: only on CUDA devices of
+    compute capability >= 9.0 with a triton that has ``griddepcontrol`` (never in the
+    interpreter); there ``merge_pdl`` if given, else :data:`MERGE_PDL`."""
+    if not q.is_cuda:
+        return False
+    idx = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    want = MERGE_PDL if merge_pdl is None else merge_pdl
+    return bool(want) and _cuda_pdl_ok(idx)
+
+
 def merge_segments(
     out: torch.Tensor,
     seg_out: torch.Tensor,
     seg_max: torch.Tensor,
     seg_sum: torch.Tensor,
     seg_chunk: int | None = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """Merge split-K partials into ``out`` ``[num_tokens, num_heads, head_dim]``: ``out[t, h]
     = sum_s w_s o_s / sum_s w_s`` with ``w_s = seg_sum[t, h, s] * 2**(seg_max[t, h, s] -
@@ -463,6 +494,8 @@ def merge_segments(
             partial outputs; ``seg_max`` / ``seg_sum``: float32 ``[num_tokens, num_heads,
             num_segments]`` row maxima and sums of exponentials (0 for an empty segment).
         seg_chunk: segments per merge step (default :func:`merge_chunk`; tests force small).
+        pdl: launch as a programmatic dependent of the kernel that wrote the partials (which
+            must then have been launched with ``PDL_TRIGGER``; CUDA only).
     """
     num_tokens, num_heads, num_segments, head_dim_pad = seg_out.shape
     chunk = seg_chunk or merge_chunk(num_segments, head_dim_pad)
@@ -478,7 +511,9 @@ def merge_segments(
         HEAD_DIM=out.shape[2],
         HEAD_DIM_PAD=head_dim_pad,
         SEG_CHUNK=chunk,
+        USE_PDL=pdl,
         num_warps=4 if chunk * head_dim_pad <= 4096 else 8,
+        **({"launch_pdl": True} if pdl else {}),
     )
     return out
 

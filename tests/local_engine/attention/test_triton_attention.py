@@ -342,10 +342,9 @@ def test_decode_config_keeps_the_tile_bytes(tb):
     # 16 KiB of K per tile: d128 bf16 64 keys (the tuned tile), d64 bf16 128
     assert tb.decode_config(128, 4, 2) == tb.KernelConfig(16, 64, 4, 2)
     assert tb.decode_config(64, 3, 2).tile_n == 128
-    # 1-byte caches: 4 KiB tiles, a warp per 32 keys, 3 stages (d128: 4096 / 128 = 32 keys,
-    # 1 warp; d64: 64 keys, 2 warps)
+    # 1-byte caches: 4 KiB tiles, one warp, 3 stages (d128: 4096 / 128 = 32 keys; d64: 64)
     assert tb.decode_config(128, 4, 1) == tb.KernelConfig(16, 32, 1, 3)
-    assert tb.decode_config(64, 4, 1) == tb.KernelConfig(16, 64, 2, 3)
+    assert tb.decode_config(64, 4, 1) == tb.KernelConfig(16, 64, 1, 3)
     assert tb.decode_config(128, 32, 2).block_m == 32  # a group wider than 16 rows
     sm = 132
     # group 7 (28/4): 32 KiB tiles (4 warps) below 2 x 132 programs (1 x 32k .. 32 x 8k), not
@@ -494,6 +493,8 @@ def test_merge_segments_by_hand(tb):
         tb.merge_segments(out, seg_out, seg_max, seg_sum, seg_chunk=chunk)
         assert torch.allclose(out[0, 0], expected, atol=1e-6)
         assert torch.allclose(out[0, 1], expected, atol=1e-6)
+    # never a programmatic dependent launch off CUDA (the interpreter has no griddepcontrol)
+    assert tb.merge_pdl_of(out, True) is False and tb.merge_pdl_of(out) is False
     # the launch rule: every segment in one step up to 8192 values, else chunks of that size
     assert tb.merge_chunk(64, 128) == 64 and tb.merge_chunk(128, 64) == 128
     assert tb.merge_chunk(256, 64) == 128 and tb.merge_chunk(256, 128) == 64
