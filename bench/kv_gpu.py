@@ -209,13 +209,6 @@ def quant_table(device, explore: bool):
                 e = rel(p.triton()(), ref)
                 log(f"  {fmt} {batch}x{ctx}: rel err vs torch ref {e:.2e}")
                 RES.setdefault("quant_err", {})[f"{fmt} {batch}x{ctx}"] = e
-                e_pdl = rel(p.triton(merge_pdl=True)(), ref)
-                t_pdl = bench(p.triton(merge_pdl=True))
-                t_again = bench(p.triton())
-                log(
-                    f"QUANT-PDL {fmt} {batch}x{ctx}: rule {t[name][0]:.4f} / {t_again:.4f} ms, "
-                    f"merge as PDL {t_pdl:.4f} ms (err {e_pdl:.1e}; the same launch when unsplit)"
-                )
                 del ref
             if explore and fmt != "bf16":
                 base = tb.decode_config(128, 4, 1, batch * 8, sm)
@@ -333,15 +326,11 @@ def sweep(device, explore: bool, deadline: float):
                 nseg = tb.choose_num_segments(
                     batch * hkv, p.bt.shape[1] * BS, sm, cfg.tile_n, cfg.tile_n * d * 2
                 )
-                t_attn = t_pdl = err_pdl = None
+                t_attn = None
                 if nseg > 1:  # the attention kernel alone: what the split-K merge costs
                     with no_merge():
                         t_attn = bench(p.triton())
-                    fp = p.triton(merge_pdl=True)  # the merge as a programmatic dependent
-                    err_pdl = rel(fp(), ref)
-                    t_pdl = bench(fp)
-                    t_tri2 = bench(p.triton())  # A/B/A: the rule again after the PDL variant
-                    t_tri = min(t_tri, t_tri2)
+                    t_tri = min(t_tri, bench(p.triton()))  # A/B/A: the full call again
                 r = dict(
                     heads=f"{h}/{hkv}",
                     group=h // hkv,
@@ -356,8 +345,6 @@ def sweep(device, explore: bool, deadline: float):
                     segments=nseg,
                     err=err,
                     attn_only_ms=t_attn,
-                    pdl_ms=t_pdl,
-                    pdl_err=err_pdl,
                 )
                 if explore and r["ratio"] < 0.9:
                     best = explore_row(p, sm, deadline)
@@ -418,19 +405,14 @@ def print_sweep(rows):
         log("")
         log(
             "| heads | d | batch x ctx | Triton ms | attention kernel alone ms | merge + gap ms "
-            "| SDPA ms | ratio without merge | merge as PDL: ms, ratio, err |"
+            "| SDPA ms | ratio without merge |"
         )
-        log("|---|---|---|---|---|---|---|---|---|")
+        log("|---|---|---|---|---|---|---|---|")
         for r in split:
             a = r["attn_only_ms"]
-            pdl = (
-                f"{r['pdl_ms']:.4f}, {r['sdpa_ms'] / r['pdl_ms']:.2f}, {r['pdl_err']:.1e}"
-                if r.get("pdl_ms")
-                else "-"
-            )
             log(
                 f"| {r['heads']} | {r['d']} | {r['shape']} | {r['triton_ms']:.4f} | {a:.4f} | "
-                f"{r['triton_ms'] - a:.4f} | {r['sdpa_ms']:.4f} | {r['sdpa_ms'] / a:.2f} | {pdl} |"
+                f"{r['triton_ms'] - a:.4f} | {r['sdpa_ms']:.4f} | {r['sdpa_ms'] / a:.2f} |"
             )
     worst = min(rows, key=lambda r: r["ratio"])
     under = sum(r["ratio"] < 0.9 for r in rows)

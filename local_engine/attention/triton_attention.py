@@ -57,12 +57,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-try:  # programmatic dependent launch (sm_90): the split-K merge may launch before the
-    # attention kernel's last programs finish (bench/RESULTS.md "## kvquant", session 3)
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-except ImportError:  # pragma: no cover - a triton without griddepcontrol: PDL stays off
-    gdc_launch_dependents = gdc_wait = None
-
 # Finite stand-in for -inf as the running max: exp2(-inf - NEG_BIG) == 0 and no inf - inf.
 NEG_BIG = tl.constexpr(-1.0e30)
 
@@ -320,7 +314,6 @@ def paged_attention_kernel(
     DECODE: tl.constexpr = False,
     V_TOKEN_MINOR: tl.constexpr = False,
     SCALE_TOKEN_MINOR: tl.constexpr = False,
-    PDL_TRIGGER: tl.constexpr = False,
 ):
     """One program per (block of query rows, KV head, split-K segment). Causal attention of
     ``BLOCK_Q`` new tokens x the ``G`` query heads sharing KV head ``program_id(1)`` over the
@@ -486,10 +479,6 @@ def paged_attention_kernel(
             )
             tl.store(seg_max_ptr + stat, m_i, mask=row_ok)
             tl.store(seg_sum_ptr + stat, l_i, mask=row_ok)
-            if PDL_TRIGGER:
-                # this program's partials are written: the merge grid may be scheduled once
-                # every program got here (it still waits for this grid's completion)
-                gdc_launch_dependents()
         else:
             tl.store(
                 out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
@@ -554,12 +543,8 @@ def _reduce_segments_kernel(
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PAD: tl.constexpr,
     SEG_CHUNK: tl.constexpr,
-    USE_PDL: tl.constexpr = False,
 ):
-    """One program per (token, head): :func:`_merge_row` of its split-K partials. ``USE_PDL``:
-    launched as a programmatic dependent of the attention kernel, so first wait for it."""
-    if USE_PDL:
-        gdc_wait()
+    """One program per (token, head): :func:`_merge_row` of its split-K partials."""
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     _merge_row(

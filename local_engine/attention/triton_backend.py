@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from local_engine.attention import triton_attention, triton_kv_write
+from local_engine.attention import triton_kv_write
 from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
 
 LOG2E = 1.4426950408889634
@@ -293,15 +293,13 @@ def paged_attention(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
     kv_cvt: int | None = None,
-    merge_pdl: bool | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
     Extra keyword arguments (for benchmarks, tests and CUDA graphs): ``config`` overrides the
     tile choice; ``num_segments`` forces the split-K segment count (1 = no split); ``out``
     (``[num_tokens, num_heads, head_dim]``, q's dtype, contiguous last dim) receives the result;
-    ``kv_cvt`` forces the quantized-value conversion (:func:`kv_cvt_of`); ``merge_pdl`` the
-    split-K merge's launch (:func:`merge_pdl_of`).
+    ``kv_cvt`` forces the quantized-value conversion (:func:`kv_cvt_of`).
 
     Raises:
         ValueError: ``num_heads`` not a multiple of ``num_kv_heads``, or shapes that disagree.
@@ -385,7 +383,6 @@ def paged_attention(
         seg_out = seg_max = seg_sum = out  # unused
     dot_mode = _dot_mode(q)
     cvt = kv_cvt_of(q, quant, kv_cvt)
-    pdl = split and merge_pdl_of(q, merge_pdl)
     v_minor = bool(quant) and token_minor_ok(v_cache, config.tile_n)
     s_minor = bool(quant) and token_minor_ok(k_scale, config.tile_n)
     paged_attention_kernel[(num_q_blocks, num_kv_heads, num_segments)](
@@ -435,12 +432,11 @@ def paged_attention(
         DECODE=decode,
         V_TOKEN_MINOR=v_minor,
         SCALE_TOKEN_MINOR=s_minor,
-        PDL_TRIGGER=pdl,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
     if split:
-        merge_segments(out, seg_out, seg_max, seg_sum, pdl=pdl)
+        merge_segments(out, seg_out, seg_max, seg_sum)
     return out
 
 
@@ -452,38 +448,12 @@ def merge_chunk(num_segments: int, head_dim_pad: int) -> int:
     return min(triton.next_power_of_2(max(num_segments, 2)), cap)
 
 
-#: Launch the split-K merge as a programmatic dependent of the attention kernel (sm_90+): its
-#: launch overlaps the attention kernel's tail instead of following its completion.
-MERGE_PDL = False
-PDL_MIN_CAPABILITY = (9, 0)
-
-
-@functools.cache
-def _cuda_pdl_ok(idx: int) -> bool:
-    return (
-        triton_attention.gdc_wait is not None
-        and torch.cuda.get_device_capability(idx) >= PDL_MIN_CAPABILITY
-    )
-
-
-def merge_pdl_of(q: torch.Tensor, merge_pdl: bool | None = None) -> bool:
-    """Whether the split-K merge launches as a programmatic dependent: only on CUDA devices of
-    compute capability >= 9.0 with a triton that has ``griddepcontrol`` (never in the
-    interpreter); there ``merge_pdl`` if given, else :data:`MERGE_PDL`."""
-    if not q.is_cuda:
-        return False
-    idx = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    want = MERGE_PDL if merge_pdl is None else merge_pdl
-    return bool(want) and _cuda_pdl_ok(idx)
-
-
 def merge_segments(
     out: torch.Tensor,
     seg_out: torch.Tensor,
     seg_max: torch.Tensor,
     seg_sum: torch.Tensor,
     seg_chunk: int | None = None,
-    pdl: bool = False,
 ) -> torch.Tensor:
     """Merge split-K partials into ``out`` ``[num_tokens, num_heads, head_dim]``: ``out[t, h]
     = sum_s w_s o_s / sum_s w_s`` with ``w_s = seg_sum[t, h, s] * 2**(seg_max[t, h, s] -
@@ -494,8 +464,6 @@ def merge_segments(
             partial outputs; ``seg_max`` / ``seg_sum``: float32 ``[num_tokens, num_heads,
             num_segments]`` row maxima and sums of exponentials (0 for an empty segment).
         seg_chunk: segments per merge step (default :func:`merge_chunk`; tests force small).
-        pdl: launch as a programmatic dependent of the kernel that wrote the partials (which
-            must then have been launched with ``PDL_TRIGGER``; CUDA only).
     """
     num_tokens, num_heads, num_segments, head_dim_pad = seg_out.shape
     chunk = seg_chunk or merge_chunk(num_segments, head_dim_pad)
@@ -511,9 +479,7 @@ def merge_segments(
         HEAD_DIM=out.shape[2],
         HEAD_DIM_PAD=head_dim_pad,
         SEG_CHUNK=chunk,
-        USE_PDL=pdl,
         num_warps=4 if chunk * head_dim_pad <= 4096 else 8,
-        **({"launch_pdl": True} if pdl else {}),
     )
     return out
 

@@ -493,8 +493,6 @@ def test_merge_segments_by_hand(tb):
         tb.merge_segments(out, seg_out, seg_max, seg_sum, seg_chunk=chunk)
         assert torch.allclose(out[0, 0], expected, atol=1e-6)
         assert torch.allclose(out[0, 1], expected, atol=1e-6)
-    # never a programmatic dependent launch off CUDA (the interpreter has no griddepcontrol)
-    assert tb.merge_pdl_of(out, True) is False and tb.merge_pdl_of(out) is False
     # the launch rule: every segment in one step up to 8192 values, else chunks of that size
     assert tb.merge_chunk(64, 128) == 64 and tb.merge_chunk(128, 64) == 128
     assert tb.merge_chunk(256, 64) == 128 and tb.merge_chunk(256, 128) == 64
