@@ -845,7 +845,49 @@ def s3c_grid(device, sm, deadline, table):
     return summary
 
 
-def s3_groups(sm, b=False, c=False):
+# run 5 (--parts s3d): register caps (maxnreg) for more warps per SM: the 1-byte decode
+# (255 registers at 32 keys / 1 warp: 8 warps per SM) and the bf16 rows under 0.9
+S3D_QUANT = [(32, 1, 3, None), (32, 1, 2, None), (32, 1, 2, 168), (32, 1, 2, 200), (32, 1, 3, 200)]
+S3D_BF16_ROWS = [(28, 4, 64, 8, 8192), (32, 4, 64, 8, 8192), (32, 4, 128, 1, 32768)]
+
+
+def s3d_quant_variants(batch, ctx, sm, fmt):
+    rule = quant_rule(batch, ctx, sm, fmt)
+    out = [rule]
+    for tn, w, st, nreg in S3D_QUANT:
+        cfg = KernelConfig(16, tn, w, st, nreg)
+        own = tb.choose_num_segments(
+            batch * 8, ctx, sm, tn, tb.split_tile_bytes(cfg, 128, 1, decode=True)
+        )
+        for nseg in _segs(own, (1, 2) if own == 1 else (1, 2)):
+            if (cfg, nseg, rule[2]) not in out:
+                out.append((cfg, nseg, rule[2]))
+    return out
+
+
+def s3d_bf16_variants(batch, ctx, h, hkv, d, sm):
+    rule = sweep_rule(batch, ctx, h, hkv, d, sm)
+    out = [rule]
+    c = rule[0]
+    for nreg in (128, 168):
+        cfg = KernelConfig(c.block_m, c.tile_n, c.num_warps, c.num_stages, nreg)
+        out.append((cfg, rule[1], 0))
+    return out
+
+
+def s3_groups(sm, b=False, c=False, dd=False):
+    if dd:
+        groups: dict = {}
+        for fmt in S3B_FMTS:
+            for batch, ctx in QUANT_SHAPES:
+                groups.setdefault((32, 8, 128, fmt), []).extend(
+                    s3d_quant_variants(batch, ctx, sm, fmt)
+                )
+        for h, hkv, d, batch, ctx in S3D_BF16_ROWS:
+            groups.setdefault((h, hkv, d, "bf16"), []).extend(
+                s3d_bf16_variants(batch, ctx, h, hkv, d, sm)
+            )
+        return groups
     if c:
         groups: dict = {}
         for d, batch, ctx in S3C_SHAPES:
@@ -876,15 +918,17 @@ def s3_groups(sm, b=False, c=False):
     return groups
 
 
-def s3_quant_grid(device, sm, deadline, table, b=False):
+def s3_quant_grid(device, sm, deadline, table, b=False, variants=None):
     g = torch.Generator(device=device).manual_seed(8)
     summary = []
-    variants = s3b_quant_variants if b else s3_quant_variants
+    if variants is None:
+        variants = s3b_quant_variants if b else s3_quant_variants
+    fmts = S3B_FMTS if (b or variants is not s3_quant_variants) else S3_FMTS
     for batch, ctx in QUANT_SHAPES:
         pb = Decode(batch, ctx, 32, 8, 128, device, g, "bf16")
         ms_bf16 = bench(pb.triton())
         del pb
-        for fmt in S3B_FMTS if b else S3_FMTS:
+        for fmt in fmts:
             if time.time() > deadline:
                 return summary
             p = Decode(batch, ctx, 32, 8, 128, device, g, fmt)
@@ -1059,8 +1103,8 @@ def main() -> int:
             q = mp.get_context("spawn").Queue()
             proc = mp.get_context("spawn").Process(target=_check_process, args=(q,))
             proc.start()
-        if "s3" in parts or "s3b" in parts or "s3c" in parts:
-            groups = s3_groups(sm, b="s3b" in parts, c="s3c" in parts)
+        if any(x in parts for x in ("s3", "s3b", "s3c", "s3d")):
+            groups = s3_groups(sm, b="s3b" in parts, c="s3c" in parts, dd="s3d" in parts)
         elif "run3" in parts:
             groups = run3_groups(sm)
         else:
@@ -1077,6 +1121,15 @@ def main() -> int:
         if not conversion_check(device):
             log("CORRECTNESS FAILED")
             return 1
+        if "s3d" in parts:
+            table = []
+            summary = s3_quant_grid(device, sm, t_end - 60, table, variants=s3d_quant_variants)
+            g = torch.Generator(device=device).manual_seed(13)
+            for h, hkv, d, batch, ctx in S3D_BF16_ROWS:
+                _sweep_row((batch, ctx, h, hkv, d), device, g, s3d_bf16_variants, sm, table, t_end)
+            (out / "s3d_grid.json").write_text(json.dumps(table, default=str))
+            print_s3(summary)
+            RES["s3_summary"] = summary
         if "s3c" in parts:
             table = []
             summary = s3c_grid(device, sm, t_end - 200, table)

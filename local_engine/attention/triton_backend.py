@@ -41,13 +41,15 @@ class KernelConfig:
     """Tile sizes and launch options of :func:`paged_attention_kernel`.
 
     ``block_m``: query rows per program (tokens x heads of one KV head); ``tile_n``: keys per
-    inner step; ``num_warps``/``num_stages``: Triton launch options.
+    inner step; ``num_warps``/``num_stages``: Triton launch options; ``maxnreg``: a cap on
+    registers per thread (Triton's ``maxnreg``; None = the compiler's choice).
     """
 
     block_m: int
     tile_n: int
     num_warps: int
     num_stages: int
+    maxnreg: int | None = None
 
 
 # Chosen by the sweep in bench/kernels.py on an H200 (see bench/RESULTS.md, "## triton").
@@ -434,6 +436,7 @@ def paged_attention(
         SCALE_TOKEN_MINOR=s_minor,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
+        **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
     )
     if split:
         merge_segments(out, seg_out, seg_max, seg_sum)
