@@ -558,3 +558,452 @@ def _reduce_segments_kernel(
         HEAD_DIM_PAD,
         SEG_CHUNK,
     )
+
+
+# ----------------------------------------------------------------------------- group decode
+# 1-byte (INT8 / FP8) decode whose work and registers scale with the GQA group ``G`` instead
+# of a 16-row MMA tile (issue 12, session 3b): one program per (token, KV head, segment) holds
+# its ``GP = next_pow2(G)`` query rows; ``GROUP_MODE`` 0 = CUDA-core dot products in float32
+# (broadcast-multiply + tl.sum over the head dim for the scores, over the keys for P @ V),
+# 1 = ``tl.dot`` with the keys on the MMA's M side (``K [TILE_N, D] @ Q^T [D, GN]``, the group
+# padded to ``GN = max(16, GP)`` only on N; ``V^T [D, TILE_N] @ P^T [TILE_N, GN]``).
+
+
+@triton.jit
+def _int8_to_f32(x, CVT_MAGIC: tl.constexpr):
+    """INT8 values -> float32 (exact). ``CVT_MAGIC``: by the bits of 2**23 + 128 + x, i.e.
+    ``bitcast((x ^ 0x80) | 0x4B000000) - 8388736.0`` on the zero-extended byte (an integer
+    LOP3 and an FADD per value instead of an ``I2F``); else ``x.to(float32)``."""
+    if CVT_MAGIC:
+        u = x.to(tl.uint8, bitcast=True).to(tl.int32)
+        y = ((u ^ 0x80) | 0x4B000000).to(tl.float32, bitcast=True) - 8388736.0
+    else:
+        y = x.to(tl.float32)
+    return y
+
+
+@triton.jit
+def _kv_to_f32(x, QUANT: tl.constexpr, CVT_MAGIC: tl.constexpr):
+    if QUANT == 1:
+        y = _int8_to_f32(x, CVT_MAGIC)
+    else:
+        y = x.to(tl.float32)
+    return y
+
+
+@triton.jit
+def _group_tile(
+    acc,
+    l_i,
+    m_i,
+    q,
+    t,
+    bt_row,
+    k_ptr,
+    v_ptr,
+    ks_ptr,
+    vs_ptr,
+    kv_head_off_k,
+    kv_head_off_v,
+    kvh,
+    ctx,
+    pos,
+    qk_scale,
+    stride_kb,
+    stride_kt,
+    stride_vb,
+    stride_vt,
+    stride_sb,
+    stride_st,
+    stride_vd,
+    stride_sh,
+    offs_d,
+    QUANT: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    TILE_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    V_TOKEN_MINOR: tl.constexpr,
+    SCALE_TOKEN_MINOR: tl.constexpr,
+    GROUP_MODE: tl.constexpr,
+    CVT_MAGIC: tl.constexpr,
+    DOT_MODE: tl.constexpr,
+):
+    """One key tile of :func:`paged_decode_group_kernel`. Mode 0: ``acc [GP, D]``, ``l_i`` /
+    ``m_i [GP]``, ``q [GP, D]`` float32 (times ``qk_scale``). Mode 1: transposed, ``acc [D,
+    GN]``, ``l_i`` / ``m_i [GN]``, ``q`` = Q^T ``[D, GN]`` in the MMA dtype (unscaled)."""
+    n = t * TILE_N + tl.arange(0, TILE_N)
+    if MASKED:
+        n_ok = n < ctx
+        if V_TOKEN_MINOR:
+            n_ok = (n // BLOCK_SIZE) * BLOCK_SIZE < ctx  # whole blocks (see _attend_tile)
+        blk = tl.load(bt_row + n // BLOCK_SIZE, mask=n_ok, other=0).to(tl.int64)
+    else:
+        blk = tl.load(bt_row + n // BLOCK_SIZE).to(tl.int64)
+    slot_in_blk = n % BLOCK_SIZE
+    k_off = blk * stride_kb + slot_in_blk * stride_kt + kv_head_off_k  # [TILE_N]
+    v_off = blk * stride_vb + slot_in_blk * stride_vt + kv_head_off_v
+    # K tile [TILE_N, D] (head dim contiguous), V^T tile [D, TILE_N] (keys contiguous in the
+    # V-token-minor layout)
+    k_idx = k_off[:, None] + offs_d[None, :]
+    v_idx = v_off[None, :] + offs_d[:, None] * stride_vd
+    if V_TOKEN_MINOR:
+        v_idx = tl.max_contiguous(tl.multiple_of(v_idx, [1, BLOCK_SIZE]), [1, BLOCK_SIZE])
+    d_ok = offs_d < HEAD_DIM
+    if MASKED:
+        k = tl.load(k_ptr + k_idx, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        v = tl.load(v_ptr + v_idx, mask=d_ok[:, None] & n_ok[None, :], other=0.0)
+    elif HEAD_DIM_PAD == HEAD_DIM:
+        k = tl.load(k_ptr + k_idx)
+        v = tl.load(v_ptr + v_idx)
+    else:
+        k = tl.load(k_ptr + k_idx, mask=d_ok[None, :], other=0.0)
+        v = tl.load(v_ptr + v_idx, mask=d_ok[:, None], other=0.0)
+    s_off = blk * stride_sb + slot_in_blk * stride_st + kvh * stride_sh
+    if SCALE_TOKEN_MINOR:
+        s_off = tl.max_contiguous(tl.multiple_of(s_off, BLOCK_SIZE), BLOCK_SIZE)
+    if MASKED:
+        k_sc = tl.load(ks_ptr + s_off, mask=n_ok, other=0.0)
+        v_sc = tl.load(vs_ptr + s_off, mask=n_ok, other=0.0)
+    else:
+        k_sc = tl.load(ks_ptr + s_off)
+        v_sc = tl.load(vs_ptr + s_off)
+    if GROUP_MODE == 0:
+        kf = _kv_to_f32(k, QUANT, CVT_MAGIC)
+        vf = _kv_to_f32(v, QUANT, CVT_MAGIC)
+        if MASKED:
+            # keys past ctx in the last block were read whole: no NaN byte or scale may reach
+            # P @ V (0 * NaN); their scores are masked below
+            vf = tl.where((n < ctx)[None, :], vf, 0.0)
+            v_sc = tl.where(n < ctx, v_sc, 0.0)
+        # s[g, n] = sum_d q[g, d] k[n, d], then K's per-token scale on the score column
+        s = tl.sum(q[:, None, :] * kf[None, :, :], 2) * k_sc[None, :]
+        if MASKED:
+            s = tl.where(n[None, :] <= pos, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        pw = p * v_sc[None, :]  # V's scale folded into the probabilities
+        # o[g, d] += sum_n pw[g, n] v[n, d]  (V^T tile: keys on the last axis)
+        acc = acc * alpha[:, None] + tl.sum(pw[:, None, :] * vf[None, :, :], 2)
+    else:
+        if MASKED:
+            v = tl.where((n < ctx)[None, :], v, tl.zeros_like(v))
+            v_sc = tl.where(n < ctx, v_sc, 0.0)
+        if DOT_MODE == 0:
+            st = tl.dot(k.to(q.dtype), q)  # [TILE_N, GN]
+        else:  # the interpreter: operands rounded to the MMA dtype, products in float32
+            st = tl.dot(
+                k.to(tl.float32).to(q.dtype).to(tl.float32),
+                q.to(tl.float32),
+                input_precision="ieee",
+            )
+        st = st * (k_sc * qk_scale)[:, None]
+        if MASKED:
+            st = tl.where(n[:, None] <= pos, st, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(st, 0))
+        p = tl.exp2(st - m_new[None, :])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 0)
+        pw = p * v_sc[:, None]
+        if DOT_MODE == 0:
+            pv = tl.dot(v.to(q.dtype), pw.to(q.dtype))  # [D, GN]
+        else:
+            pv = tl.dot(
+                v.to(tl.float32).to(q.dtype).to(tl.float32),
+                pw.to(q.dtype).to(tl.float32),
+                input_precision="ieee",
+            )
+        acc = acc * alpha[None, :] + pv
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _group_tile_split(
+    acc,
+    l_i,
+    m_i,
+    q3,
+    t,
+    bt_row,
+    k_ptr,
+    v_ptr,
+    ks_ptr,
+    vs_ptr,
+    kv_head_off_k,
+    kv_head_off_v,
+    kvh,
+    ctx,
+    pos,
+    stride_kb,
+    stride_kt,
+    stride_vb,
+    stride_vt,
+    stride_sb,
+    stride_st,
+    stride_vd,
+    stride_sh,
+    QUANT: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    TILE_N: tl.constexpr,
+    GP: tl.constexpr,
+    MASKED: tl.constexpr,
+    V_TOKEN_MINOR: tl.constexpr,
+    SCALE_TOKEN_MINOR: tl.constexpr,
+    CVT_MAGIC: tl.constexpr,
+):
+    """Mode 2 of :func:`paged_decode_group_kernel`: mode 0's float32 dot products with each
+    reduced axis split as ``outer x 16`` and the 16 contiguous bytes leading (the K tile as
+    ``[16, TILE_N, D / 16]`` with ``d = d1 * 16 + d2``, V^T as ``[16, D, TILE_N / 16]`` with
+    ``n = n1 * 16 + n2``), so each thread's vector load is reduced in registers before any
+    shuffle. ``q3 [16, GP, D / 16]`` float32 (times ``qk_scale``); ``acc [GP, D]``."""
+    D2: tl.constexpr = 16
+    D1: tl.constexpr = HEAD_DIM_PAD // 16
+    N2: tl.constexpr = 16
+    N1: tl.constexpr = TILE_N // 16
+    n = t * TILE_N + tl.arange(0, TILE_N)
+    d2 = tl.arange(0, D2)
+    d1 = tl.arange(0, D1)
+    d3 = d1[None, None, :] * D2 + d2[:, None, None]  # [D2, 1, D1]
+    # keys' blocks, [TILE_N] for K and [N2, N1] for V (n = n1 * N2 + n2)
+    nv = t * TILE_N + tl.arange(0, N1)[None, :] * N2 + tl.arange(0, N2)[:, None]
+    if MASKED:
+        n_ok = n < ctx
+        nv_ok = nv < ctx
+        if V_TOKEN_MINOR:
+            n_ok = (n // BLOCK_SIZE) * BLOCK_SIZE < ctx
+            nv_ok = (nv // BLOCK_SIZE) * BLOCK_SIZE < ctx
+        blk = tl.load(bt_row + n // BLOCK_SIZE, mask=n_ok, other=0).to(tl.int64)
+        blk_v = tl.load(bt_row + nv // BLOCK_SIZE, mask=nv_ok, other=0).to(tl.int64)
+    else:
+        blk = tl.load(bt_row + n // BLOCK_SIZE).to(tl.int64)
+        blk_v = tl.load(bt_row + nv // BLOCK_SIZE).to(tl.int64)
+    k_off = blk * stride_kb + (n % BLOCK_SIZE) * stride_kt + kv_head_off_k  # [TILE_N]
+    v_off = blk_v * stride_vb + (nv % BLOCK_SIZE) * stride_vt + kv_head_off_v  # [N2, N1]
+    k_idx = k_off[None, :, None] + d3  # [D2, TILE_N, D1]
+    dv = tl.arange(0, HEAD_DIM_PAD)
+    v_idx = v_off[:, None, :] + dv[None, :, None] * stride_vd  # [N2, D, N1]
+    if V_TOKEN_MINOR:
+        v_idx = tl.max_contiguous(tl.multiple_of(v_idx, [BLOCK_SIZE, 1, 1]), [BLOCK_SIZE, 1, 1])
+    kd_ok = d3 < HEAD_DIM
+    vd_ok = (dv < HEAD_DIM)[None, :, None]
+    if MASKED:
+        k = tl.load(k_ptr + k_idx, mask=n_ok[None, :, None] & kd_ok, other=0.0)
+        v = tl.load(v_ptr + v_idx, mask=nv_ok[:, None, :] & vd_ok, other=0.0)
+    elif HEAD_DIM_PAD == HEAD_DIM:
+        k = tl.load(k_ptr + k_idx)
+        v = tl.load(v_ptr + v_idx)
+    else:
+        k = tl.load(k_ptr + k_idx, mask=kd_ok, other=0.0)
+        v = tl.load(v_ptr + v_idx, mask=vd_ok, other=0.0)
+    s_off = blk * stride_sb + (n % BLOCK_SIZE) * stride_st + kvh * stride_sh
+    if SCALE_TOKEN_MINOR:
+        s_off = tl.max_contiguous(tl.multiple_of(s_off, BLOCK_SIZE), BLOCK_SIZE)
+    if MASKED:
+        k_sc = tl.load(ks_ptr + s_off, mask=n_ok, other=0.0)
+        v_sc = tl.load(vs_ptr + s_off, mask=n_ok, other=0.0)
+    else:
+        k_sc = tl.load(ks_ptr + s_off)
+        v_sc = tl.load(vs_ptr + s_off)
+    kf = _kv_to_f32(k, QUANT, CVT_MAGIC)
+    vf = _kv_to_f32(v, QUANT, CVT_MAGIC)
+    if MASKED:
+        vf = tl.where((nv < ctx)[:, None, :], vf, 0.0)  # no NaN byte past ctx into P @ V
+        v_sc = tl.where(n < ctx, v_sc, 0.0)
+    # s[g, n] = sum_{d2, d1} q[d2, g, d1] k[d2, n, d1]
+    prod = q3[:, :, None, :] * kf[:, None, :, :]  # [D2, GP, TILE_N, D1]
+    s = tl.sum(tl.sum(prod, 0), 2) * k_sc[None, :]
+    if MASKED:
+        s = tl.where(n[None, :] <= pos, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.exp2(s - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    pw = p * v_sc[None, :]
+    pw3 = tl.permute(tl.reshape(pw, [GP, N1, N2]), (2, 0, 1))  # [N2, GP, N1]
+    pv = tl.sum(tl.sum(pw3[:, :, None, :] * vf[:, None, :, :], 0), 2)  # [GP, D]
+    acc = acc * alpha[:, None] + pv
+    return acc, l_i, m_new
+
+
+@triton.jit(do_not_specialize=["num_seqs", "num_segments"])
+def paged_decode_group_kernel(
+    out_ptr,
+    seg_out_ptr,
+    seg_max_ptr,
+    seg_sum_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    ks_ptr,
+    vs_ptr,
+    bt_ptr,
+    cu_q_ptr,
+    seq_lens_ptr,
+    qk_scale,
+    num_seqs,
+    num_segments,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_bt,
+    stride_sb,
+    stride_st,
+    stride_vd,
+    stride_sh,
+    NUM_HEADS: tl.constexpr,
+    G: tl.constexpr,
+    GP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    TILE_N: tl.constexpr,
+    SPLIT: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+    QUANT: tl.constexpr,
+    GROUP_MODE: tl.constexpr,
+    CVT_MAGIC: tl.constexpr,
+    DOT_MODE: tl.constexpr,
+    V_TOKEN_MINOR: tl.constexpr = False,
+    SCALE_TOKEN_MINOR: tl.constexpr = False,
+):
+    """Decode over a 1-byte (INT8 ``QUANT`` 1 / FP8 E4M3 ``QUANT`` 2) paged cache, one program
+    per (query token ``program_id(0)``, KV head, split-K segment), the ``G`` query heads of the
+    KV head as ``GP = next_pow2(G)`` rows (mode 0) or ``GP`` (at least 16) MMA columns (mode
+    1). Causal: the token attends to keys ``<= ctx - q_len + its offset`` (any
+    ``cu_seqlens_q``; the common one-token-per-sequence case needs no search). Outputs and the
+    split-K scratch as :func:`paged_attention_kernel` (merged by ``_reduce_segments_kernel``).
+    Launched by :func:`triton_backend.paged_attention` for decode-shaped calls over 1-byte
+    caches when its ``decode_kernel`` is ``"group"`` / ``"group_dot"``."""
+    qb = tl.program_id(0)
+    kvh = tl.program_id(1)
+    seg = tl.program_id(2)
+    seq = qb
+    q_start = tl.load(cu_q_ptr + qb)
+    q_end = tl.load(cu_q_ptr + qb + 1, mask=qb < num_seqs, other=-1)
+    ctx = tl.load(seq_lens_ptr + qb, mask=qb < num_seqs, other=0)
+    if (q_start != qb) | (q_end != qb + 1):
+        seq = _find_seq_of_token(cu_q_ptr, qb, num_seqs)
+        q_start = tl.load(cu_q_ptr + seq)
+        q_end = tl.load(cu_q_ptr + seq + 1)
+        ctx = tl.load(seq_lens_ptr + seq)
+    q_len = q_end - q_start
+    pos = ctx - q_len + (qb - q_start)  # this token's position: keys 0 .. pos
+    tok = qb.to(tl.int64)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    d_ok = offs_d < HEAD_DIM
+    n_tiles = tl.cdiv(pos + 1, TILE_N)
+    n_full = (pos + 1) // TILE_N
+    if SPLIT:
+        per_seg = tl.cdiv(tl.cdiv(ctx, TILE_N), num_segments)
+        t_lo = seg * per_seg
+        t_hi = tl.minimum(t_lo + per_seg, n_tiles)
+    else:
+        t_lo = 0
+        t_hi = n_tiles
+    bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
+    kv_head_off_k = kvh * stride_kh
+    kv_head_off_v = kvh * stride_vh
+    g = tl.arange(0, GP)
+    g_ok = g < G
+    head = kvh * G + g
+    if GROUP_MODE == 2:
+        q_d3 = (
+            tl.arange(0, HEAD_DIM_PAD // 16)[None, None, :] * 16 + tl.arange(0, 16)[:, None, None]
+        )
+        q = tl.load(
+            q_ptr + tok * stride_qt + head[None, :, None] * stride_qh + q_d3,
+            mask=g_ok[None, :, None] & (q_d3 < HEAD_DIM),
+            other=0.0,
+        ).to(tl.float32)  # [16, GP, D / 16]
+        q = q * qk_scale
+        acc = tl.zeros([GP, HEAD_DIM_PAD], tl.float32)
+    elif GROUP_MODE == 0:
+        q = tl.load(
+            q_ptr + tok * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+            mask=g_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        q = q * qk_scale
+        acc = tl.zeros([GP, HEAD_DIM_PAD], tl.float32)
+    else:
+        # Q^T [D, GP] in the MMA dtype; qk_scale multiplies the score rows with K's scales
+        q = tl.load(
+            q_ptr + tok * stride_qt + head[None, :] * stride_qh + offs_d[:, None],
+            mask=g_ok[None, :] & d_ok[:, None],
+            other=0.0,
+        )
+        if DOT_MODE == 1:
+            q = q.to(tl.float32)
+        acc = tl.zeros([HEAD_DIM_PAD, GP], tl.float32)
+    m_i = tl.full([GP], NEG_BIG, tl.float32)
+    l_i = tl.zeros([GP], tl.float32)
+    if GROUP_MODE == 2:
+        for t in tl.range(t_lo, tl.minimum(t_hi, n_full), num_stages=NUM_STAGES):
+            acc, l_i, m_i = _group_tile_split(
+                acc, l_i, m_i, q, t, bt_row, k_ptr, v_ptr, ks_ptr, vs_ptr, kv_head_off_k,
+                kv_head_off_v, kvh, ctx, pos, stride_kb, stride_kt, stride_vb, stride_vt,
+                stride_sb, stride_st, stride_vd, stride_sh, QUANT, HEAD_DIM, HEAD_DIM_PAD,
+                BLOCK_SIZE, TILE_N, GP, False, V_TOKEN_MINOR, SCALE_TOKEN_MINOR, CVT_MAGIC,
+            )  # fmt: skip
+        for t in tl.range(tl.maximum(t_lo, n_full), t_hi):
+            acc, l_i, m_i = _group_tile_split(
+                acc, l_i, m_i, q, t, bt_row, k_ptr, v_ptr, ks_ptr, vs_ptr, kv_head_off_k,
+                kv_head_off_v, kvh, ctx, pos, stride_kb, stride_kt, stride_vb, stride_vt,
+                stride_sb, stride_st, stride_vd, stride_sh, QUANT, HEAD_DIM, HEAD_DIM_PAD,
+                BLOCK_SIZE, TILE_N, GP, True, V_TOKEN_MINOR, SCALE_TOKEN_MINOR, CVT_MAGIC,
+            )  # fmt: skip
+    else:
+        for t in tl.range(t_lo, tl.minimum(t_hi, n_full), num_stages=NUM_STAGES):
+            acc, l_i, m_i = _group_tile(
+                acc, l_i, m_i, q, t, bt_row, k_ptr, v_ptr, ks_ptr, vs_ptr, kv_head_off_k,
+                kv_head_off_v, kvh, ctx, pos, qk_scale, stride_kb, stride_kt, stride_vb, stride_vt,
+                stride_sb, stride_st, stride_vd, stride_sh, offs_d, QUANT, HEAD_DIM,
+                HEAD_DIM_PAD, BLOCK_SIZE, TILE_N, False, V_TOKEN_MINOR, SCALE_TOKEN_MINOR,
+                GROUP_MODE, CVT_MAGIC, DOT_MODE,
+            )  # fmt: skip
+        for t in tl.range(tl.maximum(t_lo, n_full), t_hi):
+            acc, l_i, m_i = _group_tile(
+                acc, l_i, m_i, q, t, bt_row, k_ptr, v_ptr, ks_ptr, vs_ptr, kv_head_off_k,
+                kv_head_off_v, kvh, ctx, pos, qk_scale, stride_kb, stride_kt, stride_vb, stride_vt,
+                stride_sb, stride_st, stride_vd, stride_sh, offs_d, QUANT, HEAD_DIM,
+                HEAD_DIM_PAD, BLOCK_SIZE, TILE_N, True, V_TOKEN_MINOR, SCALE_TOKEN_MINOR,
+                GROUP_MODE, CVT_MAGIC, DOT_MODE,
+            )  # fmt: skip
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    if GROUP_MODE != 1:
+        o = acc / l_safe[:, None]  # [GP, D]
+        o_idx = offs_d[None, :]
+        h2 = head[:, None]
+        mask2 = g_ok[:, None] & d_ok[None, :]
+    else:
+        o = acc / l_safe[None, :]  # [D, GP]
+        o_idx = offs_d[:, None]
+        h2 = head[None, :]
+        mask2 = g_ok[None, :] & d_ok[:, None]
+    if SPLIT:
+        stat = (tok * NUM_HEADS + head) * num_segments + seg
+        if GROUP_MODE != 1:
+            st2 = stat[:, None]
+        else:
+            st2 = stat[None, :]
+        tl.store(seg_out_ptr + st2 * HEAD_DIM_PAD + o_idx, o, mask=mask2)
+        tl.store(seg_max_ptr + stat, m_i, mask=g_ok)
+        tl.store(seg_sum_ptr + stat, l_i, mask=g_ok)
+    else:
+        tl.store(
+            out_ptr + tok * stride_ot + h2 * stride_oh + o_idx,
+            o.to(out_ptr.dtype.element_ty),
+            mask=mask2,
+        )
