@@ -477,14 +477,8 @@ def sweep_variants(batch, ctx, h, hkv, d, sm):
 
 
 def _variant_fn(p, cfg, nseg, cvt):
-    """``cvt``: the 16-row kernel's ``kv_cvt`` (0 / 1), or a group-kernel variant (session 3b)
-    ``"group:magic"`` / ``"group:to"`` (INT8 conversion by the 2**23 bits or ``.to``) /
-    ``"group_dot"``."""
     kw = dict(config=cfg, num_segments=nseg)
-    if isinstance(cvt, str):
-        kernel, _, how = cvt.partition(":")
-        kw.update(decode_kernel=kernel, cvt_magic=how != "to")
-    elif p.fmt != "bf16":
+    if p.fmt != "bf16":
         kw["kv_cvt"] = cvt
     return p.triton(**kw)
 
@@ -971,161 +965,6 @@ def print_s3(summary):
         )
 
 
-# --parts s3e (session 3b, branch kvk2): the group decode kernel for 1-byte caches
-# (paged_decode_group_kernel: "group" = CUDA-core float32 dots over the group's rows, INT8 by the
-# 2**23 bits or .to(); "group_dot" = K @ Q^T, the group on the MMA's N side) against the
-# 16-row kernel's rule and bf16, on the issue's three 32/8 d128 shapes and sweep layouts
-# (groups 1, 7, 8 at d128; 32/8 at d64). (tile keys, warps, stages) grids per mode:
-# kind -> (tile keys, warps, stages) on the 32/8 d128 rows; the other rows take S3E_SMALL's
-S3E_CFGS = {
-    "group:magic": [(16, 4, 2), (16, 8, 2), (16, 8, 3), (32, 4, 2), (32, 8, 2), (64, 8, 2)],
-    "group:to": [(16, 4, 2), (16, 8, 2), (16, 8, 3), (32, 4, 2), (32, 8, 2), (64, 8, 2)],
-    "group_split:magic": [(16, 4, 2), (32, 4, 2), (64, 8, 2)],
-    "group_dot": [(16, 1, 3), (32, 1, 3), (32, 2, 3), (64, 2, 3), (64, 4, 2), (128, 4, 2)],
-}
-S3E_SMALL = {
-    "group:magic": [(16, 8, 2), (32, 8, 2)],
-    "group_split:magic": [(32, 4, 2)],
-    "group_dot": [(32, 1, 3), (32, 2, 3), (64, 4, 2)],
-}
-S3E_ROWS = [  # heads q, kv, head_dim, batch, context
-    (32, 8, 128, 64, 4096),
-    (32, 8, 128, 16, 32768),
-    (32, 8, 128, 256, 1024),
-    (32, 32, 128, 64, 4096),
-    (28, 4, 128, 64, 4096),
-    (28, 4, 128, 16, 32768),
-    (32, 4, 128, 64, 4096),
-    (32, 8, 64, 64, 4096),
-    (32, 8, 64, 16, 32768),
-]
-
-
-def s3e_variants(batch, ctx, h, hkv, d, sm, fmt):
-    """The 16-row kernel's rule first, then the group kernel's (tile, warps, stages) x segment
-    counts around its own split rule, per mode and INT8 conversion."""
-    out = [quant_rule(batch, ctx, sm, fmt, d=d, hkv=hkv, group=h // hkv)]
-    full = (h, hkv, d) == (32, 8, 128)
-    for kind, cfgs in (S3E_CFGS if full else S3E_SMALL).items():
-        if kind == "group:to" and fmt != "int8":
-            continue
-        mode = kind.partition(":")[0]
-        base = tb.group_decode_config(d, h // hkv, mode)
-        for tn, w, st in cfgs:
-            cfg = KernelConfig(base.block_m, tn, w, st)
-            r = tb.choose_num_segments(batch * hkv, ctx, sm, tn, tb.group_split_tile_bytes(cfg))
-            for nseg in _segs(r, (1, 2, 4, 8) if r == 1 else (0.5, 1, 2, 4)):
-                if (cfg, nseg, kind) not in out:
-                    out.append((cfg, nseg, kind))
-    return out
-
-
-def s3e_check(device) -> bool:
-    """Every group-kernel mode on ragged decode batches (odd contexts, 1 token, split and not)
-    against the torch reference on the same quantized pool."""
-    g = torch.Generator(device=device).manual_seed(15)
-    ok = True
-    for fmt in S3B_FMTS:
-        for h, hkv, d in ((32, 8, 128), (28, 4, 128), (32, 32, 128), (32, 8, 64)):
-            ctx_lens = [700, 33, 1, 260, 17]
-            k, v, bt = make_paged(ctx_lens, hkv, d, BS, torch.bfloat16, device, g)
-            kc, vc, ks, vs = quantized_pool(k, v, fmt)
-            q = torch.randn(len(ctx_lens), h, d, generator=g, device=device).to(torch.bfloat16)
-            cu = torch.arange(len(ctx_lens) + 1, dtype=torch.int32, device=device)
-            sl = torch.tensor(ctx_lens, dtype=torch.int32, device=device)
-            bt = torch.where(bt >= kc.shape[0], 0, bt)
-            ref = torch_ref.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs)
-            for kernel in ("group", "group_split", "group_dot"):
-                for nseg in (None, 1, 4):
-                    out = tb.paged_attention(
-                        q, kc, vc, bt, cu, sl, num_segments=nseg, k_scale=ks, v_scale=vs,
-                        decode_kernel=kernel,
-                    )  # fmt: skip
-                    e = rel(out, ref)
-                    good = e < 2e-2 and not out.isnan().any()
-                    ok &= good
-                    if not good or nseg is None:
-                        log(f"group check {fmt} {h}/{hkv} d{d} {kernel} nseg={nseg}: {e:.2e} "
-                            f"{'ok' if good else 'FAIL'}")  # fmt: skip
-    return ok
-
-
-def s3e_groups(sm):
-    groups: dict = {}
-    for h, hkv, d, batch, ctx in S3E_ROWS:
-        groups.setdefault((h, hkv, d, "bf16"), []).append(sweep_rule(batch, ctx, h, hkv, d, sm))
-        for fmt in S3B_FMTS:
-            groups.setdefault((h, hkv, d, fmt), []).extend(
-                s3e_variants(batch, ctx, h, hkv, d, sm, fmt)
-            )
-    return groups
-
-
-def s3e_grid(device, sm, deadline, table):
-    """Every S3E row: bf16 (its rule), then per 1-byte format every variant (each checked
-    against the torch reference on the same pool); returns summary rows."""
-    g = torch.Generator(device=device).manual_seed(14)
-    summary = []
-    for h, hkv, d, batch, ctx in S3E_ROWS:
-        if time.time() > deadline:
-            log("(s3e stopped: time budget)")
-            break
-        pb = Decode(batch, ctx, h, hkv, d, device, g, "bf16")
-        ms_bf16 = bench(pb.triton(), inner=6, reps=5)
-        bytes_bf16 = pb.bytes
-        del pb
-        for fmt in S3B_FMTS:
-            p = Decode(batch, ctx, h, hkv, d, device, g, fmt)
-            ref = torch_ref.paged_attention(
-                p.q, p.k, p.v, p.bt, p.cu, p.sl, k_scale=p.ks, v_scale=p.vs
-            )
-            shape = f"{h}/{hkv} d{d} {batch}x{ctx}"
-            extra = dict(kind="s3e", fmt=fmt, shape=shape, bf16_ms=ms_bf16, bytes=p.bytes)
-            variants = s3e_variants(batch, ctx, h, hkv, d, sm, fmt)
-            row = _run_variants(p, variants, ref, extra, table, deadline, reps=5)
-            fams: dict = {}
-            for v in row["variants"]:
-                fam = v["cvt"] if isinstance(v["cvt"], str) else "mma rule"
-                if v["err"] < 1e-2 and (fam not in fams or v["ms"] < fams[fam]["ms"]):
-                    fams[fam] = v
-            for fam, v in fams.items():
-                if fam != "mma rule":  # registers of the family's best (its compiled launch)
-                    c = KernelConfig(*v["cfg"])
-                    _variant_fn(p, c, v["nseg"], fam)()
-                    k = tb.LAST_LAUNCH.get("group")
-                    v["regs"] = (getattr(k, "n_regs", None), getattr(k, "n_spills", None))
-            summary.append(
-                dict(shape=shape, fmt=fmt, bf16_ms=ms_bf16, bf16_bytes=bytes_bf16,
-                     bytes=p.bytes, fams=fams)
-            )  # fmt: skip
-            del p, ref
-            torch.cuda.empty_cache()
-    return summary
-
-
-def print_s3e(summary):
-    log("")
-    log(
-        "| heads d batch x ctx | KV | kernel | best (keys, warps, stages) seg | regs, spills | ms | TB/s | vs bf16 |"
-    )
-    log("|---|---|---|---|---|---|---|---|")
-    shown = set()
-    for r in summary:
-        if r["shape"] not in shown:
-            shown.add(r["shape"])
-            b = r["bf16_ms"]
-            log(
-                f"| {r['shape']} | bf16 | rule | | | {b:.4f} | {r['bf16_bytes'] / b / 1e9:.2f} | 1.00x |"
-            )
-        for fam, v in sorted(r["fams"].items()):
-            c = v["cfg"]
-            log(
-                f"| {r['shape']} | {r['fmt']} | {fam} | ({c[1]}, {c[2]}, {c[3]}) {v['nseg']} | "
-                f"{v.get('regs', '')} | {v['ms']:.4f} | {r['bytes'] / v['ms'] / 1e9:.2f} | "
-                f"{r['bf16_ms'] / v['ms']:.2f}x |"
-            )
-
-
 def sdpa_kernels(device) -> None:
     """Which kernels (and how long on the device) one SDPA call and one Triton call launch, on
     two short sweep rows (torch.profiler)."""
@@ -1268,9 +1107,7 @@ def main() -> int:
             q = mp.get_context("spawn").Queue()
             proc = mp.get_context("spawn").Process(target=_check_process, args=(q,))
             proc.start()
-        if "s3e" in parts:
-            groups = s3e_groups(sm)
-        elif any(x in parts for x in ("s3", "s3b", "s3c", "s3d")):
+        if any(x in parts for x in ("s3", "s3b", "s3c", "s3d")):
             groups = s3_groups(sm, b="s3b" in parts, c="s3c" in parts, dd="s3d" in parts)
         elif "run3" in parts:
             groups = run3_groups(sm)
@@ -1288,14 +1125,6 @@ def main() -> int:
         if not conversion_check(device):
             log("CORRECTNESS FAILED")
             return 1
-        if "s3e" in parts:
-            if not s3e_check(device):
-                log("GROUP KERNEL CHECK FAILED")
-            table = []
-            summary = s3e_grid(device, sm, t_end - 20, table)
-            (out / "s3e_grid.json").write_text(json.dumps(table, default=str))
-            RES["s3e_summary"] = summary
-            print_s3e(summary)
         if "s3d" in parts:
             table = []
             summary = s3_quant_grid(device, sm, t_end - 60, table, variants=s3d_quant_variants)
@@ -1356,8 +1185,6 @@ def main() -> int:
         print_sweep(rows)
         if RES.get("s3_summary"):
             print_s3(RES["s3_summary"])
-        if RES.get("s3e_summary"):
-            print_s3e(RES["s3e_summary"])
         (out / "kv_gpu.json").write_text(json.dumps(RES, indent=1, default=str))
         (out / "kv_gpu.log").write_text("\n".join(LOG) + "\n")
     return 0

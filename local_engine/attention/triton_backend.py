@@ -31,11 +31,7 @@ import torch
 import triton
 
 from local_engine.attention import triton_kv_write
-from local_engine.attention.triton_attention import (
-    _reduce_segments_kernel,
-    paged_attention_kernel,
-    paged_decode_group_kernel,
-)
+from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
 
 LOG2E = 1.4426950408889634
 
@@ -219,51 +215,6 @@ def split_tile_bytes(config: KernelConfig, head_dim: int, elem_bytes: int, decod
     return max(b, DECODE_TILE_BYTES) if decode else b
 
 
-#: Decode kernels for 1-byte caches (``decode_kernel`` of :func:`paged_attention`): ``"mma"``
-#: = :func:`paged_attention_kernel` (16-row MMA tiles, the group padded to 16 rows);
-#: ``"group"`` = :func:`paged_decode_group_kernel` mode 0 (CUDA-core float32 dot products, the
-#: group's ``next_pow2(G)`` rows); ``"group_split"`` = its mode 2 (the same dot products with
-#: the reduced axes split ``outer x 16``, each thread's 16 loaded bytes reduced first);
-#: ``"group_dot"`` = its mode 1 (``K @ Q^T``, the group on the MMA's N side, padded to 16
-#: columns). The default may be overridden by the environment
-#: variable ``PROMPTCACHE_DECODE_1B`` (benchmarks, and running the test suite on a variant).
-DECODE_1B_KERNELS = ("mma", "group", "group_split", "group_dot")
-GROUP_MODE_OF = {"group": 0, "group_dot": 1, "group_split": 2}
-DECODE_1B_KERNEL = os.environ.get("PROMPTCACHE_DECODE_1B", "mma")
-#: INT8 -> float32 in the group kernel by the bits of 2**23 (``_int8_to_f32``) by default.
-GROUP_CVT_MAGIC = True
-#: Group kernel (mode 0) tile: keys per tile, warps, stages; split-K sized to this many warps
-#: per SM (``SPLIT_TILE_BYTES_PER_SM * warps / GROUP_SPLIT_WARPS_PER_SM`` tile bytes).
-GROUP_TILE_N = {64: 64, 128: 32}
-GROUP_WARPS = 4
-GROUP_STAGES = 2
-GROUP_SPLIT_WARPS_PER_SM = 16
-
-
-def group_decode_config(
-    head_dim: int, group: int, mode: str = "group", num_programs: int | None = None
-) -> KernelConfig:
-    """Tiles of a :func:`paged_decode_group_kernel` launch (a pure function of shapes, so
-    CUDA-graph safe): ``block_m`` = the group's rows, ``next_pow2(group)`` for ``"group"``
-    and at least 16 (the MMA's N) for ``"group_dot"``; :data:`GROUP_TILE_N` keys (other head
-    dims: 4 KiB of K), :data:`GROUP_WARPS` warps, :data:`GROUP_STAGES` stages.
-    ``num_programs`` is accepted for symmetry with :func:`decode_config` (unused)."""
-    gp = triton.next_power_of_2(group)
-    if mode == "group_dot":
-        gp = max(16, gp)
-    d_pad = head_dim_pad_of(head_dim)
-    tile_n = GROUP_TILE_N.get(d_pad) or min(max(4096 // d_pad, 16), DECODE_TILE_MAX)
-    if mode == "group_split":
-        tile_n = max(tile_n, 16)  # the key axis splits as tile_n / 16 x 16
-    return KernelConfig(gp, tile_n, GROUP_WARPS, GROUP_STAGES)
-
-
-def group_split_tile_bytes(config: KernelConfig) -> int:
-    """Tile bytes :func:`choose_num_segments` sizes the group kernel's split by:
-    :data:`GROUP_SPLIT_WARPS_PER_SM` warps per SM."""
-    return SPLIT_TILE_BYTES_PER_SM * config.num_warps // GROUP_SPLIT_WARPS_PER_SM
-
-
 def head_dim_pad_of(head_dim: int) -> int:
     """head_dim padded to a power of two (at least 16), as the kernels tile it."""
     return max(16, triton.next_power_of_2(head_dim))
@@ -344,22 +295,16 @@ def paged_attention(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
     kv_cvt: int | None = None,
-    decode_kernel: str | None = None,
-    cvt_magic: bool | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
     Extra keyword arguments (for benchmarks, tests and CUDA graphs): ``config`` overrides the
     tile choice; ``num_segments`` forces the split-K segment count (1 = no split); ``out``
     (``[num_tokens, num_heads, head_dim]``, q's dtype, contiguous last dim) receives the result;
-    ``kv_cvt`` forces the quantized-value conversion (:func:`kv_cvt_of`); ``decode_kernel``
-    picks the 1-byte decode kernel (:data:`DECODE_1B_KERNELS`, default
-    :data:`DECODE_1B_KERNEL`; ignored for float caches and non-decode calls) and
-    ``cvt_magic`` the group kernel's INT8 conversion (default :data:`GROUP_CVT_MAGIC`).
+    ``kv_cvt`` forces the quantized-value conversion (:func:`kv_cvt_of`).
 
     Raises:
-        ValueError: ``num_heads`` not a multiple of ``num_kv_heads``, shapes that disagree, or
-            an unknown ``decode_kernel``.
+        ValueError: ``num_heads`` not a multiple of ``num_kv_heads``, or shapes that disagree.
         RuntimeError: CPU tensors without the Triton interpreter.
     """
     _check_runnable(q)
@@ -406,14 +351,6 @@ def paged_attention(
 
     group = num_heads // num_kv_heads
     decode = num_tokens == num_seqs
-    kernel = decode_kernel or DECODE_1B_KERNEL
-    if kernel not in DECODE_1B_KERNELS:
-        raise ValueError(f"decode_kernel must be one of {DECODE_1B_KERNELS}; got {kernel!r}")
-    if decode and quant and kernel != "mma":
-        return _group_decode(
-            q, k_cache, v_cache, k_scale, v_scale, block_tables, cu_seqlens_q, seq_lens, out,
-            scale, quant, kernel, config, num_segments, cvt_magic,
-        )  # fmt: skip
     if config is None:
         if decode:
             config = decode_config(
@@ -506,101 +443,6 @@ def paged_attention(
     return out
 
 
-#: The last compiled group-kernel launch (benchmarks read its ``n_regs`` / ``n_spills``).
-LAST_LAUNCH: dict = {}
-
-
-def _group_decode(
-    q, k_cache, v_cache, k_scale, v_scale, block_tables, cu_seqlens_q, seq_lens, out,
-    scale, quant, kernel, config, num_segments, cvt_magic,
-):  # fmt: skip
-    """Decode over a 1-byte cache by :func:`paged_decode_group_kernel` (arguments checked by
-    :func:`paged_attention`)."""
-    num_tokens, num_heads, head_dim = q.shape
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    group = num_heads // num_kv_heads
-    num_seqs = seq_lens.shape[0]
-    mode = GROUP_MODE_OF[kernel]
-    if config is None:
-        config = group_decode_config(head_dim, group, kernel)
-    gp = triton.next_power_of_2(group)
-    if mode == 1:
-        gp = max(16, gp)
-    gp = max(gp, config.block_m)
-    if num_segments is None:
-        num_segments = choose_num_segments(
-            num_tokens * num_kv_heads,
-            block_tables.shape[1] * block_size,
-            _sm_count(q.device),
-            config.tile_n,
-            group_split_tile_bytes(config),
-        )
-    head_dim_pad = head_dim_pad_of(head_dim)
-    split = num_segments > 1
-    if split:
-        seg_out = _alloc(
-            (num_tokens, num_heads, num_segments, head_dim_pad), torch.float32, q.device
-        )
-        seg_max = _alloc((num_tokens, num_heads, num_segments), torch.float32, q.device)
-        seg_sum = _alloc((num_tokens, num_heads, num_segments), torch.float32, q.device)
-    else:
-        seg_out = seg_max = seg_sum = out  # unused
-    magic = GROUP_CVT_MAGIC if cvt_magic is None else bool(cvt_magic)
-    LAST_LAUNCH["group"] = paged_decode_group_kernel[(num_tokens, num_kv_heads, num_segments)](
-        out,
-        seg_out,
-        seg_max,
-        seg_sum,
-        q,
-        k_cache,
-        v_cache,
-        k_scale,
-        v_scale,
-        block_tables,
-        cu_seqlens_q,
-        seq_lens,
-        float(scale) * LOG2E,
-        num_seqs,
-        num_segments,
-        q.stride(0),
-        q.stride(1),
-        out.stride(0),
-        out.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        v_cache.stride(0),
-        v_cache.stride(1),
-        v_cache.stride(2),
-        block_tables.stride(0),
-        k_scale.stride(0),
-        k_scale.stride(1),
-        v_cache.stride(3),
-        k_scale.stride(2),
-        NUM_HEADS=num_heads,
-        G=group,
-        GP=gp,
-        HEAD_DIM=head_dim,
-        HEAD_DIM_PAD=head_dim_pad,
-        BLOCK_SIZE=block_size,
-        TILE_N=config.tile_n,
-        SPLIT=split,
-        NUM_STAGES=config.num_stages,
-        QUANT=quant,
-        GROUP_MODE=mode,
-        CVT_MAGIC=magic,
-        DOT_MODE=_dot_mode(q),
-        V_TOKEN_MINOR=token_minor_ok(v_cache, config.tile_n),
-        SCALE_TOKEN_MINOR=token_minor_ok(k_scale, config.tile_n),
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-        **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
-    )
-    if split:
-        merge_segments(out, seg_out, seg_max, seg_sum)
-    return out
-
-
 def merge_chunk(num_segments: int, head_dim_pad: int) -> int:
     """Segments :func:`_reduce_segments_kernel` merges per step: all of them (one round of
     loads) up to :data:`MERGE_CHUNK_ELEMS` partial-output values, else that many (a power
@@ -675,6 +517,4 @@ __all__ = [
     "merge_segments",
     "kv_cvt_of",
     "KernelConfig",
-    "group_decode_config",
-    "DECODE_1B_KERNELS",
 ]
