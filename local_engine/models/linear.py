@@ -280,6 +280,17 @@ class Linear(nn.Module):
         self.weight = None
         self.format = "int8"
 
+    def kernel_spec(self) -> tuple | None:
+        """This layer's C++ kernel as the fused decode layer takes it (:mod:`local_engine.ops.
+        cpu.layer`): ``(kind, (a, b, c), out_features, max_rows)`` with kind 0 float32 panels,
+        1 bfloat16 panels, 2 int8 panels (``b``, ``c``: the int8 column sums and scales, else
+        None) and ``max_rows`` None for any row count; None without a kernel."""
+        if self._kernel is None or self.panels is None:
+            return None
+        kind = {"panels": 0, "bf16": 1, "int8": 2}[self.format]
+        ts = (*self.panels, None, None)[:3]
+        return kind, ts, self.out_features, self._kernel_rows
+
     def dense_weight(self) -> torch.Tensor:
         """The weight as float ``[out, in]`` whatever the format (int8: dequantized)."""
         if self.format == "dense_t":

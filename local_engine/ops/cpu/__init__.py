@@ -36,7 +36,7 @@ logger = logging.getLogger("local_engine")
 
 ENV_ENABLE = "PROMPTCACHE_CPU_KERNELS"
 ENV_DIR = "PROMPTCACHE_KERNEL_CACHE_DIR"
-SOURCES = ("linear.cpp",)
+SOURCES = ("linear.cpp", "decode.cpp", "kernels.h")
 NB = 32  # output columns per panel (linear.cpp's NB)
 _FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16")
 
@@ -120,8 +120,9 @@ def kernels():
         t0 = time.perf_counter()
         mod = cpp_extension.load(
             name=f"promptcache_cpu_{key}",
-            sources=[str(here / s) for s in SOURCES],
-            extra_cflags=["-O3", "-march=native", "-fopenmp", "-DNDEBUG"],
+            sources=[str(here / s) for s in SOURCES if s.endswith(".cpp")],
+            # -ffp-contract=off: scalar a * b + c stays two roundings (the torch path's rotary)
+            extra_cflags=["-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-DNDEBUG"],
             extra_ldflags=["-fopenmp"],
             build_directory=str(folder),
             verbose=False,

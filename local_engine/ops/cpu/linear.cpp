@@ -19,7 +19,9 @@
 // fbgemm picks one (scale, zp) for the whole x; here every row gets its own, which for one row
 // is the same thing and for several is what the torch path emulates by dividing rows by their
 // max first.
-#include <torch/extension.h>
+#include "kernels.h"
+
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/quantized/cpu/QuantUtils.h>
 #include <c10/util/BFloat16.h>
@@ -37,6 +39,10 @@ namespace {
 constexpr int64_t NB = 32;  // output columns per panel
 constexpr int64_t GRAIN = 4;  // panels per parallel_for chunk at the least
 
+}  // namespace
+
+namespace promptcache {
+
 std::string isa() {
 #if defined(__AVX512F__)
   std::string s = "avx512";
@@ -53,6 +59,10 @@ std::string isa() {
   return "scalar";
 #endif
 }
+
+}  // namespace promptcache
+
+namespace {
 
 // ---------------------------------------------------------------- float32
 #if defined(__AVX512F__)
@@ -130,6 +140,10 @@ void check_x(const at::Tensor& x, int64_t K, at::ScalarType dt, const char* name
   TORCH_CHECK(x.device().is_cpu(), name, ": CPU tensors only");
 }
 
+}  // namespace
+
+namespace promptcache {
+
 at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& packed, int64_t N) {
   TORCH_CHECK(packed.dim() == 3 && packed.size(2) == NB && packed.is_contiguous() &&
                   packed.scalar_type() == at::kFloat,
@@ -155,6 +169,10 @@ at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& packed, int64_t N) 
   });
   return y;
 }
+
+}  // namespace promptcache
+
+namespace {
 
 // ---------------------------------------------------------------- bfloat16
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
@@ -192,6 +210,10 @@ void bf16_rows(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t K2, fl
 }
 #endif
 
+}  // namespace
+
+namespace promptcache {
+
 // x float32 [M, K] (rounded to bfloat16 here, round-to-nearest-even as torch's .to(bfloat16)),
 // packed bfloat16 [N/32, K2, 32, 2] with K2 = ceil(K / 2); returns float32 [M, N].
 at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& packed, int64_t N) {
@@ -225,6 +247,10 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& packed, int64_t N)
   TORCH_CHECK(false, "linear_bf16: built without AVX512-BF16");
 #endif
 }
+
+}  // namespace promptcache
+
+namespace {
 
 // ---------------------------------------------------------------- int8
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
@@ -270,6 +296,10 @@ void i8_rows(const uint8_t* xq, int64_t ldx, const int8_t* w, int64_t K4, const 
   i8_panel<MR>(xq, ldx, w, K4, zp, sx, wsum, sw, y, ldy, ncols);
 }
 #endif
+
+}  // namespace
+
+namespace promptcache {
 
 // x float32 [M, K]; packed int8 [N/32, K4, 32, 4] (K4 = ceil(K / 4)); wsum int32 and scale
 // float32 [N/32 * 32]; returns float32 [M, N].
@@ -331,11 +361,4 @@ at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& packed, const at::
 #endif
 }
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("isa", &isa, "the instruction set this build was compiled for");
-  m.def("linear_f32", &linear_f32, "float32 small-M linear over a panel-packed weight");
-  m.def("linear_bf16", &linear_bf16, "bfloat16-weight small-M linear (AVX512-BF16)");
-  m.def("linear_int8", &linear_int8, "int8-weight small-M linear (AVX512-VNNI), fbgemm's arithmetic");
-}
+}  // namespace promptcache
