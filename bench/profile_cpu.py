@@ -58,7 +58,9 @@ def weight_bytes_per_token(model) -> int:
     total = 0
     for m in model.modules():
         if isinstance(m, Linear):
-            for t in (m.weight, m.weight_t, m.qweight, m.scale):
+            # a decode step reads the C++ kernel's panels where the layer has them
+            stored = (m.weight, m.weight_t, m.qweight, m.scale) if m.panels is None else m.panels
+            for t in stored:
                 if t is not None:
                     total += t.numel() * t.element_size()
     emb = model.embed_tokens.weight
