@@ -109,7 +109,7 @@ inline void f32_panel(const float* x, int64_t ldx, const float* w, int64_t K, fl
     std::memcpy(y + m * ldy, tmp, ncols * sizeof(float));
   }
 }
-constexpr int F32_MR = 3;
+constexpr int F32_MR = 2;  // 8 accumulators + 4 weight vectors + 1 broadcast of 16 ymm
 #else
 template <int MR>
 inline void f32_panel(const float* x, int64_t ldx, const float* w, int64_t K, float* y,
