@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -146,7 +147,7 @@ class Linear(nn.Module):
         self._reduce_range = True
         # the C++ kernel: panel-packed weight, the call, and up to how many rows it runs
         self.panels: tuple[torch.Tensor, ...] | None = None
-        self._kernel = None
+        self._kernel: Callable[[torch.Tensor], torch.Tensor] | None = None
         self._kernel_rows: int | None = None
 
     def _clear_kernel(self) -> None:

@@ -23,10 +23,10 @@ from torch import nn
 
 from .. import ops
 from ..attention import paged_attention
-from ..ops import cpu as cpu_kernels
 from ..attention.metadata import AttentionMetadata
 from ..config import ModelConfig
 from ..errors import EngineError
+from ..ops import cpu as cpu_kernels
 from .linear import Linear
 from .weights import fused_hf_weights, is_prepared, load_prepared, prepare_weights
 
@@ -235,7 +235,9 @@ class LlamaDecoderLayer(nn.Module):
             op = self.fused_op()
             if op is not None and op.applies(x, residual, kv_cache, meta.backend):
                 rope = self.self_attn.rope
-                return op(x, residual, positions, rope.cos, rope.sin, kv_cache[0], kv_cache[1], meta)
+                return op(
+                    x, residual, positions, rope.cos, rope.sin, kv_cache[0], kv_cache[1], meta
+                )
         if residual is None:
             h, residual = self.input_layernorm(x, backend=meta.backend), x
         else:

@@ -239,7 +239,13 @@ def _cases():
     )  # fmt: skip
     # a verification: 5 new tokens at positions 20..24 over a 20-token cached prefix
     slots = [1 * 16 + 4 + j for j in range(5)]
-    yield "verify 5", [9, 8, 7, 6, 5], list(range(20, 25)), _meta(slots, [[3, 1]], [0, 5], [25]), caches
+    yield (
+        "verify 5",
+        [9, 8, 7, 6, 5],
+        list(range(20, 25)),
+        _meta(slots, [[3, 1]], [0, 5], [25]),
+        caches,
+    )
 
 
 @pytest.mark.parametrize("weight_dtype", ["float32", "bfloat16", "int8"])

@@ -38,6 +38,8 @@ ENV_ENABLE = "PROMPTCACHE_CPU_KERNELS"
 ENV_DIR = "PROMPTCACHE_KERNEL_CACHE_DIR"
 SOURCES = ("linear.cpp", "decode.cpp", "kernels.h")
 NB = 32  # output columns per panel (linear.cpp's NB)
+# -ffp-contract=off: a scalar a * b + c stays two roundings (the torch path's rotary)
+CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-DNDEBUG")
 _FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16")
 
 
@@ -71,12 +73,13 @@ def _compiler_version(cxx: str) -> str:
 
 
 def build_key(cxx: str) -> str:
-    """Hex key of one build: sources, torch version, compiler version, CPU flags."""
+    """Hex key of one build: sources, compiler flags, torch version, compiler version, CPU
+    flags."""
     h = hashlib.sha256()
     here = Path(__file__).parent
     for name in SOURCES:
         h.update(name.encode() + b"\0" + (here / name).read_bytes())
-    for part in (torch.__version__, _compiler_version(cxx), *cpu_flags()):
+    for part in (*CFLAGS, torch.__version__, _compiler_version(cxx), *cpu_flags()):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:16]
 
@@ -92,7 +95,7 @@ def disabled_reason() -> str | None:
         return f"no C++ compiler ({cxx!r} not on PATH)"
     if shutil.which("ninja") is None:
         try:
-            import ninja  # noqa: F401  (the pip package puts the binary beside it)
+            import ninja  # type: ignore[import-not-found]  # noqa: F401  (pip's ninja ships the binary)
         except ImportError:
             return "ninja is not installed (pip install ninja)"
     return None
@@ -121,8 +124,7 @@ def kernels():
         mod = cpp_extension.load(
             name=f"promptcache_cpu_{key}",
             sources=[str(here / s) for s in SOURCES if s.endswith(".cpp")],
-            # -ffp-contract=off: scalar a * b + c stays two roundings (the torch path's rotary)
-            extra_cflags=["-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-DNDEBUG"],
+            extra_cflags=list(CFLAGS),
             extra_ldflags=["-fopenmp"],
             build_directory=str(folder),
             verbose=False,
