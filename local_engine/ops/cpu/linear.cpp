@@ -8,8 +8,8 @@
 //             wsum [N/32*32] int32 (sum over k of each column), scale [N/32*32] float32
 //
 // N is padded to a multiple of 32 and K to a multiple of 2 / 4 with zeros (the Python side
-// packs, local_engine/ops/cpu/__init__.py). Each thread (at::parallel_for over panels) reads
-// its panels once, front to back, for up to MR rows of x at a time; more rows re-read the panel
+// packs, local_engine/ops/cpu/__init__.py). Each thread (at::parallel_for over panels, for
+// large calls only: panels_for) reads its panels once, front to back, for up to MR rows of x at a time; more rows re-read the panel
 // from L2 (a panel is K * 128 bytes: 74 KB at K = 576).
 //
 // int8 is the arithmetic of torch's fbgemm dynamic linear (quantized::linear_dynamic): each
@@ -38,6 +38,22 @@ namespace {
 
 constexpr int64_t NB = 32;  // output columns per panel
 constexpr int64_t GRAIN = 4;  // panels per parallel_for chunk at the least
+
+// Threads only for calls worth ~2 ms or more on one thread (estimated at 20 GB/s and 100
+// GFLOP/s, this Zen 4 core's kernel rates): a prefill, the LM head. Every parallel region ends
+// in a barrier that waits for the slowest thread, and on a busy machine a thread that the OS
+// has preempted is ~4-12 ms away: measured on this 2-core box at load 3, a 3072 x 576 float32
+// GEMV took 0.42 ms on one thread and 11.5 ms split over two. A decode step's ~120 small
+// linears therefore run on the calling thread (bench/RESULTS.md "## cpu", session 3).
+template <typename F>
+void panels_for(int64_t P, double bytes, double flops, const F& f) {
+  const double us = std::max(bytes / 20e3, flops / 100e3);
+  if (at::get_num_threads() > 1 && us >= 2000.0) {
+    at::parallel_for(0, P, GRAIN, f);
+  } else {
+    f(0, P);
+  }
+}
 
 }  // namespace
 
@@ -158,7 +174,7 @@ at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& packed, int64_t N) 
   const float* wp = packed.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const int64_t ldx = x.stride(0);
-  at::parallel_for(0, P, GRAIN, [&](int64_t p0, int64_t p1) {
+  panels_for(P, 4.0 * P * K * NB, 2.0 * M * P * K * NB, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t ncols = std::min<int64_t>(NB, N - p * NB);
       for (int64_t m = 0; m < M; m += F32_MR) {
@@ -234,7 +250,8 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& packed, int64_t N)
     for (int64_t k = 0; k < K; ++k) xb[m * 2 * K2 + k] = c10::BFloat16(xp[m * x.stride(0) + k]).x;
   const uint16_t* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, P, GRAIN, [&](int64_t p0, int64_t p1) {
+  // bytes, and products scaled to float32 FMA work (vdpbf16ps does two per lane)
+  panels_for(P, 4.0 * P * K2 * NB, 2.0 * M * P * K2 * NB, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t ncols = std::min<int64_t>(NB, N - p * NB);
       for (int64_t m = 0; m < M; m += BF_MR)
@@ -346,7 +363,8 @@ at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& packed, const at::
   const int32_t* sp = wsum.data_ptr<int32_t>();
   const float* cp = scale.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, P, GRAIN, [&](int64_t p0, int64_t p1) {
+  // bytes, and products scaled to float32 FMA work (vpdpbusd does four per lane)
+  panels_for(P, 4.0 * P * K4 * NB, 2.0 * M * P * K4 * NB, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t ncols = std::min<int64_t>(NB, N - p * NB);
       for (int64_t m = 0; m < M; m += I8_MR)
