@@ -6,8 +6,9 @@
   against float64 over the bfloat16-rounded input and weight (relative 1e-5: the products are
   exact in float32 and the kernel accumulates in float32); int8 against fbgemm's dynamic
   linear called one row at a time, bit for bit (the kernel quantizes each row with fbgemm's
-  parameters and sums exactly in int32). Odd shapes (``in`` not a multiple of 4 or 16,
-  ``out`` not a multiple of 32, one row, more rows than a register block), 1 and 2 threads.
+  parameters and rounding and sums exactly in int32). Odd shapes (``in`` not a multiple of 4 or 16,
+  ``out`` not a multiple of 32, one row, more rows than a register block), 1 and 2 threads;
+  a call large enough to be split over two threads equals the one-thread result.
 - The fused decoder layer against the module-by-module torch path on a small random Llama:
   batch-1 decode over a context spread over non-contiguous blocks, a batched decode of three
   sequences, a 5-token verification step over a cached prefix; outputs and the KV written.
@@ -133,7 +134,48 @@ def test_linear_int8_is_fbgemm_per_row(out_in, rows, threads):
     x[0, 0] = 40.0  # an outlier row: its own scale must not leak into the others
     q, scale = quantize_int8(w)
     y = mod.linear_int8(x, *cpu.pack_int8(q, scale), n)
-    assert torch.equal(y, _fbgemm_rows(x, q, scale))
+    _assert_fbgemm_equal(y, _fbgemm_rows(x, q, scale))
+
+
+def _assert_fbgemm_equal(y, ref):
+    """Bit-equal to fbgemm: the same uint8 parameters, the same rounding of ``x / scale``
+    (``fma(x, 1 / scale, zp)`` rounded once) and exact int32 sums."""
+    assert torch.equal(y, ref), f"{(y != ref).double().mean().item():.2%} differ from fbgemm"
+
+
+@pytest.mark.parametrize("kind", ["float32", "bfloat16", "int8"])
+def test_large_call_splits_across_threads_identically(kind):
+    """A call big enough to be split over threads (~2 ms of work: 320 rows) gives, column for
+    column, the 1-thread result (each panel is computed by the same code whichever thread
+    runs it), which matches the reference."""
+    from local_engine.models.linear import quantize_int8
+
+    mod = _need(kind)
+    g = torch.Generator().manual_seed(9)
+    w, x = torch.randn(1000, 700, generator=g), torch.randn(320, 700, generator=g)
+    if kind == "float32":
+        args, ref = (cpu.pack_f32(w), 1000), F.linear(x.double(), w.double())
+        call = mod.linear_f32
+    elif kind == "bfloat16":
+        args, ref = (cpu.pack_bf16(w), 1000), F.linear(x.bfloat16().double(), w.bfloat16().double())
+        call = mod.linear_bf16
+    else:
+        q, scale = quantize_int8(w)
+        args, ref = (*cpu.pack_int8(q, scale), 1000), _fbgemm_rows(x, q, scale).double()
+        call = mod.linear_int8
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = call(x, *args)
+        torch.set_num_threads(2)
+        two = call(x, *args)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
+    if kind == "int8":
+        _assert_fbgemm_equal(two, ref.float())
+    else:
+        assert ((two.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5
 
 
 def test_linear_module_uses_kernels_by_rows():

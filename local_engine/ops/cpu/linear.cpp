@@ -354,7 +354,8 @@ at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& packed, const at::
     const float inv = 1.0f / qp.scale;
     uint8_t* q = xq.data() + m * ldq;
     for (int64_t k = 0; k < K; ++k) {
-      const float t = qp.zero_point + std::nearbyint(row[k] * inv);
+      // fbgemm's QuantizeAvx2: round(fma(x, 1 / scale, zp)), one rounding before the integer
+      const float t = std::nearbyint(std::fma(row[k], inv, (float)qp.zero_point));
       q[k] = (uint8_t)std::min(255.0f, std::max(0.0f, t));
     }
     // padding k: the weights there are zero, so any value is fine; zero keeps wsum exact
