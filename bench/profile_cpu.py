@@ -238,6 +238,11 @@ def profile_dtype(weight_dtype: str, threads: int, steps: int, context: int, ban
     finish(engine)
     events = prof.key_averages()
     scopes = [e for e in events if not e.key.startswith("aten::") and "(" in e.key]
+    if any(layer._fused for layer in model.layers):
+        print(
+            "\n(each decoder layer ran as one C++ call, local_engine/ops/cpu/layer.py: the hooks"
+            " below see only the modules outside it; compare PROMPTCACHE_CPU_KERNELS=0)"
+        )
     print(
         f"\n| module (inclusive, hooked run {hooked_wall / steps * 1e3:.1f} ms/step) | ms / step | calls / step |"
     )
