@@ -65,6 +65,7 @@ def test_pack_layouts_by_formula():
     b = cpu.pack_bf16(w)
     assert b.shape == (2, 4, 32, 2) and b.dtype == torch.bfloat16
     assert b[0, 2, 5, 1] == w[5, 5].bfloat16() and b[1, 3, 0, 1] == 0  # k = 7 is padding
+    assert torch.equal(cpu.unpack_bf16(b, 33, 7), w.bfloat16())
     q = torch.randint(-127, 128, (33, 7), generator=g, dtype=torch.int8)
     packed, wsum, scale = cpu.pack_int8(q, torch.rand(33, generator=g))
     assert packed.shape == (2, 2, 32, 4) and packed[1, 1, 0, 2] == q[32, 6]

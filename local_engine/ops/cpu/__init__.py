@@ -199,6 +199,12 @@ def pack_bf16(w: torch.Tensor) -> torch.Tensor:
     return wp.view(p, NB, k2, 2).transpose(1, 2).contiguous()
 
 
+def unpack_bf16(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """Inverse of :func:`pack_bf16`: bfloat16 ``[N, K]``."""
+    p, k2 = packed.shape[0], packed.shape[1]
+    return packed.transpose(1, 2).reshape(p * NB, 2 * k2)[:n, :k].contiguous()
+
+
 def pack_int8(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """int8 ``q`` ``[N, K]`` and float32 ``scale`` ``[N]`` (from
     :func:`local_engine.models.linear.quantize_int8`) -> ``(packed, wsum, scale)``: int8
@@ -226,5 +232,6 @@ __all__ = [
     "pack_bf16",
     "pack_f32",
     "pack_int8",
+    "unpack_bf16",
     "unpack_f32",
 ]
