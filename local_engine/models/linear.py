@@ -41,7 +41,8 @@ call):
   error ~1e-6 against ``F.linear``.
 - bfloat16: up to :data:`BF16_KERNEL_ROWS` rows ``vdpbf16ps`` over the panels (input rounded
   to bfloat16 as before; float32 accumulation and a float32 output, where oneDNN rounds its
-  output to bfloat16); more rows stay on oneDNN, which is faster there.
+  output to bfloat16); more rows stay on oneDNN, which is faster there. The plain bfloat16
+  ``weight`` is then dropped (:meth:`Linear.dense_weight` unpacks the panels).
 - int8: up to :data:`INT8_KERNEL_ROWS` rows ``vpdpbusd`` over the panels with fbgemm's
   arithmetic (the activations' uint8 parameters from ATen's ``ChooseQuantizationParams``,
   exact int32 sums; one row gives fbgemm's result bit for bit), one parameter pair per row;
