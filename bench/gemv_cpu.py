@@ -9,9 +9,13 @@ Formats: ``F.linear`` on ``[out, in]``; ``torch.mv``; ``torch.mm`` on ``[in, out
 packed GEMM (``torch.ops.mkl._mkl_linear``); oneDNN float32 and bfloat16 packed linears
 (``torch.ops.mkldnn._linear_pointwise``); fbgemm's int8 dynamic linear (what
 ``weight_dtype="int8"`` runs); ``torch._weight_int8pack_mm`` (weight-only int8, bfloat16 and
-float32 activations).
+float32 activations); and the engine's own C++ kernels (:mod:`local_engine.ops.cpu`: float32,
+bfloat16 and int8 panels), where they are built. ``--rows M`` times M-row products instead
+of one row (a batched decode or a speculative verification: 5 rows for K = 4), and prints
+GFLOP/s beside GB/s.
 
-Usage: ``PYTHONPATH=. .venv/bin/python bench/gemv_cpu.py [--threads 1]``.
+Usage: ``PYTHONPATH=. .venv/bin/python bench/gemv_cpu.py [--threads 1] [--rows 1]
+[--only qkv down]``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from local_engine.models.linear import _pack_int8, quantize_int8  # noqa: E402
+from local_engine.ops import cpu  # noqa: E402
 
 SHAPES = {
     "qkv": (960, 576),
@@ -49,10 +54,10 @@ def _best(fns, reps=5) -> float:
     return best / len(fns)
 
 
-def _formats(o: int, i: int, n: int) -> dict:
-    """Per format, the calls of one pass over ``n`` fresh ``[o, i]`` matrices."""
+def _formats(o: int, i: int, n: int, m: int = 1) -> dict:
+    """Per format, the calls of one pass over ``n`` fresh ``[o, i]`` matrices, ``m`` rows."""
     ws = [torch.randn(o, i) for _ in range(n)]
-    x, xb = torch.randn(1, i), torch.randn(1, i).bfloat16()
+    x, xb = torch.randn(m, i), torch.randn(m, i).bfloat16()
     wts = [w.t().contiguous() for w in ws]
     mkl = [torch.ops.mkl._mkl_reorder_linear_weight(w, 1) for w in ws]
     dnn = [torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in ws]
@@ -77,12 +82,24 @@ def _formats(o: int, i: int, n: int) -> dict:
             lambda q=q, s=s: torch._weight_int8pack_mm(x, q, s) for q, s in qs
         ],
     }
+    mod = cpu.kernels()
+    if mod is not None and cpu.has("float32"):
+        pf = [cpu.pack_f32(w) for w in ws]
+        rows["ours float32 panels (C++)"] = [lambda p=p: mod.linear_f32(x, p, o) for p in pf]
+    if mod is not None and cpu.has("bfloat16"):
+        pb = [cpu.pack_bf16(w) for w in ws]
+        rows["ours bfloat16 panels (C++)"] = [lambda p=p: mod.linear_bf16(x, p, o) for p in pb]
+    if mod is not None and cpu.has("int8"):
+        pi = [cpu.pack_int8(q, s) for q, s in qs]
+        rows["ours int8 panels (C++)"] = [lambda p=p: mod.linear_int8(x, *p, o) for p in pi]
     return rows
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rows", type=int, default=1, help="rows of x (1 = a GEMV)")
+    ap.add_argument("--only", nargs="+", choices=list(SHAPES), default=list(SHAPES))
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(args.threads)
@@ -92,12 +109,21 @@ def main() -> int:
     buf.sum()
     bw = buf.numel() * 4 / _best([buf.sum])
     print(f"# torch.sum read bandwidth: {bw / 1e9:.1f} GB/s, {args.threads} thread(s)")
-    print("| shape | format | us / call | GB/s (float32-equivalent) |\n|---|---|---:|---:|")
-    for name, (o, i) in SHAPES.items():
-        rows = _formats(o, i, 30 if name != "lm_head" else 2)
+    print(f"# CPU kernels: {cpu.isa()}; rows of x: {args.rows}")
+    print(
+        "| shape | format | us / call | GB/s (float32-equivalent) | / read bandwidth | GFLOP/s |"
+        "\n|---|---|---:|---:|---:|---:|"
+    )
+    for name in args.only:
+        o, i = SHAPES[name]
+        rows = _formats(o, i, 30 if name != "lm_head" else 2, args.rows)
         for fmt, fns in rows.items():
             t = _best(fns)
-            print(f"| {name} {o}x{i} | {fmt} | {t * 1e6:.0f} | {o * i * 4 / t / 1e9:.1f} |")
+            gbs = o * i * 4 / t / 1e9
+            print(
+                f"| {name} {o}x{i} | {fmt} | {t * 1e6:.0f} | {gbs:.1f} | {gbs * 1e9 / bw:.2f} "
+                f"| {2 * args.rows * o * i / t / 1e9:.1f} |"
+            )
     return 0
 
 

@@ -58,7 +58,9 @@ def weight_bytes_per_token(model) -> int:
     total = 0
     for m in model.modules():
         if isinstance(m, Linear):
-            for t in (m.weight, m.weight_t, m.qweight, m.scale):
+            # a decode step reads the C++ kernel's panels where the layer has them
+            stored = (m.weight, m.weight_t, m.qweight, m.scale) if m.panels is None else m.panels
+            for t in stored:
                 if t is not None:
                     total += t.numel() * t.element_size()
     emb = model.embed_tokens.weight
@@ -236,6 +238,11 @@ def profile_dtype(weight_dtype: str, threads: int, steps: int, context: int, ban
     finish(engine)
     events = prof.key_averages()
     scopes = [e for e in events if not e.key.startswith("aten::") and "(" in e.key]
+    if any(layer._fused for layer in model.layers):
+        print(
+            "\n(each decoder layer ran as one C++ call, local_engine/ops/cpu/layer.py: the hooks"
+            " below see only the modules outside it; compare PROMPTCACHE_CPU_KERNELS=0)"
+        )
     print(
         f"\n| module (inclusive, hooked run {hooked_wall / steps * 1e3:.1f} ms/step) | ms / step | calls / step |"
     )

@@ -42,7 +42,7 @@ from . import LoadedModel, TokenizerSpec
 
 logger = logging.getLogger("local_engine")
 
-CACHE_FORMAT = 2  # bump when the prepared layout (local_engine.models.weights) changes (2: float32 down_proj [out, in])
+CACHE_FORMAT = 3  # bump when the prepared layout (local_engine.models.weights) changes (2: float32 down_proj [out, in]; 3: float32 C++ kernel panels)
 ENV_DIR = "PROMPTCACHE_WEIGHT_CACHE_DIR"
 
 

@@ -28,18 +28,44 @@ One :class:`Linear` module, three storage formats chosen once the weights are lo
 
 :func:`quantize_int8` is the one quantizer (the weight cache stores its output, so a warm start
 only prepacks).
+
+**The engine's own kernels** (:mod:`local_engine.ops.cpu`, C++ AVX-512/AVX2, built on first
+use; off with ``PROMPTCACHE_CPU_KERNELS=0``). Where they are built every CPU format also gets
+a panel-packed copy of its weight (32 output columns per panel, read front to back once per
+call):
+
+- float32 (format ``"panels"``): the panels replace ``weight_t``/``weight`` and serve every
+  row count: one row streams at the plain-read bandwidth (22-25 GB/s here against oneMKL's
+  11-18) and 8-512 rows run 1.0-3.3x faster than oneMKL's GEMM (``bench/gemv_cpu.py``,
+  ``bench/RESULTS.md`` "## cpu", session 3). Same products, another summation order: relative
+  error ~1e-6 against ``F.linear``.
+- bfloat16: up to :data:`BF16_KERNEL_ROWS` rows ``vdpbf16ps`` over the panels (input rounded
+  to bfloat16 as before; float32 accumulation and a float32 output, where oneDNN rounds its
+  output to bfloat16); more rows stay on oneDNN, which is faster there. The plain bfloat16
+  ``weight`` is then dropped (:meth:`Linear.dense_weight` unpacks the panels).
+- int8: up to :data:`INT8_KERNEL_ROWS` rows ``vpdpbusd`` over the panels with fbgemm's
+  arithmetic (the activations' uint8 parameters from ATen's ``ChooseQuantizationParams``,
+  exact int32 sums; one row gives fbgemm's result bit for bit), one parameter pair per row;
+  more rows stay on fbgemm, which is faster there.
+
+Without the kernels the torch paths above run unchanged.
 """
 
 from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-FORMATS = ("dense", "dense_t", "bf16", "int8")
+from ..ops import cpu as cpu_kernels
+
+FORMATS = ("dense", "dense_t", "panels", "bf16", "int8")
+BF16_KERNEL_ROWS = 32  # up to this many rows the bfloat16 kernel beats oneDNN (bench/gemv_cpu.py)
+INT8_KERNEL_ROWS = 16  # ... and the int8 kernel beats fbgemm
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,7 +130,9 @@ class Linear(nn.Module):
 
     Built in the ``"dense"`` format with an uninitialised ``weight`` ``[out, in]`` (no random
     init: every weight is overwritten by the loader). :meth:`set_dense`, :meth:`set_dense_t`,
-    :meth:`set_bf16` and :meth:`set_int8` switch formats (see the module docstring)."""
+    :meth:`set_panels`, :meth:`set_bf16` and :meth:`set_int8` switch formats (see the module
+    docstring); ``use_kernels`` (default: whenever :mod:`local_engine.ops.cpu` is built) adds
+    the C++ kernel's panel copy in the CPU formats."""
 
     def __init__(self, in_features: int, out_features: int):
         super().__init__()
@@ -118,19 +146,67 @@ class Linear(nn.Module):
         self.scale: torch.Tensor | None = None
         self._packed = None
         self._reduce_range = True
+        # the C++ kernel: panel-packed weight, the call, and up to how many rows it runs
+        self.panels: tuple[torch.Tensor, ...] | None = None
+        self._kernel: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self._kernel_rows: int | None = None
 
-    def set_dense_t(self, weight_t: torch.Tensor) -> None:
-        """Store ``weight_t`` ``[in, out]`` (float32 or bfloat16) and drop ``weight``."""
+    def _clear_kernel(self) -> None:
+        self.panels, self._kernel, self._kernel_rows = None, None, None
+
+    def _want_kernel(self, kind: str, use_kernels: bool | None) -> bool:
+        if use_kernels is None:
+            return cpu_kernels.has(kind)
+        if use_kernels and not cpu_kernels.has(kind):
+            raise RuntimeError(
+                f"use_kernels=True but no {kind} CPU kernel is built here "
+                f"(isa: {cpu_kernels.isa()}; see the log)"
+            )
+        return use_kernels
+
+    def set_dense_t(self, weight_t: torch.Tensor, use_kernels: bool | None = None) -> None:
+        """Store ``weight_t`` ``[in, out]`` (float32 or bfloat16) and drop ``weight``; a
+        float32 one goes to the ``"panels"`` format where the kernels are built."""
         if tuple(weight_t.shape) != (self.in_features, self.out_features):
             raise ValueError(
                 f"weight_t must be [{self.in_features}, {self.out_features}], "
                 f"got {tuple(weight_t.shape)}"
             )
+        if weight_t.dtype == torch.float32 and self._want_kernel("float32", use_kernels):
+            self.set_panels(cpu_kernels.pack_f32(weight_t.t()))
+            return
+        self._clear_kernel()
         self.weight_t = weight_t.contiguous()
         self.weight = None
         self.format = "dense_t"
 
-    def set_dense(self, weight: torch.Tensor) -> None:
+    def set_panels(self, panels: torch.Tensor) -> None:
+        """Store float32 panels ``[ceil(out/32), in, 32]`` (:func:`local_engine.ops.cpu.
+        pack_f32`) for the C++ kernel, which then runs every call; drop the other layouts.
+
+        Raises:
+            ValueError: wrong shape or dtype.
+            RuntimeError: the float32 kernel is not built here.
+        """
+        p = (self.out_features + cpu_kernels.NB - 1) // cpu_kernels.NB
+        if tuple(panels.shape) != (p, self.in_features, cpu_kernels.NB) or (
+            panels.dtype != torch.float32
+        ):
+            raise ValueError(
+                f"panels must be float32 [{p}, {self.in_features}, {cpu_kernels.NB}], "
+                f"got {panels.dtype} {tuple(panels.shape)}"
+            )
+        mod = cpu_kernels.kernels()
+        if mod is None or not cpu_kernels.has("float32"):
+            raise RuntimeError("float32 panels need the CPU kernels (local_engine.ops.cpu)")
+        packed, n, fn = panels.contiguous(), self.out_features, mod.linear_f32
+        self.panels = (packed,)
+        self._kernel = lambda x: fn(x, packed, n)
+        self._kernel_rows = None
+        self.weight, self.weight_t = None, None
+        self.format = "panels"
+
+    def set_dense(self, weight: torch.Tensor, use_kernels: bool | None = None) -> None:
         """Store ``weight`` ``[out, in]`` as it is (the CPU's float32 layout for ``out < in``,
         see :func:`local_engine.models.weights.float32_transposed`)."""
         if tuple(weight.shape) != (self.out_features, self.in_features):
@@ -138,13 +214,17 @@ class Linear(nn.Module):
                 f"weight must be [{self.out_features}, {self.in_features}], "
                 f"got {tuple(weight.shape)}"
             )
+        if weight.dtype == torch.float32 and self._want_kernel("float32", use_kernels):
+            self.set_panels(cpu_kernels.pack_f32(weight))
+            return
+        self._clear_kernel()
         self.weight = nn.Parameter(weight.contiguous(), requires_grad=False)
         self.weight_t = None
         self.format = "dense"
 
-    def set_bf16(self, weight: torch.Tensor) -> None:
+    def set_bf16(self, weight: torch.Tensor, use_kernels: bool | None = None) -> None:
         """Store ``weight`` ``[out, in]`` as bfloat16, reordered for oneDNN when it supports
-        bfloat16 on this CPU."""
+        bfloat16 on this CPU, plus the bfloat16 kernel's panels where it is built."""
         if tuple(weight.shape) != (self.out_features, self.in_features):
             raise ValueError(
                 f"weight must be [{self.out_features}, {self.in_features}], "
@@ -154,12 +234,26 @@ class Linear(nn.Module):
         self._packed = None
         if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
             self._packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
-        self.weight = nn.Parameter(w, requires_grad=False)
+        self._clear_kernel()
+        if self._want_kernel("bfloat16", use_kernels):
+            mod = cpu_kernels.kernels()
+            assert mod is not None
+            packed, n, fn = cpu_kernels.pack_bf16(w), self.out_features, mod.linear_bf16
+            self.panels = (packed,)
+            self._kernel = lambda x: fn(x, packed, n)
+            self._kernel_rows = BF16_KERNEL_ROWS if self._packed is not None else None
+        # with both oneDNN's copy and the panels nothing reads the plain one (dense_weight
+        # unpacks the panels): 2 copies of the bfloat16 bytes instead of 3
+        keep = self.panels is None or self._packed is None
+        self.weight = nn.Parameter(w, requires_grad=False) if keep else None
         self.format = "bf16"
 
-    def set_int8(self, qweight: torch.Tensor, scale: torch.Tensor) -> None:
+    def set_int8(
+        self, qweight: torch.Tensor, scale: torch.Tensor, use_kernels: bool | None = None
+    ) -> None:
         """Store int8 ``qweight`` ``[out, in]`` and float32 ``scale`` ``[out]`` (from
-        :func:`quantize_int8`), prepack them for fbgemm, drop ``weight``.
+        :func:`quantize_int8`), prepack them for fbgemm (and into the int8 kernel's panels
+        where it is built), drop ``weight``.
 
         Raises:
             RuntimeError: this torch build has no fbgemm/x86 quantized engine.
@@ -179,21 +273,56 @@ class Linear(nn.Module):
         self.qweight, self.scale = qweight.contiguous(), scale.float().contiguous()
         self._packed = _pack_int8(self.qweight, self.scale)
         self._reduce_range = int8_reduce_range()
+        self._clear_kernel()
+        if self._want_kernel("int8", use_kernels) and not self._reduce_range:
+            mod = cpu_kernels.kernels()
+            assert mod is not None
+            packed, wsum, sp = cpu_kernels.pack_int8(self.qweight, self.scale)
+            n, fn = self.out_features, mod.linear_int8
+            self.panels = (packed, wsum, sp)
+            self._kernel = lambda x: fn(x, packed, wsum, sp, n)
+            self._kernel_rows = INT8_KERNEL_ROWS
         self.weight = None
         self.format = "int8"
+
+    def kernel_spec(self) -> tuple | None:
+        """This layer's C++ kernel as the fused decode layer takes it (:mod:`local_engine.ops.
+        cpu.layer`): ``(kind, (a, b, c), out_features, max_rows)`` with kind 0 float32 panels,
+        1 bfloat16 panels, 2 int8 panels (``b``, ``c``: the int8 column sums and scales, else
+        None) and ``max_rows`` None for any row count; None without a kernel."""
+        if self._kernel is None or self.panels is None:
+            return None
+        kind = {"panels": 0, "bf16": 1, "int8": 2}[self.format]
+        ts = (*self.panels, None, None)[:3]
+        return kind, ts, self.out_features, self._kernel_rows
 
     def dense_weight(self) -> torch.Tensor:
         """The weight as float ``[out, in]`` whatever the format (int8: dequantized)."""
         if self.format == "dense_t":
             assert self.weight_t is not None
             return self.weight_t.t()
+        if self.format == "panels":
+            assert self.panels is not None
+            return cpu_kernels.unpack_f32(self.panels[0], self.out_features)
         if self.format == "int8":
             assert self.qweight is not None and self.scale is not None
             return self.qweight.float() * self.scale[:, None]
+        if self.format == "bf16" and self.weight is None:
+            assert self.panels is not None
+            return cpu_kernels.unpack_bf16(self.panels[0], self.out_features, self.in_features)
         assert self.weight is not None
         return self.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kernel = self._kernel
+        if (
+            kernel is not None
+            and x.dim() == 2
+            and (self._kernel_rows is None or x.shape[0] <= self._kernel_rows)
+        ):
+            if x.dtype == torch.float32 and x.stride(-1) == 1:
+                return kernel(x)
+            return kernel(x.float().contiguous()).to(x.dtype)
         if self.format == "dense_t":
             w = self.weight_t
             assert w is not None
@@ -226,4 +355,11 @@ class Linear(nn.Module):
         return f"in={self.in_features}, out={self.out_features}, format={self.format}"
 
 
-__all__ = ["FORMATS", "Linear", "int8_reduce_range", "quantize_int8"]
+__all__ = [
+    "BF16_KERNEL_ROWS",
+    "FORMATS",
+    "INT8_KERNEL_ROWS",
+    "Linear",
+    "int8_reduce_range",
+    "quantize_int8",
+]

@@ -26,6 +26,7 @@ from ..attention import paged_attention
 from ..attention.metadata import AttentionMetadata
 from ..config import ModelConfig
 from ..errors import EngineError
+from ..ops import cpu as cpu_kernels
 from .linear import Linear
 from .weights import fused_hf_weights, is_prepared, load_prepared, prepare_weights
 
@@ -193,13 +194,50 @@ class LlamaDecoderLayer(nn.Module):
         self.self_attn = LlamaAttention(cfg, rope)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = LlamaMLP(cfg)
+        self._fused: object = None  # the CPU's one-call layer (local_engine.ops.cpu.layer)
+
+    def fused_op(self):
+        """The C++ one-call layer over this layer's weights (:class:`~local_engine.ops.cpu.
+        layer.DecodeLayerOp`), or None when some linear has no C++ kernel or the kernels are
+        not built for AVX-512; rebuilt when the weights are reloaded."""
+        attn, mlp = self.self_attn, self.mlp
+        lins = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+        specs = [lin.kernel_spec() for lin in lins]
+        op = self._fused
+        if op is not None and op is not False:
+            if all(s is not None and s[1][0] is src for s, src in zip(specs, op.sources)):
+                return op
+        if any(s is None for s in specs) or not (cpu_kernels.isa() or "").startswith("avx512"):
+            self._fused = False
+            return None
+        from ..ops.cpu.layer import DecodeLayerOp
+
+        self._fused = DecodeLayerOp(
+            self.input_layernorm.weight,
+            self.post_attention_layernorm.weight,
+            self.input_layernorm.eps,
+            specs,
+            attn.num_heads,
+            attn.num_kv_heads,
+            attn.scale,
+        )
+        return self._fused
 
     def forward(self, x, residual, positions, meta, kv_cache):
         """``x`` ``[T, hidden]`` (the previous block's MLP output, or the embeddings for block 0
         with ``residual=None``), ``residual`` ``[T, hidden]`` or None, ``positions`` int64
         ``[T]``, ``meta`` the step's :class:`AttentionMetadata`, ``kv_cache`` this layer's cache
         pair. Returns ``(mlp_out, residual)``, both ``[T, hidden]``; the block's output is their
-        sum."""
+        sum. On the CPU, a step of a few rows runs the C++ one-call layer when it applies
+        (:meth:`fused_op`)."""
+        op = self._fused
+        if op is not False and not x.is_cuda:
+            op = self.fused_op()
+            if op is not None and op.applies(x, residual, kv_cache, meta.backend):
+                rope = self.self_attn.rope
+                return op(
+                    x, residual, positions, rope.cos, rope.sin, kv_cache[0], kv_cache[1], meta
+                )
         if residual is None:
             h, residual = self.input_layernorm(x, backend=meta.backend), x
         else:

@@ -13,7 +13,9 @@ o_proj``, ``layers.{i}.mlp.gate_up_proj``, ``layers.{i}.mlp.down_proj``, ``lm_he
     embed_tokens.weight            [vocab, hidden]  activation dtype
     norm.weight, layers.{i}.input_layernorm.weight, layers.{i}.post_attention_layernorm.weight
                                    [hidden]         activation dtype
-    float32:             L.weight_t  [in, out]      float32, for out >= in (qkv, o, gate_up, lm_head)
+    float32, C++ kernels built (local_engine.ops.cpu):
+                         L.panels    [ceil(out/32), in, 32] float32 (every linear)
+    float32, without:    L.weight_t  [in, out]      float32, for out >= in (qkv, o, gate_up, lm_head)
                          L.weight    [out, in]      float32, for out < in (down_proj)
     bfloat16:            L.weight    [out, in]      bfloat16 (reordered for oneDNN at load)
     int8:                L.qweight   [out, in] int8, L.scale [out] float32
@@ -27,6 +29,7 @@ import torch
 
 from ..config import WEIGHT_DTYPES, ModelConfig
 from ..errors import EngineError
+from ..ops import cpu as cpu_kernels
 from .linear import quantize_int8
 
 
@@ -82,6 +85,7 @@ def prepare_weights(
     mc: ModelConfig,
     weight_dtype: str,
     act_dtype: torch.dtype = torch.float32,
+    panels: bool | None = None,
 ) -> dict[str, torch.Tensor]:
     """HF-named float tensors -> the prepared dict of the module docstring (CPU tensors).
 
@@ -90,12 +94,16 @@ def prepare_weights(
         mc: the architecture (layer count, tied head).
         weight_dtype: one of :data:`WEIGHT_DTYPES`, the storage of the linear layers.
         act_dtype: dtype of the embedding and norm weights (the activations').
+        panels: float32 linears as the C++ kernel's panels (``L.panels``); None = whenever
+            the float32 kernel is built here (:func:`local_engine.ops.cpu.has`).
 
     Raises:
         EngineError: unknown ``weight_dtype`` or a missing tensor.
     """
     if weight_dtype not in WEIGHT_DTYPES:
         raise EngineError(f"weight_dtype must be one of {WEIGHT_DTYPES}, got {weight_dtype!r}")
+    if panels is None:
+        panels = weight_dtype == "float32" and cpu_kernels.has("float32")
     out: dict[str, torch.Tensor] = {}
     for name, t in fused_hf_weights(hf, mc):
         if name.endswith(".weight"):  # embedding and norms
@@ -104,6 +112,8 @@ def prepare_weights(
             out[name + ".qweight"], out[name + ".scale"] = quantize_int8(t)
         elif weight_dtype == "bfloat16":
             out[name + ".weight"] = t.to(torch.bfloat16).contiguous()
+        elif panels:
+            out[name + ".panels"] = cpu_kernels.pack_f32(t)
         elif float32_transposed(t.shape[0], t.shape[1]):
             out[name + ".weight_t"] = t.t().float().contiguous()
         else:
@@ -131,9 +141,11 @@ def prepared_weight_dtype(prepared: dict[str, torch.Tensor]) -> str:
         return "int8"
     if "lm_head.weight" in prepared:  # float32 heads are stored transposed (out >= in)
         return "bfloat16" if prepared["lm_head.weight"].dtype == torch.bfloat16 else "float32"
-    if "lm_head.weight_t" in prepared:
+    if "lm_head.weight_t" in prepared or "lm_head.panels" in prepared:
         return "float32"
-    raise EngineError("not a prepared weight dict (no lm_head.weight_t, .weight or .qweight)")
+    raise EngineError(
+        "not a prepared weight dict (no lm_head.panels, .weight_t, .weight or .qweight)"
+    )
 
 
 def is_prepared(weights: dict) -> bool:
@@ -143,8 +155,11 @@ def is_prepared(weights: dict) -> bool:
 
 def load_prepared(model, prepared: dict[str, torch.Tensor]) -> None:
     """Install a prepared dict into ``model`` (a ``LlamaForCausalLM`` on the CPU): norm and
-    embedding weights are copied into the parameters; each linear switches to ``dense_t``,
-    ``bf16`` or ``int8`` (fbgemm prepacking happens here).
+    embedding weights are copied into the parameters; each linear switches to ``panels``,
+    ``dense_t``, ``dense``, ``bf16`` or ``int8`` (fbgemm prepacking and the C++ kernels'
+    packing of bf16/int8 happen here). Float32 panels are unpacked to the torch layout where
+    the kernels are off, and a torch-layout float32 dict is packed where they are on, so one
+    cache file serves both.
 
     Raises:
         EngineError: a tensor is missing or has the wrong shape.
@@ -177,6 +192,15 @@ def load_prepared(model, prepared: dict[str, torch.Tensor]) -> None:
                 lin.set_int8(take(name + ".qweight"), take(name + ".scale"))
             elif kind == "bfloat16":
                 lin.set_bf16(take(name + ".weight"))
+            elif name + ".panels" in prepared:
+                if cpu_kernels.has("float32"):
+                    lin.set_panels(prepared[name + ".panels"])
+                else:
+                    w = cpu_kernels.unpack_f32(prepared[name + ".panels"], lin.out_features)
+                    if float32_transposed(lin.out_features, lin.in_features):
+                        lin.set_dense_t(w.t().contiguous())
+                    else:
+                        lin.set_dense(w)
             elif name + ".weight_t" in prepared:
                 lin.set_dense_t(prepared[name + ".weight_t"])
             else:

@@ -79,9 +79,13 @@ def test_linear_rejects_wrong_shapes():
         lin.set_int8(torch.zeros(6, 4), torch.ones(6))
 
 
-def test_float32_layout_per_shape_round_trips():
-    """float32 prepared weights: [in, out] where out >= in, [out, in] for down_proj (out < in);
-    a model loaded from them computes every linear as F.linear on the original weight."""
+def test_float32_layout_per_shape_round_trips(monkeypatch):
+    """float32 prepared weights without the C++ kernels: [in, out] where out >= in, [out, in]
+    for down_proj (out < in); a model loaded from them computes every linear as F.linear on the
+    original weight. (With the kernels: tests/local_engine/test_cpu_kernels.py.)"""
+    from local_engine.ops import cpu
+
+    monkeypatch.setattr(cpu, "has", lambda kind: False)
     from local_engine.config import ModelConfig
     from local_engine.models.llama import LlamaForCausalLM
     from local_engine.models.weights import load_prepared, prepare_weights
