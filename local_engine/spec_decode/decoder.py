@@ -39,10 +39,12 @@ from .config import SpeculativeConfig
 from .ngram import NgramIndex, NgramProposer
 from .policy import (
     AcceptanceEstimate,
+    MatchAcceptance,
     StepCostModel,
     allows_timing,
     best_num_drafts,
     bucket,
+    drafts_that_pay,
     expected_tokens,
 )
 from .rejection_sampler import RejectionSampler, VerifyOutput
@@ -72,6 +74,18 @@ MEASURE_TRIES = 3
 #: The acceptance rate a probe is counted at on a padded step (the estimate's Beta(1, 1)
 #: prior: no evidence either way).
 PRIOR_RATE = AcceptanceEstimate().rate
+#: Most decode steps a sequence skips prompt lookup after lookups that found no match (the
+#: wait doubles after each failed lookup, 1, 2, 4, 8, and drops to 0 on a match). A skipped
+#: step neither indexes the new token nor looks up: the index catches up in bulk at the next
+#: lookup. With no match ever this looks up on ~1 step in 8; a copy that starts during a wait
+#: is still a match when the wait ends (copies run on), so it loses at most the wait.
+MAX_LOOKUP_BACKOFF_STEPS = 8
+#: Lookups back off only while a token is worth less than this many seconds of step time
+#: (``T_d / B``): a lookup costs ~2-10 us of host time (bench/spec_plan_cpu.py), so below 1 ms
+#: a step's lookups may cost a percent of it (the H200's 8B shape at batch 64: 7.3 ms / 64 =
+#: 0.11 ms a token, lookups 8 % of the step, bench/RESULTS.md); above it (CPU steps of
+#: 50-300 ms, a GPU at batch 1) the drafts a wait could miss are worth more than the lookups.
+LOOKUP_BACKOFF_TOKEN_SECONDS = 1e-3
 
 
 @dataclass
@@ -87,8 +101,9 @@ class StepShape:
 @dataclass
 class _SeqState:
     """Per-sequence drafting state: the token ids as an int64 array grown in place (prompt
-    lookup reads it without converting the list every step), the backoff, and the acceptance
-    estimate."""
+    lookup scans it without converting the list every step), the backoffs (of drafting, and
+    of prompt lookup after lookups that failed), the acceptance estimate and prompt lookup's
+    index (built at the sequence's first matching lookup)."""
 
     tokens: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     num_tokens: int = 0
@@ -98,6 +113,9 @@ class _SeqState:
     acceptance: AcceptanceEstimate = field(default_factory=AcceptanceEstimate)
     index: NgramIndex | None = None  # prompt lookup's incremental index (NgramProposer)
     planned: int = 0  # real drafts planned this step (the rest of the lookahead is padding)
+    match_len: int = 0  # length of the suffix match this step's lookup drafts continue
+    lookup_backoff: int = 0  # the current lookup wait after lookups that found nothing
+    lookup_wait: int = 0  # decode steps left before looking up again
 
     def array(self, ids: list[int]) -> np.ndarray:
         n = len(ids)
@@ -112,16 +130,33 @@ class _SeqState:
             self.num_tokens = n
         return self.tokens[:n]
 
-    def lookup(self, ngram, ids: list[int], k: int) -> list[int]:
-        """Up to ``k`` prompt-lookup drafts after ``ids`` (this sequence's tokens): through
-        the incremental :class:`NgramIndex` for an :class:`NgramProposer`, else (a drafter
-        with only ``propose(token_ids, k)``, as the benchmarks substitute) over the array."""
+    def lookup(self, ngram, ids: list[int], k: int, lazy: bool = True) -> list[int]:
+        """Up to ``k`` prompt-lookup drafts after ``ids`` (this sequence's tokens), with
+        ``match_len`` set to the length of the suffix match they continue (0: unknown).
+
+        For an :class:`NgramProposer`: until a lookup first matches (``lazy``), a scan of
+        the token array (:meth:`NgramProposer.lookup`: a few microseconds, where indexing a
+        512-token prompt costs ~0.3 ms, paid for nothing by a sequence that never matches);
+        from then on the incremental :class:`NgramIndex` (same drafts). A drafter with only
+        ``propose(token_ids, k)`` (as the benchmarks and tests substitute) gets the array."""
+        self.match_len = 0
         if type(ngram) is NgramProposer:
             if self.index is None:
+                if lazy:
+                    drafts, n = ngram.lookup(self.array(ids), k)
+                    if not n:
+                        return drafts
                 self.index = ngram.index()
             self.index.extend(ids)
+            self.match_len = self.index.match_length
             return self.index.propose(k)
         return ngram.propose(self.array(ids), k)
+
+    def lookup_failed(self) -> None:
+        """Skip prompt lookup for the next 1, 2, 4, ... (:data:`MAX_LOOKUP_BACKOFF_STEPS`)
+        decode steps, doubling after each failed lookup."""
+        self.lookup_backoff = min(max(1, 2 * self.lookup_backoff), MAX_LOOKUP_BACKOFF_STEPS)
+        self.lookup_wait = self.lookup_backoff
 
     def back_off(self) -> None:
         """Skip drafting for the next ``backoff`` steps, doubling it (1, 2, 4, ... up to
@@ -146,6 +181,15 @@ class SpeculativeDecoder:
             drafts and the sequence is not backing off.
         pad: pad every decode of a verification step to K drafts so that the step replays the
             captured verification CUDA graph (None: exactly when the runner has one).
+        lookup_backoff: index a sequence for prompt lookup only once a lookup matched, and
+            skip lookups after lookups that found nothing (:data:`MAX_LOOKUP_BACKOFF_STEPS`)
+            where a token is worth less than :data:`LOOKUP_BACKOFF_TOKEN_SECONDS`; False
+            looks up every sequence every step, indexing from its first lookup (the
+            behaviour before 2026-12-01 session 3, kept for benchmarks).
+        match_model: for prompt lookup, price drafts by the acceptance of their match length
+            (:class:`~local_engine.spec_decode.policy.MatchAcceptance`); False uses the
+            per-sequence acceptance for them as for a draft model (before 2026-12-01
+            session 3, kept for benchmarks).
 
     Raises:
         EngineError, ModelNotFoundError: from the draft model's loading and checks.
@@ -173,6 +217,9 @@ class SpeculativeDecoder:
         self.cost = StepCostModel()
         self.adaptive = True
         self.pad: bool | None = None
+        self.lookup_backoff = True
+        self.match_model = True
+        self.match = MatchAcceptance(spec.prompt_lookup_max)
         self._measure_tries: dict[int, int] = {}
         self._state: weakref.WeakKeyDictionary[Sequence, _SeqState] = weakref.WeakKeyDictionary()
 
@@ -218,9 +265,12 @@ class SpeculativeDecoder:
     def plan(self, running: Seq[Sequence]) -> None:
         """Set ``num_lookahead_tokens`` (and, for prompt lookup, ``spec_token_ids``) of every
         running sequence: 0 for sequences in prefill or about to sample their first token, for
-        sequences backing off (:data:`MAX_BACKOFF_STEPS`), and for drafts the cost model says
-        cost more than they bring (:mod:`~local_engine.spec_decode.policy`; cut to the drafts
-        that pay, per sequence, or on a padded step all or none). On a padded step every
+        sequences backing off (:data:`MAX_BACKOFF_STEPS`) or skipping lookups after failed
+        ones (:data:`MAX_LOOKUP_BACKOFF_STEPS`), and for drafts the cost model says cost more
+        than they bring (:mod:`~local_engine.spec_decode.policy`; cut to the drafts that pay,
+        per sequence, or on a padded step all or none). Prompt-lookup drafts are priced by the
+        acceptance of their match length (:class:`~local_engine.spec_decode.policy.
+        MatchAcceptance`), a draft model's by the sequence's acceptance. On a padded step every
         decode gets K slots: its real drafts, then padding (``num_spec_pad``)."""
         ngram = self.ngram
         states = self._state
@@ -236,7 +286,7 @@ class SpeculativeDecoder:
             st = states.get(seq)
             if st is None:
                 st = states[seq] = _SeqState()
-            st.planned = 0
+            st.planned = st.match_len = 0
             decodes.append((seq, st, min(self.request_k(seq.params), seq.max_total_len - n - 1)))
         if not decodes:
             return
@@ -259,7 +309,15 @@ class SpeculativeDecoder:
             self._measure_tries[b] = self._measure_tries.get(b, 0) + 1
             for _seq, st, _k in decodes:
                 st.wait = max(0, st.wait - 1)
+                st.lookup_wait = max(0, st.lookup_wait - 1)
             return
+        # back off failing lookups only where they cost a measurable part of the step
+        lazy = (
+            self.lookup_backoff
+            and t_d is not None
+            and t_d < LOOKUP_BACKOFF_TOKEN_SECONDS * num_seqs
+        )
+        match = self.match if self.match_model else None
         gain = 0.0  # padded step: expected extra tokens of the sequences' drafts
         forced = False  # a sequence that does not follow the cost model drafts
         chosen: list[tuple[Sequence, _SeqState, list[int] | None, int]] = []
@@ -269,15 +327,37 @@ class SpeculativeDecoder:
             if st.wait:
                 st.wait -= 1
                 continue
-            drafts = st.lookup(ngram, seq.all_token_ids, k) if ngram is not None else None
-            n_real = k if drafts is None else len(drafts)
-            if n_real == 0:
-                continue
+            drafts: list[int] | None = None
+            n_real = k
+            if ngram is not None:
+                if st.lookup_wait:
+                    st.lookup_wait -= 1
+                    continue
+                drafts = st.lookup(ngram, seq.all_token_ids, k, self.lookup_backoff)
+                if not drafts:
+                    if lazy:
+                        st.lookup_failed()
+                    continue
+                st.lookup_backoff = 0
+                n_real = len(drafts)
             if timed and allows_timing(seq.params):
                 assert t_d is not None and beta is not None
+                m = st.match_len if match is not None else 0
                 if pads:  # a probe counts at the prior's rate: padded steps cost every decode
-                    a = PRIOR_RATE if st.probe else st.acceptance.rate
-                    gain += expected_tokens(a, n_real) - 1.0
+                    if st.probe:
+                        gain += expected_tokens(PRIOR_RATE, n_real) - 1.0
+                    elif m:
+                        gain += sum(match.cumulative(m, n_real))  # type: ignore[union-attr]
+                    else:
+                        gain += expected_tokens(st.acceptance.rate, n_real) - 1.0
+                elif m:
+                    assert match is not None
+                    n_pay = drafts_that_pay(match.cumulative(m, n_real), t_d / num_seqs, beta)
+                    if n_pay:
+                        n_real = n_pay
+                    elif not match.refuse(m):
+                        # (no backoff: the next step's match is longer if the copy goes on)
+                        continue
                 elif not st.probe and st.acceptance.tested:
                     # (a probe, or a sequence with no evidence yet, drafts all it has: that
                     # costs only its own tokens and measures its acceptance)
@@ -302,8 +382,13 @@ class SpeculativeDecoder:
         if pads and ngram is not None:  # the step verifies anyway: every lookup rides along
             have = {id(c[0]) for c in chosen}
             for seq, st, k in decodes:  # (a seeded request's drafts stay as they always are)
-                if k > 0 and id(seq) not in have and allows_timing(seq.params):
-                    d = st.lookup(ngram, seq.all_token_ids, k)
+                if (
+                    k > 0
+                    and id(seq) not in have
+                    and not st.lookup_wait
+                    and allows_timing(seq.params)
+                ):
+                    d = st.lookup(ngram, seq.all_token_ids, k, self.lookup_backoff)
                     if d:
                         chosen.append((seq, st, d, len(d)))
         for seq, st, drafts, n_real in chosen:
@@ -374,9 +459,18 @@ class SpeculativeDecoder:
             [seq.params for seq in seqs],
             [seq.generator for seq in seqs],
         )
+        self.account(seqs, drafts, out.num_accepted)
+        return out
+
+    def account(self, seqs: Seq[Sequence], drafts: Seq[list[int]], num_accepted) -> None:
+        """Count a verification's outcome and update the acceptance estimates and backoffs:
+        ``drafts[i]`` (the real drafts of ``seqs[i]``) of which the first ``num_accepted[i]``
+        were accepted (called by :meth:`verify`; replays of recorded outputs call it
+        directly)."""
         c = self.counters
         states = self._state
-        for seq, d, a in zip(seqs, drafts, out.num_accepted):
+        match = self.match
+        for seq, d, a in zip(seqs, drafts, num_accepted):
             if d:
                 c.num_draft_tokens += len(d)
                 c.num_accepted_tokens += a
@@ -384,11 +478,12 @@ class SpeculativeDecoder:
                 st = states.get(seq)
                 if st is not None:
                     st.acceptance.update(len(d), a)
+                    if st.match_len:
+                        match.update(st.match_len, len(d), a)
                     if a:
                         st.backoff = st.wait = 0
                     else:  # all rejected: wait 1, 2, 4, ... steps before drafting again
                         st.back_off()
-        return out
 
     # ---- the cost model's measurements ---------------------------------------------------
     @staticmethod

@@ -32,9 +32,17 @@ class NgramProposer:
     def propose(self, token_ids, k: int) -> list[int]:
         """Up to ``k`` draft tokens for the sequence ``token_ids`` (a list or int array);
         ``[]`` when no suffix of ``prompt_lookup_min`` or more tokens occurred before."""
+        return self.lookup(token_ids, k)[0]
+
+    def lookup(self, token_ids, k: int) -> tuple[list[int], int]:
+        """:meth:`propose`'s drafts and the length of the suffix n-gram they continue (the
+        longest with an earlier occurrence, ``prompt_lookup_min..max``; 0 with no match).
+
+        A scan of the last ``max_lookback`` tokens: ``O(max_lookback * prompt_lookup_max)``
+        NumPy element operations (~5-9 us for 600 tokens on this CPU, bench/RESULTS.md)."""
         n_tok = len(token_ids)
         if k <= 0 or n_tok <= self.min_n:
-            return []
+            return [], 0
         start = max(0, n_tok - self.max_lookback)
         t = np.asarray(token_ids[start:], dtype=np.int64)  # no copy for an int64 array
         L = t.shape[0]
@@ -42,18 +50,19 @@ class NgramProposer:
         # after j rounds, ends[i] says t[i-j..i] == t[L-1-j..L-1]
         cand = np.flatnonzero(t[: L - 1] == t[L - 1])
         best = -1
+        best_len = 0
         length = 1
         while cand.size:
             if length >= self.min_n:
-                best = int(cand[-1])
+                best, best_len = int(cand[-1]), length
             if length == self.max_n:
                 break
             cand = cand[cand >= length]  # room for one more token to the left
             cand = cand[t[cand - length] == t[L - 1 - length]]
             length += 1
         if best < 0:
-            return []
-        return t[best + 1 : best + 1 + k].tolist()
+            return [], 0
+        return t[best + 1 : best + 1 + k].tolist(), best_len
 
     def index(self) -> NgramIndex:
         """A new, empty :class:`NgramIndex` with this proposer's n-gram lengths."""
@@ -74,13 +83,15 @@ class NgramIndex:
     were a tenth of an 8B decode step on an H200 (bench/RESULTS.md).
     """
 
-    __slots__ = ("min_n", "max_n", "tokens", "_last", "_match")
+    __slots__ = ("min_n", "max_n", "tokens", "_last", "_match", "match_length")
 
     def __init__(self, prompt_lookup_min: int, prompt_lookup_max: int):
         self.min_n, self.max_n = prompt_lookup_min, prompt_lookup_max
         self.tokens: list[int] = []
         self._last: dict[tuple[int, ...], int] = {}
         self._match = -1  # end of the latest earlier occurrence of the longest suffix n-gram
+        #: length of that n-gram (0: no match), as :meth:`NgramProposer.lookup` returns it
+        self.match_length = 0
 
     def extend(self, token_ids) -> None:
         """Index ``token_ids[len(self.tokens):]`` (``token_ids`` is the whole sequence, of
@@ -108,14 +119,15 @@ class NgramIndex:
         for tok in new:
             t.append(tok)
             end = len(t) - 1
-            match = -1
+            match, match_len = -1, 0
             for n in range(lo, min(hi, end + 1) + 1):
                 key = tuple(t[end - n + 1 :])
                 prev = last.get(key)
-                if prev is not None:
-                    match = prev  # a longer n overrides: the longest n with an occurrence
+                if prev is not None:  # a longer n overrides: the longest n with an occurrence
+                    match, match_len = prev, n
                 last[key] = end
             self._match = match
+            self.match_length = match_len
 
     def propose(self, k: int) -> list[int]:
         """Up to ``k`` drafts after the indexed sequence (``[]`` when nothing matched)."""

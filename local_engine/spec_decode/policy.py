@@ -20,6 +20,18 @@ Estimate. ``a`` per sequence: accepted drafts over positions tested (accepted on
 first rejected one: the maximum-likelihood estimate under i.i.d. acceptance), both counts decayed
 by :data:`DECAY` per verification (recent steps weigh most), with a Beta(1, 1) prior.
 
+Prompt lookup knows more than ``a``: the length ``n`` of the suffix n-gram its draft continues.
+Longer matches are accepted far more often (the real SmolLM2 on the repository's rewrite,
+quote and chat workloads, every decode position, 2026-12-01: the first draft token was
+accepted after a 1-token match 21 % of the time, 2: 41 %, 3: 63 %, 4: 77 %, 5: 89 %, 6 or
+more: 95 %, bench/RESULTS.md), and a per-sequence ``a`` mixes them: a sequence that has been
+copying long runs drafts after every 2-token coincidence, and one that paraphrased a while
+refuses the long match that re-enters the document. :class:`MatchAcceptance` keeps the
+acceptance per match length (engine-wide, decayed): once the ``j``-th draft is accepted the
+match is ``n + j`` tokens long, so the first ``j`` drafts are all accepted with probability
+``q(n) * q(n+1) * ... * q(n+j-1)`` (:meth:`MatchAcceptance.cumulative`), and the ``j``-th pays
+iff that times ``T_d / B`` exceeds ``beta`` (:func:`drafts_that_pay`).
+
 Only the choice of *how many* drafts depends on the past; the verification of each draft is
 unchanged, so the emitted tokens keep the target's distribution (and greedy tokens are those
 without speculation). Timing-based choices vary from run to run, so requests whose samples
@@ -34,6 +46,13 @@ from dataclasses import dataclass
 EMA_WEIGHT = 0.2
 #: Per verification, older acceptance counts are multiplied by this (memory of ~10 steps).
 DECAY = 0.9
+#: Per test of a match length, its older counts are multiplied by this (memory of ~50 tests:
+#: the counts are engine-wide, fed by every sequence).
+MATCH_DECAY = 0.98
+#: A match length whose drafts the cost model refused this many times since they were last
+#: verified gets its next drafts verified anyway (exploration: else a length whose estimate
+#: fell below the cost would never be measured again).
+EXPLORE_EVERY = 16
 
 
 def expected_tokens(a: float, k: int) -> float:
@@ -60,6 +79,79 @@ def best_num_drafts(a: float, k_max: int, token_seconds: float, beta: float) -> 
             break
         j += 1
     return j
+
+
+def drafts_that_pay(cumulative: list[float], token_seconds: float, beta: float) -> int:
+    """The most drafts each of which pays for itself: the ``j``-th (1-based) is emitted with
+    probability ``cumulative[j-1]`` (non-increasing in ``j``), worth ``token_seconds``, and
+    costs ``beta`` seconds; keep ``j`` while ``cumulative[j-1] * token_seconds > beta``."""
+    j = 0
+    for p in cumulative:
+        if p * token_seconds <= beta:
+            break
+        j += 1
+    return j
+
+
+class MatchAcceptance:
+    """Per-position acceptance of prompt-lookup drafts by the length of the suffix match
+    they continue (see the module docstring): for each length ``m`` in ``1..max_len`` (longer
+    ones count as ``max_len``) the decayed counts of draft tokens tested right after an
+    ``m``-token match and of those accepted, with a Beta(1, 1) prior.
+
+    Args:
+        max_len: the longest match length told apart (``prompt_lookup_max``), >= 1.
+        decay: per test, the length's older counts are multiplied by this.
+    """
+
+    def __init__(self, max_len: int, decay: float = MATCH_DECAY):
+        if max_len < 1:
+            raise ValueError("max_len must be >= 1")
+        self.max_len = max_len
+        self.decay = decay
+        self.accepted = [0.0] * (max_len + 1)  # index 0 unused
+        self.tested = [0.0] * (max_len + 1)
+        self.refused = [0] * (max_len + 1)  # refusals since the length was last verified
+
+    def rate(self, match_len: int) -> float:
+        """P(the next draft token is accepted | an ``match_len``-token match), 0.5 with no
+        evidence."""
+        m = min(match_len, self.max_len)
+        return (self.accepted[m] + 1.0) / (self.tested[m] + 2.0)
+
+    def cumulative(self, match_len: int, k: int) -> list[float]:
+        """``[P(first j drafts all accepted) for j in 1..k]`` after a ``match_len``-token match:
+        the ``j``-th draft follows a match of ``match_len + j - 1`` tokens."""
+        out, p = [], 1.0
+        for j in range(k):
+            p *= self.rate(match_len + j)
+            out.append(p)
+        return out
+
+    def update(self, match_len: int, num_drafts: int, num_accepted: int) -> None:
+        """After a verification of ``num_drafts`` drafts from an ``match_len``-token match,
+        of which the first ``num_accepted`` were accepted: drafts ``1..num_accepted`` were
+        tested and accepted (after matches of ``match_len .. match_len + num_accepted - 1``),
+        the next one (if any) tested and rejected."""
+        if num_drafts <= 0 or match_len <= 0:
+            return
+        d = self.decay
+        for j in range(min(num_drafts, num_accepted + 1)):
+            m = min(match_len + j, self.max_len)
+            self.accepted[m] = d * self.accepted[m] + (j < num_accepted)
+            self.tested[m] = d * self.tested[m] + 1.0
+            self.refused[m] = 0
+
+    def refuse(self, match_len: int) -> bool:
+        """Count a refusal of drafts after a ``match_len``-token match; True when the length
+        is due for exploration (:data:`EXPLORE_EVERY` refusals since it was last verified):
+        then draft anyway."""
+        m = min(match_len, self.max_len)
+        self.refused[m] += 1
+        if self.refused[m] >= EXPLORE_EVERY:
+            self.refused[m] = 0
+            return True
+        return False
 
 
 def bucket(num_seqs: int) -> int:
@@ -140,6 +232,8 @@ def allows_timing(params) -> bool:
 
 __all__ = [
     "AcceptanceEstimate",
+    "MatchAcceptance",
+    "drafts_that_pay",
     "StepCostModel",
     "allows_timing",
     "best_num_drafts",
