@@ -114,6 +114,7 @@ class _SeqState:
     index: NgramIndex | None = None  # prompt lookup's incremental index (NgramProposer)
     planned: int = 0  # real drafts planned this step (the rest of the lookahead is padding)
     match_len: int = 0  # length of the suffix match this step's lookup drafts continue
+    priced: bool = False  # this step's drafts were priced by their match length's acceptance
     lookup_backoff: int = 0  # the current lookup wait after lookups that found nothing
     lookup_wait: int = 0  # decode steps left before looking up again
 
@@ -287,6 +288,7 @@ class SpeculativeDecoder:
             if st is None:
                 st = states[seq] = _SeqState()
             st.planned = st.match_len = 0
+            st.priced = False
             decodes.append((seq, st, min(self.request_k(seq.params), seq.max_total_len - n - 1)))
         if not decodes:
             return
@@ -358,6 +360,7 @@ class SpeculativeDecoder:
                     elif not match.refuse(m):
                         # (no backoff: the next step's match is longer if the copy goes on)
                         continue
+                    st.priced = True
                 elif not st.probe and st.acceptance.tested:
                     # (a probe, or a sequence with no evidence yet, drafts all it has: that
                     # costs only its own tokens and measures its acceptance)
@@ -482,7 +485,9 @@ class SpeculativeDecoder:
                         match.update(st.match_len, len(d), a)
                     if a:
                         st.backoff = st.wait = 0
-                    else:  # all rejected: wait 1, 2, 4, ... steps before drafting again
+                    elif not st.priced:  # all rejected: wait 1, 2, 4, ... steps
+                        # (drafts priced by their match length need no wait: the rejection
+                        # lowers that length's estimate, and the next match is judged by it)
                         st.back_off()
 
     # ---- the cost model's measurements ---------------------------------------------------

@@ -231,3 +231,31 @@ def test_rejected_drafts_are_rolled_back(engine_factory):
     )
     assert b.num_cached_tokens == 32
     assert c.num_cached_tokens == 16
+
+
+@pytest.mark.slow
+def test_greedy_identical_with_lookup_backoff_and_priced_drafts(
+    engine_factory, baseline, monkeypatch
+):
+    """The 16 prompts with prompt lookup of 1..5 tokens, lookups backing off after failures
+    (forced: every token counts as cheap) and a preloaded cost model (decode step 1 s at every
+    batch size, 0.05 s an extra token) under which drafts are cut to what their match length
+    pays for: still the tokens without speculation."""
+    from local_engine.spec_decode import decoder
+
+    monkeypatch.setattr(decoder, "LOOKUP_BACKOFF_TOKEN_SECONDS", 1e9)
+    ids, base = baseline
+    eng = engine_factory(
+        num_kv_blocks=512,
+        debug_checks=True,
+        speculative={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1},
+    )
+    eng.spec.observe = lambda shape, seconds: None  # keep the preloaded cost model
+    for b in range(1, 17):
+        eng.spec.cost.observe(b, 0, 1.0)
+        eng.spec.cost.observe(b, 1, 1.05)
+    params = [SamplingParams(temperature=0, max_tokens=40, logprobs=2) for _ in ids]
+    spec = generate(eng, ids, params)
+    assert_same_greedy(base, spec)
+    assert sum(o.metrics.num_accepted_tokens for o in spec) > 0
+    assert sum(eng.spec.match.tested) > 0  # the match-length estimates saw verifications
