@@ -43,8 +43,15 @@ from local_engine.engine import LLMEngine  # noqa: E402
 from local_engine.sampling import SamplingParams  # noqa: E402
 from local_engine.scheduler import ScheduledSequence, Scheduler, SchedulerOutput  # noqa: E402
 from local_engine.sequence import Sequence  # noqa: E402
+from local_engine.spec_decode.ngram import NgramProposer  # noqa: E402
 
 K = 4
+#: The speculative decoder's settings per column (attributes of ``engine.spec``): as shipped;
+#: the session-2 policy (drafts priced by the sequence's acceptance, every sequence indexed and
+#: looked up every step); the session-1 policy (no cost model, backoff cap 16).
+SHIPPED = {"adaptive": True, "match_model": True, "lookup_backoff": True}
+SESSION2 = {"match_model": False, "lookup_backoff": False}
+PREVIOUS = {"adaptive": False, "match_model": False, "lookup_backoff": False, "max_backoff": 16}
 RENAMES = [
     ("num_seqs", "seq_count"),
     ("budget", "token_budget"),
@@ -109,7 +116,8 @@ def workloads(tok):
 class StepProfile:
     """Wraps an engine's speculative ``plan`` and its runner's ``forward_logits`` to add up the
     host seconds of planning (prompt lookup, the cost model) and the forwards' seconds and
-    counts, split into plain decode forwards and verification forwards."""
+    counts, split into plain decode forwards and verification forwards, and the shape of each
+    forward (sequences, tokens computed beyond one each) for :func:`priced_steps`."""
 
     def __init__(self, engine):
         self.reset()
@@ -127,6 +135,10 @@ class StepProfile:
             key = "plain" if batch.logits_rows is None else "verify"
             self.fwd_s[key] += time.perf_counter() - t
             self.fwd_n[key] += 1
+            rows = batch.logits_rows
+            if batch.is_decode or rows is not None:
+                n = len(batch.sample_rows)
+                self.shapes.append((n, 0 if rows is None else sum(rows) - len(rows)))
             return out
 
         spec.plan, runner.forward_logits = timed_plan, timed_forward
@@ -135,6 +147,7 @@ class StepProfile:
         self.plan_s = 0.0
         self.fwd_s = {"plain": 0.0, "verify": 0.0}
         self.fwd_n = {"plain": 0, "verify": 0}
+        self.shapes: list[tuple[int, int]] = []
 
     def summary(self):
         n = sum(self.fwd_n.values()) or 1
@@ -144,6 +157,93 @@ class StepProfile:
             if c:
                 parts.append(f"{key} {c} x {self.fwd_s[key] / c * 1e3:.1f} ms")
         return ", ".join(parts)
+
+
+def priced_steps(shapes, curve):
+    """Decode and verification forwards priced in plain decode steps of the same batch: a
+    forward of ``n`` sequences computing ``x`` tokens beyond one each costs ``curve(1 + x /
+    n)``, the floor's measured cost of ``1 + x / n`` tokens a sequence over one (linear
+    between the measured whole numbers); a load-independent time."""
+    total = 0.0
+    for n, x in shapes:
+        m = 1.0 + x / n
+        lo = int(m)
+        hi = min(lo + 1, len(curve))
+        total += curve[lo - 1] + (curve[hi - 1] - curve[lo - 1]) * (m - lo)
+    return total
+
+
+class StepTrace:
+    """Per sequence-step record of prompt lookup in the engine's speculative decoder (wraps
+    ``plan`` and ``account``): for each decode, whether it was waiting (a backoff), found no
+    match, had its drafts refused by the cost model, or verified them, and then how many
+    were accepted."""
+
+    def __init__(self, engine):
+        spec = engine.spec
+        self.spec = spec
+        self.on = False
+        self.reset()
+        plan, account = spec.plan, spec.account
+
+        def traced_plan(running):
+            if not self.on:
+                return plan(running)
+            before = {}
+            for seq in running:
+                st = spec._state.get(seq)
+                before[id(seq)] = bool(st is not None and (st.wait or st.lookup_wait))
+            plan(running)
+            for seq in running:
+                if seq.num_computed_tokens != seq.num_tokens - 1:
+                    continue  # prefill
+                st = spec._state.get(seq)
+                if st is None:
+                    continue
+                if seq.spec_token_ids[: len(seq.spec_token_ids) - seq.num_spec_pad]:
+                    self._pending[id(seq)] = st.match_len
+                elif before[id(seq)]:
+                    self.counts["waiting"] += 1
+                elif st.match_len:
+                    self.counts["refused"] += 1
+                    self.refused_len[st.match_len] = self.refused_len.get(st.match_len, 0) + 1
+                else:
+                    self.counts["no match / not looked up"] += 1
+
+        def traced_account(seqs, drafts, num_accepted):
+            if self.on:
+                for seq, d, a in zip(seqs, drafts, num_accepted):
+                    n = self._pending.pop(id(seq), None)
+                    if d and n is not None:
+                        key = "rejected at 1" if a == 0 else f"accepted {a}/{len(d)}"
+                        self.counts[key] = self.counts.get(key, 0) + 1
+                        t = self.by_len.setdefault(n, [0, 0, 0])
+                        t[0] += 1
+                        t[1] += a > 0
+                        t[2] += a
+            return account(seqs, drafts, num_accepted)
+
+        spec.plan, spec.account = traced_plan, traced_account
+
+    def reset(self):
+        self.counts = {"waiting": 0, "no match / not looked up": 0, "refused": 0}
+        self.by_len: dict[int, list[int]] = {}
+        self.refused_len: dict[int, int] = {}
+        self._pending: dict[int, int] = {}
+
+    def summary(self):
+        total = sum(self.counts.values()) or 1
+        parts = [f"{k} {v} ({v / total:.0%})" for k, v in sorted(self.counts.items()) if v]
+        lens = ", ".join(
+            f"n={n}: {t[0]} verified, first accepted {t[1] / t[0]:.2f}, mean accepted "
+            f"{t[2] / t[0]:.2f}"
+            for n, t in sorted(self.by_len.items())
+        )
+        ref = ", ".join(f"n={n}: {c}" for n, c in sorted(self.refused_len.items()))
+        return (
+            f"{total} decode sequence-steps: " + "; ".join(parts) + f"\n      by match length: "
+            f"{lens or '-'}\n      refused by match length: {ref or '-'}"
+        )
 
 
 def run(engine, prompts, max_tokens, k):
@@ -214,7 +314,18 @@ def main():
     ap.add_argument(
         "--previous",
         action="store_true",
-        help="also the previous policy (no cost model, backoff cap 16) as a third column",
+        help="also the session-1 policy (no cost model, backoff cap 16) as a column",
+    )
+    ap.add_argument(
+        "--lookup-min-1",
+        action="store_true",
+        help="also prompt lookup of 1..5-token suffixes (the shipped policy otherwise) as a column",
+    )
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        help="print where each speculating mode's decode sequence-steps went (waiting, no "
+        "match, refused, verified and how many accepted, by match length)",
     )
     args = ap.parse_args()
     print("uptime:", os.popen("uptime").read().strip())
@@ -236,16 +347,26 @@ def main():
     from local_engine.spec_decode import decoder
 
     prof = StepProfile(on)
-    floors = {}
+    trace = StepTrace(on)
+    floors, curves = {}, {}
     for b in batches:
-        d1 = forward_floor(off, b, 1, 600)
-        dk = forward_floor(off, b, K + 1, 600)
+        # 1 .. K + 1 tokens a sequence, interleaved rounds, best of each
+        best_t = [float("inf")] * (K + 1)
+        for _round in range(2):
+            for m in range(1, K + 2):
+                best_t[m - 1] = min(best_t[m - 1], forward_floor(off, b, m, 600, reps=3))
+        d1, dk = best_t[0], best_t[K]
         floors[b] = dk / d1
+        curves[b] = [t / d1 for t in best_t]
         print(
             f"floor batch {b}: decode forward {d1 * 1e3:.1f} ms, verification forward "
-            f"({K + 1} tokens/seq) {dk * 1e3:.1f} ms, ratio {dk / d1:.2f}"
+            f"({K + 1} tokens/seq) {dk * 1e3:.1f} ms, ratio {dk / d1:.2f}; 1..{K + 1} tokens a "
+            "sequence: " + " ".join(f"{c:.2f}" for c in curves[b])
         )
     rows = []
+    extra: dict = {}
+    shipped = on.spec.ngram
+    shipped_backoff = decoder.MAX_BACKOFF_STEPS
     for name in args.workloads.split(","):
         for b in batches:
             prompts = wl[name][:b]
@@ -253,31 +374,56 @@ def main():
             outs = {}
             profs = {}
             counts: dict = {}
+            shapes: dict = {}
             run(on, prompts, 1, 0)  # warm the prefix cache
-            modes = [("off", 0, True), ("ngram", K, True)]
+            modes = [("off", 0, {}), ("ngram", K, {})]
+            modes.append(("session 2", K, SESSION2))
             if args.previous:
-                modes.append(("previous", K, False))
+                modes.append(("previous", K, PREVIOUS))
+            if args.lookup_min_1:
+                modes.append(("ngram 1..5", K, {"ngram": NgramProposer(1, shipped.max_n)}))
+            traces = {}
             for _ in range(args.repeats):
-                for mode, k, adaptive in modes:
-                    on.spec.adaptive = adaptive
-                    decoder.MAX_BACKOFF_STEPS = 32 if adaptive else 16
+                for mode, k, attrs in modes:
+                    for key, value in {**SHIPPED, "ngram": shipped, **attrs}.items():
+                        if key != "max_backoff":
+                            setattr(on.spec, key, value)
+                    decoder.MAX_BACKOFF_STEPS = attrs.get("max_backoff", shipped_backoff)
                     prof.reset()
+                    trace.reset()
+                    trace.on = mode != "off"
                     r = run(on, prompts, args.max_tokens, k)
                     outs[mode] = r[6]
                     if mode not in best or r[1] < best[mode][1]:
                         best[mode] = r
                         profs[mode] = prof.summary()
                         counts[mode] = dict(prof.fwd_n)
-            on.spec.adaptive, decoder.MAX_BACKOFF_STEPS = True, 32
+                        shapes[mode] = list(prof.shapes)
+                        traces[mode] = trace.summary()
+            trace.on = False
+            for key, value in {**SHIPPED, "ngram": shipped}.items():
+                setattr(on.spec, key, value)
+            decoder.MAX_BACKOFF_STEPS = shipped_backoff
             for mode in best:
                 print(f"  {name} b={b} {mode}: {profs[mode]}", flush=True)
-            if args.previous:
-                p_ = best["previous"]
+                if args.trace and mode in traces:
+                    print(f"    trace: {traces[mode]}", flush=True)
+            priced = {m: priced_steps(shapes[m], curves[b]) for m in best}
+            for mode in best:
+                if mode in ("off", "ngram"):
+                    continue
+                p_ = best[mode]
                 print(
-                    f"  previous policy: decode tok/s {p_[2] / p_[1]:.1f} "
+                    f"  {mode}: decode tok/s {p_[2] / p_[1]:.1f} "
                     f"({(p_[2] / p_[1]) / (best['off'][2] / best['off'][1]):.2f}x), "
-                    f"accepted/drafted {p_[4] / p_[3] if p_[3] else 0:.2f}",
+                    f"accepted/drafted {p_[4] / p_[3] if p_[3] else 0:.2f}, priced-step "
+                    f"speedup {priced['off'] / priced[mode]:.2f}x, same tokens "
+                    f"{outs[mode] == outs['off']}",
                     flush=True,
+                )
+                extra[(name, b, mode)] = (
+                    (p_[2] / p_[1]) / (best["off"][2] / best["off"][1]),
+                    priced["off"] / priced[mode],
                 )
             same = outs["off"] == outs["ngram"]
             o, s = best["off"], best["ngram"]
@@ -289,6 +435,7 @@ def main():
             # ratio (every sequence verifying: an upper bound for mixed steps)
             co, cs = counts["off"], counts["ngram"]
             step_model = (co["plain"] + co["verify"]) / (cs["plain"] + cs["verify"] * floors[b])
+            priced_model = priced["off"] / priced["ngram"]
             rows.append(
                 (
                     name,
@@ -303,20 +450,32 @@ def main():
                     formula,
                     same,
                     step_model,
+                    priced_model,
                 )
             )
             print("row:", rows[-1], flush=True)
     print()
+    others = sorted({m for (_w, _b, m) in extra}, key=["session 2", "previous", "ngram 1..5"].index)
     print(
         "| workload | batch | tok/s off | tok/s ngram | decode tok/s off | decode tok/s ngram "
         "| decode speedup | acceptance | mean accepted len | formula speedup | same tokens "
-        "| step-count speedup |"
+        "| step-count speedup | priced-step speedup | "
+        + " | ".join(f"{m}: decode / priced-step speedup" for m in others)
+        + " |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(others))
     for r in rows:
         print(
             f"| {r[0]} | {r[1]} | {r[2]:.1f} | {r[3]:.1f} | {r[4]:.1f} | {r[5]:.1f} | "
-            f"{r[6]:.2f}x | {r[7]:.2f} | {r[8]:.2f} | {r[9]:.2f}x | {r[10]} | {r[11]:.2f}x |"
+            f"{r[6]:.2f}x | {r[7]:.2f} | {r[8]:.2f} | {r[9]:.2f}x | {r[10]} | {r[11]:.2f}x | "
+            f"{r[12]:.2f}x | "
+            + " | ".join(
+                "{:.2f}x / {:.2f}x".format(*extra[(r[0], r[1], m)])
+                if (r[0], r[1], m) in extra
+                else "-"
+                for m in others
+            )
+            + " |"
         )
     print("uptime:", os.popen("uptime").read().strip())
 

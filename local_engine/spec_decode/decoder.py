@@ -135,10 +135,12 @@ class _SeqState:
         """Up to ``k`` prompt-lookup drafts after ``ids`` (this sequence's tokens), with
         ``match_len`` set to the length of the suffix match they continue (0: unknown).
 
-        For an :class:`NgramProposer`: until a lookup first matches (``lazy``), a scan of
-        the token array (:meth:`NgramProposer.lookup`: a few microseconds, where indexing a
-        512-token prompt costs ~0.3 ms, paid for nothing by a sequence that never matches);
-        from then on the incremental :class:`NgramIndex` (same drafts). A drafter with only
+        For an :class:`NgramProposer`: with ``lazy`` (lookups backing off) and until a lookup
+        first matches, a scan of the token array (:meth:`NgramProposer.lookup`: 3-9 us for
+        1,000 tokens, where indexing them costs ~1 ms, paid for nothing by a sequence that
+        never matches); from then on, or from the first lookup without ``lazy`` (a lookup
+        every step: the index's ~3 us a step beats a scan's), the incremental
+        :class:`NgramIndex` (same drafts). A drafter with only
         ``propose(token_ids, k)`` (as the benchmarks and tests substitute) gets the array."""
         self.match_len = 0
         if type(ngram) is NgramProposer:
@@ -182,11 +184,11 @@ class SpeculativeDecoder:
             drafts and the sequence is not backing off.
         pad: pad every decode of a verification step to K drafts so that the step replays the
             captured verification CUDA graph (None: exactly when the runner has one).
-        lookup_backoff: index a sequence for prompt lookup only once a lookup matched, and
-            skip lookups after lookups that found nothing (:data:`MAX_LOOKUP_BACKOFF_STEPS`)
-            where a token is worth less than :data:`LOOKUP_BACKOFF_TOKEN_SECONDS`; False
-            looks up every sequence every step, indexing from its first lookup (the
-            behaviour before 2026-12-01 session 3, kept for benchmarks).
+        lookup_backoff: where a token is worth less than
+            :data:`LOOKUP_BACKOFF_TOKEN_SECONDS`, skip lookups after lookups that found
+            nothing (:data:`MAX_LOOKUP_BACKOFF_STEPS`) and index a sequence only once a lookup
+            matched; False looks up every sequence every step, indexing it from its first
+            lookup (the behaviour before 2026-12-01 session 3, kept for benchmarks).
         match_model: for prompt lookup, price drafts by the acceptance of their match length
             (:class:`~local_engine.spec_decode.policy.MatchAcceptance`); False uses the
             per-sequence acceptance for them as for a draft model (before 2026-12-01
@@ -335,7 +337,7 @@ class SpeculativeDecoder:
                 if st.lookup_wait:
                     st.lookup_wait -= 1
                     continue
-                drafts = st.lookup(ngram, seq.all_token_ids, k, self.lookup_backoff)
+                drafts = st.lookup(ngram, seq.all_token_ids, k, lazy)
                 if not drafts:
                     if lazy:
                         st.lookup_failed()
@@ -391,7 +393,7 @@ class SpeculativeDecoder:
                     and not st.lookup_wait
                     and allows_timing(seq.params)
                 ):
-                    d = st.lookup(ngram, seq.all_token_ids, k, self.lookup_backoff)
+                    d = st.lookup(ngram, seq.all_token_ids, k, lazy)
                     if d:
                         chosen.append((seq, st, d, len(d)))
         for seq, st, drafts, n_real in chosen:

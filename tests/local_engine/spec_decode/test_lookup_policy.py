@@ -109,13 +109,19 @@ def decoding_seq(tokens, max_tokens=200, num_prompt=None):
     return s
 
 
-def test_sequence_is_indexed_only_once_a_lookup_matches():
+@pytest.mark.parametrize("step_s", [1e-4, 0.1])
+def test_sequence_is_indexed_once_a_lookup_matches_where_lookups_back_off(step_s):
+    """Where lookups back off (a 0.1 ms step: a token worth less than 1 ms) a sequence is
+    scanned until a lookup matches and indexed from then on; at 0.1 s a step (a lookup
+    every step) it is indexed from its first lookup. The drafts are the same."""
     dec = make_decoder()
     dec.adaptive = False
+    dec.cost.observe(1, 0, step_s)
     seq = decoding_seq(list(range(100, 140)))  # no repeats: the lookup never matches
     dec.plan([seq])
     st = dec._state[seq]
-    assert seq.spec_token_ids == [] and st.index is None  # scanned, not indexed
+    assert seq.spec_token_ids == []
+    assert (st.index is None) == (step_s < 1e-3)  # scanned, not indexed
     seq.all_token_ids += [120, 121]  # "120 121" occurred: followed by 122 123 124 125
     seq.num_computed_tokens = seq.num_tokens - 1
     st.lookup_wait = 0
@@ -131,7 +137,7 @@ def test_sequence_is_indexed_only_once_a_lookup_matches():
 @pytest.mark.parametrize(
     "step_s, want", [(1e-4, [0, 2, 5, 10, 19, 28, 37]), (0.1, list(range(40)))]
 )
-def test_lookup_backoff_schedule(step_s, want):
+def test_lookup_backoff_schedule(step_s, want, monkeypatch):
     """A sequence whose lookups never match, 40 decode steps: where a token is worth less than
     LOOKUP_BACKOFF_TOKEN_SECONDS (1 ms) lookups wait 1, 2, 4, 8, 8 ... steps after each failed
     one (by hand: lookups at steps 0, 2, 5, 10, 19, 28, 37); at 0.1 s a step, every step."""
@@ -139,13 +145,13 @@ def test_lookup_backoff_schedule(step_s, want):
     dec.adaptive = False
     dec.cost.observe(1, 0, step_s)
     calls = []
-    lookup = dec.ngram.lookup
+    lookup = decoder_mod._SeqState.lookup
 
-    def counted(ids, k):
+    def counted(self, *args):
         calls.append(step)
-        return lookup(ids, k)
+        return lookup(self, *args)
 
-    dec.ngram.lookup = counted
+    monkeypatch.setattr(decoder_mod._SeqState, "lookup", counted)
     seq = decoding_seq(list(range(1000, 1010)))
     for step in range(40):
         dec.plan([seq])
