@@ -21,10 +21,11 @@ first rejected one: the maximum-likelihood estimate under i.i.d. acceptance), bo
 by :data:`DECAY` per verification (recent steps weigh most), with a Beta(1, 1) prior.
 
 Prompt lookup knows more than ``a``: the length ``n`` of the suffix n-gram its draft continues.
-Longer matches are accepted far more often (the real SmolLM2 on the repository's rewrite,
-quote and chat workloads, every decode position, 2026-12-01: the first draft token was
-accepted after a 1-token match 21 % of the time, 2: 41 %, 3: 63 %, 4: 77 %, 5: 89 %, 6 or
-more: 95 %, bench/RESULTS.md), and a per-sequence ``a`` mixes them: a sequence that has been
+Longer matches are accepted far more often (the real SmolLM2's greedy outputs on the
+rewrite, quote and chat workloads of bench/spec_decode_cpu.py, every decode position,
+2026-12-01: the first draft token was accepted after a 1-token match 21 % of the time, 2:
+41 %, 3: 63 %, 4: 77 %, 5: 89 %, 6 or more: 89-96 %; bench/spec_decode_replay.py,
+bench/RESULTS.md), and a per-sequence ``a`` mixes them: a sequence that has been
 copying long runs drafts after every 2-token coincidence, and one that paraphrased a while
 refuses the long match that re-enters the document. :class:`MatchAcceptance` keeps the
 acceptance per match length (engine-wide, decayed): once the ``j``-th draft is accepted the
