@@ -18,7 +18,7 @@ followed the most recent one would be accepted (the numbers behind
 ``policy.MatchAcceptance``).
 
 Usage: ``python bench/spec_decode_replay.py [--refs build/spec_decode_refs.json]`` (records
-the outputs there first if the file is missing: ~3 minutes on this CPU). Prints tables;
+the outputs there first if the file is missing: ~5 minutes on this CPU). Prints tables;
 asserts nothing.
 """
 
@@ -58,7 +58,8 @@ POLICIES = {
 
 
 def record(path: Path, gen_tokens: int, threads: int, weight_dtype: str | None) -> dict:
-    """Greedy outputs of every workload's 8 prompts (one batch each, no speculation)."""
+    """Greedy outputs of every workload's 8 prompts, each run alone (no speculation), as in
+    bench/spec_decode_cpu.py's batch-1 rows (a batch of 8 can differ at near-ties)."""
     from spec_decode_cpu import workloads
 
     from local_engine.engine import LLMEngine
@@ -70,13 +71,13 @@ def record(path: Path, gen_tokens: int, threads: int, weight_dtype: str | None) 
     out = {}
     for name in WORKLOADS:
         p = SamplingParams(temperature=0, max_tokens=gen_tokens)
+        fin = {}
         for i, ids in enumerate(wl[name]):
             eng.add_request(f"{name}{i}", ids, p)
-        fin = {}
-        while eng.has_unfinished_requests():
-            for o in eng.step():
-                if o.finished:
-                    fin[o.request_id] = o
+            while eng.has_unfinished_requests():
+                for o in eng.step():
+                    if o.finished:
+                        fin[o.request_id] = o
         out[name] = [
             {"prompt": wl[name][i], "out": list(fin[f"{name}{i}"].outputs[0].token_ids)}
             for i in range(len(wl[name]))
@@ -106,6 +107,41 @@ def by_match_length(refs, tokens: int):
                 s[1] += a > 0
                 s[2] += a
     return stats
+
+
+def ambiguous_choices(refs, tokens: int):
+    """At positions whose longest earlier suffix match (1..16 tokens) occurred more than once
+    with different next tokens: how often the next token is the one after the most recent
+    occurrence (what the lookup drafts), the most frequent one (ties: the most recent), the
+    earliest, or any of them. {workload: Counter}."""
+    from collections import Counter
+
+    res: dict[str, Counter] = {}
+    for name in WORKLOADS:
+        c = res.setdefault(name, Counter())
+        for r in refs[name]:
+            prompt, out = r["prompt"], r["out"][:tokens]
+            for j in range(1, len(out) - 1):
+                t = prompt + out[:j]
+                L = len(t)
+                n, ends = 0, []
+                while n < 16:
+                    suf = t[L - n - 1 :]
+                    e = [x for x in range(n, L - 1) if t[x - n : x + 1] == suf]
+                    if not e:
+                        break
+                    n, ends = n + 1, e
+                nxt = [t[x + 1] for x in ends]
+                if len(set(nxt)) < 2:
+                    continue
+                truth, freq = out[j], Counter(nxt)
+                top = max(freq.values())
+                c["positions"] += 1
+                c["most recent"] += nxt[-1] == truth
+                c["most frequent"] += next(x for x in reversed(nxt) if freq[x] == top) == truth
+                c["earliest"] += nxt[0] == truth
+                c["any"] += truth in nxt
+    return res
 
 
 def make_decoder(policy: dict) -> SpeculativeDecoder:
@@ -187,6 +223,11 @@ def main():
         default="1.0/1.0,1.1/1.25,1.6/1.3,2.2/1.5",
         help="c1/c8 pairs: a K+1-token verification over a decode step at batch 1 / 8",
     )
+    ap.add_argument(
+        "--choices",
+        action="store_true",
+        help="also: at ambiguous matches, which earlier continuation was right (slow, ~1 min)",
+    )
     args = ap.parse_args()
     print("uptime:", os.popen("uptime").read().strip())
     refs = json.loads(args.refs.read_text()) if args.refs.exists() else None
@@ -201,6 +242,15 @@ def main():
     for n, (c, f, a) in sorted(stats.items()):
         label = f"{n}+" if n == 8 else str(n)
         print(f"| {label} | {c} | {f / c:.2f} | {a / c:.2f} |")
+    if args.choices:
+        print("\nambiguous matches (the longest match continued differently before):")
+        print("| workload | positions | most recent | most frequent | earliest | any |")
+        print("|---|---|---|---|---|---|")
+        for name, c in ambiguous_choices(refs, args.gen_tokens).items():
+            print(
+                f"| {name} | {c['positions']} | {c['most recent']} | {c['most frequent']} | "
+                f"{c['earliest']} | {c['any']} |"
+            )
     gm = lambda xs: math.prod(xs) ** (1 / len(xs))  # noqa: E731
     print(
         f"\nreplay, {args.max_tokens} tokens a prompt; each policy's decoder first replays "

@@ -272,9 +272,10 @@ class SpeculativeDecoder:
         ones (:data:`MAX_LOOKUP_BACKOFF_STEPS`), and for drafts the cost model says cost more
         than they bring (:mod:`~local_engine.spec_decode.policy`; cut to the drafts that pay,
         per sequence, or on a padded step all or none). Prompt-lookup drafts are priced by the
-        acceptance of their match length (:class:`~local_engine.spec_decode.policy.
-        MatchAcceptance`), a draft model's by the sequence's acceptance. On a padded step every
-        decode gets K slots: its real drafts, then padding (``num_spec_pad``)."""
+        acceptance of their match length
+        (:class:`~local_engine.spec_decode.policy.MatchAcceptance`), a draft model's by the
+        sequence's acceptance. On a padded step every decode gets K slots: its real drafts,
+        then padding (``num_spec_pad``)."""
         ngram = self.ngram
         states = self._state
         decodes: list[tuple[Sequence, _SeqState, int]] = []  # (seq, state, room for drafts)
