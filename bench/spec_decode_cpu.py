@@ -21,6 +21,15 @@ measured in the same run, and the expected speedup of the speculative-decoding f
 (Leviathan et al. 2023, eq. 1 with a drafter of cost 0: ``(1 - a**(K+1)) / (1 - a)`` tokens
 per step for acceptance rate ``a``, over the verification's cost relative to a decode step).
 
+Columns beside "ngram" (the shipped policy), same engine and run, interleaved: the session-2
+policy (drafts priced by the sequence's own acceptance, every sequence looked up every step),
+with ``--previous`` the session-1 policy, with ``--lookup-min-1`` prompt lookup of 1..5-token
+suffixes. Load-independent views: "step-count" (forwards counted, a verification priced at the
+5-token floor ratio) and "priced-step" (every forward priced by the floor measured for its
+shape, 1..K+1 tokens a sequence). ``--trace`` prints where each mode's decode sequence-steps
+went: waiting (a backoff), no match, refused by the cost model, or verified and how many drafts
+were accepted, by match length.
+
 Usage: ``.venv/bin/python bench/spec_decode_cpu.py [--max-tokens 96] [--repeats 2]``. Not a
 test: it prints, it does not assert.
 """
