@@ -14,12 +14,14 @@ plain ``torch.sum`` over a 512 MiB float32 buffer, best of 5.
    token; peer: transformers running the 20 tokens over a copy of its 2,000-token
    ``DynamicCache``. Target <= 150 ms.
 3. Cold start to the first token of a 1,000-token prompt, in a fresh process (interpreter
-   start, imports, model load, prefill): first start with an empty weight cache, second start
-   with it filled; peer: transformers ``from_pretrained`` + one forward.
+   start, imports, model load, prefill): first start with an empty weight cache and an empty
+   C++ kernel cache (a fresh machine: the kernels are built inside "model load"), second start
+   with both filled; peer: transformers ``from_pretrained`` + one forward.
 4. The pytest plugin's own cost: a generated test file of 10 tests, each sending two chat
    requests that share a 1,500-token system prompt through ``promptcache_openai``; wall time
    of ``pytest`` on it with the main checkout's code (``--before``, default ``/work/main``)
-   and with this checkout's, each twice (the second run finds the weight cache filled).
+   and with this checkout's, each twice (the second run finds the weight cache filled; this
+   checkout's first run also builds the C++ kernels into an empty kernel cache).
 
 Usage: ``PYTHONPATH=. .venv/bin/python bench/engine_cpu_single.py [--threads 1] [--only
 decode ttft cold plugin]``. ``uptime`` is printed beside every table: the machine is shared.
@@ -264,12 +266,20 @@ def bench_cold(args):
     script = Path(tempfile.mkdtemp()) / "cold.py"
     script.write_text(_COLD.format(bench=str(ROOT / "bench")))
     cache = tempfile.mkdtemp(prefix="weights-")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PROMPTCACHE_WEIGHT_CACHE_DIR": cache}
+    # the C++ CPU kernels (local_engine/ops/cpu) are built once per machine: the first start
+    # here gets an empty kernel cache too, as on a fresh CI machine
+    kernels = tempfile.mkdtemp(prefix="kernels-")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PROMPTCACHE_WEIGHT_CACHE_DIR": cache,
+        "PROMPTCACHE_KERNEL_CACHE_DIR": kernels,
+    }
     print("| run | process start -> first token (s) | imports | model load | prefill |")
     print("|---|---:|---:|---:|---:|")
     for label, kind in (
-        ("local_engine, first start (empty weight cache)", "engine"),
-        ("local_engine, second start (weight cache filled)", "engine"),
+        ("local_engine, first start (empty weight cache, C++ kernels not built)", "engine"),
+        ("local_engine, second start (weight cache filled, kernels built)", "engine"),
         ("local_engine, third start", "engine"),
         ("transformers from_pretrained(gguf) (peer)", "hf"),
     ):
@@ -320,12 +330,18 @@ def bench_plugin(args):
     d = Path(tempfile.mkdtemp(prefix="plugin-"))
     (d / "test_plugin_cost.py").write_text(_PLUGIN_TESTS)
     cache = tempfile.mkdtemp(prefix="weights-")
+    kernels = tempfile.mkdtemp(prefix="kernels-")  # the after side's first run builds them
     print("| code | run | pytest wall (s) |\n|---|---|---:|")
     # interleaved (before, after, before, after) so that a load drift on the shared machine
     # does not favour one side; each side's first run writes its own weight-cache file
     sides = (("before (" + args.before + ")", args.before), ("after (this branch)", str(ROOT)))
     for run, (label, root) in ((run, side) for run in ("first", "second") for side in sides):
-        env = {**os.environ, "PYTHONPATH": root, "PROMPTCACHE_WEIGHT_CACHE_DIR": cache}
+        env = {
+            **os.environ,
+            "PYTHONPATH": root,
+            "PROMPTCACHE_WEIGHT_CACHE_DIR": cache,
+            "PROMPTCACHE_KERNEL_CACHE_DIR": kernels,
+        }
         t = time.perf_counter()
         res = subprocess.run(
             [
