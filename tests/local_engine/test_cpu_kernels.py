@@ -289,6 +289,33 @@ def _cases():
         _meta(slots, [[3, 1]], [0, 5], [25]),
         caches,
     )
+    # a mixed step of 20 rows (past the old 16-row limit): verifications of 3 and 7 tokens over
+    # cached prefixes, a decode, and a 9-token prompt with nothing cached (the causal square)
+    yield _step([(20, 3, [3, 1]), (40, 7, [5, 0, 6]), (10, 1, [2]), (9, 9, [7])], bs), caches
+    # a batch-8 verification: 8 sequences x 5 tokens (40 rows), odd contexts 13..41, 24 blocks
+    big = [
+        (torch.randn(24, bs, 2, 16, generator=g), torch.randn(24, bs, 2, 16, generator=g))
+        for _ in range(2)
+    ]
+    seqs = [(13 + 4 * i, 5, [3 * i, 3 * i + 1, 3 * i + 2]) for i in range(8)]
+    yield _step(seqs, bs), big
+
+
+def _step(seqs, bs):
+    """``(name, ids, positions, meta)`` for sequences ``(ctx, q_len, blocks)``: each's new
+    tokens are its last ``q_len`` positions, written at their slots through its blocks."""
+    ids, positions, slots, cu, lens = [], [], [], [0], []
+    width = max(len(b) for _, _, b in seqs)
+    for ctx, q_len, blocks in seqs:
+        for p in range(ctx - q_len, ctx):
+            ids.append((7 * p + len(ids)) % 128)
+            positions.append(p)
+            slots.append(blocks[p // bs] * bs + p % bs)
+        cu.append(cu[-1] + q_len)
+        lens.append(ctx)
+    tables = [b + [0] * (width - len(b)) for _, _, b in seqs]
+    name = "step " + " ".join(f"{q}/{c}" for c, q, _ in seqs)
+    return name, ids, positions, _meta(slots, tables, cu, lens)
 
 
 @pytest.mark.parametrize("weight_dtype", ["float32", "bfloat16", "int8"])
@@ -301,7 +328,13 @@ def test_fused_layer_matches_torch_path(weight_dtype, threads):
     # float32 and bf16: the same roundings up to summation order and exp; int8 also requantizes
     # the activations, where a last-bit difference can move one value by one uint8 step
     tol = {"float32": 1e-5, "bfloat16": 1e-5, "int8": 2e-2}[weight_dtype]
-    for name, ids, positions, meta, caches in _cases():
+    for case in _cases():
+        if len(case) == 2:  # (_step(...), caches)
+            (name, ids, positions, meta), caches = case
+        else:
+            name, ids, positions, meta, caches = case
+        if weight_dtype == "float32":  # the fused layer runs every case, 40 rows included
+            assert model.layers[0].fused_op().max_rows >= len(ids), name
         (fused, kv_f), (ref, kv_r) = _forward_both(model, ids, positions, meta, caches)
         err = ((fused - ref).abs().max() / ref.abs().max()).item()
         assert err < tol, f"{name}: {err}"
@@ -323,6 +356,9 @@ def test_fused_layer_declines_what_it_does_not_cover():
     kv = (torch.zeros(4, 16, 2, 16), torch.zeros(4, 16, 2, 16))
     assert op.applies(x, None, kv, None) and op.applies(x, None, kv, "torch")
     assert not op.applies(torch.randn(17, 64), None, kv, None)  # int8 kernel covers 16 rows
+    f32 = _tiny_model("float32").layers[0].fused_op()
+    assert f32.applies(torch.randn(64, 64), None, kv, None)  # float32: up to MAX_ROWS = 64
+    assert not f32.applies(torch.randn(65, 64), None, kv, None)
     assert not op.applies(x, None, kv, "triton")
     assert not op.applies(x.double(), None, kv, None)
     assert not op.applies(x, None, (*kv, torch.ones(4, 16, 2), torch.ones(4, 16, 2)), None)

@@ -22,7 +22,13 @@ import torch
 
 from . import kernels
 
-MAX_ROWS = 16  # rows (new tokens in the step) up to which the fused layer runs
+# Rows (new tokens in the step) up to which the fused layer runs: a batch-8 verification of K =
+# 4..7 drafts (8 x 5..8 rows) included. The C++ layer has no row limit of its own (its scratch
+# is sized per call; the float32 linears run any row count, 1.0-3.3x oneMKL's GEMM up to 512
+# rows, bench/gemv_cpu.py); the linears' own limits (bfloat16 32, int8 16 rows) still apply
+# through ``max_rows``. Its attention is one query row at a time, single-threaded, so long
+# prefill chunks stay on the torch path (SDPA's blocked kernels).
+MAX_ROWS = 64
 _EMPTY = torch.empty(0)
 
 
