@@ -13,7 +13,7 @@
 // attention/torch_ref.py, with the linears of linear.cpp (each linear: kind 0 float32 panels,
 // 1 bfloat16 panels, 2 int8 panels). Python issues ~50 torch calls per layer for this at 1-2 us
 // each; here it is one. Attention is exact softmax in float32 (max-subtracted, a polynomial
-// exp within 2 ulp), one pass over the keys per (sequence, KV head, query token).
+// exp within 2 ulp), all query rows of a (sequence, KV head) together (attend_rows).
 #include <torch/extension.h>
 #include <immintrin.h>
 
@@ -79,46 +79,101 @@ inline __m512 exp512(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-inline float dot(const float* a, const float* b, int64_t D) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t d = 0; d < D; d += 16)
-    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(b + d), acc);
-  return _mm512_reduce_add_ps(acc);
+// The 16 sums of v[0..15] (each over its 16 lanes) as one vector, in order: a transpose-and-add
+// tree (8 + 4 + 2 + 1 shuffle pairs) instead of 16 horizontal reductions.
+inline __m512 sum16(__m512* v) {
+  __m512 t[8], w[4], x[2];
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: (a0+a2, b0+b2, a1+a3, b1+b3)
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: the lane's sums of 4 vectors, in order
+    const __m512d a = _mm512_castps_pd(t[2 * i]), b = _mm512_castps_pd(t[2 * i + 1]);
+    w[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  for (int i = 0; i < 2; ++i)  // lanes (0+1, 2+3) of w[2i] then of w[2i+1]
+    x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x[0], x[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// One (sequence, KV head, query token): `group` query heads at q (stride D) over nkeys keys.
-void attend(const float* q, int64_t group, int64_t D, int64_t nkeys, const int64_t* slots,
-            const float* kc, const float* vc, int64_t row, float scale, float* scores,
-            float* out) {
-  for (int64_t g = 0; g < group; ++g) {
-    float* s = scores + g * nkeys;
-    const float* qg = q + g * D;
-    float mx = -INFINITY;
-    for (int64_t t = 0; t < nkeys; ++t) {
-      s[t] = dot(qg, kc + slots[t] * row, D) * scale;
-      mx = std::max(mx, s[t]);
+constexpr int64_t MAX_D = 256;  // head_dim up to this (16 vectors a row)
+
+// One (sequence, KV head): R query rows (the group's query heads of each new token) over the
+// keys at `slots`; row r sees keys 0..nk[r]-1 (its causal prefix). Every key tile of 16 is
+// read from the cache once per row while it sits in L1 (scores: 16 dot products a row, summed
+// by sum16), and every value row once per 4-row block (outputs: fused multiply-adds into
+// the block's accumulators). `scores` holds R x ld floats (ld >= max nk rounded up to 16).
+void attend_rows(const float* const* q, float* const* out, const int64_t* nk, int64_t R,
+                 int64_t D, const int64_t* slots, const float* kc, const float* vc, int64_t row,
+                 float scale, float* scores, int64_t ld) {
+  const int64_t C = D / 16;
+  int64_t max_nk = 0;
+  for (int64_t r = 0; r < R; ++r) max_nk = std::max(max_nk, nk[r]);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  // 1. scores, tile by tile (keys past a row's nk are computed over slot 0 and ignored)
+  __m512 acc[16];
+  for (int64_t t0 = 0; t0 < max_nk; t0 += 16) {
+    const float* kt[16];
+    for (int i = 0; i < 16; ++i) kt[i] = kc + slots[t0 + i < max_nk ? t0 + i : 0] * row;
+    for (int64_t r = 0; r < R; ++r) {
+      if (t0 >= nk[r]) continue;
+      const float* qr = q[r];
+      for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+      for (int64_t c = 0; c < C; ++c) {
+        const __m512 qv = _mm512_loadu_ps(qr + 16 * c);
+        for (int i = 0; i < 16; ++i)
+          acc[i] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kt[i] + 16 * c), acc[i]);
+      }
+      _mm512_storeu_ps(scores + r * ld + t0, _mm512_mul_ps(sum16(acc), vscale));
     }
+  }
+  // 2. softmax of each row over its nk keys (max-subtracted); zeros past nk to the tile end
+  std::vector<float> inv(R);
+  for (int64_t r = 0; r < R; ++r) {
+    float* s = scores + r * ld;
+    const int64_t n = nk[r];
+    float mx = -INFINITY;
+    for (int64_t t = 0; t < n; ++t) mx = std::max(mx, s[t]);
     __m512 sum = _mm512_setzero_ps();
     const __m512 vmx = _mm512_set1_ps(mx);
     int64_t t = 0;
-    for (; t + 16 <= nkeys; t += 16) {
+    for (; t + 16 <= n; t += 16) {
       const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + t), vmx));
       _mm512_storeu_ps(s + t, e);
       sum = _mm512_add_ps(sum, e);
     }
-    if (t < nkeys) {
-      const __mmask16 m = (__mmask16)((1u << (nkeys - t)) - 1);
+    if (t < n) {
+      const __mmask16 m = (__mmask16)((1u << (n - t)) - 1);
       const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + t), vmx));
       _mm512_mask_storeu_ps(s + t, m, e);
       sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
     }
-    const float inv = 1.0f / _mm512_reduce_add_ps(sum);
-    float* o = out + g * D;
-    for (int64_t d = 0; d < D; d += 16) {
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t t2 = 0; t2 < nkeys; ++t2)
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(s[t2]), _mm512_loadu_ps(vc + slots[t2] * row + d), acc);
-      _mm512_storeu_ps(o + d, _mm512_mul_ps(acc, _mm512_set1_ps(inv)));
+    for (int64_t z = n; z < max_nk; ++z) s[z] = 0.0f;
+    inv[r] = 1.0f / _mm512_reduce_add_ps(sum);
+  }
+  // 3. outputs: blocks of rows x C accumulators (at most 24 vectors), one pass over the values
+  const int64_t RB = std::max<int64_t>(1, std::min<int64_t>(4, 24 / C));
+  std::vector<__m512> o(RB * C);
+  for (int64_t r0 = 0; r0 < R; r0 += RB) {
+    const int64_t nr = std::min(RB, R - r0);
+    int64_t n = 0;
+    for (int64_t r = r0; r < r0 + nr; ++r) n = std::max(n, nk[r]);
+    for (auto& v : o) v = _mm512_setzero_ps();
+    for (int64_t t = 0; t < n; ++t) {
+      const float* vr = vc + slots[t] * row;
+      for (int64_t c = 0; c < C; ++c) {
+        const __m512 vv = _mm512_loadu_ps(vr + 16 * c);
+        for (int64_t r = 0; r < nr; ++r)
+          o[r * C + c] =
+              _mm512_fmadd_ps(_mm512_set1_ps(scores[(r0 + r) * ld + t]), vv, o[r * C + c]);
+      }
+    }
+    for (int64_t r = 0; r < nr; ++r) {
+      const __m512 vi = _mm512_set1_ps(inv[r0 + r]);
+      for (int64_t c = 0; c < C; ++c)
+        _mm512_storeu_ps(out[r0 + r] + 16 * c, _mm512_mul_ps(o[r * C + c], vi));
     }
   }
 }
@@ -142,7 +197,7 @@ std::vector<at::Tensor> decode_layer(
               "decode_layer: float32 contiguous caches [blocks, block_size, kv_heads, head_dim]");
   const int64_t T = x.size(0), H = x.size(1);
   const int64_t bs = k_cache.size(1), KV = k_cache.size(2), D = k_cache.size(3);
-  TORCH_CHECK(KV == num_kv_heads && num_heads % KV == 0 && D % 16 == 0,
+  TORCH_CHECK(KV == num_kv_heads && num_heads % KV == 0 && D % 16 == 0 && D <= MAX_D,
               "decode_layer: heads/head_dim unsupported");
   TORCH_CHECK(cos.scalar_type() == at::kFloat && cos.is_contiguous() && cos.size(1) == D &&
                   sin.sizes() == cos.sizes() && sin.is_contiguous(),
@@ -200,20 +255,31 @@ std::vector<at::Tensor> decode_layer(
   }
   // on the calling thread: at decode sizes a parallel region costs more than it saves on a
   // busy machine (linear.cpp, panels_for); 9 heads over 2,000 keys are ~0.1 ms a layer
-  const auto body = [&](int64_t w0, int64_t w1) {
-    std::vector<float> scores(group * std::max<int64_t>(max_ctx, 1));
-    for (int64_t w = w0; w < w1; ++w) {
-      const int64_t i = w / KV, g = w % KV;
-      const int64_t q0 = cu(i), qlen = cu(i + 1) - q0, ctx = lens(i);
-      for (int64_t j = 0; j < qlen; ++j) {
-        const int64_t nkeys = ctx - qlen + j + 1;
-        attend(qp + (q0 + j) * width + g * group * D, group, D, nkeys, slots[i].data(),
-               kc + g * D, vc + g * D, kvsz, (float)scale, scores.data(),
-               op + (q0 + j) * qsz + g * group * D);
-      }
+  const int64_t ld = (std::max<int64_t>(max_ctx, 1) + 15) / 16 * 16;
+  std::vector<float> scores;
+  std::vector<const float*> qrows;
+  std::vector<float*> orows;
+  std::vector<int64_t> nk;
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t q0 = cu(i), qlen = cu(i + 1) - q0, ctx = lens(i);
+    if (qlen == 0) continue;
+    TORCH_CHECK(qlen <= ctx, "decode_layer: a sequence has more new tokens than context");
+    const int64_t R = qlen * group;
+    if ((int64_t)scores.size() < R * ld) scores.resize(R * ld);
+    qrows.resize(R), orows.resize(R), nk.resize(R);
+    for (int64_t g = 0; g < KV; ++g) {
+      // row j * group + h: query head g * group + h of new token j, at position ctx - qlen + j
+      for (int64_t j = 0; j < qlen; ++j)
+        for (int64_t hh = 0; hh < group; ++hh) {
+          const int64_t r = j * group + hh, head = g * group + hh;
+          qrows[r] = qp + (q0 + j) * width + head * D;
+          orows[r] = op + (q0 + j) * qsz + head * D;
+          nk[r] = ctx - qlen + j + 1;
+        }
+      attend_rows(qrows.data(), orows.data(), nk.data(), R, D, slots[i].data(), kc + g * D,
+                  vc + g * D, kvsz, (float)scale, scores.data(), ld);
     }
-  };
-  body(0, S * KV);
+  }
 
   // 4. o_proj + residual + post norm
   at::Tensor h2 = run_linear(lin_meta[2], lin_meta[3], lin[3], lin[4], lin[5], attn);
