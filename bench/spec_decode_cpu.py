@@ -133,9 +133,9 @@ class StepProfile:
         spec, runner = engine.spec, engine.runner
         plan, fwd = spec.plan, runner.forward_logits
 
-        def timed_plan(running):
+        def timed_plan(running, waiting=True):
             t = time.perf_counter()
-            plan(running)
+            plan(running, waiting)
             self.plan_s += time.perf_counter() - t
 
         def timed_forward(batch):
@@ -195,14 +195,14 @@ class StepTrace:
         self.reset()
         plan, account = spec.plan, spec.account
 
-        def traced_plan(running):
+        def traced_plan(running, waiting=True):
             if not self.on:
-                return plan(running)
+                return plan(running, waiting)
             before = {}
             for seq in running:
                 st = spec._state.get(seq)
                 before[id(seq)] = bool(st is not None and (st.wait or st.lookup_wait))
-            plan(running)
+            plan(running, waiting)
             for seq in running:
                 if seq.num_computed_tokens != seq.num_tokens - 1:
                     continue  # prefill

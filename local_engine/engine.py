@@ -313,7 +313,8 @@ class LLMEngine:
         :class:`~local_engine.output_processor.OutputProcessor`, finishing the sequences it
         says stopped; build the outputs."""
         if self.spec is not None:
-            self.spec.plan(self.scheduler.running)  # drafts to make room for
+            # drafts to make room for; a token is worth less when no request waits for a slot
+            self.spec.plan(self.scheduler.running, waiting=bool(self.scheduler.waiting))
         xfer = self.runner.kv_transfer
         if xfer is not None and self.kv_cache_manager.num_restores_in_flight:
             self.kv_cache_manager.finish_restores(xfer.poll())  # CPU-tier copies done

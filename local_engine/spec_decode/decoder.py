@@ -38,6 +38,7 @@ from ..sequence import Sequence
 from .config import SpeculativeConfig
 from .ngram import NgramIndex, NgramProposer
 from .policy import (
+    EXPLORE_EVERY,
     AcceptanceEstimate,
     MatchAcceptance,
     StepCostModel,
@@ -265,7 +266,7 @@ class SpeculativeDecoder:
         return k
 
     # ---- 1. before scheduling ------------------------------------------------------------
-    def plan(self, running: Seq[Sequence]) -> None:
+    def plan(self, running: Seq[Sequence], waiting: bool = True) -> None:
         """Set ``num_lookahead_tokens`` (and, for prompt lookup, ``spec_token_ids``) of every
         running sequence: 0 for sequences in prefill or about to sample their first token, for
         sequences backing off (:data:`MAX_BACKOFF_STEPS`) or skipping lookups after failed
@@ -275,7 +276,9 @@ class SpeculativeDecoder:
         acceptance of their match length
         (:class:`~local_engine.spec_decode.policy.MatchAcceptance`), a draft model's by the
         sequence's acceptance. On a padded step every decode gets K slots: its real drafts,
-        then padding (``num_spec_pad``)."""
+        then padding (``num_spec_pad``). ``waiting``: whether requests wait for a slot (a
+        token is then worth ``T_d / B``, else the marginal per-sequence step cost:
+        :meth:`~local_engine.spec_decode.policy.StepCostModel.token_seconds`)."""
         ngram = self.ngram
         states = self._state
         decodes: list[tuple[Sequence, _SeqState, int]] = []  # (seq, state, room for drafts)
@@ -301,6 +304,7 @@ class SpeculativeDecoder:
         t_d = self.cost.decode_seconds(num_seqs)
         beta = self.cost.beta_seconds(num_seqs)
         timed = self.adaptive and t_d is not None and beta is not None
+        value = self.cost.token_seconds(num_seqs, waiting)  # one emitted token, seconds
         if (
             self.adaptive
             and t_d is None
@@ -346,7 +350,7 @@ class SpeculativeDecoder:
                 st.lookup_backoff = 0
                 n_real = len(drafts)
             if timed and allows_timing(seq.params):
-                assert t_d is not None and beta is not None
+                assert t_d is not None and beta is not None and value is not None
                 m = st.match_len if match is not None else 0
                 if pads:  # a probe counts at the prior's rate: padded steps cost every decode
                     if st.probe:
@@ -357,17 +361,17 @@ class SpeculativeDecoder:
                         gain += expected_tokens(st.acceptance.rate, n_real) - 1.0
                 elif m:
                     assert match is not None
-                    n_pay = drafts_that_pay(match.cumulative(m, n_real), t_d / num_seqs, beta)
+                    n_pay = drafts_that_pay(match.cumulative(m, n_real), value, beta)
                     if n_pay:
                         n_real = n_pay
-                    elif not match.refuse(m):
+                    elif not match.refuse(m, EXPLORE_EVERY * num_seqs):
                         # (no backoff: the next step's match is longer if the copy goes on)
                         continue
                     st.priced = True
                 elif not st.probe and st.acceptance.tested:
                     # (a probe, or a sequence with no evidence yet, drafts all it has: that
                     # costs only its own tokens and measures its acceptance)
-                    n_real = best_num_drafts(st.acceptance.rate, n_real, t_d / num_seqs, beta)
+                    n_real = best_num_drafts(st.acceptance.rate, n_real, value, beta)
                     if n_real == 0:  # not worth it now: wait, then probe
                         st.back_off()
                         st.probe = True
@@ -376,9 +380,9 @@ class SpeculativeDecoder:
                 forced = True
             chosen.append((seq, st, drafts, n_real))
         if pads and chosen and not forced and timed:
-            assert t_d is not None and beta is not None
+            assert t_d is not None and beta is not None and value is not None
             # a padded verification costs beta * K extra tokens for every decode
-            if gain * t_d / num_seqs <= beta * self.k * len(decodes):
+            if gain * value <= beta * self.k * len(decodes):
                 for _seq, st, _d, _n in chosen:
                     st.back_off()
                     st.probe = True

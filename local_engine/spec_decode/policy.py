@@ -68,7 +68,7 @@ def best_num_drafts(a: float, k_max: int, token_seconds: float, beta: float) -> 
     """The most drafts (at most ``k_max``) each of which pays for itself: the ``j``-th adds
     ``a**j`` expected tokens worth ``token_seconds`` each and costs ``beta`` seconds, so keep
     ``j`` while ``a**j * token_seconds > beta`` (0 when even the first does not pay)."""
-    if k_max <= 0 or a <= 0.0:
+    if k_max <= 0 or a <= 0.0 or token_seconds <= 0.0:
         return 0
     if beta <= 0.0 or a >= 1.0:
         return k_max
@@ -143,13 +143,16 @@ class MatchAcceptance:
             self.tested[m] = d * self.tested[m] + 1.0
             self.refused[m] = 0
 
-    def refuse(self, match_len: int) -> bool:
+    def refuse(self, match_len: int, every: int = EXPLORE_EVERY) -> bool:
         """Count a refusal of drafts after a ``match_len``-token match; True when the length
-        is due for exploration (:data:`EXPLORE_EVERY` refusals since it was last verified):
-        then draft anyway."""
+        is due for exploration (``every`` refusals since it was last verified, by default
+        :data:`EXPLORE_EVERY`): then draft anyway. The decoder passes ``EXPLORE_EVERY`` times
+        the batch size, so a length is explored about once per 16 steps at any batch (at
+        batch 8, 16 refusals came every 2 steps: 13 of quote's 48 steps were explorations,
+        bench/RESULTS.md "## spec-decode", session 3b)."""
         m = min(match_len, self.max_len)
         self.refused[m] += 1
-        if self.refused[m] >= EXPLORE_EVERY:
+        if self.refused[m] >= every:
             self.refused[m] = 0
             return True
         return False
@@ -196,6 +199,31 @@ class StepCostModel:
         """``T_d`` of the bucket, None until a plain decode step of it was seen."""
         b = self._b.get(bucket(num_seqs))
         return None if b is None else b.decode_s
+
+    def token_seconds(self, num_seqs: int, waiting: bool = True) -> float | None:
+        """What one more emitted token of one of ``num_seqs`` decoding sequences is worth, in
+        seconds of step time; None while ``T_d`` of the bucket is unknown.
+
+        With requests waiting (or unknown), ``T_d / B``: a sequence that finishes early hands
+        its slot to a waiting request (throughput). With none waiting, finishing early only
+        takes the sequence's rows out of the later steps: the marginal per-sequence cost of a
+        decode step, the slope ``(T_d(B) - T_d(b)) / (B - b)`` to the smallest bucket ``b``
+        measured (at most ``T_d / B``; ``T_d / B`` while no smaller one is).
+        On this 1-thread CPU at batch 8 that is ~5 against ~8 ms (bench/RESULTS.md
+        "## spec-decode", session 3b), so drafts there must be surer to pay. A batch of one
+        is always worth ``T_d``."""
+        t_d = self.decode_seconds(num_seqs)
+        if t_d is None:
+            return None
+        share = t_d / num_seqs
+        if waiting or num_seqs <= 1:
+            return share
+        top = bucket(num_seqs)
+        for b in sorted(b for b in self._b if b < top):  # the widest span: least noise
+            small = self._b[b].decode_s
+            if small is not None:
+                return max(0.0, min(share, (t_d - small) / (num_seqs - b)))
+        return share
 
     def beta_seconds(self, num_seqs: int) -> float | None:
         """Seconds per extra token of the bucket, None until measured."""

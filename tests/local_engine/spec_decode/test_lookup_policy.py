@@ -232,3 +232,25 @@ def test_unpriced_rejection_still_backs_off():
     dec.account([seq], [[7, 8, 9, 10]], [0])
     assert dec._state[seq].wait == 1
     assert decoder_mod.MAX_LOOKUP_BACKOFF_STEPS == 8
+
+
+def test_exploration_every_n_refusals():
+    m = MatchAcceptance(5)
+    assert [m.refuse(3, every=3) for _ in range(6)] == [False, False, True] * 2
+    # the decoder explores after EXPLORE_EVERY * batch refusals: about once per 16 steps
+    # whatever the batch (16 refusals at batch 8 came every 2 steps)
+    assert [m.refuse(2, every=EXPLORE_EVERY * 8) for _ in range(EXPLORE_EVERY * 8)].count(True) == 1
+
+
+def test_no_waiting_request_prices_tokens_at_the_marginal_step_cost():
+    # batch 2: decode 1.2 s (batch 1: 1.0 s), each extra token 0.3 s. After a 2-token match
+    # (rate 0.8, then 0.1) the first draft is emitted with probability 0.8. Requests waiting:
+    # a token is worth 1.2 / 2 = 0.6 s, 0.8 * 0.6 = 0.48 > 0.3 pays. None waiting: worth the
+    # marginal (1.2 - 1.0) / (2 - 1) = 0.2 s, 0.8 * 0.2 = 0.16 < 0.3: refused.
+    for waiting, expect in ((True, 1), (False, 0)):
+        dec = priced_decoder({2: 0.8, 3: 0.1, 4: 0.1, 5: 0.1})
+        dec.cost.observe(2, 0, 1.2)
+        dec.cost.observe(2, 1, 1.5)
+        seqs = [decoding_seq([5, 6, 7, 8, 9, 10, 11, 40, 41, 5, 6]) for _ in range(2)]
+        dec.plan(seqs, waiting=waiting)
+        assert [s.num_lookahead_tokens for s in seqs] == [expect, expect], waiting

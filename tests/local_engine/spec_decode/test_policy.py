@@ -83,3 +83,28 @@ def test_timing_only_where_tokens_cannot_depend_on_it():
     assert allows_timing(SamplingParams(temperature=0, seed=3))  # greedy: same tokens anyway
     assert allows_timing(SamplingParams(temperature=0.8))
     assert not allows_timing(SamplingParams(temperature=0.8, seed=3))
+
+
+def test_token_value_with_and_without_waiting_requests():
+    m = StepCostModel(ema_weight=1.0)
+    assert m.token_seconds(8) is None  # T_d of the bucket unknown
+    m.observe(8, 0, 0.064)
+    # requests waiting (or nothing smaller measured yet): T_d / B = 8 ms
+    assert m.token_seconds(8) == pytest.approx(0.008)
+    assert m.token_seconds(8, waiting=False) == pytest.approx(0.008)
+    m.observe(1, 0, 0.030)
+    m.observe(4, 0, 0.045)
+    # none waiting: slope to the smallest measured bucket, (64 - 30) / (8 - 1) ms
+    assert m.token_seconds(8, waiting=False) == pytest.approx(0.034 / 7)
+    assert m.token_seconds(8, waiting=True) == pytest.approx(0.008)
+    assert m.token_seconds(1, waiting=False) == pytest.approx(0.030)  # the batch is the sequence
+    m2 = StepCostModel(ema_weight=1.0)
+    m2.observe(8, 0, 0.064)
+    m2.observe(2, 0, 0.070)  # a noisy bucket: a slope below zero is zero ...
+    assert m2.token_seconds(8, waiting=False) == 0.0
+    m2.observe(1, 0, 0.001)
+    assert m2.token_seconds(8, waiting=False) == pytest.approx(
+        0.008
+    )  # ... and one above T_d / B (63 / 7 ms) is T_d / B
+    # a worthless token buys no drafts
+    assert best_num_drafts(0.9, 4, 0.0, 0.001) == 0
