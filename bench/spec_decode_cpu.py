@@ -24,8 +24,9 @@ per step for acceptance rate ``a``, over the verification's cost relative to a d
 Columns beside "ngram" (the shipped policy), same engine and run, interleaved: the session-2
 policy (drafts priced by the sequence's own acceptance, every sequence looked up every step),
 with ``--previous`` the session-1 policy, with ``--lookup-min-1`` prompt lookup of 1..5-token
-suffixes. Load-independent views: "step-count" (forwards counted, a verification priced at the
-5-token floor ratio) and "priced-step" (every forward priced by the floor measured for its
+suffixes, with ``--lookup-min-2`` of 2..5-token suffixes (the default before session 3b).
+Load-independent views: "step-count" (forwards counted, a verification priced at the 5-token
+floor ratio) and "priced-step" (every forward priced by the floor measured for its
 shape, 1..K+1 tokens a sequence). ``--trace`` prints where each mode's decode sequence-steps
 went: waiting (a backoff), no match, refused by the cost model, or verified and how many drafts
 were accepted, by match length.
@@ -331,6 +332,11 @@ def main():
         help="also prompt lookup of 1..5-token suffixes (the shipped policy otherwise) as a column",
     )
     ap.add_argument(
+        "--lookup-min-2",
+        action="store_true",
+        help="also prompt lookup of 2..5-token suffixes (the default before session 3b) as a column",
+    )
+    ap.add_argument(
         "--trace",
         action="store_true",
         help="print where each speculating mode's decode sequence-steps went (waiting, no "
@@ -391,6 +397,8 @@ def main():
                 modes.append(("previous", K, PREVIOUS))
             if args.lookup_min_1:
                 modes.append(("ngram 1..5", K, {"ngram": NgramProposer(1, shipped.max_n)}))
+            if args.lookup_min_2:
+                modes.append(("ngram 2..5", K, {"ngram": NgramProposer(2, shipped.max_n)}))
             traces = {}
             for _ in range(args.repeats):
                 for mode, k, attrs in modes:
@@ -464,7 +472,10 @@ def main():
             )
             print("row:", rows[-1], flush=True)
     print()
-    others = sorted({m for (_w, _b, m) in extra}, key=["session 2", "previous", "ngram 1..5"].index)
+    others = sorted(
+        {m for (_w, _b, m) in extra},
+        key=["session 2", "previous", "ngram 1..5", "ngram 2..5"].index,
+    )
     print(
         "| workload | batch | tok/s off | tok/s ngram | decode tok/s off | decode tok/s ngram "
         "| decode speedup | acceptance | mean accepted len | formula speedup | same tokens "
