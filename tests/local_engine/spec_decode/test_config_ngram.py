@@ -15,7 +15,7 @@ from local_engine.spec_decode.ngram import NgramProposer
 
 def test_dict_becomes_config_with_defaults():
     cfg = EngineConfig(speculative={"method": "ngram", "num_speculative_tokens": 4})
-    assert cfg.speculative == SpeculativeConfig("ngram", 4, 2, 5)
+    assert cfg.speculative == SpeculativeConfig("ngram", 4, 1, 5)  # the defaults: lookup 1..5
     assert EngineConfig().speculative is None
 
 
