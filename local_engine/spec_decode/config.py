@@ -24,12 +24,13 @@ from ..errors import EngineError
 #: acceptance of a run of K falls as alpha**K (alpha < 1) while the pass grows linearly.
 MAX_SPECULATIVE_TOKENS = 32
 METHODS = ("ngram", "draft")
-#: Prompt-lookup defaults. The minimum is 1 (vLLM's default minimum too): one-token matches
+#: Prompt-lookup defaults. The minimum is 1: one-token matches
 #: (",", " the") are accepted only ~21 % of the time, but the cost model prices drafts by their
 #: match length (policy.MatchAcceptance) and verifies them only where they pay; measured on the
 #: real SmolLM2, CPU, 2026-12-01 (bench/RESULTS.md "## spec-decode", session 3b): quote batch 1
 #: 1.46-1.56x against 1.38-1.49x with a minimum of 2, chat 0.97-1.00x at batch 1 and 0.98x at
-#: batch 8. 5 is vLLM's default maximum (vllm/config/speculative.py, 2025).
+#: batch 8. The maximum, 5, is vLLM's: it sets both bounds to 5 when neither is given
+#: (vllm/config/speculative.py ``__post_init__``, 2025, marked "arbitrarily chosen" there).
 DEFAULT_PROMPT_LOOKUP_MIN = 1
 DEFAULT_PROMPT_LOOKUP_MAX = 5
 
