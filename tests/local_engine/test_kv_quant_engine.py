@@ -18,7 +18,8 @@ from local_engine.kv_plan import PRESETS, plan
 from local_engine.runner import kv_block_bytes, plan_num_blocks
 from local_engine.sampling import SamplingParams
 
-from .conftest import run_to_completion
+from .conftest import all_position_logits, run_to_completion
+from .test_kv_quant_greedy import TIE
 
 QUANT = ["int8", "fp8"]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
@@ -202,8 +203,22 @@ def test_swap_and_eviction_with_a_quantized_cache(engines, dtype):
     assert m.num_swaps >= 1 and m.num_evictions >= 1, (m.num_swaps, m.num_evictions)
     alone = engines(dtype, False)
     for i, ids in enumerate(prompts):
-        ref = _run(alone, f"swap-ref-{dtype}-{i}", ids, params)
-        assert final[f"swap-{dtype}-{i}"].outputs[0].token_ids == ref.outputs[0].token_ids, i
+        ref = list(_run(alone, f"swap-ref-{dtype}-{i}", ids, params).outputs[0].token_ids)
+        out = list(final[f"swap-{dtype}-{i}"].outputs[0].token_ids)
+        c = next((j for j, (a, b) in enumerate(zip(ref, out)) if a != b), None)
+        if c is None:
+            assert out == ref, i
+            continue
+        # batched and alone runs round differently (batched vs single-sequence attention), and
+        # a quantized cache can turn that into a different code in a written block: a
+        # divergence is allowed only at a detected near-tie of the alone run, the rule of
+        # test_kv_quant_greedy.py (top-2 margin below TIE logits). A block swapped back wrong
+        # (values without their scales, another block's bytes) moves logits by far more.
+        full = ids + ref
+        logits = all_position_logits(alone, full)[len(ids) - 1 : len(full) - 1]
+        top2 = logits[c].topk(2).values
+        margin = float(top2[0] - top2[1])
+        assert margin < TIE, f"request {i} diverged at {c} without a near-tie ({margin:.2f})"
     assert eng.kv_cache_manager.num_free_blocks == 14
 
 
