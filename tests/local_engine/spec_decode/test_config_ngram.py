@@ -75,8 +75,8 @@ def test_cli_forms():
 
 
 def reference_lookup(tokens, lo, hi, k):
-    """Brute force: longest n in hi..lo whose suffix occurs earlier (ending before the last
-    token), the most recent such occurrence; the k tokens after it."""
+    """Brute force: the longest n in hi..lo whose suffix occurs earlier (ending before the
+    last token), its most recent occurrence; (the k tokens after it, n), ([], 0) if none."""
     L = len(tokens)
     for n in range(hi, lo - 1, -1):
         if n >= L:
@@ -84,8 +84,8 @@ def reference_lookup(tokens, lo, hi, k):
         suffix = tokens[L - n :]
         for end in range(L - 2, n - 2, -1):  # occurrence tokens[end-n+1 .. end]
             if tokens[end - n + 1 : end + 1] == suffix:
-                return tokens[end + 1 : end + 1 + k]
-    return []
+                return tokens[end + 1 : end + 1 + k], n
+    return [], 0
 
 
 def test_ngram_matches_brute_force():
@@ -96,7 +96,7 @@ def test_ngram_matches_brute_force():
         lo = rng.randrange(1, 4)
         hi = lo + rng.randrange(0, 4)
         k = rng.randrange(1, 9)
-        assert NgramProposer(lo, hi).propose(tokens, k) == reference_lookup(tokens, lo, hi, k), (
+        assert NgramProposer(lo, hi).propose(tokens, k) == reference_lookup(tokens, lo, hi, k)[0], (
             tokens,
             lo,
             hi,

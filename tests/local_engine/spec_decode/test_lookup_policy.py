@@ -17,19 +17,7 @@ from local_engine.spec_decode.decoder import SpeculativeDecoder
 from local_engine.spec_decode.ngram import NgramProposer
 from local_engine.spec_decode.policy import EXPLORE_EVERY, MatchAcceptance, drafts_that_pay
 
-
-def reference_lookup(tokens, lo, hi, k):
-    """Brute force: the longest n in hi..lo whose suffix occurs earlier (ending before the
-    last token), its most recent occurrence; (the k tokens after it, n), ([], 0) if none."""
-    L = len(tokens)
-    for n in range(hi, lo - 1, -1):
-        if n >= L:
-            continue
-        suffix = tokens[L - n :]
-        for end in range(L - 2, n - 2, -1):  # occurrence tokens[end-n+1 .. end]
-            if tokens[end - n + 1 : end + 1] == suffix:
-                return tokens[end + 1 : end + 1 + k], n
-    return [], 0
+from .test_config_ngram import reference_lookup
 
 
 def test_lookup_match_length_by_hand():
