@@ -38,8 +38,15 @@ class Driver:
     def step(self):
         out = self.sched.schedule()
         for s in out.scheduled:
+            assert s.num_computed == s.seq.num_computed_tokens
+        self.advance(out)
+        return out
+
+    def advance(self, out):
+        """What the engine does after a step's forward: tokens computed, full blocks cached, a
+        random token sampled where the step samples, sequences at their length finished."""
+        for s in out.scheduled:
             seq = s.seq
-            assert s.num_computed == seq.num_computed_tokens
             seq.num_computed_tokens += s.num_new_tokens
             self.kv.cache_computed_blocks(seq)
             if s.samples:
@@ -47,7 +54,6 @@ class Driver:
                 if seq.num_tokens >= seq.max_total_len:
                     self.sched.finish(seq, SequenceStatus.FINISHED_LENGTH)
                     self.done[seq.seq_id] = seq
-        return out
 
     def abort(self, seq):
         if not seq.is_finished:
@@ -329,15 +335,7 @@ class TierDriver(Driver):
                     p,
                     seq.all_token_ids[p],
                 )
-        for s in out.scheduled:
-            seq = s.seq
-            seq.num_computed_tokens += s.num_new_tokens
-            self.kv.cache_computed_blocks(seq)
-            if s.samples:
-                seq.all_token_ids.append(self.rng.randrange(1000))
-                if seq.num_tokens >= seq.max_total_len:
-                    self.sched.finish(seq, SequenceStatus.FINISHED_LENGTH)
-                    self.done[seq.seq_id] = seq
+        self.advance(out)
         return out
 
 
