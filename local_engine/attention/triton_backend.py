@@ -24,16 +24,18 @@ device-to-host sync and can be captured in a CUDA graph:
 from __future__ import annotations
 
 import functools
+import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
 
-from local_engine.attention import triton_kv_write
+from local_engine.attention import cuda_decode, triton_kv_write
 from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
 
 LOG2E = 1.4426950408889634
+logger = logging.getLogger("local_engine")
 
 
 @dataclass(frozen=True)
@@ -295,13 +297,21 @@ def paged_attention(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
     kv_cvt: int | None = None,
+    decode_kernel: str = "auto",
+    cuda_config: cuda_decode.DecodeConfig | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
     Extra keyword arguments (for benchmarks, tests and CUDA graphs): ``config`` overrides the
     tile choice; ``num_segments`` forces the split-K segment count (1 = no split); ``out``
     (``[num_tokens, num_heads, head_dim]``, q's dtype, contiguous last dim) receives the result;
-    ``kv_cvt`` forces the quantized-value conversion (:func:`kv_cvt_of`).
+    ``kv_cvt`` forces the quantized-value conversion (:func:`kv_cvt_of`). ``decode_kernel``:
+    ``"auto"`` runs decode-shaped calls over a 1-byte cache on the CUDA kernel
+    (:mod:`~local_engine.attention.cuda_decode`) where it supports the call and is built, and
+    on the Triton kernel otherwise (or when ``config`` / ``kv_cvt`` is given); ``"triton"``
+    always the Triton kernel; ``"cuda"`` the CUDA kernel or a RuntimeError saying why not.
+    ``cuda_config`` overrides the CUDA kernel's launch (its ``num_segments`` too, unless
+    ``num_segments`` is given).
 
     Raises:
         ValueError: ``num_heads`` not a multiple of ``num_kv_heads``, or shapes that disagree.
@@ -351,6 +361,38 @@ def paged_attention(
 
     group = num_heads // num_kv_heads
     decode = num_tokens == num_seqs
+    if decode_kernel not in ("auto", "triton", "cuda"):
+        raise ValueError(f"decode_kernel must be 'auto', 'triton' or 'cuda'; got {decode_kernel!r}")
+    if (
+        decode
+        and quant
+        and (
+            decode_kernel == "cuda"
+            or (decode_kernel == "auto" and config is None and kv_cvt is None)
+        )
+    ):
+        why = cuda_decode.unsupported_reason(q, k_cache, v_cache, k_scale, v_scale, out)
+        if why is None and not cuda_decode.available(q.device):
+            why = "not built (see the log)"
+        if why is None:
+            _cuda_decode(
+                out,
+                q,
+                k_cache,
+                v_cache,
+                k_scale,
+                v_scale,
+                block_tables,
+                cu_seqlens_q,
+                seq_lens,
+                float(scale) * LOG2E,
+                cuda_config,
+                num_segments,
+            )
+            return out
+        if decode_kernel == "cuda":
+            raise RuntimeError(f"the CUDA decode kernel cannot run this call: {why}")
+        _log_fallback_once(why)
     if config is None:
         if decode:
             config = decode_config(
@@ -441,6 +483,76 @@ def paged_attention(
     if split:
         merge_segments(out, seg_out, seg_max, seg_sum)
     return out
+
+
+@functools.cache
+def _log_fallback_once(why: str) -> None:
+    logger.info("1-byte KV decode on the Triton kernel: the CUDA kernel %s", why)
+
+
+def _cuda_decode(
+    out,
+    q,
+    k_cache,
+    v_cache,
+    k_scale,
+    v_scale,
+    block_tables,
+    cu_seqlens_q,
+    seq_lens,
+    qk_scale: float,
+    cfg: cuda_decode.DecodeConfig | None,
+    num_segments: int | None,
+) -> None:
+    """A decode call on :func:`cuda_decode.paged_decode` (split-K partials merged by
+    :func:`merge_segments`)."""
+    num_tokens, num_heads, head_dim = q.shape
+    if cfg is None:
+        cfg = cuda_decode.decode_config(
+            num_tokens,
+            k_cache.shape[2],
+            head_dim,
+            block_tables.shape[1] * k_cache.shape[1],
+            _sm_count(q.device),
+        )
+    if num_segments is not None:
+        cfg = replace(cfg, num_segments=num_segments)
+    if cfg.num_segments > 1:
+        shape = (num_tokens, num_heads, cfg.num_segments)
+        seg_out = _alloc((*shape, head_dim), torch.float32, q.device)
+        seg_max = _alloc(shape, torch.float32, q.device)
+        seg_sum = _alloc(shape, torch.float32, q.device)
+        cuda_decode.paged_decode(
+            out,
+            q,
+            k_cache,
+            v_cache,
+            k_scale,
+            v_scale,
+            block_tables,
+            cu_seqlens_q,
+            seq_lens,
+            qk_scale,
+            cfg,
+            seg_out,
+            seg_max,
+            seg_sum,
+        )
+        merge_segments(out, seg_out, seg_max, seg_sum)
+    else:
+        cuda_decode.paged_decode(
+            out,
+            q,
+            k_cache,
+            v_cache,
+            k_scale,
+            v_scale,
+            block_tables,
+            cu_seqlens_q,
+            seq_lens,
+            qk_scale,
+            cfg,
+        )
 
 
 def merge_chunk(num_segments: int, head_dim_pad: int) -> int:

@@ -1,0 +1,291 @@
+"""The CUDA decode kernel for 1-byte KV caches (local_engine/attention/cuda_decode.py) on a GPU.
+
+One process, in this order:
+
+1. ``check``: every compiled configuration (``--variants``, built into the kernel cache first)
+   on ragged decode batches (contexts 1 .. 4111, some ending mid-block with NaN bytes past the
+   context, a decode-shaped batch whose ``cu_seqlens_q`` is not ``arange``), groups 1, 2, 4, 7
+   and 8, head_dim 64 and 128, INT8 and FP8, split-K 1 / 3 / the rule, against the torch
+   reference on the same quantized pool (relative error, tolerance 2e-2, and no NaN), and
+   against the Triton kernel's output.
+2. ``time``: decode at 64 x 4096, 16 x 32768 and 256 x 1024, 32 query / 8 KV heads, d128 (the
+   issue's shapes), plus the other head layouts at 16 x 32768 / 64 x 4096: bf16 on the Triton
+   rule (the peer), INT8 / FP8 on the Triton 1-byte rule and on every CUDA configuration x
+   segments (rule / 2, rule, rule x 2); ms (median of CUDA-graph replays), TB/s of the bytes
+   read (values + float32 scales), speed vs bf16; every timed CUDA launch checked against the
+   reference. The physical floor is the copy bandwidth measured in the same run.
+
+Usage: ``python3 bench/kv_decode_cuda.py --out $OUT [--variants "2,4,3;4,4,2"] [--parts check,time]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.kernels import bench, make_paged  # noqa: E402
+from bench.kv_gpu import Decode, quantized_pool  # noqa: E402
+
+LOG: list[str] = []
+RES: dict = {"check": [], "time": []}
+BS = 16
+
+
+def log(msg: str = "") -> None:
+    print(msg, flush=True)
+    LOG.append(msg)
+
+
+def rel(a, b) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
+
+
+def check(device, configs) -> bool:
+    from local_engine.attention import torch_ref
+    from local_engine.attention import triton_backend as tb
+    from local_engine.attention.cuda_decode import DecodeConfig
+
+    log("## correctness: CUDA kernel vs torch reference (same quantized pool)")
+    g = torch.Generator(device=device).manual_seed(11)
+    ok = True
+    layouts = (
+        (32, 8, 128),
+        (28, 4, 128),
+        (32, 32, 128),
+        (16, 2, 128),
+        (9, 3, 64),
+        (32, 4, 64),
+        (8, 8, 64),
+    )
+    for fmt in ("int8", "fp8"):
+        for h, hkv, d in layouts:
+            ctx = [700, 33, 1, 260, 17, 4111, 64, 95]
+            k, v, bt = make_paged(ctx, hkv, d, BS, torch.bfloat16, device, g)
+            k = k * 2.0
+            kc, vc, ks, vs = quantized_pool(k, v, fmt)
+            # bytes past each context in its last block: NaN patterns (E4M3 0x7F) / junk
+            for i, c in enumerate(ctx):
+                if c % BS:
+                    blk = int(bt[i, c // BS])
+                    kc.view(torch.uint8)[blk, c % BS :] = 0x7F
+                    vc.view(torch.uint8)[blk, c % BS :] = 0x7F
+            btr = torch.where(bt >= kc.shape[0], 0, bt)
+            n = len(ctx)
+            q = torch.randn(n, h, d, generator=g, device=device).to(torch.bfloat16)
+            cus = {
+                "arange": torch.arange(n + 1, dtype=torch.int32, device=device),
+                # decode-shaped but not one token each: seq 1 has 0 tokens, seq 3 has 2
+                "ragged": torch.tensor(
+                    [0, 1, 1, 2, 4, 5, 6, 7, 8], dtype=torch.int32, device=device
+                ),
+            }
+            sl = torch.tensor(ctx, dtype=torch.int32, device=device)
+            for cu_name, cu in cus.items():
+                ref = torch_ref.paged_attention(q, kc, vc, btr, cu, sl, k_scale=ks, v_scale=vs)
+                tri = tb.paged_attention(
+                    q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="triton"
+                )
+                for steps, warps, stages in configs:
+                    for nseg in (1, 3, None):
+                        cfg = DecodeConfig(steps, warps, stages)
+                        out = tb.paged_attention(
+                            q,
+                            kc,
+                            vc,
+                            bt,
+                            cu,
+                            sl,
+                            k_scale=ks,
+                            v_scale=vs,
+                            decode_kernel="cuda",
+                            cuda_config=cfg,
+                            num_segments=nseg,
+                        )
+                        e, et = rel(out, ref), rel(out, tri)
+                        nan = bool(out.isnan().any())
+                        good = e < 2e-2 and not nan
+                        ok &= good
+                        RES["check"].append(
+                            dict(
+                                fmt=fmt,
+                                heads=f"{h}/{hkv}",
+                                d=d,
+                                cu=cu_name,
+                                cfg=[steps, warps, stages],
+                                nseg=nseg,
+                                err_ref=e,
+                                err_triton=et,
+                                nan=nan,
+                                ok=good,
+                            )
+                        )
+                        if not good or (steps, warps, stages, nseg) == (*configs[0], None):
+                            log(
+                                f"{fmt} {h}/{hkv} d{d} cu={cu_name} cfg={steps},{warps},{stages} nseg={nseg}: "
+                                f"rel err vs ref {e:.2e}, vs triton {et:.2e}{' NaN' if nan else ''} {'ok' if good else 'FAIL'}"
+                            )
+    # fp16 queries (the other instantiation)
+    h, hkv, d = 32, 8, 128
+    k, v, bt = make_paged([300, 77], hkv, d, BS, torch.bfloat16, device, g)
+    kc, vc, ks, vs = quantized_pool(k, v, "int8")
+    q = torch.randn(2, h, d, generator=g, device=device).to(torch.float16)
+    cu = torch.arange(3, dtype=torch.int32, device=device)
+    sl = torch.tensor([300, 77], dtype=torch.int32, device=device)
+    btr = torch.where(bt >= kc.shape[0], 0, bt)
+    ref = torch_ref.paged_attention(q, kc, vc, btr, cu, sl, k_scale=ks, v_scale=vs)
+    out = tb.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="cuda")
+    e = rel(out, ref)
+    ok &= e < 2e-2
+    log(f"fp16 queries int8: rel err {e:.2e} {'ok' if e < 2e-2 else 'FAIL'}")
+    n_bad = sum(not r["ok"] for r in RES["check"])
+    worst = max(r["err_ref"] for r in RES["check"])
+    log(f"checked {len(RES['check'])} launches, {n_bad} failed, worst rel err {worst:.2e}")
+    return ok
+
+
+def floors(device) -> tuple[float, float]:
+    """(copy TB/s counting bytes read and written, read TB/s of an ``amax`` over 4 GB):
+    device-to-device bandwidth measured in the same run."""
+    a = torch.empty(2 << 30, dtype=torch.uint8, device=device)
+    b = torch.empty_like(a)
+    ms = bench(lambda: b.copy_(a), inner=5, reps=7)
+    copy = 2 * a.numel() / (ms * 1e-3) / 1e12
+    x = torch.randn(1 << 30, device=device)
+    ms = bench(lambda: x.amax(), inner=5, reps=7)
+    read = x.numel() * 4 / (ms * 1e-3) / 1e12
+    return copy, read
+
+
+def timing(device, configs, deadline: float) -> None:
+    from local_engine.attention import torch_ref
+    from local_engine.attention.cuda_decode import DecodeConfig, decode_config
+
+    copy, read = floors(device)
+    RES["floors"] = dict(copy_tbps=copy, read_tbps=read)
+    log(f"## timing (this run: copy {copy:.2f} TB/s read + write, amax read {read:.2f} TB/s)")
+    sm = torch.cuda.get_device_properties(device).multi_processor_count
+    g = torch.Generator(device=device).manual_seed(1)
+    shapes = [((32, 8, 128), (64, 4096)), ((32, 8, 128), (16, 32768)), ((32, 8, 128), (256, 1024))]
+    shapes += [
+        ((28, 4, 128), (16, 32768)),
+        ((32, 32, 128), (64, 4096)),
+        ((32, 8, 64), (64, 4096)),
+        ((32, 8, 64), (16, 32768)),
+        ((32, 4, 64), (16, 32768)),
+        ((16, 2, 128), (16, 32768)),
+    ]
+    for (h, hkv, d), (batch, ctx) in shapes:
+        if time.time() > deadline:
+            log("(deadline: timing stopped)")
+            break
+        pb = Decode(batch, ctx, h, hkv, d, device, g, "bf16")
+        t_bf16 = bench(pb.triton())
+        bytes_bf16 = pb.bytes
+        del pb
+        torch.cuda.empty_cache()
+        for fmt in ("int8", "fp8"):
+            p = Decode(batch, ctx, h, hkv, d, device, g, fmt)
+            t_tri = bench(p.triton(decode_kernel="triton"))
+            # reference on a few sequences only (the whole batch's torch reference is slow)
+            nref = min(batch, 4)
+            btr = torch.where(p.bt >= p.k.shape[0], 0, p.bt)[:nref]
+            ref = torch_ref.paged_attention(
+                p.q[:nref], p.k, p.v, btr, p.cu[: nref + 1], p.sl[:nref], k_scale=p.ks, v_scale=p.vs
+            )
+            rule = decode_config(batch, hkv, d, p.bt.shape[1] * BS, sm)
+            row = dict(
+                heads=f"{h}/{hkv}",
+                d=d,
+                shape=f"{batch}x{ctx}",
+                fmt=fmt,
+                bf16_ms=t_bf16,
+                bf16_tbps=bytes_bf16 / t_bf16 / 1e9,
+                triton_ms=t_tri,
+                bytes=p.bytes,
+                rule=[rule.steps, rule.warps, rule.stages, rule.num_segments],
+                cuda={},
+            )
+            best = None
+            for steps, warps, stages in configs:
+                base = DecodeConfig(steps, warps, stages)
+                r = decode_config(batch, hkv, d, p.bt.shape[1] * BS, sm, base).num_segments
+                for nseg in sorted({max(1, r // 2), r, r * 2}):
+                    cfg = DecodeConfig(steps, warps, stages, nseg)
+                    fn = p.triton(decode_kernel="cuda", cuda_config=cfg)
+                    out = fn()
+                    e = rel(out[:nref], ref)
+                    ms = bench(fn)
+                    key = f"{steps},{warps},{stages};{nseg}"
+                    row["cuda"][key] = dict(ms=ms, err=e)
+                    if e < 2e-2 and (best is None or ms < best[1]):
+                        best = (key, ms)
+            t_rule = (
+                row["cuda"]
+                .get(f"{rule.steps},{rule.warps},{rule.stages};{rule.num_segments}", {})
+                .get("ms")
+            )
+            row["rule_ms"] = t_rule
+            row["best"] = best
+            RES["time"].append(row)
+            tb_rule = p.bytes / t_rule / 1e9 if t_rule else float("nan")
+            log(
+                f"| {h}/{hkv} d{d} {batch}x{ctx} {fmt} | bf16 {t_bf16:.4f} ms ({row['bf16_tbps']:.2f} TB/s) | "
+                f"triton-1B {t_tri:.4f} ({t_bf16 / t_tri:.2f}x) | cuda rule {rule.steps},{rule.warps},{rule.stages};{rule.num_segments} "
+                f"{t_rule or float('nan'):.4f} ms {tb_rule:.2f} TB/s ({t_bf16 / t_rule if t_rule else 0:.2f}x) | "
+                f"best {best[0] if best else '-'} {best[1] if best else float('nan'):.4f} ({t_bf16 / best[1] if best else 0:.2f}x)"
+            )
+            del p
+            torch.cuda.empty_cache()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--parts", default="check,time")
+    ap.add_argument(
+        "--variants",
+        default=os.environ.get(
+            "PROMPTCACHE_DECODE_VARIANTS", "2,4,3;2,4,2;2,4,4;4,4,2;4,2,3;2,8,2"
+        ),
+    )
+    ap.add_argument("--budget", type=float, default=400.0, help="seconds for the whole run")
+    args = ap.parse_args()
+    t0 = time.time()
+    os.environ["PROMPTCACHE_DECODE_VARIANTS"] = args.variants
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from local_engine.attention import cuda_decode
+
+    device = torch.device("cuda")
+    configs = list(cuda_decode.variants())
+    tb0 = time.time()
+    if not cuda_decode.available(device):
+        log("CUDA decode kernel not available (see the log above)")
+        return 1
+    log(f"built/loaded in {time.time() - tb0:.1f} s: configs {configs}")
+    parts = args.parts.split(",")
+    args.out.mkdir(parents=True, exist_ok=True)
+    ok = True
+    try:
+        if "check" in parts:
+            ok = check(device, configs)
+        if "time" in parts:
+            timing(device, configs, t0 + args.budget)
+    finally:
+        (args.out / "kv_decode_cuda.json").write_text(json.dumps(RES, indent=1))
+        (args.out / "kv_decode_cuda.log").write_text("\n".join(LOG) + "\n")
+    log(f"done in {time.time() - t0:.0f} s; correctness {'ok' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+// Torch binding of the 1-byte-cache decode kernel (decode_1b.cuh holds the kernel and its
+// design notes). Built by local_engine/attention/cuda_decode.py with torch.utils.cpp_extension.
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/extension.h>
+
+#include "decode_1b.cuh"
+
+namespace {
+using namespace decode1b;
+
+template <int D, int STEPS, int WARPS, int STAGES, bool FP8, typename QT>
+void launch(const Params& p, int num_tokens, int num_kv_heads, cudaStream_t stream) {
+  auto kern = decode_1b_kernel<D, STEPS, WARPS, STAGES, FP8, QT>;
+  const int pipe = WARPS * STAGES * Smem<D, STEPS>::STAGE;
+  const int merge = WARPS * GP * (D + 2) * 4;
+  const int smem = pipe > merge ? pipe : merge;
+  static bool attr_set = false;  // once per instantiation (before any graph capture)
+  if (!attr_set) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    attr_set = true;
+  }
+  dim3 grid(num_tokens, num_kv_heads, p.num_segments);
+  kern<<<grid, WARPS * 32, smem, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The instantiated configurations: (STEPS, WARPS, STAGES). PROMPTCACHE_DECODE_VARIANTS (a
+// compile-time macro, for the benchmark's grid) adds more.
+#ifndef DECODE_VARIANTS
+#define DECODE_VARIANTS X(2, 4, 3) X(4, 4, 2)
+#endif
+
+template <int D, bool FP8, typename QT>
+void dispatch_cfg(const Params& p, int steps, int warps, int stages, int num_tokens,
+                  int num_kv_heads, cudaStream_t stream) {
+#define X(S, W, ST)                                                        \
+  if (steps == S && warps == W && stages == ST) {                          \
+    launch<D, S, W, ST, FP8, QT>(p, num_tokens, num_kv_heads, stream);    \
+    return;                                                                \
+  }
+  DECODE_VARIANTS
+#undef X
+  TORCH_CHECK(false, "decode_1b: configuration (steps=", steps, ", warps=", warps,
+              ", stages=", stages, ") is not compiled in");
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> variants() {
+  std::vector<std::vector<int64_t>> v;
+#define X(S, W, ST) v.push_back({S, W, ST});
+  DECODE_VARIANTS
+#undef X
+  return v;
+}
+
+// out / seg_*: see Params. Shapes and strides are checked by the Python caller
+// (local_engine/attention/cuda_decode.py); this entry checks dtypes and devices only.
+void decode_1b(torch::Tensor out, torch::Tensor seg_out, torch::Tensor seg_max,
+               torch::Tensor seg_sum, torch::Tensor q, torch::Tensor k_cache,
+               torch::Tensor v_cache, torch::Tensor k_scale, torch::Tensor v_scale,
+               torch::Tensor block_tables, torch::Tensor cu_seqlens_q, torch::Tensor seq_lens,
+               double qk_scale, int64_t num_segments, int64_t steps, int64_t warps,
+               int64_t stages) {
+  TORCH_CHECK(q.is_cuda() && k_cache.is_cuda(), "decode_1b: CUDA tensors only");
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf,
+              "decode_1b: queries must be bfloat16 or float16");
+  TORCH_CHECK(block_tables.scalar_type() == at::kInt && cu_seqlens_q.scalar_type() == at::kInt &&
+                  seq_lens.scalar_type() == at::kInt,
+              "decode_1b: block_tables, cu_seqlens_q and seq_lens must be int32");
+  const bool fp8 = k_cache.scalar_type() == at::kFloat8_e4m3fn;
+  TORCH_CHECK(fp8 || k_cache.scalar_type() == at::kChar, "decode_1b: cache must be int8 or fp8");
+  const c10::cuda::CUDAGuard guard(q.device());
+  Params p;
+  p.out = out.data_ptr();
+  const bool split = num_segments > 1;
+  p.seg_out = split ? seg_out.data_ptr<float>() : nullptr;
+  p.seg_max = split ? seg_max.data_ptr<float>() : nullptr;
+  p.seg_sum = split ? seg_sum.data_ptr<float>() : nullptr;
+  p.q = q.data_ptr();
+  p.k = reinterpret_cast<const uint8_t*>(k_cache.data_ptr());
+  p.v = reinterpret_cast<const uint8_t*>(v_cache.data_ptr());
+  p.ks = k_scale.data_ptr<float>();
+  p.vs = v_scale.data_ptr<float>();
+  p.bt = block_tables.data_ptr<int>();
+  p.cu_q = cu_seqlens_q.data_ptr<int>();
+  p.seq_lens = seq_lens.data_ptr<int>();
+  p.qk_scale = static_cast<float>(qk_scale);
+  p.num_seqs = static_cast<int>(seq_lens.size(0));
+  p.num_segments = static_cast<int>(num_segments);
+  const int num_tokens = static_cast<int>(q.size(0));
+  p.num_heads = static_cast<int>(q.size(1));
+  const int num_kv_heads = static_cast<int>(k_cache.size(2));
+  p.group = p.num_heads / num_kv_heads;
+  p.stride_qt = q.stride(0), p.stride_qh = q.stride(1);
+  p.stride_ot = out.stride(0), p.stride_oh = out.stride(1);
+  p.stride_kb = k_cache.stride(0), p.stride_kt = k_cache.stride(1), p.stride_kh = k_cache.stride(2);
+  p.stride_vb = v_cache.stride(0), p.stride_vh = v_cache.stride(2);
+  p.stride_sb = k_scale.stride(0), p.stride_sh = k_scale.stride(2);
+  p.stride_bt = block_tables.stride(0);
+  p.max_blocks = static_cast<int>(block_tables.size(1));
+  const int d = static_cast<int>(q.size(2));
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const int s = static_cast<int>(steps), w = static_cast<int>(warps), st = static_cast<int>(stages);
+  const bool half = q.scalar_type() == at::kHalf;
+#define DISPATCH(D_, FP8_, QT_) dispatch_cfg<D_, FP8_, QT_>(p, s, w, st, num_tokens, num_kv_heads, stream)
+  if (d == 128) {
+    if (fp8) {
+      half ? DISPATCH(128, true, __half) : DISPATCH(128, true, __nv_bfloat16);
+    } else {
+      half ? DISPATCH(128, false, __half) : DISPATCH(128, false, __nv_bfloat16);
+    }
+  } else if (d == 64) {
+    if (fp8) {
+      half ? DISPATCH(64, true, __half) : DISPATCH(64, true, __nv_bfloat16);
+    } else {
+      half ? DISPATCH(64, false, __half) : DISPATCH(64, false, __nv_bfloat16);
+    }
+  } else {
+    TORCH_CHECK(false, "decode_1b: head_dim must be 64 or 128, got ", d);
+  }
+#undef DISPATCH
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("decode_1b", &decode_1b, "paged decode attention over an INT8/FP8 KV cache");
+  m.def("variants", &variants, "compiled (steps, warps, stages) configurations");
+}

@@ -1,0 +1,366 @@
+"""The CUDA decode kernel for 1-byte (INT8 / FP8 E4M3) KV caches: build, support check, launch.
+
+The kernel (``csrc/decode_1b.cuh``, its header says how it is laid out and why) runs decode-shaped
+calls of :func:`local_engine.attention.triton_backend.paged_attention` over a quantized cache
+when :func:`unsupported_reason` finds nothing against it; every other call, and every call
+where it is off or cannot be built, runs the Triton kernel (one log line says why, once).
+
+Build: ``torch.utils.cpp_extension.load`` with nvcc (``CUDA_HOME``) for the device's compute
+capability (``-gencode=arch=compute_XY,code=sm_XY``), on first use, into the kernel cache that
+the CPU kernels use (:func:`local_engine.ops.cpu.cache_dir`, ``~/.cache/promptcache/kernels``;
+``$PROMPTCACHE_KERNEL_CACHE_DIR``), one folder per key (the sources' SHA-256, the compiled
+configurations, torch's and nvcc's versions, the capability). ``PROMPTCACHE_CUDA_DECODE=0``
+turns it off. ``PROMPTCACHE_DECODE_VARIANTS`` (``"2,4,3;4,4,2"``: steps, warps, stages)
+compiles other configurations in (the benchmark's grid).
+
+Launch rule (:func:`decode_config`): a pure function of shapes, so a call can be captured in a
+CUDA graph. Measured on one H200, bench/RESULTS.md "## kvquant", session 4.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from local_engine.ops.cpu import cache_dir
+
+logger = logging.getLogger("local_engine")
+
+ENV_ENABLE = "PROMPTCACHE_CUDA_DECODE"
+ENV_VARIANTS = "PROMPTCACHE_DECODE_VARIANTS"
+HERE = Path(__file__).parent / "csrc"
+SOURCES = ("decode_1b.cu", "decode_1b.cuh")
+#: (steps, warps, stages) compiled by default (the rule's three); steps = KV blocks of 16
+#: tokens per warp tile.
+DEFAULT_VARIANTS = ((2, 4, 3), (2, 4, 2), (2, 8, 2))
+BLOCK_SIZE = 16
+HEAD_DIMS = (64, 128)
+MAX_GROUP = 8  # query heads per KV head the kernel holds (the MMA's n8 side)
+GP = 8
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """One launch of the kernel: ``steps`` KV blocks (16 tokens each) per warp tile, ``warps``
+    per CTA, ``stages`` of the per-warp copy pipeline, ``num_segments`` key-range segments
+    (split-K, 1 = none)."""
+
+    steps: int
+    warps: int
+    stages: int
+    num_segments: int = 1
+
+    def smem_bytes(self, head_dim: int) -> int:
+        """Dynamic shared memory of one CTA: the pipelines, or the final merge if larger."""
+        tile = 16 * self.steps
+        stage = 2 * tile * head_dim + 2 * tile * 4
+        return max(self.warps * self.stages * stage, self.warps * GP * (head_dim + 2) * 4)
+
+
+def _env_off() -> str | None:
+    v = os.environ.get(ENV_ENABLE, "1").strip().lower()
+    return f"{ENV_ENABLE}={os.environ[ENV_ENABLE]}" if v in ("0", "false", "no", "off") else None
+
+
+def variants() -> tuple[tuple[int, int, int], ...]:
+    """The (steps, warps, stages) configurations to compile: ``$PROMPTCACHE_DECODE_VARIANTS``
+    (``"2,4,3;4,4,2"``), else :data:`DEFAULT_VARIANTS`.
+
+    Raises:
+        ValueError: a malformed variant list (steps must be 2 or 4, warps 1-16, stages 2-6)."""
+    raw = os.environ.get(ENV_VARIANTS, "").strip()
+    if not raw:
+        return DEFAULT_VARIANTS
+    out = []
+    for part in raw.split(";"):
+        try:
+            s, w, st = (int(x) for x in part.split(","))
+        except ValueError:
+            raise ValueError(
+                f"{ENV_VARIANTS}: {part!r} is not 'steps,warps,stages' (e.g. '2,4,3;4,4,2')"
+            ) from None
+        if s not in (2, 4) or not 1 <= w <= 16 or not 2 <= st <= 6:
+            raise ValueError(
+                f"{ENV_VARIANTS}: {part!r} out of range (steps 2|4, warps 1-16, stages 2-6)"
+            )
+        out.append((s, w, st))
+    return tuple(dict.fromkeys(out))
+
+
+def _nvcc() -> str | None:
+    from torch.utils import cpp_extension
+
+    home = cpp_extension.CUDA_HOME
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def build_key(arch: str, nvcc: str, configs) -> str:
+    """Hex key of one build: sources, configurations, torch, nvcc, compute capability."""
+    h = hashlib.sha256()
+    for name in SOURCES:
+        h.update(name.encode() + b"\0" + (HERE / name).read_bytes())
+    ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    for part in (repr(configs), torch.__version__, ver.strip().splitlines()[-1], arch):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def _module(device_index: int):
+    """The built extension for CUDA device ``device_index`` (``decode_1b``, ``variants``), or
+    None (logged once with the reason)."""
+    reason = _env_off()
+    if reason is None and not torch.version.cuda:
+        reason = "this torch has no CUDA"
+    nvcc = _nvcc()
+    if reason is None and nvcc is None:
+        reason = "no nvcc (set CUDA_HOME)"
+    if reason is not None:
+        logger.info("CUDA decode kernel: off (%s); 1-byte KV decode uses the Triton kernel", reason)
+        return None
+    assert nvcc is not None
+    try:
+        from torch.utils import cpp_extension
+
+        major, minor = torch.cuda.get_device_capability(device_index)
+        arch = f"{major}{minor}"
+        configs = variants()
+        key = build_key(arch, nvcc, configs)
+        folder = cache_dir() / f"cuda-{key}"
+        folder.mkdir(parents=True, exist_ok=True)
+        wrapper = folder / "decode_1b_build.cu"
+        defs = " ".join(f"X({s}, {w}, {st})" for s, w, st in configs)
+        text = f'#define DECODE_VARIANTS {defs}\n#include "{HERE / "decode_1b.cu"}"\n'
+        if not wrapper.exists() or wrapper.read_text() != text:
+            wrapper.write_text(text)
+        built = any(folder.glob("*.so"))
+        if not built:
+            logger.info("CUDA decode kernel: building in %s (first use, ~1-2 min)", folder)
+        t0 = time.perf_counter()
+        mod = cpp_extension.load(
+            name=f"promptcache_decode1b_{key}",
+            sources=[str(wrapper)],
+            extra_cuda_cflags=[
+                "-O3",
+                "-std=c++17",
+                f"-gencode=arch=compute_{arch},code=sm_{arch}",
+                f"-I{HERE}",
+            ],
+            extra_cflags=["-O3"],
+            build_directory=str(folder),
+            verbose=False,
+        )
+        logger.info(
+            "CUDA decode kernel: %s %s (sm_%s, %.1f s)",
+            "loaded" if built else "built",
+            folder,
+            arch,
+            time.perf_counter() - t0,
+        )
+        return mod
+    except Exception as exc:  # a compiler error, a read-only cache, a missing header
+        lines = str(exc).strip().splitlines()
+        logger.warning(
+            "CUDA decode kernel: build failed (%s: %s); 1-byte KV decode uses the Triton kernel",
+            type(exc).__name__,
+            lines[-1] if lines else "",
+        )
+        return None
+
+
+def _aligned(t: torch.Tensor, nbytes: int = 16) -> bool:
+    return t.data_ptr() % nbytes == 0
+
+
+def unsupported_reason(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_scale: torch.Tensor,
+    v_scale: torch.Tensor,
+    out: torch.Tensor,
+) -> str | None:
+    """Why the kernel cannot run this decode call (None: it can), without building it.
+
+    Needs: CUDA tensors; bf16/fp16 queries and output with unit last stride and 16-byte rows;
+    an INT8 cache (compute capability >= 8.0) or FP8 E4M3 (>= 8.9); head_dim 64 or 128; block
+    size 16; at most 8 query heads per KV head; the ``v_token_minor`` layout of
+    :mod:`local_engine.kv_cache.quant` (V ``[kv_heads, head_dim, 16]`` and the float32 scales
+    ``[kv_heads, 16]`` per block) with 16-byte-aligned rows."""
+    if _env_off():
+        return _env_off()
+    if not q.is_cuda:
+        return "not a CUDA tensor"
+    if q.dtype not in (torch.bfloat16, torch.float16) or out.dtype != q.dtype:
+        return f"queries of {q.dtype} (needs bfloat16 or float16)"
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    if k_cache.dtype not in (torch.int8, fp8):
+        return f"cache of {k_cache.dtype}"
+    cap = torch.cuda.get_device_capability(q.device)
+    if cap < ((8, 9) if k_cache.dtype != torch.int8 else (8, 0)):
+        return f"compute capability {cap[0]}.{cap[1]}"
+    _, bs, hkv, d = k_cache.shape
+    if d not in HEAD_DIMS or bs != BLOCK_SIZE:
+        return f"head_dim {d} / block_size {bs} (needs 64 or 128 / 16)"
+    if q.shape[1] // hkv > MAX_GROUP:
+        return f"group of {q.shape[1] // hkv} query heads per KV head (at most {MAX_GROUP})"
+    if (
+        q.stride(2) != 1
+        or out.stride(2) != 1
+        or any(s % 8 for s in (q.stride(0), q.stride(1), out.stride(0), out.stride(1)))
+        or not (_aligned(q) and _aligned(out))
+    ):
+        return "queries/output not in 16-byte rows"
+    if k_cache.stride(3) != 1 or any(k_cache.stride(i) % 16 for i in range(3)):
+        return "K rows not 16-byte aligned"
+    if (
+        v_cache.stride(1) != 1
+        or v_cache.stride(3) != BLOCK_SIZE
+        or v_cache.stride(0) % 16
+        or v_cache.stride(2) % 16
+    ):
+        return "V not token-minor ([kv_heads, head_dim, 16] per block)"
+    if (
+        k_scale.stride() != v_scale.stride()
+        or k_scale.stride(1) != 1
+        or k_scale.stride(2) != BLOCK_SIZE
+        or k_scale.stride(0) % 4
+    ):
+        return "scales not token-minor ([kv_heads, 16] per block)"
+    if not all(_aligned(t) for t in (k_cache, v_cache, k_scale, v_scale)):
+        return "cache views not 16-byte aligned"
+    return None
+
+
+#: Launch rule (H200, session 4 runs 1-2, bench/RESULTS.md "## kvquant"): tiles of 2 blocks (32
+#: keys) and, by how many CTAs the grid has against the SM count,
+#: - at most one per SM: 8 warps, 2 stages (135 KiB at d128: one CTA per SM whatever the block
+#:   scheduler does; with 4-warp CTAs two could share an SM and leave another idle: FP8 16 x
+#:   32k, 128 CTAs, 0.264 and 0.290 ms in two runs against 0.266 at 8 warps; d64 16 x 32k
+#:   0.155 vs 0.184 ms);
+#: - up to WAVES_3_STAGES waves of two per SM: 4 warps, 3 stages (101 KiB, two per SM; 64 x 4k,
+#:   512 CTAs: 0.142 ms vs 0.149 at 2 stages, whose three per SM leave the second wave short);
+#: - more: 4 warps, 2 stages (68 KiB, three per SM: 256 x 1k 0.144 vs 0.147 ms, 32/32 64 x 4k
+#:   0.522 vs 0.528).
+#: Split-K only until the grid has one CTA per SM: four warps streaming their own pipelines
+#: reach the SM's share of the bandwidth, and a split costs CTA starts and the merge (16 x 32k
+#: INT8 unsplit 0.261 ms, 2 segments 0.268, 4 segments 0.280), with at least
+#: MIN_TILES_PER_WARP tiles for each warp of a segment.
+ONE_PER_SM = DecodeConfig(2, 8, 2)
+TWO_PER_SM = DecodeConfig(2, 4, 3)
+THREE_PER_SM = DecodeConfig(2, 4, 2)
+RULE = TWO_PER_SM  # the split-K sizing's base
+WAVES_3_STAGES = 2
+MIN_TILES_PER_WARP = 4
+MAX_SEGMENTS = 128
+
+
+def decode_config(
+    num_tokens: int,
+    num_kv_heads: int,
+    head_dim: int,
+    max_context: int,
+    sm_count: int,
+    base: DecodeConfig | None = None,
+) -> DecodeConfig:
+    """The launch for a decode call of ``num_tokens`` tokens (a pure function of shapes).
+
+    ``num_segments = prev_pow2(sm_count / (num_tokens * num_kv_heads))``, capped by
+    :data:`MAX_SEGMENTS` and so that a segment of the longest context (``max_context``, the
+    block table's capacity) gives each of 4 warps :data:`MIN_TILES_PER_WARP` tiles; then the
+    tiles / warps / stages by the CTA count (see :data:`ONE_PER_SM`), unless ``base`` fixes them
+    (benchmarks)."""
+    ctas = max(1, num_tokens * num_kv_heads)
+    want = sm_count // ctas
+    by_len = max_context // (16 * RULE.steps * RULE.warps * MIN_TILES_PER_WARP)
+    n = min(want, by_len, MAX_SEGMENTS)
+    segs = 1 << (n.bit_length() - 1) if n >= 2 else 1
+    if base is None:
+        ctas *= segs
+        if ctas <= sm_count:
+            base = ONE_PER_SM
+        elif ctas <= WAVES_3_STAGES * 2 * sm_count:
+            base = TWO_PER_SM
+        else:
+            base = THREE_PER_SM
+    return DecodeConfig(base.steps, base.warps, base.stages, segs)
+
+
+def available(device: torch.device) -> bool:
+    """Whether the kernel is built (building it now if needed) for ``device``."""
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    return _module(idx) is not None
+
+
+def paged_decode(
+    out: torch.Tensor,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_scale: torch.Tensor,
+    v_scale: torch.Tensor,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    qk_scale: float,
+    cfg: DecodeConfig,
+    seg_out: torch.Tensor | None = None,
+    seg_max: torch.Tensor | None = None,
+    seg_sum: torch.Tensor | None = None,
+) -> None:
+    """Launch the kernel (the caller checked :func:`unsupported_reason` and
+    :func:`available`): ``out`` ``[num_tokens, num_heads, head_dim]`` receives the attention
+    when ``cfg.num_segments == 1``; otherwise ``seg_out`` (float32 ``[num_tokens, num_heads,
+    num_segments, head_dim]``), ``seg_max`` and ``seg_sum`` (``[num_tokens, num_heads,
+    num_segments]``, base-2 maxima) receive the partials for
+    :func:`local_engine.attention.triton_backend.merge_segments`. ``qk_scale`` is the softmax
+    scale times log2(e).
+
+    Raises:
+        RuntimeError: a configuration that is not compiled in (``variants()``)."""
+    idx = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    mod = _module(idx)
+    if mod is None:
+        raise RuntimeError("the CUDA decode kernel is not available (see the log)")
+    empty = out  # unused placeholders when not split
+    mod.decode_1b(
+        out,
+        seg_out if seg_out is not None else empty,
+        seg_max if seg_max is not None else empty,
+        seg_sum if seg_sum is not None else empty,
+        q,
+        k_cache,
+        v_cache,
+        k_scale,
+        v_scale,
+        block_tables,
+        cu_seqlens_q,
+        seq_lens,
+        float(qk_scale),
+        int(cfg.num_segments),
+        int(cfg.steps),
+        int(cfg.warps),
+        int(cfg.stages),
+    )
+
+
+__all__ = [
+    "DecodeConfig",
+    "RULE",
+    "available",
+    "decode_config",
+    "paged_decode",
+    "unsupported_reason",
+    "variants",
+]

@@ -1,0 +1,219 @@
+"""The CUDA decode kernel for 1-byte KV caches (local_engine/attention/cuda_decode.py).
+
+CPU (CI): the launch rule worked out by hand, the variant list's parsing, the support check
+and the errors of ``decode_kernel=``. CUDA (the device; skipped without a GPU, like the other
+CUDA tests): the kernel against the torch reference on the same quantized pool, on ragged
+batches with NaN bytes past each context, a decode-shaped batch that is not one token per
+sequence, forced splits, fp16 queries, a 32k-token INT8 context (where a bias removed after
+the whole accumulation lost 2-8% in session 4's first build), and a CUDA-graph replay.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():  # the CPU tests drive the launcher under the interpreter
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported anywhere in this process
+
+from local_engine.attention import cuda_decode  # noqa: E402
+from local_engine.attention.cuda_decode import DecodeConfig, decode_config  # noqa: E402
+from local_engine.kv_cache.quant import SCALE_BYTES, layer_views, quantize  # noqa: E402
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+BS = 16
+
+
+# ----------------------------------------------------------------------------- CPU
+def test_smem_bytes_by_hand():
+    # (2 blocks x 16 keys) x 128 bytes of K + the same of V + 2 x 32 float32 scales, x 3 stages
+    # x 4 warps = 4 * 3 * (4096 + 4096 + 256)
+    assert DecodeConfig(2, 4, 3).smem_bytes(128) == 101_376
+    # the merge area is larger for 1 stage-sized pipelines: 8 warps x 8 heads x (64 + 2) x 4
+    assert DecodeConfig(2, 8, 2).smem_bytes(64) == max(8 * 2 * (2048 + 2048 + 256), 8 * 8 * 66 * 4)
+
+
+ONE, TWO, THREE = (2, 8, 2), (2, 4, 3), (2, 4, 2)  # CTAs per SM by shared memory at d128
+
+
+@pytest.mark.parametrize(
+    "tokens, kv_heads, max_ctx, segs, cfg",
+    [
+        (16, 8, 32768, 1, ONE),  # 128 CTAs on 132 SMs: no split, one CTA per SM
+        (64, 8, 4096, 1, TWO),  # 512 CTAs <= 2 waves x 2 per SM x 132 = 528
+        (66, 8, 4096, 1, TWO),  # 528: still two waves
+        (67, 8, 4096, 1, THREE),  # 536: a third wave
+        (256, 8, 1024, 1, THREE),  # 2048 CTAs: many waves
+        (1, 8, 32768, 16, ONE),  # 132 // 8 = 16 segments (by length 32768 // 512 = 64): 128
+        (1, 1, 1024, 2, ONE),  # wants 132, but a segment needs 4 warps x 4 tiles x 32 keys
+        (1, 1, 256, 1, ONE),  # shorter than one segment's minimum
+        (1, 1, 1 << 20, 128, ONE),  # 132 -> capped at MAX_SEGMENTS, a power of two
+        (2, 4, 65536, 16, ONE),  # 132 // 8 = 16
+    ],
+)
+def test_split_rule_by_hand(tokens, kv_heads, max_ctx, segs, cfg):
+    got = decode_config(tokens, kv_heads, 128, max_ctx, 132)
+    assert got.num_segments == segs
+    assert (got.steps, got.warps, got.stages) == cfg
+    fixed = decode_config(tokens, kv_heads, 128, max_ctx, 132, base=DecodeConfig(4, 2, 3))
+    assert (fixed.steps, fixed.warps, fixed.stages, fixed.num_segments) == (4, 2, 3, segs)
+
+
+def test_variants_parse(monkeypatch):
+    monkeypatch.setenv(cuda_decode.ENV_VARIANTS, "2,4,3;4,2,2;2,4,3")
+    assert cuda_decode.variants() == ((2, 4, 3), (4, 2, 2))
+    monkeypatch.setenv(cuda_decode.ENV_VARIANTS, "2,4")
+    with pytest.raises(ValueError, match="steps,warps,stages"):
+        cuda_decode.variants()
+    monkeypatch.setenv(cuda_decode.ENV_VARIANTS, "3,4,2")
+    with pytest.raises(ValueError, match="out of range"):
+        cuda_decode.variants()
+    monkeypatch.delenv(cuda_decode.ENV_VARIANTS)
+    assert cuda_decode.variants() == cuda_decode.DEFAULT_VARIANTS
+
+
+def _pool(ctx_lens, hkv, d, fmt, device, g, nan_tail=False):
+    n_blocks = [-(-c // BS) for c in ctx_lens]
+    nb = sum(n_blocks) + 3
+    k = torch.randn(nb, BS, hkv, d, generator=g, device=device) * 2
+    v = torch.randn(nb, BS, hkv, d, generator=g, device=device)
+    raw = torch.zeros((1, 2, nb, BS * hkv * (d + SCALE_BYTES)), dtype=torch.uint8, device=device)
+    kc, vc, ks, vs = layer_views(raw, BS, hkv, d, fmt)[0]
+    for src, c, s in ((k, kc, ks), (v, vc, vs)):
+        qv, sc = quantize(src, fmt)
+        c.copy_(qv)
+        s.copy_(sc)
+    perm = torch.randperm(nb, generator=g, device=device).to(torch.int32)
+    bt = torch.full((len(ctx_lens), max(n_blocks)), 0, dtype=torch.int32, device=device)
+    used = 0
+    for i, n in enumerate(n_blocks):
+        bt[i, :n] = perm[used : used + n]
+        used += n
+        if nan_tail and ctx_lens[i] % BS:
+            blk = int(bt[i, n - 1])
+            kc.view(torch.uint8)[blk, ctx_lens[i] % BS :] = 0x7F  # E4M3 NaN, INT8 127
+            vc.view(torch.uint8)[blk, ctx_lens[i] % BS :] = 0x7F
+    return kc, vc, ks, vs, bt
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs where CUDA is not")
+def test_cpu_tensors_are_refused():
+    from local_engine.attention import triton_backend as tb
+
+    g = torch.Generator().manual_seed(0)
+    kc, vc, ks, vs, bt = _pool([20], 2, 64, torch.int8, "cpu", g)
+    q = torch.randn(1, 4, 64).to(torch.bfloat16)
+    assert cuda_decode.unsupported_reason(q, kc, vc, ks, vs, q) == "not a CUDA tensor"
+    cu = torch.tensor([0, 1], dtype=torch.int32)
+    sl = torch.tensor([20], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="cannot run this call: not a CUDA tensor"):
+        tb.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="cuda")
+    with pytest.raises(ValueError, match="decode_kernel must be"):
+        tb.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="x")
+
+
+def test_env_turns_it_off(monkeypatch):
+    monkeypatch.setenv(cuda_decode.ENV_ENABLE, "0")
+    q = torch.zeros(1, 4, 64)
+    assert cuda_decode.unsupported_reason(q, q, q, q, q, q) == "PROMPTCACHE_CUDA_DECODE=0"
+
+
+# ----------------------------------------------------------------------------- CUDA
+def _rel(a, b) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def _ref(q, kc, vc, ks, vs, bt, cu, sl):
+    from local_engine.attention import torch_ref
+
+    return torch_ref.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs)
+
+
+@cuda
+@pytest.mark.parametrize("fmt", ["int8", "fp8"])
+@pytest.mark.parametrize("h, hkv, d", [(32, 8, 128), (28, 4, 128), (8, 8, 64), (16, 2, 64)])
+@pytest.mark.parametrize("nseg", [None, 1, 3])
+def test_matches_reference(fmt, h, hkv, d, nseg):
+    from local_engine.attention import triton_backend as tb
+
+    dtype = torch.int8 if fmt == "int8" else torch.float8_e4m3fn
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(3)
+    ctx = [700, 33, 1, 260, 17, 1029, 64, 95]
+    kc, vc, ks, vs, bt = _pool(ctx, hkv, d, dtype, dev, g, nan_tail=True)
+    q = torch.randn(len(ctx), h, d, generator=g, device=dev).to(torch.bfloat16)
+    sl = torch.tensor(ctx, dtype=torch.int32, device=dev)
+    for cu in (
+        torch.arange(len(ctx) + 1, dtype=torch.int32, device=dev),
+        # decode-shaped, not one token each: sequence 1 has none, sequence 3 two
+        torch.tensor([0, 1, 1, 2, 4, 5, 6, 7, 8], dtype=torch.int32, device=dev),
+    ):
+        out = tb.paged_attention(
+            q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="cuda", num_segments=nseg
+        )
+        assert not out.isnan().any()
+        # tolerance: fp16 products (11 significant bits) against the float32 reference; run 1
+        # measured 3e-4 .. 1.2e-3 on these shapes
+        assert _rel(out, _ref(q, kc, vc, ks, vs, bt, cu, sl)) < 5e-3
+
+
+@cuda
+def test_long_int8_context_keeps_its_digits():
+    from local_engine.attention import triton_backend as tb
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(5)
+    ctx = [32768, 30001]
+    kc, vc, ks, vs, bt = _pool(ctx, 8, 128, torch.int8, dev, g)
+    q = torch.randn(2, 32, 128, generator=g, device=dev).to(torch.bfloat16)
+    cu = torch.arange(3, dtype=torch.int32, device=dev)
+    sl = torch.tensor(ctx, dtype=torch.int32, device=dev)
+    ref = _ref(q, kc, vc, ks, vs, bt, cu, sl)
+    for nseg in (1, None):
+        out = tb.paged_attention(
+            q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="cuda", num_segments=nseg
+        )
+        assert _rel(out, ref) < 5e-3  # the V bias removed at the end: 2.4e-2 .. 7.8e-2
+
+
+@cuda
+def test_fp16_queries():
+    from local_engine.attention import triton_backend as tb
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(6)
+    kc, vc, ks, vs, bt = _pool([300, 77], 8, 128, torch.int8, dev, g)
+    q = torch.randn(2, 32, 128, generator=g, device=dev).to(torch.float16)
+    cu = torch.arange(3, dtype=torch.int32, device=dev)
+    sl = torch.tensor([300, 77], dtype=torch.int32, device=dev)
+    out = tb.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="cuda")
+    assert out.dtype == torch.float16
+    assert _rel(out, _ref(q, kc, vc, ks, vs, bt, cu, sl)) < 5e-3
+
+
+@cuda
+def test_auto_picks_it_and_graph_replay_matches():
+    from local_engine.attention import triton_backend as tb
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(7)
+    kc, vc, ks, vs, bt = _pool([4000, 123, 9000], 8, 128, torch.int8, dev, g)
+    q = torch.randn(3, 32, 128, generator=g, device=dev).to(torch.bfloat16)
+    cu = torch.arange(4, dtype=torch.int32, device=dev)
+    sl = torch.tensor([4000, 123, 9000], dtype=torch.int32, device=dev)
+    out = torch.empty_like(q)
+    cuda_out = tb.paged_attention(
+        q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="cuda"
+    )
+    tb.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, out=out)  # auto
+    torch.testing.assert_close(out, cuda_out, rtol=0, atol=0)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tb.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, out=out)
+    out.zero_()
+    q.copy_(torch.randn(3, 32, 128, generator=g, device=dev).to(torch.bfloat16))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _rel(out, _ref(q, kc, vc, ks, vs, bt, cu, sl)) < 5e-3
