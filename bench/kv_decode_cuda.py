@@ -51,7 +51,7 @@ def rel(a, b) -> float:
 def check(device, configs) -> bool:
     from local_engine.attention import torch_ref
     from local_engine.attention import triton_backend as tb
-    from local_engine.attention.cuda_decode import DecodeConfig
+    from local_engine.attention.cuda_decode import MAX_SMEM, DecodeConfig
 
     log("## correctness: CUDA kernel vs torch reference (same quantized pool)")
     g = torch.Generator(device=device).manual_seed(11)
@@ -94,6 +94,8 @@ def check(device, configs) -> bool:
                     q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="triton"
                 )
                 for steps, warps, stages in configs:
+                    if steps < 2:
+                        continue  # 16-bit caches only
                     for nseg in (1, 3, None):
                         cfg = DecodeConfig(steps, warps, stages)
                         out = tb.paged_attention(
@@ -145,6 +147,50 @@ def check(device, configs) -> bool:
     e = rel(out, ref)
     ok &= e < 2e-2
     log(f"fp16 queries int8: rel err {e:.2e} {'ok' if e < 2e-2 else 'FAIL'}")
+    # 16-bit (bf16) caches: NaN in the rows past each context (stale slots may hold anything)
+    for h, hkv, d in layouts:
+        ctx = [700, 33, 1, 260, 17, 4111, 64, 95]
+        k, v, bt = make_paged(ctx, hkv, d, BS, torch.bfloat16, device, g)
+        for i, c in enumerate(ctx):
+            if c % BS:
+                blk = int(bt[i, c // BS])
+                k[blk, c % BS :] = float("nan")
+                v[blk, c % BS :] = float("nan")
+        btr = torch.where(bt >= k.shape[0], 0, bt)
+        q = torch.randn(len(ctx), h, d, generator=g, device=device).to(torch.bfloat16)
+        sl = torch.tensor(ctx, dtype=torch.int32, device=device)
+        cu = torch.arange(len(ctx) + 1, dtype=torch.int32, device=device)
+        ref = torch_ref.paged_attention(q, k, v, btr, cu, sl)
+        for steps, warps, stages in configs:
+            if DecodeConfig(steps, warps, stages).smem_bytes(d, 2) > MAX_SMEM:
+                continue
+            for nseg in (1, 3, None):
+                cfg = DecodeConfig(steps, warps, stages)
+                out = tb.paged_attention(
+                    q, k, v, bt, cu, sl, decode_kernel="cuda", cuda_config=cfg, num_segments=nseg
+                )
+                e = rel(out, ref)
+                nan = bool(out.isnan().any())
+                good = e < 2e-2 and not nan
+                ok &= good
+                RES["check"].append(
+                    dict(
+                        fmt="bf16",
+                        heads=f"{h}/{hkv}",
+                        d=d,
+                        cu="arange",
+                        cfg=[steps, warps, stages],
+                        nseg=nseg,
+                        err_ref=e,
+                        nan=nan,
+                        ok=good,
+                    )
+                )
+                if not good or nseg is None and (steps, warps, stages) == (1, 8, 2):
+                    log(
+                        f"bf16 {h}/{hkv} d{d} cfg={steps},{warps},{stages} nseg={nseg}: rel err vs ref "
+                        f"{e:.2e}{' NaN' if nan else ''} {'ok' if good else 'FAIL'}"
+                    )
     n_bad = sum(not r["ok"] for r in RES["check"])
     worst = max(r["err_ref"] for r in RES["check"])
     log(f"checked {len(RES['check'])} launches, {n_bad} failed, worst rel err {worst:.2e}")
@@ -246,14 +292,76 @@ def timing(device, configs, deadline: float) -> None:
             torch.cuda.empty_cache()
 
 
+LAYOUTS = [(32, 32), (32, 16), (32, 8), (28, 4), (32, 4)]
+SWEEP_SHAPES = [(1, 32768), (8, 8192), (32, 8192), (256, 1024)]
+
+
+def sweep16(device, configs, deadline: float) -> None:
+    """bf16 decode: the Triton rule and every 16-bit CUDA configuration x segments against
+    SDPA on contiguous caches (the issue's layout sweep)."""
+    from local_engine.attention.cuda_decode import MAX_SMEM, DecodeConfig, decode_config
+
+    log("## bf16 layout sweep: Triton and the CUDA kernel against SDPA (contiguous caches)")
+    sm = torch.cuda.get_device_properties(device).multi_processor_count
+    g = torch.Generator(device=device).manual_seed(2)
+    RES["sweep16"] = []
+    for d in (128, 64):
+        for h, hkv in LAYOUTS:
+            for batch, ctx in SWEEP_SHAPES:
+                if time.time() > deadline:
+                    log("(deadline: sweep stopped)")
+                    return
+                p = Decode(batch, ctx, h, hkv, d, device, g, "bf16", with_dense=True)
+                t_sdpa = bench(p.sdpa())
+                tri_out = p.triton(decode_kernel="triton")()
+                t_tri = bench(p.triton(decode_kernel="triton"))
+                maxc = p.bt.shape[1] * BS
+                rule = decode_config(batch, hkv, d, maxc, sm, elem_bytes=2)
+                row = dict(
+                    heads=f"{h}/{hkv}",
+                    d=d,
+                    shape=f"{batch}x{ctx}",
+                    sdpa_ms=t_sdpa,
+                    triton_ms=t_tri,
+                    bytes=p.bytes,
+                    rule=[rule.steps, rule.warps, rule.stages, rule.num_segments],
+                    cuda={},
+                )
+                for steps, warps, stages in configs:
+                    base = DecodeConfig(steps, warps, stages)
+                    if base.smem_bytes(d, 2) > MAX_SMEM:
+                        continue
+                    r = decode_config(batch, hkv, d, maxc, sm, base, elem_bytes=2).num_segments
+                    for nseg in sorted({max(1, r // 2), r, r * 2}):
+                        cfg = DecodeConfig(steps, warps, stages, nseg)
+                        fn = p.triton(decode_kernel="cuda", cuda_config=cfg)
+                        e = rel(fn(), tri_out)
+                        ms = bench(fn)
+                        row["cuda"][f"{steps},{warps},{stages};{nseg}"] = dict(ms=ms, err=e)
+                ok = {k: v for k, v in row["cuda"].items() if v["err"] < 1e-2}
+                best = min(ok.items(), key=lambda kv: kv[1]["ms"]) if ok else None
+                key = f"{rule.steps},{rule.warps},{rule.stages};{rule.num_segments}"
+                t_rule = row["cuda"].get(key, {}).get("ms")
+                row["rule_ms"], row["best"] = t_rule, best and (best[0], best[1]["ms"])
+                RES["sweep16"].append(row)
+                log(
+                    f"| {h}/{hkv} | {d} | {batch}x{ctx} | SDPA {t_sdpa:.4f} | Triton {t_tri:.4f} "
+                    f"({t_sdpa / t_tri:.2f}) | CUDA rule {key} {t_rule or float('nan'):.4f} "
+                    f"({t_sdpa / t_rule if t_rule else 0:.2f}) | best {best[0] if best else '-'} "
+                    f"{best[1]['ms'] if best else float('nan'):.4f} ({t_sdpa / best[1]['ms'] if best else 0:.2f}) |"
+                )
+                del p
+                torch.cuda.empty_cache()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("."))
-    ap.add_argument("--parts", default="check,time")
+    ap.add_argument("--parts", default="check,time,sweep16")
     ap.add_argument(
         "--variants",
         default=os.environ.get(
-            "PROMPTCACHE_DECODE_VARIANTS", "2,4,3;2,4,2;2,4,4;4,4,2;4,2,3;2,8,2"
+            "PROMPTCACHE_DECODE_VARIANTS", "2,4,3;2,4,2;2,8,2;1,8,2;1,4,3;1,4,2"
         ),
     )
     ap.add_argument("--budget", type=float, default=400.0, help="seconds for the whole run")
@@ -279,7 +387,9 @@ def main() -> int:
         if "check" in parts:
             ok = check(device, configs)
         if "time" in parts:
-            timing(device, configs, t0 + args.budget)
+            timing(device, [c for c in configs if c[0] >= 2], t0 + args.budget)
+        if "sweep16" in parts:
+            sweep16(device, configs, t0 + args.budget)
     finally:
         (args.out / "kv_decode_cuda.json").write_text(json.dumps(RES, indent=1))
         (args.out / "kv_decode_cuda.log").write_text("\n".join(LOG) + "\n")

@@ -41,8 +41,12 @@ HERE = Path(__file__).parent / "csrc"
 SOURCES = ("decode_1b.cu", "decode_1b.cuh")
 #: (steps, warps, stages) compiled by default (the rule's three); steps = KV blocks of 16
 #: tokens per warp tile.
-DEFAULT_VARIANTS = ((2, 4, 3), (2, 4, 2), (2, 8, 2))
+DEFAULT_VARIANTS = ((2, 4, 3), (2, 4, 2), (2, 8, 2), (1, 8, 2), (1, 4, 3), (1, 4, 2))
 BLOCK_SIZE = 16
+#: Shared memory one CTA may take on sm_90 (227 KiB; the H100/H200 SM has 228).
+MAX_SMEM = 227 * 1024
+#: Whether ``decode_kernel="auto"`` sends 16-bit caches here too (see :func:`decode_config_16`).
+AUTO_16BIT = False
 HEAD_DIMS = (64, 128)
 MAX_GROUP = 8  # query heads per KV head the kernel holds (the MMA's n8 side)
 GP = 8
@@ -59,10 +63,12 @@ class DecodeConfig:
     stages: int
     num_segments: int = 1
 
-    def smem_bytes(self, head_dim: int) -> int:
-        """Dynamic shared memory of one CTA: the pipelines, or the final merge if larger."""
+    def smem_bytes(self, head_dim: int, elem_bytes: int = 1) -> int:
+        """Dynamic shared memory of one CTA (bytes): the pipelines (K and V tiles of
+        ``elem_bytes`` values, plus float32 scales for 1-byte caches), or the final merge if
+        larger."""
         tile = 16 * self.steps
-        stage = 2 * tile * head_dim + 2 * tile * 4
+        stage = 2 * tile * head_dim * elem_bytes + (2 * tile * 4 if elem_bytes == 1 else 0)
         return max(self.warps * self.stages * stage, self.warps * GP * (head_dim + 2) * 4)
 
 
@@ -76,7 +82,7 @@ def variants() -> tuple[tuple[int, int, int], ...]:
     (``"2,4,3;4,4,2"``), else :data:`DEFAULT_VARIANTS`.
 
     Raises:
-        ValueError: a malformed variant list (steps must be 2 or 4, warps 1-16, stages 2-6)."""
+        ValueError: a malformed variant list (steps 1, 2 or 4 (1: 16-bit caches only), warps 1-16, stages 2-6)."""
     raw = os.environ.get(ENV_VARIANTS, "").strip()
     if not raw:
         return DEFAULT_VARIANTS
@@ -88,9 +94,9 @@ def variants() -> tuple[tuple[int, int, int], ...]:
             raise ValueError(
                 f"{ENV_VARIANTS}: {part!r} is not 'steps,warps,stages' (e.g. '2,4,3;4,4,2')"
             ) from None
-        if s not in (2, 4) or not 1 <= w <= 16 or not 2 <= st <= 6:
+        if s not in (1, 2, 4) or not 1 <= w <= 16 or not 2 <= st <= 6:
             raise ValueError(
-                f"{ENV_VARIANTS}: {part!r} out of range (steps 2|4, warps 1-16, stages 2-6)"
+                f"{ENV_VARIANTS}: {part!r} out of range (steps 1|2|4, warps 1-16, stages 2-6)"
             )
         out.append((s, w, st))
     return tuple(dict.fromkeys(out))
@@ -187,17 +193,18 @@ def unsupported_reason(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    k_scale: torch.Tensor,
-    v_scale: torch.Tensor,
+    k_scale: torch.Tensor | None,
+    v_scale: torch.Tensor | None,
     out: torch.Tensor,
 ) -> str | None:
     """Why the kernel cannot run this decode call (None: it can), without building it.
 
     Needs: CUDA tensors; bf16/fp16 queries and output with unit last stride and 16-byte rows;
-    an INT8 cache (compute capability >= 8.0) or FP8 E4M3 (>= 8.9); head_dim 64 or 128; block
-    size 16; at most 8 query heads per KV head; the ``v_token_minor`` layout of
-    :mod:`local_engine.kv_cache.quant` (V ``[kv_heads, head_dim, 16]`` and the float32 scales
-    ``[kv_heads, 16]`` per block) with 16-byte-aligned rows."""
+    an INT8 cache (compute capability >= 8.0), FP8 E4M3 (>= 8.9) or a cache of the queries'
+    dtype (>= 8.0); head_dim 64 or 128; block size 16; at most 8 query heads per KV head.
+    1-byte caches in the ``v_token_minor`` layout of :mod:`local_engine.kv_cache.quant` (V
+    ``[kv_heads, head_dim, 16]`` and the float32 scales ``[kv_heads, 16]`` per block), 16-bit
+    caches token-major; rows 16-byte aligned."""
     if _env_off():
         return _env_off()
     if not q.is_cuda:
@@ -205,10 +212,11 @@ def unsupported_reason(
     if q.dtype not in (torch.bfloat16, torch.float16) or out.dtype != q.dtype:
         return f"queries of {q.dtype} (needs bfloat16 or float16)"
     fp8 = getattr(torch, "float8_e4m3fn", None)
-    if k_cache.dtype not in (torch.int8, fp8):
-        return f"cache of {k_cache.dtype}"
+    one_byte = k_cache.dtype in (torch.int8, fp8)
+    if not one_byte and k_cache.dtype != q.dtype:
+        return f"cache of {k_cache.dtype} with {q.dtype} queries"
     cap = torch.cuda.get_device_capability(q.device)
-    if cap < ((8, 9) if k_cache.dtype != torch.int8 else (8, 0)):
+    if cap < ((8, 9) if k_cache.dtype == fp8 else (8, 0)):
         return f"compute capability {cap[0]}.{cap[1]}"
     _, bs, hkv, d = k_cache.shape
     if d not in HEAD_DIMS or bs != BLOCK_SIZE:
@@ -222,8 +230,14 @@ def unsupported_reason(
         or not (_aligned(q) and _aligned(out))
     ):
         return "queries/output not in 16-byte rows"
-    if k_cache.stride(3) != 1 or any(k_cache.stride(i) % 16 for i in range(3)):
+    per16 = 16 // k_cache.element_size()  # elements in 16 bytes
+    if k_cache.stride(3) != 1 or any(k_cache.stride(i) % per16 for i in range(3)):
         return "K rows not 16-byte aligned"
+    if not one_byte:
+        if v_cache.stride(3) != 1 or any(v_cache.stride(i) % per16 for i in range(3)):
+            return "V rows not 16-byte aligned"
+        return None if _aligned(k_cache) and _aligned(v_cache) else "caches not 16-byte aligned"
+    assert k_scale is not None and v_scale is not None
     if (
         v_cache.stride(1) != 1
         or v_cache.stride(3) != BLOCK_SIZE
@@ -260,6 +274,11 @@ def unsupported_reason(
 ONE_PER_SM = DecodeConfig(2, 8, 2)
 TWO_PER_SM = DecodeConfig(2, 4, 3)
 THREE_PER_SM = DecodeConfig(2, 4, 2)
+#: 16-bit caches (twice the bytes per tile): 16-key tiles; 8 warps x 2 stages = 128 KiB at
+#: d128 (one per SM), 4 warps x 3 stages = 96 KiB (two), 4 x 2 = 64 KiB (three).
+ONE_PER_SM_16 = DecodeConfig(1, 8, 2)
+TWO_PER_SM_16 = DecodeConfig(1, 4, 3)
+THREE_PER_SM_16 = DecodeConfig(1, 4, 2)
 RULE = TWO_PER_SM  # the split-K sizing's base
 WAVES_3_STAGES = 2
 MIN_TILES_PER_WARP = 4
@@ -273,6 +292,7 @@ def decode_config(
     max_context: int,
     sm_count: int,
     base: DecodeConfig | None = None,
+    elem_bytes: int = 1,
 ) -> DecodeConfig:
     """The launch for a decode call of ``num_tokens`` tokens (a pure function of shapes).
 
@@ -280,7 +300,7 @@ def decode_config(
     :data:`MAX_SEGMENTS` and so that a segment of the longest context (``max_context``, the
     block table's capacity) gives each of 4 warps :data:`MIN_TILES_PER_WARP` tiles; then the
     tiles / warps / stages by the CTA count (see :data:`ONE_PER_SM`), unless ``base`` fixes them
-    (benchmarks)."""
+    (benchmarks); ``elem_bytes`` 2 (a 16-bit cache) takes the ``*_16`` configurations."""
     ctas = max(1, num_tokens * num_kv_heads)
     want = sm_count // ctas
     by_len = max_context // (16 * RULE.steps * RULE.warps * MIN_TILES_PER_WARP)
@@ -288,12 +308,17 @@ def decode_config(
     segs = 1 << (n.bit_length() - 1) if n >= 2 else 1
     if base is None:
         ctas *= segs
+        one, two, three = (
+            (ONE_PER_SM, TWO_PER_SM, THREE_PER_SM)
+            if elem_bytes == 1
+            else (ONE_PER_SM_16, TWO_PER_SM_16, THREE_PER_SM_16)
+        )
         if ctas <= sm_count:
-            base = ONE_PER_SM
+            base = one
         elif ctas <= WAVES_3_STAGES * 2 * sm_count:
-            base = TWO_PER_SM
+            base = two
         else:
-            base = THREE_PER_SM
+            base = three
     return DecodeConfig(base.steps, base.warps, base.stages, segs)
 
 
@@ -308,8 +333,8 @@ def paged_decode(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    k_scale: torch.Tensor,
-    v_scale: torch.Tensor,
+    k_scale: torch.Tensor | None,
+    v_scale: torch.Tensor | None,
     block_tables: torch.Tensor,
     cu_seqlens_q: torch.Tensor,
     seq_lens: torch.Tensor,
@@ -342,8 +367,8 @@ def paged_decode(
         q,
         k_cache,
         v_cache,
-        k_scale,
-        v_scale,
+        k_scale if k_scale is not None else k_cache,  # 16-bit caches: unused placeholders
+        v_scale if v_scale is not None else k_cache,
         block_tables,
         cu_seqlens_q,
         seq_lens,

@@ -365,7 +365,7 @@ def paged_attention(
         raise ValueError(f"decode_kernel must be 'auto', 'triton' or 'cuda'; got {decode_kernel!r}")
     if (
         decode
-        and quant
+        and (quant or cuda_decode.AUTO_16BIT or decode_kernel == "cuda")
         and (
             decode_kernel == "cuda"
             or (decode_kernel == "auto" and config is None and kv_cvt is None)
@@ -514,6 +514,7 @@ def _cuda_decode(
             head_dim,
             block_tables.shape[1] * k_cache.shape[1],
             _sm_count(q.device),
+            elem_bytes=k_cache.element_size(),
         )
     if num_segments is not None:
         cfg = replace(cfg, num_segments=num_segments)

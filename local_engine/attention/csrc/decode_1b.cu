@@ -1,7 +1,8 @@
 // Torch binding of the 1-byte-cache decode kernel (decode_1b.cuh holds the kernel and its
 // design notes). Built by local_engine/attention/cuda_decode.py with torch.utils.cpp_extension.
 
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 
@@ -10,10 +11,10 @@
 namespace {
 using namespace decode1b;
 
-template <int D, int STEPS, int WARPS, int STAGES, bool FP8, typename QT>
+template <int D, int STEPS, int WARPS, int STAGES, int KIND, typename QT>
 void launch(const Params& p, int num_tokens, int num_kv_heads, cudaStream_t stream) {
-  auto kern = decode_1b_kernel<D, STEPS, WARPS, STAGES, FP8, QT>;
-  const int pipe = WARPS * STAGES * Smem<D, STEPS>::STAGE;
+  auto kern = decode_1b_kernel<D, STEPS, WARPS, STAGES, KIND, QT>;
+  const int pipe = WARPS * STAGES * Smem<D, STEPS, KIND>::STAGE;
   const int merge = WARPS * GP * (D + 2) * 4;
   const int smem = pipe > merge ? pipe : merge;
   static bool attr_set = false;  // once per instantiation (before any graph capture)
@@ -32,18 +33,21 @@ void launch(const Params& p, int num_tokens, int num_kv_heads, cudaStream_t stre
 #define DECODE_VARIANTS X(2, 4, 3) X(4, 4, 2)
 #endif
 
-template <int D, bool FP8, typename QT>
+template <int D, int KIND, typename QT>
 void dispatch_cfg(const Params& p, int steps, int warps, int stages, int num_tokens,
                   int num_kv_heads, cudaStream_t stream) {
-#define X(S, W, ST)                                                        \
-  if (steps == S && warps == W && stages == ST) {                          \
-    launch<D, S, W, ST, FP8, QT>(p, num_tokens, num_kv_heads, stream);    \
-    return;                                                                \
+#define X(S, W, ST)                                                              \
+  if (steps == S && warps == W && stages == ST) {                                \
+    if constexpr (KIND == KV_16 || S >= 2) {                                     \
+      launch<D, S, W, ST, KIND, QT>(p, num_tokens, num_kv_heads, stream);        \
+      return;                                                                    \
+    }                                                                            \
   }
   DECODE_VARIANTS
 #undef X
   TORCH_CHECK(false, "decode_1b: configuration (steps=", steps, ", warps=", warps,
-              ", stages=", stages, ") is not compiled in");
+              ", stages=", stages, ") is not compiled in for this cache kind (1-byte caches need "
+              "steps >= 2)");
 }
 
 }  // namespace
@@ -71,7 +75,10 @@ void decode_1b(torch::Tensor out, torch::Tensor seg_out, torch::Tensor seg_max,
                   seq_lens.scalar_type() == at::kInt,
               "decode_1b: block_tables, cu_seqlens_q and seq_lens must be int32");
   const bool fp8 = k_cache.scalar_type() == at::kFloat8_e4m3fn;
-  TORCH_CHECK(fp8 || k_cache.scalar_type() == at::kChar, "decode_1b: cache must be int8 or fp8");
+  const bool q8 = fp8 || k_cache.scalar_type() == at::kChar;
+  TORCH_CHECK(q8 || k_cache.scalar_type() == q.scalar_type(),
+              "decode_1b: cache must be int8, fp8 or the queries' dtype");
+  const int64_t eb = k_cache.element_size();  // strides below in bytes
   const c10::cuda::CUDAGuard guard(q.device());
   Params p;
   p.out = out.data_ptr();
@@ -82,8 +89,8 @@ void decode_1b(torch::Tensor out, torch::Tensor seg_out, torch::Tensor seg_max,
   p.q = q.data_ptr();
   p.k = reinterpret_cast<const uint8_t*>(k_cache.data_ptr());
   p.v = reinterpret_cast<const uint8_t*>(v_cache.data_ptr());
-  p.ks = k_scale.data_ptr<float>();
-  p.vs = v_scale.data_ptr<float>();
+  p.ks = q8 ? k_scale.data_ptr<float>() : nullptr;
+  p.vs = q8 ? v_scale.data_ptr<float>() : nullptr;
   p.bt = block_tables.data_ptr<int>();
   p.cu_q = cu_seqlens_q.data_ptr<int>();
   p.seq_lens = seq_lens.data_ptr<int>();
@@ -96,35 +103,41 @@ void decode_1b(torch::Tensor out, torch::Tensor seg_out, torch::Tensor seg_max,
   p.group = p.num_heads / num_kv_heads;
   p.stride_qt = q.stride(0), p.stride_qh = q.stride(1);
   p.stride_ot = out.stride(0), p.stride_oh = out.stride(1);
-  p.stride_kb = k_cache.stride(0), p.stride_kt = k_cache.stride(1), p.stride_kh = k_cache.stride(2);
-  p.stride_vb = v_cache.stride(0), p.stride_vh = v_cache.stride(2);
-  p.stride_sb = k_scale.stride(0), p.stride_sh = k_scale.stride(2);
+  p.stride_kb = k_cache.stride(0) * eb, p.stride_kt = k_cache.stride(1) * eb;
+  p.stride_kh = k_cache.stride(2) * eb;
+  p.stride_vb = v_cache.stride(0) * eb, p.stride_vt = v_cache.stride(1) * eb;
+  p.stride_vh = v_cache.stride(2) * eb;
+  p.stride_sb = q8 ? k_scale.stride(0) : 0, p.stride_sh = q8 ? k_scale.stride(2) : 0;
   p.stride_bt = block_tables.stride(0);
   p.max_blocks = static_cast<int>(block_tables.size(1));
   const int d = static_cast<int>(q.size(2));
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int s = static_cast<int>(steps), w = static_cast<int>(warps), st = static_cast<int>(stages);
   const bool half = q.scalar_type() == at::kHalf;
-#define DISPATCH(D_, FP8_, QT_) dispatch_cfg<D_, FP8_, QT_>(p, s, w, st, num_tokens, num_kv_heads, stream)
+  const int kind = fp8 ? KV_FP8 : q8 ? KV_INT8 : KV_16;
+#define DISPATCH(D_, KIND_)                                                              \
+  half ? dispatch_cfg<D_, KIND_, __half>(p, s, w, st, num_tokens, num_kv_heads, stream)  \
+       : dispatch_cfg<D_, KIND_, __nv_bfloat16>(p, s, w, st, num_tokens, num_kv_heads, stream)
+#define BY_KIND(D_)                              \
+  if (kind == KV_INT8) {                         \
+    DISPATCH(D_, KV_INT8);                       \
+  } else if (kind == KV_FP8) {                   \
+    DISPATCH(D_, KV_FP8);                        \
+  } else {                                       \
+    DISPATCH(D_, KV_16);                         \
+  }
   if (d == 128) {
-    if (fp8) {
-      half ? DISPATCH(128, true, __half) : DISPATCH(128, true, __nv_bfloat16);
-    } else {
-      half ? DISPATCH(128, false, __half) : DISPATCH(128, false, __nv_bfloat16);
-    }
+    BY_KIND(128)
   } else if (d == 64) {
-    if (fp8) {
-      half ? DISPATCH(64, true, __half) : DISPATCH(64, true, __nv_bfloat16);
-    } else {
-      half ? DISPATCH(64, false, __half) : DISPATCH(64, false, __nv_bfloat16);
-    }
+    BY_KIND(64)
   } else {
     TORCH_CHECK(false, "decode_1b: head_dim must be 64 or 128, got ", d);
   }
+#undef BY_KIND
 #undef DISPATCH
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decode_1b", &decode_1b, "paged decode attention over an INT8/FP8 KV cache");
+  m.def("decode_1b", &decode_1b, "paged decode attention over an INT8 / FP8 / 16-bit KV cache");
   m.def("variants", &variants, "compiled (steps, warps, stages) configurations");
 }

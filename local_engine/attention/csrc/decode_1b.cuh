@@ -50,6 +50,8 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 namespace decode1b {
 
 constexpr int BS = 16;                // tokens per KV block
@@ -73,7 +75,8 @@ struct Params {
   int num_seqs, num_segments, num_heads, group;
   int64_t stride_qt, stride_qh, stride_ot, stride_oh;
   int64_t stride_kb, stride_kt, stride_kh;  // bytes
-  int64_t stride_vb, stride_vh;             // bytes (token stride 1, channel stride 16)
+  int64_t stride_vb, stride_vh;             // bytes; 1-byte: token stride 1, channel 16
+  int64_t stride_vt;                        // bytes; 16-bit V (token-major) only
   int64_t stride_sb, stride_sh;             // floats (token stride 1), both scale arrays
   int64_t stride_bt;
   int max_blocks;  // block_tables.shape[1]
@@ -103,6 +106,36 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// bf16 operands (a 16-bit cache of bfloat16)
+__device__ __forceinline__ void mma16816_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                              uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <typename QT>
+__device__ __forceinline__ void mma16816_t(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                           uint32_t b1) {
+  if constexpr (sizeof(QT) == 2 && std::is_same<QT, __nv_bfloat16>::value)
+    mma16816_bf16(d, a[0], a[1], a[2], a[3], b0, b1);
+  else
+    mma16816(d, a[0], a[1], a[2], a[3], b0, b1);
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&a)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(addr));
+}
+
 __device__ __forceinline__ uint32_t movmatrix_t(uint32_t x) {
   uint32_t y;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
@@ -124,6 +157,16 @@ __device__ __forceinline__ float ex2(float x) {  // 2^x (MUFU.EX2; -inf -> 0)
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&h);
+}
+
+template <typename QT>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {  // two QT in one register
+  if constexpr (std::is_same<QT, __nv_bfloat16>::value) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  } else {
+    return pack_half2(lo, hi);
+  }
 }
 
 // 4 stored bytes (b0 lowest) -> two fp16x2 operand registers: lo = (b0, b1), hi = (b2, b3).
@@ -202,12 +245,17 @@ __device__ __forceinline__ __half from_f32<__half>(float x) {
   return __float2half_rn(x);
 }
 
-template <int D, int STEPS>
+// KV kinds: 1-byte INT8 / FP8 E4M3 (with per-token-head float32 scales), or 16-bit (the model
+// dtype: bf16 / fp16, the same type as the queries)
+constexpr int KV_INT8 = 0, KV_FP8 = 1, KV_16 = 2;
+
+template <int D, int STEPS, int KIND>
 struct Smem {
+  static constexpr int EB = KIND == KV_16 ? 2 : 1;  // bytes per stored value
   static constexpr int TILE = 16 * STEPS;
-  static constexpr int K_BYTES = TILE * D;
-  static constexpr int V_BYTES = TILE * D;
-  static constexpr int S_BYTES = 2 * TILE * 4;
+  static constexpr int K_BYTES = TILE * D * EB;
+  static constexpr int V_BYTES = TILE * D * EB;
+  static constexpr int S_BYTES = KIND == KV_16 ? 0 : 2 * TILE * 4;
   static constexpr int STAGE = K_BYTES + V_BYTES + S_BYTES;
 };
 
@@ -224,10 +272,12 @@ __device__ __forceinline__ int find_seq(const int* cu_q, int tok, int num_seqs) 
   return lo;
 }
 
-template <int D, int STEPS, int WARPS, int STAGES, bool FP8, typename QT>
+template <int D, int STEPS, int WARPS, int STAGES, int KIND, typename QT>
 __global__ void __launch_bounds__(WARPS * 32)
     decode_1b_kernel(const Params p) {
-  using SM = Smem<D, STEPS>;
+  constexpr bool FP8 = KIND == KV_FP8;
+  constexpr bool Q8 = KIND != KV_16;  // 1-byte values with scales
+  using SM = Smem<D, STEPS, KIND>;
   constexpr int TILE = SM::TILE;
   constexpr int KSTEPS = D / 16;        // MMA k-steps over the head dim
   constexpr int CPT = D / 64;           // 16-byte chunks of a K row per thread
@@ -235,7 +285,9 @@ __global__ void __launch_bounds__(WARPS * 32)
   constexpr int VB = 4 * STEPS;         // bytes of a V^T row chunk per thread
   constexpr int SCH = 8 * STEPS;        // scale chunks per tile (K and V, 4 per block)
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-  static_assert(STEPS == 2 || STEPS == 4, "STEPS 2 or 4");
+  static_assert(STEPS == 2 || STEPS == 4 || (!Q8 && STEPS == 1), "STEPS 2 or 4 (or 1: 16-bit)");
+  constexpr int NCH16 = 2 * D / 16;  // 16-bit: 16-byte chunks of a K / V row
+  constexpr int ROW16 = 2 * D;       // 16-bit: bytes of a K / V row
 
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -246,14 +298,24 @@ __global__ void __launch_bounds__(WARPS * 32)
   // the token and KV head only, and load beside the sequence lookup)
   const int G = p.group;
   uint4 q_raw[CPT][2];
+  uint32_t qf[KSTEPS][2];  // Q^T fragments (B operand of the first product)
   {
     const QT* qrow = reinterpret_cast<const QT*>(p.q) + tok * p.stride_qt +
                      static_cast<int64_t>(kvh * G + r) * p.stride_qh;
+    if constexpr (Q8) {
 #pragma unroll
-    for (int e = 0; e < CPT; ++e) {
-      const uint4* src = reinterpret_cast<const uint4*>(qrow + 16 * (c + 4 * e));
-      q_raw[e][0] = r < G ? __ldg(src) : make_uint4(0, 0, 0, 0);
-      q_raw[e][1] = r < G ? __ldg(src + 1) : make_uint4(0, 0, 0, 0);
+      for (int e = 0; e < CPT; ++e) {
+        const uint4* src = reinterpret_cast<const uint4*>(qrow + 16 * (c + 4 * e));
+        q_raw[e][0] = r < G ? __ldg(src) : make_uint4(0, 0, 0, 0);
+        q_raw[e][1] = r < G ? __ldg(src + 1) : make_uint4(0, 0, 0, 0);
+      }
+    } else {  // 16-bit: the natural d order, pairs (2c, 2c + 1) and (2c + 8, 2c + 9)
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; ++kk) {
+        const uint32_t* src = reinterpret_cast<const uint32_t*>(qrow + 16 * kk + 2 * c);
+        qf[kk][0] = r < G ? __ldg(src) : 0u;
+        qf[kk][1] = r < G ? __ldg(src + 4) : 0u;
+      }
     }
   }
   // ---- unsplit launches: the first tiles' block ids, guessing sequence = token (checked
@@ -322,8 +384,25 @@ __global__ void __launch_bounds__(WARPS * 32)
       uint8_t* st = wsm + (i % STAGES) * SM::STAGE;
       const uint32_t sk = smem_addr(st), sv = smem_addr(st + SM::K_BYTES),
                      ss = smem_addr(st + SM::K_BYTES + SM::V_BYTES);
+      if constexpr (!Q8) {
+        // 16-bit rows (token-major K and V): chunk ch of key row R at ch ^ (R & 7); rows past
+        // the context are zero-filled, so their V never reaches P @ V as NaN
 #pragma unroll
-      for (int b = 0; b < STEPS; ++b) {
+        for (int b = 0; b < STEPS; ++b) {
+          const uint8_t* kb = p.k + blk[b] * p.stride_kb + kvh * p.stride_kh;
+          const uint8_t* vb = p.v + blk[b] * p.stride_vb + kvh * p.stride_vh;
+#pragma unroll
+          for (int j = 0; j < BS * NCH16 / 32; ++j) {
+            const int row = lane / NCH16 + j * (32 / NCH16), ch = lane % NCH16;
+            const bool ok = t * TILE + b * BS + row < n_keys;
+            const uint32_t dst = (b * BS + row) * ROW16 + ((ch ^ (row & 7)) * 16);
+            cp_async16(sk + dst, kb + row * p.stride_kt + ch * 16, ok);
+            cp_async16(sv + dst, vb + row * p.stride_vt + ch * 16, ok);
+          }
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < (Q8 ? STEPS : 0); ++b) {
         const bool ok = t * STEPS + b < n_blocks;
         const uint8_t* kb = p.k + blk[b] * p.stride_kb + k_lane;
 #pragma unroll
@@ -335,7 +414,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         for (int j = 0; j < D / 32; ++j)
           cp_async16(sv + (b * D + 32 * j + (lane ^ swz)) * 16, vb + j * 512, ok);
       }
-      if (lane < SCH) {
+      if (Q8 && lane < SCH) {
         const bool ok = t * STEPS + s_b < n_blocks;
         const float* base = s_kind ? p.vs : p.ks;
         cp_async16(ss + s_dst_lane, base + s_blk * p.stride_sb + s_lane, ok);
@@ -373,9 +452,8 @@ __global__ void __launch_bounds__(WARPS * 32)
   for (int s = 0; s < STAGES - 1; ++s) issue(s, blk_next[s]);
 
   // ---- Q^T fragments (while the first tiles load): head g = r, d permuted as the K rows
-  uint32_t qf[KSTEPS][2];
-  float q_pow;  // 2^e >= amax of head r's row
-  {
+  float q_pow = 1.f;  // 2^e >= amax of head r's row
+  if constexpr (Q8) {
     float x[CPT][16];
     float amax = 0.f;
 #pragma unroll
@@ -406,7 +484,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   float rs[2], corr[2] = {0.f, 0.f};
   rs[0] = __shfl_sync(0xffffffffu, q_pow, 8 * c) * p.qk_scale;
   rs[1] = __shfl_sync(0xffffffffu, q_pow, 8 * c + 4) * p.qk_scale;
-  if constexpr (!FP8) {
+  if constexpr (KIND == KV_INT8) {
     float cb[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; ++kk)
@@ -443,8 +521,30 @@ __global__ void __launch_bounds__(WARPS * 32)
     float s[STEPS][4];
     float vsc[STEPS][2];
     float vmax = 0.f;
+    if constexpr (!Q8) {
+      // 16-bit: key slot s of step u is tile key 16 u + s; K rows by ldmatrix (row l % 8 + 8 *
+      // (l / 8 % 2) of the step, chunk 2 kk + l / 16, swizzled)
+      const uint32_t kbase16 = smem_addr(sK);
 #pragma unroll
-    for (int u = 0; u < STEPS; ++u) {
+      for (int u = 0; u < STEPS; ++u) {
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        const int row = 16 * u + (lane % 8) + 8 * ((lane / 8) % 2);
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk) {
+          uint32_t a[4];
+          ldmatrix_x4(a, kbase16 + row * ROW16 + (((2 * kk + lane / 16) ^ (lane % 8)) * 16));
+          mma16816_t<QT>(acc, a, qf[kk][0], qf[kk][1]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) s[u][j] = acc[j] * p.qk_scale;
+        if (masked) {
+          if (key0 + 16 * u + r >= n_keys) s[u][0] = s[u][1] = -INFINITY;
+          if (key0 + 16 * u + r + 8 >= n_keys) s[u][2] = s[u][3] = -INFINITY;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < (Q8 ? STEPS : 0); ++u) {
       const int ka = kbase + 4 * u, kb = ka + 2;
       const uint8_t* rowA = sK + ka * D;
       const uint8_t* rowB = sK + kb * D;
@@ -481,10 +581,12 @@ __global__ void __launch_bounds__(WARPS * 32)
       }
     }
     // -- V's scale normaliser: a power of two with every P' <= 1 (raised like a running max)
-    vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 4));
-    vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 8));
-    vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 16));
-    if (vmax * v_norm > 1.f) {  // warp-uniform
+    if constexpr (Q8) {
+      vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 4));
+      vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 8));
+      vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, 16));
+    }
+    if (Q8 && vmax * v_norm > 1.f) {  // warp-uniform
       const float nv = exp2f(-ceilf(log2f(vmax)));
       const float ratio = nv / v_norm;
 #pragma unroll
@@ -518,9 +620,14 @@ __global__ void __launch_bounds__(WARPS * 32)
         pv[2 + j] = ex2(s[u][2 + j] - m_run[j]);
         psum[j] += pv[j] + pv[2 + j];
       }
-      const float fa = vsc[u][0] * v_norm, fb = vsc[u][1] * v_norm;
-      bp[u][0] = movmatrix_t(pack_half2(pv[0] * fa, pv[1] * fa));
-      bp[u][1] = movmatrix_t(pack_half2(pv[2] * fb, pv[3] * fb));
+      if constexpr (Q8) {
+        const float fa = vsc[u][0] * v_norm, fb = vsc[u][1] * v_norm;
+        bp[u][0] = movmatrix_t(pack_half2(pv[0] * fa, pv[1] * fa));
+        bp[u][1] = movmatrix_t(pack_half2(pv[2] * fb, pv[3] * fb));
+      } else {
+        bp[u][0] = movmatrix_t(pack2<QT>(pv[0], pv[1]));
+        bp[u][1] = movmatrix_t(pack2<QT>(pv[2], pv[3]));
+      }
     }
 #pragma unroll
     for (int j = 0; j < 2; ++j) l_run[j] = l_run[j] * alpha[j] + psum[j];
@@ -548,8 +655,24 @@ __global__ void __launch_bounds__(WARPS * 32)
         vmask[w] = m;
       }
     }
+    if constexpr (!Q8) {
+      // 16-bit: V^T by ldmatrix.trans of the token-major tile: matrix m = l / 8 is keys
+      // 8 (m / 2) .. + 8 of the step, channels 16 mt + 8 (m % 2) .. + 8
+      const uint32_t vbase16 = smem_addr(sV);
+      const int m = lane / 8;
 #pragma unroll
-    for (int mt = 0; mt < KSTEPS; ++mt) {
+      for (int mt = 0; mt < KSTEPS; ++mt) {
+#pragma unroll
+        for (int u = 0; u < STEPS; ++u) {
+          const int row = 16 * u + 8 * (m / 2) + (lane % 8);
+          uint32_t a[4];
+          ldmatrix_x4_trans(a, vbase16 + row * ROW16 + (((2 * mt + m % 2) ^ (lane % 8)) * 16));
+          mma16816_t<QT>(o_acc[mt], a, bp[u][0], bp[u][1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < (Q8 ? KSTEPS : 0); ++mt) {
       const int d0 = 16 * mt + r, d1 = d0 + 8;
       Bytes<VB> v0 = lds<VB>(sV + (vb * D + (d0 ^ vswz)) * 16 + vko);
       Bytes<VB> v1 = lds<VB>(sV + (vb * D + (d1 ^ vswz)) * 16 + vko);
@@ -584,7 +707,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   float* mo = reinterpret_cast<float*>(smem);  // [WARPS][GP][D]
   float* mm = mo + WARPS * GP * D;             // [WARPS][GP]
   float* ml = mm + WARPS * GP;
-  const float inv_norm = n_my > 0 ? 1.f / v_norm : 0.f;
+  const float inv_norm = !Q8 ? 1.f : n_my > 0 ? 1.f / v_norm : 0.f;
 #pragma unroll
   for (int mt = 0; mt < KSTEPS; ++mt) {
     const int d0 = 16 * mt + r;

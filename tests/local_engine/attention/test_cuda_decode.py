@@ -67,7 +67,7 @@ def test_variants_parse(monkeypatch):
     monkeypatch.setenv(cuda_decode.ENV_VARIANTS, "2,4")
     with pytest.raises(ValueError, match="steps,warps,stages"):
         cuda_decode.variants()
-    monkeypatch.setenv(cuda_decode.ENV_VARIANTS, "3,4,2")
+    monkeypatch.setenv(cuda_decode.ENV_VARIANTS, "3,4,2")  # steps 1, 2 or 4
     with pytest.raises(ValueError, match="out of range"):
         cuda_decode.variants()
     monkeypatch.delenv(cuda_decode.ENV_VARIANTS)
@@ -217,3 +217,39 @@ def test_auto_picks_it_and_graph_replay_matches():
     graph.replay()
     torch.cuda.synchronize()
     assert _rel(out, _ref(q, kc, vc, ks, vs, bt, cu, sl)) < 5e-3
+
+
+@cuda
+@pytest.mark.parametrize("h, hkv, d", [(32, 8, 128), (28, 4, 128), (8, 8, 64)])
+@pytest.mark.parametrize(
+    "cfg", [cuda_decode.ONE_PER_SM_16, cuda_decode.TWO_PER_SM_16, DecodeConfig(2, 4, 2)]
+)
+@pytest.mark.parametrize("nseg", [1, 3])
+def test_16bit_cache_matches_reference(h, hkv, d, cfg, nseg):
+    from local_engine.attention import triton_backend as tb
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(8)
+    ctx = [700, 33, 1, 260, 17, 1029, 64, 95]
+    nb = sum(-(-c // BS) for c in ctx) + 3
+    k = torch.randn(nb, BS, hkv, d, generator=g, device=dev).to(torch.bfloat16)
+    v = torch.randn(nb, BS, hkv, d, generator=g, device=dev).to(torch.bfloat16)
+    perm = torch.randperm(nb, generator=g, device=dev).to(torch.int32)
+    bt = torch.zeros((len(ctx), max(-(-c // BS) for c in ctx)), dtype=torch.int32, device=dev)
+    used = 0
+    for i, c in enumerate(ctx):
+        n = -(-c // BS)
+        bt[i, :n] = perm[used : used + n]
+        used += n
+        if c % BS:  # stale slots past the context may hold anything, NaN too
+            k[int(bt[i, n - 1]), c % BS :] = float("nan")
+            v[int(bt[i, n - 1]), c % BS :] = float("nan")
+    q = torch.randn(len(ctx), h, d, generator=g, device=dev).to(torch.bfloat16)
+    cu = torch.arange(len(ctx) + 1, dtype=torch.int32, device=dev)
+    sl = torch.tensor(ctx, dtype=torch.int32, device=dev)
+    out = tb.paged_attention(
+        q, k, v, bt, cu, sl, decode_kernel="cuda", cuda_config=cfg, num_segments=nseg
+    )
+    assert not out.isnan().any()
+    ref = _ref(q, k, v, None, None, bt, cu, sl)
+    assert _rel(out, ref) < 1e-2  # bf16 products and probabilities against float32
