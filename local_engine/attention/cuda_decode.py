@@ -41,12 +41,14 @@ HERE = Path(__file__).parent / "csrc"
 SOURCES = ("decode_1b.cu", "decode_1b.cuh")
 #: (steps, warps, stages) compiled by default (the rule's three); steps = KV blocks of 16
 #: tokens per warp tile.
-DEFAULT_VARIANTS = ((2, 4, 3), (2, 4, 2), (2, 8, 2), (1, 8, 2), (1, 4, 3), (1, 4, 2))
+DEFAULT_VARIANTS = ((2, 4, 3), (2, 4, 2), (2, 8, 2), (1, 4, 2))
 BLOCK_SIZE = 16
 #: Shared memory one CTA may take on sm_90 (227 KiB; the H100/H200 SM has 228).
 MAX_SMEM = 227 * 1024
-#: Whether ``decode_kernel="auto"`` sends 16-bit caches here too (see :func:`decode_config_16`).
-AUTO_16BIT = False
+#: Whether ``decode_kernel="auto"`` sends decode over 16-bit caches here too: the layout sweep
+#: (bench/RESULTS.md "## kvquant", session 4) has this kernel at 0.93-1.22 of SDPA on every
+#: row where the Triton kernel is at 0.87-1.00.
+AUTO_16BIT = True
 HEAD_DIMS = (64, 128)
 MAX_GROUP = 8  # query heads per KV head the kernel holds (the MMA's n8 side)
 GP = 8
@@ -274,11 +276,13 @@ def unsupported_reason(
 ONE_PER_SM = DecodeConfig(2, 8, 2)
 TWO_PER_SM = DecodeConfig(2, 4, 3)
 THREE_PER_SM = DecodeConfig(2, 4, 2)
-#: 16-bit caches (twice the bytes per tile): 16-key tiles; 8 warps x 2 stages = 128 KiB at
-#: d128 (one per SM), 4 warps x 3 stages = 96 KiB (two), 4 x 2 = 64 KiB (three).
-ONE_PER_SM_16 = DecodeConfig(1, 8, 2)
-TWO_PER_SM_16 = DecodeConfig(1, 4, 3)
-THREE_PER_SM_16 = DecodeConfig(1, 4, 2)
+#: 16-bit caches (twice the bytes per tile; session 4 run 3, the 40-row layout sweep): with at
+#: most one CTA per SM, 32-key tiles in 128 KiB (d128: 4 warps x 2 stages; d64: 8 x 2), e.g.
+#: 32/4 d128 1 x 32k 1.00 of SDPA against 0.98 for 16-key tiles at 8 warps, 28/4 d64 1 x 32k
+#: 1.22 vs 1.06; otherwise three CTAs per SM (d128: 16-key tiles, 4 warps x 2 stages, 64 KiB;
+#: d64: 32-key tiles, 4 x 2): 256 x 1k 0.96-0.98 (d128), 0.93-0.95 (d64).
+ONE_PER_SM_16 = {128: DecodeConfig(2, 4, 2), 64: DecodeConfig(2, 8, 2)}
+THREE_PER_SM_16 = {128: DecodeConfig(1, 4, 2), 64: DecodeConfig(2, 4, 2)}
 RULE = TWO_PER_SM  # the split-K sizing's base
 WAVES_3_STAGES = 2
 MIN_TILES_PER_WARP = 4
@@ -300,7 +304,8 @@ def decode_config(
     :data:`MAX_SEGMENTS` and so that a segment of the longest context (``max_context``, the
     block table's capacity) gives each of 4 warps :data:`MIN_TILES_PER_WARP` tiles; then the
     tiles / warps / stages by the CTA count (see :data:`ONE_PER_SM`), unless ``base`` fixes them
-    (benchmarks); ``elem_bytes`` 2 (a 16-bit cache) takes the ``*_16`` configurations."""
+    (benchmarks); ``elem_bytes`` 2 (a 16-bit cache) takes :data:`ONE_PER_SM_16` /
+    :data:`THREE_PER_SM_16`."""
     ctas = max(1, num_tokens * num_kv_heads)
     want = sm_count // ctas
     by_len = max_context // (16 * RULE.steps * RULE.warps * MIN_TILES_PER_WARP)
@@ -308,17 +313,15 @@ def decode_config(
     segs = 1 << (n.bit_length() - 1) if n >= 2 else 1
     if base is None:
         ctas *= segs
-        one, two, three = (
-            (ONE_PER_SM, TWO_PER_SM, THREE_PER_SM)
-            if elem_bytes == 1
-            else (ONE_PER_SM_16, TWO_PER_SM_16, THREE_PER_SM_16)
-        )
-        if ctas <= sm_count:
-            base = one
+        if elem_bytes != 1:
+            table = ONE_PER_SM_16 if ctas <= sm_count else THREE_PER_SM_16
+            base = table[head_dim]
+        elif ctas <= sm_count:
+            base = ONE_PER_SM
         elif ctas <= WAVES_3_STAGES * 2 * sm_count:
-            base = two
+            base = TWO_PER_SM
         else:
-            base = three
+            base = THREE_PER_SM
     return DecodeConfig(base.steps, base.warps, base.stages, segs)
 
 

@@ -61,6 +61,24 @@ def test_split_rule_by_hand(tokens, kv_heads, max_ctx, segs, cfg):
     assert (fixed.steps, fixed.warps, fixed.stages, fixed.num_segments) == (4, 2, 3, segs)
 
 
+@pytest.mark.parametrize(
+    "tokens, kv_heads, d, max_ctx, segs, cfg, smem",
+    [
+        # 4 CTAs x 32 segments = 128: one per SM; 4 warps x 2 stages x (K + V: 2 x 32 keys x
+        # 128 x 2 bytes) = 131072
+        (1, 4, 128, 32768, 32, (2, 4, 2), 131072),
+        (1, 4, 64, 32768, 32, (2, 8, 2), 131072),  # d64: 8 warps x 2 x (2 x 32 x 64 x 2)
+        (8, 16, 128, 8192, 1, (2, 4, 2), 131072),  # 128 CTAs
+        (32, 8, 128, 8192, 1, (1, 4, 2), 65536),  # 256 CTAs: 4 x 2 x (2 x 16 x 128 x 2)
+        (256, 8, 64, 1024, 1, (2, 4, 2), 65536),  # 4 x 2 x (2 x 32 x 64 x 2)
+    ],
+)
+def test_16bit_rule_by_hand(tokens, kv_heads, d, max_ctx, segs, cfg, smem):
+    got = decode_config(tokens, kv_heads, d, max_ctx, 132, elem_bytes=2)
+    assert (got.steps, got.warps, got.stages, got.num_segments) == (*cfg, segs)
+    assert got.smem_bytes(d, 2) == smem
+
+
 def test_variants_parse(monkeypatch):
     monkeypatch.setenv(cuda_decode.ENV_VARIANTS, "2,4,3;4,2,2;2,4,3")
     assert cuda_decode.variants() == ((2, 4, 3), (4, 2, 2))
@@ -220,9 +238,15 @@ def test_auto_picks_it_and_graph_replay_matches():
 
 
 @cuda
-@pytest.mark.parametrize("h, hkv, d", [(32, 8, 128), (28, 4, 128), (8, 8, 64)])
 @pytest.mark.parametrize(
-    "cfg", [cuda_decode.ONE_PER_SM_16, cuda_decode.TWO_PER_SM_16, DecodeConfig(2, 4, 2)]
+    "h, hkv, d, cfg",
+    [
+        (32, 8, 128, DecodeConfig(2, 4, 2)),
+        (28, 4, 128, DecodeConfig(1, 4, 2)),
+        (32, 8, 128, DecodeConfig(1, 4, 2)),
+        (8, 8, 64, DecodeConfig(2, 8, 2)),
+        (28, 4, 64, DecodeConfig(2, 4, 2)),
+    ],
 )
 @pytest.mark.parametrize("nseg", [1, 3])
 def test_16bit_cache_matches_reference(h, hkv, d, cfg, nseg):
