@@ -220,6 +220,7 @@ def timing(device, configs, deadline: float) -> None:
     sm = torch.cuda.get_device_properties(device).multi_processor_count
     g = torch.Generator(device=device).manual_seed(1)
     shapes = [((32, 8, 128), (64, 4096)), ((32, 8, 128), (16, 32768)), ((32, 8, 128), (256, 1024))]
+    shapes += [((32, 8, 128), (256, 576))]  # the engine table's decode (512 + 64 tokens)
     shapes += [
         ((28, 4, 128), (16, 32768)),
         ((32, 32, 128), (64, 4096)),
@@ -233,7 +234,8 @@ def timing(device, configs, deadline: float) -> None:
             log("(deadline: timing stopped)")
             break
         pb = Decode(batch, ctx, h, hkv, d, device, g, "bf16")
-        t_bf16 = bench(pb.triton())
+        t_bf16 = bench(pb.triton(decode_kernel="triton"))
+        t_bf16_cuda = bench(pb.triton(decode_kernel="cuda"))
         bytes_bf16 = pb.bytes
         del pb
         torch.cuda.empty_cache()
@@ -248,6 +250,7 @@ def timing(device, configs, deadline: float) -> None:
             )
             rule = decode_config(batch, hkv, d, p.bt.shape[1] * BS, sm)
             row = dict(
+                bf16_cuda_ms=t_bf16_cuda,
                 heads=f"{h}/{hkv}",
                 d=d,
                 shape=f"{batch}x{ctx}",
@@ -283,7 +286,7 @@ def timing(device, configs, deadline: float) -> None:
             RES["time"].append(row)
             tb_rule = p.bytes / t_rule / 1e9 if t_rule else float("nan")
             log(
-                f"| {h}/{hkv} d{d} {batch}x{ctx} {fmt} | bf16 {t_bf16:.4f} ms ({row['bf16_tbps']:.2f} TB/s) | "
+                f"| {h}/{hkv} d{d} {batch}x{ctx} {fmt} | bf16 {t_bf16:.4f} ms ({row['bf16_tbps']:.2f} TB/s), bf16 CUDA {t_bf16_cuda:.4f} | "
                 f"triton-1B {t_tri:.4f} ({t_bf16 / t_tri:.2f}x) | cuda rule {rule.steps},{rule.warps},{rule.stages};{rule.num_segments} "
                 f"{t_rule or float('nan'):.4f} ms {tb_rule:.2f} TB/s ({t_bf16 / t_rule if t_rule else 0:.2f}x) | "
                 f"best {best[0] if best else '-'} {best[1] if best else float('nan'):.4f} ({t_bf16 / best[1] if best else 0:.2f}x)"
