@@ -296,6 +296,7 @@ def timing(device, configs, deadline: float) -> None:
 
 
 LAYOUTS = [(32, 32), (32, 16), (32, 8), (28, 4), (32, 4)]
+RULE_ONLY = os.environ.get("SWEEP_RULE_ONLY") == "1"  # time the rule's configuration only
 SWEEP_SHAPES = [(1, 32768), (8, 8192), (32, 8192), (256, 1024)]
 
 
@@ -334,8 +335,14 @@ def sweep16(device, configs, deadline: float) -> None:
                     base = DecodeConfig(steps, warps, stages)
                     if base.smem_bytes(d, 2) > MAX_SMEM:
                         continue
+                    if RULE_ONLY and (steps, warps, stages) != (
+                        rule.steps,
+                        rule.warps,
+                        rule.stages,
+                    ):
+                        continue
                     r = decode_config(batch, hkv, d, maxc, sm, base, elem_bytes=2).num_segments
-                    for nseg in sorted({max(1, r // 2), r, r * 2}):
+                    for nseg in [r] if RULE_ONLY else sorted({max(1, r // 2), r, r * 2}):
                         cfg = DecodeConfig(steps, warps, stages, nseg)
                         fn = p.triton(decode_kernel="cuda", cuda_config=cfg)
                         e = rel(fn(), tri_out)

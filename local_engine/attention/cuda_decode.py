@@ -41,7 +41,7 @@ HERE = Path(__file__).parent / "csrc"
 SOURCES = ("decode_1b.cu", "decode_1b.cuh")
 #: (steps, warps, stages) compiled by default (the rule's three); steps = KV blocks of 16
 #: tokens per warp tile.
-DEFAULT_VARIANTS = ((2, 4, 3), (2, 4, 2), (2, 8, 2), (1, 4, 3), (1, 4, 2))
+DEFAULT_VARIANTS = ((2, 4, 3), (2, 4, 2), (2, 8, 2), (1, 4, 3))
 BLOCK_SIZE = 16
 #: Shared memory one CTA may take on sm_90 (227 KiB; the H100/H200 SM has 228).
 MAX_SMEM = 227 * 1024
@@ -276,17 +276,15 @@ def unsupported_reason(
 ONE_PER_SM = DecodeConfig(2, 8, 2)
 TWO_PER_SM = DecodeConfig(2, 4, 3)
 THREE_PER_SM = DecodeConfig(2, 4, 2)
-#: 16-bit caches (twice the bytes per tile; session 4 runs 3-4, the 40-row layout sweep), the
-#: same three tiers: at most one CTA per SM, 32-key tiles in 128 KiB (d128: 4 warps x 2
-#: stages; d64: 8 x 2), e.g. 32/4 d128 1 x 32k 1.00 of SDPA against 0.98 for 16-key tiles at 8
-#: warps, 28/4 d64 1 x 32k 1.22 vs 1.06; up to two waves of two per SM: 16-key tiles, 4 warps x
-#: 3 stages (d128 96 KiB; d64 48 KiB, four per SM); beyond: d128 16-key tiles, 4 warps x 2
-#: stages (64 KiB, three per SM; 256 x 1k 0.96-0.98), d64 as before. With three per SM at 512
-#: CTAs the second wave ran short (32/16 d64 32 x 8k 0.89 of SDPA at 32-key tiles x 2 stages,
-#: 0.95 at 16-key x 3).
+#: 16-bit caches (twice the bytes per tile; session 4 runs 3-5, the 40-row layout sweep): at most
+#: one CTA per SM, 32-key tiles in 128 KiB (d128: 4 warps x 2 stages; d64: 8 x 2), e.g. 32/4
+#: d128 1 x 32k 1.00-1.01 of SDPA against 0.98 for 16-key tiles at 8 warps, 28/4 d64 1 x 32k
+#: 1.20-1.22 vs 1.06; more CTAs: 16-key tiles, 4 warps x 3 stages (d128 96 KiB, two per SM;
+#: d64 48 KiB, four), within 0-4% of each row's best in every run (0.92-0.99 of SDPA). Three
+#: per SM (16-key tiles x 2 stages at d128; 32-key x 2 at d64) was as fast in one run and 0.89-0.90
+#: in another (32/16 d64 32 x 8k; 32/32 d128 32 x 8k; 28/4, 32/4 d128 256 x 1k).
 ONE_PER_SM_16 = {128: DecodeConfig(2, 4, 2), 64: DecodeConfig(2, 8, 2)}
-TWO_PER_SM_16 = {128: DecodeConfig(1, 4, 3), 64: DecodeConfig(1, 4, 3)}
-THREE_PER_SM_16 = {128: DecodeConfig(1, 4, 2), 64: DecodeConfig(1, 4, 3)}
+MORE_PER_SM_16 = {128: DecodeConfig(1, 4, 3), 64: DecodeConfig(1, 4, 3)}
 RULE = TWO_PER_SM  # the split-K sizing's base
 WAVES_3_STAGES = 2
 MIN_TILES_PER_WARP = 4
@@ -309,7 +307,7 @@ def decode_config(
     block table's capacity) gives each of 4 warps :data:`MIN_TILES_PER_WARP` tiles; then the
     tiles / warps / stages by the CTA count (see :data:`ONE_PER_SM`), unless ``base`` fixes them
     (benchmarks); ``elem_bytes`` 2 (a 16-bit cache) takes :data:`ONE_PER_SM_16` /
-    :data:`TWO_PER_SM_16` / :data:`THREE_PER_SM_16`."""
+    :data:`MORE_PER_SM_16`."""
     ctas = max(1, num_tokens * num_kv_heads)
     want = sm_count // ctas
     by_len = max_context // (16 * RULE.steps * RULE.warps * MIN_TILES_PER_WARP)
@@ -318,13 +316,7 @@ def decode_config(
     if base is None:
         ctas *= segs
         if elem_bytes != 1:
-            if ctas <= sm_count:
-                table = ONE_PER_SM_16
-            elif ctas <= WAVES_3_STAGES * 2 * sm_count:
-                table = TWO_PER_SM_16
-            else:
-                table = THREE_PER_SM_16
-            base = table[head_dim]
+            base = (ONE_PER_SM_16 if ctas <= sm_count else MORE_PER_SM_16)[head_dim]
         elif ctas <= sm_count:
             base = ONE_PER_SM
         elif ctas <= WAVES_3_STAGES * 2 * sm_count:

@@ -70,7 +70,7 @@ def test_split_rule_by_hand(tokens, kv_heads, max_ctx, segs, cfg):
         (1, 4, 64, 32768, 32, (2, 8, 2), 131072),  # d64: 8 warps x 2 x (2 x 32 x 64 x 2)
         (8, 16, 128, 8192, 1, (2, 4, 2), 131072),  # 128 CTAs
         (32, 8, 128, 8192, 1, (1, 4, 3), 98304),  # 256 CTAs: 4 x 3 x (2 x 16 x 128 x 2)
-        (256, 8, 128, 1024, 1, (1, 4, 2), 65536),  # 2048 CTAs: 4 x 2 x (2 x 16 x 128 x 2)
+        (256, 8, 128, 1024, 1, (1, 4, 3), 98304),  # 2048 CTAs: the same
         (256, 8, 64, 1024, 1, (1, 4, 3), 49152),  # 4 x 3 x (2 x 16 x 64 x 2)
     ],
 )
@@ -243,8 +243,8 @@ def test_auto_picks_it_and_graph_replay_matches():
     "h, hkv, d, cfg",
     [
         (32, 8, 128, DecodeConfig(2, 4, 2)),
-        (28, 4, 128, DecodeConfig(1, 4, 2)),
-        (32, 8, 128, DecodeConfig(1, 4, 2)),
+        (28, 4, 128, DecodeConfig(1, 4, 3)),
+        (32, 8, 128, DecodeConfig(1, 4, 3)),
         (8, 8, 64, DecodeConfig(2, 8, 2)),
         (28, 4, 64, DecodeConfig(2, 4, 2)),
     ],
