@@ -7,7 +7,8 @@ where it is off or cannot be built, runs the Triton kernel (one log line says wh
 
 Build: ``torch.utils.cpp_extension.load`` with nvcc (``CUDA_HOME``) for the device's compute
 capability (``-gencode=arch=compute_XY,code=sm_XY``), on first use, into the kernel cache that
-the CPU kernels use (:func:`local_engine.ops.cpu.cache_dir`, ``~/.cache/promptcache/kernels``;
+the CPU kernels use (:func:`local_engine.ops.extension_build.cache_dir`,
+``~/.cache/promptcache/kernels``;
 ``$PROMPTCACHE_KERNEL_CACHE_DIR``), one folder per key (the sources' SHA-256, the compiled
 configurations, torch's and nvcc's versions, the capability). ``PROMPTCACHE_CUDA_DECODE=0``
 turns it off. ``PROMPTCACHE_DECODE_VARIANTS`` (``"2,4,3;4,4,2"``: steps, warps, stages)
@@ -25,13 +26,12 @@ import logging
 import os
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from local_engine.ops.cpu import cache_dir
+from local_engine.ops.extension_build import cache_dir, load_or_none
 
 logger = logging.getLogger("local_engine")
 
@@ -134,29 +134,29 @@ def _module(device_index: int):
     nvcc = _nvcc()
     if reason is None and nvcc is None:
         reason = "no nvcc (set CUDA_HOME)"
-    if reason is not None:
-        logger.info("CUDA decode kernel: off (%s); 1-byte KV decode uses the Triton kernel", reason)
+    if reason is not None or nvcc is None:
+        logger.info("CUDA decode kernel: off (%s); decode uses the Triton kernel", reason)
         return None
-    assert nvcc is not None
-    try:
-        from torch.utils import cpp_extension
+    from torch.utils import cpp_extension
 
+    try:
         major, minor = torch.cuda.get_device_capability(device_index)
         arch = f"{major}{minor}"
         configs = variants()
         key = build_key(arch, nvcc, configs)
-        folder = cache_dir() / f"cuda-{key}"
+    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
+        logger.warning("CUDA decode kernel: off (%s); decode uses the Triton kernel", exc)
+        return None
+    folder = cache_dir() / f"cuda-{key}"
+
+    def load():
         folder.mkdir(parents=True, exist_ok=True)
         wrapper = folder / "decode_1b_build.cu"
         defs = " ".join(f"X({s}, {w}, {st})" for s, w, st in configs)
         text = f'#define DECODE_VARIANTS {defs}\n#include "{HERE / "decode_1b.cu"}"\n'
         if not wrapper.exists() or wrapper.read_text() != text:
             wrapper.write_text(text)
-        built = any(folder.glob("*.so"))
-        if not built:
-            logger.info("CUDA decode kernel: building in %s (first use, ~1-2 min)", folder)
-        t0 = time.perf_counter()
-        mod = cpp_extension.load(
+        return cpp_extension.load(
             name=f"promptcache_decode1b_{key}",
             sources=[str(wrapper)],
             extra_cuda_cflags=[
@@ -169,22 +169,15 @@ def _module(device_index: int):
             build_directory=str(folder),
             verbose=False,
         )
-        logger.info(
-            "CUDA decode kernel: %s %s (sm_%s, %.1f s)",
-            "loaded" if built else "built",
-            folder,
-            arch,
-            time.perf_counter() - t0,
-        )
-        return mod
-    except Exception as exc:  # a compiler error, a read-only cache, a missing header
-        lines = str(exc).strip().splitlines()
-        logger.warning(
-            "CUDA decode kernel: build failed (%s: %s); 1-byte KV decode uses the Triton kernel",
-            type(exc).__name__,
-            lines[-1] if lines else "",
-        )
-        return None
+
+    return load_or_none(
+        "CUDA decode kernel",
+        folder,
+        load,
+        lambda mod: f"sm_{arch}",
+        "first use, ~1-2 min",
+        "decode uses the Triton kernel",
+    )
 
 
 def _aligned(t: torch.Tensor, nbytes: int = 16) -> bool:

@@ -518,42 +518,29 @@ def _cuda_decode(
         )
     if num_segments is not None:
         cfg = replace(cfg, num_segments=num_segments)
-    if cfg.num_segments > 1:
-        shape = (num_tokens, num_heads, cfg.num_segments)
-        seg_out = _alloc((*shape, head_dim), torch.float32, q.device)
-        seg_max = _alloc(shape, torch.float32, q.device)
-        seg_sum = _alloc(shape, torch.float32, q.device)
-        cuda_decode.paged_decode(
-            out,
-            q,
-            k_cache,
-            v_cache,
-            k_scale,
-            v_scale,
-            block_tables,
-            cu_seqlens_q,
-            seq_lens,
-            qk_scale,
-            cfg,
-            seg_out,
-            seg_max,
-            seg_sum,
-        )
+    split = cfg.num_segments > 1
+    shape = (num_tokens, num_heads, cfg.num_segments)
+    seg_out = _alloc((*shape, head_dim), torch.float32, q.device) if split else None
+    seg_max = _alloc(shape, torch.float32, q.device) if split else None
+    seg_sum = _alloc(shape, torch.float32, q.device) if split else None
+    cuda_decode.paged_decode(
+        out,
+        q,
+        k_cache,
+        v_cache,
+        k_scale,
+        v_scale,
+        block_tables,
+        cu_seqlens_q,
+        seq_lens,
+        qk_scale,
+        cfg,
+        seg_out,
+        seg_max,
+        seg_sum,
+    )
+    if seg_out is not None and seg_max is not None and seg_sum is not None:
         merge_segments(out, seg_out, seg_max, seg_sum)
-    else:
-        cuda_decode.paged_decode(
-            out,
-            q,
-            k_cache,
-            v_cache,
-            k_scale,
-            v_scale,
-            block_tables,
-            cu_seqlens_q,
-            seq_lens,
-            qk_scale,
-            cfg,
-        )
 
 
 def merge_chunk(num_segments: int, head_dim_pad: int) -> int:

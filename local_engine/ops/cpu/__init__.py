@@ -27,30 +27,20 @@ import logging
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import torch
 
+from local_engine.ops.extension_build import ENV_DIR, cache_dir, load_or_none
+
 logger = logging.getLogger("local_engine")
 
 ENV_ENABLE = "PROMPTCACHE_CPU_KERNELS"
-ENV_DIR = "PROMPTCACHE_KERNEL_CACHE_DIR"
 SOURCES = ("linear.cpp", "decode.cpp", "kernels.h")
 NB = 32  # output columns per panel (linear.cpp's NB)
 # -ffp-contract=off: a scalar a * b + c stays two roundings (the torch path's rotary)
 CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-DNDEBUG")
 _FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16")
-
-
-def cache_dir() -> Path:
-    """``$PROMPTCACHE_KERNEL_CACHE_DIR``, else the user cache directory's ``kernels`` folder."""
-    env = os.environ.get(ENV_DIR)
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("promptcache", appauthor=False)) / "kernels"
 
 
 def cpu_flags() -> tuple[str, ...]:
@@ -109,42 +99,31 @@ def kernels():
     if reason is not None:
         logger.info("CPU kernels: off (%s); using the torch path", reason)
         return None
-    try:
-        from torch.utils import cpp_extension
+    from torch.utils import cpp_extension
 
-        cxx = os.environ.get("CXX", "c++")
+    cxx = os.environ.get("CXX", "c++")
+    try:
         key = build_key(cxx)
-        folder = cache_dir() / key
-        folder.mkdir(parents=True, exist_ok=True)
-        here = Path(__file__).parent
-        built = any(folder.glob("*.so"))
-        if not built:
-            logger.info("CPU kernels: building in %s (first use, ~30-60 s)", folder)
-        t0 = time.perf_counter()
-        mod = cpp_extension.load(
+    except (OSError, subprocess.SubprocessError) as exc:
+        logger.warning("CPU kernels: cannot run %s (%s); using the torch path", cxx, exc)
+        return None
+    folder = cache_dir() / key
+    here = Path(__file__).parent
+    return load_or_none(
+        "CPU kernels",
+        folder,
+        lambda: cpp_extension.load(
             name=f"promptcache_cpu_{key}",
             sources=[str(here / s) for s in SOURCES if s.endswith(".cpp")],
             extra_cflags=list(CFLAGS),
             extra_ldflags=["-fopenmp"],
             build_directory=str(folder),
             verbose=False,
-        )
-        logger.info(
-            "CPU kernels: %s %s (%s, %.1f s)",
-            "built" if not built else "loaded",
-            folder,
-            mod.isa(),
-            time.perf_counter() - t0,
-        )
-        return mod
-    except Exception as exc:  # a compiler error, a read-only cache, a missing header
-        first = str(exc).strip().splitlines()
-        logger.warning(
-            "CPU kernels: build failed (%s: %s); using the torch path",
-            type(exc).__name__,
-            first[-1] if first else "",
-        )
-        return None
+        ),
+        lambda mod: mod.isa(),
+        "first use, ~30-60 s",
+        "using the torch path",
+    )
 
 
 def isa() -> str | None:

@@ -139,6 +139,69 @@ def test_env_turns_it_off(monkeypatch):
     assert cuda_decode.unsupported_reason(q, q, q, q, q, q) == "PROMPTCACHE_CUDA_DECODE=0"
 
 
+def test_build_helper_logs_and_falls_back(tmp_path, caplog):
+    from local_engine.ops.extension_build import load_or_none
+
+    caplog.set_level("INFO", logger="local_engine")
+    folder = tmp_path / "k"
+
+    def broken():
+        raise RuntimeError("nvcc fatal: no such file\nerror: bad flag")
+
+    assert load_or_none("X kernel", folder, broken, str, "first use", "fallback path") is None
+    assert "X kernel: building in" in caplog.text
+    assert "X kernel: build failed (RuntimeError: error: bad flag); fallback path" in caplog.text
+    caplog.clear()
+    (folder / "x.so").write_bytes(b"")  # something built: this time it is a load
+    sentinel = object()
+    assert load_or_none("X kernel", folder, lambda: sentinel, lambda m: "ok", "", "") is sentinel
+    assert "X kernel: loaded" in caplog.text and "building" not in caplog.text
+
+
+@pytest.mark.skipif(bool(torch.version.cuda), reason="checks the path of a torch without CUDA")
+def test_no_cuda_torch_turns_it_off(caplog):
+    caplog.set_level("INFO", logger="local_engine")
+    cuda_decode._module.cache_clear()
+    try:
+        assert cuda_decode._module(0) is None
+    finally:
+        cuda_decode._module.cache_clear()
+    assert "CUDA decode kernel: off (this torch has no CUDA)" in caplog.text
+
+
+def test_build_glue_with_a_stand_in_toolchain(tmp_path, monkeypatch, caplog):
+    """The build path up to ``cpp_extension.load``, with a stand-in nvcc (``echo``) and load: the
+    wrapper source names the compiled variants, the flags target the device's capability."""
+    from torch.utils import cpp_extension
+
+    caplog.set_level("INFO", logger="local_engine")
+    monkeypatch.setenv("PROMPTCACHE_KERNEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(cuda_decode.ENV_VARIANTS, "2,4,3;1,4,3")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(cuda_decode, "_nvcc", lambda: "echo")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda idx=None: (9, 0))
+    seen = {}
+
+    def fake_load(**kw):
+        seen.update(kw)
+        return "module"
+
+    monkeypatch.setattr(cpp_extension, "load", fake_load)
+    cuda_decode._module.cache_clear()
+    try:
+        assert cuda_decode._module(0) == "module"
+    finally:
+        cuda_decode._module.cache_clear()
+    (src,) = seen["sources"]
+    text = open(src).read()
+    assert text.startswith("#define DECODE_VARIANTS X(2, 4, 3) X(1, 4, 3)\n#include ")
+    assert text.rstrip().endswith('decode_1b.cu"')
+    assert "-gencode=arch=compute_90,code=sm_90" in seen["extra_cuda_cflags"]
+    assert seen["build_directory"] == str(os.path.dirname(src))
+    assert os.path.dirname(src).startswith(str(tmp_path / "cuda-"))
+    assert "CUDA decode kernel: built" in caplog.text and "sm_90" in caplog.text
+
+
 # ----------------------------------------------------------------------------- CUDA
 def _rel(a, b) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm())
