@@ -17,10 +17,13 @@ void launch(const Params& p, int num_tokens, int num_kv_heads, cudaStream_t stre
   const int pipe = WARPS * STAGES * Smem<D, STEPS, KIND>::STAGE;
   const int merge = WARPS * GP * (D + 2) * 4;
   const int smem = pipe > merge ? pipe : merge;
-  static bool attr_set = false;  // once per instantiation (before any graph capture)
-  if (!attr_set) {
+  // the shared-memory limit, raised once per instantiation and device (before any capture)
+  static uint64_t attr_set = 0;  // bit d: done on device d (devices past 63: every launch)
+  int dev = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 64 || !((attr_set >> dev) & 1u)) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    attr_set = true;
+    if (dev < 64) attr_set |= uint64_t{1} << dev;
   }
   dim3 grid(num_tokens, num_kv_heads, p.num_segments);
   kern<<<grid, WARPS * 32, smem, stream>>>(p);
