@@ -1,5 +1,7 @@
-// Paged decode attention over a 1-byte (INT8 / FP8 E4M3) KV cache: CUDA C++ with tensor-core
-// MMAs (mma.sync m16n8k16, fp16 operands, float32 accumulators), for sm_89 and newer.
+// Paged decode attention over a 1-byte (INT8 / FP8 E4M3) or 16-bit (bf16 / fp16) KV cache: CUDA
+// C++ with tensor-core MMAs (mma.sync m16n8k16, float32 accumulators), for sm_80 and newer
+// (FP8 conversions in hardware from sm_89; local_engine/attention/cuda_decode.py refuses FP8
+// below that).
 //
 // Why a hand-written kernel (bench/RESULTS.md, "## kvquant", sessions 2-3b): the Triton decode
 // tile for a GQA group of G query heads is a 16-row MMA tile (the group padded to 16 rows) at
@@ -42,6 +44,12 @@
 // Shared-memory swizzles (bank-conflict-free 16-byte reads): K rows of 128 bytes store chunk
 // j of row R at j ^ (4 (R & 1)); V^T rows of block b (16 bytes each) store row d at
 // d ^ swz(b) with swz = 2b (STEPS 4) or 4b (STEPS 2).
+//
+// 16-bit caches (KIND == KV_16, the model dtype, token-major K and V): the same products in
+// the queries' dtype, key slot s of step t is tile key 16 t + s (no permutation), K by
+// `ldmatrix` and V^T by `ldmatrix.trans` from rows whose 16-byte chunk j of row R sits at
+// j ^ (R & 7); rows past the context are zero-filled by the copies (a stale slot may hold
+// NaN, and 0 * NaN would reach the output); no scales, no normaliser.
 
 #pragma once
 
