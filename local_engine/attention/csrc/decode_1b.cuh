@@ -577,6 +577,11 @@ __global__ void __launch_bounds__(WARPS * 32)
       }
       const float ksa = sKS[ka], ksb = sKS[kb];
       vsc[u][0] = sVS[ka], vsc[u][1] = sVS[kb];
+      if (masked) {  // slots past the context in its last block: stale or NaN scales must
+        // neither raise v_norm nor reach P' (0 * NaN), as the Triton kernel's v_sc = 0
+        if (key0 + ka >= n_keys) vsc[u][0] = 0.f;
+        if (key0 + kb >= n_keys) vsc[u][1] = 0.f;
+      }
       vmax = fmaxf(vmax, fmaxf(vsc[u][0], vsc[u][1]));
 #pragma unroll
       for (int j = 0; j < 2; ++j) {

@@ -114,6 +114,10 @@ def _pool(ctx_lens, hkv, d, fmt, device, g, nan_tail=False):
             blk = int(bt[i, n - 1])
             kc.view(torch.uint8)[blk, ctx_lens[i] % BS :] = 0x7F  # E4M3 NaN, INT8 127
             vc.view(torch.uint8)[blk, ctx_lens[i] % BS :] = 0x7F
+            # stale scales too (the Triton kernel zeroes V's past the context): a NaN there
+            # must not reach P' (0 * NaN) nor a large one the power-of-two normaliser
+            ks[blk, ctx_lens[i] % BS :] = float("nan")
+            vs[blk, ctx_lens[i] % BS :] = float("nan")
     return kc, vc, ks, vs, bt
 
 
