@@ -83,13 +83,16 @@ def variants() -> tuple[tuple[int, int, int], ...]:
     """The (steps, warps, stages) configurations to compile: ``$PROMPTCACHE_DECODE_VARIANTS``
     (``"2,4,3;4,4,2"``), else :data:`DEFAULT_VARIANTS`.
 
+    The list adds to the defaults: the launch rule's configurations stay compiled in, so
+    ``decode_kernel="auto"`` never picks one that is not.
+
     Raises:
         ValueError: a malformed variant list (steps 1, 2 or 4 (1: 16-bit caches only), warps 1-16, stages 2-6)."""
     raw = os.environ.get(ENV_VARIANTS, "").strip()
     if not raw:
         return DEFAULT_VARIANTS
-    out = []
-    for part in raw.split(";"):
+    out = list(DEFAULT_VARIANTS)
+    for part in filter(None, (p.strip() for p in raw.split(";"))):
         try:
             s, w, st = (int(x) for x in part.split(","))
         except ValueError:
@@ -118,8 +121,10 @@ def build_key(arch: str, nvcc: str, configs) -> str:
     h = hashlib.sha256()
     for name in SOURCES:
         h.update(name.encode() + b"\0" + (HERE / name).read_bytes())
-    ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
-    for part in (repr(configs), torch.__version__, ver.strip().splitlines()[-1], arch):
+    ver = subprocess.run(
+        [nvcc, "--version"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.strip()
+    for part in (repr(configs), torch.__version__, ver.splitlines()[-1] if ver else "", arch):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:16]
 
@@ -180,6 +185,14 @@ def _module(device_index: int):
     )
 
 
+@functools.cache
+def _smem_optin(device_index: int) -> int:
+    """Dynamic shared memory one CTA may opt in to on the device (99 KiB on sm_86 / sm_89 /
+    sm_120, 163 KiB on sm_80, 227 KiB on sm_90)."""
+    props = torch.cuda.get_device_properties(device_index)
+    return int(getattr(props, "shared_memory_per_block_optin", MAX_SMEM))
+
+
 def _aligned(t: torch.Tensor, nbytes: int = 16) -> bool:
     return t.data_ptr() % nbytes == 0
 
@@ -216,6 +229,10 @@ def unsupported_reason(
     _, bs, hkv, d = k_cache.shape
     if d not in HEAD_DIMS or bs != BLOCK_SIZE:
         return f"head_dim {d} / block_size {bs} (needs 64 or 128 / 16)"
+    need = rule_smem_bytes(d, k_cache.element_size())
+    have = _smem_optin(q.device.index if q.device.index is not None else torch.cuda.current_device())
+    if need > have:
+        return f"{have} bytes of shared memory per block (the launch rule takes up to {need})"
     if q.shape[1] // hkv > MAX_GROUP:
         return f"group of {q.shape[1] // hkv} query heads per KV head (at most {MAX_GROUP})"
     if (
@@ -317,6 +334,15 @@ def decode_config(
         else:
             base = THREE_PER_SM
     return DecodeConfig(base.steps, base.warps, base.stages, segs)
+
+
+def rule_smem_bytes(head_dim: int, elem_bytes: int = 1) -> int:
+    """The most dynamic shared memory a launch of :func:`decode_config` takes (no ``base``)."""
+    if elem_bytes == 2:
+        rule = (ONE_PER_SM_16[head_dim], MORE_PER_SM_16[head_dim])
+    else:
+        rule = (ONE_PER_SM, TWO_PER_SM, THREE_PER_SM)
+    return max(c.smem_bytes(head_dim, elem_bytes) for c in rule)
 
 
 def available(device: torch.device) -> bool:

@@ -82,7 +82,8 @@ def test_16bit_rule_by_hand(tokens, kv_heads, d, max_ctx, segs, cfg, smem):
 
 def test_variants_parse(monkeypatch):
     monkeypatch.setenv(cuda_decode.ENV_VARIANTS, "2,4,3;4,2,2;2,4,3")
-    assert cuda_decode.variants() == ((2, 4, 3), (4, 2, 2))
+    # added to the defaults (the launch rule's configurations stay compiled in), in order
+    assert cuda_decode.variants() == (*cuda_decode.DEFAULT_VARIANTS, (4, 2, 2))
     monkeypatch.setenv(cuda_decode.ENV_VARIANTS, "2,4")
     with pytest.raises(ValueError, match="steps,warps,stages"):
         cuda_decode.variants()
@@ -180,7 +181,7 @@ def test_build_glue_with_a_stand_in_toolchain(tmp_path, monkeypatch, caplog):
 
     caplog.set_level("INFO", logger="local_engine")
     monkeypatch.setenv("PROMPTCACHE_KERNEL_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv(cuda_decode.ENV_VARIANTS, "2,4,3;1,4,3")
+    monkeypatch.setenv(cuda_decode.ENV_VARIANTS, "2,4,3;4,4,2")
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(cuda_decode, "_nvcc", lambda: "echo")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda idx=None: (9, 0))
@@ -198,12 +199,39 @@ def test_build_glue_with_a_stand_in_toolchain(tmp_path, monkeypatch, caplog):
         cuda_decode._module.cache_clear()
     (src,) = seen["sources"]
     text = open(src).read()
-    assert text.startswith("#define DECODE_VARIANTS X(2, 4, 3) X(1, 4, 3)\n#include ")
+    defs = " ".join(f"X({s}, {w}, {st})" for s, w, st in (*cuda_decode.DEFAULT_VARIANTS, (4, 4, 2)))
+    assert text.startswith(f"#define DECODE_VARIANTS {defs}\n#include ")
     assert text.rstrip().endswith('decode_1b.cu"')
     assert "-gencode=arch=compute_90,code=sm_90" in seen["extra_cuda_cflags"]
     assert seen["build_directory"] == str(os.path.dirname(src))
     assert os.path.dirname(src).startswith(str(tmp_path / "cuda-"))
     assert "CUDA decode kernel: built" in caplog.text and "sm_90" in caplog.text
+
+
+def test_broken_nvcc_turns_it_off(tmp_path, monkeypatch, caplog):
+    """An nvcc that fails without output (a toolkit missing its libraries) is one warning and
+    the Triton kernel, not an exception out of every decode call."""
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'error while loading shared libraries' >&2\nexit 127\n")
+    nvcc.chmod(0o755)
+    caplog.set_level("INFO", logger="local_engine")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(cuda_decode, "_nvcc", lambda: str(nvcc))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda idx=None: (9, 0))
+    cuda_decode._module.cache_clear()
+    try:
+        assert cuda_decode._module(0) is None
+    finally:
+        cuda_decode._module.cache_clear()
+    assert "CUDA decode kernel: off" in caplog.text
+
+
+def test_rule_smem_against_99_kib_devices():
+    # sm_86 / sm_89 / sm_120 let a CTA opt in to 99 KiB: the one-per-SM tiers need more, so
+    # unsupported_reason sends those devices to the Triton kernel instead of a launch error
+    assert cuda_decode.rule_smem_bytes(128, 1) == 8 * 2 * (4096 + 4096 + 256) > 99 * 1024
+    assert cuda_decode.rule_smem_bytes(64, 2) == 8 * 2 * (2 * 32 * 64 * 2) > 99 * 1024
+    assert cuda_decode.rule_smem_bytes(128, 2) <= cuda_decode.MAX_SMEM
 
 
 # ----------------------------------------------------------------------------- CUDA
