@@ -230,7 +230,9 @@ def unsupported_reason(
     if d not in HEAD_DIMS or bs != BLOCK_SIZE:
         return f"head_dim {d} / block_size {bs} (needs 64 or 128 / 16)"
     need = rule_smem_bytes(d, k_cache.element_size())
-    have = _smem_optin(q.device.index if q.device.index is not None else torch.cuda.current_device())
+    have = _smem_optin(
+        q.device.index if q.device.index is not None else torch.cuda.current_device()
+    )
     if need > have:
         return f"{have} bytes of shared memory per block (the launch rule takes up to {need})"
     if q.shape[1] // hkv > MAX_GROUP:
@@ -338,6 +340,7 @@ def decode_config(
 
 def rule_smem_bytes(head_dim: int, elem_bytes: int = 1) -> int:
     """The most dynamic shared memory a launch of :func:`decode_config` takes (no ``base``)."""
+    rule: tuple[DecodeConfig, ...]
     if elem_bytes == 2:
         rule = (ONE_PER_SM_16[head_dim], MORE_PER_SM_16[head_dim])
     else:
