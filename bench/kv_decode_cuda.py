@@ -32,20 +32,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.kernels import bench, make_paged  # noqa: E402
-from bench.kv_gpu import Decode, quantized_pool  # noqa: E402
+from bench.kv_gpu import LOG, Decode, log, quantized_pool, rel  # noqa: E402
 
-LOG: list[str] = []
 RES: dict = {"check": [], "time": []}
 BS = 16
-
-
-def log(msg: str = "") -> None:
-    print(msg, flush=True)
-    LOG.append(msg)
-
-
-def rel(a, b) -> float:
-    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
 
 
 def check(device, configs) -> bool:

@@ -1,4 +1,4 @@
-"""The CUDA decode kernel for 1-byte (INT8 / FP8 E4M3) KV caches: build, support check, launch.
+"""The CUDA decode kernel for INT8 / FP8 E4M3 / 16-bit KV caches: build, support check, launch.
 
 The kernel (``csrc/decode_1b.cuh``, its header says how it is laid out and why) runs decode-shaped
 calls of :func:`local_engine.attention.triton_backend.paged_attention` over a quantized cache
@@ -39,7 +39,7 @@ ENV_ENABLE = "PROMPTCACHE_CUDA_DECODE"
 ENV_VARIANTS = "PROMPTCACHE_DECODE_VARIANTS"
 HERE = Path(__file__).parent / "csrc"
 SOURCES = ("decode_1b.cu", "decode_1b.cuh")
-#: (steps, warps, stages) compiled by default (the rule's three); steps = KV blocks of 16
+#: (steps, warps, stages) compiled by default (every configuration the rule picks); steps = KV blocks of 16
 #: tokens per warp tile.
 DEFAULT_VARIANTS = ((2, 4, 3), (2, 4, 2), (2, 8, 2), (1, 4, 3))
 BLOCK_SIZE = 16
@@ -370,8 +370,8 @@ def paged_decode(
     seg_max: torch.Tensor | None = None,
     seg_sum: torch.Tensor | None = None,
 ) -> None:
-    """Launch the kernel (the caller checked :func:`unsupported_reason` and
-    :func:`available`): ``out`` ``[num_tokens, num_heads, head_dim]`` receives the attention
+    """Launch the kernel on a decode-shaped call (the caller checked :func:`unsupported_reason`
+    and :func:`available`): ``out`` ``[num_tokens, num_heads, head_dim]`` receives the attention
     when ``cfg.num_segments == 1``; otherwise ``seg_out`` (float32 ``[num_tokens, num_heads,
     num_segments, head_dim]``), ``seg_max`` and ``seg_sum`` (``[num_tokens, num_heads,
     num_segments]``, base-2 maxima) receive the partials for
@@ -379,7 +379,14 @@ def paged_decode(
     scale times log2(e).
 
     Raises:
+        ValueError: ``num_tokens != num_seqs`` (the kernel reads ``cu_seqlens_q[token]``).
         RuntimeError: a configuration that is not compiled in (``variants()``)."""
+    if q.shape[0] != seq_lens.shape[0] or cu_seqlens_q.shape[0] != seq_lens.shape[0] + 1:
+        raise ValueError(
+            f"paged_decode needs a decode-shaped call (num_tokens == num_seqs); got q "
+            f"{tuple(q.shape)}, seq_lens {tuple(seq_lens.shape)}, cu_seqlens_q "
+            f"{tuple(cu_seqlens_q.shape)}"
+        )
     idx = q.device.index if q.device.index is not None else torch.cuda.current_device()
     mod = _module(idx)
     if mod is None:

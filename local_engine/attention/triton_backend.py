@@ -306,7 +306,8 @@ def paged_attention(
     tile choice; ``num_segments`` forces the split-K segment count (1 = no split); ``out``
     (``[num_tokens, num_heads, head_dim]``, q's dtype, contiguous last dim) receives the result;
     ``kv_cvt`` forces the quantized-value conversion (:func:`kv_cvt_of`). ``decode_kernel``:
-    ``"auto"`` runs decode-shaped calls over a 1-byte cache on the CUDA kernel
+    ``"auto"`` runs decode-shaped calls (1-byte caches, and 16-bit ones while
+    ``cuda_decode.AUTO_16BIT``) on the CUDA kernel
     (:mod:`~local_engine.attention.cuda_decode`) where it supports the call and is built, and
     on the Triton kernel otherwise (or when ``config`` / ``kv_cvt`` is given); ``"triton"``
     always the Triton kernel; ``"cuda"`` the CUDA kernel or a RuntimeError saying why not.
@@ -318,6 +319,8 @@ def paged_attention(
         RuntimeError: CPU tensors without the Triton interpreter.
     """
     _check_runnable(q)
+    if decode_kernel not in ("auto", "triton", "cuda"):
+        raise ValueError(f"decode_kernel must be 'auto', 'triton' or 'cuda'; got {decode_kernel!r}")
     if q.dim() != 3:
         raise ValueError(f"q must be [num_tokens, num_heads, head_dim]; got {tuple(q.shape)}")
     num_tokens, num_heads, head_dim = q.shape
@@ -361,8 +364,6 @@ def paged_attention(
 
     group = num_heads // num_kv_heads
     decode = num_tokens == num_seqs
-    if decode_kernel not in ("auto", "triton", "cuda"):
-        raise ValueError(f"decode_kernel must be 'auto', 'triton' or 'cuda'; got {decode_kernel!r}")
     if (
         decode
         and (quant or cuda_decode.AUTO_16BIT or decode_kernel == "cuda")
@@ -487,7 +488,7 @@ def paged_attention(
 
 @functools.cache
 def _log_fallback_once(why: str) -> None:
-    logger.info("1-byte KV decode on the Triton kernel: the CUDA kernel %s", why)
+    logger.info("decode on the Triton kernel: the CUDA decode kernel %s", why)
 
 
 def _cuda_decode(

@@ -32,8 +32,8 @@ void launch(const Params& p, int num_tokens, int num_kv_heads, cudaStream_t stre
 
 // The instantiated configurations: (STEPS, WARPS, STAGES). PROMPTCACHE_DECODE_VARIANTS (a
 // compile-time macro, for the benchmark's grid) adds more.
-#ifndef DECODE_VARIANTS
-#define DECODE_VARIANTS X(2, 4, 3) X(4, 4, 2)
+#ifndef DECODE_VARIANTS  // the list lives in cuda_decode.py (variants()), which defines it
+#error "DECODE_VARIANTS is defined by local_engine/attention/cuda_decode.py's build wrapper"
 #endif
 
 template <int D, int KIND, typename QT>
