@@ -364,6 +364,11 @@ def paged_attention(
 
     group = num_heads // num_kv_heads
     decode = num_tokens == num_seqs
+    if decode_kernel == "cuda" and not decode:
+        raise ValueError(
+            f"decode_kernel='cuda' runs decode-shaped calls only (num_tokens == num_seqs); got "
+            f"{num_tokens} tokens in {num_seqs} sequences"
+        )
     if (
         decode
         and (quant or cuda_decode.AUTO_16BIT or decode_kernel == "cuda")

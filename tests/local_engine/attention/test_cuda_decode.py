@@ -135,6 +135,10 @@ def test_cpu_tensors_are_refused():
     sl = torch.tensor([20], dtype=torch.int32)
     with pytest.raises(RuntimeError, match="cannot run this call: not a CUDA tensor"):
         tb.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="cuda")
+    cu2 = torch.tensor([0, 2], dtype=torch.int32)
+    q2 = torch.randn(2, 4, 64).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="decode-shaped calls only"):
+        tb.paged_attention(q2, kc, vc, bt, cu2, sl, k_scale=ks, v_scale=vs, decode_kernel="cuda")
     with pytest.raises(ValueError, match="decode_kernel must be"):
         tb.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="x")
 
