@@ -26,7 +26,7 @@ import logging
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -185,12 +185,19 @@ def _module(device_index: int):
     )
 
 
+def _device_index(device: torch.device) -> int:
+    """The CUDA ordinal of ``device`` (the current device for a bare ``"cuda"``)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 @functools.cache
-def _smem_optin(device_index: int) -> int:
-    """Dynamic shared memory one CTA may opt in to on the device (99 KiB on sm_86 / sm_89 /
-    sm_120, 163 KiB on sm_80, 227 KiB on sm_90)."""
+def _device_limits(device_index: int) -> tuple[tuple[int, int], int]:
+    """``(compute capability, opt-in shared memory per CTA in bytes)`` of the device, read once
+    (99 KiB on sm_86 / sm_89 / sm_120, 163 KiB on sm_80, 227 KiB on sm_90)."""
     props = torch.cuda.get_device_properties(device_index)
-    return int(getattr(props, "shared_memory_per_block_optin", MAX_SMEM))
+    return (props.major, props.minor), int(
+        getattr(props, "shared_memory_per_block_optin", MAX_SMEM)
+    )
 
 
 def _aligned(t: torch.Tensor, nbytes: int = 16) -> bool:
@@ -223,18 +230,15 @@ def unsupported_reason(
     one_byte = k_cache.dtype in (torch.int8, fp8)
     if not one_byte and k_cache.dtype != q.dtype:
         return f"cache of {k_cache.dtype} with {q.dtype} queries"
-    cap = torch.cuda.get_device_capability(q.device)
+    cap, smem_optin = _device_limits(_device_index(q.device))
     if cap < ((8, 9) if k_cache.dtype == fp8 else (8, 0)):
         return f"compute capability {cap[0]}.{cap[1]}"
     _, bs, hkv, d = k_cache.shape
     if d not in HEAD_DIMS or bs != BLOCK_SIZE:
         return f"head_dim {d} / block_size {bs} (needs 64 or 128 / 16)"
     need = rule_smem_bytes(d, k_cache.element_size())
-    have = _smem_optin(
-        q.device.index if q.device.index is not None else torch.cuda.current_device()
-    )
-    if need > have:
-        return f"{have} bytes of shared memory per block (the launch rule takes up to {need})"
+    if need > smem_optin:
+        return f"{smem_optin} bytes of shared memory per block (the launch rule takes up to {need})"
     if q.shape[1] // hkv > MAX_GROUP:
         return f"group of {q.shape[1] // hkv} query heads per KV head (at most {MAX_GROUP})"
     if (
@@ -338,8 +342,10 @@ def decode_config(
     return DecodeConfig(base.steps, base.warps, base.stages, segs)
 
 
+@functools.cache
 def rule_smem_bytes(head_dim: int, elem_bytes: int = 1) -> int:
-    """The most dynamic shared memory a launch of :func:`decode_config` takes (no ``base``)."""
+    """The most dynamic shared memory (bytes) a launch of :func:`decode_config` takes (no
+    ``base``) for ``head_dim`` and values of ``elem_bytes`` bytes."""
     rule: tuple[DecodeConfig, ...]
     if elem_bytes == 2:
         rule = (ONE_PER_SM_16[head_dim], MORE_PER_SM_16[head_dim])
@@ -350,8 +356,7 @@ def rule_smem_bytes(head_dim: int, elem_bytes: int = 1) -> int:
 
 def available(device: torch.device) -> bool:
     """Whether the kernel is built (building it now if needed) for ``device``."""
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    return _module(idx) is not None
+    return _module(_device_index(device)) is not None
 
 
 def paged_decode(
@@ -365,38 +370,61 @@ def paged_decode(
     cu_seqlens_q: torch.Tensor,
     seq_lens: torch.Tensor,
     qk_scale: float,
-    cfg: DecodeConfig,
-    seg_out: torch.Tensor | None = None,
-    seg_max: torch.Tensor | None = None,
-    seg_sum: torch.Tensor | None = None,
-) -> None:
+    sm_count: int,
+    cfg: DecodeConfig | None = None,
+    num_segments: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """Launch the kernel on a decode-shaped call (the caller checked :func:`unsupported_reason`
-    and :func:`available`): ``out`` ``[num_tokens, num_heads, head_dim]`` receives the attention
-    when ``cfg.num_segments == 1``; otherwise ``seg_out`` (float32 ``[num_tokens, num_heads,
-    num_segments, head_dim]``), ``seg_max`` and ``seg_sum`` (``[num_tokens, num_heads,
-    num_segments]``, base-2 maxima) receive the partials for
-    :func:`local_engine.attention.triton_backend.merge_segments`. ``qk_scale`` is the softmax
-    scale times log2(e).
+    and :func:`available`). ``qk_scale`` is the softmax scale times log2(e); the launch is
+    ``cfg`` or :func:`decode_config` for these shapes on ``sm_count`` SMs, with
+    ``num_segments`` if given.
+
+    Returns:
+        None when ``out`` (``[num_tokens, num_heads, head_dim]``, q's dtype) holds the
+        attention; with split-K, the float32 partials ``(seg_out [num_tokens, num_heads,
+        num_segments, head_dim], seg_max, seg_sum [num_tokens, num_heads, num_segments])``
+        (base-2 maxima) for :func:`local_engine.attention.triton_backend.merge_segments`.
 
     Raises:
         ValueError: ``num_tokens != num_seqs`` (the kernel reads ``cu_seqlens_q[token]``).
-        RuntimeError: a configuration that is not compiled in (``variants()``)."""
-    if q.shape[0] != seq_lens.shape[0] or cu_seqlens_q.shape[0] != seq_lens.shape[0] + 1:
+        RuntimeError: the kernel is not built, or a configuration that is not compiled in
+            (``variants()``)."""
+    num_tokens, num_heads, head_dim = q.shape
+    if num_tokens != seq_lens.shape[0] or cu_seqlens_q.shape[0] != seq_lens.shape[0] + 1:
         raise ValueError(
             f"paged_decode needs a decode-shaped call (num_tokens == num_seqs); got q "
             f"{tuple(q.shape)}, seq_lens {tuple(seq_lens.shape)}, cu_seqlens_q "
             f"{tuple(cu_seqlens_q.shape)}"
         )
-    idx = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    mod = _module(idx)
+    mod = _module(_device_index(q.device))
     if mod is None:
         raise RuntimeError("the CUDA decode kernel is not available (see the log)")
-    empty = out  # unused placeholders when not split
+    if cfg is None:
+        cfg = decode_config(
+            num_tokens,
+            k_cache.shape[2],
+            head_dim,
+            block_tables.shape[1] * k_cache.shape[1],
+            sm_count,
+            elem_bytes=k_cache.element_size(),
+        )
+    if num_segments is not None:
+        cfg = replace(cfg, num_segments=num_segments)
+    parts: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    if cfg.num_segments > 1:
+        shape = (num_tokens, num_heads, cfg.num_segments)
+        f32 = torch.float32
+        parts = (
+            torch.empty((*shape, head_dim), dtype=f32, device=q.device),
+            torch.empty(shape, dtype=f32, device=q.device),
+            torch.empty(shape, dtype=f32, device=q.device),
+        )
+    seg_out, seg_max, seg_sum = parts or (out, out, out)  # unused placeholders when not split
     mod.decode_1b(
         out,
-        seg_out if seg_out is not None else empty,
-        seg_max if seg_max is not None else empty,
-        seg_sum if seg_sum is not None else empty,
+        seg_out,
+        seg_max,
+        seg_sum,
         q,
         k_cache,
         v_cache,
@@ -411,6 +439,7 @@ def paged_decode(
         int(cfg.warps),
         int(cfg.stages),
     )
+    return parts
 
 
 __all__ = [

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -381,7 +381,7 @@ def paged_attention(
         if why is None and not cuda_decode.available(q.device):
             why = "not built (see the log)"
         if why is None:
-            _cuda_decode(
+            parts = cuda_decode.paged_decode(
                 out,
                 q,
                 k_cache,
@@ -392,9 +392,12 @@ def paged_attention(
                 cu_seqlens_q,
                 seq_lens,
                 float(scale) * LOG2E,
+                _sm_count(q.device),
                 cuda_config,
                 num_segments,
             )
+            if parts is not None:
+                merge_segments(out, *parts)
             return out
         if decode_kernel == "cuda":
             raise RuntimeError(f"the CUDA decode kernel cannot run this call: {why}")
@@ -494,59 +497,6 @@ def paged_attention(
 @functools.cache
 def _log_fallback_once(why: str) -> None:
     logger.info("decode on the Triton kernel: the CUDA decode kernel %s", why)
-
-
-def _cuda_decode(
-    out,
-    q,
-    k_cache,
-    v_cache,
-    k_scale,
-    v_scale,
-    block_tables,
-    cu_seqlens_q,
-    seq_lens,
-    qk_scale: float,
-    cfg: cuda_decode.DecodeConfig | None,
-    num_segments: int | None,
-) -> None:
-    """A decode call on :func:`cuda_decode.paged_decode` (split-K partials merged by
-    :func:`merge_segments`)."""
-    num_tokens, num_heads, head_dim = q.shape
-    if cfg is None:
-        cfg = cuda_decode.decode_config(
-            num_tokens,
-            k_cache.shape[2],
-            head_dim,
-            block_tables.shape[1] * k_cache.shape[1],
-            _sm_count(q.device),
-            elem_bytes=k_cache.element_size(),
-        )
-    if num_segments is not None:
-        cfg = replace(cfg, num_segments=num_segments)
-    split = cfg.num_segments > 1
-    shape = (num_tokens, num_heads, cfg.num_segments)
-    seg_out = _alloc((*shape, head_dim), torch.float32, q.device) if split else None
-    seg_max = _alloc(shape, torch.float32, q.device) if split else None
-    seg_sum = _alloc(shape, torch.float32, q.device) if split else None
-    cuda_decode.paged_decode(
-        out,
-        q,
-        k_cache,
-        v_cache,
-        k_scale,
-        v_scale,
-        block_tables,
-        cu_seqlens_q,
-        seq_lens,
-        qk_scale,
-        cfg,
-        seg_out,
-        seg_max,
-        seg_sum,
-    )
-    if seg_out is not None and seg_max is not None and seg_sum is not None:
-        merge_segments(out, seg_out, seg_max, seg_sum)
 
 
 def merge_chunk(num_segments: int, head_dim_pad: int) -> int:

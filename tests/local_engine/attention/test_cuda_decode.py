@@ -239,6 +239,48 @@ def test_rule_smem_against_99_kib_devices():
     assert cuda_decode.rule_smem_bytes(128, 2) <= cuda_decode.MAX_SMEM
 
 
+def test_paged_decode_hands_the_kernel_its_launch(monkeypatch):
+    """What :func:`cuda_decode.paged_decode` passes the extension (a stand-in here): the rule's
+    launch for the shapes, float32 split-K scratch of the worked-out shapes, placeholders."""
+    calls = []
+
+    class Fake:
+        def decode_1b(self, *args):
+            calls.append(args)
+
+    monkeypatch.setattr(cuda_decode, "_module", lambda idx: Fake())
+    monkeypatch.setattr(cuda_decode, "_device_index", lambda device: 0)
+    kc = torch.zeros(300, 16, 8, 128, dtype=torch.int8)
+    q = torch.zeros(1, 32, 128, dtype=torch.bfloat16)
+    bt = torch.zeros(1, 2048, dtype=torch.int32)  # 32768 tokens of table
+    cu = torch.tensor([0, 1], dtype=torch.int32)
+    sl = torch.tensor([30000], dtype=torch.int32)
+    ks = torch.zeros(300, 16, 8)
+    out = torch.empty_like(q)
+    # 1 token x 8 KV heads on 132 SMs: 16 segments (test_split_rule_by_hand), one CTA per SM
+    parts = cuda_decode.paged_decode(out, q, kc, kc, ks, ks, bt, cu, sl, 0.5, 132)
+    assert parts is not None
+    assert [tuple(t.shape) for t in parts] == [(1, 32, 16, 128), (1, 32, 16), (1, 32, 16)]
+    assert all(t.dtype == torch.float32 for t in parts)
+    args = calls[-1]
+    assert args[1] is parts[0] and args[2] is parts[1] and args[3] is parts[2]
+    assert args[12:] == (0.5, 16, 2, 8, 2)  # qk_scale, segments, steps, warps, stages
+    # unsplit: no scratch, the output stands in; a 16-bit cache's scales are placeholders too
+    kb = torch.zeros(300, 16, 8, 128, dtype=torch.bfloat16)
+    q64 = torch.zeros(64, 32, 128, dtype=torch.bfloat16)
+    cu64 = torch.arange(65, dtype=torch.int32)
+    out64 = torch.empty_like(q64)
+    bt64, sl64 = torch.zeros(64, 256, dtype=torch.int32), torch.full((64,), 4096, dtype=torch.int32)
+    assert (
+        cuda_decode.paged_decode(out64, q64, kb, kb, None, None, bt64, cu64, sl64, 1.0, 132) is None
+    )
+    args = calls[-1]
+    assert args[1] is args[2] is args[3] is out64 and args[7] is args[8] is kb
+    assert args[13:] == (1, 1, 4, 3)  # 512 CTAs: 16-key tiles x 3 stages (16-bit rule)
+    with pytest.raises(ValueError, match="decode-shaped"):
+        cuda_decode.paged_decode(out64, q64, kb, kb, None, None, bt, cu, sl, 1.0, 132)
+
+
 # ----------------------------------------------------------------------------- CUDA
 def _rel(a, b) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm())
