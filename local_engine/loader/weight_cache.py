@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from ..config import ModelConfig
+from ..user_cache import cache_folder
 from . import LoadedModel, TokenizerSpec
 
 logger = logging.getLogger("local_engine")
@@ -48,12 +49,7 @@ ENV_DIR = "PROMPTCACHE_WEIGHT_CACHE_DIR"
 
 def cache_dir() -> Path:
     """``$PROMPTCACHE_WEIGHT_CACHE_DIR``, else the user cache directory's ``weights`` folder."""
-    env = os.environ.get(ENV_DIR)
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("promptcache", appauthor=False)) / "weights"
+    return cache_folder(ENV_DIR, "weights")
 
 
 def engine_version() -> str:

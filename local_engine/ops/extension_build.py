@@ -11,11 +11,12 @@ ends, and turns any failure into one warning and ``None``, so callers keep their
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from local_engine.user_cache import cache_folder
 
 logger = logging.getLogger("local_engine")
 
@@ -24,12 +25,7 @@ ENV_DIR = "PROMPTCACHE_KERNEL_CACHE_DIR"
 
 def cache_dir() -> Path:
     """``$PROMPTCACHE_KERNEL_CACHE_DIR``, else the user cache directory's ``kernels`` folder."""
-    env = os.environ.get(ENV_DIR)
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("promptcache", appauthor=False)) / "kernels"
+    return cache_folder(ENV_DIR, "kernels")
 
 
 def load_or_none(

@@ -232,25 +232,21 @@ __device__ __forceinline__ Bytes<N> lds(const uint8_t* p) {
   return b;
 }
 
+// explicit conversions (torch's extension build defines __CUDA_NO_HALF_CONVERSIONS__ and
+// __CUDA_NO_BFLOAT16_CONVERSIONS__, so the types' implicit ones are off)
 template <typename QT>
-__device__ __forceinline__ float to_f32(QT x);
-template <>
-__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <>
-__device__ __forceinline__ float to_f32<__half>(__half x) {
-  return __half2float(x);
+__device__ __forceinline__ float to_f32(QT x) {
+  if constexpr (std::is_same<QT, __nv_bfloat16>::value)
+    return __bfloat162float(x);
+  else
+    return __half2float(x);
 }
 template <typename QT>
-__device__ __forceinline__ QT from_f32(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float x) {
-  return __float2half_rn(x);
+__device__ __forceinline__ QT from_f32(float x) {
+  if constexpr (std::is_same<QT, __nv_bfloat16>::value)
+    return __float2bfloat16_rn(x);
+  else
+    return __float2half_rn(x);
 }
 
 // KV kinds: 1-byte INT8 / FP8 E4M3 (with per-token-head float32 scales), or 16-bit (the model
