@@ -897,13 +897,7 @@ def s3_groups(sm, b=False, c=False, dd=False):
         for d, batch, ctx in S3C_SHAPES:
             for fmt in S3B_FMTS:
                 groups.setdefault((32, 8, d, fmt), []).extend(s3c_variants(batch, ctx, d, sm, fmt))
-        for dd in (128, 64):
-            for h, hkv in LAYOUTS:
-                for batch, ctx in SHAPES:
-                    groups.setdefault((h, hkv, dd, "bf16"), []).append(
-                        sweep_rule(batch, ctx, h, hkv, dd, sm)
-                    )
-        return groups
+        return _with_sweep_rules(groups, sm)
     groups: dict = {}
     for fmt in S3B_FMTS if b else S3_FMTS:
         for batch, ctx in QUANT_SHAPES:
@@ -913,6 +907,11 @@ def s3_groups(sm, b=False, c=False, dd=False):
         for h, hkv, d, batch, ctx in S3B_WIDE_ROWS:
             v = s3b_wide_variants(batch, ctx, h, hkv, d, sm)
             groups.setdefault((h, hkv, d, "bf16"), []).extend(v)
+    return _with_sweep_rules(groups, sm)
+
+
+def _with_sweep_rules(groups: dict, sm: int) -> dict:
+    """``groups`` plus the bf16 sweep rule's launch of every layout row (head_dim 128 and 64)."""
     for d in (128, 64):
         for h, hkv in LAYOUTS:
             for batch, ctx in SHAPES:

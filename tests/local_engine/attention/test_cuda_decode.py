@@ -149,6 +149,14 @@ def test_env_turns_it_off(monkeypatch):
     assert cuda_decode.unsupported_reason(q, q, q, q, q, q) == "PROMPTCACHE_CUDA_DECODE=0"
 
 
+@pytest.fixture
+def fresh_build():
+    """Forget the memoised build result before and after the test (it is cached per device)."""
+    cuda_decode._module.cache_clear()
+    yield
+    cuda_decode._module.cache_clear()
+
+
 def test_build_helper_logs_and_falls_back(tmp_path, caplog):
     from local_engine.ops.extension_build import load_or_none
 
@@ -169,17 +177,13 @@ def test_build_helper_logs_and_falls_back(tmp_path, caplog):
 
 
 @pytest.mark.skipif(bool(torch.version.cuda), reason="checks the path of a torch without CUDA")
-def test_no_cuda_torch_turns_it_off(caplog):
+def test_no_cuda_torch_turns_it_off(fresh_build, caplog):
     caplog.set_level("INFO", logger="local_engine")
-    cuda_decode._module.cache_clear()
-    try:
-        assert cuda_decode._module(0) is None
-    finally:
-        cuda_decode._module.cache_clear()
+    assert cuda_decode._module(0) is None
     assert "CUDA decode kernel: off (this torch has no CUDA)" in caplog.text
 
 
-def test_build_glue_with_a_stand_in_toolchain(tmp_path, monkeypatch, caplog):
+def test_build_glue_with_a_stand_in_toolchain(fresh_build, tmp_path, monkeypatch, caplog):
     """The build path up to ``cpp_extension.load``, with a stand-in nvcc (``echo``) and load: the
     wrapper source names the compiled variants, the flags target the device's capability."""
     from torch.utils import cpp_extension
@@ -197,11 +201,7 @@ def test_build_glue_with_a_stand_in_toolchain(tmp_path, monkeypatch, caplog):
         return "module"
 
     monkeypatch.setattr(cpp_extension, "load", fake_load)
-    cuda_decode._module.cache_clear()
-    try:
-        assert cuda_decode._module(0) == "module"
-    finally:
-        cuda_decode._module.cache_clear()
+    assert cuda_decode._module(0) == "module"
     (src,) = seen["sources"]
     text = open(src).read()
     defs = " ".join(f"X({s}, {w}, {st})" for s, w, st in (*cuda_decode.DEFAULT_VARIANTS, (4, 4, 2)))
@@ -213,7 +213,7 @@ def test_build_glue_with_a_stand_in_toolchain(tmp_path, monkeypatch, caplog):
     assert "CUDA decode kernel: built" in caplog.text and "sm_90" in caplog.text
 
 
-def test_broken_nvcc_turns_it_off(tmp_path, monkeypatch, caplog):
+def test_broken_nvcc_turns_it_off(fresh_build, tmp_path, monkeypatch, caplog):
     """An nvcc that fails without output (a toolkit missing its libraries) is one warning and
     the Triton kernel, not an exception out of every decode call."""
     nvcc = tmp_path / "nvcc"
@@ -223,11 +223,7 @@ def test_broken_nvcc_turns_it_off(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(cuda_decode, "_nvcc", lambda: str(nvcc))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda idx=None: (9, 0))
-    cuda_decode._module.cache_clear()
-    try:
-        assert cuda_decode._module(0) is None
-    finally:
-        cuda_decode._module.cache_clear()
+    assert cuda_decode._module(0) is None
     assert "CUDA decode kernel: off" in caplog.text
 
 

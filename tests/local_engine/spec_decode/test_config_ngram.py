@@ -113,15 +113,16 @@ def test_ngram_examples():
     assert NgramProposer(1, 1).propose([4, 1, 4], 5) == [1, 4]
 
 
-def test_incremental_index_matches_propose():
+def test_incremental_index_matches_propose_and_brute_force():
     """NgramIndex (the engine's O(1)-a-step lookup) drafts what NgramProposer.propose drafts,
+    and NgramProposer.lookup and the index's match length equal the brute-force reference,
     after every token of random sequences over small vocabularies (many repeats)."""
     import random
 
     from local_engine.spec_decode.ngram import NgramProposer
 
     rng = random.Random(0)
-    for lo, hi in ((1, 1), (2, 5), (3, 4)):
+    for lo, hi in ((1, 1), (2, 5), (1, 4), (3, 4)):
         p = NgramProposer(lo, hi)
         for _ in range(40):
             vocab = rng.choice([2, 3, 5, 20])
@@ -130,7 +131,10 @@ def test_incremental_index_matches_propose():
             for n in range(1, len(seq) + 1):
                 index.extend(seq[:n])
                 for k in (1, 4):
+                    want = reference_lookup(seq[:n], lo, hi, k)
+                    assert p.lookup(seq[:n], k) == want, (lo, hi, seq[:n], k)
                     assert index.propose(k) == p.propose(seq[:n], k), (lo, hi, seq[:n], k)
+                    assert (index.propose(k), index.match_length) == want, (lo, hi, seq[:n], k)
 
 
 def test_bulk_extend_equals_token_by_token():

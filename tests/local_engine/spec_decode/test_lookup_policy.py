@@ -4,7 +4,6 @@ out by hand and a brute-force reference; no model runs."""
 
 from __future__ import annotations
 
-import random
 from types import SimpleNamespace
 
 import pytest
@@ -17,8 +16,6 @@ from local_engine.spec_decode.decoder import SpeculativeDecoder
 from local_engine.spec_decode.ngram import NgramProposer
 from local_engine.spec_decode.policy import EXPLORE_EVERY, MatchAcceptance, drafts_that_pay
 
-from .test_config_ngram import reference_lookup
-
 
 def test_lookup_match_length_by_hand():
     p = NgramProposer(2, 4)
@@ -28,21 +25,6 @@ def test_lookup_match_length_by_hand():
     # "9 1 2" never occurred before; "1 2" did, most recently ending at position 5
     assert NgramProposer(1, 5).lookup([7, 1, 2, 8, 1, 2, 9, 1, 2], 2) == ([9, 1], 2)
     assert NgramProposer(1, 1).lookup([4, 1, 4], 5) == ([1, 4], 1)
-
-
-def test_lookup_and_index_match_length_equal_brute_force():
-    rng = random.Random(3)
-    for lo, hi in ((1, 1), (2, 5), (1, 4)):
-        p = NgramProposer(lo, hi)
-        for _ in range(40):
-            vocab = rng.choice([2, 3, 5, 20])
-            seq = [rng.randrange(vocab) for _ in range(rng.randrange(1, 70))]
-            index = p.index()
-            for n in range(1, len(seq) + 1):
-                want = reference_lookup(seq[:n], lo, hi, 4)
-                assert p.lookup(seq[:n], 4) == want, (lo, hi, seq[:n])
-                index.extend(seq[:n])
-                assert (index.propose(4), index.match_length) == want, (lo, hi, seq[:n])
 
 
 def test_drafts_that_pay_by_hand():
