@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from local_engine.kv_cache.quant import FP8_MIN_CAPABILITY, is_quantized
 from local_engine.ops.extension_build import cache_dir, load_or_none
 
 logger = logging.getLogger("local_engine")
@@ -220,18 +221,18 @@ def unsupported_reason(
     1-byte caches in the ``v_token_minor`` layout of :mod:`local_engine.kv_cache.quant` (V
     ``[kv_heads, head_dim, 16]`` and the float32 scales ``[kv_heads, 16]`` per block), 16-bit
     caches token-major; rows 16-byte aligned."""
-    if _env_off():
-        return _env_off()
+    off = _env_off()
+    if off:
+        return off
     if not q.is_cuda:
         return "not a CUDA tensor"
     if q.dtype not in (torch.bfloat16, torch.float16) or out.dtype != q.dtype:
         return f"queries of {q.dtype} (needs bfloat16 or float16)"
-    fp8 = getattr(torch, "float8_e4m3fn", None)
-    one_byte = k_cache.dtype in (torch.int8, fp8)
+    one_byte = is_quantized(k_cache)
     if not one_byte and k_cache.dtype != q.dtype:
         return f"cache of {k_cache.dtype} with {q.dtype} queries"
     cap, smem_optin = _device_limits(_device_index(q.device))
-    if cap < ((8, 9) if k_cache.dtype == fp8 else (8, 0)):
+    if cap < (FP8_MIN_CAPABILITY if one_byte and k_cache.dtype != torch.int8 else (8, 0)):
         return f"compute capability {cap[0]}.{cap[1]}"
     _, bs, hkv, d = k_cache.shape
     if d not in HEAD_DIMS or bs != BLOCK_SIZE:
