@@ -21,7 +21,6 @@ CUDA graph. Measured on one H200, bench/RESULTS.md "## kvquant", session 4.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 import shutil
@@ -32,6 +31,7 @@ from pathlib import Path
 import torch
 
 from local_engine.kv_cache.quant import FP8_MIN_CAPABILITY, is_quantized
+from local_engine.ops.extension_build import build_key as source_key
 from local_engine.ops.extension_build import cache_dir, load_or_none
 
 logger = logging.getLogger("local_engine")
@@ -119,15 +119,11 @@ def _nvcc() -> str | None:
 
 def build_key(arch: str, nvcc: str, configs) -> str:
     """Hex key of one build: sources, configurations, torch, nvcc, compute capability."""
-    h = hashlib.sha256()
-    for name in SOURCES:
-        h.update(name.encode() + b"\0" + (HERE / name).read_bytes())
     ver = subprocess.run(
         [nvcc, "--version"], capture_output=True, text=True, timeout=60, check=True
     ).stdout.strip()
-    for part in (repr(configs), torch.__version__, ver.splitlines()[-1] if ver else "", arch):
-        h.update(part.encode() + b"\0")
-    return h.hexdigest()[:16]
+    parts = (repr(configs), torch.__version__, ver.splitlines()[-1] if ver else "", arch)
+    return source_key(HERE, SOURCES, parts)
 
 
 @functools.cache

@@ -10,9 +10,10 @@ ends, and turns any failure into one warning and ``None``, so callers keep their
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,17 @@ ENV_DIR = "PROMPTCACHE_KERNEL_CACHE_DIR"
 def cache_dir() -> Path:
     """``$PROMPTCACHE_KERNEL_CACHE_DIR``, else the user cache directory's ``kernels`` folder."""
     return cache_folder(ENV_DIR, "kernels")
+
+
+def build_key(folder: Path, sources: Iterable[str], parts: Iterable[str]) -> str:
+    """16 hex digits of SHA-256 over each source file of ``folder`` (name and bytes) and the
+    other ``parts`` of a build (flags, tool versions, the target): a new key, a new build."""
+    h = hashlib.sha256()
+    for name in sources:
+        h.update(name.encode() + b"\0" + (folder / name).read_bytes())
+    for part in parts:
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def load_or_none(
@@ -68,4 +80,4 @@ def load_or_none(
         return None
 
 
-__all__ = ["ENV_DIR", "cache_dir", "load_or_none"]
+__all__ = ["ENV_DIR", "build_key", "cache_dir", "load_or_none"]

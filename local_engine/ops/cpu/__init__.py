@@ -22,7 +22,6 @@ path (:mod:`local_engine.models.linear`).
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 import shutil
@@ -32,6 +31,7 @@ from pathlib import Path
 import torch
 
 from local_engine.ops.extension_build import ENV_DIR, cache_dir, load_or_none
+from local_engine.ops.extension_build import build_key as source_key
 
 logger = logging.getLogger("local_engine")
 
@@ -65,13 +65,8 @@ def _compiler_version(cxx: str) -> str:
 def build_key(cxx: str) -> str:
     """Hex key of one build: sources, compiler flags, torch version, compiler version, CPU
     flags."""
-    h = hashlib.sha256()
-    here = Path(__file__).parent
-    for name in SOURCES:
-        h.update(name.encode() + b"\0" + (here / name).read_bytes())
-    for part in (*CFLAGS, torch.__version__, _compiler_version(cxx), *cpu_flags()):
-        h.update(part.encode() + b"\0")
-    return h.hexdigest()[:16]
+    parts = (*CFLAGS, torch.__version__, _compiler_version(cxx), *cpu_flags())
+    return source_key(Path(__file__).parent, SOURCES, parts)
 
 
 def disabled_reason() -> str | None:
