@@ -15,6 +15,10 @@ One process, in this order:
    read (values + float32 scales), speed vs bf16; every timed CUDA launch checked against the
    reference. The physical floor is the copy bandwidth measured in the same run.
 
+   Two ragged batches (64 x ~4096, 256 x ~1024: contexts uniform in [ctx / 4, 7 ctx / 4]) too.
+3. ``sweep16``: the bf16 layout sweep against SDPA (``SWEEP_RULE_ONLY=1``: the rule's
+   configuration only; ``SWEEP_SHAPES=1x32768,8x8192``: some batch x context columns only).
+
 Usage: ``python3 bench/kv_decode_cuda.py --out $OUT [--variants "2,4,3;4,4,2"] [--parts check,time]``.
 """
 
@@ -187,6 +191,11 @@ def check(device, configs) -> bool:
     return ok
 
 
+def config_key(cfg) -> str:
+    """``"steps,warps,stages;segments"``: a launch's key in the tables and the JSON."""
+    return f"{cfg.steps},{cfg.warps},{cfg.stages};{cfg.num_segments}"
+
+
 def floors(device) -> tuple[float, float]:
     """(copy TB/s counting bytes read and written, read TB/s of an ``amax`` over 4 GB):
     device-to-device bandwidth measured in the same run."""
@@ -210,6 +219,8 @@ def timing(device, configs, deadline: float) -> None:
     sm = torch.cuda.get_device_properties(device).multi_processor_count
     g = torch.Generator(device=device).manual_seed(1)
     shapes = [((32, 8, 128), (64, 4096)), ((32, 8, 128), (16, 32768)), ((32, 8, 128), (256, 1024))]
+    # ragged batches (the engine's): contexts uniform in [ctx / 4, 7 ctx / 4], mean ctx
+    shapes += [((32, 8, 128), (64, 4096, "ragged")), ((32, 8, 128), (256, 1024, "ragged"))]
     shapes += [((32, 8, 128), (256, 576))]  # the engine table's decode (512 + 64 tokens)
     shapes += [
         ((28, 4, 128), (16, 32768)),
@@ -219,18 +230,22 @@ def timing(device, configs, deadline: float) -> None:
         ((32, 4, 64), (16, 32768)),
         ((16, 2, 128), (16, 32768)),
     ]
-    for (h, hkv, d), (batch, ctx) in shapes:
+    for (h, hkv, d), (batch, ctx, *kind) in shapes:
         if time.time() > deadline:
             log("(deadline: timing stopped)")
             break
-        pb = Decode(batch, ctx, h, hkv, d, device, g, "bf16")
+        lens = None
+        if kind:
+            gl = torch.Generator().manual_seed(batch)
+            lens = torch.randint(ctx // 4, 7 * ctx // 4 + 1, (batch,), generator=gl).tolist()
+        pb = Decode(batch, ctx, h, hkv, d, device, g, "bf16", ctx_lens=lens)
         t_bf16 = bench(pb.triton(decode_kernel="triton"))
         t_bf16_cuda = bench(pb.triton(decode_kernel="cuda"))
         bytes_bf16 = pb.bytes
         del pb
         torch.cuda.empty_cache()
         for fmt in ("int8", "fp8"):
-            p = Decode(batch, ctx, h, hkv, d, device, g, fmt)
+            p = Decode(batch, ctx, h, hkv, d, device, g, fmt, ctx_lens=lens)
             t_tri = bench(p.triton(decode_kernel="triton"))
             # reference on a few sequences only (the whole batch's torch reference is slow)
             nref = min(batch, 4)
@@ -243,13 +258,13 @@ def timing(device, configs, deadline: float) -> None:
                 bf16_cuda_ms=t_bf16_cuda,
                 heads=f"{h}/{hkv}",
                 d=d,
-                shape=f"{batch}x{ctx}",
+                shape=f"{batch}x{ctx}{' ragged' if kind else ''}",
                 fmt=fmt,
                 bf16_ms=t_bf16,
                 bf16_tbps=bytes_bf16 / t_bf16 / 1e9,
                 triton_ms=t_tri,
                 bytes=p.bytes,
-                rule=[rule.steps, rule.warps, rule.stages, rule.num_segments],
+                rule=config_key(rule),
                 cuda={},
             )
             best = None
@@ -262,22 +277,18 @@ def timing(device, configs, deadline: float) -> None:
                     out = fn()
                     e = rel(out[:nref], ref)
                     ms = bench(fn)
-                    key = f"{steps},{warps},{stages};{nseg}"
+                    key = config_key(cfg)
                     row["cuda"][key] = dict(ms=ms, err=e)
                     if e < 2e-2 and (best is None or ms < best[1]):
                         best = (key, ms)
-            t_rule = (
-                row["cuda"]
-                .get(f"{rule.steps},{rule.warps},{rule.stages};{rule.num_segments}", {})
-                .get("ms")
-            )
+            t_rule = row["cuda"].get(config_key(rule), {}).get("ms")
             row["rule_ms"] = t_rule
             row["best"] = best
             RES["time"].append(row)
             tb_rule = p.bytes / t_rule / 1e9 if t_rule else float("nan")
             log(
-                f"| {h}/{hkv} d{d} {batch}x{ctx} {fmt} | bf16 {t_bf16:.4f} ms ({row['bf16_tbps']:.2f} TB/s), bf16 CUDA {t_bf16_cuda:.4f} | "
-                f"triton-1B {t_tri:.4f} ({t_bf16 / t_tri:.2f}x) | cuda rule {rule.steps},{rule.warps},{rule.stages};{rule.num_segments} "
+                f"| {h}/{hkv} d{d} {row['shape']} {fmt} | bf16 {t_bf16:.4f} ms ({row['bf16_tbps']:.2f} TB/s), bf16 CUDA {t_bf16_cuda:.4f} | "
+                f"triton-1B {t_tri:.4f} ({t_bf16 / t_tri:.2f}x) | cuda rule {config_key(rule)} "
                 f"{t_rule or float('nan'):.4f} ms {tb_rule:.2f} TB/s ({t_bf16 / t_rule if t_rule else 0:.2f}x) | "
                 f"best {best[0] if best else '-'} {best[1] if best else float('nan'):.4f} ({t_bf16 / best[1] if best else 0:.2f}x)"
             )
@@ -288,6 +299,10 @@ def timing(device, configs, deadline: float) -> None:
 LAYOUTS = [(32, 32), (32, 16), (32, 8), (28, 4), (32, 4)]
 RULE_ONLY = os.environ.get("SWEEP_RULE_ONLY") == "1"  # time the rule's configuration only
 SWEEP_SHAPES = [(1, 32768), (8, 8192), (32, 8192), (256, 1024)]
+if os.environ.get("SWEEP_SHAPES"):  # e.g. "1x32768,8x8192": re-time some columns only
+    SWEEP_SHAPES = [
+        (int(b), int(c)) for b, c in (x.split("x") for x in os.environ["SWEEP_SHAPES"].split(","))
+    ]
 
 
 def sweep16(device, configs, deadline: float) -> None:
@@ -318,7 +333,7 @@ def sweep16(device, configs, deadline: float) -> None:
                     sdpa_ms=t_sdpa,
                     triton_ms=t_tri,
                     bytes=p.bytes,
-                    rule=[rule.steps, rule.warps, rule.stages, rule.num_segments],
+                    rule=config_key(rule),
                     cuda={},
                 )
                 for steps, warps, stages in configs:
@@ -337,10 +352,10 @@ def sweep16(device, configs, deadline: float) -> None:
                         fn = p.triton(decode_kernel="cuda", cuda_config=cfg)
                         e = rel(fn(), tri_out)
                         ms = bench(fn)
-                        row["cuda"][f"{steps},{warps},{stages};{nseg}"] = dict(ms=ms, err=e)
+                        row["cuda"][config_key(cfg)] = dict(ms=ms, err=e)
                 ok = {k: v for k, v in row["cuda"].items() if v["err"] < 1e-2}
                 best = min(ok.items(), key=lambda kv: kv[1]["ms"]) if ok else None
-                key = f"{rule.steps},{rule.warps},{rule.stages};{rule.num_segments}"
+                key = config_key(rule)
                 t_rule = row["cuda"].get(key, {}).get("ms")
                 row["rule_ms"], row["best"] = t_rule, best and (best[0], best[1]["ms"])
                 RES["sweep16"].append(row)

@@ -96,26 +96,32 @@ def quantized_pool(k_src, v_src, fmt):
 
 
 class Decode:
-    """``batch`` sequences of ``ctx`` tokens in shuffled blocks; bf16 or quantized pool."""
+    """``batch`` sequences of ``ctx`` tokens (or of ``ctx_lens``) in shuffled blocks; bf16 or
+    quantized pool."""
 
-    def __init__(self, batch, ctx, h, hkv, d, device, g, fmt="bf16", with_dense=False):
+    def __init__(
+        self, batch, ctx, h, hkv, d, device, g, fmt="bf16", with_dense=False, ctx_lens=None
+    ):
         self.batch, self.ctx, self.h, self.hkv, self.d = batch, ctx, h, hkv, d
-        k, v, self.bt = make_paged([ctx] * batch, hkv, d, BS, torch.bfloat16, device, g)
+        lens = list(ctx_lens) if ctx_lens is not None else [ctx] * batch
+        assert len(lens) == batch and (not with_dense or ctx_lens is None)
+        k, v, self.bt = make_paged(lens, hkv, d, BS, torch.bfloat16, device, g)
         self.q = torch.randn(batch, h, d, generator=g, device=device).to(torch.bfloat16)
         self.cu = torch.arange(batch + 1, dtype=torch.int32, device=device)
-        self.sl = torch.full((batch,), ctx, dtype=torch.int32, device=device)
+        self.sl = torch.tensor(lens, dtype=torch.int32, device=device)
         self.fmt = fmt
+        tokens = sum(lens)
         if with_dense:
             kd = torch.stack([dense_from_paged(k, self.bt[i], ctx) for i in range(batch)])
             vd = torch.stack([dense_from_paged(v, self.bt[i], ctx) for i in range(batch)])
             self.kd, self.vd = kd.transpose(1, 2).contiguous(), vd.transpose(1, 2).contiguous()
         if fmt == "bf16":
             self.k, self.v, self.ks, self.vs = k, v, None, None
-            self.bytes = 2 * batch * ctx * hkv * d * 2
+            self.bytes = 2 * tokens * hkv * d * 2
         else:
             self.k, self.v, self.ks, self.vs = quantized_pool(k, v, fmt)
             del k, v
-            self.bytes = 2 * batch * ctx * hkv * (d + SCALE_BYTES)
+            self.bytes = 2 * tokens * hkv * (d + SCALE_BYTES)
 
     def triton(self, **kw):
         return lambda: tb.paged_attention(

@@ -293,6 +293,9 @@ __global__ void __launch_bounds__(WARPS * 32)
   constexpr int NCH16 = 2 * D / 16;  // 16-bit: 16-byte chunks of a K / V row
   constexpr int ROW16 = 2 * D;       // 16-bit: bytes of a K / V row
 
+  // The only shared memory: a static __shared__ array would come first and move this one off
+  // its 1 KiB-aligned start (session 5: a 16-byte offset made every configuration 6-19%
+  // slower on the H200, bench/RESULTS.md "## kvquant"; test_cuda_decode checks the source).
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = lane >> 2, c = lane & 3;

@@ -36,6 +36,17 @@ def test_smem_bytes_by_hand():
     assert DecodeConfig(2, 8, 2).smem_bytes(64) == 69_632
 
 
+def test_kernel_declares_no_static_shared_memory():
+    """The dynamic shared memory must start where the runtime puts it (1 KiB aligned): a static
+    ``__shared__`` array in the kernel moves it to a 16-byte offset, which the H200 measured
+    6-19% slower on every configuration (bench/RESULTS.md "## kvquant", session 5)."""
+    import re
+
+    src = (cuda_decode.HERE / "decode_1b.cuh").read_text()
+    code = re.sub(r"//[^\n]*", "", src)  # comments may mention it
+    assert re.findall(r"__shared__[^;]*;", code) == ["__shared__ __align__(16) uint8_t smem[];"]
+
+
 ONE, TWO, THREE = (2, 8, 2), (2, 4, 3), (2, 4, 2)  # CTAs per SM by shared memory at d128
 
 
