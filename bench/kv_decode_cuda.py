@@ -15,7 +15,8 @@ One process, in this order:
    read (values + float32 scales), speed vs bf16; every timed CUDA launch checked against the
    reference. The physical floor is the copy bandwidth measured in the same run.
 
-   Two ragged batches (64 x ~4096, 256 x ~1024: contexts uniform in [ctx / 4, 7 ctx / 4]) too.
+   Two ragged batches (64 x ~4096, 256 x ~1024: contexts uniform in [ctx / 4, 7 ctx / 4]) too,
+   and 66 x 4096 / 33 x 8192 (items a multiple of the H200's 132 SMs: the SM-load probe).
 3. ``sweep16``: the bf16 layout sweep against SDPA (``SWEEP_RULE_ONLY=1``: the rule's
    configuration only; ``SWEEP_SHAPES=1x32768,8x8192``: some batch x context columns only).
 
@@ -222,6 +223,10 @@ def timing(device, configs, deadline: float) -> None:
     # ragged batches (the engine's): contexts uniform in [ctx / 4, 7 ctx / 4], mean ctx
     shapes += [((32, 8, 128), (64, 4096, "ragged")), ((32, 8, 128), (256, 1024, "ragged"))]
     shapes += [((32, 8, 128), (256, 576))]  # the engine table's decode (512 + 64 tokens)
+    # SM-load probes for 64 x 4k (512 items: 4 on some of 132 SMs, 3.88 on average): 528 and
+    # 264 items split evenly over the SMs at 2 CTAs per SM; if these read near the floor and
+    # 64 x 4k does not, the gap is the SM load (bench/RESULTS.md "## kvquant", session 5)
+    shapes += [((32, 8, 128), (66, 4096)), ((32, 8, 128), (33, 8192))]
     shapes += [
         ((28, 4, 128), (16, 32768)),
         ((32, 32, 128), (64, 4096)),
