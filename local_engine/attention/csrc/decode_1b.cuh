@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   constexpr int ROW16 = 2 * D;       // 16-bit: bytes of a K / V row
 
   // The only shared memory: a static __shared__ array would come first and move this one off
-  // its 1 KiB-aligned start (session 5: a 16-byte offset made every configuration 6-19%
+  // its 1 KiB-aligned start (session 5: a 16-byte offset made the rule's launches 3-20%
   // slower on the H200, bench/RESULTS.md "## kvquant"; test_cuda_decode checks the source).
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

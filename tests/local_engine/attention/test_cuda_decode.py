@@ -39,7 +39,7 @@ def test_smem_bytes_by_hand():
 def test_kernel_declares_no_static_shared_memory():
     """The dynamic shared memory must start where the runtime puts it (1 KiB aligned): a static
     ``__shared__`` array in the kernel moves it to a 16-byte offset, which the H200 measured
-    6-19% slower on every configuration (bench/RESULTS.md "## kvquant", session 5)."""
+    3-20% slower on the rule's launches (bench/RESULTS.md "## kvquant", session 5)."""
     import re
 
     src = (cuda_decode.HERE / "decode_1b.cuh").read_text()
