@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from local_engine.attention.split_k import alloc_partials
 from local_engine.kv_cache.quant import FP8_MIN_CAPABILITY, is_quantized
 from local_engine.ops.extension_build import build_key as source_key
 from local_engine.ops.extension_build import cache_dir, load_or_none
@@ -51,8 +52,7 @@ MAX_SMEM = 227 * 1024
 #: row where the Triton kernel is at 0.87-1.00.
 AUTO_16BIT = True
 HEAD_DIMS = (64, 128)
-MAX_GROUP = 8  # query heads per KV head the kernel holds (the MMA's n8 side)
-GP = 8
+MAX_GROUP = 8  # query heads per KV head the kernel holds (the MMA's n8 side; the kernel's GP)
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class DecodeConfig:
         larger."""
         tile = 16 * self.steps
         stage = 2 * tile * head_dim * elem_bytes + (2 * tile * 4 if elem_bytes == 1 else 0)
-        return max(self.warps * self.stages * stage, self.warps * GP * (head_dim + 2) * 4)
+        return max(self.warps * self.stages * stage, self.warps * MAX_GROUP * (head_dim + 2) * 4)
 
 
 def _env_off() -> str | None:
@@ -409,13 +409,7 @@ def paged_decode(
         cfg = replace(cfg, num_segments=num_segments)
     parts: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     if cfg.num_segments > 1:
-        shape = (num_tokens, num_heads, cfg.num_segments)
-        f32 = torch.float32
-        parts = (
-            torch.empty((*shape, head_dim), dtype=f32, device=q.device),
-            torch.empty(shape, dtype=f32, device=q.device),
-            torch.empty(shape, dtype=f32, device=q.device),
-        )
+        parts = alloc_partials(num_tokens, num_heads, cfg.num_segments, head_dim, q.device)
     seg_out, seg_max, seg_sum = parts or (out, out, out)  # unused placeholders when not split
     mod.decode_1b(
         out,

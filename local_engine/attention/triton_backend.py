@@ -32,6 +32,7 @@ import torch
 import triton
 
 from local_engine.attention import cuda_decode, triton_kv_write
+from local_engine.attention.split_k import alloc_partials
 from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
 
 LOG2E = 1.4426950408889634
@@ -427,11 +428,9 @@ def paged_attention(
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     split = num_segments > 1
     if split:
-        seg_out = _alloc(
-            (num_tokens, num_heads, num_segments, head_dim_pad), torch.float32, q.device
+        seg_out, seg_max, seg_sum = alloc_partials(
+            num_tokens, num_heads, num_segments, head_dim_pad, q.device, alloc=_alloc
         )
-        seg_max = _alloc((num_tokens, num_heads, num_segments), torch.float32, q.device)
-        seg_sum = _alloc((num_tokens, num_heads, num_segments), torch.float32, q.device)
     else:
         seg_out = seg_max = seg_sum = out  # unused
     dot_mode = _dot_mode(q)
