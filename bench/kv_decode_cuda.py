@@ -17,6 +17,9 @@ One process, in this order:
 
    Two ragged batches (64 x ~4096, 256 x ~1024: contexts uniform in [ctx / 4, 7 ctx / 4]) too,
    and 66 x 4096 / 33 x 8192 (items a multiple of the H200's 132 SMs: the SM-load probe).
+   ``TIME_SHAPES=64x4096,66x4096``: those batch x context rows only; ``TIME_SEGMENTS=3,9``:
+   these segment counts too, on every configuration; ``TIME_CAPS=1``: each configuration also
+   at 1 .. (what fits - 1) CTAs per SM (``DecodeConfig.ctas_per_sm``).
 3. ``sweep16``: the bf16 layout sweep against SDPA (``SWEEP_RULE_ONLY=1``: the rule's
    configuration only; ``SWEEP_SHAPES=1x32768,8x8192``: some batch x context columns only).
 
@@ -40,6 +43,7 @@ from bench.kernels import bench, make_paged  # noqa: E402
 from bench.kv_gpu import LOG, Decode, log, quantized_pool, rel  # noqa: E402
 
 RES: dict = {"check": [], "time": []}
+CAPS = os.environ.get("TIME_CAPS") == "1"
 BS = 16
 
 
@@ -193,8 +197,10 @@ def check(device, configs) -> bool:
 
 
 def config_key(cfg) -> str:
-    """``"steps,warps,stages;segments"``: a launch's key in the tables and the JSON."""
-    return f"{cfg.steps},{cfg.warps},{cfg.stages};{cfg.num_segments}"
+    """``"steps,warps,stages;segments"`` (``"@c"`` added for ``ctas_per_sm`` c): a launch's
+    key in the tables and the JSON."""
+    cap = f"@{cfg.ctas_per_sm}" if cfg.ctas_per_sm else ""
+    return f"{cfg.steps},{cfg.warps},{cfg.stages};{cfg.num_segments}{cap}"
 
 
 def floors(device) -> tuple[float, float]:
@@ -212,7 +218,7 @@ def floors(device) -> tuple[float, float]:
 
 def timing(device, configs, deadline: float) -> None:
     from local_engine.attention import torch_ref
-    from local_engine.attention.cuda_decode import DecodeConfig, decode_config
+    from local_engine.attention.cuda_decode import DecodeConfig, decode_config, launch_occupancy
 
     copy, read = floors(device)
     RES["floors"] = dict(copy_tbps=copy, read_tbps=read)
@@ -235,6 +241,10 @@ def timing(device, configs, deadline: float) -> None:
         ((32, 4, 64), (16, 32768)),
         ((16, 2, 128), (16, 32768)),
     ]
+    if os.environ.get("TIME_SHAPES"):
+        keep = set(os.environ["TIME_SHAPES"].split(","))
+        shapes = [s for s in shapes if f"{s[1][0]}x{s[1][1]}" in keep]
+    extra_segs = {int(x) for x in os.environ.get("TIME_SEGMENTS", "").split(",") if x.strip()}
     for (h, hkv, d), (batch, ctx, *kind) in shapes:
         if time.time() > deadline:
             log("(deadline: timing stopped)")
@@ -273,11 +283,24 @@ def timing(device, configs, deadline: float) -> None:
                 cuda={},
             )
             best = None
+            occ_args = (p.q, p.k, p.v, p.ks, p.vs, p.bt, p.cu, p.sl)
             for steps, warps, stages in configs:
                 base = DecodeConfig(steps, warps, stages)
                 r = decode_config(batch, hkv, d, p.bt.shape[1] * BS, sm, base).num_segments
-                for nseg in sorted({max(1, r // 2), r, r * 2}):
-                    cfg = DecodeConfig(steps, warps, stages, nseg)
+                launches = [
+                    DecodeConfig(steps, warps, stages, nseg)
+                    for nseg in sorted({max(1, r // 2), r, r * 2} | extra_segs)
+                ]
+                # fewer CTAs per SM than fit (TIME_CAPS=1: the bytes in flight per SM)
+                fits = launch_occupancy(*occ_args, base)
+                launches += [
+                    DecodeConfig(steps, warps, stages, r, c) for c in range(1, fits) if CAPS
+                ]
+                for cfg in launches:
+                    if cfg.ctas_per_sm:
+                        got = launch_occupancy(*occ_args, cfg)
+                        if got != cfg.ctas_per_sm:
+                            log(f"ctas_per_sm {cfg.ctas_per_sm} gave {got} CTAs per SM: {cfg}")
                     fn = p.triton(decode_kernel="cuda", cuda_config=cfg)
                     out = fn()
                     e = rel(out[:nref], ref)

@@ -59,12 +59,15 @@ MAX_GROUP = 8  # query heads per KV head the kernel holds (the MMA's n8 side; th
 class DecodeConfig:
     """One launch of the kernel: ``steps`` KV blocks (16 tokens each) per warp tile, ``warps``
     per CTA, ``stages`` of the per-warp copy pipeline, ``num_segments`` key-range segments
-    (split-K, 1 = none)."""
+    (split-K, 1 = none), and at most ``ctas_per_sm`` CTAs on one SM (0: as many as fit; else
+    the launch asks for enough shared memory that one more does not fit, which bounds the
+    bytes in flight per SM: :meth:`launch_smem_bytes`)."""
 
     steps: int
     warps: int
     stages: int
     num_segments: int = 1
+    ctas_per_sm: int = 0
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 1) -> int:
         """Dynamic shared memory of one CTA (bytes): the pipelines (K and V tiles of
@@ -73,6 +76,27 @@ class DecodeConfig:
         tile = 16 * self.steps
         stage = 2 * tile * head_dim * elem_bytes + (2 * tile * 4 if elem_bytes == 1 else 0)
         return max(self.warps * self.stages * stage, self.warps * MAX_GROUP * (head_dim + 2) * 4)
+
+    def launch_smem_bytes(
+        self, head_dim: int, elem_bytes: int, smem_per_sm: int, reserved_per_cta: int
+    ) -> int:
+        """Dynamic shared memory (bytes) the launch asks for on an SM of ``smem_per_sm`` bytes
+        whose driver reserves ``reserved_per_cta`` for each CTA (the device's attributes, e.g.
+        233,472 and 1,024 on sm_90): :meth:`smem_bytes`, raised with ``ctas_per_sm`` = c > 0 to
+        the least amount at which c + 1 CTAs exceed the SM.
+
+        Raises:
+            ValueError: c CTAs of the kernel's own need do not fit on the SM."""
+        need = self.smem_bytes(head_dim, elem_bytes)
+        c = self.ctas_per_sm
+        if c <= 0:
+            return need
+        if c * (need + reserved_per_cta) > smem_per_sm:
+            raise ValueError(
+                f"ctas_per_sm={c}: {c} CTAs of {need} bytes of shared memory (+{reserved_per_cta} "
+                f"reserved each) do not fit on an SM of {smem_per_sm}"
+            )
+        return max(need, smem_per_sm // (c + 1) - reserved_per_cta + 1)
 
 
 def _env_off() -> str | None:
@@ -194,6 +218,72 @@ def _device_limits(device_index: int) -> tuple[tuple[int, int], int]:
     props = torch.cuda.get_device_properties(device_index)
     return (props.major, props.minor), int(
         getattr(props, "shared_memory_per_block_optin", MAX_SMEM)
+    )
+
+
+@functools.cache
+def _smem_limits(device_index: int) -> tuple[int, int]:
+    """``(shared memory per SM, shared memory reserved per CTA)`` in bytes (the device
+    attributes, read by the built extension)."""
+    mod = _module(device_index)
+    if mod is None:
+        raise RuntimeError("the CUDA decode kernel is not available (see the log)")
+    per_sm, reserved = mod.smem_limits(device_index)
+    return int(per_sm), int(reserved)
+
+
+def _launch_smem(cfg: DecodeConfig, device_index: int, head_dim: int, elem_bytes: int) -> int:
+    """The dynamic shared memory to launch ``cfg`` with: 0 (the kernel's own need) unless
+    ``cfg.ctas_per_sm`` asks for more (:meth:`DecodeConfig.launch_smem_bytes`).
+
+    Raises:
+        ValueError: the padded amount is past the device's per-CTA opt-in limit."""
+    if cfg.ctas_per_sm <= 0:
+        return 0
+    per_sm, reserved = _smem_limits(device_index)
+    smem = cfg.launch_smem_bytes(head_dim, elem_bytes, per_sm, reserved)
+    optin = _device_limits(device_index)[1]
+    if smem > optin:
+        raise ValueError(
+            f"ctas_per_sm={cfg.ctas_per_sm} needs {smem} bytes; the device allows {optin}"
+        )
+    return smem
+
+
+def launch_occupancy(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_scale: torch.Tensor | None,
+    v_scale: torch.Tensor | None,
+    block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    cfg: DecodeConfig,
+) -> int:
+    """CTAs of ``cfg``'s launch on this call that fit on one SM
+    (``cudaOccupancyMaxActiveBlocksPerMultiprocessor``; nothing is launched)."""
+    dev = _device_index(q.device)
+    mod = _module(dev)
+    if mod is None:
+        raise RuntimeError("the CUDA decode kernel is not available (see the log)")
+    smem = _launch_smem(cfg, dev, q.shape[2], k_cache.element_size())
+    return int(
+        mod.occupancy(
+            q,
+            q,
+            k_cache,
+            v_cache,
+            k_scale if k_scale is not None else k_cache,
+            v_scale if v_scale is not None else k_cache,
+            block_tables,
+            cu_seqlens_q,
+            seq_lens,
+            cfg.steps,
+            cfg.warps,
+            cfg.stages,
+            smem,
+        )
     )
 
 
@@ -336,7 +426,7 @@ def decode_config(
             base = TWO_PER_SM
         else:
             base = THREE_PER_SM
-    return DecodeConfig(base.steps, base.warps, base.stages, segs)
+    return replace(base, num_segments=segs)
 
 
 @functools.cache
@@ -429,6 +519,7 @@ def paged_decode(
         int(cfg.steps),
         int(cfg.warps),
         int(cfg.stages),
+        _launch_smem(cfg, _device_index(q.device), head_dim, k_cache.element_size()),
     )
     return parts
 
@@ -438,6 +529,7 @@ __all__ = [
     "RULE",
     "available",
     "decode_config",
+    "launch_occupancy",
     "paged_decode",
     "unsupported_reason",
     "variants",

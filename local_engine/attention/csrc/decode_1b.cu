@@ -12,18 +12,29 @@ namespace {
 using namespace decode1b;
 
 template <int D, int STEPS, int WARPS, int STAGES, int KIND, typename QT>
-void launch(const Params& p, int num_tokens, int num_kv_heads, cudaStream_t stream) {
+// occupancy != nullptr: no launch; *occupancy = the CTAs of this launch that fit on one SM
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor, for the tests of DecodeConfig.ctas_per_sm)
+void launch(const Params& p, int num_tokens, int num_kv_heads, int min_smem, cudaStream_t stream,
+            int* occupancy = nullptr) {
   auto kern = decode_1b_kernel<D, STEPS, WARPS, STAGES, KIND, QT>;
   const int pipe = WARPS * STAGES * Smem<D, STEPS, KIND>::STAGE;
   const int merge = WARPS * GP * (D + 2) * 4;
-  const int smem = pipe > merge ? pipe : merge;
-  // the shared-memory limit, raised once per instantiation and device (before any capture)
-  static uint64_t attr_set = 0;  // bit d: done on device d (devices past 63: every launch)
+  int smem = pipe > merge ? pipe : merge;
+  // min_smem (DecodeConfig.ctas_per_sm): more than the kernel uses, so that fewer CTAs share
+  // an SM (the caller checked it against the device's opt-in limit)
+  if (min_smem > smem) smem = min_smem;
+  // the shared-memory limit, raised per instantiation and device to the largest launch seen
+  // (the first launch of each size runs before any capture)
+  static int attr_set[64] = {};  // bytes set on device d (devices past 63: every launch)
   int dev = 0;
   C10_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 64 || !((attr_set >> dev) & 1u)) {
+  if (dev >= 64 || attr_set[dev] < smem) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    if (dev < 64) attr_set |= uint64_t{1} << dev;
+    if (dev < 64) attr_set[dev] = smem;
+  }
+  if (occupancy != nullptr) {
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occupancy, kern, WARPS * 32, smem));
+    return;
   }
   dim3 grid(num_tokens, num_kv_heads, p.num_segments);
   kern<<<grid, WARPS * 32, smem, stream>>>(p);
@@ -38,11 +49,12 @@ void launch(const Params& p, int num_tokens, int num_kv_heads, cudaStream_t stre
 
 template <int D, int KIND, typename QT>
 void dispatch_cfg(const Params& p, int steps, int warps, int stages, int num_tokens,
-                  int num_kv_heads, cudaStream_t stream) {
+                  int num_kv_heads, int min_smem, cudaStream_t stream, int* occupancy) {
 #define X(S, W, ST)                                                              \
   if (steps == S && warps == W && stages == ST) {                                \
     if constexpr (KIND == KV_16 || S >= 2) {                                     \
-      launch<D, S, W, ST, KIND, QT>(p, num_tokens, num_kv_heads, stream);        \
+      launch<D, S, W, ST, KIND, QT>(p, num_tokens, num_kv_heads, min_smem, stream,  \
+                                    occupancy);                                  \
       return;                                                                    \
     }                                                                            \
   }
@@ -65,12 +77,12 @@ std::vector<std::vector<int64_t>> variants() {
 
 // out / seg_*: see Params. Shapes and strides are checked by the Python caller
 // (local_engine/attention/cuda_decode.py); this entry checks dtypes and devices only.
-void decode_1b(torch::Tensor out, torch::Tensor seg_out, torch::Tensor seg_max,
-               torch::Tensor seg_sum, torch::Tensor q, torch::Tensor k_cache,
-               torch::Tensor v_cache, torch::Tensor k_scale, torch::Tensor v_scale,
-               torch::Tensor block_tables, torch::Tensor cu_seqlens_q, torch::Tensor seq_lens,
-               double qk_scale, int64_t num_segments, int64_t steps, int64_t warps,
-               int64_t stages) {
+void decode_1b_impl(torch::Tensor out, torch::Tensor seg_out, torch::Tensor seg_max,
+                    torch::Tensor seg_sum, torch::Tensor q, torch::Tensor k_cache,
+                    torch::Tensor v_cache, torch::Tensor k_scale, torch::Tensor v_scale,
+                    torch::Tensor block_tables, torch::Tensor cu_seqlens_q,
+                    torch::Tensor seq_lens, double qk_scale, int64_t num_segments, int64_t steps,
+                    int64_t warps, int64_t stages, int64_t min_smem, int* occ) {
   TORCH_CHECK(q.is_cuda() && k_cache.is_cuda(), "decode_1b: CUDA tensors only");
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf,
               "decode_1b: queries must be bfloat16 or float16");
@@ -116,11 +128,12 @@ void decode_1b(torch::Tensor out, torch::Tensor seg_out, torch::Tensor seg_max,
   const int d = static_cast<int>(q.size(2));
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int s = static_cast<int>(steps), w = static_cast<int>(warps), st = static_cast<int>(stages);
+  const int ms = static_cast<int>(min_smem);
   const bool half = q.scalar_type() == at::kHalf;
   const int kind = fp8 ? KV_FP8 : q8 ? KV_INT8 : KV_16;
 #define DISPATCH(D_, KIND_)                                                              \
-  half ? dispatch_cfg<D_, KIND_, __half>(p, s, w, st, num_tokens, num_kv_heads, stream)  \
-       : dispatch_cfg<D_, KIND_, __nv_bfloat16>(p, s, w, st, num_tokens, num_kv_heads, stream)
+  half ? dispatch_cfg<D_, KIND_, __half>(p, s, w, st, num_tokens, num_kv_heads, ms, stream, occ) \
+       : dispatch_cfg<D_, KIND_, __nv_bfloat16>(p, s, w, st, num_tokens, num_kv_heads, ms, stream, occ)
 #define BY_KIND(D_)                              \
   if (kind == KV_INT8) {                         \
     DISPATCH(D_, KV_INT8);                       \
@@ -140,7 +153,41 @@ void decode_1b(torch::Tensor out, torch::Tensor seg_out, torch::Tensor seg_max,
 #undef DISPATCH
 }
 
+void decode_1b(torch::Tensor out, torch::Tensor seg_out, torch::Tensor seg_max,
+               torch::Tensor seg_sum, torch::Tensor q, torch::Tensor k_cache,
+               torch::Tensor v_cache, torch::Tensor k_scale, torch::Tensor v_scale,
+               torch::Tensor block_tables, torch::Tensor cu_seqlens_q, torch::Tensor seq_lens,
+               double qk_scale, int64_t num_segments, int64_t steps, int64_t warps,
+               int64_t stages, int64_t min_smem) {
+  decode_1b_impl(out, seg_out, seg_max, seg_sum, q, k_cache, v_cache, k_scale, v_scale,
+                 block_tables, cu_seqlens_q, seq_lens, qk_scale, num_segments, steps, warps,
+                 stages, min_smem, nullptr);
+}
+
+// CTAs of one SM for this call's launch (no launch): decode_1b's arguments, the count returned
+int64_t occupancy(torch::Tensor out, torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
+                  torch::Tensor k_scale, torch::Tensor v_scale, torch::Tensor block_tables,
+                  torch::Tensor cu_seqlens_q, torch::Tensor seq_lens, int64_t steps,
+                  int64_t warps, int64_t stages, int64_t min_smem) {
+  int n = -1;
+  decode_1b_impl(out, out, out, out, q, k_cache, v_cache, k_scale, v_scale, block_tables,
+                 cu_seqlens_q, seq_lens, 1.0, 1, steps, warps, stages, min_smem, &n);
+  return n;
+}
+
+// (shared memory per SM, shared memory the driver reserves per CTA), bytes, of CUDA device dev
+std::vector<int64_t> smem_limits(int64_t dev) {
+  int per_sm = 0, reserved = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                                        static_cast<int>(dev)));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock,
+                                        static_cast<int>(dev)));
+  return {per_sm, reserved};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_1b", &decode_1b, "paged decode attention over an INT8 / FP8 / 16-bit KV cache");
+  m.def("occupancy", &occupancy, "CTAs of one SM for a launch (no launch)");
+  m.def("smem_limits", &smem_limits, "(shared memory per SM, reserved per CTA) in bytes");
   m.def("variants", &variants, "compiled (steps, warps, stages) configurations");
 }

@@ -11,6 +11,7 @@ the whole accumulation lost 2-8% in session 4's first build), and a CUDA-graph r
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -34,6 +35,24 @@ def test_smem_bytes_by_hand():
     # d64, 8 warps x 2 stages x (2048 + 2048 + 256) = 69_632 (the final merge's 8 warps x 8
     # heads x (64 + 2) floats, 16_896 bytes, reuses the same memory)
     assert DecodeConfig(2, 8, 2).smem_bytes(64) == 69_632
+
+
+def test_ctas_per_sm_pads_shared_memory_by_hand():
+    # sm_90: 233,472 bytes per SM, 1,024 reserved per CTA. (2, 4, 2) at d128 needs 4 x 2 x 8448
+    # = 67,584 bytes: 3 CTAs fit (3 x 68,608 = 205,824). At most 2: 233,472 // 3 - 1,024 + 1 =
+    # 76,801 bytes, so 3 x (76,801 + 1,024) = 233,475 > 233,472 and 2 x 77,825 fit.
+    sm90 = (233_472, 1_024)
+    assert DecodeConfig(2, 4, 2).launch_smem_bytes(128, 1, *sm90) == 67_584
+    assert DecodeConfig(2, 4, 2, ctas_per_sm=2).launch_smem_bytes(128, 1, *sm90) == 76_801
+    # at most 1: 233,472 // 2 - 1,023 = 115,713 (2 x 116,737 > 233,472)
+    assert DecodeConfig(2, 4, 2, ctas_per_sm=1).launch_smem_bytes(128, 1, *sm90) == 115_713
+    # a cap above what fits asks for no more than the kernel needs: (2, 4, 3), 101,376 bytes
+    assert DecodeConfig(2, 4, 3, ctas_per_sm=2).launch_smem_bytes(128, 1, *sm90) == 101_376
+    with pytest.raises(ValueError, match="do not fit"):  # 3 x 102,400 > 233,472
+        DecodeConfig(2, 4, 3, ctas_per_sm=3).launch_smem_bytes(128, 1, *sm90)
+    # the rule keeps a base's cap
+    capped = DecodeConfig(2, 4, 2, ctas_per_sm=2)
+    assert decode_config(64, 8, 128, 4096, 132, base=capped) == capped
 
 
 def test_kernel_declares_no_static_shared_memory():
@@ -271,7 +290,8 @@ def test_paged_decode_hands_the_kernel_its_launch(monkeypatch):
     assert all(t.dtype == torch.float32 for t in parts)
     args = calls[-1]
     assert args[1] is parts[0] and args[2] is parts[1] and args[3] is parts[2]
-    assert args[12:] == (0.5, 16, 2, 8, 2)  # qk_scale, segments, steps, warps, stages
+    # qk_scale, segments, steps, warps, stages, shared memory (0: the kernel's own)
+    assert args[12:] == (0.5, 16, 2, 8, 2, 0)
     # unsplit: no scratch, the output stands in; a 16-bit cache's scales are placeholders too
     kb = torch.zeros(300, 16, 8, 128, dtype=torch.bfloat16)
     q64 = torch.zeros(64, 32, 128, dtype=torch.bfloat16)
@@ -283,9 +303,20 @@ def test_paged_decode_hands_the_kernel_its_launch(monkeypatch):
     )
     args = calls[-1]
     assert args[1] is args[2] is args[3] is out64 and args[7] is args[8] is kb
-    assert args[13:] == (1, 1, 4, 3)  # 512 CTAs: 16-key tiles x 3 stages (16-bit rule)
+    assert args[13:] == (1, 1, 4, 3, 0)  # 512 CTAs: 16-key tiles x 3 stages (16-bit rule)
     with pytest.raises(ValueError, match="decode-shaped"):
         cuda_decode.paged_decode(out64, q64, kb, kb, None, None, bt, cu, sl, 1.0, 132)
+    # a cap: the padded shared memory of the device's attributes (sm_90's here)
+    monkeypatch.setattr(cuda_decode, "_smem_limits", lambda idx: (233_472, 1_024))
+    monkeypatch.setattr(cuda_decode, "_device_limits", lambda idx: ((9, 0), 232_448))
+    capped = DecodeConfig(2, 4, 2, 1, ctas_per_sm=2)
+    cuda_decode.paged_decode(out64, q64, kc, kc, ks, ks, bt64, cu64, sl64, 1.0, 132, capped)
+    assert calls[-1][13:] == (1, 2, 4, 2, 76_801)
+    monkeypatch.setattr(cuda_decode, "_device_limits", lambda idx: ((8, 6), 101_376))
+    with pytest.raises(ValueError, match="ctas_per_sm=1 needs 115713 bytes"):
+        cuda_decode.paged_decode(
+            out64, q64, kc, kc, ks, ks, bt64, cu64, sl64, 1.0, 132, replace(capped, ctas_per_sm=1)
+        )
 
 
 # ----------------------------------------------------------------------------- CUDA
@@ -359,6 +390,38 @@ def test_fp16_queries():
     out = tb.paged_attention(q, kc, vc, bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="cuda")
     assert out.dtype == torch.float16
     assert _rel(out, _ref(q, kc, vc, ks, vs, bt, cu, sl)) < 5e-3
+
+
+@cuda
+@pytest.mark.parametrize("cfg", [(2, 4, 2), (2, 4, 3), (2, 8, 2)])
+def test_ctas_per_sm_holds_and_changes_no_digit(cfg):
+    """``ctas_per_sm`` c: the runtime's occupancy for the padded launch is c (every c below
+    what fits), and the output is bit-identical to the unpadded launch."""
+    from local_engine.attention import triton_backend as tb
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(9)
+    ctx = [4000, 123, 9000, 1]
+    kc, vc, ks, vs, bt = _pool(ctx, 8, 128, torch.int8, dev, g)
+    q = torch.randn(len(ctx), 32, 128, generator=g, device=dev).to(torch.bfloat16)
+    cu = torch.arange(len(ctx) + 1, dtype=torch.int32, device=dev)
+    sl = torch.tensor(ctx, dtype=torch.int32, device=dev)
+    args = (q, kc, vc, ks, vs, bt, cu, sl)
+    base = DecodeConfig(*cfg)
+    fits = cuda_decode.launch_occupancy(*args, base)
+    per_sm, reserved = cuda_decode._smem_limits(0)
+    need = base.smem_bytes(128) + reserved
+    assert fits == min(per_sm // need, 64 // base.warps)  # shared memory (or warps) bound it
+    want = tb.paged_attention(
+        *args[:3], bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="cuda", cuda_config=base
+    )
+    for c in range(1, fits):
+        capped = replace(base, ctas_per_sm=c)
+        assert cuda_decode.launch_occupancy(*args, capped) == c
+        got = tb.paged_attention(
+            *args[:3], bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="cuda", cuda_config=capped
+        )
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 @cuda
