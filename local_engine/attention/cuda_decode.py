@@ -15,7 +15,7 @@ turns it off. ``PROMPTCACHE_DECODE_VARIANTS`` (``"2,4,3;4,4,2"``: steps, warps, 
 compiles other configurations in (the benchmark's grid).
 
 Launch rule (:func:`decode_config`): a pure function of shapes, so a call can be captured in a
-CUDA graph. Measured on one H200, bench/RESULTS.md "## kvquant", session 4.
+CUDA graph. Measured on H200s, bench/RESULTS.md "## kvquant", sessions 4-6.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ HERE = Path(__file__).parent / "csrc"
 SOURCES = ("decode_1b.cu", "decode_1b.cuh")
 #: (steps, warps, stages) compiled by default (every configuration the rule picks); steps = KV blocks of 16
 #: tokens per warp tile.
-DEFAULT_VARIANTS = ((2, 4, 3), (2, 4, 2), (2, 8, 2), (1, 4, 3))
+DEFAULT_VARIANTS = ((2, 4, 3), (2, 4, 2), (2, 8, 2), (2, 2, 3), (2, 2, 2), (1, 4, 3))
 BLOCK_SIZE = 16
 #: Shared memory one CTA may take on sm_90 (227 KiB; the H100/H200 SM has 228).
 MAX_SMEM = 227 * 1024
@@ -362,23 +362,33 @@ def unsupported_reason(
     return None
 
 
-#: Launch rule (H200, session 4 runs 1-2, bench/RESULTS.md "## kvquant"): tiles of 2 blocks (32
-#: keys) and, by how many CTAs the grid has against the SM count,
-#: - at most one per SM: 8 warps, 2 stages (135 KiB at d128: one CTA per SM whatever the block
-#:   scheduler does; with 4-warp CTAs two could share an SM and leave another idle: FP8 16 x
-#:   32k, 128 CTAs, 0.264 and 0.290 ms in two runs against 0.266 at 8 warps; d64 16 x 32k
-#:   0.155 vs 0.184 ms);
-#: - up to WAVES_3_STAGES waves of two per SM: 4 warps, 3 stages (101 KiB, two per SM; 64 x 4k,
-#:   512 CTAs: 0.142 ms vs 0.149 at 2 stages, whose three per SM leave the second wave short);
-#: - more: 4 warps, 2 stages (68 KiB, three per SM: 256 x 1k 0.144 vs 0.147 ms, 32/32 64 x 4k
-#:   0.522 vs 0.528).
+#: Launch rule for 1-byte caches (H200; session 4 runs 1-2 and session 6 runs 1-2,
+#: bench/RESULTS.md "## kvquant"): tiles of 2 blocks (32 keys) and, by the CTAs per SM the grid
+#: needs in one wave (k = ceil(CTAs / SMs)), the configuration that holds the whole grid at once
+#: with about 12-16 tiles (100-130 KiB) in flight per SM: a partial last wave costs more than
+#: any tile choice gains (64 x 4k, 512 CTAs, session 6 run 2: 0.134 ms in one wave of up to 6
+#: two-warp CTAs per SM against 0.160 in 1.3 waves of 3, 0.137 in two of 2);
+#: - k <= 1: 8 warps, 2 stages (135 KiB at d128: one CTA per SM whatever the block scheduler
+#:   does; with 4-warp CTAs two could share an SM and leave another idle: FP8 16 x 32k, 128
+#:   CTAs, 0.264 and 0.290 ms in two runs against 0.266 at 8 warps; d64 16 x 32k 0.155 vs 0.184);
+#: - k = 2: 2 warps, 3 stages (50 KiB; two CTAs hold 12 tiles; 33 x 8k, 264 CTAs: 0.134 ms
+#:   against 0.141 for 4 warps x 3 stages, 0.135 for 4 x 2);
+#: - k = 3, 4: 2 warps, 2 stages (34 KiB, up to six per SM; 64 x 4k 0.134 ms against 0.136 at
+#:   3 stages and 0.137 for session 4's 4 warps x 3 stages; d64 0.079 against 0.085 / 0.087).
+#:   Ragged contexts are slower so (64 x ~4k, contexts in [1k, 7k]: 0.175 against 0.164 for 4
+#:   warps x 3 stages in two waves and 0.153 for 8 warps in four): the longest items run last,
+#:   on two warps each, where more waves let the block scheduler balance; the rule sees shapes
+#:   only (a CUDA graph fixes the launch), so it takes the uniform batch's best;
+#: - more: 4 warps, 2 stages (68 KiB, three per SM, many waves: 256 x 1k 0.142 ms, within 1%
+#:   of the best, 2 warps x 3 stages at 0.141; ragged 256 x ~1k: the best).
 #: Split-K only until the grid has one CTA per SM: four warps streaming their own pipelines
 #: reach the SM's share of the bandwidth, and a split costs CTA starts and the merge (16 x 32k
 #: INT8 unsplit 0.261 ms, 2 segments 0.268, 4 segments 0.280), with at least
 #: MIN_TILES_PER_WARP tiles for each warp of a segment.
 ONE_PER_SM = DecodeConfig(2, 8, 2)
-TWO_PER_SM = DecodeConfig(2, 4, 3)
-THREE_PER_SM = DecodeConfig(2, 4, 2)
+TWO_PER_SM = DecodeConfig(2, 2, 3)
+FOUR_PER_SM = DecodeConfig(2, 2, 2)
+MANY_WAVES = DecodeConfig(2, 4, 2)
 #: 16-bit caches (twice the bytes per tile; session 4 runs 3-5, the 40-row layout sweep): at most
 #: one CTA per SM, 32-key tiles in 128 KiB (d128: 4 warps x 2 stages; d64: 8 x 2), e.g. 32/4
 #: d128 1 x 32k 1.00-1.01 of SDPA against 0.98 for 16-key tiles at 8 warps, 28/4 d64 1 x 32k
@@ -388,8 +398,7 @@ THREE_PER_SM = DecodeConfig(2, 4, 2)
 #: in another (32/16 d64 32 x 8k; 32/32 d128 32 x 8k; 28/4, 32/4 d128 256 x 1k).
 ONE_PER_SM_16 = {128: DecodeConfig(2, 4, 2), 64: DecodeConfig(2, 8, 2)}
 MORE_PER_SM_16 = {128: DecodeConfig(1, 4, 3), 64: DecodeConfig(1, 4, 3)}
-RULE = TWO_PER_SM  # the split-K sizing's base
-WAVES_3_STAGES = 2
+RULE = DecodeConfig(2, 4, 3)  # the split-K sizing's base: segments of 4 warps' tiles
 MIN_TILES_PER_WARP = 4
 MAX_SEGMENTS = 128
 
@@ -422,10 +431,12 @@ def decode_config(
             base = (ONE_PER_SM_16 if ctas <= sm_count else MORE_PER_SM_16)[head_dim]
         elif ctas <= sm_count:
             base = ONE_PER_SM
-        elif ctas <= WAVES_3_STAGES * 2 * sm_count:
+        elif ctas <= 2 * sm_count:
             base = TWO_PER_SM
+        elif ctas <= 4 * sm_count:
+            base = FOUR_PER_SM
         else:
-            base = THREE_PER_SM
+            base = MANY_WAVES
     return replace(base, num_segments=segs)
 
 
@@ -437,7 +448,7 @@ def rule_smem_bytes(head_dim: int, elem_bytes: int = 1) -> int:
     if elem_bytes == 2:
         rule = (ONE_PER_SM_16[head_dim], MORE_PER_SM_16[head_dim])
     else:
-        rule = (ONE_PER_SM, TWO_PER_SM, THREE_PER_SM)
+        rule = (ONE_PER_SM, TWO_PER_SM, FOUR_PER_SM, MANY_WAVES)
     return max(c.smem_bytes(head_dim, elem_bytes) for c in rule)
 
 

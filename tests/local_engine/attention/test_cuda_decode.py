@@ -66,17 +66,22 @@ def test_kernel_declares_no_static_shared_memory():
     assert re.findall(r"__shared__[^;]*;", code) == ["__shared__ __align__(16) uint8_t smem[];"]
 
 
-ONE, TWO, THREE = (2, 8, 2), (2, 4, 3), (2, 4, 2)  # CTAs per SM by shared memory at d128
+# the grid's CTAs per SM in one wave: 1, 2, 3-4, more (with d128 shared memory, 1, 4, 6 and 3
+# of these fit on an SM)
+ONE, TWO, FOUR, MANY = (2, 8, 2), (2, 2, 3), (2, 2, 2), (2, 4, 2)
 
 
 @pytest.mark.parametrize(
     "tokens, kv_heads, max_ctx, segs, cfg",
     [
         (16, 8, 32768, 1, ONE),  # 128 CTAs on 132 SMs: no split, one CTA per SM
-        (64, 8, 4096, 1, TWO),  # 512 CTAs <= 2 waves x 2 per SM x 132 = 528
-        (66, 8, 4096, 1, TWO),  # 528: still two waves
-        (67, 8, 4096, 1, THREE),  # 536: a third wave
-        (256, 8, 1024, 1, THREE),  # 2048 CTAs: many waves
+        (17, 8, 32768, 1, TWO),  # 136 CTAs > 132: two per SM
+        (33, 8, 8192, 1, TWO),  # 264 = 2 x 132
+        (34, 8, 8192, 1, FOUR),  # 272 > 264
+        (64, 8, 4096, 1, FOUR),  # 512 CTAs <= 4 per SM x 132 = 528
+        (66, 8, 4096, 1, FOUR),  # 528: still one wave of 4 per SM
+        (67, 8, 4096, 1, MANY),  # 536: more than 4 per SM
+        (256, 8, 1024, 1, MANY),  # 2048 CTAs: many waves
         (1, 8, 32768, 16, ONE),  # 132 // 8 = 16 segments (by length 32768 // 512 = 64): 128
         (1, 1, 1024, 2, ONE),  # wants 132, but a segment needs 4 warps x 4 tiles x 32 keys
         (1, 1, 256, 1, ONE),  # shorter than one segment's minimum
