@@ -17,9 +17,10 @@ One process, in this order:
 
    Two ragged batches (64 x ~4096, 256 x ~1024: contexts uniform in [ctx / 4, 7 ctx / 4]) too,
    and 66 x 4096 / 33 x 8192 (items a multiple of the H200's 132 SMs: the SM-load probe).
-   ``TIME_SHAPES=64x4096,66x4096``: those batch x context rows only; ``TIME_SEGMENTS=3,9``:
-   these segment counts too, on every configuration; ``TIME_CAPS=1``: each configuration also
-   at 1 .. (what fits - 1) CTAs per SM (``DecodeConfig.ctas_per_sm``).
+   ``TIME_SHAPES=64x4096,66x4096``: the rows of those batch x context sizes only (every head
+   layout, uniform and ragged); ``TIME_SEGMENTS=3,9``: these segment counts too, on every
+   configuration; ``TIME_CAPS=1``: each configuration also at 1 .. (what fits - 1) CTAs per
+   SM (``DecodeConfig.ctas_per_sm``).
 3. ``sweep16``: the bf16 layout sweep against SDPA (``SWEEP_RULE_ONLY=1``: the rule's
    configuration only; ``SWEEP_SHAPES=1x32768,8x8192``: some batch x context columns only).
 

@@ -41,9 +41,9 @@ ENV_ENABLE = "PROMPTCACHE_CUDA_DECODE"
 ENV_VARIANTS = "PROMPTCACHE_DECODE_VARIANTS"
 HERE = Path(__file__).parent / "csrc"
 SOURCES = ("decode_1b.cu", "decode_1b.cuh")
-#: (steps, warps, stages) compiled by default (every configuration the rule picks); steps = KV blocks of 16
-#: tokens per warp tile.
-DEFAULT_VARIANTS = ((2, 4, 3), (2, 4, 2), (2, 8, 2), (2, 2, 3), (2, 2, 2), (1, 4, 3))
+#: (steps, warps, stages) compiled by default (every configuration the rule picks, 1-byte and
+#: 16-bit); steps = KV blocks of 16 tokens per warp tile.
+DEFAULT_VARIANTS = ((2, 4, 3), (2, 4, 2), (2, 8, 2), (2, 2, 2), (1, 4, 3))
 BLOCK_SIZE = 16
 #: Shared memory one CTA may take on sm_90 (227 KiB; the H100/H200 SM has 228).
 MAX_SMEM = 227 * 1024
@@ -152,8 +152,8 @@ def build_key(arch: str, nvcc: str, configs) -> str:
 
 @functools.cache
 def _module(device_index: int):
-    """The built extension for CUDA device ``device_index`` (``decode_1b``, ``variants``), or
-    None (logged once with the reason)."""
+    """The built extension for CUDA device ``device_index`` (``decode_1b``, ``occupancy``,
+    ``smem_limits``, ``variants``), or None (logged once with the reason)."""
     reason = _env_off()
     if reason is None and not torch.version.cuda:
         reason = "this torch has no CUDA"
@@ -364,29 +364,32 @@ def unsupported_reason(
 
 #: Launch rule for 1-byte caches (H200; session 4 runs 1-2 and session 6 runs 1-2,
 #: bench/RESULTS.md "## kvquant"): tiles of 2 blocks (32 keys) and, by the CTAs per SM the grid
-#: needs in one wave (k = ceil(CTAs / SMs)), the configuration that holds the whole grid at once
-#: with about 12-16 tiles (100-130 KiB) in flight per SM: a partial last wave costs more than
-#: any tile choice gains (64 x 4k, 512 CTAs, session 6 run 2: 0.134 ms in one wave of up to 6
-#: two-warp CTAs per SM against 0.160 in 1.3 waves of 3, 0.137 in two of 2);
-#: - k <= 1: 8 warps, 2 stages (135 KiB at d128: one CTA per SM whatever the block scheduler
+#: needs (k = ceil(CTAs / SMs)), a configuration that holds the whole grid in one wave with at
+#: least 4 warps per SM: a partial last wave costs more than any tile choice gains (64 x 4k,
+#: 512 CTAs, session 6 run 2: 0.134 ms in one wave of up to 6 two-warp CTAs per SM against
+#: 0.160-0.186 for 1.3 waves of 2-warp CTAs, 0.151 for 1.3 waves of 4-warp ones, 0.137 for two
+#: waves of 4-warp CTAs two per SM);
+#: - k <= 1: 8 warps, 2 stages (132 KiB at d128: one CTA per SM whatever the block scheduler
 #:   does; with 4-warp CTAs two could share an SM and leave another idle: FP8 16 x 32k, 128
 #:   CTAs, 0.264 and 0.290 ms in two runs against 0.266 at 8 warps; d64 16 x 32k 0.155 vs 0.184);
-#: - k = 2: 2 warps, 3 stages (50 KiB; two CTAs hold 12 tiles; 33 x 8k, 264 CTAs: 0.134 ms
-#:   against 0.141 for 4 warps x 3 stages, 0.135 for 4 x 2);
-#: - k = 3, 4: 2 warps, 2 stages (34 KiB, up to six per SM; 64 x 4k 0.134 ms against 0.136 at
-#:   3 stages and 0.137 for session 4's 4 warps x 3 stages; d64 0.079 against 0.085 / 0.087).
+#: - k = 2: 4 warps, 3 stages (99 KiB, two per SM). 2 warps x 3 stages was faster at 264 CTAs
+#:   (33 x 8k: 0.134 against 0.141 ms) but at 133 CTAs would leave 2 warps on most SMs (16 x
+#:   32k, 128 CTAs of 2 warps: 0.476 ms against 0.253 for 4 warps);
+#: - k = 3, 4: 2 warps, 2 stages (33 KiB, up to six per SM; 64 x 4k 0.134 ms against 0.136 at
+#:   3 stages and 0.137 for 4 warps x 3 stages; d64 0.079 against 0.085 / 0.087; at the tier's
+#:   low end, 264 CTAs, 0.142 against 0.141 for 4 x 3).
 #:   Ragged contexts are slower so (64 x ~4k, contexts in [1k, 7k]: 0.175 against 0.164 for 4
 #:   warps x 3 stages in two waves and 0.153 for 8 warps in four): the longest items run last,
 #:   on two warps each, where more waves let the block scheduler balance; the rule sees shapes
 #:   only (a CUDA graph fixes the launch), so it takes the uniform batch's best;
-#: - more: 4 warps, 2 stages (68 KiB, three per SM, many waves: 256 x 1k 0.142 ms, within 1%
+#: - more: 4 warps, 2 stages (66 KiB, three per SM, many waves: 256 x 1k 0.142 ms, within 1%
 #:   of the best, 2 warps x 3 stages at 0.141; ragged 256 x ~1k: the best).
 #: Split-K only until the grid has one CTA per SM: four warps streaming their own pipelines
 #: reach the SM's share of the bandwidth, and a split costs CTA starts and the merge (16 x 32k
 #: INT8 unsplit 0.261 ms, 2 segments 0.268, 4 segments 0.280), with at least
 #: MIN_TILES_PER_WARP tiles for each warp of a segment.
 ONE_PER_SM = DecodeConfig(2, 8, 2)
-TWO_PER_SM = DecodeConfig(2, 2, 3)
+TWO_PER_SM = DecodeConfig(2, 4, 3)
 FOUR_PER_SM = DecodeConfig(2, 2, 2)
 MANY_WAVES = DecodeConfig(2, 4, 2)
 #: 16-bit caches (twice the bytes per tile; session 4 runs 3-5, the 40-row layout sweep): at most

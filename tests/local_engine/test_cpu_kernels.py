@@ -399,7 +399,10 @@ def test_engine_greedy_tokens_kernels_on_vs_off(engine, torch_path_engine):
     if not cpu.has("float32"):
         pytest.skip("kernels not built")
     layer0 = engine.runner.model.layers[0]
-    assert layer0.self_attn.qkv_proj.format == "panels" and layer0.fused_op() is not None
+    assert layer0.self_attn.qkv_proj.format == "panels"
+    # the one-call fused layer is built for AVX-512 only; AVX2 runs the per-linear kernels
+    fused = (cpu.isa() or "").startswith("avx512")
+    assert (layer0.fused_op() is not None) == fused
     assert torch_path_engine.runner.model.layers[0].self_attn.qkv_proj.format != "panels"
     tok = engine.tokenizer
     p = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)

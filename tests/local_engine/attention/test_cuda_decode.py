@@ -46,7 +46,7 @@ def test_ctas_per_sm_pads_shared_memory_by_hand():
     assert DecodeConfig(2, 4, 2, ctas_per_sm=2).launch_smem_bytes(128, 1, *sm90) == 76_801
     # at most 1: 233,472 // 2 - 1,023 = 115,713 (2 x 116,737 > 233,472)
     assert DecodeConfig(2, 4, 2, ctas_per_sm=1).launch_smem_bytes(128, 1, *sm90) == 115_713
-    # a cap above what fits asks for no more than the kernel needs: (2, 4, 3), 101,376 bytes
+    # a cap at what fits asks for no more than the kernel needs: (2, 4, 3), 101,376 bytes
     assert DecodeConfig(2, 4, 3, ctas_per_sm=2).launch_smem_bytes(128, 1, *sm90) == 101_376
     with pytest.raises(ValueError, match="do not fit"):  # 3 x 102,400 > 233,472
         DecodeConfig(2, 4, 3, ctas_per_sm=3).launch_smem_bytes(128, 1, *sm90)
@@ -66,16 +66,16 @@ def test_kernel_declares_no_static_shared_memory():
     assert re.findall(r"__shared__[^;]*;", code) == ["__shared__ __align__(16) uint8_t smem[];"]
 
 
-# the grid's CTAs per SM in one wave: 1, 2, 3-4, more (with d128 shared memory, 1, 4, 6 and 3
-# of these fit on an SM)
-ONE, TWO, FOUR, MANY = (2, 8, 2), (2, 2, 3), (2, 2, 2), (2, 4, 2)
+# the grid's CTAs per SM: 1, 2, 3-4, more (with d128 shared memory, 1, 2, 6 and 3 of these fit
+# on an SM)
+ONE, TWO, FOUR, MANY = (2, 8, 2), (2, 4, 3), (2, 2, 2), (2, 4, 2)
 
 
 @pytest.mark.parametrize(
     "tokens, kv_heads, max_ctx, segs, cfg",
     [
         (16, 8, 32768, 1, ONE),  # 128 CTAs on 132 SMs: no split, one CTA per SM
-        (17, 8, 32768, 1, TWO),  # 136 CTAs > 132: two per SM
+        (17, 8, 32768, 1, TWO),  # 136 CTAs > 132: some SMs take two
         (33, 8, 8192, 1, TWO),  # 264 = 2 x 132
         (34, 8, 8192, 1, FOUR),  # 272 > 264
         (64, 8, 4096, 1, FOUR),  # 512 CTAs <= 4 per SM x 132 = 528
@@ -398,7 +398,7 @@ def test_fp16_queries():
 
 
 @cuda
-@pytest.mark.parametrize("cfg", [(2, 4, 2), (2, 4, 3), (2, 8, 2)])
+@pytest.mark.parametrize("cfg", [(2, 4, 2), (2, 4, 3), (2, 2, 2)])
 def test_ctas_per_sm_holds_and_changes_no_digit(cfg):
     """``ctas_per_sm`` c: the runtime's occupancy for the padded launch is c (every c below
     what fits), and the output is bit-identical to the unpadded launch."""
@@ -414,9 +414,11 @@ def test_ctas_per_sm_holds_and_changes_no_digit(cfg):
     args = (q, kc, vc, ks, vs, bt, cu, sl)
     base = DecodeConfig(*cfg)
     fits = cuda_decode.launch_occupancy(*args, base)
-    per_sm, reserved = cuda_decode._smem_limits(0)
+    per_sm, reserved = cuda_decode._smem_limits(cuda_decode._device_index(dev))
     need = base.smem_bytes(128) + reserved
-    assert fits == min(per_sm // need, 64 // base.warps)  # shared memory (or warps) bound it
+    # shared memory (or the 64 warps of an sm_80/sm_90 SM) bound it: at <= 128 registers a
+    # thread (122 for INT8 d128 with nvcc 13) 4 CTAs of 128 threads fit by registers
+    assert fits == min(per_sm // need, 64 // base.warps)
     want = tb.paged_attention(
         *args[:3], bt, cu, sl, k_scale=ks, v_scale=vs, decode_kernel="cuda", cuda_config=base
     )
