@@ -225,11 +225,19 @@ def _device_limits(device_index: int) -> tuple[tuple[int, int], int]:
 def _smem_limits(device_index: int) -> tuple[int, int]:
     """``(shared memory per SM, shared memory reserved per CTA)`` in bytes (the device
     attributes, read by the built extension)."""
+    per_sm, reserved = _built(device_index).smem_limits(device_index)
+    return int(per_sm), int(reserved)
+
+
+def _built(device_index: int):
+    """The built extension for the device.
+
+    Raises:
+        RuntimeError: it is not built (off, no nvcc, or a failed build: the log says which)."""
     mod = _module(device_index)
     if mod is None:
         raise RuntimeError("the CUDA decode kernel is not available (see the log)")
-    per_sm, reserved = mod.smem_limits(device_index)
-    return int(per_sm), int(reserved)
+    return mod
 
 
 def _launch_smem(cfg: DecodeConfig, device_index: int, head_dim: int, elem_bytes: int) -> int:
@@ -264,9 +272,7 @@ def launch_occupancy(
     """CTAs of ``cfg``'s launch on this call that fit on one SM
     (``cudaOccupancyMaxActiveBlocksPerMultiprocessor``; nothing is launched)."""
     dev = _device_index(q.device)
-    mod = _module(dev)
-    if mod is None:
-        raise RuntimeError("the CUDA decode kernel is not available (see the log)")
+    mod = _built(dev)
     smem = _launch_smem(cfg, dev, q.shape[2], k_cache.element_size())
     return int(
         mod.occupancy(
@@ -497,9 +503,7 @@ def paged_decode(
             f"{tuple(q.shape)}, seq_lens {tuple(seq_lens.shape)}, cu_seqlens_q "
             f"{tuple(cu_seqlens_q.shape)}"
         )
-    mod = _module(_device_index(q.device))
-    if mod is None:
-        raise RuntimeError("the CUDA decode kernel is not available (see the log)")
+    mod = _built(_device_index(q.device))
     if cfg is None:
         cfg = decode_config(
             num_tokens,
