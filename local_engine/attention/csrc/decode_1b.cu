@@ -6,14 +6,17 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 
+#include <mutex>
+#include <vector>
+
 #include "decode_1b.cuh"
 
 namespace {
 using namespace decode1b;
 
-template <int D, int STEPS, int WARPS, int STAGES, int KIND, typename QT>
 // occupancy != nullptr: no launch; *occupancy = the CTAs of this launch that fit on one SM
 // (cudaOccupancyMaxActiveBlocksPerMultiprocessor, for the tests of DecodeConfig.ctas_per_sm)
+template <int D, int STEPS, int WARPS, int STAGES, int KIND, typename QT>
 void launch(const Params& p, int num_tokens, int num_kv_heads, int min_smem, cudaStream_t stream,
             int* occupancy = nullptr) {
   auto kern = decode_1b_kernel<D, STEPS, WARPS, STAGES, KIND, QT>;
@@ -23,14 +26,21 @@ void launch(const Params& p, int num_tokens, int num_kv_heads, int min_smem, cud
   // min_smem (DecodeConfig.ctas_per_sm): more than the kernel uses, so that fewer CTAs share
   // an SM (the caller checked it against the device's opt-in limit)
   if (min_smem > smem) smem = min_smem;
-  // the shared-memory limit, raised per instantiation and device to the largest launch seen
-  // (the first launch of each size runs before any capture)
-  static int attr_set[64] = {};  // bytes set on device d (devices past 63: every launch)
   int dev = 0;
   C10_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 64 || attr_set[dev] < smem) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    if (dev < 64) attr_set[dev] = smem;
+  {
+    // the shared-memory limit, per instantiation and device, only ever raised (to the largest
+    // launch seen: a thread launching less never lowers it under another's larger launch);
+    // the first launch of each size runs before any capture
+    static std::mutex mu;
+    static std::vector<int> attr_set;  // bytes set on device d
+    std::lock_guard<std::mutex> lock(mu);
+    if (attr_set.size() <= static_cast<size_t>(dev)) attr_set.resize(dev + 1, 0);
+    if (attr_set[dev] < smem) {
+      C10_CUDA_CHECK(
+          cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      attr_set[dev] = smem;
+    }
   }
   if (occupancy != nullptr) {
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(occupancy, kern, WARPS * 32, smem));
