@@ -12,6 +12,12 @@ steps outside near-ties (measured 1.000) and logit error ``max |w - f32| / max |
 (0.022); int8 >= 0.93 (0.970; 0.895 counting near-ties) and <= 0.35 (0.25). int8 quantizes
 activations too (per token, 8 bits): on a 135M model that moves logits by about 12 % of their
 row maximum (median), so free-running greedy output drifts from float32 within a few tokens.
+
+Without VNNI (:func:`~local_engine.models.linear.int8_reduce_range`: an AVX2-only x86 CPU)
+fbgemm quantizes activations to 7 bits, which doubles their rounding error: one 576 x 576
+layer on random data with an outlier channel had output error 0.0720 there, a per-token
+7-bit simulation 0.0718 and an 8-bit one 0.0361 (2026-12-01). Measured on that machine (an
+AVX2 AMD EPYC, 2026-12-01): agreement 209/239 = 0.874, logit error 0.62; floors 0.83 and 0.8.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from local_engine.models.linear import Linear, quantize_int8
+from local_engine.models.linear import Linear, int8_reduce_range, quantize_int8
 from local_engine.sampling import SamplingParams
 
 from .conftest import run_to_completion
@@ -28,6 +34,7 @@ from .test_model_vs_hf import PROMPTS, _engine_prefill_logits
 
 NEAR_TIE = 0.5
 FLOORS = {"bfloat16": (0.97, 0.03), "int8": (0.93, 0.35)}
+FLOORS_7BIT = {"bfloat16": (0.97, 0.03), "int8": (0.83, 0.8)}  # no VNNI: 7-bit activations
 
 
 def test_quantize_int8_round_trip():
@@ -182,7 +189,7 @@ def test_greedy_agreement_with_float32(engine_factory, float32_runs, weight_dtyp
                 continue
             steps += 1
     rate = agree / steps
-    floor, max_err = FLOORS[weight_dtype]
+    floor, max_err = (FLOORS_7BIT if int8_reduce_range() else FLOORS)[weight_dtype]
     # free-running greedy (reported, not asserted: one flip changes everything after it)
     p = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
     for i, (ids, _, _) in enumerate(float32_runs):
