@@ -370,8 +370,8 @@ def unsupported_reason(
 
 #: Launch rule for 1-byte caches (H200; session 4 runs 1-2 and session 6 runs 1-2,
 #: bench/RESULTS.md "## kvquant"): tiles of 2 blocks (32 keys) and, by the CTAs per SM the grid
-#: needs (k = ceil(CTAs / SMs)), a configuration that holds the whole grid in one wave with at
-#: least 4 warps per SM: a partial last wave costs more than any tile choice gains (64 x 4k,
+#: needs (k = ceil(CTAs / SMs)), a configuration that holds the whole grid in one wave (up to
+#: k = 4) with at least 4 warps per SM: a partial last wave costs more than any tile choice gains (64 x 4k,
 #: 512 CTAs, session 6 run 2: 0.134 ms in one wave of up to 6 two-warp CTAs per SM against
 #: 0.160-0.186 for 1.3 waves of 2-warp CTAs, 0.151 for 1.3 waves of 4-warp ones, 0.137 for two
 #: waves of 4-warp CTAs two per SM);
@@ -382,8 +382,8 @@ def unsupported_reason(
 #:   (33 x 8k: 0.134 against 0.141 ms) but at 133 CTAs would leave 2 warps on most SMs (16 x
 #:   32k, 128 CTAs of 2 warps: 0.476 ms against 0.253 for 4 warps);
 #: - k = 3, 4: 2 warps, 2 stages (33 KiB, up to six per SM; 64 x 4k 0.134 ms against 0.136 at
-#:   3 stages and 0.137 for 4 warps x 3 stages; d64 0.079 against 0.085 / 0.087; at the tier's
-#:   low end, 264 CTAs, 0.142 against 0.141 for 4 x 3).
+#:   3 stages and 0.137 for 4 warps x 3 stages; d64 0.079 against 0.085 / 0.087; just below
+#:   the tier, 264 CTAs of 33 x 8k, 0.142 against 0.141 for 4 x 3).
 #:   Ragged contexts are slower so (64 x ~4k, contexts in [1k, 7k]: 0.175 against 0.164 for 4
 #:   warps x 3 stages in two waves and 0.153 for 8 warps in four): the longest items run last,
 #:   on two warps each, where more waves let the block scheduler balance; the rule sees shapes
