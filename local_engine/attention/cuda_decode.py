@@ -258,6 +258,20 @@ def _launch_smem(cfg: DecodeConfig, device_index: int, head_dim: int, elem_bytes
     return smem
 
 
+def _cache_args(q, k_cache, v_cache, k_scale, v_scale, block_tables, cu_seqlens_q, seq_lens):
+    """The extension's tensor arguments from ``q`` on (16-bit caches: ``k_cache`` stands in for
+    the scales, which the kernel does not read)."""
+    ks = k_scale if k_scale is not None else k_cache
+    vs = v_scale if v_scale is not None else k_cache
+    return (q, k_cache, v_cache, ks, vs, block_tables, cu_seqlens_q, seq_lens)
+
+
+def _launch_args(cfg: DecodeConfig, q: torch.Tensor, k_cache: torch.Tensor) -> tuple[int, ...]:
+    """The extension's ``(steps, warps, stages, min_smem)`` for ``cfg`` on ``q``'s device."""
+    smem = _launch_smem(cfg, _device_index(q.device), q.shape[2], k_cache.element_size())
+    return (int(cfg.steps), int(cfg.warps), int(cfg.stages), smem)
+
+
 def launch_occupancy(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -269,28 +283,18 @@ def launch_occupancy(
     seq_lens: torch.Tensor,
     cfg: DecodeConfig,
 ) -> int:
-    """CTAs of ``cfg``'s launch on this call that fit on one SM
-    (``cudaOccupancyMaxActiveBlocksPerMultiprocessor``; nothing is launched)."""
-    dev = _device_index(q.device)
-    mod = _built(dev)
-    smem = _launch_smem(cfg, dev, q.shape[2], k_cache.element_size())
-    return int(
-        mod.occupancy(
-            q,
-            q,
-            k_cache,
-            v_cache,
-            k_scale if k_scale is not None else k_cache,
-            v_scale if v_scale is not None else k_cache,
-            block_tables,
-            cu_seqlens_q,
-            seq_lens,
-            cfg.steps,
-            cfg.warps,
-            cfg.stages,
-            smem,
-        )
-    )
+    """How many CTAs of ``cfg``'s launch on this decode call fit on one SM
+    (``cudaOccupancyMaxActiveBlocksPerMultiprocessor`` for the instantiation the call's dtypes
+    and head_dim select, with the launch's shared memory; nothing is launched). The tensors are
+    :func:`paged_decode`'s.
+
+    Raises:
+        RuntimeError: the kernel is not built, or ``cfg`` is not compiled in.
+        ValueError: ``cfg.ctas_per_sm`` needs more shared memory than the device allows."""
+    mod = _built(_device_index(q.device))
+    args = _cache_args(q, k_cache, v_cache, k_scale, v_scale, block_tables, cu_seqlens_q, seq_lens)
+    # the output argument: only its dtype is read, q's
+    return int(mod.occupancy(q, *args, *_launch_args(cfg, q, k_cache)))
 
 
 def _aligned(t: torch.Tensor, nbytes: int = 16) -> bool:
@@ -519,25 +523,16 @@ def paged_decode(
     if cfg.num_segments > 1:
         parts = alloc_partials(num_tokens, num_heads, cfg.num_segments, head_dim, q.device)
     seg_out, seg_max, seg_sum = parts or (out, out, out)  # unused placeholders when not split
+    args = _cache_args(q, k_cache, v_cache, k_scale, v_scale, block_tables, cu_seqlens_q, seq_lens)
     mod.decode_1b(
         out,
         seg_out,
         seg_max,
         seg_sum,
-        q,
-        k_cache,
-        v_cache,
-        k_scale if k_scale is not None else k_cache,  # 16-bit caches: unused placeholders
-        v_scale if v_scale is not None else k_cache,
-        block_tables,
-        cu_seqlens_q,
-        seq_lens,
+        *args,
         float(qk_scale),
         int(cfg.num_segments),
-        int(cfg.steps),
-        int(cfg.warps),
-        int(cfg.stages),
-        _launch_smem(cfg, _device_index(q.device), head_dim, k_cache.element_size()),
+        *_launch_args(cfg, q, k_cache),
     )
     return parts
 
