@@ -16,7 +16,8 @@ row maximum (median), so free-running greedy output drifts from float32 within a
 Without VNNI (:func:`~local_engine.models.linear.int8_reduce_range`: an AVX2-only x86 CPU)
 fbgemm quantizes activations to 7 bits, which doubles their rounding error: one 576 x 576
 layer on random data with an outlier channel had output error 0.0720 there, a per-token
-7-bit simulation 0.0718 and an 8-bit one 0.0361 (2026-12-01). Measured on that machine (an
+7-bit simulation 0.0718 and an 8-bit one 0.0361 (2026-12-01, ``bench/int8_activation_bits.py``;
+``bench/RESULTS.md`` "## cpu"). Measured on that machine (an
 AVX2 AMD EPYC, 2026-12-01): agreement 209/239 = 0.874, logit error 0.62; floors 0.83 and 0.8.
 """
 
