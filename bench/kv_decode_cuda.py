@@ -45,6 +45,23 @@ from bench.kv_gpu import LOG, Decode, log, quantized_pool, rel  # noqa: E402
 
 RES: dict = {"check": [], "time": []}
 CAPS = os.environ.get("TIME_CAPS") == "1"
+
+
+def env_shapes(name: str) -> list[tuple[int, int]]:
+    """``$name`` (``"64x4096,1x32768"``) as ``[(batch, context), ...]``; empty when unset.
+
+    Raises:
+        SystemExit: an entry that is not ``BATCHxCONTEXT``."""
+    out = []
+    for part in filter(None, os.environ.get(name, "").split(",")):
+        try:
+            b, c = part.lower().split("x")
+            out.append((int(b), int(c)))
+        except ValueError:
+            raise SystemExit(f"{name}: {part!r} is not BATCHxCONTEXT (e.g. 64x4096)") from None
+    return out
+
+
 BS = 16
 
 
@@ -242,9 +259,9 @@ def timing(device, configs, deadline: float) -> None:
         ((32, 4, 64), (16, 32768)),
         ((16, 2, 128), (16, 32768)),
     ]
-    if os.environ.get("TIME_SHAPES"):
-        keep = set(os.environ["TIME_SHAPES"].split(","))
-        shapes = [s for s in shapes if f"{s[1][0]}x{s[1][1]}" in keep]
+    keep = env_shapes("TIME_SHAPES")
+    if keep:
+        shapes = [s for s in shapes if s[1][:2] in keep]
     extra_segs = {int(x) for x in os.environ.get("TIME_SEGMENTS", "").split(",") if x.strip()}
     for (h, hkv, d), (batch, ctx, *kind) in shapes:
         if time.time() > deadline:
@@ -292,11 +309,9 @@ def timing(device, configs, deadline: float) -> None:
                     DecodeConfig(steps, warps, stages, nseg)
                     for nseg in sorted({max(1, r // 2), r, r * 2} | extra_segs)
                 ]
-                # fewer CTAs per SM than fit (TIME_CAPS=1: the bytes in flight per SM)
-                fits = launch_occupancy(*occ_args, base)
-                launches += [
-                    DecodeConfig(steps, warps, stages, r, c) for c in range(1, fits) if CAPS
-                ]
+                if CAPS:  # fewer CTAs per SM than fit
+                    fits = launch_occupancy(*occ_args, base)
+                    launches += [DecodeConfig(steps, warps, stages, r, c) for c in range(1, fits)]
                 for cfg in launches:
                     if cfg.ctas_per_sm:
                         got = launch_occupancy(*occ_args, cfg)
@@ -328,10 +343,7 @@ def timing(device, configs, deadline: float) -> None:
 LAYOUTS = [(32, 32), (32, 16), (32, 8), (28, 4), (32, 4)]
 RULE_ONLY = os.environ.get("SWEEP_RULE_ONLY") == "1"  # time the rule's configuration only
 SWEEP_SHAPES = [(1, 32768), (8, 8192), (32, 8192), (256, 1024)]
-if os.environ.get("SWEEP_SHAPES"):  # e.g. "1x32768,8x8192": re-time some columns only
-    SWEEP_SHAPES = [
-        (int(b), int(c)) for b, c in (x.split("x") for x in os.environ["SWEEP_SHAPES"].split(","))
-    ]
+SWEEP_SHAPES = env_shapes("SWEEP_SHAPES") or SWEEP_SHAPES  # re-time some columns only
 
 
 def sweep16(device, configs, deadline: float) -> None:
