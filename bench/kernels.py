@@ -59,9 +59,19 @@ def log(msg: str = "") -> None:
 
 
 def make_paged(
-    ctx_lens, num_kv_heads, head_dim, block_size, dtype, device, g, extra_blocks=4, fill=None
+    ctx_lens,
+    num_kv_heads,
+    head_dim,
+    block_size,
+    dtype,
+    device,
+    g,
+    extra_blocks=4,
+    fill=None,
+    shuffle=True,
 ):
-    """A pool holding each sequence's K/V in shuffled blocks; returns caches, block table, dense."""
+    """A pool holding each sequence's K/V in shuffled blocks (``shuffle=False``: in order);
+    returns caches, block table."""
     n_blocks = [-(-c // block_size) for c in ctx_lens]
     num_blocks = sum(n_blocks) + extra_blocks
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
@@ -71,7 +81,10 @@ def make_paged(
     else:
         k_cache = torch.full(shape, fill, device=device, dtype=dtype)
         v_cache = torch.full(shape, fill, device=device, dtype=dtype)
-    perm = torch.randperm(num_blocks, generator=g, device=device).to(torch.int32)
+    if shuffle:
+        perm = torch.randperm(num_blocks, generator=g, device=device).to(torch.int32)
+    else:
+        perm = torch.arange(num_blocks, device=device, dtype=torch.int32)
     width = max(n_blocks)
     bt = torch.full((len(ctx_lens), width), num_blocks + 10_000, dtype=torch.int32, device=device)
     used = 0

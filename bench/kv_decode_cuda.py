@@ -21,8 +21,12 @@ One process, in this order:
    layout, uniform and ragged); ``TIME_SEGMENTS=3,9``: these segment counts too, on every
    configuration; ``TIME_CAPS=1``: each configuration also at 1 .. (what fits - 1) CTAs per
    SM (``DecodeConfig.ctas_per_sm``).
-3. ``sweep16``: the bf16 layout sweep against SDPA (``SWEEP_RULE_ONLY=1``: the rule's
-   configuration only; ``SWEEP_SHAPES=1x32768,8x8192``: some batch x context columns only).
+3. ``seeds`` (only when named in ``--parts``): five 1 x 32768 bf16 rows on ``SEED_COUNT``
+   other pools (data and block permutation) and on blocks in order, the merge in the kernel
+   against the Triton merge and the split kernel alone.
+4. ``sweep16``: the bf16 layout sweep against SDPA (``SWEEP_RULE_ONLY=1``: the rule's
+   configuration only; ``SWEEP_SHAPES=1x32768,8x8192``: some batch x context columns only);
+   split rows also with the Triton merge kernel in place of the merge in the kernel.
 
 Usage: ``python3 bench/kv_decode_cuda.py --out $OUT [--variants "2,4,3;4,4,2"] [--parts check,time]``.
 """
@@ -399,15 +403,112 @@ def sweep16(device, configs, deadline: float) -> None:
                 key = config_key(rule)
                 t_rule = row["cuda"].get(key, {}).get("ms")
                 row["rule_ms"], row["best"] = t_rule, best and (best[0], best[1]["ms"])
+                t_tm = None
+                if rule.num_segments > 1:  # the rule with the Triton merge kernel after it
+                    t_tm = time_triton_merge(p.triton(decode_kernel="cuda", cuda_config=rule))
+                row["rule_triton_merge_ms"] = t_tm
                 RES["sweep16"].append(row)
                 log(
                     f"| {h}/{hkv} | {d} | {batch}x{ctx} | SDPA {t_sdpa:.4f} | Triton {t_tri:.4f} "
                     f"({t_sdpa / t_tri:.2f}) | CUDA rule {key} {t_rule or float('nan'):.4f} "
                     f"({t_sdpa / t_rule if t_rule else 0:.2f}) | best {best[0] if best else '-'} "
-                    f"{best[1]['ms'] if best else float('nan'):.4f} ({t_sdpa / best[1]['ms'] if best else 0:.2f}) |"
+                    f"{best[1]['ms'] if best else float('nan'):.4f} ({t_sdpa / best[1]['ms'] if best else 0:.2f}) | "
+                    f"rule + Triton merge {t_tm or float('nan'):.4f} ({t_sdpa / t_tm if t_tm else 0:.2f}) |"
                 )
                 del p
                 torch.cuda.empty_cache()
+
+
+def time_triton_merge(fn) -> float:
+    """``bench(fn)`` with split launches merged by the Triton kernel (``FUSED_MERGE`` off)."""
+    from local_engine.attention import cuda_decode
+
+    cuda_decode.FUSED_MERGE = False
+    try:
+        return bench(fn)
+    finally:
+        cuda_decode.FUSED_MERGE = True
+
+
+SEED_ROWS = [(32, 16, 128), (32, 8, 128), (32, 16, 64), (32, 32, 128), (32, 8, 64)]
+
+
+def seeds(device, deadline: float) -> None:
+    """The 1 x 32768 bf16 rows on other pools: ``SEED_COUNT`` (default 6) seeds of the data and
+    the block permutation, and blocks in order; SDPA, the CUDA rule (merge in the kernel), the
+    rule with the Triton merge, and the split kernel alone (partials only, no merge)."""
+    from local_engine.attention import cuda_decode
+    from local_engine.attention.cuda_decode import decode_config
+
+    n = int(os.environ.get("SEED_COUNT", "6"))
+    log(
+        "## 1 x 32768 bf16 rows by pool (seed of data and block permutation; 'in order': unshuffled)"
+    )
+    log(
+        "| layout | d | pool | SDPA ms | rule ms (ratio) | + Triton merge ms (ratio) | kernel alone ms (ratio) |"
+    )
+    log("|---|---|---|---|---|---|---|")
+    sm = torch.cuda.get_device_properties(device).multi_processor_count
+    RES["seeds"] = []
+    for h, hkv, d in SEED_ROWS:
+        for seed in [*range(n), None]:
+            if time.time() > deadline:
+                log("(deadline: seeds stopped)")
+                return
+            g = torch.Generator(device=device).manual_seed(100 + (seed or 0))
+            p = Decode(
+                1, 32768, h, hkv, d, device, g, "bf16", with_dense=True, shuffle=seed is not None
+            )
+            t_sdpa = bench(p.sdpa())
+            want = p.triton(decode_kernel="triton")()
+            rule = decode_config(1, hkv, d, p.bt.shape[1] * BS, sm, elem_bytes=2)
+            fn = p.triton(decode_kernel="cuda", cuda_config=rule)
+            err = rel(fn(), want)
+            t_rule = bench(fn)
+            t_tm = time_triton_merge(fn)
+
+            def alone(p=p, rule=rule, d=d):
+                cuda_decode.FUSED_MERGE = False
+                try:
+                    return cuda_decode.paged_decode(
+                        torch.empty_like(p.q),
+                        p.q,
+                        p.k,
+                        p.v,
+                        None,
+                        None,
+                        p.bt,
+                        p.cu,
+                        p.sl,
+                        d**-0.5 * 1.4426950408889634,
+                        sm,
+                        rule,
+                    )
+                finally:
+                    cuda_decode.FUSED_MERGE = True
+
+            t_alone = bench(alone)
+            pool = "in order" if seed is None else f"seed {seed}"
+            RES["seeds"].append(
+                dict(
+                    heads=f"{h}/{hkv}",
+                    d=d,
+                    pool=pool,
+                    sdpa_ms=t_sdpa,
+                    rule_ms=t_rule,
+                    triton_merge_ms=t_tm,
+                    alone_ms=t_alone,
+                    err=err,
+                    rule=config_key(rule),
+                )
+            )
+            log(
+                f"| {h}/{hkv} | {d} | {pool} | {t_sdpa:.4f} | {t_rule:.4f} ({t_sdpa / t_rule:.2f}) | "
+                f"{t_tm:.4f} ({t_sdpa / t_tm:.2f}) | {t_alone:.4f} ({t_sdpa / t_alone:.2f}) |"
+                + (f" err {err:.1e}!" if err > 1e-2 else "")
+            )
+            del p
+            torch.cuda.empty_cache()
 
 
 def main() -> int:
@@ -444,6 +545,8 @@ def main() -> int:
             ok = check(device, configs)
         if "time" in parts:
             timing(device, [c for c in configs if c[0] >= 2], t0 + args.budget)
+        if "seeds" in parts:
+            seeds(device, t0 + args.budget)
         if "sweep16" in parts:
             sweep16(device, configs, t0 + args.budget)
     finally:

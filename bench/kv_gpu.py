@@ -100,12 +100,23 @@ class Decode:
     quantized pool."""
 
     def __init__(
-        self, batch, ctx, h, hkv, d, device, g, fmt="bf16", with_dense=False, ctx_lens=None
+        self,
+        batch,
+        ctx,
+        h,
+        hkv,
+        d,
+        device,
+        g,
+        fmt="bf16",
+        with_dense=False,
+        ctx_lens=None,
+        shuffle=True,
     ):
         self.batch, self.ctx, self.h, self.hkv, self.d = batch, ctx, h, hkv, d
         lens = list(ctx_lens) if ctx_lens is not None else [ctx] * batch
         assert len(lens) == batch and (not with_dense or ctx_lens is None)
-        k, v, self.bt = make_paged(lens, hkv, d, BS, torch.bfloat16, device, g)
+        k, v, self.bt = make_paged(lens, hkv, d, BS, torch.bfloat16, device, g, shuffle=shuffle)
         self.q = torch.randn(batch, h, d, generator=g, device=device).to(torch.bfloat16)
         self.cu = torch.arange(batch + 1, dtype=torch.int32, device=device)
         self.sl = torch.tensor(lens, dtype=torch.int32, device=device)
