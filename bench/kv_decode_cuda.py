@@ -23,10 +23,12 @@ One process, in this order:
    SM (``DecodeConfig.ctas_per_sm``).
 3. ``seeds`` (only when named in ``--parts``): five 1 x 32768 bf16 rows on ``SEED_COUNT``
    other pools (data and block permutation) and on blocks in order, the merge in the kernel
-   against the Triton merge and the split kernel alone.
+   against the Triton merge and the split kernel alone (``SEED_TRITON=1``: the Triton kernel
+   timed first, as ``sweep16`` does).
 4. ``sweep16``: the bf16 layout sweep against SDPA (``SWEEP_RULE_ONLY=1``: the rule's
    configuration only; ``SWEEP_SHAPES=1x32768,8x8192``: some batch x context columns only);
-   split rows also with the Triton merge kernel in place of the merge in the kernel.
+   split rows also with the Triton merge kernel in place of the merge in the kernel
+   (``SWEEP_REPEAT=2``: two more rounds of both and of the split kernel alone).
 
 Usage: ``python3 bench/kv_decode_cuda.py --out $OUT [--variants "2,4,3;4,4,2"] [--parts check,time]``.
 """
@@ -346,6 +348,7 @@ def timing(device, configs, deadline: float) -> None:
 
 LAYOUTS = [(32, 32), (32, 16), (32, 8), (28, 4), (32, 4)]
 RULE_ONLY = os.environ.get("SWEEP_RULE_ONLY") == "1"  # time the rule's configuration only
+REPEAT = int(os.environ.get("SWEEP_REPEAT", "0"))  # split rows: more timing rounds
 SWEEP_SHAPES = [(1, 32768), (8, 8192), (32, 8192), (256, 1024)]
 SWEEP_SHAPES = env_shapes("SWEEP_SHAPES") or SWEEP_SHAPES  # re-time some columns only
 
@@ -406,6 +409,14 @@ def sweep16(device, configs, deadline: float) -> None:
                 t_tm = None
                 if rule.num_segments > 1:  # the rule with the Triton merge kernel after it
                     t_tm = time_triton_merge(p.triton(decode_kernel="cuda", cuda_config=rule))
+                    # SWEEP_REPEAT=n: n more (merge in the kernel, Triton merge, alone) rounds
+                    row["repeats"] = [split_times(p, rule, sm) for _ in range(REPEAT)]
+                    for t in row["repeats"]:
+                        log(
+                            f"|   | repeat: in-kernel merge {t['fused']:.4f} ({t_sdpa / t['fused']:.2f}) "
+                            f"| Triton merge {t['triton_merge']:.4f} ({t_sdpa / t['triton_merge']:.2f}) "
+                            f"| alone {t['alone']:.4f} ({t_sdpa / t['alone']:.2f}) |"
+                        )
                 row["rule_triton_merge_ms"] = t_tm
                 RES["sweep16"].append(row)
                 log(
@@ -430,14 +441,35 @@ def time_triton_merge(fn) -> float:
         cuda_decode.FUSED_MERGE = True
 
 
+def split_times(p, rule, sm) -> dict:
+    """ms of a split launch of ``rule`` on decode problem ``p``: merged in the kernel
+    (``fused``), by the Triton kernel after it (``triton_merge``), and the kernel alone
+    (``alone``: partials written, not merged)."""
+    from local_engine.attention import cuda_decode
+
+    fn = p.triton(decode_kernel="cuda", cuda_config=rule)
+    scale = p.d**-0.5 * 1.4426950408889634
+
+    def alone():
+        cuda_decode.FUSED_MERGE = False
+        try:
+            return cuda_decode.paged_decode(
+                torch.empty_like(p.q), p.q, p.k, p.v, p.ks, p.vs, p.bt, p.cu, p.sl, scale, sm, rule
+            )
+        finally:
+            cuda_decode.FUSED_MERGE = True
+
+    return dict(fused=bench(fn), triton_merge=time_triton_merge(fn), alone=bench(alone))
+
+
 SEED_ROWS = [(32, 16, 128), (32, 8, 128), (32, 16, 64), (32, 32, 128), (32, 8, 64)]
+SEED_TRITON = os.environ.get("SEED_TRITON") == "1"  # time the Triton kernel first, as sweep16
 
 
 def seeds(device, deadline: float) -> None:
     """The 1 x 32768 bf16 rows on other pools: ``SEED_COUNT`` (default 6) seeds of the data and
     the block permutation, and blocks in order; SDPA, the CUDA rule (merge in the kernel), the
     rule with the Triton merge, and the split kernel alone (partials only, no merge)."""
-    from local_engine.attention import cuda_decode
     from local_engine.attention.cuda_decode import decode_config
 
     n = int(os.environ.get("SEED_COUNT", "6"))
@@ -461,33 +493,11 @@ def seeds(device, deadline: float) -> None:
             )
             t_sdpa = bench(p.sdpa())
             want = p.triton(decode_kernel="triton")()
+            t_tri = bench(p.triton(decode_kernel="triton")) if SEED_TRITON else None
             rule = decode_config(1, hkv, d, p.bt.shape[1] * BS, sm, elem_bytes=2)
-            fn = p.triton(decode_kernel="cuda", cuda_config=rule)
-            err = rel(fn(), want)
-            t_rule = bench(fn)
-            t_tm = time_triton_merge(fn)
-
-            def alone(p=p, rule=rule, d=d):
-                cuda_decode.FUSED_MERGE = False
-                try:
-                    return cuda_decode.paged_decode(
-                        torch.empty_like(p.q),
-                        p.q,
-                        p.k,
-                        p.v,
-                        None,
-                        None,
-                        p.bt,
-                        p.cu,
-                        p.sl,
-                        d**-0.5 * 1.4426950408889634,
-                        sm,
-                        rule,
-                    )
-                finally:
-                    cuda_decode.FUSED_MERGE = True
-
-            t_alone = bench(alone)
+            err = rel(p.triton(decode_kernel="cuda", cuda_config=rule)(), want)
+            t = split_times(p, rule, sm)
+            t_rule, t_tm, t_alone = t["fused"], t["triton_merge"], t["alone"]
             pool = "in order" if seed is None else f"seed {seed}"
             RES["seeds"].append(
                 dict(
@@ -495,6 +505,7 @@ def seeds(device, deadline: float) -> None:
                     d=d,
                     pool=pool,
                     sdpa_ms=t_sdpa,
+                    triton_ms=t_tri,
                     rule_ms=t_rule,
                     triton_merge_ms=t_tm,
                     alone_ms=t_alone,

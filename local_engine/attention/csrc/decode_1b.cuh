@@ -774,13 +774,13 @@ __global__ void __launch_bounds__(WARPS * 32)
   // merge_segments does (out = sum_s w_s o_s / sum_s w_s, w_s = sum_s 2^(max_s - max)), and
   // resets the counter for the next launch. One kernel: no merge launch, no gap between two.
   // Shared memory (floats): [WARPS][GP][D] per-warp sums, then [2][G][nseg] stats / weights,
-  // then the flag (cuda_decode.fused_merge_fits checks the launch has that much).
+  // then the flag (decode_1b.cu's launch asks for at least that much).
   __threadfence();
   __syncthreads();  // every thread's partials fenced; every read of mo/mm/ml above done
   const int nseg = p.num_segments;
   float* red = reinterpret_cast<float*>(smem);  // [WARPS][GP][D]
   float* wts = red + WARPS * GP * D;            // [G][nseg] max, then normalised weight
-  float* sums = wts + G * nseg;                 // [G][nseg]
+  float* sums = wts + G * nseg;                 // [G][nseg] sum, then unnormalised weight
   int* flag = reinterpret_cast<int*>(sums + G * nseg);
   if (threadIdx.x == 0) {
     int* cnt = p.counters + static_cast<int64_t>(tok) * p.num_kv_heads + kvh;
@@ -792,19 +792,26 @@ __global__ void __launch_bounds__(WARPS * 32)
   if (!*flag) return;
   __threadfence();  // acquire: the other CTAs' partials, read past L1 (__ldcg) below
   const int64_t base0 = (static_cast<int64_t>(tok) * p.num_heads + kvh * G) * nseg;
-  for (int i = threadIdx.x; i < G * nseg; i += WARPS * 32) {
-    wts[i] = __ldcg(p.seg_max + base0 + i);
-    sums[i] = __ldcg(p.seg_sum + base0 + i);
-  }
-  __syncthreads();
-  if (threadIdx.x < G) {
-    float* wg = wts + threadIdx.x * nseg;
-    const float* lg = sums + threadIdx.x * nseg;
+  // warp w: heads g = w, w + WARPS, ...; lanes over the segments (max, then sum, by shuffles)
+  for (int g = warp; g < G; g += WARPS) {
     float M = NEG_BIG, L = 0.f;
-    for (int s2 = 0; s2 < nseg; ++s2) M = fmaxf(M, wg[s2]);
-    for (int s2 = 0; s2 < nseg; ++s2) L += lg[s2] * exp2f(wg[s2] - M);
+    for (int s2 = lane; s2 < nseg; s2 += 32) {
+      const float m = __ldcg(p.seg_max + base0 + g * nseg + s2);
+      wts[g * nseg + s2] = m;
+      sums[g * nseg + s2] = __ldcg(p.seg_sum + base0 + g * nseg + s2);
+      M = fmaxf(M, m);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    for (int s2 = lane; s2 < nseg; s2 += 32) {
+      const float w = sums[g * nseg + s2] * exp2f(wts[g * nseg + s2] - M);
+      sums[g * nseg + s2] = w;
+      L += w;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) L += __shfl_xor_sync(0xffffffffu, L, o);
     const float invL = L > 0.f ? 1.f / L : 0.f;
-    for (int s2 = 0; s2 < nseg; ++s2) wg[s2] = lg[s2] * exp2f(wg[s2] - M) * invL;
+    for (int s2 = lane; s2 < nseg; s2 += 32) wts[g * nseg + s2] = sums[g * nseg + s2] * invL;
   }
   __syncthreads();
   // thread t: float4 column d4 = t % C4 of segments s = t / C4, + RS, ... of every head
