@@ -213,8 +213,8 @@ def check_correctness(device, quick: bool = False) -> bool:
 # ----------------------------------------------------------------------------- timing
 
 
-def bench(fn, inner=10, reps=15):
-    """Median ms per call over CUDA-graph replays of ``inner`` calls (falls back to eager)."""
+def capture(fn, inner=10):
+    """A replay of ``inner`` calls of ``fn`` (one CUDA graph; eager calls if capture fails)."""
     fn()
     torch.cuda.synchronize()
     s = torch.cuda.Stream()
@@ -240,6 +240,11 @@ def bench(fn, inner=10, reps=15):
 
     run()
     torch.cuda.synchronize()
+    return run
+
+
+def time_replays(run, inner=10, reps=15):
+    """Median ms per call of ``reps`` timed runs of ``run`` (``inner`` calls each)."""
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -249,6 +254,15 @@ def bench(fn, inner=10, reps=15):
         b.synchronize()
         times.append(a.elapsed_time(b) / inner)
     return statistics.median(times)
+
+
+def bench(fn, inner=10, reps=15, keep=None):
+    """Median ms per call over CUDA-graph replays of ``inner`` calls (falls back to eager);
+    ``keep`` (a list) receives the replay, to time it again later (:func:`time_replays`)."""
+    run = capture(fn, inner)
+    if keep is not None:
+        keep.append(run)
+    return time_replays(run, inner, reps)
 
 
 class DecodeProblem:

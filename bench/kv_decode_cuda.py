@@ -22,13 +22,13 @@ One process, in this order:
    configuration; ``TIME_CAPS=1``: each configuration also at 1 .. (what fits - 1) CTAs per
    SM (``DecodeConfig.ctas_per_sm``).
 3. ``seeds`` (only when named in ``--parts``): five 1 x 32768 bf16 rows on ``SEED_COUNT``
-   other pools (data and block permutation) and on blocks in order, the merge in the kernel
-   against the Triton merge and the split kernel alone (``SEED_TRITON=1``: the Triton kernel
-   timed first, as ``sweep16`` does).
+   other pools (data and block permutation) and on blocks in order: the rule's whole call
+   and the split kernel alone (``SEED_TRITON=1``: the Triton kernel timed first, as
+   ``sweep16`` does).
 4. ``sweep16``: the bf16 layout sweep against SDPA (``SWEEP_RULE_ONLY=1``: the rule's
    configuration only; ``SWEEP_SHAPES=1x32768,8x8192``: some batch x context columns only);
-   split rows also with the Triton merge kernel in place of the merge in the kernel
-   (``SWEEP_REPEAT=2``: two more rounds of both and of the split kernel alone).
+   ``SWEEP_REPEAT=2``: on split rows, two more rounds of SDPA, the rule and the split kernel
+   alone on fresh graphs, then the row's first SDPA and rule graphs replayed again.
 
 Usage: ``python3 bench/kv_decode_cuda.py --out $OUT [--variants "2,4,3;4,4,2"] [--parts check,time]``.
 """
@@ -46,7 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.kernels import bench, make_paged  # noqa: E402
+from bench.kernels import bench, make_paged, time_replays  # noqa: E402
 from bench.kv_gpu import LOG, Decode, log, quantized_pool, rel  # noqa: E402
 
 RES: dict = {"check": [], "time": []}
@@ -369,7 +369,8 @@ def sweep16(device, configs, deadline: float) -> None:
                     log("(deadline: sweep stopped)")
                     return
                 p = Decode(batch, ctx, h, hkv, d, device, g, "bf16", with_dense=True)
-                t_sdpa = bench(p.sdpa())
+                first: list = []  # the first replays of SDPA and of the rule, timed again below
+                t_sdpa = bench(p.sdpa(), keep=first)
                 tri_out = p.triton(decode_kernel="triton")()
                 t_tri = bench(p.triton(decode_kernel="triton"))
                 maxc = p.bt.shape[1] * BS
@@ -399,67 +400,57 @@ def sweep16(device, configs, deadline: float) -> None:
                         cfg = DecodeConfig(steps, warps, stages, nseg)
                         fn = p.triton(decode_kernel="cuda", cuda_config=cfg)
                         e = rel(fn(), tri_out)
-                        ms = bench(fn)
+                        ms = bench(fn, keep=first if cfg == rule else None)
                         row["cuda"][config_key(cfg)] = dict(ms=ms, err=e)
                 ok = {k: v for k, v in row["cuda"].items() if v["err"] < 1e-2}
                 best = min(ok.items(), key=lambda kv: kv[1]["ms"]) if ok else None
                 key = config_key(rule)
                 t_rule = row["cuda"].get(key, {}).get("ms")
                 row["rule_ms"], row["best"] = t_rule, best and (best[0], best[1]["ms"])
-                t_tm = None
-                if rule.num_segments > 1:  # the rule with the Triton merge kernel after it
-                    t_tm = time_triton_merge(p.triton(decode_kernel="cuda", cuda_config=rule))
-                    # SWEEP_REPEAT=n: n more (merge in the kernel, Triton merge, alone) rounds
-                    row["repeats"] = [split_times(p, rule, sm) for _ in range(REPEAT)]
-                    for t in row["repeats"]:
-                        log(
-                            f"|   | repeat: in-kernel merge {t['fused']:.4f} ({t_sdpa / t['fused']:.2f}) "
-                            f"| Triton merge {t['triton_merge']:.4f} ({t_sdpa / t['triton_merge']:.2f}) "
-                            f"| alone {t['alone']:.4f} ({t_sdpa / t['alone']:.2f}) |"
-                        )
-                row["rule_triton_merge_ms"] = t_tm
-                RES["sweep16"].append(row)
                 log(
                     f"| {h}/{hkv} | {d} | {batch}x{ctx} | SDPA {t_sdpa:.4f} | Triton {t_tri:.4f} "
                     f"({t_sdpa / t_tri:.2f}) | CUDA rule {key} {t_rule or float('nan'):.4f} "
                     f"({t_sdpa / t_rule if t_rule else 0:.2f}) | best {best[0] if best else '-'} "
-                    f"{best[1]['ms'] if best else float('nan'):.4f} ({t_sdpa / best[1]['ms'] if best else 0:.2f}) | "
-                    f"rule + Triton merge {t_tm or float('nan'):.4f} ({t_sdpa / t_tm if t_tm else 0:.2f}) |"
+                    f"{best[1]['ms'] if best else float('nan'):.4f} ({t_sdpa / best[1]['ms'] if best else 0:.2f}) |"
                 )
-                del p
+                if REPEAT and len(first) == 2:
+                    # SWEEP_REPEAT=n: n more rounds of SDPA, the rule and the kernel alone on fresh
+                    # graphs, then the row's first two graphs replayed again
+                    rounds = []
+                    for _ in range(REPEAT):
+                        t = split_times(p, rule, sm)
+                        rounds.append(dict(sdpa=bench(p.sdpa()), **t))
+                    again = dict(sdpa=time_replays(first[0]), rule=time_replays(first[1]))
+                    row["rounds"], row["first_again"] = rounds, again
+                    for t in rounds:
+                        log(
+                            f"|   | round: SDPA {t['sdpa']:.4f} | rule {t['rule']:.4f} "
+                            f"({t['sdpa'] / t['rule']:.2f}) | alone {t['alone']:.4f} "
+                            f"({t['sdpa'] / t['alone']:.2f}) |"
+                        )
+                    log(
+                        f"|   | first graphs again: SDPA {again['sdpa']:.4f} | rule "
+                        f"{again['rule']:.4f} ({again['sdpa'] / again['rule']:.2f}) |"
+                    )
+                RES["sweep16"].append(row)
+                del p, first
                 torch.cuda.empty_cache()
 
 
-def time_triton_merge(fn) -> float:
-    """``bench(fn)`` with split launches merged by the Triton kernel (``FUSED_MERGE`` off)."""
-    from local_engine.attention import cuda_decode
-
-    cuda_decode.FUSED_MERGE = False
-    try:
-        return bench(fn)
-    finally:
-        cuda_decode.FUSED_MERGE = True
-
-
 def split_times(p, rule, sm) -> dict:
-    """ms of a split launch of ``rule`` on decode problem ``p``: merged in the kernel
-    (``fused``), by the Triton kernel after it (``triton_merge``), and the kernel alone
-    (``alone``: partials written, not merged)."""
+    """ms of a launch of ``rule`` on decode problem ``p``: the whole call (``rule``: the kernel,
+    and the Triton merge after it when split) and the kernel alone (``alone``: split
+    launches write their partials, nothing merges them)."""
     from local_engine.attention import cuda_decode
 
-    fn = p.triton(decode_kernel="cuda", cuda_config=rule)
     scale = p.d**-0.5 * 1.4426950408889634
 
     def alone():
-        cuda_decode.FUSED_MERGE = False
-        try:
-            return cuda_decode.paged_decode(
-                torch.empty_like(p.q), p.q, p.k, p.v, p.ks, p.vs, p.bt, p.cu, p.sl, scale, sm, rule
-            )
-        finally:
-            cuda_decode.FUSED_MERGE = True
+        return cuda_decode.paged_decode(
+            torch.empty_like(p.q), p.q, p.k, p.v, p.ks, p.vs, p.bt, p.cu, p.sl, scale, sm, rule
+        )
 
-    return dict(fused=bench(fn), triton_merge=time_triton_merge(fn), alone=bench(alone))
+    return dict(rule=bench(p.triton(decode_kernel="cuda", cuda_config=rule)), alone=bench(alone))
 
 
 SEED_ROWS = [(32, 16, 128), (32, 8, 128), (32, 16, 64), (32, 32, 128), (32, 8, 64)]
@@ -468,18 +459,16 @@ SEED_TRITON = os.environ.get("SEED_TRITON") == "1"  # time the Triton kernel fir
 
 def seeds(device, deadline: float) -> None:
     """The 1 x 32768 bf16 rows on other pools: ``SEED_COUNT`` (default 6) seeds of the data and
-    the block permutation, and blocks in order; SDPA, the CUDA rule (merge in the kernel), the
-    rule with the Triton merge, and the split kernel alone (partials only, no merge)."""
+    the block permutation, and blocks in order; SDPA, the CUDA rule (the kernel and the Triton
+    merge), and the split kernel alone (partials only, no merge)."""
     from local_engine.attention.cuda_decode import decode_config
 
     n = int(os.environ.get("SEED_COUNT", "6"))
     log(
         "## 1 x 32768 bf16 rows by pool (seed of data and block permutation; 'in order': unshuffled)"
     )
-    log(
-        "| layout | d | pool | SDPA ms | rule ms (ratio) | + Triton merge ms (ratio) | kernel alone ms (ratio) |"
-    )
-    log("|---|---|---|---|---|---|---|")
+    log("| layout | d | pool | SDPA ms | rule ms (ratio) | kernel alone ms (ratio) |")
+    log("|---|---|---|---|---|---|")
     sm = torch.cuda.get_device_properties(device).multi_processor_count
     RES["seeds"] = []
     for h, hkv, d in SEED_ROWS:
@@ -497,7 +486,7 @@ def seeds(device, deadline: float) -> None:
             rule = decode_config(1, hkv, d, p.bt.shape[1] * BS, sm, elem_bytes=2)
             err = rel(p.triton(decode_kernel="cuda", cuda_config=rule)(), want)
             t = split_times(p, rule, sm)
-            t_rule, t_tm, t_alone = t["fused"], t["triton_merge"], t["alone"]
+            t_rule, t_alone = t["rule"], t["alone"]
             pool = "in order" if seed is None else f"seed {seed}"
             RES["seeds"].append(
                 dict(
@@ -507,7 +496,6 @@ def seeds(device, deadline: float) -> None:
                     sdpa_ms=t_sdpa,
                     triton_ms=t_tri,
                     rule_ms=t_rule,
-                    triton_merge_ms=t_tm,
                     alone_ms=t_alone,
                     err=err,
                     rule=config_key(rule),
@@ -515,7 +503,7 @@ def seeds(device, deadline: float) -> None:
             )
             log(
                 f"| {h}/{hkv} | {d} | {pool} | {t_sdpa:.4f} | {t_rule:.4f} ({t_sdpa / t_rule:.2f}) | "
-                f"{t_tm:.4f} ({t_sdpa / t_tm:.2f}) | {t_alone:.4f} ({t_sdpa / t_alone:.2f}) |"
+                f"{t_alone:.4f} ({t_sdpa / t_alone:.2f}) |"
                 + (f" err {err:.1e}!" if err > 1e-2 else "")
             )
             del p

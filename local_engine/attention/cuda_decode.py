@@ -414,13 +414,6 @@ MORE_PER_SM_16 = {128: DecodeConfig(1, 4, 3), 64: DecodeConfig(1, 4, 3)}
 RULE = DecodeConfig(2, 4, 3)  # the split-K sizing's base: segments of 4 warps' tiles
 MIN_TILES_PER_WARP = 4
 MAX_SEGMENTS = 128
-#: Whether split launches merge their partials in the kernel (the item's last CTA to finish,
-#: by per-item arrival counters) instead of the Triton merge kernel after it.
-FUSED_MERGE = True
-#: Arrival counters per device (int32, all 0 between launches): split launches of up to this
-#: many (token, KV head) items merge in the kernel; larger ones use the Triton merge.
-COUNTER_SLOTS = 1 << 16
-_COUNTERS: dict[int, torch.Tensor] = {}
 
 
 def decode_config(
@@ -472,26 +465,6 @@ def rule_smem_bytes(head_dim: int, elem_bytes: int = 1) -> int:
     return max(c.smem_bytes(head_dim, elem_bytes) for c in rule)
 
 
-def _counters(q: torch.Tensor, items: int) -> torch.Tensor | None:
-    """The device's arrival counters for a split launch of ``items`` (token, KV head) items,
-    or None (the Triton merge then): :data:`FUSED_MERGE` off, more items than
-    :data:`COUNTER_SLOTS`, or none made yet while a CUDA graph is being captured (a fresh
-    buffer's zeroing would be a node of that graph).
-
-    The counters are shared by every launch on the device, which must therefore run in
-    stream order (the engine's one stream, or graphs replayed on it): two split launches
-    running at once on two streams would count into the same slots."""
-    if not FUSED_MERGE or items > COUNTER_SLOTS:
-        return None
-    idx = _device_index(q.device) if q.is_cuda else -1
-    buf = _COUNTERS.get(idx)
-    if buf is None:
-        if q.is_cuda and torch.cuda.is_current_stream_capturing():
-            return None
-        buf = _COUNTERS[idx] = torch.zeros(COUNTER_SLOTS, dtype=torch.int32, device=q.device)
-    return buf
-
-
 def available(device: torch.device) -> bool:
     """Whether the kernel is built (building it now if needed) for ``device``."""
     return _module(_device_index(device)) is not None
@@ -519,8 +492,7 @@ def paged_decode(
 
     Returns:
         None when ``out`` (``[num_tokens, num_heads, head_dim]``, q's dtype) holds the
-        attention (unsplit, or split-K merged in the kernel: :func:`_counters`); else, with
-        split-K, the float32 partials ``(seg_out [num_tokens, num_heads,
+        attention; with split-K, the float32 partials ``(seg_out [num_tokens, num_heads,
         num_segments, head_dim], seg_max, seg_sum [num_tokens, num_heads, num_segments])``
         (base-2 maxima) for :func:`local_engine.attention.triton_backend.merge_segments`.
 
@@ -548,10 +520,8 @@ def paged_decode(
     if num_segments is not None:
         cfg = replace(cfg, num_segments=num_segments)
     parts: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-    counters = None
     if cfg.num_segments > 1:
         parts = alloc_partials(num_tokens, num_heads, cfg.num_segments, head_dim, q.device)
-        counters = _counters(q, num_tokens * k_cache.shape[2])
     seg_out, seg_max, seg_sum = parts or (out, out, out)  # unused placeholders when not split
     args = _cache_args(q, k_cache, v_cache, k_scale, v_scale, block_tables, cu_seqlens_q, seq_lens)
     mod.decode_1b(
@@ -563,14 +533,8 @@ def paged_decode(
         float(qk_scale),
         int(cfg.num_segments),
         *_launch_args(cfg, q, k_cache),
-        counters if counters is not None else _no_counters(q.device),
     )
-    return None if counters is not None else parts
-
-
-def _no_counters(device: torch.device) -> torch.Tensor:
-    """The extension's "no counters" argument: an empty int32 tensor (the caller merges)."""
-    return torch.empty(0, dtype=torch.int32, device=device)
+    return parts
 
 
 __all__ = [

@@ -23,9 +23,6 @@ void launch(const Params& p, int num_tokens, int num_kv_heads, int min_smem, cud
   const int pipe = WARPS * STAGES * Smem<D, STEPS, KIND>::STAGE;
   const int merge = WARPS * GP * (D + 2) * 4;
   int smem = pipe > merge ? pipe : merge;
-  // the merge in the kernel (split with counters): per-warp sums, stats and weights, a flag
-  const int fused = p.counters ? (WARPS * GP * D + 2 * p.group * p.num_segments + 1) * 4 : 0;
-  if (fused > smem) smem = fused;
   // min_smem (DecodeConfig.ctas_per_sm): more than the kernel uses, so that fewer CTAs share
   // an SM (the caller checked it against the device's opt-in limit)
   if (min_smem > smem) smem = min_smem;
@@ -95,7 +92,7 @@ void decode_1b_impl(torch::Tensor out, torch::Tensor seg_out, torch::Tensor seg_
                     torch::Tensor v_cache, torch::Tensor k_scale, torch::Tensor v_scale,
                     torch::Tensor block_tables, torch::Tensor cu_seqlens_q,
                     torch::Tensor seq_lens, double qk_scale, int64_t num_segments, int64_t steps,
-                    int64_t warps, int64_t stages, int64_t min_smem, int* counters, int* occ) {
+                    int64_t warps, int64_t stages, int64_t min_smem, int* occ) {
   TORCH_CHECK(q.is_cuda() && k_cache.is_cuda(), "decode_1b: CUDA tensors only");
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf,
               "decode_1b: queries must be bfloat16 or float16");
@@ -122,7 +119,6 @@ void decode_1b_impl(torch::Tensor out, torch::Tensor seg_out, torch::Tensor seg_
   p.bt = block_tables.data_ptr<int>();
   p.cu_q = cu_seqlens_q.data_ptr<int>();
   p.seq_lens = seq_lens.data_ptr<int>();
-  p.counters = split ? counters : nullptr;
   p.qk_scale = static_cast<float>(qk_scale);
   p.num_seqs = static_cast<int>(seq_lens.size(0));
   p.num_segments = static_cast<int>(num_segments);
@@ -130,7 +126,6 @@ void decode_1b_impl(torch::Tensor out, torch::Tensor seg_out, torch::Tensor seg_
   p.num_heads = static_cast<int>(q.size(1));
   const int num_kv_heads = static_cast<int>(k_cache.size(2));
   p.group = p.num_heads / num_kv_heads;
-  p.num_kv_heads = num_kv_heads;
   p.stride_qt = q.stride(0), p.stride_qh = q.stride(1);
   p.stride_ot = out.stride(0), p.stride_oh = out.stride(1);
   p.stride_kb = k_cache.stride(0) * eb, p.stride_kt = k_cache.stride(1) * eb;
@@ -173,21 +168,10 @@ void decode_1b(torch::Tensor out, torch::Tensor seg_out, torch::Tensor seg_max,
                torch::Tensor v_cache, torch::Tensor k_scale, torch::Tensor v_scale,
                torch::Tensor block_tables, torch::Tensor cu_seqlens_q, torch::Tensor seq_lens,
                double qk_scale, int64_t num_segments, int64_t steps, int64_t warps,
-               int64_t stages, int64_t min_smem, torch::Tensor counters) {
-  // counters: int32 [>= num_tokens * num_kv_heads], all 0, for the merge in the kernel (split
-  // launches); an empty tensor: the caller merges the partials
-  int* cnt = nullptr;
-  if (counters.numel() > 0) {
-    TORCH_CHECK(counters.is_cuda() && counters.scalar_type() == at::kInt &&
-                    counters.device() == q.device() && counters.is_contiguous() &&
-                    counters.numel() >= q.size(0) * k_cache.size(2),
-                "decode_1b: counters must be a contiguous int32 CUDA tensor on q's device with "
-                "at least num_tokens * num_kv_heads entries");
-    cnt = counters.data_ptr<int>();
-  }
+               int64_t stages, int64_t min_smem) {
   decode_1b_impl(out, seg_out, seg_max, seg_sum, q, k_cache, v_cache, k_scale, v_scale,
                  block_tables, cu_seqlens_q, seq_lens, qk_scale, num_segments, steps, warps,
-                 stages, min_smem, cnt, nullptr);
+                 stages, min_smem, nullptr);
 }
 
 // CTAs of one SM for this call's launch (no launch): decode_1b's arguments, the count returned
@@ -197,7 +181,7 @@ int64_t occupancy(torch::Tensor out, torch::Tensor q, torch::Tensor k_cache, tor
                   int64_t warps, int64_t stages, int64_t min_smem) {
   int n = -1;
   decode_1b_impl(out, out, out, out, q, k_cache, v_cache, k_scale, v_scale, block_tables,
-                 cu_seqlens_q, seq_lens, 1.0, 1, steps, warps, stages, min_smem, nullptr, &n);
+                 cu_seqlens_q, seq_lens, 1.0, 1, steps, warps, stages, min_smem, &n);
   return n;
 }
 

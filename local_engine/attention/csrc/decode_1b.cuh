@@ -34,8 +34,7 @@
 //   a STAGES-deep cp.async pipeline in its own shared memory (no block-wide barrier in the
 //   loop); warps of a CTA take interleaved tiles of the CTA's key segment and merge their
 //   (max, sum, output) in shared memory at the end; CTAs of one (token, KV head) split the
-//   context into `num_segments` segments (flash-decoding), merged by the item's last CTA to
-//   finish (arrival counters; or, without them, by the Triton merge kernel).
+//   context into `num_segments` segments (flash-decoding), merged by the Triton merge kernel.
 //
 // Cache layout (local_engine/kv_cache/quant.py, "v_token_minor"): per block, K values
 // [block_size, kv_heads, head_dim] (any block / token / head strides, multiples of 16 bytes),
@@ -80,11 +79,8 @@ struct Params {
   const int* bt;    // [num_seqs, max_blocks]
   const int* cu_q;  // [num_seqs + 1]
   const int* seq_lens;
-  // split only: [num_tokens * num_kv_heads] arrival counters, all 0 between launches (the last
-  // CTA of an item resets its own), or nullptr: the partials are merged by another kernel
-  int* counters;
   float qk_scale;   // softmax scale * log2(e)
-  int num_seqs, num_segments, num_heads, group, num_kv_heads;
+  int num_seqs, num_segments, num_heads, group;
   int64_t stride_qt, stride_qh, stride_ot, stride_oh;
   int64_t stride_kb, stride_kt, stride_kh;  // bytes
   int64_t stride_vb, stride_vh;             // bytes; 1-byte: token stride 1, channel 16
@@ -765,92 +761,6 @@ __global__ void __launch_bounds__(WARPS * 32)
       QT* dst = reinterpret_cast<QT*>(p.out) + tok * p.stride_ot + head * p.stride_oh + d;
       *dst = from_f32<QT>(o);
     }
-  }
-  if (!split || p.counters == nullptr) return;
-
-  // ---- split-K merge in the item's last CTA to finish (CUDA's threadFenceReduction pattern):
-  // each CTA makes its partials visible device-wide, then counts itself in; the one that
-  // counts last reads every segment's partials from L2 and writes the output, as
-  // merge_segments does (out = sum_s w_s o_s / sum_s w_s, w_s = sum_s 2^(max_s - max)), and
-  // resets the counter for the next launch. One kernel: no merge launch, no gap between two.
-  // Shared memory (floats): [WARPS][GP][D] per-warp sums, then [2][G][nseg] stats / weights,
-  // then the flag (decode_1b.cu's launch asks for at least that much).
-  __threadfence();
-  __syncthreads();  // every thread's partials fenced; every read of mo/mm/ml above done
-  const int nseg = p.num_segments;
-  float* red = reinterpret_cast<float*>(smem);  // [WARPS][GP][D]
-  float* wts = red + WARPS * GP * D;            // [G][nseg] max, then normalised weight
-  float* sums = wts + G * nseg;                 // [G][nseg] sum, then unnormalised weight
-  int* flag = reinterpret_cast<int*>(sums + G * nseg);
-  if (threadIdx.x == 0) {
-    int* cnt = p.counters + static_cast<int64_t>(tok) * p.num_kv_heads + kvh;
-    const bool last = atomicAdd(cnt, 1) == nseg - 1;
-    if (last) atomicExch(cnt, 0);
-    *flag = last;
-  }
-  __syncthreads();
-  if (!*flag) return;
-  __threadfence();  // acquire: the other CTAs' partials, read past L1 (__ldcg) below
-  const int64_t base0 = (static_cast<int64_t>(tok) * p.num_heads + kvh * G) * nseg;
-  // warp w: heads g = w, w + WARPS, ...; lanes over the segments (max, then sum, by shuffles)
-  for (int g = warp; g < G; g += WARPS) {
-    float M = NEG_BIG, L = 0.f;
-    for (int s2 = lane; s2 < nseg; s2 += 32) {
-      const float m = __ldcg(p.seg_max + base0 + g * nseg + s2);
-      wts[g * nseg + s2] = m;
-      sums[g * nseg + s2] = __ldcg(p.seg_sum + base0 + g * nseg + s2);
-      M = fmaxf(M, m);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    for (int s2 = lane; s2 < nseg; s2 += 32) {
-      const float w = sums[g * nseg + s2] * exp2f(wts[g * nseg + s2] - M);
-      sums[g * nseg + s2] = w;
-      L += w;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) L += __shfl_xor_sync(0xffffffffu, L, o);
-    const float invL = L > 0.f ? 1.f / L : 0.f;
-    for (int s2 = lane; s2 < nseg; s2 += 32) wts[g * nseg + s2] = sums[g * nseg + s2] * invL;
-  }
-  __syncthreads();
-  // thread t: float4 column d4 = t % C4 of segments s = t / C4, + RS, ... of every head
-  constexpr int C4 = D / 4, RS = WARPS * 32 / C4;
-  const int d4 = threadIdx.x % C4, s0 = threadIdx.x / C4;
-  const float4* src = reinterpret_cast<const float4*>(p.seg_out) + base0 * C4 + d4;
-  float4 acc[GP];
-#pragma unroll
-  for (int g = 0; g < GP; ++g) acc[g] = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 2
-  for (int s2 = s0; s2 < nseg; s2 += RS) {
-#pragma unroll
-    for (int g = 0; g < GP; ++g) {
-      if (g < G) {
-        const float4 v = __ldcg(src + (static_cast<int64_t>(g) * nseg + s2) * C4);
-        const float w = wts[g * nseg + s2];
-        acc[g].x += w * v.x, acc[g].y += w * v.y, acc[g].z += w * v.z, acc[g].w += w * v.w;
-      }
-    }
-  }
-#pragma unroll
-  for (int g = 0; g < GP; ++g) {
-    if (C4 == 16) {  // head_dim 64: lanes l and l ^ 16 hold the same column
-      acc[g].x += __shfl_xor_sync(0xffffffffu, acc[g].x, 16);
-      acc[g].y += __shfl_xor_sync(0xffffffffu, acc[g].y, 16);
-      acc[g].z += __shfl_xor_sync(0xffffffffu, acc[g].z, 16);
-      acc[g].w += __shfl_xor_sync(0xffffffffu, acc[g].w, 16);
-    }
-    if (g < G && lane < C4)
-      *reinterpret_cast<float4*>(red + (warp * GP + g) * D + 4 * d4) = acc[g];
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < G * D; idx += WARPS * 32) {
-    const int g = idx / D, d = idx % D;
-    float o = 0.f;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) o += red[(w * GP + g) * D + d];
-    QT* dst = reinterpret_cast<QT*>(p.out) + tok * p.stride_ot + (kvh * G + g) * p.stride_oh + d;
-    *dst = from_f32<QT>(o);
   }
 }
 

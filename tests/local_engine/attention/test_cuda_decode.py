@@ -288,29 +288,15 @@ def test_paged_decode_hands_the_kernel_its_launch(monkeypatch):
     sl = torch.tensor([30000], dtype=torch.int32)
     ks = torch.zeros(300, 16, 8)
     out = torch.empty_like(q)
-    # 1 token x 8 KV heads on 132 SMs: 16 segments (test_split_rule_by_hand), one CTA per SM;
-    # merged in the kernel: the device's zeroed arrival counters, nothing returned
-    monkeypatch.setattr(cuda_decode, "_COUNTERS", {})
-    assert cuda_decode.paged_decode(out, q, kc, kc, ks, ks, bt, cu, sl, 0.5, 132) is None
+    # 1 token x 8 KV heads on 132 SMs: 16 segments (test_split_rule_by_hand), one CTA per SM
+    parts = cuda_decode.paged_decode(out, q, kc, kc, ks, ks, bt, cu, sl, 0.5, 132)
+    assert parts is not None
+    assert [tuple(t.shape) for t in parts] == [(1, 32, 16, 128), (1, 32, 16), (1, 32, 16)]
+    assert all(t.dtype == torch.float32 for t in parts)
     args = calls[-1]
-    assert [tuple(t.shape) for t in args[1:4]] == [(1, 32, 16, 128), (1, 32, 16), (1, 32, 16)]
-    assert all(t.dtype == torch.float32 for t in args[1:4])
-    # qk_scale, segments, steps, warps, stages, shared memory (0: the kernel's own), counters
-    assert args[12:-1] == (0.5, 16, 2, 8, 2, 0)
-    assert args[-1] is cuda_decode._COUNTERS[-1]
-    assert args[-1].dtype == torch.int32 and args[-1].shape == (cuda_decode.COUNTER_SLOTS,)
-    assert not args[-1].any()
-    # merged by the caller (FUSED_MERGE off, or more items than counters): the partials back
-    for flag, slots in ((False, cuda_decode.COUNTER_SLOTS), (True, 7)):
-        monkeypatch.setattr(cuda_decode, "FUSED_MERGE", flag)
-        monkeypatch.setattr(cuda_decode, "COUNTER_SLOTS", slots)
-        parts = cuda_decode.paged_decode(out, q, kc, kc, ks, ks, bt, cu, sl, 0.5, 132)
-        assert parts is not None
-        assert [tuple(t.shape) for t in parts] == [(1, 32, 16, 128), (1, 32, 16), (1, 32, 16)]
-        args = calls[-1]
-        assert args[1] is parts[0] and args[2] is parts[1] and args[3] is parts[2]
-        assert args[-1].numel() == 0 and args[-1].dtype == torch.int32
-    monkeypatch.setattr(cuda_decode, "FUSED_MERGE", True)
+    assert args[1] is parts[0] and args[2] is parts[1] and args[3] is parts[2]
+    # qk_scale, segments, steps, warps, stages, shared memory (0: the kernel's own)
+    assert args[12:] == (0.5, 16, 2, 8, 2, 0)
     # unsplit: no scratch, the output stands in; a 16-bit cache's scales are placeholders too
     kb = torch.zeros(300, 16, 8, 128, dtype=torch.bfloat16)
     q64 = torch.zeros(64, 32, 128, dtype=torch.bfloat16)
@@ -322,8 +308,7 @@ def test_paged_decode_hands_the_kernel_its_launch(monkeypatch):
     )
     args = calls[-1]
     assert args[1] is args[2] is args[3] is out64 and args[7] is args[8] is kb
-    assert args[13:-1] == (1, 1, 4, 3, 0)  # 512 CTAs: 16-key tiles x 3 stages (16-bit rule)
-    assert args[-1].numel() == 0  # unsplit: no counters
+    assert args[13:] == (1, 1, 4, 3, 0)  # 512 CTAs: 16-key tiles x 3 stages (16-bit rule)
     with pytest.raises(ValueError, match="decode-shaped"):
         cuda_decode.paged_decode(out64, q64, kb, kb, None, None, bt, cu, sl, 1.0, 132)
     # a cap: the padded shared memory of the device's attributes (sm_90's here)
@@ -331,7 +316,7 @@ def test_paged_decode_hands_the_kernel_its_launch(monkeypatch):
     monkeypatch.setattr(cuda_decode, "_device_limits", lambda idx: ((9, 0), 232_448))
     capped = DecodeConfig(2, 4, 2, 1, ctas_per_sm=2)
     cuda_decode.paged_decode(out64, q64, kc, kc, ks, ks, bt64, cu64, sl64, 1.0, 132, capped)
-    assert calls[-1][13:-1] == (1, 2, 4, 2, 76_801)
+    assert calls[-1][13:] == (1, 2, 4, 2, 76_801)
     monkeypatch.setattr(cuda_decode, "_device_limits", lambda idx: ((8, 6), 101_376))
     with pytest.raises(ValueError, match="ctas_per_sm=1 needs 115713 bytes"):
         cuda_decode.paged_decode(
@@ -512,78 +497,3 @@ def test_16bit_cache_matches_reference(h, hkv, d, cfg, nseg):
     assert not out.isnan().any()
     ref = _ref(q, k, v, None, None, bt, cu, sl)
     assert _rel(out, ref) < 1e-2  # bf16 products and probabilities against float32
-
-
-@cuda
-@pytest.mark.parametrize("fmt", ["int8", "bf16"])
-@pytest.mark.parametrize("h, hkv, d", [(32, 8, 128), (28, 4, 64), (16, 16, 128)])
-def test_merge_in_the_kernel(monkeypatch, fmt, h, hkv, d):
-    """Split launches merged by the item's last CTA: the reference's output within the kernel's
-    tolerance, the Triton merge's within one bf16 rounding (float32 sums in another order), on
-    ragged contexts (some segments empty: contexts 1 and 17 split 3 / 16 ways); the counters
-    reset themselves (a repeated launch onto a NaN-filled output writes every value again)
-    and are all 0 after."""
-    from local_engine.attention import triton_backend as tb
-
-    dev = torch.device("cuda")
-    g = torch.Generator(device=dev).manual_seed(11)
-    ctx = [30000, 1, 17, 4000]
-    if fmt == "int8":
-        kc, vc, ks, vs, bt = _pool(ctx, hkv, d, torch.int8, dev, g, nan_tail=True)
-    else:
-        nb = sum(-(-c // BS) for c in ctx) + 3
-        kc = torch.randn(nb, BS, hkv, d, generator=g, device=dev).to(torch.bfloat16)
-        vc = torch.randn(nb, BS, hkv, d, generator=g, device=dev).to(torch.bfloat16)
-        ks = vs = None
-        perm = torch.randperm(nb, generator=g, device=dev).to(torch.int32)
-        bt = torch.zeros(len(ctx), max(-(-c // BS) for c in ctx), dtype=torch.int32, device=dev)
-        used = 0
-        for i, c in enumerate(ctx):
-            n = -(-c // BS)
-            bt[i, :n], used = perm[used : used + n], used + n
-    q = torch.randn(len(ctx), h, d, generator=g, device=dev).to(torch.bfloat16)
-    cu = torch.arange(len(ctx) + 1, dtype=torch.int32, device=dev)
-    sl = torch.tensor(ctx, dtype=torch.int32, device=dev)
-    ref = _ref(q, kc, vc, ks, vs, bt, cu, sl)
-    for nseg in (3, 16):
-        kw = dict(k_scale=ks, v_scale=vs, decode_kernel="cuda", num_segments=nseg)
-        monkeypatch.setattr(cuda_decode, "FUSED_MERGE", False)
-        by_triton = tb.paged_attention(q, kc, vc, bt, cu, sl, **kw)
-        monkeypatch.setattr(cuda_decode, "FUSED_MERGE", True)
-        out = torch.full_like(q, float("nan"))
-        for _ in range(3):
-            out.fill_(float("nan"))
-            tb.paged_attention(q, kc, vc, bt, cu, sl, out=out, **kw)
-            assert not out.isnan().any()
-            assert _rel(out, ref) < 5e-3
-            torch.testing.assert_close(out, by_triton, rtol=8e-3, atol=1e-3)
-        assert not cuda_decode._COUNTERS[dev.index or 0].any()
-
-
-@cuda
-def test_merge_in_the_kernel_first_used_inside_a_capture(monkeypatch):
-    """No counters yet while a CUDA graph is captured: that capture merges with the Triton
-    kernel (a fresh buffer's zeroing is not put into the graph), and its replay is right."""
-    from local_engine.attention import triton_backend as tb
-
-    monkeypatch.setattr(cuda_decode, "_COUNTERS", {})
-    dev = torch.device("cuda")
-    g = torch.Generator(device=dev).manual_seed(12)
-    kc, vc, ks, vs, bt = _pool([9000, 300], 8, 128, torch.int8, dev, g)
-    q = torch.randn(2, 32, 128, generator=g, device=dev).to(torch.bfloat16)
-    cu = torch.arange(3, dtype=torch.int32, device=dev)
-    sl = torch.tensor([9000, 300], dtype=torch.int32, device=dev)
-    out = torch.empty_like(q)
-    kw = dict(k_scale=ks, v_scale=vs, out=out, num_segments=4)
-    monkeypatch.setattr(cuda_decode, "FUSED_MERGE", False)  # builds both kernels, no counters
-    tb.paged_attention(q, kc, vc, bt, cu, sl, **kw)
-    monkeypatch.setattr(cuda_decode, "FUSED_MERGE", True)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        tb.paged_attention(q, kc, vc, bt, cu, sl, **kw)
-    assert cuda_decode._COUNTERS == {}
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert _rel(out, _ref(q, kc, vc, ks, vs, bt, cu, sl)) < 5e-3
