@@ -243,22 +243,11 @@ def capture(fn, inner=10):
     return run
 
 
-#: GPU cycles of ``torch.cuda._sleep`` queued before each timed run (~0.5 ms at the H200's
-#: 1.98 GHz): the stream is still busy when the host has queued the start event, the replay
-#: and the stop event, so a slow host launch is not timed as GPU time (session 7: without it
-#: the first timing of three 1 x 32k sweep rows read 0.88-0.90 of SDPA, the same graph
-#: replayed later 0.98-1.01; bench/RESULTS.md "## kvquant"). ``BENCH_GUARD=0`` turns it off.
-GUARD_CYCLES = 0 if os.environ.get("BENCH_GUARD") == "0" else 1_000_000
-
-
 def time_replays(run, inner=10, reps=15):
-    """Median ms per call of ``reps`` timed runs of ``run`` (``inner`` calls each), each
-    behind a :data:`GUARD_CYCLES` spin on the stream."""
+    """Median ms per call of ``reps`` timed runs of ``run`` (``inner`` calls each)."""
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if GUARD_CYCLES:
-            torch.cuda._sleep(GUARD_CYCLES)
         a.record()
         run()
         b.record()
