@@ -349,7 +349,7 @@ def timing(device, configs, deadline: float) -> None:
 
 LAYOUTS = [(32, 32), (32, 16), (32, 8), (28, 4), (32, 4)]
 RULE_ONLY = os.environ.get("SWEEP_RULE_ONLY") == "1"  # time the rule's configuration only
-REPEAT = int(os.environ.get("SWEEP_REPEAT", "0"))  # split rows: more timing rounds
+REPEAT = int(os.environ.get("SWEEP_REPEAT", "0"))  # more timing rounds of every row
 SWEEP_SHAPES = [(1, 32768), (8, 8192), (32, 8192), (256, 1024)]
 SWEEP_SHAPES = env_shapes("SWEEP_SHAPES") or SWEEP_SHAPES  # re-time some columns only
 
