@@ -155,7 +155,7 @@ class _Pending:
         self.streamed = False
 
 
-class PromptCacheHandler(BaseCallbackHandler):  # type: ignore[misc]
+class PromptCacheHandler(BaseCallbackHandler):
     """A LangChain callback handler that records each chat-model call (module docstring).
 
     Args:
@@ -228,7 +228,7 @@ class PromptCacheHandler(BaseCallbackHandler):  # type: ignore[misc]
         except Exception:
             log.exception("promptcache: could not read a LangChain call's request")
 
-    def on_llm_new_token(self, token: str, *, run_id: UUID, **kwargs: Any) -> None:
+    def on_llm_new_token(self, token: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """Mark run ``run_id`` as streamed."""
         pending = self._pending.get(run_id)
         if pending is not None:

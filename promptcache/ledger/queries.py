@@ -49,6 +49,21 @@ def count(store: Store) -> int:
     return int(cur.fetchone()[0])
 
 
+def usage_coverage(store: Store, since: Any = None) -> tuple[int, int, int]:
+    """``(calls, calls whose response carried no usage, calls whose caching was reported)``
+    since ``since`` (the calls a hit rate covers are the last)."""
+    d = store.dialect
+    where, params = range_where("ts", parse_since(since), None, d.param)
+    cur = store.cursor()
+    cur.execute(
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN flags LIKE '%usage_unknown%' THEN 1 ELSE 0 "
+        f"END), 0), COALESCE(SUM(cache_reported), 0) FROM requests {where}",
+        params,
+    )
+    n, unknown, reported = cur.fetchone()
+    return int(n), int(unknown), int(reported)
+
+
 # -- summaries -----------------------------------------------------------------------
 
 

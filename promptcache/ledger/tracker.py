@@ -319,6 +319,11 @@ class Tracker:
         """Number of stored requests."""
         return queries.count(self.store)
 
+    def usage_coverage(self, since: Any = None) -> tuple[int, int, int]:
+        """``(requests, requests recorded with usage unknown, requests whose caching was
+        reported)`` since ``since`` -- the last is what a hit rate covers."""
+        return queries.usage_coverage(self.store, since)
+
     def summary(self, by: str | None = "provider", since: Any = None, until: Any = None) -> Summary:
         """Aggregate the ledger. ``by``: ``"provider"``, ``"model"``, ``"prefix_hash"``,
         ``"day"`` (UTC date), ``"hour"`` (UTC, ISO text), ``"api"``, ``"miss_cause"`` (the

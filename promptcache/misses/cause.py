@@ -239,7 +239,10 @@ def attribute(
             provider, the chain's API and the model).
         related: False when ``prev`` is not of the same lineage but only the most similar
             recent request (another conversation sharing the head): a difference in the
-            messages then starts a new lineage (``cold``) instead of a ``prefix_changed``.
+            system prompt or the messages then starts a new lineage (``cold``, or ``hit``
+            on what it did read) instead of a ``prefix_changed`` -- system prompts are often
+            per tenant or per user; a difference in the tools or routing settings is still
+            a ``prefix_changed``.
 
     Only ``prefix_changed`` carries ``path`` and the offsets; the other causes leave them
     None (a difference after the cached part is not why the request missed).
@@ -260,7 +263,7 @@ def attribute(
             not related
             and diff is not None
             and diff.segment < len(cur.chain.segments)
-            and cur.chain.segments[diff.segment].kind == "messages"
+            and cur.chain.segments[diff.segment].kind in ("messages", "system")
         ):
             prev, diff = None, None  # another conversation with the same head
         else:

@@ -6,19 +6,21 @@ is then, most of the time, another conversation's call. :class:`RecentRequests` 
 keeps the recent requests of each (provider, model) and picks, for a new request, the one it
 most plausibly continues:
 
-1. the one whose digest chain shares the longest common run of leading segments with it
-   (:func:`promptcache.misses.attribution.common_run`);
-2. among equal runs, one that the new request *contains* whole (a conversation's previous
+1. one of the same conversation (*related*, below) over any other;
+2. then the one whose digest chain shares the longest common run of leading segments with
+   it (:func:`promptcache.misses.attribution.common_run`);
+3. among equal runs, one that the new request *contains* whole (a conversation's previous
    turn is a prefix of its next turn; a sibling branch of a parallel call is not);
-3. then the one whose segments after the first difference reappear in the new request
+4. then the one whose segments after the first difference reappear in the new request
    (an edit inside a conversation -- a changed tool description, a timestamp in the system
    prompt -- keeps the rest of that conversation: its later segments are still there);
-4. then the most recent.
+5. then the most recent.
 
 Only requests within ``window_s`` seconds (the longest TTL the provider offers: nothing
 older can still be cached) are candidates. A candidate is *related* (the same conversation)
 when the new request contains it whole, or when every segment it has after the first
-difference reappears in the new request; otherwise it is only the most similar recent
+difference reappears in the new request (at least two segments, or one when the new
+request is longer); otherwise it is only the most similar recent
 request (another conversation sharing a head), and :func:`promptcache.misses.cause.attribute`
 is told so (``related=False``). A request sharing nothing with any candidate has no
 predecessor.
@@ -84,26 +86,35 @@ class Match:
         tail: segments of the candidate after the first difference that reappear in the
             new request after it.
         tail_total: segments the candidate has after the first difference.
+        longer: the new request has more segments than the candidate.
     """
 
     run: int
     contained: bool
     tail: int
     tail_total: int
+    longer: bool = False
 
     @property
     def related(self) -> bool:
-        """The same conversation: contained whole, or its whole tail kept after an edit."""
-        return self.contained or (self.tail_total > 0 and self.tail == self.tail_total)
+        """The same conversation: contained whole, or its whole tail kept after an edit --
+        a tail of at least two segments, or of one when the new request also extends past
+        it. (A one-segment tail alone, such as a first user message "hi" after a system
+        prompt, is what any new conversation may share.)"""
+        if self.contained:
+            return True
+        if self.tail_total == 0 or self.tail != self.tail_total:
+            return False
+        return self.tail_total >= 2 or self.longer
 
     @property
     def useful(self) -> bool:
         """Worth comparing with at all: a shared leading run, or a related candidate."""
         return self.run > 0 or self.related
 
-    def key(self) -> tuple[int, int, int]:
+    def key(self) -> tuple[int, int, int, int]:
         """Sort key, larger is better (ties: the caller prefers the most recent)."""
-        return (self.run, int(self.contained), self.tail)
+        return (int(self.related), self.run, int(self.contained), self.tail)
 
 
 def match(mine: Sequence[str], theirs: Sequence[str]) -> Match:
@@ -120,7 +131,7 @@ def match(mine: Sequence[str], theirs: Sequence[str]) -> Match:
         if pool.get(d, 0) > 0:
             pool[d] -= 1
             kept += 1
-    return Match(run, False, kept, len(after))
+    return Match(run, False, kept, len(after), len(mine) > len(theirs))
 
 
 def best_match(
@@ -129,7 +140,7 @@ def best_match(
     """Index and :class:`Match` of the best of ``candidates`` (``(digests, ts)`` pairs) for
     a request with digests ``mine`` (rules in the module docstring), or None when none is
     :attr:`Match.useful`."""
-    best: tuple[tuple[int, int, int, float], int, Match] | None = None
+    best: tuple[tuple[int, int, int, int, float], int, Match] | None = None
     for i, (digests, ts) in enumerate(candidates):
         m = match(mine, digests)
         if not m.useful:

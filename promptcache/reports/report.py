@@ -30,6 +30,7 @@ from promptcache.ledger.pricing import read_prices
 from promptcache.ledger.summary_table import format_table, money, prefix_label, unpriced_note
 from promptcache.ledger.tracker import LedgerError, Tracker, default_path, parse_since
 from promptcache.misses.cause import MISS_CAUSES
+from promptcache.reports import calls
 from promptcache.reports.html import write_html
 from promptcache.reports.misses import format_misses, guard_failures, miss_report, misses_json
 from promptcache.reports.reprice import repriced_summary
@@ -93,6 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CAUSE[,CAUSE]",
         help="exit 1 when any request missed with one of these causes: " + ", ".join(MISS_CAUSES),
     )
+    calls.add_arguments(parser)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = PRICES_HELP
 
@@ -204,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         tracker = Tracker(db)
+        if getattr(args, "calls", False):
+            return _list_calls(tracker, args)
         if table is None:
 
             def summarize(by: str | None) -> list[Any]:
@@ -221,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(e))
     total = overall[0] if overall else None
     misses = miss_report(tracker, since=args.since)
+    coverage = tracker.usage_coverage(since=args.since)
     if args.json:
         doc = (
             summary_json(rows, args.by, total)
@@ -228,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
             else {"by": args.by, "rows": [], "total": None}
         )
         doc["misses"] = misses_json(misses)
+        doc["usage"] = calls.coverage_json(*coverage)
         print(json.dumps(doc, indent=2))
     elif total is None:
         print(
@@ -236,6 +242,9 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(format_table(rows, args.by, total))
+        note = calls.coverage_note(*coverage)
+        if note:
+            print(note)
         section = format_misses(misses)
         if section:
             print(section)
@@ -255,3 +264,17 @@ def run(args: argparse.Namespace) -> int:
     for line in failed:
         print(f"promptcache report: FAIL: {line}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _list_calls(tracker: Tracker, args: argparse.Namespace) -> int:
+    """``--calls``: one line (or JSON object) per call, oldest first."""
+    records = tracker.records(since=args.since, limit=args.limit)
+    if args.json:
+        print(json.dumps([calls.call_row(r) for r in records], indent=2))
+    else:
+        print(calls.format_calls(records))
+        note = calls.coverage_note(*tracker.usage_coverage(since=args.since))
+        if note:
+            print(note)
+    tracker.close()
+    return 0
