@@ -218,7 +218,8 @@ class PromptCacheCallback:
         model = kwargs.get("model")
         call_id = kwargs.get("litellm_call_id")
         with self._lock:
-            kept = self._sent.pop(call_id, None) if isinstance(call_id, str) else None
+            # kept, not popped: LiteLLM may log one call twice (sync and async handlers)
+            kept = self._sent.get(call_id) if isinstance(call_id, str) else None
         body = _sent_body(kwargs) or (kept[0] if kept else None)
         api_base = (params.get("api_base") if isinstance(params, Mapping) else None) or (
             kept[1] if kept else None
@@ -259,6 +260,7 @@ class PromptCacheCallback:
             wire = _wire_usage(fields["api"], fields["provider"], kwargs.get("original_response"))
         if wire is not None:
             return wire
+        response_obj = kwargs.get("complete_streaming_response") or response_obj
         try:
             return normalize_usage("litellm", response_obj)
         except Exception as e:
@@ -266,7 +268,10 @@ class PromptCacheCallback:
             return unknown_usage()
 
     def record(self, kwargs: Mapping[str, Any], response_obj: Any, start: Any, end: Any) -> None:
-        """Record one call; never raises."""
+        """Record one call; never raises. A stream is recorded once complete (LiteLLM's
+        ``complete_streaming_response``)."""
+        if kwargs.get("stream") and kwargs.get("complete_streaming_response") is None:
+            return
         try:
             fields = self.fields(kwargs, response_obj)
             usage = self.usage(kwargs, response_obj, fields)

@@ -49,15 +49,22 @@ def turns(system: SystemMessage, cache_last: bool = False) -> list[list]:
             ToolMessage(tool_result(i), tool_call_id=f"c{i}"),
         ]
     out.append(out[-1] + [HumanMessage(QUESTIONS[3])])
-    if cache_last:  # Anthropic caches up to its markers: one on the newest message
-        for msgs in out:
-            last = msgs[-1]
-            block = {"type": "text", "text": last.content, "cache_control": {"type": "ephemeral"}}
-            if isinstance(last, ToolMessage):
-                msgs[-1] = ToolMessage([block], tool_call_id=last.tool_call_id)
-            else:
-                msgs[-1] = type(last)([block])
+    if cache_last:
+        # Anthropic caches up to its markers: every content as blocks (so a turn's prefix
+        # is the previous turn's, markers aside), one marker on the newest message
+        out = [[_blocks(m, last=j == len(msgs) - 1) for j, m in enumerate(msgs)] for msgs in out]
     return out
+
+
+def _blocks(msg, last: bool):
+    if isinstance(msg, SystemMessage) or not isinstance(msg.content, str) or not msg.content:
+        return msg
+    block = {"type": "text", "text": msg.content}
+    if last:
+        block["cache_control"] = {"type": "ephemeral"}
+    if isinstance(msg, ToolMessage):
+        return ToolMessage([block], tool_call_id=msg.tool_call_id)
+    return type(msg)([block])
 
 
 def drive(llm, all_turns: list[list], stream: bool) -> None:
