@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import httpx
 import pytest
@@ -274,3 +275,37 @@ def test_engine_cache_mode_note_is_no_breakpoint(engine, model_id, tmp_path) -> 
     recs = tracker.records()
     assert [r.miss_cause for r in recs] == ["no_breakpoint", "no_breakpoint"]
     assert "cache-mode anthropic" in recs[1].miss_detail
+
+
+def readme_blocks() -> list[str]:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme.split("## Frameworks", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def test_readme_has_one_block_per_framework() -> None:
+    blocks = readme_blocks()
+    assert len(blocks) == 5
+    for name in ("httpx", "PromptCacheHandler", "track_agents", "tracked_provider", "litellm"):
+        assert sum(name in b for b in blocks) >= 1, name
+
+
+@pytest.mark.parametrize(
+    "index", range(5), ids=["httpx", "langchain", "agents", "pydantic_ai", "litellm"]
+)
+def test_readme_block_runs_against_the_engine(engine, model_id, tmp_path, index) -> None:
+    from agents import set_tracing_disabled
+
+    set_tracing_disabled(True)  # no trace export from the test machine
+    saved = litellm.callbacks
+    tracker = Tracker(tmp_path / "l.db")
+    with Counted(engine) as served:
+        exec(
+            readme_blocks()[index],
+            {"tracker": tracker, "base_url": engine.openai_base_url, "model": model_id},
+        )
+    litellm.callbacks = saved
+    assert tracker.count() == served.calls == 1
+    assert tracker.records()[0].usage.prompt_tokens > 0
