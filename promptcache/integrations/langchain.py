@@ -84,11 +84,12 @@ def usage_from_metadata(meta: Mapping[str, Any]) -> Usage:
         "1h": int(details.get("ephemeral_1h_input_tokens") or 0),
     }
     flags: tuple[str, ...] = ()
-    if not write and sum(by_ttl.values()):
+    split = by_ttl["5m"] + by_ttl["1h"]
+    if not write and split:
         # langchain-anthropic 1.7 streams: cache_creation stays 0 while the TTL split
         # carries the writes (seen against the local engine, 2026-12-03)
-        write = sum(by_ttl.values())
-    if write and sum(by_ttl.values()) != write:
+        write = split
+    if write and split != write:
         by_ttl, flags = {"5m": write}, (WRITE_TTL_ASSUMED,)
     return Usage(
         uncached_input_tokens=max(prompt - read - write, 0),
