@@ -33,7 +33,10 @@ the wrapped official client gives for the same traffic:
 - the local engine's ``X-Promptcache-Cache-Note`` (LiteLLM passes response headers on as
   ``llm_provider-<name>``) is handed to the attribution.
 
-The record id is LiteLLM's ``litellm_call_id``, so a call logged twice is stored once.
+The record id is LiteLLM's ``litellm_call_id``, so a call logged twice (LiteLLM runs both its
+sync and async handlers for some calls) is stored once; a stream is recorded once complete.
+LiteLLM runs success callbacks on a background thread: a record lands shortly after the call
+returns, not before.
 Nothing is ever raised into LiteLLM: failures are logged on ``promptcache.litellm``.
 """
 
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -187,6 +191,10 @@ class PromptCacheCallback:
         self.metadata = dict(metadata or {})
         self.session = session
         self.rules = rules
+        #: LiteLLM keeps one custom logger per class name and public scalar attributes
+        #: (litellm_core_utils/logging_callback_manager.py, ``_get_custom_logger_key``): a
+        #: second callback for another tracker would be dropped silently without this
+        self.instance_key = os.urandom(8).hex()
         self._sent: OrderedDict[str, tuple[dict[str, Any], str | None]] = OrderedDict()
         self._lock = threading.Lock()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 import uuid
 
 import pytest
@@ -112,3 +113,12 @@ class Counted:
 
 def causes(tracker) -> list[tuple[str | None, str | None]]:
     return [(r.miss_cause, r.miss_path) for r in tracker.records()]
+
+
+def settled(tracker, n: int, timeout: float = 30.0) -> int:
+    """``tracker.count()`` once it reaches ``n`` or ``timeout`` seconds passed (LiteLLM runs
+    its success callbacks on a background thread after the call returns)."""
+    deadline = time.monotonic() + timeout
+    while tracker.count() < n and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return tracker.count()
