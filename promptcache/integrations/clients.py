@@ -606,38 +606,17 @@ def wrap(
     :class:`~promptcache.integrations.httpx_hooks.WrapConflictError` when its HTTP client is
     already tracked for another tracker; nothing else is ever raised from tracking.
     """
+    opts: dict[str, Any] = dict(trace=trace, session=session, clock=clock, rules=rules)
     if hasattr(getattr(client, "meta", None), "events"):  # a botocore client
         rec = _Recorder(
-            "boto3",
-            "",
-            tracker,
-            provider or "bedrock",
-            price,
-            callbacks,
-            metadata,
-            trace=trace,
-            session=session,
-            clock=clock,
-            rules=rules,
+            "boto3", "", tracker, provider or "bedrock", price, callbacks, metadata, **opts
         )
         return wrap_bedrock(client, rec)
     http, host_url, sdk = _http_of(client)
     if httpx_hooks.check_tracker(http, tracker):
         return client  # already tracked for this tracker: hooks are installed once
     host = urlsplit(str(host_url)).hostname or ""
-    rec = _Recorder(
-        sdk,
-        host,
-        tracker,
-        provider,
-        price,
-        callbacks,
-        metadata,
-        trace=trace,
-        session=session,
-        clock=clock,
-        rules=rules,
-    )
+    rec = _Recorder(sdk, host, tracker, provider, price, callbacks, metadata, **opts)
     httpx_hooks.install(http, rec.on_request, rec.on_response)
     setattr(http, httpx_hooks.MARK, rec)
     return client
