@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from promptcache.limits import OPENAI_IN_MEMORY_MAX_SECONDS, CacheLimits
@@ -84,7 +84,7 @@ class Match:
         run: leading segments shared.
         contained: the candidate is a prefix of the new request (all of it is shared).
         tail: segments of the candidate after the first difference that reappear in the
-            new request after it.
+            new request after it (counted only when its last segment does; else 0).
         tail_total: segments the candidate has after the first difference.
         longer: the new request has more segments than the candidate.
     """
@@ -117,21 +117,22 @@ class Match:
         return (int(self.related), self.run, int(self.contained), self.tail)
 
 
-def match(mine: Sequence[str], theirs: Sequence[str]) -> Match:
-    """Compare a new request's segment digests ``mine`` with a candidate's ``theirs``."""
+def match(
+    mine: Sequence[str], theirs: Sequence[str], last: Mapping[str, int] | None = None
+) -> Match:
+    """Compare a new request's segment digests ``mine`` with a candidate's ``theirs``
+    (``last``: each digest of ``mine`` to its last index, when already computed)."""
     run = _common_run(mine, theirs)
     if run == len(theirs):
         return Match(run, True, 0, 0)
-    after = theirs[run + 1 :]
-    pool: dict[str, int] = {}
-    for d in mine[run:]:
-        pool[d] = pool.get(d, 0) + 1
-    kept = 0
-    for d in after:
-        if pool.get(d, 0) > 0:
-            pool[d] -= 1
-            kept += 1
-    return Match(run, False, kept, len(after), len(mine) > len(theirs))
+    if last is None:
+        last = {d: i for i, d in enumerate(mine)}
+    n_after = len(theirs) - run - 1
+    if n_after == 0 or last.get(theirs[-1], -1) < run:
+        # its last segment is gone: not the same conversation (the tail is not counted)
+        return Match(run, False, 0, n_after, len(mine) > len(theirs))
+    kept = sum(1 for d in theirs[run + 1 :] if last.get(d, -1) >= run)
+    return Match(run, False, kept, n_after, len(mine) > len(theirs))
 
 
 def best_match(
@@ -140,9 +141,10 @@ def best_match(
     """Index and :class:`Match` of the best of ``candidates`` (``(digests, ts)`` pairs) for
     a request with digests ``mine`` (rules in the module docstring), or None when none is
     :attr:`Match.useful`."""
+    last = {d: i for i, d in enumerate(mine)}
     best: tuple[tuple[int, int, int, int, float], int, Match] | None = None
     for i, (digests, ts) in enumerate(candidates):
-        m = match(mine, digests)
+        m = match(mine, digests, last)
         if not m.useful:
             continue
         key = (*m.key(), ts)
@@ -177,6 +179,7 @@ class RecentRequests:
         self.max_requests = max_requests
         self.keep_values = keep_values
         self._entries: OrderedDict[int, tuple[tuple[str, str], _Entry]] = OrderedDict()
+        self._groups: dict[tuple[str, str], dict[int, _Entry]] = {}
         self._next = 0
         self._lock = threading.Lock()
 
@@ -187,6 +190,7 @@ class RecentRequests:
         """Forget every request."""
         with self._lock:
             self._entries.clear()
+            self._groups.clear()
 
     def find(
         self,
@@ -202,9 +206,7 @@ class RecentRequests:
         group = (provider or "", model or "")
         with self._lock:
             pool = [
-                e
-                for g, e in self._entries.values()
-                if g == group and ts - window_s <= e.obs.ts <= ts
+                e for e in self._groups.get(group, {}).values() if ts - window_s <= e.obs.ts <= ts
             ]
         found = best_match(chain.digests(), ((e.digests, e.obs.ts) for e in pool))
         if found is None:
@@ -220,9 +222,14 @@ class RecentRequests:
         entry = _Entry(obs, obs.chain.digests(), conversation)
         with self._lock:
             self._entries[self._next] = (group, entry)
+            self._groups.setdefault(group, {})[self._next] = entry
             self._next += 1
             while len(self._entries) > self.max_requests:
-                self._entries.popitem(last=False)
+                key, (g, _) = self._entries.popitem(last=False)
+                members = self._groups[g]
+                del members[key]
+                if not members:
+                    del self._groups[g]
             # the entry that just left the newest ``keep_values``: digests only
             old_key = self._next - 1 - self.keep_values
             if old_key in self._entries:
