@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from promptcache.proxy.headers import request_headers, response_headers
+from promptcache.proxy.headers import install_log_redaction, request_headers, response_headers
 from promptcache.proxy.upstreams import Upstream
 
 __all__ = ["ProxyApp", "ProxyStats", "LIVE_PREFIX", "error_body"]
@@ -121,6 +121,7 @@ class ProxyApp:
         self.connect_timeout_s = connect_timeout_s
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
+        install_log_redaction()
 
     # -- ASGI -------------------------------------------------------------------------
 

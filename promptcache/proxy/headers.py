@@ -10,10 +10,17 @@ the same). Everything else passes as sent, in order, duplicates kept.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 
-__all__ = ["HOP_BY_HOP", "request_headers", "response_headers", "redact_query"]
+__all__ = [
+    "HOP_BY_HOP",
+    "request_headers",
+    "response_headers",
+    "redact_query",
+    "install_log_redaction",
+]
 
 HOP_BY_HOP = frozenset(
     {
@@ -61,3 +68,27 @@ def redact_query(url: str) -> str:
     """``url`` with the values of credential-looking query parameters (Gemini's ``key=``)
     replaced by ``***``, for anything that is logged."""
     return _SECRET_PARAM.sub(r"\1***", url)
+
+
+class _RedactQuery(logging.Filter):
+    """Rewrites the URL arguments of httpx's ``HTTP Request: METHOD URL ...`` log lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(
+                redact_query(str(a)) if "?" in str(a) else a for a in record.args
+            )
+        elif isinstance(record.msg, str) and "?" in record.msg:
+            record.msg = redact_query(record.msg)
+        return True
+
+
+_FILTER = _RedactQuery()
+
+
+def install_log_redaction() -> None:
+    """Redact credential query parameters in httpx's request log (INFO on the ``httpx``
+    logger names every URL, and Gemini clients may send ``?key=``). Idempotent."""
+    logger = logging.getLogger("httpx")
+    if _FILTER not in logger.filters:
+        logger.addFilter(_FILTER)

@@ -7,7 +7,8 @@ is kept in ``UpstreamApp.seen`` (method, path with query, headers, body bytes) s
 compare what arrived with what the client sent.
 
 Faults: ``reset`` (headers and two SSE events, then the connection is dropped),
-``529`` (Anthropic's documented overloaded_error body), ``hang`` (no response for 30 s),
+``529`` (Anthropic's documented overloaded_error body), ``hang`` (no response until the
+caller disconnects, counted in ``cancelled``, or 30 s),
 ``slow`` (SSE events 50 ms apart). Error bodies follow the providers' documented shapes
 (Anthropic "Errors", OpenAI "Error codes"; checked 2026-12-03).
 """
@@ -60,6 +61,14 @@ class UpstreamApp:
             {"method": scope["method"], "path": path + ("?" + qs if qs else ""),
              "headers": list(scope["headers"]), "body": body}
         )
+        if headers.get("x-fault") == "hang":  # answer nothing; see the caller go away
+            try:
+                m = await asyncio.wait_for(receive(), 30)
+            except asyncio.TimeoutError:
+                m = {}
+            if m.get("type") == "http.disconnect":
+                self.cancelled += 1
+                return
         try:
             await self._respond(path, headers, body, send)
             self.finished += 1
