@@ -37,6 +37,8 @@ __all__ = ["LedgerQueue", "LedgerStats", "make_recorder"]
 log = logging.getLogger("promptcache.proxy")
 
 _STOP = object()
+#: While the same ledger error repeats, it is logged at most once per this many seconds.
+LOG_EVERY_S = 10.0
 
 
 @dataclass
@@ -95,6 +97,7 @@ class LedgerQueue:
         self.batch = batch
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=maxsize)
         self._tracker: Tracker | None = None
+        self._last_log = -LOG_EVERY_S
         self._thread = threading.Thread(target=self._run, name="promptcache-ledger", daemon=True)
         self._thread.start()
 
@@ -160,8 +163,18 @@ class LedgerQueue:
             message = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             with self.stats.lock:
                 self.stats.failed += len(items)
+                repeat = message == self.stats.last_error
                 self.stats.last_error = message
-            log.warning("promptcache proxy: %d call(s) not recorded: %s", len(items), message)
+                failed = self.stats.failed
+            now = time.monotonic()
+            if not repeat or now - self._last_log >= LOG_EVERY_S:  # one line per error kind
+                self._last_log = now  # and at most one per LOG_EVERY_S while it lasts
+                log.warning(
+                    "promptcache proxy: %d call(s) not recorded (%d so far): %s",
+                    len(items),
+                    failed,
+                    message,
+                )
             tracker, self._tracker = self._tracker, None
             if tracker is not None:
                 try:
