@@ -151,7 +151,11 @@ def test_session_keys_keep_conversations_apart(tmp_path) -> None:
 
     # one lineage (the default: same model, same client): b's history is a rewrite of a's
     one = two_conversations(Tracker(tmp_path / "one.db"), (None, None))
-    assert one[1] == ("prefix_changed", "$.messages[0].content[0].text")
+    # b's first request differs from a's only in its newest turn (its one message): expected
+    # growth, not prefix_changed; no entry ended before the difference, so nothing was read
+    assert one[1] == ("cold", None)
+    # b's second request differs in an older turn (messages[0]): a real prefix change
+    assert one[3] == ("prefix_changed", "$.messages[0].content[0].text")
     # session keys: a new conversation is cold, each continues its own
     apart = two_conversations(Tracker(tmp_path / "two.db"), ("a", "b"))
     assert apart == [("cold", None), ("cold", None), ("hit", None), ("hit", None)]
