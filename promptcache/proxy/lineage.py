@@ -36,12 +36,25 @@ __all__ = ["LineageIndex", "SIMILAR"]
 SIMILAR = 0.5
 
 
+#: An edited head is looked for among this many most recent lineages of the model.
+RECENT_EDIT = 16
+
+
 @dataclass(frozen=True)
 class _Last:
     model: str | None
     digests: list[str]
     kinds: list[str]
     head_blocks: list[frozenset[str]]  # per head segment (the leading non-message ones)
+    prefixes: list[int]  # prefixes[k - 1]: a hash of digests[:k]
+
+
+def _prefix_hashes(digests: list[str]) -> list[int]:
+    out, h = [], 0
+    for d in digests:
+        h = hash((h, d))
+        out.append(h)
+    return out
 
 
 def _head_blocks(chain: DigestChain) -> list[frozenset[str]]:
@@ -64,7 +77,8 @@ def _similarity(a: frozenset[str], b: frozenset[str]) -> float:
 
 class LineageIndex:
     """The latest digest list of each content-found lineage (bounded, least recently used
-    forgotten first).
+    forgotten first), indexed by the hashes of its digest prefixes so that finding the
+    longest continued lineage costs one dictionary look-up per segment of the request.
 
     Args:
         max_lineages: lineages remembered.
@@ -75,47 +89,93 @@ class LineageIndex:
         self.max_lineages = max_lineages
         self.prefix = prefix
         self._last: OrderedDict[str, _Last] = OrderedDict()
+        # (model, hash of a digest prefix) -> lineages whose latest request starts with it
+        # (insertion order: most recent last); _full: ... whose latest request is exactly it
+        self._by_prefix: dict[tuple[str | None, int], dict[str, None]] = {}
+        self._full: dict[tuple[str | None, int], dict[str, None]] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        # the latest chain per model: unchanged segments of the next request reuse its
+        # digests (build_chain's ``previous``) instead of being serialized again
+        self._recent: dict[str | None, DigestChain] = {}
 
     def assign(self, request: Mapping[str, Any], api: str, model: str | None) -> str:
         """The lineage key of ``request`` (its chain API ``api``, ``model``); it becomes the
         lineage's latest request. Raises nothing for a JSON object body."""
         chain_api = api if api in APIS else api_of_request(request)
-        chain = build_chain(request, chain_api)
-        last = _Last(
-            model, chain.digests(), [s.kind for s in chain.segments], _head_blocks(chain)
+        hint = self._recent.get(model)
+        chain = build_chain(
+            request, chain_api, previous=hint if hint is not None and hint.api == chain_api else None
+        )
+        self._recent[model] = chain
+        if len(self._recent) > 64:
+            self._recent.pop(next(iter(self._recent)))
+        digests = chain.digests()
+        cur = _Last(
+            model,
+            digests,
+            [s.kind for s in chain.segments],
+            _head_blocks(chain),
+            _prefix_hashes(digests),
         )
         with self._lock:
-            key = self._continued(last) or self._edited(last) or f"{self.prefix}:{next(self._ids)}"
-            self._last[key] = last
-            self._last.move_to_end(key)
+            key = self._continued(cur) or self._edited(cur) or f"{self.prefix}:{next(self._ids)}"
+            self._forget(key)
+            self._remember(key, cur)
             while len(self._last) > self.max_lineages:
-                self._last.popitem(last=False)
+                self._forget(next(iter(self._last)))
         return key
 
+    def _remember(self, key: str, last: _Last) -> None:
+        self._last[key] = last
+        for h in last.prefixes:
+            self._by_prefix.setdefault((last.model, h), {})[key] = None
+        if last.prefixes:
+            self._full.setdefault((last.model, last.prefixes[-1]), {})[key] = None
+
+    def _forget(self, key: str) -> None:
+        last = self._last.pop(key, None)
+        if last is None:
+            return
+        for index, hashes in ((self._by_prefix, last.prefixes), (self._full, last.prefixes[-1:])):
+            for h in hashes:
+                bucket = index.get((last.model, h))
+                if bucket is not None:
+                    bucket.pop(key, None)
+                    if not bucket:
+                        del index[(last.model, h)]
+
     def _continued(self, cur: _Last) -> str | None:
-        best_key, best_run = None, 0
-        for key, prev in self._last.items():
-            if prev.model != cur.model:
-                continue
-            run = common_run(prev.digests, cur.digests)
-            continues = run == len(prev.digests) or (
-                run > 0 and any(k == "messages" for k in prev.kinds[:run])
-            )
-            if continues and run >= best_run:  # ties: the most recent lineage
-                best_key, best_run = key, run
-        return best_key
+        """The most recent lineage with the longest shared run that reaches into the
+        messages, or whose latest request is a prefix of this one."""
+        first_message = next((i for i, k in enumerate(cur.kinds) if k == "messages"), None)
+        for k in range(len(cur.prefixes), 0, -1):
+            h = (cur.model, cur.prefixes[k - 1])
+            if first_message is not None and k > first_message:
+                shared = self._by_prefix.get(h)
+                if shared:
+                    return next(reversed(shared))
+            full = self._full.get(h)
+            if full:
+                return next(reversed(full))
+        return None
 
     def _edited(self, cur: _Last) -> str | None:
+        """Among the most recent lineages of the model, the one whose first difference is
+        a head segment at least :data:`SIMILAR` alike."""
         best_key, best = None, SIMILAR
-        for key, prev in self._last.items():
+        seen = 0
+        for key in reversed(self._last):
+            prev = self._last[key]
             if prev.model != cur.model:
                 continue
+            seen += 1
+            if seen > RECENT_EDIT:
+                break
             run = common_run(prev.digests, cur.digests)
             if run >= len(prev.head_blocks) or run >= len(cur.head_blocks):
                 continue  # the difference is not in the head
             sim = _similarity(prev.head_blocks[run], cur.head_blocks[run])
-            if sim >= best:
+            if sim > best or (sim == best and best_key is None):
                 best_key, best = key, sim
         return best_key
