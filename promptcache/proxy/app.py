@@ -9,6 +9,7 @@ the same bytes on the side (:mod:`~.recording`).
 Failures reach the client as the upstream made them: a 4xx/5xx is passed through like any
 response; a reset mid-body closes the client's connection mid-body (so the client sees the
 same truncated stream); a client that disconnects (or times out) cancels the upstream call.
+A pooled connection the upstream closed while idle is retried once on a fresh connection.
 Only when no upstream response exists at all (connection refused, DNS failure, timeout before
 the status line) does the proxy answer itself: 502/504 with the error body shape of the API
 that was called (Anthropic, OpenAI or Gemini), the header ``x-promptcache-proxy-error: 1`` and
@@ -153,7 +154,11 @@ class ProxyApp:
         """The pooled upstream client (created on first use)."""
         if self._client is None:
             timeout = httpx.Timeout(None, connect=self.connect_timeout_s)
-            limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+            # idle connections are dropped after 4 s: before a 5 s keep-alive server (uvicorn's
+            # and many others' default) closes them under a request being sent
+            limits = httpx.Limits(
+                max_connections=None, max_keepalive_connections=256, keepalive_expiry=4.0
+            )
             self._client = httpx.AsyncClient(
                 timeout=timeout,
                 limits=limits,
@@ -221,9 +226,19 @@ class ProxyApp:
         except (asyncio.CancelledError, _UpstreamCut, httpx.HTTPError):
             pass
 
+    async def _send(self, request: httpx.Request) -> httpx.Response:
+        """Send upstream; a connection the upstream closed while it sat idle in the pool (the
+        keep-alive race: closed before a byte of the response) is retried once on a fresh
+        one, as the official SDKs would retry it."""
+        try:
+            return await self.client().send(request, stream=True)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            self.stats.extra["stale_retries"] = self.stats.extra.get("stale_retries", 0) + 1
+            return await self.client().send(request, stream=True)
+
     async def _relay(self, request: httpx.Request, path: str, send: Send) -> None:
         try:
-            response = await self.client().send(request, stream=True)
+            response = await self._send(request)
         except httpx.TimeoutException as e:
             self.stats.upstream_unreachable += 1
             await self._unreachable(send, path, 504, e)
