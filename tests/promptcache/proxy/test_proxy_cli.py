@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -39,13 +41,17 @@ def test_wrapping_a_command_points_it_at_the_proxy(upstream, tmp_path):
     child.write_text(
         textwrap.dedent(
             """
-            import os, sys, openai
+            import os, sys, anthropic, openai
             base = os.environ["OPENAI_BASE_URL"]
             assert base.endswith("/v1") and base.startswith("http://127.0.0.1:"), base
             assert os.environ["ANTHROPIC_BASE_URL"] == base[:-3]
-            c = openai.OpenAI(api_key="k")  # reads OPENAI_BASE_URL like every openai SDK
+            assert os.environ["GOOGLE_GEMINI_BASE_URL"] == base[:-3]
+            c = openai.OpenAI(api_key="k")  # reads OPENAI_BASE_URL
             r = c.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
-            print(r.choices[0].message.content)
+            a = anthropic.Anthropic(api_key="k")  # reads ANTHROPIC_BASE_URL
+            m = a.messages.create(model="claude-sonnet-4-5", max_tokens=5,
+                                  messages=[{"role": "user", "content": "x"}])
+            print(r.choices[0].message.content, m.content[0].text)
             sys.exit(3)
             """
         )
@@ -60,6 +66,19 @@ def test_wrapping_a_command_points_it_at_the_proxy(upstream, tmp_path):
         capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
     )
     assert r.returncode == 3, r.stderr
-    assert r.stdout.strip() == "ok"
-    assert "promptcache proxy: 1 call(s) recorded" in r.stderr
-    assert Tracker(str(db)).count() == 1
+    assert r.stdout.strip() == "ok ok"
+    assert "promptcache proxy: 2 call(s) recorded" in r.stderr
+    assert [x.api for x in Tracker(str(db)).records()] == ["chat.completions", "messages"]
+
+
+def test_the_readme_curl_example_goes_through_the_proxy(proxy, upstream):
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```sh\npromptcache proxy --upstream anthropic.*?```", readme, re.S).group(0)
+    curl = block[block.index("curl ") : block.rindex("```")].strip()
+    curl = curl.replace("http://127.0.0.1:8788", proxy.url)
+    r = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "OPENAI_API_KEY": "sk-readme"})
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["choices"][0]["message"]["content"] == "ok"
+    seen = dict(upstream.app.seen[-1]["headers"])
+    assert seen[b"authorization"] == b"Bearer sk-readme"
