@@ -23,9 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import resource
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,11 +35,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
-USAGE = {"prompt_tokens": 3000, "completion_tokens": 8, "total_tokens": 3008,
-         "prompt_tokens_details": {"cached_tokens": 2944}}
+USAGE = {
+    "prompt_tokens": 3000,
+    "completion_tokens": 8,
+    "total_tokens": 3008,
+    "prompt_tokens_details": {"cached_tokens": 2944},
+}
 
 
 # -- processes ---------------------------------------------------------------------------
+
 
 def upstream_app() -> Any:
     base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o"}
@@ -51,9 +54,22 @@ def upstream_app() -> Any:
     ]
     chunks.append(f"data: {json.dumps({**base, 'choices': [], 'usage': USAGE})}\n\n".encode())
     chunks.append(b"data: [DONE]\n\n")
-    plain = json.dumps({"id": "c1", "object": "chat.completion", "created": 1, "model": "gpt-4o",
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
-                                     "finish_reason": "stop"}], "usage": USAGE}).encode()
+    plain = json.dumps(
+        {
+            "id": "c1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "gpt-4o",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "ok"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": USAGE,
+        }
+    ).encode()
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -65,15 +81,27 @@ def upstream_app() -> Any:
             if not m.get("more_body"):
                 break
         if b'"stream": true' in body or b'"stream":true' in body:
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"text/event-stream")]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")],
+                }
+            )
             for c in chunks:
                 await send({"type": "http.response.body", "body": c, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(plain)).encode())]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(plain)).encode()),
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": plain, "more_body": False})
 
     return app
@@ -82,8 +110,15 @@ def upstream_app() -> Any:
 def serve_upstream(port: int) -> None:
     import uvicorn
 
-    uvicorn.run(upstream_app(), host="127.0.0.1", port=port, log_level="warning",
-                access_log=False, http="h11", lifespan="off")
+    uvicorn.run(
+        upstream_app(),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        http="h11",
+        lifespan="off",
+    )
 
 
 def serve_relay(listen: int, to: int) -> None:
@@ -136,9 +171,22 @@ class Stack:
         self.procs = [
             subprocess.Popen([PY, __file__, "_upstream", str(self.up)], env=ENV),
             subprocess.Popen([PY, __file__, "_relay", str(self.relay), str(self.up)], env=ENV),
-            subprocess.Popen([PY, "-m", "promptcache", "proxy", "--upstream",
-                              f"http://127.0.0.1:{self.up}", "--port", str(self.proxy),
-                              "--db", db], env=ENV, stderr=subprocess.DEVNULL),
+            subprocess.Popen(
+                [
+                    PY,
+                    "-m",
+                    "promptcache",
+                    "proxy",
+                    "--upstream",
+                    f"http://127.0.0.1:{self.up}",
+                    "--port",
+                    str(self.proxy),
+                    "--db",
+                    db,
+                ],
+                env=ENV,
+                stderr=subprocess.DEVNULL,
+            ),
         ]
         for port, p in zip((self.up, self.relay, self.proxy), self.procs):
             wait_port(port, p)
@@ -148,8 +196,10 @@ class Stack:
         return self.procs[2].pid
 
     def urls(self) -> dict[str, str]:
-        return {name: f"http://127.0.0.1:{p}" for name, p in
-                (("direct", self.up), ("relay", self.relay), ("proxy", self.proxy))}
+        return {
+            name: f"http://127.0.0.1:{p}"
+            for name, p in (("direct", self.up), ("relay", self.relay), ("proxy", self.proxy))
+        }
 
     def stop(self) -> None:
         for p in self.procs:
@@ -160,10 +210,19 @@ class Stack:
 
 # -- load ---------------------------------------------------------------------------------
 
+
 def body(stream: bool, i: int) -> bytes:
-    return json.dumps({"model": "gpt-4o", "stream": stream, "stream_options": {"include_usage": True},
-                       "messages": [{"role": "system", "content": "You are terse. " * 200},
-                                    {"role": "user", "content": f"question {i}"}]}).encode()
+    return json.dumps(
+        {
+            "model": "gpt-4o",
+            "stream": stream,
+            "stream_options": {"include_usage": True},
+            "messages": [
+                {"role": "system", "content": "You are terse. " * 200},
+                {"role": "user", "content": f"question {i}"},
+            ],
+        }
+    ).encode()
 
 
 async def load(url: str, conc: int, n: int, stream: bool) -> list[tuple[float, float]]:
@@ -178,9 +237,15 @@ async def load(url: str, conc: int, n: int, stream: bool) -> list[tuple[float, f
             for i in counter:
                 t0 = time.perf_counter()
                 first = None
-                async with client.stream("POST", url + "/v1/chat/completions", content=body(stream, i),
-                                         headers={"content-type": "application/json",
-                                                  "authorization": "Bearer sk-bench"}) as r:
+                async with client.stream(
+                    "POST",
+                    url + "/v1/chat/completions",
+                    content=body(stream, i),
+                    headers={
+                        "content-type": "application/json",
+                        "authorization": "Bearer sk-bench",
+                    },
+                ) as r:
                     async for chunk in r.aiter_raw():
                         if first is None and chunk:
                             first = time.perf_counter()
@@ -204,7 +269,7 @@ def cmd_latency() -> None:
             rows = []
             for conc, per_round in ((1, 100), (16, 400), (64, 640)):
                 res: dict[str, list[tuple[float, float]]] = {k: [] for k in urls}
-                for name, url in urls.items():  # warm-up
+                for url in urls.values():  # warm-up
                     asyncio.run(load(url, conc, conc * 4, True))
                 for _ in range(4):
                     for name, url in urls.items():
@@ -219,11 +284,17 @@ def cmd_latency() -> None:
                             row.append(pct(xs, q) * 1e3)
                             row.append((pct(xs, q) - pct(bs, q)) * 1e3)
                     rows.append(row)
-            print("| clients | target | requests | TTFB p50 ms | +p50 | TTFB p99 ms | +p99 | "
-                  "total p50 ms | +p50 | total p99 ms | +p99 |")
+            print(
+                "| clients | target | requests | TTFB p50 ms | +p50 | TTFB p99 ms | +p99 | "
+                "total p50 ms | +p50 | total p99 ms | +p99 |"
+            )
             print("|---|---|---|---|---|---|---|---|---|---|---|")
             for r in rows:
-                print("| " + " | ".join([str(r[0]), r[1], str(r[2])] + [f"{x:.2f}" for x in r[3:]]) + " |")
+                print(
+                    "| "
+                    + " | ".join([str(r[0]), r[1], str(r[2])] + [f"{x:.2f}" for x in r[3:]])
+                    + " |"
+                )
         finally:
             st.stop()
 
@@ -269,7 +340,9 @@ def cmd_soak() -> None:
         finally:
             st.stop()
         con = sqlite3.connect(db)
-        n, distinct = con.execute("SELECT COUNT(*), COUNT(DISTINCT record_id) FROM requests").fetchone()
+        n, distinct = con.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT record_id) FROM requests"
+        ).fetchone()
         print("| calls so far | proxy RSS MiB |")
         print("|---|---|")
         for k, v in samples:
@@ -291,18 +364,55 @@ def make_claude_folder(root: Path, target_bytes: int) -> tuple[int, int]:
         read = 0
         for t in range(200):
             ts = f"2026-11-{1 + s % 28:02d}T10:{t // 60 % 60:02d}:{t % 60:02d}.000Z"
-            lines.append(json.dumps({"type": "user", "sessionId": sid, "timestamp": ts, "isSidechain": False,
-                                     "message": {"role": "user", "content": [{"type": "tool_result",
-                                                 "tool_use_id": "t", "content": "x" * 2000}]}}))
-            usage = {"input_tokens": 3, "cache_creation_input_tokens": 700, "cache_read_input_tokens": read,
-                     "output_tokens": 120, "cache_creation": {"ephemeral_5m_input_tokens": 700,
-                                                              "ephemeral_1h_input_tokens": 0}}
-            for block in ({"type": "thinking", "thinking": "y" * 400}, {"type": "text", "text": "z" * 300},
-                          {"type": "tool_use", "id": "t", "name": "Bash", "input": {"command": "ls"}}):
-                lines.append(json.dumps({"type": "assistant", "sessionId": sid, "timestamp": ts,
-                                         "isSidechain": False, "requestId": f"req_{s}_{t}",
-                                         "message": {"id": f"msg_{s}_{t}", "model": "claude-sonnet-4-5-20250929",
-                                                     "role": "assistant", "content": [block], "usage": usage}}))
+            lines.append(
+                json.dumps(
+                    {
+                        "type": "user",
+                        "sessionId": sid,
+                        "timestamp": ts,
+                        "isSidechain": False,
+                        "message": {
+                            "role": "user",
+                            "content": [
+                                {"type": "tool_result", "tool_use_id": "t", "content": "x" * 2000}
+                            ],
+                        },
+                    }
+                )
+            )
+            usage = {
+                "input_tokens": 3,
+                "cache_creation_input_tokens": 700,
+                "cache_read_input_tokens": read,
+                "output_tokens": 120,
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": 700,
+                    "ephemeral_1h_input_tokens": 0,
+                },
+            }
+            for block in (
+                {"type": "thinking", "thinking": "y" * 400},
+                {"type": "text", "text": "z" * 300},
+                {"type": "tool_use", "id": "t", "name": "Bash", "input": {"command": "ls"}},
+            ):
+                lines.append(
+                    json.dumps(
+                        {
+                            "type": "assistant",
+                            "sessionId": sid,
+                            "timestamp": ts,
+                            "isSidechain": False,
+                            "requestId": f"req_{s}_{t}",
+                            "message": {
+                                "id": f"msg_{s}_{t}",
+                                "model": "claude-sonnet-4-5-20250929",
+                                "role": "assistant",
+                                "content": [block],
+                                "usage": usage,
+                            },
+                        }
+                    )
+                )
             read += 700
             calls += 1
         text = "\n".join(lines) + "\n"
@@ -334,14 +444,20 @@ def cmd_import() -> None:
         )
         out = []
         for _ in range(2):  # the second run is the idempotent re-import
-            r = subprocess.run([PY, "-c", code, str(root), db], env=ENV, capture_output=True, text=True)
+            r = subprocess.run(
+                [PY, "-c", code, str(root), db], env=ENV, capture_output=True, text=True
+            )
             assert r.returncode == 0, r.stderr
             out.append(r.stdout.split())
-        print("| run | folder MB | files | calls | new records | seconds | calls/s | MB/s | peak RSS MiB |")
+        print(
+            "| run | folder MB | files | calls | new records | seconds | calls/s | MB/s | peak RSS MiB |"
+        )
         print("|---|---|---|---|---|---|---|---|---|")
         for name, (n, new, dt, rss) in zip(("first import", "re-import"), out):
-            print(f"| {name} | {mb:.0f} | {files} | {n} | {new} | {float(dt):.1f} | "
-                  f"{int(n) / float(dt):.0f} | {mb / float(dt):.1f} | {float(rss):.0f} |")
+            print(
+                f"| {name} | {mb:.0f} | {files} | {n} | {new} | {float(dt):.1f} | "
+                f"{int(n) / float(dt):.0f} | {mb / float(dt):.1f} | {float(rss):.0f} |"
+            )
         assert int(out[0][0]) == calls
 
 
@@ -352,5 +468,9 @@ if __name__ == "__main__":
     elif what == "_relay":
         serve_relay(int(sys.argv[2]), int(sys.argv[3]))
     else:
-        {"latency": cmd_latency, "throughput": cmd_throughput, "soak": cmd_soak,
-         "import": cmd_import}[what]()
+        {
+            "latency": cmd_latency,
+            "throughput": cmd_throughput,
+            "soak": cmd_soak,
+            "import": cmd_import,
+        }[what]()

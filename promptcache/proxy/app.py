@@ -87,9 +87,7 @@ def error_body(path: str, status: int, message: str) -> bytes:
         state = "DEADLINE_EXCEEDED" if status == 504 else "UNAVAILABLE"
         doc = {"error": {"code": status, "message": message, "status": state}}
     else:
-        doc = {
-            "error": {"message": message, "type": "upstream_error", "param": None, "code": None}
-        }
+        doc = {"error": {"message": message, "type": "upstream_error", "param": None, "code": None}}
     return json.dumps(doc).encode()
 
 

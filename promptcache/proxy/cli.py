@@ -15,6 +15,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from promptcache.proxy.server import ProxyServer
 
 __all__ = ["add_arguments", "run", "missing_extra"]
 
@@ -41,8 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where to forward: a provider's public API or an http(s):// base URL",
     )
     parser.add_argument(
-        "--port", type=int, default=None, help="port to listen on (default 8788; with a "
-        "command: a free port)"
+        "--port",
+        type=int,
+        default=None,
+        help="port to listen on (default 8788; with a command: a free port)",
     )
     parser.add_argument(
         "--host",
@@ -121,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _summary(server: object) -> None:
-    stats = getattr(server, "ledger").stats
+def _summary(server: ProxyServer) -> None:
+    stats = server.ledger.stats
     line = f"promptcache proxy: {stats.written} call(s) recorded"
     if stats.failed or stats.dropped:
         line += f", {stats.failed + stats.dropped} NOT recorded (last error: {stats.last_error})"

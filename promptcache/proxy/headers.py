@@ -75,9 +75,7 @@ class _RedactQuery(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple) and record.args:
-            record.args = tuple(
-                redact_query(str(a)) if "?" in str(a) else a for a in record.args
-            )
+            record.args = tuple(redact_query(str(a)) if "?" in str(a) else a for a in record.args)
         elif isinstance(record.msg, str) and "?" in record.msg:
             record.msg = redact_query(record.msg)
         return True

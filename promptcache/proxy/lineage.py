@@ -105,7 +105,9 @@ class LineageIndex:
         chain_api = api if api in APIS else api_of_request(request)
         hint = self._recent.get(model)
         chain = build_chain(
-            request, chain_api, previous=hint if hint is not None and hint.api == chain_api else None
+            request,
+            chain_api,
+            previous=hint if hint is not None and hint.api == chain_api else None,
         )
         self._recent[model] = chain
         if len(self._recent) > 64:

@@ -131,7 +131,7 @@ class ProxyServer:
         """Serve in a background thread; returns once the port accepts connections.
         Raises ``RuntimeError`` when the server did not start (port in use)."""
         self._server = uvicorn.Server(self._config())
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        # uvicorn installs signal handlers only in the main thread: none here
         self._thread = threading.Thread(target=self._server.run, name="promptcache-proxy")
         self._thread.daemon = True
         self._thread.start()

@@ -260,7 +260,9 @@ def _causes(rows: list[Record]) -> list[dict[str, Any]]:
             a = acc.setdefault(str(r.miss_cause), [0, 0])
             a[0] += 1
             a[1] += _missed(r)
-    out = [{"cause": c, "requests": n, "missed_tokens": t} for c, (n, t) in acc.items()]
+    out: list[dict[str, Any]] = [
+        {"cause": c, "requests": n, "missed_tokens": t} for c, (n, t) in acc.items()
+    ]
     out.sort(key=lambda g: (-g["missed_tokens"], -g["requests"], g["cause"]))
     return out
 

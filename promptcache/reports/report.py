@@ -27,6 +27,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from promptcache.errors import PromptCacheError
@@ -80,9 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve the live view (updates as calls arrive) on http://127.0.0.1:8789/ "
         "until Ctrl-C; needs the [proxy] extra",
     )
-    parser.add_argument(
-        "--port", type=int, default=8789, help="port of --serve (default 8789)"
-    )
+    parser.add_argument("--port", type=int, default=8789, help="port of --serve (default 8789)")
     parser.add_argument(
         "--host",
         default="127.0.0.1",
@@ -189,7 +188,7 @@ def _check_writable(path: str) -> str | None:
     return None
 
 
-def _serve(args: argparse.Namespace, db: str, fail: Any) -> int:
+def _serve(args: argparse.Namespace, db: str, fail: Callable[[str], int]) -> int:
     """``--serve``: the live view over ``db`` (created empty when missing: it fills as a
     proxy or a wrapped client records into it)."""
     import importlib.util

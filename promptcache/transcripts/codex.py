@@ -78,7 +78,10 @@ def _file(path: Path, skipped: Skipped) -> Iterator[TranscriptCall]:
             info = payload.get("info")
             if not isinstance(info, dict):
                 continue
-            total, last = _counts(info.get("total_token_usage")), _counts(info.get("last_token_usage"))
+            total, last = (
+                _counts(info.get("total_token_usage")),
+                _counts(info.get("last_token_usage")),
+            )
             if total is not None and total == prev_total:
                 continue  # the same totals again: not a new call
             if last is None and total is not None:
@@ -118,9 +121,7 @@ def _call(
         usage = normalize_usage("openai", doc, model=model)
     except PromptCacheError:
         return None
-    mark = (
-        f"{total['input_tokens']}.{total['output_tokens']}" if total is not None else str(lineno)
-    )
+    mark = f"{total['input_tokens']}.{total['output_tokens']}" if total is not None else str(lineno)
     return TranscriptCall(
         key=f"codex:{session}:{mark}",
         ts=ts,

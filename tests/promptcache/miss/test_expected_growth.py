@@ -70,5 +70,10 @@ def test_an_agent_loop_step_is_a_hit() -> None:
     # the previous request ended with a tool result; this one appends the assistant's next
     # call and its result: the previous request is a prefix (nothing differs), read all of it
     prev = obs(chat("fix the bug", "calling grep", "grep output"), 2700, 2560, 1000.0)
-    cur = obs(chat("fix the bug", "calling grep", "grep output", "calling sed", "sed ok"), 2740, 2688, 1005.0)
+    cur = obs(
+        chat("fix the bug", "calling grep", "grep output", "calling sed", "sed ok"),
+        2740,
+        2688,
+        1005.0,
+    )
     assert attribute(cur, prev).cause == "hit"

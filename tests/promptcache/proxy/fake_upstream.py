@@ -26,7 +26,10 @@ import uvicorn
 
 def _usage(headers: dict[str, str]) -> dict[str, int]:
     u = json.loads(headers.get("x-test-usage", "{}") or "{}")
-    return {k: int(u.get(k, d)) for k, d in (("prompt", 100), ("cached", 0), ("write", 0), ("output", 5))}
+    return {
+        k: int(u.get(k, d))
+        for k, d in (("prompt", 100), ("cached", 0), ("write", 0), ("output", 5))
+    }
 
 
 class Cut(Exception):
@@ -58,8 +61,12 @@ class UpstreamApp:
         path = scope["path"]
         qs = scope.get("query_string", b"").decode()
         self.seen.append(
-            {"method": scope["method"], "path": path + ("?" + qs if qs else ""),
-             "headers": list(scope["headers"]), "body": body}
+            {
+                "method": scope["method"],
+                "path": path + ("?" + qs if qs else ""),
+                "headers": list(scope["headers"]),
+                "body": body,
+            }
         )
         if headers.get("x-fault") == "hang":  # answer nothing; see the caller go away
             try:
@@ -79,8 +86,13 @@ class UpstreamApp:
     async def _respond(self, path: str, headers: dict[str, str], body: bytes, send: Any) -> None:
         fault = headers.get("x-fault", "")
         if path == "/echo":
-            await _send(send, 200, json.dumps({"len": len(body)}).encode(), "application/json",
-                        extra=[(b"x-upstream-thing", b"a"), (b"x-upstream-thing", b"b")])
+            await _send(
+                send,
+                200,
+                json.dumps({"len": len(body)}).encode(),
+                "application/json",
+                extra=[(b"x-upstream-thing", b"a"), (b"x-upstream-thing", b"b")],
+            )
             return
         if fault == "529":
             err = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
@@ -92,8 +104,14 @@ class UpstreamApp:
             return
         ctype = headers.get("content-type", "")
         if not ctype.startswith("application/json"):
-            err = {"error": {"message": "Unsupported content type", "type": "invalid_request_error",
-                             "param": None, "code": None}}
+            err = {
+                "error": {
+                    "message": "Unsupported content type",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": None,
+                }
+            }
             await _send(send, 415, json.dumps(err).encode(), "application/json")
             return
         try:
@@ -102,11 +120,22 @@ class UpstreamApp:
                 raise ValueError("not an object")
         except ValueError as e:
             if path.endswith("/messages"):
-                err = {"type": "error", "error": {"type": "invalid_request_error",
-                                                   "message": f"invalid JSON body: {e}"}}
+                err = {
+                    "type": "error",
+                    "error": {
+                        "type": "invalid_request_error",
+                        "message": f"invalid JSON body: {e}",
+                    },
+                }
             else:
-                err = {"error": {"message": f"We could not parse the JSON body: {e}",
-                                 "type": "invalid_request_error", "param": None, "code": None}}
+                err = {
+                    "error": {
+                        "message": f"We could not parse the JSON body: {e}",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": None,
+                    }
+                }
             await _send(send, 400, json.dumps(err).encode(), "application/json")
             return
         u = _usage(headers)
@@ -115,55 +144,141 @@ class UpstreamApp:
         elif path.endswith("/messages"):
             await self._messages(req, u, fault, send)
         else:
-            await _send(send, 404, b'{"error":{"message":"not found","type":"invalid_request_error"}}',
-                        "application/json")
+            await _send(
+                send,
+                404,
+                b'{"error":{"message":"not found","type":"invalid_request_error"}}',
+                "application/json",
+            )
 
     async def _chat(self, req: dict, u: dict[str, int], fault: str, send: Any) -> None:
-        usage = {"prompt_tokens": u["prompt"], "completion_tokens": u["output"],
-                 "total_tokens": u["prompt"] + u["output"],
-                 "prompt_tokens_details": {"cached_tokens": u["cached"]}}
-        base = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1764000000,
-                "model": req.get("model", "gpt-4o")}
+        usage = {
+            "prompt_tokens": u["prompt"],
+            "completion_tokens": u["output"],
+            "total_tokens": u["prompt"] + u["output"],
+            "prompt_tokens_details": {"cached_tokens": u["cached"]},
+        }
+        base = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1764000000,
+            "model": req.get("model", "gpt-4o"),
+        }
         if not req.get("stream"):
-            doc = {**base, "choices": [{"index": 0, "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": "ok"}}], "usage": usage}
+            doc = {
+                **base,
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": "ok"},
+                    }
+                ],
+                "usage": usage,
+            }
             await _send(send, 200, json.dumps(doc).encode(), "application/json")
             return
-        events = [{**base, "object": "chat.completion.chunk",
-                   "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]}
-                  for w in ("o", "k", "!", "?")]
+        events = [
+            {
+                **base,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}],
+            }
+            for w in ("o", "k", "!", "?")
+        ]
         events.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
-        await self._sse(send, [f"data: {json.dumps(e)}\n\n".encode() for e in events]
-                        + [b"data: [DONE]\n\n"], fault)
+        await self._sse(
+            send,
+            [f"data: {json.dumps(e)}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"],
+            fault,
+        )
 
     async def _messages(self, req: dict, u: dict[str, int], fault: str, send: Any) -> None:
-        usage = {"input_tokens": u["prompt"] - u["cached"] - u["write"],
-                 "cache_read_input_tokens": u["cached"], "cache_creation_input_tokens": u["write"],
-                 "output_tokens": u["output"]}
+        usage = {
+            "input_tokens": u["prompt"] - u["cached"] - u["write"],
+            "cache_read_input_tokens": u["cached"],
+            "cache_creation_input_tokens": u["write"],
+            "output_tokens": u["output"],
+        }
         model = req.get("model", "claude-sonnet-4-5")
         if not req.get("stream"):
-            doc = {"id": "msg_1", "type": "message", "role": "assistant", "model": model,
-                   "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-                   "stop_sequence": None, "usage": usage}
+            doc = {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [{"type": "text", "text": "ok"}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": usage,
+            }
             await _send(send, 200, json.dumps(doc).encode(), "application/json")
             return
-        evs = [("message_start", {"type": "message_start", "message": {"id": "msg_1", "type": "message",
-                "role": "assistant", "model": model, "content": [], "stop_reason": None,
-                "stop_sequence": None, "usage": {**usage, "output_tokens": 1}}}),
-               ("content_block_start", {"type": "content_block_start", "index": 0,
-                "content_block": {"type": "text", "text": ""}})]
-        evs += [("content_block_delta", {"type": "content_block_delta", "index": 0,
-                 "delta": {"type": "text_delta", "text": w}}) for w in ("o", "k")]
-        evs += [("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn",
-                 "stop_sequence": None}, "usage": {"output_tokens": u["output"]}}),
-                ("message_stop", {"type": "message_stop"})]
-        await self._sse(send, [f"event: {n}\ndata: {json.dumps(d)}\n\n".encode() for n, d in evs], fault)
+        evs = [
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": "msg_1",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": model,
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {**usage, "output_tokens": 1},
+                    },
+                },
+            ),
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            ),
+        ]
+        evs += [
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": w},
+                },
+            )
+            for w in ("o", "k")
+        ]
+        evs += [
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": u["output"]},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        await self._sse(
+            send, [f"event: {n}\ndata: {json.dumps(d)}\n\n".encode() for n, d in evs], fault
+        )
 
     async def _sse(self, send: Any, chunks: list[bytes], fault: str) -> None:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
-                                (b"request-id", b"req_test")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                    (b"request-id", b"req_test"),
+                ],
+            }
+        )
         for i, c in enumerate(chunks):
             if fault == "reset" and i == 2:
                 raise Cut("upstream reset mid-stream (test fault)")
@@ -174,9 +289,17 @@ class UpstreamApp:
 
 
 async def _send(send: Any, status: int, body: bytes, ctype: str, extra: list | None = None) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", ctype.encode()),
-                            (b"content-length", str(len(body)).encode()), *(extra or [])]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", ctype.encode()),
+                (b"content-length", str(len(body)).encode()),
+                *(extra or []),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
@@ -185,14 +308,20 @@ class Upstream:
 
     def __init__(self) -> None:
         self.app = UpstreamApp()
-        cfg = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="critical",
-                             access_log=False, http="h11", lifespan="on",
-                             h11_max_incomplete_event_size=1 << 20)
+        cfg = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=0,
+            log_level="critical",
+            access_log=False,
+            http="h11",
+            lifespan="on",
+            h11_max_incomplete_event_size=1 << 20,
+        )
         self.server = uvicorn.Server(cfg)
-        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def __enter__(self) -> "Upstream":
+    def __enter__(self) -> Upstream:
         self.thread.start()
         deadline = time.monotonic() + 10
         while not self.server.started:

@@ -46,8 +46,13 @@ _spec.loader.exec_module(_png)
 
 def chromium(url: str, tmp_path: Path, *, shot: Path | None = None, size: str = "1000,1500") -> str:
     flags = [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-        "--no-first-run", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
         "--virtual-time-budget=8000",
     ]
     what = [f"--screenshot={shot}", f"--window-size={size}"] if shot else ["--dump-dom"]
@@ -81,7 +86,9 @@ def assert_equals_ledger(dom: str, db: str) -> None:
             want[g["cause"]] = (n + g["requests"], m + g["missed_tokens"])
     got = {
         c: (int(n), int(m))
-        for c, n, m in re.findall(r'data-cause="(\w+)" data-requests="(\d+)" data-missed="(\d+)"', dom)
+        for c, n, m in re.findall(
+            r'data-cause="(\w+)" data-requests="(\d+)" data-missed="(\d+)"', dom
+        )
     }
     assert got == want and "hit" not in got
     assert int(k["misses"]) == sum(n for n, _ in want.values())
@@ -101,11 +108,16 @@ def test_proxy_live_view_follows_the_ledger(upstream, tmp_path):
     with ProxyServer(resolve(upstream.url), db, port=0) as p:
         oc = openai.OpenAI(base_url=p.url + "/v1", api_key="k")
         for i in range(20):  # 20 calls; the system prompt changes at call 10
-            msgs = [{"role": "system", "content": sysm + ("(v2)" if i >= 10 else "")},
-                    {"role": "user", "content": f"question {i}"}]
+            msgs = [
+                {"role": "system", "content": sysm + ("(v2)" if i >= 10 else "")},
+                {"role": "user", "content": f"question {i}"},
+            ]
             read = 0 if i in (0, 10) else 3968
-            oc.chat.completions.create(model="gpt-4o", messages=msgs,
-                                       extra_headers={"x-test-usage": json.dumps({"prompt": 4000, "cached": read})})
+            oc.chat.completions.create(
+                model="gpt-4o",
+                messages=msgs,
+                extra_headers={"x-test-usage": json.dumps({"prompt": 4000, "cached": read})},
+            )
             time.sleep(0.1)  # spread over ~2 s: several buckets, several axis labels
         deadline = time.monotonic() + 10
         while p.ledger.stats.written < 20 and time.monotonic() < deadline:
@@ -160,8 +172,14 @@ def _big_ledger(db: str, n: int = 10_000) -> None:
             cause, path, read = "ttl_expired", None, 0
         else:
             cause, path, read = "hit", None, 3000
-        u = Usage(uncached_input_tokens=3200 - read, cache_read_tokens=read, cache_write_tokens=0,
-                  output_tokens=50, provider="anthropic", model="claude-sonnet-4-5")
+        u = Usage(
+            uncached_input_tokens=3200 - read,
+            cache_read_tokens=read,
+            cache_write_tokens=0,
+            output_tokens=50,
+            provider="anthropic",
+            model="claude-sonnet-4-5",
+        )
         a = Attributed(Attribution(cause, path=path), DigestChain("messages", ()), f"s{i // 100}")
         items.append((u, dict(ts=ts, api="messages", attributed=a, record_id=f"r{i:05d}")))
     with Tracker(db) as t:
@@ -175,7 +193,9 @@ def test_report_serve_at_10000_calls(tmp_path):
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "promptcache", "report", "--serve", "--db", db, "--port", str(port)],
-        cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         _wait_port(port, proc)
@@ -200,7 +220,11 @@ def test_report_serve_without_the_extra_is_one_line(monkeypatch, capsys, tmp_pat
     from promptcache.cli import main
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "starlette" else real(n, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "starlette" else real(n, *a)
+    )
     assert main(["report", "--serve", "--db", str(tmp_path / "l.db")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["promptcache report: the live view needs the proxy extra: pip install 'promptcache[proxy]'"]
+    assert err == [
+        "promptcache report: the live view needs the proxy extra: pip install 'promptcache[proxy]'"
+    ]

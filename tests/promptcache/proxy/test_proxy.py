@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 import uuid
 
@@ -99,7 +98,12 @@ def test_headers_and_body_bytes_pass_unchanged(proxy, upstream):
     r = httpx.post(
         proxy.url + "/echo?x=1&y=%20",
         content=body,
-        headers={"content-type": "application/json", "x-client-thing": "1", "connection": "x-drop-me", "x-drop-me": "v"},
+        headers={
+            "content-type": "application/json",
+            "x-client-thing": "1",
+            "connection": "x-drop-me",
+            "x-drop-me": "v",
+        },
     )
     assert r.status_code == 200 and r.json() == {"len": len(body)}
     assert r.headers.get_list("x-upstream-thing") == ["a", "b"]  # duplicates kept, in order
@@ -150,13 +154,24 @@ def test_529_overloaded_passes_through_exactly(proxy, upstream):
     body = {"model": "claude-sonnet-4-5", "max_tokens": 5, "messages": []}
     direct = httpx.post(upstream.url + "/v1/messages", json=body, headers={"x-fault": "529"})
     via = httpx.post(proxy.url + "/v1/messages", json=body, headers={"x-fault": "529"})
-    assert (via.status_code, via.content) == (direct.status_code, direct.content) == (
-        529,
-        b'{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}',
+    assert (
+        (via.status_code, via.content)
+        == (direct.status_code, direct.content)
+        == (
+            529,
+            b'{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}',
+        )
     )
-    ac = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0, http_client=httpx2.Client())
+    ac = anthropic.Anthropic(
+        base_url=proxy.url, api_key="k", max_retries=0, http_client=httpx2.Client()
+    )
     with pytest.raises(anthropic.APIStatusError) as e:
-        ac.messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=[{"role": "user", "content": "x"}], extra_headers={"x-fault": "529"})
+        ac.messages.create(
+            model="claude-sonnet-4-5",
+            max_tokens=5,
+            messages=[{"role": "user", "content": "x"}],
+            extra_headers={"x-fault": "529"},
+        )
     assert e.value.status_code == 529
     proxy.stop()
     assert Tracker(proxy.db).count() == 0  # errors carry no usage: nothing recorded
@@ -165,8 +180,12 @@ def test_529_overloaded_passes_through_exactly(proxy, upstream):
 def test_client_timeout_cancels_the_hanging_upstream_call(proxy, upstream):
     before = upstream.app.cancelled
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": []},
-                   headers={"x-fault": "hang"}, timeout=0.5)
+        httpx.post(
+            proxy.url + "/v1/chat/completions",
+            json={"model": "m", "messages": []},
+            headers={"x-fault": "hang"},
+            timeout=0.5,
+        )
     deadline = time.monotonic() + 5
     while upstream.app.cancelled == before and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -176,8 +195,11 @@ def test_client_timeout_cancels_the_hanging_upstream_call(proxy, upstream):
 
 @pytest.mark.parametrize(
     "path, shape",
-    [("/v1/messages", "anthropic"), ("/v1/chat/completions", "openai"),
-     ("/v1beta/models/gemini-2.5-flash:generateContent", "gemini")],
+    [
+        ("/v1/messages", "anthropic"),
+        ("/v1/chat/completions", "openai"),
+        ("/v1beta/models/gemini-2.5-flash:generateContent", "gemini"),
+    ],
 )
 def test_unreachable_upstream_gets_the_apis_error_shape(tmp_path, path, shape):
     from promptcache.proxy.server import free_port
@@ -202,7 +224,9 @@ def test_read_only_ledger_never_fails_or_delays_a_call(upstream):
     with ProxyServer(resolve(upstream.url), ro, port=0) as p:
         oc = openai.OpenAI(base_url=p.url + "/v1", api_key="k", max_retries=0)
         for _ in range(5):
-            r = oc.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+            r = oc.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "x"}]
+            )
             assert r.choices[0].message.content == "ok"
         wait_queued(p, 5)
         assert p.ledger.stats.failed == 5 and p.ledger.stats.written == 0
@@ -220,7 +244,9 @@ def test_locked_ledger_does_not_delay_calls(upstream, tmp_path):
             oc.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
             t0 = time.perf_counter()
             for _ in range(5):  # the writer is stuck waiting on the lock meanwhile
-                oc.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+                oc.chat.completions.create(
+                    model="gpt-4o", messages=[{"role": "user", "content": "x"}]
+                )
             per_call = (time.perf_counter() - t0) / 5
             assert per_call < 0.2, per_call  # not the 2 s busy timeout
             lock.execute("ROLLBACK")
@@ -239,7 +265,10 @@ def _malformed(i: int) -> tuple[dict[str, str], bytes]:
         ctype = ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data")[i % 3]
         return {"content-type": ctype}, good.encode()
     # huge headers: 20-200 kB in one header (over h11's 16 kB default head limit)
-    return {"content-type": "application/json", "x-big": "b" * (20_000 + 3_000 * (i - 140))}, good.encode()
+    return {
+        "content-type": "application/json",
+        "x-big": "b" * (20_000 + 3_000 * (i - 140)),
+    }, good.encode()
 
 
 def test_200_malformed_requests_get_the_upstreams_own_error(proxy, upstream):
@@ -258,16 +287,26 @@ def test_200_malformed_requests_get_the_upstreams_own_error(proxy, upstream):
 def test_lineages_by_session_header_and_by_content(proxy):
     oc = openai.OpenAI(base_url=proxy.url + "/v1", api_key="k")
     head = [{"role": "system", "content": SYSTEM}]
-    conv = {"a": head + [{"role": "user", "content": "first question about apples"}],
-            "b": head + [{"role": "user", "content": "first question about bananas"}]}
+    conv = {
+        "a": head + [{"role": "user", "content": "first question about apples"}],
+        "b": head + [{"role": "user", "content": "first question about bananas"}],
+    }
     for turn in range(3):  # two conversations interleaved, no session header
         for name in ("a", "b"):
-            oc.chat.completions.create(model="gpt-4o", messages=conv[name],
-                                       extra_headers=_usage(prompt=1500 + 100 * turn, cached=1024))
-            conv[name] = conv[name] + [{"role": "assistant", "content": "ok"},
-                                       {"role": "user", "content": f"{name} follow-up {turn}"}]
-    oc.chat.completions.create(model="gpt-4o", messages=conv["a"],
-                               extra_headers={"X-Promptcache-Session": "s1", **_usage(prompt=1800, cached=1024)})
+            oc.chat.completions.create(
+                model="gpt-4o",
+                messages=conv[name],
+                extra_headers=_usage(prompt=1500 + 100 * turn, cached=1024),
+            )
+            conv[name] = conv[name] + [
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": f"{name} follow-up {turn}"},
+            ]
+    oc.chat.completions.create(
+        model="gpt-4o",
+        messages=conv["a"],
+        extra_headers={"X-Promptcache-Session": "s1", **_usage(prompt=1800, cached=1024)},
+    )
     proxy.stop()
     recs = Tracker(proxy.db).records()
     lineages = [r.lineage for r in recs]

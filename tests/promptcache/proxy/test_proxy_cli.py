@@ -61,9 +61,24 @@ def test_wrapping_a_command_points_it_at_the_proxy(upstream, tmp_path):
     for k in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
         env.pop(k, None)
     r = subprocess.run(
-        [sys.executable, "-m", "promptcache", "proxy", "--upstream", upstream.url, "--db", str(db),
-         "--", sys.executable, str(child)],
-        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "promptcache",
+            "proxy",
+            "--upstream",
+            upstream.url,
+            "--db",
+            str(db),
+            "--",
+            sys.executable,
+            str(child),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
     )
     assert r.returncode == 3, r.stderr
     assert r.stdout.strip() == "ok ok"
@@ -76,8 +91,13 @@ def test_the_readme_curl_example_goes_through_the_proxy(proxy, upstream):
     block = re.search(r"```sh\npromptcache proxy --upstream anthropic.*?```", readme, re.S).group(0)
     curl = block[block.index("curl ") : block.rindex("```")].strip()
     curl = curl.replace("http://127.0.0.1:8788", proxy.url)
-    r = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "OPENAI_API_KEY": "sk-readme"})
+    r = subprocess.run(
+        ["bash", "-c", curl],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OPENAI_API_KEY": "sk-readme"},
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["choices"][0]["message"]["content"] == "ok"
     seen = dict(upstream.app.seen[-1]["headers"])

@@ -23,26 +23,42 @@ def test_grep_every_file_and_log_for_the_api_key(upstream, tmp_path, caplog, cap
     with ProxyServer(resolve(upstream.url), str(db), port=0, store_prompts=True) as p:
         oc = openai.OpenAI(base_url=p.url + "/v1", api_key=key, max_retries=0)
         oc.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
-        for c in oc.chat.completions.create(
+        for _chunk in oc.chat.completions.create(
             model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True
         ):
             pass
-        ac = anthropic.Anthropic(base_url=p.url, api_key=key, max_retries=0, http_client=httpx2.Client())
-        ac.messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+        ac = anthropic.Anthropic(
+            base_url=p.url, api_key=key, max_retries=0, http_client=httpx2.Client()
+        )
+        ac.messages.create(
+            model="claude-sonnet-4-5", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+        )
         for fault in ("529", "reset"):
             try:
-                httpx.post(p.url + "/v1/chat/completions", headers={"x-fault": fault, "authorization": f"Bearer {key}"},
-                           json={"model": "gpt-4o", "stream": True, "messages": []})
+                httpx.post(
+                    p.url + "/v1/chat/completions",
+                    headers={"x-fault": fault, "authorization": f"Bearer {key}"},
+                    json={"model": "gpt-4o", "stream": True, "messages": []},
+                )
             except httpx.HTTPError:
                 pass
-        httpx.post(p.url + f"/v1beta/models/gemini-2.5-flash:generateContent?key={key}", json={"contents": []})
-        httpx.post(p.url + "/v1/chat/completions", headers={"authorization": f"Bearer {key}"}, content=b"{bad json")
+        httpx.post(
+            p.url + f"/v1beta/models/gemini-2.5-flash:generateContent?key={key}",
+            json={"contents": []},
+        )
+        httpx.post(
+            p.url + "/v1/chat/completions",
+            headers={"authorization": f"Bearer {key}"},
+            content=b"{bad json",
+        )
         assert p.ledger.flush(10)
         live = httpx.get(p.live_url + "api/state").text
         assert key not in live
     dead = f"http://127.0.0.1:{free_port()}"
     with ProxyServer(resolve(dead), str(db), port=0) as p:
-        r = httpx.post(p.url + f"/v1beta/models/g:generateContent?key={key}", headers={"x-goog-api-key": key})
+        r = httpx.post(
+            p.url + f"/v1beta/models/g:generateContent?key={key}", headers={"x-goog-api-key": key}
+        )
         assert r.status_code == 502 and key not in r.text
     files = [f for f in tmp_path.rglob("*") if f.is_file()]
     assert any(f.name == "ledger.db" for f in files)

@@ -19,8 +19,8 @@ S2 = "0b6f6e0c-5b7a-4c5e-9d1e-6f1f9d1a0002"
 
 
 def _by_msg(db: str) -> dict[str, object]:
-    from promptcache.transcripts.importer import record_id
     from promptcache.transcripts.calls import TranscriptCall
+    from promptcache.transcripts.importer import record_id
 
     recs = {r.record_id: r for r in Tracker(db).records()}
     out = {}
@@ -44,8 +44,11 @@ def test_claude_code_import(tmp_path, capsys):
     r = _by_msg(db)
     # msg_B was written as three lines (thinking, text, tool_use): one call, output 120
     assert r["B"].usage.output_tokens == 120 and Tracker(db).count() == 10
-    assert (r["B"].usage.uncached_input_tokens, r["B"].usage.cache_read_tokens,
-            r["B"].usage.cache_write_tokens) == (5, 20000, 1500)
+    assert (
+        r["B"].usage.uncached_input_tokens,
+        r["B"].usage.cache_read_tokens,
+        r["B"].usage.cache_write_tokens,
+    ) == (5, 20000, 1500)
     causes = {k: v.miss_cause for k, v in r.items()}
     assert causes == {
         "A": "cold",  # first call, read 0
@@ -74,13 +77,24 @@ def test_codex_import(tmp_path, capsys):
     db = str(tmp_path / "l.db")
     r = subprocess.run(
         [sys.executable, "-m", "promptcache", "import", "codex", str(FIX / "codex"), "--db", db],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "codex: 4 call(s) read, 4 new in the ledger, 0 line(s) skipped"
     recs = Tracker(db).records()
-    got = [(r.model, r.usage.uncached_input_tokens, r.usage.cache_read_tokens,
-            r.usage.output_tokens, r.miss_cause) for r in recs]
+    got = [
+        (
+            r.model,
+            r.usage.uncached_input_tokens,
+            r.usage.cache_read_tokens,
+            r.usage.output_tokens,
+            r.miss_cause,
+        )
+        for r in recs
+    ]
     assert got == [
         ("gpt-5-codex", 5000, 0, 100, "cold"),
         # 6,000 in, 4,864 cached; the previous 5,000-token prompt left
