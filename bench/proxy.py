@@ -299,18 +299,36 @@ def cmd_latency() -> None:
             st.stop()
 
 
+def cpu_s(pid: int) -> float:
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
 def cmd_throughput() -> None:
+    """Requests/s at 32 clients, and CPU seconds per request of the hop's own process (the
+    upstream's for direct): on a shared host the CPU per request says what one free core
+    would sustain (1 / cpu per request) when wall-clock rates are set by the neighbours."""
     with tempfile.TemporaryDirectory() as d:
         st = Stack(os.path.join(d, "l.db"))
         try:
-            print("| target | clients | requests | seconds | requests/s |")
-            print("|---|---|---|---|---|")
+            pids = {"direct": st.procs[0].pid, "relay": st.procs[1].pid, "proxy": st.proxy_pid}
+            print(
+                "| target | clients | requests | seconds | requests/s | CPU ms per request "
+                "(hop process) | requests/s per free core |"
+            )
+            print("|---|---|---|---|---|---|---|")
             for name, url in st.urls().items():
                 asyncio.run(load(url, 32, 200, False))  # warm-up
-                t0 = time.perf_counter()
+                c0, t0 = cpu_s(pids[name]), time.perf_counter()
                 r = asyncio.run(load(url, 32, 3000, False))
-                dt = time.perf_counter() - t0
-                print(f"| {name} | 32 | {len(r)} | {dt:.2f} | {len(r) / dt:.0f} |")
+                dt, cpu = time.perf_counter() - t0, cpu_s(pids[name]) - c0
+                per = cpu / len(r)
+                print(
+                    f"| {name} | 32 | {len(r)} | {dt:.2f} | {len(r) / dt:.0f} | "
+                    f"{per * 1e3:.3f} | {1 / per:.0f} |"
+                )
         finally:
             st.stop()
 

@@ -40,6 +40,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+#: Upstream connection pools the proxy spreads its requests over.
+POOLS = 8
 #: The live view's path on the proxy (never forwarded upstream).
 LIVE_PREFIX = "/_promptcache"
 
@@ -119,7 +121,8 @@ class ProxyApp:
         self.stats = ProxyStats()
         self.connect_timeout_s = connect_timeout_s
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        self._clients: list[httpx.AsyncClient] = []
+        self._turn = 0
         install_log_redaction()
 
     # -- ASGI -------------------------------------------------------------------------
@@ -149,27 +152,33 @@ class ProxyApp:
                 return
 
     def client(self) -> httpx.AsyncClient:
-        """The pooled upstream client (created on first use)."""
-        if self._client is None:
+        """An upstream client: one of :data:`POOLS` pooled clients, taken in turn (httpcore
+        scans every connection of a pool on each request, so small pools cost less CPU per
+        request at high concurrency than one large pool)."""
+        if not self._clients:
             timeout = httpx.Timeout(None, connect=self.connect_timeout_s)
             # idle connections are dropped after 4 s: before a 5 s keep-alive server (uvicorn's
             # and many others' default) closes them under a request being sent
             limits = httpx.Limits(
-                max_connections=None, max_keepalive_connections=256, keepalive_expiry=4.0
+                max_connections=None, max_keepalive_connections=64, keepalive_expiry=4.0
             )
-            self._client = httpx.AsyncClient(
-                timeout=timeout,
-                limits=limits,
-                transport=self._transport,
-                follow_redirects=False,
-            )
-        return self._client
+            self._clients = [
+                httpx.AsyncClient(
+                    timeout=timeout,
+                    limits=limits,
+                    transport=self._transport,
+                    follow_redirects=False,
+                )
+                for _ in range(1 if self._transport is not None else POOLS)
+            ]
+        self._turn = (self._turn + 1) % len(self._clients)
+        return self._clients[self._turn]
 
     async def aclose(self) -> None:
-        """Close the upstream connection pool."""
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        """Close the upstream connection pools."""
+        clients, self._clients = self._clients, []
+        for c in clients:
+            await c.aclose()
 
     async def _serve_live(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.live is None:

@@ -102,6 +102,16 @@ class LineageIndex:
     def assign(self, request: Mapping[str, Any], api: str, model: str | None) -> str:
         """The lineage key of ``request`` (its chain API ``api``, ``model``); it becomes the
         lineage's latest request. Raises nothing for a JSON object body."""
+        return self.assign_nearest(request, api, model)[0]
+
+    def assign_nearest(
+        self, request: Mapping[str, Any], api: str, model: str | None
+    ) -> tuple[str, str | None]:
+        """``(lineage key, nearest)``: the key as :meth:`assign` gives it, and -- when that is
+        a new lineage -- the known lineage whose latest request shares the longest leading
+        run of segments with this one (another conversation with the same head), else None.
+        The ledger compares a new lineage's first request with ``nearest``'s latest, in
+        memory, instead of searching its recent records."""
         chain_api = api if api in APIS else api_of_request(request)
         hint = self._recent.get(model)
         chain = build_chain(
@@ -121,12 +131,22 @@ class LineageIndex:
             _prefix_hashes(digests),
         )
         with self._lock:
-            key = self._continued(cur) or self._edited(cur) or f"{self.prefix}:{next(self._ids)}"
+            nearest = None
+            key = self._continued(cur) or self._edited(cur)
+            if key is None:
+                key, nearest = f"{self.prefix}:{next(self._ids)}", self._nearest(cur)
             self._forget(key)
             self._remember(key, cur)
             while len(self._last) > self.max_lineages:
                 self._forget(next(iter(self._last)))
-        return key
+        return key, nearest
+
+    def _nearest(self, cur: _Last) -> str | None:
+        for h in reversed(cur.prefixes):
+            shared = self._by_prefix.get((cur.model, h))
+            if shared:
+                return next(reversed(shared))
+        return None
 
     def _remember(self, key: str, last: _Last) -> None:
         self._last[key] = last

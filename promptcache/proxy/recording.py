@@ -28,6 +28,9 @@ from typing import Any
 from promptcache.integrations.clients import _Recorder
 from promptcache.ledger.pricing import Price
 from promptcache.ledger.tracker import Tracker
+from promptcache.misses.attribution import api_of_request
+from promptcache.misses.cause import Observation
+from promptcache.misses.digest_chain import APIS, DigestChain
 from promptcache.providers.usage_record import Usage
 from promptcache.proxy.lineage import LineageIndex
 from promptcache.proxy.upstreams import Upstream
@@ -122,15 +125,38 @@ class LedgerQueue:
             self.stats.queued += 1
         return str(rid)
 
-    def _lineage(self, usage: Usage, fields: dict[str, Any]) -> None:
-        lineage = fields.get("lineage")
+    def _attribute(self, tracker: Tracker, usage: Usage, fields: dict[str, Any]) -> None:
+        """Resolve the call's lineage and attribute it (``fields["attributed"]``) the way
+        :meth:`Tracker.attribute` does, with one difference: a new lineage's predecessor is
+        first looked for in memory (the nearest lineage's latest request, another
+        conversation with the same head) and only then among the ledger's recent records."""
         request = fields.get("request")
-        if isinstance(lineage, str) and lineage.startswith("session:"):
+        if not isinstance(request, dict):
             return
-        if isinstance(request, dict):
-            fields["lineage"] = self.lineages.assign(
-                request, str(fields.get("api") or ""), fields.get("model") or usage.model
-            )
+        model = fields.get("model") or usage.model
+        api = str(fields.get("api") or "")
+        lineage, nearest = fields.get("lineage"), None
+        if not (isinstance(lineage, str) and lineage.startswith("session:")):
+            lineage, nearest = self.lineages.assign_nearest(request, api, model)
+        fields["lineage"] = lineage
+        ts = float(fields["ts"])
+
+        def fallback(chain: DigestChain) -> tuple[Observation, bool] | None:
+            if nearest is not None:
+                obs = tracker.attributor.last(nearest)
+                if obs is not None:
+                    return obs, False
+            return tracker.predecessor(chain, model=model, before=ts, lineage=lineage)
+
+        fields["attributed"] = tracker.attributor.attribute(
+            request,
+            api if api in APIS else api_of_request(request),
+            usage,
+            ts,
+            lineage=lineage,
+            rules=fields.get("rules"),
+            fallback=fallback,
+        )
 
     def _run(self) -> None:
         while True:
@@ -157,7 +183,7 @@ class LedgerQueue:
             if self._tracker is None:
                 self._tracker = self.open_tracker()
             for usage, fields in items:
-                self._lineage(usage, fields)
+                self._attribute(self._tracker, usage, fields)
             self._tracker.record_many(items)
         except Exception as e:  # the ledger failing never reaches a client
             message = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

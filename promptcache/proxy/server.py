@@ -117,7 +117,7 @@ class ProxyServer:
             self.app,
             host=self.host,
             port=self.port,
-            http="h11",
+            http="h11",  # (httptools + uvloop measured no lower CPU per request here)
             h11_max_incomplete_event_size=MAX_HEAD_BYTES,
             lifespan="on",
             access_log=False,
