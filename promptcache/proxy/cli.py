@@ -111,7 +111,10 @@ def run(args: argparse.Namespace) -> int:
             f"(live view: {server.live_url}); Ctrl-C to stop",
             file=sys.stderr,
         )
-        server.serve_forever()
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it shut down on
+            pass
         _summary(server)
         return 0
     try:
