@@ -312,3 +312,19 @@ def test_lineages_by_session_header_and_by_content(proxy):
     lineages = [r.lineage for r in recs]
     assert lineages[0:6:2] == [lineages[0]] * 3 and lineages[1:6:2] == [lineages[1]] * 3
     assert lineages[0] != lineages[1] and lineages[6] == "session:s1"
+
+
+def test_client_leaving_mid_stream_cancels_the_relay(proxy):
+    with httpx.stream(
+        "POST",
+        proxy.url + "/v1/chat/completions",
+        json={"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "x"}]},
+        headers={"x-fault": "slow"},
+    ) as r:
+        first = next(r.iter_raw())
+        assert first.startswith(b"data: ")
+    # the client closed its connection after one of six events (50 ms apart)
+    deadline = time.monotonic() + 5
+    while proxy.app.stats.client_disconnects == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proxy.app.stats.client_disconnects == 1
