@@ -333,6 +333,49 @@ def cmd_throughput() -> None:
             st.stop()
 
 
+def cmd_recording_cost() -> None:
+    """CPU per proxied request of the proxy's process (event loop and ledger writer), with
+    recording on and off, the proxy in this process and the load in another."""
+    import psutil
+
+    from promptcache.proxy.server import ProxyServer
+    from promptcache.proxy.upstreams import resolve
+
+    up = free_port()
+    upstream = subprocess.Popen([PY, __file__, "_upstream", str(up)], env=ENV)
+    wait_port(up, upstream)
+    print("| recording | requests | CPU ms per request (proxy process) |")
+    print("|---|---|---|")
+    try:
+        for on in (True, False):
+            with tempfile.TemporaryDirectory() as d:
+                ps = ProxyServer(
+                    resolve(f"http://127.0.0.1:{up}"),
+                    os.path.join(d, "l.db"),
+                    port=free_port(),
+                    live=False,
+                )
+                if not on:
+                    ps.app.recorder = None
+                ps.start()
+                here = str(Path(__file__).parent)
+                code = (
+                    f"import sys, asyncio; sys.path.insert(0, {here!r}); import proxy as b; "
+                    f"asyncio.run(b.load({ps.url!r}, 32, int(sys.argv[1]), False))"
+                )
+                subprocess.run([PY, "-c", code, "300"], env=ENV, check=True)
+                ps.ledger.flush(60)
+                me = psutil.Process()
+                c0 = sum(me.cpu_times()[:2])
+                subprocess.run([PY, "-c", code, "3000"], env=ENV, check=True)
+                ps.ledger.flush(60)
+                per = (sum(me.cpu_times()[:2]) - c0) / 3000
+                print(f"| {'on' if on else 'off'} | 3000 | {per * 1e3:.2f} |")
+                ps.stop()
+    finally:
+        upstream.terminate()
+
+
 def rss_mb(pid: int) -> float:
     import psutil
 
@@ -491,4 +534,5 @@ if __name__ == "__main__":
             "throughput": cmd_throughput,
             "soak": cmd_soak,
             "import": cmd_import,
+            "recording-cost": cmd_recording_cost,
         }[what]()
