@@ -30,7 +30,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class MissReport:
-    """Requests and missed tokens per cause (in :data:`CAUSES` order, only causes seen),
+    """Requests and missed tokens per miss cause (in :data:`CAUSES` order, only causes seen;
+    hits are not misses and are not listed), ``attributed`` requests (hits included),
     and the top offender groups (cause, path, model), most missed tokens first."""
 
     by_cause: list[dict[str, Any]] = field(default_factory=list)
@@ -43,6 +44,8 @@ def miss_report(tracker: Any, since: Any = None, *, top: int = 10) -> MissReport
     groups = tracker.miss_groups(since=since)
     per: dict[str, dict[str, Any]] = {}
     for g in groups:
+        if g["cause"] not in MISS_CAUSES:  # a hit (with new content or not) is not a miss
+            continue
         c = per.setdefault(
             g["cause"],
             {"cause": g["cause"], "requests": 0, "prompt_tokens": 0, "missed_tokens": 0},
@@ -53,7 +56,8 @@ def miss_report(tracker: Any, since: Any = None, *, top: int = 10) -> MissReport
     order = {c: i for i, c in enumerate(CAUSES)}
     by_cause = sorted(per.values(), key=lambda c: order.get(c["cause"], len(order)))
     offenders = [g for g in groups if g["cause"] in MISS_CAUSES and g["missed_tokens"] > 0]
-    return MissReport(by_cause, offenders[:top], sum(c["requests"] for c in by_cause))
+    attributed = sum(g["requests"] for g in groups)
+    return MissReport(by_cause, offenders[:top], attributed)
 
 
 def _table(head: Sequence[str], rows: list[list[str]]) -> list[str]:

@@ -1,7 +1,11 @@
 """``promptcache report``: summarize the ledger as a terminal table, JSON, or an HTML page.
 
 ``promptcache report [--db PATH] [--since 7d] [--by model] [--json] [--html report.html]
-[--prices FILE]``
+[--prices FILE] [--serve [--port 8789]]``
+
+``--serve`` serves the live view instead (:mod:`promptcache.reports.live`): a page that
+follows the ledger as calls arrive (hit rate and cost over time, misses by cause, the top
+offending paths, a drill-down per call), the same page the proxy serves at ``/_promptcache/``.
 
 The table has one row per group (provider, model, prefix hash, day, hour or API) with
 requests, prompt tokens, cache-read and cache-write tokens, the token-weighted hit rate
@@ -23,6 +27,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from promptcache.errors import PromptCacheError
@@ -70,6 +75,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
         "--html", metavar="FILE", help="also write an HTML report to FILE (grouped by --by too)"
+    )
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the live view (updates as calls arrive) on http://127.0.0.1:8789/ "
+        "until Ctrl-C; needs the [proxy] extra",
+    )
+    parser.add_argument("--port", type=int, default=8789, help="port of --serve (default 8789)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address of --serve (default 127.0.0.1: this machine only)",
     )
     parser.add_argument(
         "--prices",
@@ -173,6 +190,33 @@ def _check_writable(path: str) -> str | None:
     return None
 
 
+def _serve(args: argparse.Namespace, db: str, fail: Callable[[str], int]) -> int:
+    """``--serve``: the live view over ``db`` (created empty when missing: it fills as a
+    proxy or a wrapped client records into it)."""
+    import importlib.util
+
+    from promptcache.reports.live import NEEDS, serve
+
+    if any(importlib.util.find_spec(m) is None for m in ("starlette", "uvicorn")):
+        return fail(NEEDS)
+    if not 0 <= args.port <= 65535:
+        return fail(f"--port {args.port}: use 0..65535")
+    try:
+        tracker = Tracker(db)
+    except LedgerError as e:
+        return fail(str(e))
+    print(
+        f"promptcache report: live view of {tracker.location} on "
+        f"http://{args.host}:{args.port}/ (Ctrl-C to stop)",
+        file=sys.stderr,
+    )
+    try:
+        serve(tracker, host=args.host, port=args.port)
+    finally:
+        tracker.close()
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the report; exit 0, or 2 with one line on a bad argument, ledger, prices file
     or output path (checked before anything is printed)."""
@@ -199,6 +243,8 @@ def run(args: argparse.Namespace) -> int:
         except PromptCacheError as e:
             return fail(str(e))
     db = args.db or default_path()
+    if getattr(args, "serve", False):
+        return _serve(args, db, fail)
     if "://" not in db and not os.path.exists(db):
         return fail(
             f"no ledger at {db}; record some calls with promptcache.wrap(client) first, "
