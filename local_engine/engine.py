@@ -17,10 +17,10 @@ import torch
 from .config import EngineConfig
 from .detokenizer import token_text_table
 from .errors import EngineError, RequestTooLongError
+from .kv_cache.disk_glue import disk_metrics, flush_to_disk, open_disk_tier, spill_to_disk
 from .kv_cache.disk_store import model_identity
 from .kv_cache.disk_tier import DiskTier
 from .kv_cache.manager import KVCacheManager
-from .kv_cache.disk_glue import disk_metrics, flush_to_disk, open_disk_tier, spill_to_disk
 from .loader import load_model
 from .metrics import EngineMetrics, MetricsRecorder
 from .output_processor import OutputProcessor, RequestState

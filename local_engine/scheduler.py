@@ -404,7 +404,9 @@ class Scheduler:
             if (s.status == SequenceStatus.RESTORING) != bool(self.kv.req_blocks.get(s.seq_id)):
                 raise AssertionError(f"waiting sequence {s.seq_id}: holds blocks iff restoring")
             if (s.status == SequenceStatus.RESTORING) != (
-                s.seq_id in self.kv.restoring or self.kv.restore_done(s)
+                s.seq_id in self.kv.restoring
+                or self.kv.restore_done(s)
+                or self.kv.restore_failed(s)
             ):
                 raise AssertionError(f"sequence {s.seq_id}: restore state and status disagree")
             if (s.status == SequenceStatus.SWAPPED) != (s.seq_id in self.kv.swapped):

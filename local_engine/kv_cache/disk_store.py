@@ -67,7 +67,9 @@ def pack_block(fingerprint: bytes, block_hash: bytes, payload: memoryview) -> li
     return [_HEADER.pack(MAGIC, fingerprint, block_hash, payload.nbytes, crc, 0), payload]
 
 
-def unpack_block(data: bytes, fingerprint: bytes, block_hash: bytes, nbytes: int) -> memoryview:
+def unpack_block(
+    data: bytes | bytearray, fingerprint: bytes, block_hash: bytes, nbytes: int
+) -> memoryview:
     """The payload of a block file's bytes ``data``, checked.
 
     Raises:
@@ -106,7 +108,9 @@ class DiskStore:
         num_bad: files found corrupt, truncated or foreign (deleted, cumulative).
     """
 
-    def __init__(self, root: str | os.PathLike, fingerprint: bytes, block_bytes: int, capacity: int):
+    def __init__(
+        self, root: str | os.PathLike, fingerprint: bytes, block_bytes: int, capacity: int
+    ):
         if capacity < block_bytes + HEADER_BYTES:
             raise ValueError(
                 f"disk_cache_size={capacity} bytes holds no KV block file "
@@ -213,7 +217,9 @@ class DiskStore:
         """Write one block file atomically (temporary file, then ``os.replace``). Returns the
         bytes written (0 when the file is already there). ``payload``: the block's bytes."""
         if payload.nbytes != self.block_bytes:
-            raise ValueError(f"block payload is {payload.nbytes} bytes, expected {self.block_bytes}")
+            raise ValueError(
+                f"block payload is {payload.nbytes} bytes, expected {self.block_bytes}"
+            )
         with self._lock:
             if block_hash in self.index:
                 return 0
@@ -233,7 +239,9 @@ class DiskStore:
             self.index[block_hash] = size
             self._total += size
             self._since_scan += size
-            rescan = self._total > self.capacity or self._since_scan > self.capacity * RESCAN_FRACTION
+            rescan = (
+                self._total > self.capacity or self._since_scan > self.capacity * RESCAN_FRACTION
+            )
         if rescan:
             self.rescan()
         return size
@@ -247,7 +255,9 @@ class DiskStore:
         p = self.path(block_hash)
         try:
             with open(p, "rb") as f:
-                data = f.read()
+                data = bytearray(os.fstat(f.fileno()).st_size)  # writable: torch.frombuffer
+                n = f.readinto(data)
+                del data[n:]
         except FileNotFoundError:
             self.forget(block_hash)
             raise

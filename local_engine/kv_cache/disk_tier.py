@@ -13,9 +13,11 @@ or foreign files), which the manager recomputes. Nothing on the engine thread wa
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -55,6 +57,8 @@ class DiskTier:
         self._results: queue.Queue = queue.Queue()
         self._jobs: dict[int, list] = {}  # job id -> [reads left, failed hashes]
         self._done: list[tuple[int, list[bytes]]] = []
+        # queued writes reach the disk before the interpreter exits (the writer is a daemon)
+        atexit.register(_flush_at_exit, weakref.ref(self))
 
     # ---- writes ----------------------------------------------------------------------------
     def write(self, hashes: Sequence[bytes], blocks: torch.Tensor) -> None:
@@ -180,6 +184,12 @@ class DiskTier:
         self._writes.put(None)
         self._writer.join()
         self._readers.shutdown(wait=True)
+
+
+def _flush_at_exit(ref: weakref.ref) -> None:
+    tier = ref()
+    if tier is not None:
+        tier.flush()
 
 
 __all__ = ["DiskTier", "NUM_READERS", "MAX_PENDING_WRITE_BYTES"]

@@ -369,6 +369,7 @@ class KVCacheManager:
         self.block_tables.release(seq.seq_id)
         self._num_hashed.pop(seq.seq_id, None)
         self._restored.discard(seq.seq_id)
+        self._failed.discard(seq.seq_id)
         blocks = self.req_blocks.pop(seq.seq_id, None)
         job = self.restoring.pop(seq.seq_id, None)
         if job is not None and blocks:
@@ -608,10 +609,17 @@ class KVCacheManager:
         """Whether a sequence's restore is done and it waits to be admitted."""
         return bool(self._restored)
 
+    def restore_failed(self, seq: Sequence) -> bool:
+        """Whether ``seq``'s restore failed and it is not looked up again yet."""
+        return seq.seq_id in self._failed
+
     def take_failed_restores(self) -> set[str]:
         """Ids of the sequences whose restore failed since the last call (a disk block could
-        not be read), cleared. Each gave its blocks back; the scheduler looks it up again."""
+        not be read), cleared; each gives its blocks back now (tail first) and the scheduler
+        looks it up again."""
         out, self._failed = self._failed, set()
+        for seq_id in out:
+            self._give_back(seq_id)
         return out
 
     def finish_restores(
@@ -623,8 +631,8 @@ class KVCacheManager:
         device blocks under their hashes (unless another block got the hash meanwhile) and
         drop the tier copies (a block lives in one of device and CPU tier; the disk keeps
         its files); for an aborted one give its fresh device blocks back (the tiers keep the
-        blocks). A job with a failed read keeps the blocks read well, gives the sequence's
-        blocks back and reports it by :meth:`take_failed_restores`."""
+        blocks). A job with a failed read registers the blocks read well and reports the
+        sequence by :meth:`take_failed_restores` (which gives its blocks back)."""
         for jid in job_ids:
             job = self._jobs[jid]
             if failed and failed.get(jid):
@@ -647,7 +655,6 @@ class KVCacheManager:
                 self.num_blocks_restored += len(job.blocks)
                 self.num_blocks_from_disk += len(job.disk_blocks) - len(bad)
                 if bad:
-                    self._give_back(job.seq_id)
                     self._failed.add(job.seq_id)
                 else:
                     self._restored.add(job.seq_id)
