@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from promptcache import Tracker, Usage, pricing
+from promptcache import Tracker, Usage
+from promptcache.ledger import pricing
 from promptcache.cli import main
 from promptcache.errors import PricingError
 
