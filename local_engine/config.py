@@ -14,7 +14,7 @@ from .errors import EngineError
 from .spec_decode.config import SpeculativeConfig
 
 #: Values of :attr:`EngineConfig.kv_cache_dtype` (see :mod:`local_engine.kv_cache.quant`).
-KV_CACHE_DTYPES = ("auto", "fp8", "int8")
+KV_CACHE_DTYPES = ("auto", "fp8", "int8", "int4")
 WEIGHT_DTYPES = ("float32", "bfloat16", "int8")  # local_engine.models.weights.WEIGHT_DTYPES
 
 
@@ -70,9 +70,10 @@ class EngineConfig:
             the CPU, bfloat16 on CUDA. Used for weights, activations and (with
             ``kv_cache_dtype="auto"``) the KV cache.
         kv_cache_dtype: how the KV cache stores K and V: ``"auto"`` (the model dtype),
-            ``"fp8"`` (E4M3) or ``"int8"``, both with a float32 scale per token and KV head
-            computed as each token is written (no calibration): about half the bytes of
-            bf16, so about twice the blocks (and cached prefixes) in the same memory. See
+            ``"fp8"`` (E4M3), ``"int8"`` or ``"int4"`` (two values per byte), all with a
+            float32 scale per token and KV head computed as each token is written (no
+            calibration): about half (int4: about a quarter plus scales) the bytes of bf16,
+            so that many more blocks (and cached prefixes) in the same memory. See
             :mod:`local_engine.kv_cache.quant` and docs/DESIGN.md.
         block_size: tokens per KV-cache block (16).
         num_kv_blocks: fixed pool size in blocks; overrides the memory-based sizing.

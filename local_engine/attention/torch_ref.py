@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from local_engine.kv_cache.quant import dequantize, is_quantized, quantize
+from local_engine.kv_cache.quant import dequantize, is_quantized, packed_bits, quantize
 
 # The last slot mapping seen, as int64 with its padding mask: every layer of a forward pass
 # writes through the same one, so the conversion and the padding check (a host sync on a GPU)
@@ -71,10 +71,11 @@ def write_kv_cache(
         v_cache.view(num_blocks * block_size, *v_cache.shape[2:]).index_copy_(0, slots, value)
         return
     blk, off = slots // block_size, slots % block_size
+    bits = packed_bits(k_cache, key.shape[-1])
     for x, cache, sc in ((key, k_cache, k_scale), (value, v_cache, v_scale)):
         if sc is None:
             raise ValueError(f"a {cache.dtype} KV cache needs k_scale and v_scale")
-        qx, sx = quantize(x, cache.dtype)
+        qx, sx = quantize(x, cache.dtype, bits)
         cache[blk, off] = qx
         sc[blk, off] = sx
 
@@ -85,9 +86,9 @@ def _read(cache: torch.Tensor, scale, index, dtype: torch.dtype) -> torch.Tensor
     axis (``index_select`` on the flattened index, a plain copy kernel)."""
     flat = index.reshape(-1)
     x = cache.index_select(0, flat)
-    if scale is not None:
+    if scale is not None:  # (a packed cache's last dimension unpacks to head_dim)
         x = dequantize(x, scale.index_select(0, flat), dtype)
-    return x.to(dtype).view(*index.shape, *cache.shape[1:])
+    return x.to(dtype).view(*index.shape, *cache.shape[1:-1], x.shape[-1])
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -101,8 +102,8 @@ def _attend(q, k_cache, v_cache, table_row, ctx, scale, k_scale, v_scale) -> tor
 
     Grouped-query attention without expanding K/V to all query heads: SDPA's ``enable_gqa``
     maps query head ``h`` to KV head ``h // group``, the layout of ``_decode_batched``."""
-    q_len, num_heads = q.shape[0], q.shape[1]
-    block_size, num_kv_heads, head_dim = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
+    q_len, num_heads, head_dim = q.shape
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     compute = _compute_dtype(q.dtype)
     n_blocks = (ctx + block_size - 1) // block_size
     blocks = table_row[:n_blocks]

@@ -18,8 +18,13 @@ import torch
 import triton
 import triton.language as tl
 
-from local_engine.attention.triton_kv_write import check_scale_layout, quant_mode, quantize_rows
-from local_engine.kv_cache.quant import QMAX
+from local_engine.attention.triton_kv_write import (
+    check_scale_layout,
+    int4_codes,
+    qmax_of,
+    quant_mode,
+    quantize_rows,
+)
 
 
 @triton.jit
@@ -174,6 +179,19 @@ def _rotary_kv_kernel(
             r1 = tl.where(kmask, r1, 0.0)
             r2 = tl.where(kmask, r2, 0.0)
             sk = tl.maximum(tl.max(tl.abs(r1), 1), tl.max(tl.abs(r2), 1)) / QMAX_
+        if QUANT == 3:
+            # packed INT4, split-half: byte j = code(channel j) | code(channel j + HALF) << 4
+            kb = int4_codes(r1, sk, QMAX_) | (int4_codes(r2, sk, QMAX_) << 4)
+            tl.store(kc, kb.to(tl.uint8), mask=kmask)
+            v1 = tl.load(v1p, mask=kmask, other=0.0).to(tl.float32)
+            v2 = tl.load(v1p + HALF, mask=kmask, other=0.0).to(tl.float32)
+            sv = tl.maximum(tl.max(tl.abs(v1), 1), tl.max(tl.abs(v2), 1)) / QMAX_
+            vb = int4_codes(v1, sv, QMAX_) | (int4_codes(v2, sv, QMAX_) << 4)
+            tl.store(vc, vb.to(tl.uint8), mask=kmask)
+            s_off = blk * stride_sb + off * stride_st + hk * stride_sh
+            tl.store(ks_ptr + s_off, sk, mask=hk < NUM_KV_HEADS)
+            tl.store(vs_ptr + s_off, sv, mask=hk < NUM_KV_HEADS)
+        elif QUANT != 0:
             out_ty = kc_ptr.dtype.element_ty
             tl.store(kc, quantize_rows(r1, sk, QUANT, QMAX_, out_ty), mask=kmask)
             tl.store(kc + HALF, quantize_rows(r2, sk, QUANT, QMAX_, out_ty), mask=kmask)
@@ -211,12 +229,17 @@ def rotary_and_write_kv(
             f"rotary_and_write_kv: cos/sin must be float32 [max_positions, {D}]; got "
             f"{cos.dtype} {tuple(cos.shape)}"
         )
-    if k_cache.shape != v_cache.shape or k_cache.dim() != 4 or tuple(k_cache.shape[2:]) != (Hk, D):
+    quant = quant_mode(k_cache)
+    stored = D // 2 if quant == 3 else D  # packed INT4: two values per byte
+    if (
+        k_cache.shape != v_cache.shape
+        or k_cache.dim() != 4
+        or tuple(k_cache.shape[2:]) != (Hk, stored)
+    ):
         raise ValueError(
-            f"rotary_and_write_kv: caches must be [num_blocks, block_size, {Hk}, {D}]; got "
+            f"rotary_and_write_kv: caches must be [num_blocks, block_size, {Hk}, {stored}]; got "
             f"{tuple(k_cache.shape)}"
         )
-    quant = quant_mode(k_cache)
     if quant:
         k_scale, v_scale = check_scale_layout(k_scale, v_scale)
     else:
@@ -254,7 +277,7 @@ def rotary_and_write_kv(
         k_scale.stride(1) if quant else 0,
         k_scale.stride(2) if quant else 0,
         QUANT=quant,
-        QMAX_=QMAX.get(k_cache.dtype, 1.0),
+        QMAX_=qmax_of(k_cache),
         NUM_HEADS=H,
         NUM_KV_HEADS=Hk,
         HALF=half,
