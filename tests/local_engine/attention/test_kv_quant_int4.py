@@ -30,9 +30,24 @@ from local_engine.kv_cache.quant import (
     unpack_int4,
 )
 
-from .test_kv_quant import _attention_case, _pool, rel, tb, with_outliers  # noqa: F401
+from .test_kv_quant import _attention_case, _pool, rel, with_outliers
 
 LOOSE_INT4 = 0.3
+
+
+@pytest.fixture(scope="module")
+def tb():
+    """The Triton backend, interpreted (reloaded if triton was imported without the flag)."""
+    import importlib
+
+    from local_engine.attention import triton_attention, triton_kv_write
+    from local_engine.ops import triton_ops
+
+    if type(triton_attention.paged_attention_kernel).__name__ != "InterpretedFunction":
+        importlib.reload(triton_kv_write)
+        importlib.reload(triton_attention)
+        importlib.reload(triton_ops)
+    return importlib.reload(importlib.import_module("local_engine.attention.triton_backend"))
 
 
 def test_pack_layout_by_hand():
