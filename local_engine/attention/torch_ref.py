@@ -17,7 +17,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from local_engine.kv_cache.quant import dequantize, is_quantized, packed_bits, quantize
+from local_engine.kv_cache.quant import (
+    PACKED_DTYPE,
+    dequantize,
+    is_quantized,
+    packed_bits,
+    quantize,
+    rotate_int4,
+)
 
 # The last slot mapping seen, as int64 with its padding mask: every layer of a forward pass
 # writes through the same one, so the conversion and the padding check (a host sync on a GPU)
@@ -72,6 +79,8 @@ def write_kv_cache(
         return
     blk, off = slots // block_size, slots % block_size
     bits = packed_bits(k_cache, key.shape[-1])
+    if k_cache.dtype == PACKED_DTYPE:  # INT4 keys are stored rotated (kv_cache.quant)
+        key = rotate_int4(key)
     for x, cache, sc in ((key, k_cache, k_scale), (value, v_cache, v_scale)):
         if sc is None:
             raise ValueError(f"a {cache.dtype} KV cache needs k_scale and v_scale")
@@ -156,6 +165,8 @@ def paged_attention(
         raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
     if scale is None:
         scale = head_dim**-0.5
+    if k_cache.dtype == PACKED_DTYPE:  # INT4 keys are rotated: rotate the queries alike
+        q = rotate_int4(q)
     cu = cu_seqlens_q.tolist()
     lens = seq_lens.tolist()
     if len(lens) == 1 and cu[0] == 0 and cu[1] == num_tokens:

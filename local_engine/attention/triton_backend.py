@@ -34,6 +34,7 @@ import triton
 from local_engine.attention import cuda_decode, triton_kv_write
 from local_engine.attention.split_k import alloc_partials
 from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
+from local_engine.kv_cache.quant import rotate_int4
 
 LOG2E = 1.4426950408889634
 logger = logging.getLogger("local_engine")
@@ -360,6 +361,8 @@ def paged_attention(
         raise ValueError(f"out must be {tuple(q.shape)} {q.dtype} with a contiguous last dim")
     if num_tokens == 0 or num_seqs == 0:
         return out
+    if quant == 3:  # INT4 keys are rotated (kv_cache.quant): rotate the queries alike
+        q = rotate_int4(q)
     if q.stride(2) != 1:
         q = q.contiguous()
     if block_tables.stride(1) != 1:

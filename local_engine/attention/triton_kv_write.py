@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from local_engine.kv_cache.quant import PACKED_DTYPE, PACKED_QMAX, QMAX
+from local_engine.kv_cache.quant import PACKED_DTYPE, PACKED_QMAX, QMAX, rotate_int4
 
 
 def quant_mode(cache: torch.Tensor) -> int:
@@ -249,6 +249,8 @@ def write_kv_cache(
         k_scale = v_scale = k_cache
     if num_tokens == 0:
         return
+    if quant == 3:  # INT4 keys are stored rotated (kv_cache.quant); a torch matmul, not fused
+        key = rotate_int4(key)
     if key.stride(2) != 1:
         key = key.contiguous()
     if value.stride(2) != 1:

@@ -19,8 +19,21 @@ embedding rotates channel ``j`` with ``j + head_dim / 2``, so the fused rotary +
 holds exactly the two halves a byte needs, and a kernel reading channel ``d`` loads byte
 ``d mod head_dim / 2`` and shifts by ``4 * (d >= head_dim / 2)``.
 
+INT4 keys are stored rotated: ``k H`` with ``H`` the orthonormal Sylvester Hadamard matrix of
+``head_dim`` (a power of two; :func:`hadamard`), and the attention multiplies the queries by
+the same ``H`` (``(q H) . (k H) = q . k``: ``H`` is orthonormal and symmetric). Why: keys have
+a few large channels (KIVI, Liu et al. 2024, section 3; SmolLM2's reach ~20x the others), and
+with 4 bits a per-token scale set by them rounds the other channels to 0 or +-1; the rotation
+spreads every channel over all of them (QuaRot, Ashkboos et al. 2024), so a per-token scale
+fits again, and a token is still quantized once, alone, as it is written. Measured on SmolLM2
+(4 chat prompts x 32 tokens, teacher-forced top-1 against the float32 cache, 2026-12-03):
+0.66 per-token without the rotation, 0.91 with it (rotating V as well: 0.85, so V is not).
+Values stay unrotated, per token.
+
 Bounds of one round trip (``s`` the token-head's scale, ``amax = s * QMAX``):
-- INT8: ``|x - x'| <= s / 2 = amax / 254``; INT4: ``|x - x'| <= s / 2 = amax / 14``;
+- INT8: ``|x - x'| <= s / 2 = amax / 254``; INT4: ``|x - x'| <= s / 2 = amax / 14`` (for
+  keys in the rotated space: ``|k H - x'| <= amax(|k H|) / 14``, and ``||k - x' H||_2 =
+  ||k H - x'||_2``);
 - FP8 E4M3 (3 mantissa bits): ``|x - x'| <= 2**-4 * |x| + 2**-10 * s`` (half an ULP of a normal
   value, or half the subnormal step ``2**-9``); the Triton interpreter flushes E4M3 subnormals,
   so the bound there is ``2**-4 * |x| + 2**-6 * s``.
@@ -76,6 +89,35 @@ def packed_bits(cache: torch.Tensor, head_dim: int) -> int:
     if cache.dtype != PACKED_DTYPE:
         return 8 * cache.element_size()
     return 8 * cache.shape[-1] // head_dim
+
+
+_HADAMARD: dict[tuple, torch.Tensor] = {}
+
+
+def hadamard(n: int, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """The orthonormal Sylvester Hadamard matrix ``[n, n]`` (symmetric, its own inverse),
+    cached per (n, dtype, device).
+
+    Raises:
+        ValueError: ``n`` is not a power of two."""
+    if n <= 0 or n & (n - 1):
+        raise ValueError(f"a Hadamard rotation needs head_dim a power of two, got {n}")
+    key = (n, dtype, str(device))
+    h = _HADAMARD.get(key)
+    if h is None:
+        m = torch.ones(1, 1, dtype=torch.float64)
+        while m.shape[0] < n:
+            m = torch.cat([torch.cat([m, m], 1), torch.cat([m, -m], 1)], 0)
+        h = _HADAMARD[key] = (m / n**0.5).to(dtype=dtype, device=device)
+    return h
+
+
+def rotate_int4(x: torch.Tensor) -> torch.Tensor:
+    """``x @ H`` over the last dimension (keys into an INT4 cache, queries reading one), in
+    float32 for half-precision inputs, returned in ``x``'s dtype; also undoes itself."""
+    compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    h = hadamard(x.shape[-1], compute, x.device)
+    return (x.to(compute) @ h).to(x.dtype)
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:
@@ -214,6 +256,11 @@ def allocate_kv_cache(
     if not fmt.quantized:
         kv = torch.zeros((L, 2, num_blocks, block_size, H, D), dtype=fmt.dtype, device=device)
         return kv, [(kv[i, 0], kv[i, 1]) for i in range(L)]
+    if fmt.packed and (D % 2 or D & (D - 1)):
+        raise EngineError(
+            f"kv_cache_dtype {fmt.name!r} needs head_dim a power of two (its keys are stored "
+            f"Hadamard-rotated); this model's is {D}; supported here: auto, fp8, int8"
+        )
     n_val = block_size * H * fmt.value_bytes(D)
     per_block = n_val + block_size * H * SCALE_BYTES
     # int4 blocks start as code 8 | 8 << 4 (value 0), the others as byte 0 (value 0)
@@ -317,6 +364,8 @@ __all__ = [
     "packed_bits",
     "pack_int4",
     "unpack_int4",
+    "hadamard",
+    "rotate_int4",
     "PACKED_QMAX",
     "QMAX",
     "SCALE_BYTES",

@@ -20,11 +20,11 @@ import triton.language as tl
 
 from local_engine.attention.triton_kv_write import (
     check_scale_layout,
-    int4_codes,
     qmax_of,
     quant_mode,
     quantize_rows,
 )
+from local_engine.attention.triton_kv_write import write_kv_cache as _write_kv_cache
 
 
 @triton.jit
@@ -179,19 +179,7 @@ def _rotary_kv_kernel(
             r1 = tl.where(kmask, r1, 0.0)
             r2 = tl.where(kmask, r2, 0.0)
             sk = tl.maximum(tl.max(tl.abs(r1), 1), tl.max(tl.abs(r2), 1)) / QMAX_
-        if QUANT == 3:
-            # packed INT4, split-half: byte j = code(channel j) | code(channel j + HALF) << 4
-            kb = int4_codes(r1, sk, QMAX_) | (int4_codes(r2, sk, QMAX_) << 4)
-            tl.store(kc, kb.to(tl.uint8), mask=kmask)
-            v1 = tl.load(v1p, mask=kmask, other=0.0).to(tl.float32)
-            v2 = tl.load(v1p + HALF, mask=kmask, other=0.0).to(tl.float32)
-            sv = tl.maximum(tl.max(tl.abs(v1), 1), tl.max(tl.abs(v2), 1)) / QMAX_
-            vb = int4_codes(v1, sv, QMAX_) | (int4_codes(v2, sv, QMAX_) << 4)
-            tl.store(vc, vb.to(tl.uint8), mask=kmask)
-            s_off = blk * stride_sb + off * stride_st + hk * stride_sh
-            tl.store(ks_ptr + s_off, sk, mask=hk < NUM_KV_HEADS)
-            tl.store(vs_ptr + s_off, sv, mask=hk < NUM_KV_HEADS)
-        elif QUANT != 0:
+        if QUANT != 0:
             out_ty = kc_ptr.dtype.element_ty
             tl.store(kc, quantize_rows(r1, sk, QUANT, QMAX_, out_ty), mask=kmask)
             tl.store(kc + HALF, quantize_rows(r2, sk, QUANT, QMAX_, out_ty), mask=kmask)
@@ -245,6 +233,16 @@ def rotary_and_write_kv(
     else:
         k_scale = v_scale = k_cache
     if T == 0:
+        return q
+    if quant == 3:
+        # INT4 keys go in rotated by a Hadamard matrix after the rotary embedding
+        # (kv_cache.quant): the rotary in torch here, the rotation and the packed write in
+        # write_kv_cache (not fused)
+        from local_engine.ops.torch_ops import _rotary_rows, _rotate
+
+        c, s = _rotary_rows(positions, cos, sin, q.dtype)
+        q.copy_(_rotate(q, c, s))
+        _write_kv_cache(_rotate(k, c, s), v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
         return q
     half = D // 2
     _rotary_kv_kernel[(T,)](
