@@ -13,8 +13,9 @@ suffix, 1 output token, when the prefix is:
 
 The floor for the disk rows: the prefix's bytes read sequentially from this disk, measured
 in the same run (a ``--probe-mib`` MiB file written, dropped from the page cache, read in 8 MiB
-chunks), and the same from the page cache. Read-back GB/s = the prefix's KV bytes / (TTFT from
-disk - TTFT from the device pool): the time the restore added.
+chunks), and the same from the page cache. Read-back GB/s = the prefix's KV bytes / the
+restore's wall time (from the request's arrival to the step that saw its reads done: the
+reader threads read, check the CRC and copy into the pool meanwhile).
 
 Usage: ``PYTHONPATH=. .venv/bin/python bench/disk_tier.py [--prefix 4096] [--dir DIR]``.
 Not a test: it prints, it does not assert.
@@ -66,19 +67,27 @@ def sequential_read_gbps(folder: Path, mib: int) -> tuple[float, float]:
     return out[0], out[1]
 
 
-def ttft(engine, rid: str, ids: list[int]) -> tuple[float, object]:
-    """Wall seconds from add_request to the request's first output, and that output."""
+def ttft(engine, rid: str, ids: list[int]) -> tuple[float, object, float]:
+    """Wall seconds from add_request to the request's first output, that output, and the
+    seconds until its restore (CPU tier or disk) was done (0 without one)."""
     from local_engine import SamplingParams
 
+    kv = engine.kv_cache_manager
     t0 = time.perf_counter()
     engine.add_request(rid, ids, SamplingParams(temperature=0.0, max_tokens=1))
+    restoring, restored = False, 0.0
     while True:
-        for o in engine.step():
+        outs = engine.step()
+        if kv.num_restores_in_flight:
+            restoring = True
+        elif restoring and not restored:
+            restored = time.perf_counter() - t0
+        for o in outs:
             if o.request_id == rid:
                 dt = time.perf_counter() - t0
                 while engine.has_unfinished_requests():
                     engine.step()
-                return dt, o
+                return dt, o, restored
 
 
 def main() -> None:
@@ -101,13 +110,15 @@ def main() -> None:
     tier_bytes = (blocks + 8) * block_bytes
 
     rows = []
-    eng = LLMEngine.from_model(None, cpu_cache_memory=tier_bytes, disk_cache_dir=str(folder), **common)
-    t_cold, o = ttft(eng, "cold", prompt)
+    eng = LLMEngine.from_model(
+        None, cpu_cache_memory=tier_bytes, disk_cache_dir=str(folder), **common
+    )
+    t_cold, o, _ = ttft(eng, "cold", prompt)
     rows.append(("cold (full prefill)", t_cold, o))
-    t_dev, o = ttft(eng, "device", prompt)
+    t_dev, o, _ = ttft(eng, "device", prompt)
     rows.append(("device pool", t_dev, o))
     ttft(eng, "evict", other)  # the prefix's blocks move to the CPU tier
-    t_cpu, o = ttft(eng, "cpu", prompt)
+    t_cpu, o, _ = ttft(eng, "cpu", prompt)
     rows.append(("CPU tier", t_cpu, o))
     eng.close()  # everything cached goes to disk
     files = list(folder.rglob("*.kvb"))
@@ -118,24 +129,28 @@ def main() -> None:
             for f in files:
                 drop_from_page_cache(f)
         fresh = LLMEngine.from_model(None, disk_cache_dir=str(folder), **common)
-        t, o = ttft(fresh, label, prompt)
-        m = fresh.metrics
-        rows.append((label, t, o))
-        rows[-1] = rows[-1] + (m.kv_bytes_from_disk,)
+        t, o, restore_s = ttft(fresh, label, prompt)
+        rows.append((label, t, o, fresh.metrics.kv_bytes_from_disk, restore_s))
         del fresh
 
     cold_gbps, cached_gbps = sequential_read_gbps(folder, args.probe_mib)
     print(f"# disk tier: SmolLM2-135M float32, {args.prefix}-token prefix + {SUFFIX}, 1 token out")
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, folder {folder}")
-    print(f"# sequential read of a {args.probe_mib} MiB file: cold {cold_gbps:.2f} GB/s, page cache {cached_gbps:.2f} GB/s")
-    print("| prefix from | TTFT (s) | cached tokens (gpu/cpu/disk) | vs cold | read-back GB/s | floor GB/s |")
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, folder {folder}"
+    )
+    print(
+        f"# sequential read of a {args.probe_mib} MiB file: cold {cold_gbps:.2f} GB/s, page cache {cached_gbps:.2f} GB/s"
+    )
+    print(
+        "| prefix from | TTFT (s) | cached tokens (gpu/cpu/disk) | vs cold | read-back GB/s | floor GB/s |"
+    )
     print("|---|---:|---|---:|---:|---:|")
     for row in rows:
         label, t, o = row[:3]
         tiers = f"{o.num_gpu_cached_tokens}/{o.num_cpu_cached_tokens}/{o.num_disk_cached_tokens}"
         gbps = floor = ""
-        if len(row) > 3 and t > t_dev:
-            gbps = f"{row[3] / (t - t_dev) / 1e9:.2f}"
+        if len(row) > 3 and row[4] > 0:
+            gbps = f"{row[3] / row[4] / 1e9:.2f} ({row[3] / 1e6:.0f} MB in {row[4]:.2f} s)"
             floor = f"{cold_gbps if 'cold' in label else cached_gbps:.2f}"
         print(f"| {label} | {t:.3f} | {tiers} | {t_cold / t:.1f}x | {gbps} | {floor} |")
 
