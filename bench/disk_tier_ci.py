@@ -57,7 +57,7 @@ def session(work: Path, name: str, disk: Path | None, tests: int) -> dict:
     result = work / f"{name}.jsonl"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(work / "app")]
     if disk is not None:
-        cmd[5:5] = ["--promptcache-disk-cache-dir", str(disk)]
+        cmd[-1:-1] = ["--promptcache-disk-cache-dir", str(disk)]
     env = {
         **os.environ,
         "RESULT_FILE": str(result),
