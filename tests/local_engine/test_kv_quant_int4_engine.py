@@ -66,6 +66,7 @@ def test_kv_plan_cli_knows_int4(capsys):
 
 
 # ---- the real model: prefix caching and copy-on-write ----------------------------------------
+@pytest.mark.slow  # two SmolLM2 engines, six chat prompts and a fork
 def test_hit_on_packed_blocks_equals_recompute_and_cow(engine_factory):
     on = engine_factory(kv_cache_dtype="int4", debug_checks=True)
     off = engine_factory(kv_cache_dtype="int4", enable_prefix_caching=False)
