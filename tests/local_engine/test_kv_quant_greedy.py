@@ -114,5 +114,8 @@ def test_int4_teacher_forced_agreement_with_the_float32_cache(engine_factory):
         exact += c is None and len(r) == len(o)
         report.append(f"{i}: " + ("same" if c is None else f"diverge at {c}/{len(r)}"))
     rate = agree / total
-    print(f"\nint4: teacher-forced top-1 {agree}/{total} = {rate:.4f}; identical {exact}/8; " + "; ".join(report))
+    print(
+        f"\nint4: teacher-forced top-1 {agree}/{total} = {rate:.4f}; identical {exact}/8; "
+        + "; ".join(report)
+    )
     assert rate >= FLOOR_INT4
