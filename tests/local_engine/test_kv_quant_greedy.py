@@ -86,7 +86,7 @@ def test_greedy_agreement_with_the_float32_cache(engine_factory, dtype):
 # outputs diverge earlier than INT8's and not only at near-ties, so they are printed, not held.
 # Measured 2026-12-03 on these prompts: 204/232 = 0.879 (0/8 outputs identical; first
 # divergences at tokens 0-13). Without the Hadamard key rotation the first 6 prompts gave
-# 0.66 (126/192).
+# 0.68 (114/168).
 FLOOR_INT4 = 0.85
 
 
