@@ -39,6 +39,22 @@ SHAPES = [(80, 48), (33, 17), (96, 577), (1, 5), (64, 130)]  # (out, in)
 ROWS = [1, 5, 13, 37]
 
 
+def _isas():
+    """The builds this CPU runs: its own and, on an AVX-512 CPU, the forced AVX2 one
+    (``PROMPTCACHE_CPU_ISA=avx2``, what AVX2-only machines run)."""
+    native = cpu.native_isa()
+    if native is None:
+        return ["native"]  # the kernel tests skip
+    return [native, "avx2"] if native == "avx512" else [native]
+
+
+@pytest.fixture(params=_isas())
+def isa(request, monkeypatch):
+    """Runs the test on each build of :func:`_isas` (each built once per kernel cache)."""
+    monkeypatch.setenv(cpu.ENV_ISA, request.param)
+    return request.param
+
+
 def _need(kind):
     if not cpu.has(kind):
         pytest.skip(f"no {kind} CPU kernel built here (isa {cpu.isa()})")
@@ -76,7 +92,7 @@ def test_pack_layouts_by_formula():
 
 @pytest.mark.parametrize("out_in", SHAPES)
 @pytest.mark.parametrize("rows", ROWS)
-def test_linear_f32_matches_float64(out_in, rows, threads):
+def test_linear_f32_matches_float64(out_in, rows, threads, isa):
     mod = _need("float32")
     n, k = out_in
     g = torch.Generator().manual_seed(n * k + rows)
@@ -87,7 +103,7 @@ def test_linear_f32_matches_float64(out_in, rows, threads):
     assert ((y.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5
 
 
-def test_linear_f32_strided_rows():
+def test_linear_f32_strided_rows(isa):
     """A view whose rows are strided (a slice of a wider tensor) reads the right elements."""
     mod = _need("float32")
     g = torch.Generator().manual_seed(3)
@@ -100,7 +116,7 @@ def test_linear_f32_strided_rows():
 
 @pytest.mark.parametrize("out_in", SHAPES)
 @pytest.mark.parametrize("rows", ROWS)
-def test_linear_bf16_matches_rounded_float64(out_in, rows, threads):
+def test_linear_bf16_matches_rounded_float64(out_in, rows, threads, isa):
     mod = _need("bfloat16")
     n, k = out_in
     g = torch.Generator().manual_seed(n + k + rows)
@@ -121,21 +137,53 @@ def _fbgemm_rows(x, q, scale):
         )
 
 
-@pytest.mark.parametrize("out_in", SHAPES)
-@pytest.mark.parametrize("rows", ROWS)
-def test_linear_int8_is_fbgemm_per_row(out_in, rows, threads):
+def _fbgemm_arithmetic_rows(x, q, scale):
+    """fbgemm's dynamic linear with 8-bit activations, one row at a time, in torch: the row's
+    uint8 parameters from ATen's ChooseQuantizationParams (``torch._choose_qparams_per_tensor``),
+    ``nearbyint(fma(x, 1 / scale, zp))`` clamped to [0, 255] (the fma emulated in float64,
+    where ``x * (1 / scale)`` is exact), exact integer sums, then ``(acc - zp * wsum) * (sx *
+    sw)`` in float32. What fbgemm computes on a VNNI CPU; on AVX2 alone fbgemm saturates at 8
+    bits, so this is the reference there."""
+    out = []
+    wsum = q.sum(1, dtype=torch.int64)
+    for row in x:
+        sx, zp = torch._choose_qparams_per_tensor(row, False)
+        inv = torch.tensor(1.0 / sx, dtype=torch.float64).float().double()
+        t = (row.double() * inv + zp).float()  # one rounding to float32, as fma
+        xq = torch.round(t).clamp(0, 255).long()
+        acc = (xq[None, :] * q.long()).sum(1) - zp * wsum
+        s = torch.tensor(sx, dtype=torch.float64).float() * scale.float()
+        out.append(acc.float() * s)
+    return torch.stack(out)
+
+
+def test_fbgemm_arithmetic_reference_is_fbgemm():
+    """The torch emulation above is fbgemm's linear_dynamic (8-bit activations) bit for bit,
+    where fbgemm runs exact VNNI sums."""
     from local_engine.models.linear import int8_reduce_range, quantize_int8
 
-    mod = _need("int8")
     if int8_reduce_range():
-        pytest.skip("no VNNI: fbgemm uses 7-bit activations here")
+        pytest.skip("fbgemm here saturates at 8 bits (no VNNI, or held to AVX2)")
+    g = torch.Generator().manual_seed(4)
+    w, x = torch.randn(96, 577, generator=g), torch.randn(13, 577, generator=g) * 3
+    x[0, 0] = 40.0
+    q, scale = quantize_int8(w)
+    assert torch.equal(_fbgemm_arithmetic_rows(x, q, scale), _fbgemm_rows(x, q, scale))
+
+
+@pytest.mark.parametrize("out_in", SHAPES)
+@pytest.mark.parametrize("rows", ROWS)
+def test_linear_int8_is_fbgemm_per_row(out_in, rows, threads, isa):
+    from local_engine.models.linear import quantize_int8
+
+    mod = _need("int8")
     n, k = out_in
     g = torch.Generator().manual_seed(7 * n + k + rows)
     w, x = torch.randn(n, k, generator=g), torch.randn(rows, k, generator=g) * 3
     x[0, 0] = 40.0  # an outlier row: its own scale must not leak into the others
     q, scale = quantize_int8(w)
     y = mod.linear_int8(x, *cpu.pack_int8(q, scale), n)
-    _assert_fbgemm_equal(y, _fbgemm_rows(x, q, scale))
+    _assert_fbgemm_equal(y, _fbgemm_arithmetic_rows(x, q, scale))
 
 
 def _assert_fbgemm_equal(y, ref):
@@ -145,7 +193,7 @@ def _assert_fbgemm_equal(y, ref):
 
 
 @pytest.mark.parametrize("kind", ["float32", "bfloat16", "int8"])
-def test_large_call_splits_across_threads_identically(kind):
+def test_large_call_splits_across_threads_identically(kind, isa):
     """A call big enough to be split over threads (~2 ms of work: 320 rows) gives, column for
     column, the 1-thread result (each panel is computed by the same code whichever thread
     runs it), which matches the reference."""
@@ -162,7 +210,7 @@ def test_large_call_splits_across_threads_identically(kind):
         call = mod.linear_bf16
     else:
         q, scale = quantize_int8(w)
-        args, ref = (*cpu.pack_int8(q, scale), 1000), _fbgemm_rows(x, q, scale).double()
+        args, ref = (*cpu.pack_int8(q, scale), 1000), _fbgemm_arithmetic_rows(x, q, scale).double()
         call = mod.linear_int8
     before = torch.get_num_threads()
     try:
@@ -179,7 +227,7 @@ def test_large_call_splits_across_threads_identically(kind):
         assert ((two.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5
 
 
-def test_linear_module_uses_kernels_by_rows():
+def test_linear_module_uses_kernels_by_rows(isa):
     """Linear picks the kernel for the rows it covers and the torch path above that; both
     agree with F.linear on the module's own weight."""
     from local_engine.models.linear import BF16_KERNEL_ROWS, Linear
@@ -319,10 +367,8 @@ def _step(seqs, bs):
 
 
 @pytest.mark.parametrize("weight_dtype", ["float32", "bfloat16", "int8"])
-def test_fused_layer_matches_torch_path(weight_dtype, threads):
+def test_fused_layer_matches_torch_path(weight_dtype, threads, isa):
     _need("float32")
-    if not (cpu.isa() or "").startswith("avx512"):
-        pytest.skip("the fused layer needs AVX-512")
     model = _tiny_model(weight_dtype)
     assert model.layers[0].fused_op() is not None
     # float32 and bf16: the same roundings up to summation order and exp; int8 also requantizes
@@ -346,10 +392,8 @@ def test_fused_layer_matches_torch_path(weight_dtype, threads):
             assert ((vf - vr).abs().max() / vr.abs().max()).item() < max(tol, 1e-5), name
 
 
-def test_fused_layer_declines_what_it_does_not_cover():
+def test_fused_layer_declines_what_it_does_not_cover(isa):
     _need("float32")
-    if not (cpu.isa() or "").startswith("avx512"):
-        pytest.skip("the fused layer needs AVX-512")
     model = _tiny_model("int8")
     op = model.layers[0].fused_op()
     x = torch.randn(3, 64)
@@ -400,9 +444,7 @@ def test_engine_greedy_tokens_kernels_on_vs_off(engine, torch_path_engine):
         pytest.skip("kernels not built")
     layer0 = engine.runner.model.layers[0]
     assert layer0.self_attn.qkv_proj.format == "panels"
-    # the one-call fused layer is built for AVX-512 only; AVX2 runs the per-linear kernels
-    fused = (cpu.isa() or "").startswith("avx512")
-    assert (layer0.fused_op() is not None) == fused
+    assert layer0.fused_op() is not None  # every build (AVX-512, AVX2) has the one-call layer
     assert torch_path_engine.runner.model.layers[0].self_attn.qkv_proj.format != "panels"
     tok = engine.tokenizer
     p = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)

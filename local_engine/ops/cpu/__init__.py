@@ -144,7 +144,11 @@ def disabled_reason() -> str | None:
     isa, reason = selected_isa()
     if isa is None:
         return reason
-    cxx = os.environ.get("CXX", "c++")
+    return _toolchain_reason(os.environ.get("CXX", "c++"))
+
+
+@functools.cache
+def _toolchain_reason(cxx: str) -> str | None:
     if shutil.which(cxx) is None:
         return f"no C++ compiler ({cxx!r} not on PATH)"
     if shutil.which("ninja") is None:
@@ -217,11 +221,11 @@ def _kernels_for(isa: str):
                 os.environ["MAX_JOBS"] = jobs
 
     return load_or_none(
-        f"CPU kernels ({isa}, {build_jobs()} jobs)",
+        "CPU kernels",
         folder,
         load,
         lambda mod: mod.isa(),
-        "first use, ~20-40 s",
+        f"first use: the {isa} build, {build_jobs()} parallel jobs, ~20-40 s",
         "using the torch path",
     )
 
