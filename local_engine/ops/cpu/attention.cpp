@@ -1,4 +1,5 @@
-// Paged GQA attention for a few query rows (kernels.h, attend_rows), float32, exact softmax
+// Paged GQA attention for a few query rows (kernels.h, attend_rows), and the MLP's SiLU-and-
+// multiply (silu_mul_rows), float32; attention is exact softmax
 // (max-subtracted; exp by Cephes' expf polynomial, within 2 ulp) on AVX-512 (16 lanes) or AVX2
 // (8 lanes): one generic routine over a small vector type of each width.
 //
@@ -33,6 +34,12 @@ struct Vec {
   static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
   static T add(T a, T b) { return _mm512_add_ps(a, b); }
   static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
+  static T div(T a, T b) { return _mm512_div_ps(a, b); }
+  static T min(T a, T b) { return _mm512_min_ps(a, b); }
+  // lanes where s < 0 take a, the others b
+  static T select_neg(T s, T a, T b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(s, zero(), _CMP_LT_OQ), b, a);
+  }
   static float reduce(T v) { return _mm512_reduce_add_ps(v); }
   static __mmask16 mask(int64_t n) { return (__mmask16)((1u << n) - 1); }
   // exp(x) for x <= 0 (softmax's exponents): 2^n * p(r), r = x - n ln 2
@@ -88,6 +95,9 @@ struct Vec {
   static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
   static T add(T a, T b) { return _mm256_add_ps(a, b); }
   static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
+  static T div(T a, T b) { return _mm256_div_ps(a, b); }
+  static T min(T a, T b) { return _mm256_min_ps(a, b); }
+  static T select_neg(T s, T a, T b) { return _mm256_blendv_ps(b, a, _mm256_cmp_ps(s, zero(), _CMP_LT_OQ)); }
   static float reduce(T v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -193,11 +203,43 @@ void attend(const float* const* q, float* const* out, const int64_t* nk, int64_t
     }
   }
 }
+
+// out[t, i] = silu(g) * u for g = gu[t, i], u = gu[t, I + i]; silu(g) = g / (1 + exp(-g)),
+// with exp of -|g| only (the polynomial's range): g * e / (1 + e) for g < 0
+void silu_mul(const float* gu, int64_t T, int64_t I, float* out) {
+  constexpr int L = Vec::L;
+  const Vec::T one = Vec::set1(1.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* g = gu + t * 2 * I;
+    const float* u = g + I;
+    for (int64_t i = 0; i < I; i += L) {
+      const int64_t n = std::min<int64_t>(L, I - i);
+      const Vec::T gv = n == L ? Vec::load(g + i) : Vec::load_n(g + i, n);
+      const Vec::T uv = n == L ? Vec::load(u + i) : Vec::load_n(u + i, n);
+      const Vec::T e = Vec::exp(Vec::min(gv, Vec::sub(Vec::zero(), gv)));  // exp(-|g|)
+      const Vec::T num = Vec::select_neg(gv, Vec::mul(gv, e), gv);         // g < 0: g * e
+      const Vec::T r = Vec::mul(Vec::div(num, Vec::add(one, e)), uv);
+      if (n == L) Vec::store(out + t * I + i, r); else Vec::store_n(out + t * I + i, n, r);
+    }
+  }
+}
 #endif
 
 }  // namespace
 
 namespace promptcache {
+
+void silu_mul_rows(const float* gu, int64_t T, int64_t I, float* out) {
+#if defined(__AVX2__) && defined(__FMA__)
+  silu_mul(gu, T, I, out);
+#else
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < I; ++i) {
+      const float g = gu[t * 2 * I + i];
+      out[t * I + i] = (g / (1.0f + std::exp(-g))) * gu[t * 2 * I + I + i];
+    }
+#endif
+}
 
 void attend_rows(const float* const* q, float* const* out, const int64_t* nk, int64_t R,
                  int64_t D, const int64_t* slots, const float* kc, const float* vc, int64_t row,

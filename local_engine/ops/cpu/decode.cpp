@@ -102,9 +102,9 @@ void decode_layer(const LayerArgs& a) {
   const int64_t T = a.T, H = a.H, D = a.head_dim;
   const int64_t qsz = a.num_heads * D, width = qsz + 2 * a.num_kv_heads * D;
   const int64_t I = a.lin[2].n / 2;
-  thread_local std::vector<float> h, norm, qkv, attn, act;
+  thread_local std::vector<float> h, norm, qkv, attn, gu, act;
   h.resize(T * H), norm.resize(T * H), qkv.resize(T * width), attn.resize(T * qsz);
-  act.resize(T * 2 * I);
+  gu.resize(T * 2 * I), act.resize(T * I);
 
   // 1. residual add + input norm
   for (int64_t i = 0; i < T * H; ++i) h[i] = a.residual ? a.x[i] + a.residual[i] : a.x[i];
@@ -117,13 +117,9 @@ void decode_layer(const LayerArgs& a) {
   run_linear(a.lin[1], attn.data(), qsz, T, a.h2);
   for (int64_t i = 0; i < T * H; ++i) a.h2[i] += h[i];
   rms_norm_rows(a.h2, a.w_post, a.eps, T, H, norm.data());
-  // 5. MLP: gate_up into act [T, 2I], silu(g) * u in place into its first T x I
-  run_linear(a.lin[2], norm.data(), H, T, act.data());
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < I; ++i) {
-      const float g = act[t * 2 * I + i];
-      act[t * I + i] = (g / (1.0f + std::exp(-g))) * act[t * 2 * I + I + i];
-    }
+  // 5. MLP: gate_up into gu [T, 2I], silu(g) * u into act [T, I]
+  run_linear(a.lin[2], norm.data(), H, T, gu.data());
+  silu_mul_rows(gu.data(), T, I, act.data());
   run_linear(a.lin[3], act.data(), I, T, a.out);
 }
 

@@ -103,4 +103,7 @@ void attend_rows(const float* const* q, float* const* out, const int64_t* nk, in
                  int64_t D, const int64_t* slots, const float* kc, const float* vc, int64_t row,
                  float scale, float* scores, int64_t ld);
 
+// out [T, I] = silu(gu[:, :I]) * gu[:, I:] for gu [T, 2I] (attention.cpp; exp within 2 ulp)
+void silu_mul_rows(const float* gu, int64_t T, int64_t I, float* out);
+
 }  // namespace promptcache
