@@ -1,19 +1,23 @@
 """The engine's C++ CPU kernels (``local_engine/ops/cpu``) against their torch references.
 
 - Packing: the panel layouts by their index formulas (no build needed).
+- Every build this CPU runs (the ``isa`` fixture: its own and, on an AVX-512 CPU, the AVX2
+  build forced by ``PROMPTCACHE_CPU_ISA=avx2``, which is what AVX2-only machines run).
 - Linears (skipped where the kernels are not built): float32 against a float64 ``F.linear``
   (relative 1e-5 of the row maximum: the same products, another summation order); bfloat16
   against float64 over the bfloat16-rounded input and weight (relative 1e-5: the products are
-  exact in float32 and the kernel accumulates in float32); int8 against fbgemm's dynamic
-  linear called one row at a time, bit for bit (the kernel quantizes each row with fbgemm's
-  parameters and rounding and sums exactly in int32). Odd shapes (``in`` not a multiple of 4 or 16,
-  ``out`` not a multiple of 32, one row, more rows than a register block), 1 and 2 threads;
-  a call large enough to be split over two threads equals the one-thread result.
+  exact in float32 and the kernel accumulates in float32); int8 bit for bit against fbgemm's
+  arithmetic with 8-bit activations one row at a time, emulated in torch (ATen's parameter
+  choice, the fma rounding, exact integer sums), itself checked bit for bit against fbgemm's
+  dynamic linear where fbgemm sums exactly (VNNI). Odd shapes (``in`` not a multiple of 4 or
+  16, ``out`` not a multiple of 32, one row, more rows than a register block), 1 and 2
+  threads; a call large enough to be split over two threads equals the one-thread result.
 - The fused decoder layer against the module-by-module torch path on a small random Llama:
   batch-1 decode over a context spread over non-contiguous blocks, a batched decode of three
   sequences, a 5-token verification step over a cached prefix; outputs and the KV written.
 - The real SmolLM2 engine with the kernels on and off: greedy float32 tokens identical on chat
-  prompts except at a detected near-tie, decode-step logits within 1e-4 of the row maximum.
+  prompts except at a detected near-tie, decode-step logits within 1e-4 of the row maximum
+  (the process's build: run the file with ``PROMPTCACHE_CPU_ISA=avx2`` for the AVX2 one).
 - The fallback: ``PROMPTCACHE_CPU_KERNELS=0`` and a failing compiler each log one line and
   leave the torch path (fresh processes).
 """
