@@ -12,8 +12,9 @@
 // - AVX2 without VNNI: fbgemm there sums u8 x s8 pairs in int16 (vpmaddubsw), which saturates
 //   for 8-bit activations, hence its 7-bit `reduce_range`. Here the weights are widened to
 //   int16 (vpmovsxbw) and multiplied with the int16 activations by vpmaddwd, whose pairs sum
-//   exactly into int32: 8-bit activations without saturation, at twice vpmaddubsw's work (the
-//   decode GEMV stays memory-bound).
+//   exactly into int32, for pairs of rows; a single row (a decode step) splits each activation
+//   into its top 7 bits and its last bit instead, two exact vpmaddubsw (panel_split). 8-bit
+//   activations without saturation either way.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -149,14 +150,16 @@ inline void panel(const uint8_t* xq, int64_t ldx, const int8_t* w, int64_t K4, c
 constexpr int MR_MAX = 2;
 constexpr bool SIMD = true;
 #define PROMPTCACHE_INT8_WIDEN 1  // x arrives as int16 quads (xw), not uint8
-// G chunks of 16 weight bytes (4 columns x 4 k) a pass: MR 1 takes the whole panel (G = 8: 8
-// accumulators), MR 2 two halves (G = 4: 8 accumulators + 2 broadcasts + the widened chunk).
-// vpmaddwd leaves each column's sum as two int32 lanes (k 0+1, k 2+3), added at the end.
+// G = 4 chunks of 16 weight bytes (4 columns x 4 k) a pass, two passes a panel (16 columns
+// each): MR x 4 accumulators + the widened chunks + MR broadcasts fit the 16 ymm (with G = 8
+// and one row, g++ 12 spills an accumulator, and its store-to-load round trip every k step
+// halved the speed). vpmaddwd leaves each column's sum as two int32 lanes (k 0+1, k 2+3),
+// added at the end.
 template <int MR>
 inline void panel(const int16_t* xw, int64_t ldx, const int8_t* w, int64_t K4, const int32_t* zp,
                   const float* sx, const int32_t* wsum, const float* sw, float* y, int64_t ldy,
                   int64_t ncols) {
-  constexpr int G = MR == 1 ? 8 : 4;
+  constexpr int G = 4;
   alignas(32) float tmp[MR][NB];
   for (int h = 0; h < 8 / G; ++h) {
     __m256i a[MR][G];
@@ -185,6 +188,39 @@ inline void panel(const int16_t* xw, int64_t ldx, const int8_t* w, int64_t K4, c
       }
   }
   for (int m = 0; m < MR; ++m) std::memcpy(y + m * ldy, tmp[m], ncols * sizeof(float));
+}
+
+// One row, without widening the weights: x = 2 xh + xl with xh = x >> 1 in [0, 127] and xl =
+// x & 1, so vpmaddubsw's u8 x s8 pair sums stay exact (|2 * 127 * 128| < 2^15) for both halves.
+// The xh products go to int32 at once, doubled (vpmaddwd by 2); the xl ones (pair sums of at
+// most 2 * 128 in magnitude) collect in int16 for up to 127 k steps, then join the int32 sums
+// (vpmaddwd by 1). 3 multiplies and 2 adds per 32 weight bytes, no shuffles; each int32 lane
+// is one column's exact sum over k. hl: per k quad, xh's 4 bytes then xl's.
+inline void panel_split(const uint32_t* hl, const int8_t* w, int64_t K4, int32_t zp, float sx,
+                        const int32_t* wsum, const float* sw, float* y, int64_t ncols) {
+  __m256i acc[4], low[4];
+  for (int j = 0; j < 4; ++j) acc[j] = low[j] = _mm256_setzero_si256();
+  const __m256i one = _mm256_set1_epi16(1), two = _mm256_set1_epi16(2);
+  for (int64_t k0 = 0; k0 < K4; k0 += 127) {
+    const int64_t k1 = std::min<int64_t>(K4, k0 + 127);
+    for (int64_t k = k0; k < k1; ++k) {
+      const __m256i xh = _mm256_set1_epi32((int32_t)hl[2 * k]);
+      const __m256i xl = _mm256_set1_epi32((int32_t)hl[2 * k + 1]);
+      for (int j = 0; j < 4; ++j) {
+        const __m256i wv = _mm256_loadu_si256((const __m256i*)(w + k * 4 * NB + 32 * j));
+        acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(xh, wv), two));
+        low[j] = _mm256_add_epi16(low[j], _mm256_maddubs_epi16(xl, wv));
+      }
+    }
+    for (int j = 0; j < 4; ++j) {
+      acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(low[j], one));
+      low[j] = _mm256_setzero_si256();
+    }
+  }
+  alignas(32) float tmp[NB];
+  for (int j = 0; j < 4; ++j)
+    _mm256_store_ps(tmp + 8 * j, requant8(acc[j], zp, sx, wsum + 8 * j, sw + 8 * j));
+  std::memcpy(y, tmp, ncols * sizeof(float));
 }
 #else
 constexpr int MR_MAX = 1;
@@ -258,10 +294,31 @@ void linear_int8(const uint8_t* xq, const int32_t* zp, const float* sx, int64_t 
                  const int8_t* w, int64_t K4, const int32_t* wsum, const float* sw, int64_t N,
                  float* y, int64_t ldy, int64_t p0, int64_t p1) {
 #if defined(PROMPTCACHE_INT8_WIDEN)
-  // uint8 -> int16 once a call (vpmaddwd's operand), not once a panel
-  std::vector<int16_t> xw(M * 4 * K4);
-  for (int64_t i = 0; i < M * 4 * K4; ++i) xw[i] = xq[i];
-  all_panels(xw.data(), 4 * K4, zp, sx, M, w, K4, wsum, sw, N, y, ldy, p0, p1);
+  // pairs of rows: x widened to int16 (vpmaddwd's operand); a last single row: split into
+  // halves (panel_split); both prepared once a call, not once a panel
+  const int64_t pairs = M / 2 * 2;
+  std::vector<int16_t> xw(pairs * 4 * K4);
+  for (int64_t i = 0; i < pairs * 4 * K4; ++i) xw[i] = xq[i];
+  std::vector<uint32_t> hl(M > pairs ? 2 * K4 : 0);
+  if (M > pairs) {
+    const uint8_t* last = xq + pairs * 4 * K4;
+    for (int64_t k = 0; k < K4; ++k) {
+      uint32_t q;
+      std::memcpy(&q, last + 4 * k, 4);
+      hl[2 * k] = (q >> 1) & 0x7F7F7F7Fu;
+      hl[2 * k + 1] = q & 0x01010101u;
+    }
+  }
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t ncols = std::min<int64_t>(NB, N - p * NB);
+    const int8_t* wp = w + p * K4 * 4 * NB;
+    for (int64_t m = 0; m < pairs; m += 2)
+      panel<2>(xw.data() + m * 4 * K4, 4 * K4, wp, K4, zp + m, sx + m, wsum + p * NB,
+               sw + p * NB, y + m * ldy + p * NB, ldy, ncols);
+    if (M > pairs)
+      panel_split(hl.data(), wp, K4, zp[pairs], sx[pairs], wsum + p * NB, sw + p * NB,
+                  y + pairs * ldy + p * NB, ncols);
+  }
 #else
   all_panels(xq, 4 * K4, zp, sx, M, w, K4, wsum, sw, N, y, ldy, p0, p1);
 #endif
