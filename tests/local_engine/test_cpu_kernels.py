@@ -510,3 +510,31 @@ def test_fallback_when_the_build_fails(tmp_path):
     out = _probe({cpu.ENV_DIR: str(tmp_path), "CXX": "false"})
     assert "CPU kernels: build failed" in out and "using the torch path" in out
     assert "kernels None" in out and "format dense" in out
+
+
+def test_isa_selection_by_env(monkeypatch):
+    """``PROMPTCACHE_CPU_ISA``: unset or ``native`` is the CPU's own build; ``avx2`` where the
+    CPU has AVX2 + FMA; an unknown value or one the CPU cannot run turns the kernels off with
+    the reason."""
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: ("avx2", "fma"))  # an AVX2-only CPU
+    for value, want in (("", "avx2"), ("native", "avx2"), ("avx2", "avx2")):
+        monkeypatch.setenv(cpu.ENV_ISA, value)
+        assert cpu.selected_isa() == (want, None), value
+    monkeypatch.setenv(cpu.ENV_ISA, "avx512")
+    isa, reason = cpu.selected_isa()
+    assert isa is None and "lacks avx512f" in reason
+    monkeypatch.setenv(cpu.ENV_ISA, "sse")
+    assert cpu.selected_isa()[0] is None and "not one of" in cpu.disabled_reason()
+    flags512 = ("avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl", "fma")
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: flags512)
+    monkeypatch.setenv(cpu.ENV_ISA, "avx2")
+    assert cpu.selected_isa() == ("avx2", None)
+    # the forced AVX2 build on an AVX-512 CPU compiles for x86-64-v3, not for this CPU's -march
+    assert "-march=x86-64-v3" in cpu.isa_flags("avx2")
+    assert cpu.isa_flags("avx512") == ("-march=native",)
+
+
+def test_fallback_when_the_isa_env_is_unknown():
+    out = _probe({cpu.ENV_ISA: "sse"})
+    assert "CPU kernels: off (PROMPTCACHE_CPU_ISA='sse' is not one of" in out
+    assert "kernels None" in out and "format dense" in out
