@@ -44,7 +44,8 @@ call):
   to bfloat16 as before; float32 accumulation and a float32 output, where oneDNN rounds its
   output to bfloat16); more rows stay on oneDNN, which is faster there. The plain bfloat16
   ``weight`` is then dropped (:meth:`Linear.dense_weight` unpacks the panels).
-- int8: up to :data:`INT8_KERNEL_ROWS` rows over the panels with fbgemm's arithmetic and
+- int8: up to :data:`INT8_KERNEL_ROWS` rows (:data:`INT8_KERNEL_ROWS_AVX2` without
+  AVX512-VNNI) over the panels with fbgemm's arithmetic and
   8-bit activations (the activations' uint8 parameters from ATen's
   ``ChooseQuantizationParams``, exact int32 sums by ``vpdpbusd``, or on AVX2 without VNNI by
   int16 ``vpmaddwd``; one row gives fbgemm-with-VNNI's result bit for bit), one parameter
@@ -70,6 +71,11 @@ from ..ops import cpu as cpu_kernels
 FORMATS = ("dense", "dense_t", "panels", "bf16", "int8")
 BF16_KERNEL_ROWS = 32  # up to this many rows the bfloat16 kernel beats oneDNN (bench/gemv_cpu.py)
 INT8_KERNEL_ROWS = 16  # ... and the int8 kernel beats fbgemm
+# the AVX2 int8 kernel (no VNNI: vpmaddubsw/vpmaddwd) against fbgemm's AVX2 7-bit path, forced
+# AVX2 on the Zen 4 box, 2026-12-03 (bench/results/cpu_avx2.md): 1 row 2-3x faster, 2-4 rows
+# 0.5-1.5x, 5 rows 0.7x, 16 rows 0.55x; up to 4 rows it keeps the fused layer for small
+# verifications, whose saved per-layer calls outweigh that
+INT8_KERNEL_ROWS_AVX2 = 4
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -290,7 +296,9 @@ class Linear(nn.Module):
             n, fn = self.out_features, mod.linear_int8
             self.panels = (packed, wsum, sp)
             self._kernel = lambda x: fn(x, packed, wsum, sp, n)
-            self._kernel_rows = INT8_KERNEL_ROWS
+            name = mod.isa()
+            vnni512 = name.startswith("avx512") and "vnni" in name
+            self._kernel_rows = INT8_KERNEL_ROWS if vnni512 else INT8_KERNEL_ROWS_AVX2
         self.weight = None
         self.format = "int8"
 
@@ -368,6 +376,7 @@ __all__ = [
     "BF16_KERNEL_ROWS",
     "FORMATS",
     "INT8_KERNEL_ROWS",
+    "INT8_KERNEL_ROWS_AVX2",
     "Linear",
     "int8_reduce_range",
     "quantize_int8",
