@@ -6,8 +6,8 @@ Run:  .venv/bin/python bench/miss_attribution.py [--conversations 24] [--overhea
 1. **Trace.** Conversations of an agent loop (Anthropic Messages bodies with tool schemas,
    a ~1,500-token system prompt, cache breakpoints; and OpenAI Chat bodies with automatic
    caching), each request's usage computed by the provider-rule emulator the local engine
-   uses (:mod:`promptcache.cache_emulation`: ``anthropic_usage``/``openai_usage`` on a
-   :class:`~promptcache.cache_emulation.CacheState` with a manual clock) from this script's own
+   uses (:mod:`promptcache.simulation.emulation`: ``anthropic_usage``/``openai_usage`` on a
+   :class:`~promptcache.simulation.emulation.CacheState` with a manual clock) from this script's own
    rendering of the body into tokens (4-character chunks of the JSON, one content block per
    tool / system block / message). Causes are injected at known turns: a tool added, a
    schema's keys reordered, a timestamp in the system prompt, an earlier message edited
@@ -50,7 +50,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from promptcache import Tracker, Usage  # noqa: E402
-from promptcache.cache_emulation import (  # noqa: E402
+from promptcache.misses.cause import CAUSES  # noqa: E402
+from promptcache.simulation.emulation import (  # noqa: E402
     Breakpoint,
     CacheState,
     ManualClock,
@@ -58,7 +59,6 @@ from promptcache.cache_emulation import (  # noqa: E402
     anthropic_usage,
     openai_usage,
 )
-from promptcache.miss_cause import CAUSES  # noqa: E402
 
 ANTHROPIC_MODEL = "claude-sonnet-4-5"  # minimum 1,024 tokens (limits.py)
 OPENAI_MODEL = "gpt-4o"
@@ -84,7 +84,7 @@ def tool(name: str, rng: random.Random) -> dict:
     }
 
 
-# ---- rendering to tokens (independent of promptcache.digest_chain) ----------------------
+# ---- rendering to tokens (independent of promptcache.misses.digest_chain) ----------------------
 
 
 def _tokens(s: str) -> list[int]:

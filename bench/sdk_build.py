@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 import promptcache
-from promptcache.demo_workload import QUESTIONS, SYSTEM_PROMPT, TOOLS
-from promptcache.tokens import count_tokens
+from promptcache.integrations.demo_workload import QUESTIONS, SYSTEM_PROMPT, TOOLS
+from promptcache.prompt.tokens import count_tokens
 
 MODEL = "claude-sonnet-4-6"
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 import openai  # noqa: E402
 
-from promptcache.testing import LocalEngineServer  # noqa: E402
+from promptcache.integrations.pytest_plugin import LocalEngineServer  # noqa: E402
 
 TOPICS = [
     "kettles",

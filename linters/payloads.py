@@ -126,7 +126,7 @@ def lint_payload(data: bytes, path: str, config: LintConfig) -> list[Finding]:
     try:
         # lazy, optional: promptcache.check (the SDK half of this distribution) may be left
         # out of a vendored linter; payloads then get one PC901 finding instead of a crash
-        from promptcache.check import check
+        from promptcache.compose.check import check
     except ImportError as exc:
         return [
             _finding(

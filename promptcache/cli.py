@@ -18,14 +18,17 @@ from promptcache import __version__
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "lint": ("linters.cli", "check Python code for patterns that bust prompt caches"),
-    "report": ("promptcache.report", "summarize the ledger: hit rate, cost and saving"),
-    "simulate": ("promptcache.simulate", "replay a request trace under a provider's cache rules"),
+    "report": ("promptcache.reports.report", "summarize the ledger: hit rate, cost and saving"),
+    "simulate": (
+        "promptcache.simulation.simulate",
+        "replay a request trace under a provider's cache rules",
+    ),
     "serve": (
         "local_engine.server.cli",
         "start the local engine's OpenAI/Anthropic-compatible server",
     ),
     "demo": (
-        "promptcache.demo",
+        "promptcache.integrations.demo",
         "run the naive vs promptcache.build workload against the local engine",
     ),
     "kv-plan": (

@@ -6,7 +6,7 @@ Two levels:
 - provider-wide figures as named constants (``ANTHROPIC_MAX_BREAKPOINTS``,
   ``ANTHROPIC_TTL_SECONDS``, ``OPENAI_CACHE_INCREMENT``, ...), read by the renderers
   (:mod:`promptcache.providers`), :func:`promptcache.check`, the emulator
-  (:mod:`promptcache.cache_emulation`) and the linter (``linters.rules.cache_control``);
+  (:mod:`promptcache.simulation.emulation`) and the linter (``linters.rules.cache_control``);
 - per-model rows (:class:`CacheLimits`, table :data:`MODEL_LIMITS`): look a model up with
   :func:`cache_limits`; unknown models of a known provider get that provider's
   conservative default row (flagged ``known=False``).

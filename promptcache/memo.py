@@ -4,7 +4,7 @@
 there: ``limits.cache_limits``, ``pricing.price_for``, ``ledger``'s day strings). The caches
 here are keyed by something *derived* from the inputs -- a content hash of a canonical text
 (``tokens.count_tokens_memo``), the ``marshal`` bytes of a raw layer (``build``), the
-identity of an object that is not hashable (a :class:`~promptcache.pricing.Price`, one
+identity of an object that is not hashable (a :class:`~promptcache.ledger.pricing.Price`, one
 history message) -- so they share this class instead of each keeping its own dict and its
 own eviction rule.
 """

@@ -181,7 +181,9 @@ BUILD_PREFIX_LAYERS: dict[str, str] = {
     "documents": "the frozen `documents` layer",
     "session": "the semi-stable `session` layer",
 }
-BUILD_CALLS = frozenset({"promptcache.build", "promptcache.build.build"})
+BUILD_CALLS = frozenset(
+    {"promptcache.build", "promptcache.build.build", "promptcache.compose.build.build"}
+)
 # Calls whose first positional argument (or ``content=``) is a system message.
 SYSTEM_MESSAGE_CALLS = frozenset(
     {

@@ -5,7 +5,7 @@ tokens are the engine's ``num_cached_tokens`` (whole 16-token blocks reused from
 prefix cache, as vLLM reports them); no writes are reported.
 
 ``--cache-mode anthropic`` / ``openai`` report what that hosted provider would have
-reported for the same request sequence, computed by :mod:`promptcache.cache_emulation` on an
+reported for the same request sequence, computed by :mod:`promptcache.simulation.emulation` on an
 emulated cache state (entries, TTLs, a clock). The engine's physical prefix cache keeps
 running underneath: it decides how fast a request is (TTFT), the emulation decides only
 the usage numbers. The two usually agree on *whether* a prefix is reused but differ in
@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from promptcache.cache_emulation import (
+from promptcache.simulation.emulation import (
     Breakpoint,
     CacheRuleError,
     CacheState,
@@ -133,7 +133,7 @@ class CacheEmulator:
     """Holds the emulated cache state for one server.
 
     ``mode``: one of :data:`CACHE_MODES`; ``clock``: seconds callable (a
-    :class:`~promptcache.cache_emulation.ManualClock` under ``--test-clock``);
+    :class:`~promptcache.simulation.emulation.ManualClock` under ``--test-clock``);
     ``anthropic_min_tokens``: minimum cacheable length for models not in the documented
     table (None: 1,024)."""
 

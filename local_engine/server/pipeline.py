@@ -31,7 +31,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from promptcache.cache_emulation import CacheUsage
+from promptcache.simulation.emulation import CacheUsage
 
 from .emulation import CacheRequest
 from .errors import parse_body

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from promptcache.cache_emulation import ManualClock
+from promptcache.simulation.emulation import ManualClock
 
 from .diagnostics import DiagnosticsStore
 from .emulation import CacheEmulator

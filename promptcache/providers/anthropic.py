@@ -1,4 +1,4 @@
-"""Request rendering for Anthropic: a :class:`promptcache.prompt.PromptLayers` -> the keyword
+"""Request rendering for Anthropic: a :class:`promptcache.prompt.layers.PromptLayers` -> the keyword
 arguments of the official client's call. Usage parsing is in :mod:`promptcache.providers.anthropic_usage`.
 """
 
@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from promptcache.breakpoints import (
+from promptcache.limits import ANTHROPIC_TTLS, cache_limits
+from promptcache.memo import Memo
+from promptcache.prompt.breakpoints import (
     LayoutBlock,
     Plan,
     block_tokens,
@@ -16,11 +18,9 @@ from promptcache.breakpoints import (
     session_text_tokens,
     tool_tokens,
 )
-from promptcache.limits import ANTHROPIC_TTLS, cache_limits
-from promptcache.memo import Memo
-from promptcache.prompt import PromptLayers
+from promptcache.prompt.layers import PromptLayers
+from promptcache.prompt.tokens import counter_generation
 from promptcache.providers import empty_request
-from promptcache.tokens import counter_generation
 
 CACHE_DIAGNOSIS_BETA = "cache-diagnosis-2026-04-07"
 
@@ -167,7 +167,7 @@ def _render_message(msg: Mapping[str, Any], m: int, model: str) -> tuple[list, l
 
 def layout(prompt: PromptLayers, model: str) -> tuple[dict[str, Any], list[Any]]:
     """The request body without markers, and its blocks in cache order (tools -> system ->
-    messages) as :class:`promptcache.breakpoints.LayoutBlock` with locators
+    messages) as :class:`promptcache.prompt.breakpoints.LayoutBlock` with locators
     ``("tools", i)``, ``("system", j)``, ``("messages", m, b)``. The frozen part is rendered
     once per prefix and shared (see :func:`_frozen_layout`). ``messages`` is empty for a
     prompt with no history and no dynamic part (``explain`` plans such a prefix; ``render``
@@ -210,7 +210,7 @@ def _mark(body: dict[str, Any], locator: tuple, cache_control: dict[str, Any]) -
 def plan_for(
     prompt: PromptLayers, model: str, *, ttl: str = "5m", history_ttl: str = "5m"
 ) -> tuple[dict[str, Any], Plan]:
-    """The unmarked body and the breakpoint :class:`~promptcache.breakpoints.Plan` for
+    """The unmarked body and the breakpoint :class:`~promptcache.prompt.breakpoints.Plan` for
     ``model`` (used by ``render`` and by ``PromptLayers.explain``)."""
     rules = cache_limits(model, "anthropic")
     _check_ttl(ttl)
@@ -244,7 +244,7 @@ def render(
     texts; ``messages`` -- the history, then ``dynamic`` as a final user turn.
 
     Breakpoints (``mode="explicit"``): up to 4 ``cache_control`` markers by the rule of
-    :mod:`promptcache.breakpoints` -- end of the frozen layers and end of the session layer
+    :mod:`promptcache.prompt.breakpoints` -- end of the frozen layers and end of the session layer
     (TTL ``ttl``), the newest history turn and, past the 20-block lookback, a stepping stone
     (TTL ``history_ttl``); none on a prefix under the model's minimum
     (:func:`promptcache.limits.cache_limits`). ``mode="automatic"`` sends no block markers
@@ -255,7 +255,7 @@ def render(
     on the first turn) asks for cache diagnostics: ``diagnostics={"previous_message_id":
     ...}`` and the ``anthropic-beta: cache-diagnosis-2026-04-07`` header; the response's
     ``diagnostics.cache_miss_reason`` is read by
-    :func:`promptcache.monitor.cache_miss_reason`.
+    :func:`promptcache.compose.monitor.cache_miss_reason`.
 
     Raises:
         EmptyRequestError: (a ``ValueError``) no history and no ``dynamic``: no message to

@@ -1,12 +1,12 @@
 """Usage parsing for Anthropic: the provider's usage report -> :class:`promptcache.Usage`.
 
-Registered with :func:`promptcache.normalize_usage` in :mod:`promptcache.usage`.
+Registered with :func:`promptcache.normalize_usage` in :mod:`promptcache.providers.usage`.
 """
 
 from __future__ import annotations
 
 from promptcache.errors import UsageError
-from promptcache.usage_record import WRITE_TTL_ASSUMED, Usage, read_count, subpart
+from promptcache.providers.usage_record import WRITE_TTL_ASSUMED, Usage, read_count, subpart
 
 # Anthropic Messages usage (docs.anthropic.com "Prompt caching" > "Tracking cache
 # performance", checked 2026-11): ``input_tokens`` counts only the tokens AFTER the last

@@ -1,4 +1,4 @@
-"""Request rendering for Amazon Bedrock: a :class:`promptcache.prompt.PromptLayers` -> the keyword
+"""Request rendering for Amazon Bedrock: a :class:`promptcache.prompt.layers.PromptLayers` -> the keyword
 arguments of the official client's call. Usage parsing is in :mod:`promptcache.providers.bedrock_usage`.
 """
 
@@ -8,7 +8,8 @@ import base64 as _base64
 from collections.abc import Mapping
 from typing import Any
 
-from promptcache.breakpoints import (
+from promptcache.limits import cache_limits
+from promptcache.prompt.breakpoints import (
     LayoutBlock,
     block_tokens,
     frozen_text_tokens,
@@ -16,8 +17,7 @@ from promptcache.breakpoints import (
     session_text_tokens,
     tool_tokens,
 )
-from promptcache.limits import cache_limits
-from promptcache.prompt import PromptLayers
+from promptcache.prompt.layers import PromptLayers
 from promptcache.providers import empty_request
 
 _IMAGE_FORMATS = {
@@ -146,7 +146,7 @@ def render(
     ``system`` text blocks (system texts, documents, session); ``messages`` with
     consecutive same-role turns merged and ``dynamic`` last; ``inferenceConfig.maxTokens``
     when ``max_tokens`` is given. ``cachePoint`` blocks are inserted after the blocks chosen
-    by :mod:`promptcache.breakpoints` (at most 4; each checkpoint at least the model's minimum
+    by :mod:`promptcache.prompt.breakpoints` (at most 4; each checkpoint at least the model's minimum
     after the previous one; none in fields the model cannot cache, e.g. tools on Nova).
     ``ttl``/``history_ttl``: ``None`` (the default 5 minutes, no ``ttl`` field sent), ``"5m"``
     or ``"1h"`` where the model supports it.

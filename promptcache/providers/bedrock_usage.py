@@ -1,6 +1,6 @@
 """Usage parsing for Amazon Bedrock: the provider's usage report -> :class:`promptcache.Usage`.
 
-Registered with :func:`promptcache.normalize_usage` in :mod:`promptcache.usage`.
+Registered with :func:`promptcache.normalize_usage` in :mod:`promptcache.providers.usage`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from promptcache.errors import UsageError
 from promptcache.limits import BEDROCK_TTLS
 from promptcache.providers.anthropic_usage import parse_usage as anthropic_parse
 from promptcache.providers.anthropic_usage import parse_usage_stream as anthropic_stream
-from promptcache.usage_record import WRITE_TTL_ASSUMED, Usage, read_count, subpart
+from promptcache.providers.usage_record import WRITE_TTL_ASSUMED, Usage, read_count, subpart
 
 # Amazon Bedrock (docs.aws.amazon.com/bedrock/latest/APIReference API_runtime_TokenUsage
 # and API_runtime_CacheDetail, and the user guide "Prompt caching", checked 2026-11):

@@ -1,4 +1,4 @@
-"""Request rendering for Gemini: a :class:`promptcache.prompt.PromptLayers` -> the keyword
+"""Request rendering for Gemini: a :class:`promptcache.prompt.layers.PromptLayers` -> the keyword
 arguments of the official client's call. Usage parsing is in :mod:`promptcache.providers.gemini_usage`.
 """
 
@@ -9,9 +9,9 @@ import mimetypes as _mimetypes
 from collections.abc import Mapping
 from typing import Any
 
-from promptcache.breakpoints import frozen_text_tokens, tool_tokens
 from promptcache.limits import cache_limits
-from promptcache.prompt import PromptLayers
+from promptcache.prompt.breakpoints import frozen_text_tokens, tool_tokens
+from promptcache.prompt.layers import PromptLayers
 from promptcache.providers import empty_request
 
 

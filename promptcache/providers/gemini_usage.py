@@ -1,12 +1,12 @@
 """Usage parsing for Gemini: the provider's usage report -> :class:`promptcache.Usage`.
 
-Registered with :func:`promptcache.normalize_usage` in :mod:`promptcache.usage`.
+Registered with :func:`promptcache.normalize_usage` in :mod:`promptcache.providers.usage`.
 """
 
 from __future__ import annotations
 
 from promptcache.errors import UsageError
-from promptcache.usage_record import Usage, check_part, read_count, subpart
+from promptcache.providers.usage_record import Usage, check_part, read_count, subpart
 
 # Gemini ``usageMetadata`` (ai.google.dev API reference "GenerateContentResponse" >
 # UsageMetadata, and "Context caching", checked 2026-11): ``promptTokenCount`` INCLUDES

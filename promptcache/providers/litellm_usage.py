@@ -21,7 +21,7 @@ provider's cache counts (litellm 1.110.2, ``litellm/types/utils.py``: ``Usage``,
   ``ModelResponse`` like the unstreamed one. ``litellm.responses()`` returns a Responses
   API object (``input_tokens``), parsed as OpenAI's.
 
-When the two vocabularies disagree, see :mod:`promptcache.usage_reconcile`.
+When the two vocabularies disagree, see :mod:`promptcache.providers.usage_reconcile`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any
 
 from promptcache.errors import UsageError
 from promptcache.providers.openai_usage import usage_from_responses_fields
-from promptcache.usage_reconcile import reconcile_chat_usage
-from promptcache.usage_record import Usage, read_count, subpart
+from promptcache.providers.usage_reconcile import reconcile_chat_usage
+from promptcache.providers.usage_record import Usage, read_count, subpart
 
 __all__ = ["parse_usage", "parse_usage_stream"]
 

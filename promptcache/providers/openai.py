@@ -1,4 +1,4 @@
-"""Request rendering for OpenAI: a :class:`promptcache.prompt.PromptLayers` -> the keyword
+"""Request rendering for OpenAI: a :class:`promptcache.prompt.layers.PromptLayers` -> the keyword
 arguments of the official client's call. Usage parsing is in :mod:`promptcache.providers.openai_usage`.
 """
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from promptcache.breakpoints import LayoutBlock, plan, text_tokens
-from promptcache.canonical import dumps_sorted
 from promptcache.limits import cache_limits
-from promptcache.prompt import PromptLayers
+from promptcache.prompt.breakpoints import LayoutBlock, plan, text_tokens
+from promptcache.prompt.canonical import dumps_sorted
+from promptcache.prompt.layers import PromptLayers
 from promptcache.providers import empty_request
 
 _AUTO = "auto"
@@ -252,7 +252,7 @@ def _apply_breakpoints(
 ) -> Any:
     """Mark up to 3 content parts with ``prompt_cache_breakpoint`` (gpt-5.6+ in the default
     implicit mode: one implicit breakpoint plus the latest three explicit ones are written)
-    by the rule of :mod:`promptcache.breakpoints`. Returns the plan."""
+    by the rule of :mod:`promptcache.prompt.breakpoints`. Returns the plan."""
     blocks: list[LayoutBlock] = []
     if tools:
         blocks.append(LayoutBlock("tools", None, text_tokens(dumps_sorted(tools), model), False))
@@ -320,7 +320,7 @@ def render(
         ``"24h"`` for models that accept extended retention (gpt-4.1, gpt-5 to gpt-5.5; see
         :mod:`promptcache.limits`), omitted for others (``retention=False`` omits it).
         For models that take explicit breakpoints (gpt-5.6 and later), content parts are
-        marked with ``prompt_cache_breakpoint`` by the rule of :mod:`promptcache.breakpoints`
+        marked with ``prompt_cache_breakpoint`` by the rule of :mod:`promptcache.prompt.breakpoints`
         (``breakpoints=False`` turns this off, ``True`` forces it for an unknown model).
 
     A prompt with system text but no history and no ``dynamic`` renders a system-only

@@ -1,4 +1,4 @@
-"""Request rendering for OpenAI-compatible servers (vLLM, SGLang, the local engine): a :class:`promptcache.prompt.PromptLayers` -> the keyword
+"""Request rendering for OpenAI-compatible servers (vLLM, SGLang, the local engine): a :class:`promptcache.prompt.layers.PromptLayers` -> the keyword
 arguments of the official client's call. Usage parsing is in :mod:`promptcache.providers.openai_compatible_usage`.
 """
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from promptcache.prompt import PromptLayers
+from promptcache.prompt.layers import PromptLayers
 from promptcache.providers import empty_request
 from promptcache.providers.openai import chat_messages, chat_tool
 

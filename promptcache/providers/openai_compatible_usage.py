@@ -1,6 +1,6 @@
 """Usage parsing for OpenAI-compatible servers (vLLM, SGLang, the local engine): the provider's usage report -> :class:`promptcache.Usage`.
 
-Registered with :func:`promptcache.normalize_usage` in :mod:`promptcache.usage`.
+Registered with :func:`promptcache.normalize_usage` in :mod:`promptcache.providers.usage`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from promptcache.providers.openai_usage import (
     usage_and_model,
     usage_from_chat_fields,
 )
-from promptcache.usage_record import Usage, read_count, subpart
+from promptcache.providers.usage_record import Usage, read_count, subpart
 
 # OpenAI-compatible servers answer in the Chat Completions shape; whether they report
 # cached tokens depends on the server (docs checked 2026-11):

@@ -1,13 +1,13 @@
 """Usage parsing for OpenAI: the provider's usage report -> :class:`promptcache.Usage`.
 
-Registered with :func:`promptcache.normalize_usage` in :mod:`promptcache.usage`.
+Registered with :func:`promptcache.normalize_usage` in :mod:`promptcache.providers.usage`.
 """
 
 from __future__ import annotations
 
 from promptcache.errors import UsageError
-from promptcache.usage_reconcile import reconcile_chat_usage
-from promptcache.usage_record import (
+from promptcache.providers.usage_reconcile import reconcile_chat_usage
+from promptcache.providers.usage_record import (
     CACHE_NOT_REPORTED,
     WRITE_TTL_ASSUMED,
     Usage,
@@ -156,7 +156,7 @@ def parse_usage(data: dict, *, provider: str = "openai") -> Usage:
     usage, model = usage_and_model(data)
     if "prompt_tokens" in usage:
         # a gateway may also give Anthropic's names; when they disagree, the reads win
-        # (promptcache.usage_reconcile)
+        # (promptcache.providers.usage_reconcile)
         parsed = usage_from_chat_fields(usage, provider=provider, model=model)
         return reconcile_chat_usage(usage, parsed)
     return usage_from_responses_fields(usage, provider=provider, model=model)

@@ -42,8 +42,8 @@ from typing import Any
 
 from promptcache.errors import UsageError
 from promptcache.providers.openai_compatible_usage import parse_usage as parse_chat
-from promptcache.usage_reconcile import reconcile_chat_usage
-from promptcache.usage_record import CACHE_NOT_REPORTED, Usage, read_count, subpart
+from promptcache.providers.usage_reconcile import reconcile_chat_usage
+from promptcache.providers.usage_record import CACHE_NOT_REPORTED, Usage, read_count, subpart
 
 __all__ = ["parse_usage", "parse_usage_stream", "SERVERS"]
 

@@ -91,7 +91,7 @@ def test_clean_payload_and_provider_override(here, capsys):
 
 
 def test_dated_model_names_in_payloads_are_not_pc001(here, capsys):
-    """The payload linter shares promptcache.volatile: a model snapshot date is stable."""
+    """The payload linter shares promptcache.prompt.volatile: a model snapshot date is stable."""
     text = "Escalate from claude-3-5-sonnet-20241022 to o1-2024-12-17. " + LONG
     named = request(
         [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}],
@@ -135,7 +135,7 @@ def test_missing_check_is_one_clear_finding(here, capsys, monkeypatch):
     import sys
 
     (here / "a.json").write_text(json.dumps(request([block()])))
-    monkeypatch.setitem(sys.modules, "promptcache.check", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "promptcache.compose.check", None)  # import raises ImportError
     status, out = run(capsys, "a.json")
     assert status == 1
     (line,) = out

@@ -63,7 +63,7 @@ def test_serve_weight_dtype_choices_and_cpu_only():
 
 @pytest.mark.slow
 def test_serve_threads_and_weight_dtype_reach_the_engine(tmp_path):
-    from promptcache.testing import LocalEngineServer
+    from promptcache.integrations.pytest_plugin import LocalEngineServer
 
     env = {"PROMPTCACHE_WEIGHT_CACHE_DIR": str(tmp_path / "weights")}
     with LocalEngineServer(

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from promptcache import pricing
 from promptcache.errors import PricingError
+from promptcache.ledger import pricing
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = {"local", "SmolLM2-135M-Instruct"}
@@ -83,7 +83,7 @@ def test_docs_name_current_priced_models(globs, deprecated):
 
 
 def test_explain_default_model_is_current():
-    from promptcache.build import Prompt
+    from promptcache.compose.build import Prompt
 
     default = inspect.signature(Prompt.explain).parameters["model"].default
     assert default not in anthropic_deprecated() | openai_deprecated()
@@ -91,7 +91,7 @@ def test_explain_default_model_is_current():
 
 
 def test_demo_prices_at_a_current_model():
-    from promptcache.demo import DEFAULT_PRICE_MODEL
+    from promptcache.integrations.demo import DEFAULT_PRICE_MODEL
 
     assert DEFAULT_PRICE_MODEL not in anthropic_deprecated() | openai_deprecated()
     pricing.price_for(DEFAULT_PRICE_MODEL)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from promptcache.testing import LocalEngineServer
+from promptcache.integrations.pytest_plugin import LocalEngineServer
 
 #: a small KV pool keeps each test server's memory near 0.7 GiB
 TEST_SERVER_ARGS = ["--num-kv-blocks", "512"]

@@ -1,6 +1,6 @@
 """``promptcache serve --exit-with-parent``: a server whose parent is killed (a test run
 stopped with SIGKILL, an xdist worker that crashed) shuts itself down instead of lingering
-with ~1 GB of weights. The pytest plugin's :class:`promptcache.testing.LocalEngineServer`
+with ~1 GB of weights. The pytest plugin's :class:`promptcache.integrations.pytest_plugin.LocalEngineServer`
 passes the flag."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from promptcache.testing import LocalEngineServer
+from promptcache.integrations.pytest_plugin import LocalEngineServer
 
 
 def _gone(pid: int) -> bool:
@@ -97,7 +97,7 @@ def test_real_server_exits_when_its_parent_is_killed(tmp_path):
         f"""
         import os, sys, time
         os.environ["PROMPTCACHE_WEIGHT_CACHE_DIR"] = {env_dir!r}
-        from promptcache.testing import LocalEngineServer
+        from promptcache.integrations.pytest_plugin import LocalEngineServer
         srv = LocalEngineServer(extra_args=["--threads", "1"]).start()
         open({str(tmp_path / "pid")!r}, "w").write(str(srv.proc.pid))
         time.sleep(600)

@@ -1,4 +1,4 @@
-"""``promptcache.testing``: the pytest plugin (pytest11 entry point) and its helpers."""
+"""``promptcache.integrations.pytest_plugin``: the pytest plugin (pytest11 entry point) and its helpers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import textwrap
 
 import pytest
 
-from promptcache.testing import assert_cache_hit, assert_cache_miss, cached_tokens
+from promptcache.integrations.pytest_plugin import (
+    assert_cache_hit,
+    assert_cache_miss,
+    cached_tokens,
+)
 
 
 def test_cached_tokens_reads_every_usage_shape():
@@ -77,7 +81,7 @@ def test_plugin_fixture_in_an_application_suite(tmp_path):
     (starts its own engine: slow)."""
     (tmp_path / "test_app.py").write_text(
         textwrap.dedent("""
-        from promptcache.testing import assert_cache_hit, assert_cache_miss
+        from promptcache.integrations.pytest_plugin import assert_cache_hit, assert_cache_miss
 
         SYSTEM = "You are the help desk of a bicycle shop. " * 8
 

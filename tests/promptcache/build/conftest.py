@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from promptcache import tokens
+from promptcache.prompt import tokens
 
 
 def words(text: str, model: str) -> int:

@@ -2,7 +2,12 @@ import json
 
 import pytest
 
-from promptcache.canonical import canonical_json, dumps_sorted, normalize_text, sort_keys_deep
+from promptcache.prompt.canonical import (
+    canonical_json,
+    dumps_sorted,
+    normalize_text,
+    sort_keys_deep,
+)
 
 
 def test_rfc8785_example_from_the_rfc():

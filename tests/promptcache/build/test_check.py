@@ -4,7 +4,7 @@ import json
 import pytest
 
 from promptcache import build, check
-from promptcache.check import diff_requests
+from promptcache.compose.check import diff_requests
 
 EPH = {"type": "ephemeral"}
 

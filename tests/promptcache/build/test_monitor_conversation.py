@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from promptcache import Conversation, PrefixMonitor, build
-from promptcache.monitor import cache_miss_reason
+from promptcache.compose.monitor import cache_miss_reason
 
 TOOL = {
     "name": "weather",
@@ -166,7 +166,7 @@ def test_appending_does_not_renormalize_the_past(monkeypatch):
 
     conv = Conversation(system="S")
     conv.append({"role": "user", "content": "one"})
-    mod = importlib.import_module("promptcache.conversation")
+    mod = importlib.import_module("promptcache.compose.conversation")
     seen = []
     real = mod.normalize_messages
     monkeypatch.setattr(mod, "normalize_messages", lambda m: seen.append(len(m)) or real(m))

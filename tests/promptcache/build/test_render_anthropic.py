@@ -241,7 +241,7 @@ def test_automatic_mode_uses_one_top_level_cache_control(word_tokens):
 
 
 def test_cache_diagnostics_requested_and_read():
-    from promptcache.monitor import cache_miss_reason
+    from promptcache.compose.monitor import cache_miss_reason
 
     reply = {
         "id": "msg_2",

@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from promptcache import tokens
-from promptcache.tokens import count_tokens, count_tokens_memo, encoding_for_model
+from promptcache.prompt import tokens
+from promptcache.prompt.tokens import count_tokens, count_tokens_memo, encoding_for_model
 
 
 def test_cl100k_exact_count_for_gpt4():

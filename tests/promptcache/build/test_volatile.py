@@ -1,6 +1,6 @@
 import pytest
 
-from promptcache.volatile import find_volatile
+from promptcache.prompt.volatile import find_volatile
 
 POSITIVES = [
     ("Current time: 2024-05-01T12:34:56.123Z.", "iso_datetime", "2024-05-01T12:34:56.123Z"),

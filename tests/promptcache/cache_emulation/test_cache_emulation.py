@@ -1,4 +1,4 @@
-"""promptcache.cache_emulation against the providers' documented numbers.
+"""promptcache.simulation.emulation against the providers' documented numbers.
 
 Every expected value is worked out by hand in the comment next to it from the rules
 quoted in the module docstring (Anthropic and OpenAI prompt-caching pages, 2026-11-29).
@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from promptcache.cache_emulation import (
+from promptcache.limits import ANTHROPIC_LOOKBACK_BLOCKS
+from promptcache.simulation.emulation import (
     BlockPrefix,
     Breakpoint,
     CacheRuleError,
@@ -27,7 +28,6 @@ from promptcache.cache_emulation import (
     openai_usage,
     openai_uses_breakpoints,
 )
-from promptcache.limits import ANTHROPIC_LOOKBACK_BLOCKS
 
 
 def toks(n: int, start: int = 0) -> list[int]:
@@ -335,7 +335,7 @@ def test_openai_breakpoint_ttl_12h():
 
 def test_module_imports_without_torch_or_local_engine():
     code = (
-        "import sys, promptcache.cache_emulation; "
+        "import sys, promptcache.simulation.emulation; "
         "bad = [m for m in ('torch', 'local_engine') if m in sys.modules]; "
         "sys.exit(1 if bad else 0)"
     )

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from promptcache.digest_chain import (
+from promptcache.misses.digest_chain import (
     BLOCK_CHARS,
     DigestChain,
     build_chain,

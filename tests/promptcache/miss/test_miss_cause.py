@@ -7,9 +7,8 @@ import copy
 
 import pytest
 
-from promptcache.digest_chain import build_chain
 from promptcache.limits import cache_limits
-from promptcache.miss_cause import (
+from promptcache.misses.cause import (
     CAUSES,
     Attribution,
     Observation,
@@ -17,7 +16,8 @@ from promptcache.miss_cause import (
     rules_for,
     ttl_seconds,
 )
-from promptcache.usage import Usage
+from promptcache.misses.digest_chain import build_chain
+from promptcache.providers.usage import Usage
 
 SONNET = "claude-sonnet-4-5"  # minimum 1,024 tokens (limits.py row)
 SYSTEM = "You are a meticulous travel planner; always answer in metric units. " * 90

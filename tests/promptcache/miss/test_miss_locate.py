@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from promptcache.digest_chain import BLOCK_CHARS, DigestChain, build_chain
-from promptcache.miss_locate import common_prefix_len, excerpts, first_difference
+from promptcache.misses.digest_chain import BLOCK_CHARS, DigestChain, build_chain
+from promptcache.misses.locate import common_prefix_len, excerpts, first_difference
 
 
 def ser(v: object) -> str:

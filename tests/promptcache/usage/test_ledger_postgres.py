@@ -15,7 +15,7 @@ from urllib.parse import quote
 import pytest
 
 from promptcache import Price, Tracker, Usage
-from promptcache.ledger import SCHEMA_VERSION, LedgerError
+from promptcache.ledger.tracker import SCHEMA_VERSION, LedgerError
 
 pytestmark = pytest.mark.postgres
 

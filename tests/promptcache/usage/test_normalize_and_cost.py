@@ -17,7 +17,7 @@ import pytest
 import promptcache
 from promptcache import Price, Usage, cost, normalize_usage
 from promptcache.errors import PricingError, UsageError
-from promptcache.pricing import load_prices, price_for, register_price
+from promptcache.ledger.pricing import load_prices, price_for, register_price
 
 # --- Anthropic Messages --------------------------------------------------------------
 
@@ -571,7 +571,7 @@ def test_hand_built_usage_equals_parsed_usage():
 
 
 def test_model_lookup_and_user_tables(tmp_path, monkeypatch):
-    import promptcache.pricing as pricing
+    import promptcache.ledger.pricing as pricing
 
     monkeypatch.setattr(pricing, "_USER", {})  # keep registrations local to this test
     monkeypatch.setattr(pricing, "_ALIASES", dict(pricing._ALIASES))
@@ -597,7 +597,7 @@ def test_model_lookup_and_user_tables(tmp_path, monkeypatch):
 
 
 def test_every_bundled_row_has_source_and_date():
-    from promptcache.pricing import _load_bundled
+    from promptcache.ledger.pricing import _load_bundled
 
     for name, p in _load_bundled().items():
         assert p.source and p.source.startswith("https://"), name
@@ -625,7 +625,7 @@ def test_integer_fast_path_equals_decimal_cost_for_every_bundled_model():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from promptcache.pricing import _load_bundled, cost_pico
+    from promptcache.ledger.pricing import _load_bundled, cost_pico
 
     models = sorted(_load_bundled())
 

@@ -12,7 +12,7 @@ from decimal import Decimal as D
 
 from promptcache import Price, Tracker, Usage, build
 from promptcache.cli import main
-from promptcache.report import format_table
+from promptcache.reports.report import format_table
 
 PRICE = Price(input="3", output="15", cache_read="0.30", cache_write_5m="3.75")
 T0 = 1_795_000_000.0
@@ -104,7 +104,7 @@ def test_a_short_run_is_charted_in_buckets_of_its_span(tmp_path):
     assert "per 10 seconds" in page
     vals = [float(v) for _, v in pts]
     assert vals[:4] == [round(16 / 1778, 6)] * 4 and vals[4:] == [round(1760 / 1778, 6)] * 4
-    from promptcache.report_html import pick_bucket
+    from promptcache.reports.html import pick_bucket
 
     assert pick_bucket(0) == 1 and pick_bucket(3 * 3600) == 300 and pick_bucket(30 * 86400) == 86400
 

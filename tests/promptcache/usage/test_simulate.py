@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from promptcache.simulate import Segment, TraceError, TraceRequest, load_trace, relayout, simulate
+from promptcache.simulation.simulate import (
+    Segment,
+    TraceError,
+    TraceRequest,
+    load_trace,
+    relayout,
+    simulate,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -188,7 +195,7 @@ def test_cli_table_json_compare_and_errors(tmp_path):
 
 
 def test_request_payload_traces_use_the_tokenizer():
-    from promptcache.tokens import text_tokens
+    from promptcache.prompt.tokens import text_tokens
 
     system = "You are a support agent for a bicycle shop. " * 120
     lines = [

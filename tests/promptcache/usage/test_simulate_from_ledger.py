@@ -16,7 +16,7 @@ import pytest
 import promptcache
 from promptcache import Tracker, Usage
 from promptcache.cli import main
-from promptcache.simulate import segments_from_request
+from promptcache.simulation.simulate import segments_from_request
 
 MODEL = "claude-sonnet-4-6"
 POLICY_A = "You answer questions about our refund policy. " * 200

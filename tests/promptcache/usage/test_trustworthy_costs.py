@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from promptcache import Tracker, Usage, pricing
+from promptcache import Tracker, Usage
 from promptcache.cli import main
 from promptcache.errors import PricingError
+from promptcache.ledger import pricing
 
 T0 = 1_795_000_000.0  # 2026-11-18, a fixed clock for the ledger rows
 

@@ -21,8 +21,8 @@ import pytest
 
 from promptcache import normalize_usage
 from promptcache.errors import PromptCacheWarning, UsageError
-from promptcache.litellm_callback import PromptCacheCallback, litellm_callback
-from promptcache.usage_reconcile import FIELDS_DISAGREED
+from promptcache.integrations.litellm import PromptCacheCallback, litellm_callback
+from promptcache.providers.usage_reconcile import FIELDS_DISAGREED
 
 
 def model_response(usage: dict, model: str) -> dict:

@@ -499,7 +499,7 @@ def test_tracking_failures_are_logged_never_raised(tmp_path, caplog):
 
     _, client = openai_pair(Server())
     promptcache.wrap(client, Broken())
-    with caplog.at_level(logging.ERROR, logger="promptcache.clients"):
+    with caplog.at_level(logging.ERROR, logger="promptcache.integrations.clients"):
         out = client.chat.completions.create(model="gpt-4o", messages=MSGS)
         chunks = list(
             client.chat.completions.create(
