@@ -35,7 +35,14 @@ class Analysis:
             self._reaches = prefix_reaches(self.ev)
         return self._reaches
 
-    def finding(self, code: str, node: ast.AST, message: str, fix: str | None = None) -> Finding:
+    def finding(
+        self,
+        code: str,
+        node: ast.AST,
+        message: str,
+        fix: str | None = None,
+        severity: str = "warning",
+    ) -> Finding:
         """A finding at ``node`` (columns still UTF-8 byte offsets; the runner converts)."""
         self.reported.add(id(node))
         line = getattr(node, "lineno", 1)
@@ -48,4 +55,5 @@ class Analysis:
             end_line,
             getattr(node, "end_col_offset", None) or 0,
             fix=fix,
+            severity=severity,
         )

@@ -69,6 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also read files that .gitignore ignores",
     )
     parser.add_argument(
+        "--include-tests",
+        action="store_true",
+        help="also lint tests, examples, docs and evaluation folders (skipped by default)",
+    )
+    parser.add_argument(
         "--provider",
         choices=PROVIDERS,
         help="provider of .json/.jsonl request payloads (default: from their shape)",
@@ -108,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.no_respect_gitignore:
             config = replace(config, respect_gitignore=False)
+        if getattr(args, "include_tests", False):
+            config = replace(config, include_tests=True)
         skipped: list[str] = []
         targets = discover(args.paths or ["."], config, skipped=skipped)
     except (ConfigError, PathNotFound) as exc:

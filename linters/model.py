@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 DOCS_BASE = "docs/rules"
+# Severities, most severe first. ``error``: the API rejects the request; ``warning``: the
+# cached prefix changes on every request (or every hour); ``info``: it changes once a day.
+SEVERITIES = ("error", "warning", "info")
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +20,7 @@ class Rule:
     name: str
     summary: str
     fixable: bool = False
+    severity: str = "warning"
 
     @property
     def doc(self) -> str:
@@ -30,7 +34,7 @@ class Finding:
 
     ``line``/``end_line`` are 1-based; ``col``/``end_col`` are 1-based character columns
     (the runner converts the parser's UTF-8 byte offsets). ``fix`` names an available
-    automatic fix (``"sort_keys"``) or is None.
+    automatic fix (``"sort_keys"``) or is None. ``severity`` is one of :data:`SEVERITIES`.
     """
 
     code: str
@@ -41,6 +45,7 @@ class Finding:
     end_col: int
     path: str = ""
     fix: str | None = None
+    severity: str = "warning"
 
     def sort_key(self) -> Any:
         return (self.path, self.line, self.col, self.code)

@@ -46,12 +46,40 @@ _MAPPINGS = ("dict", "Dict", "Mapping", "MutableMapping", "OrderedDict", "defaul
 class Hazard(NamedTuple):
     """A hazard flowing into a value: ``node`` is where it enters (what a finding points
     at), ``detail`` a human description (for PARAM: ``(function scope, parameter name)``),
-    ``fixable`` whether an automatic fix exists (PC002)."""
+    ``fixable`` whether an automatic fix exists (PC002), ``rate`` how often a volatile value
+    changes (``tables.RATE_*``), ``origin`` the node where the value is made (its root
+    cause: one finding per origin)."""
 
     kind: str
     node: ast.AST
     detail: Any
     fixable: bool = False
+    rate: str = tables.RATE_REQUEST
+    origin: Any = None
+
+
+def rerate(hs: Any, rate: str) -> tuple[Hazard, ...]:
+    """``hs`` with every volatile hazard slowed to at most ``rate`` (``now.date()``)."""
+    return tuple(
+        h._replace(rate=tables.slower(h.rate, rate)) if h.kind == HAZARD_VOLATILE else h
+        for h in hs
+    )
+
+
+def _is_id_call(node: Any) -> bool:
+    return (
+        type(node) is ast.Call
+        and type(node.func) is ast.Name
+        and node.func.id == "id"
+        and len(node.args) == 1
+    )
+
+
+def _id_hazard(node: Any) -> Hazard:
+    return Hazard(
+        HAZARD_VOLATILE, node, f"`{short(node)}` (an object address)", False,
+        tables.RATE_REQUEST, node,
+    )
 
 
 class HazardMixin(SegmentMixin):
@@ -85,6 +113,8 @@ class HazardMixin(SegmentMixin):
             for v in node.values:
                 if type(v) is ast.FormattedValue:
                     out.extend(self.hazards(v.value, scope))
+                    if _is_id_call(v.value):
+                        out.append(_id_hazard(v.value))
                     if self.is_set(v.value, scope):
                         out.append(
                             Hazard(HAZARD_SET, v.value, f"formatting the set `{short(v.value)}`")
@@ -96,7 +126,7 @@ class HazardMixin(SegmentMixin):
             return self._h_attribute(node, scope)
         if t is ast.Subscript:
             if self._request_id_key(node.slice):
-                return (Hazard(HAZARD_VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
+                return (_request_id(node),)
             return self.hazards(node.value, scope) + self.hazards(node.slice, scope)
         if t is ast.BinOp:
             return self.hazards(node.left, scope) + self.hazards(node.right, scope)
@@ -159,7 +189,7 @@ class HazardMixin(SegmentMixin):
         if tables.REQUEST_ID_RE.match(node.id) and not any(
             b.kind in (ASSIGN, AUG) for b in bindings
         ):
-            return [Hazard(HAZARD_VOLATILE, node, f"`{node.id}` (a per-request id)")]
+            return [_request_id(node)]
         for b in bindings:
             out.extend(self._h_binding(b, node))
         return out
@@ -175,7 +205,12 @@ class HazardMixin(SegmentMixin):
             seeded = self.facts.seeds.get((id(b.scope), mod))
             if seeded is not None and seeded < b.line:
                 return ()
-            return (Hazard(HAZARD_VOLATILE, b.node, f"`{short(b.node)}` (random order)"),)
+            return (
+                Hazard(
+                    HAZARD_VOLATILE, b.node, f"`{short(b.node)}` (random order)", False,
+                    tables.RATE_REQUEST, b.node,
+                ),
+            )
         value = b.value
         hs = self.hazards(value, b.scope)
         if kind == ITER:
@@ -191,7 +226,7 @@ class HazardMixin(SegmentMixin):
             # A value computed whole (``now = datetime.now()``) is reported where it is used.
             name = use.id if type(use) is ast.Name else short(use)
             hs = tuple(
-                Hazard(HAZARD_VOLATILE, use, f"`{name}`, set from {h.detail} on line {b.line},")
+                h._replace(node=use, detail=f"`{name}`, set from {h.detail} on line {b.line},")
                 if h.kind == HAZARD_VOLATILE
                 else h
                 for h in hs
@@ -200,22 +235,35 @@ class HazardMixin(SegmentMixin):
 
     def _h_attribute(self, node: ast.Attribute, scope: Scope) -> list[Hazard] | tuple:
         if tables.REQUEST_ID_RE.match(node.attr):
-            return (Hazard(HAZARD_VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
+            return (_request_id(node),)
         base = node.value
         if type(base) is ast.Name and base.id == "self":
             out: list[Hazard] = []
             for b in self.self_attr(node.attr, scope):
                 out.extend(self._h_binding(b, node))
             return out
+        rate = tables.CLOCK_ATTRS.get(node.attr)
+        if rate is not None:
+            return rerate(self.hazards(base, scope), rate)
         return self.hazards(base, scope)
 
     def _h_call(self, node: ast.Call, scope: Scope) -> list[Hazard] | tuple:
-        why = self.volatile_call(node, scope)
-        if why:
-            return (Hazard(HAZARD_VOLATILE, node, why),)
+        got = self.volatile_call(node, scope)
+        if got:
+            return (Hazard(HAZARD_VOLATILE, node, got[0], False, got[1], node),)
         func = node.func
         args = node.args
+        if type(func) is ast.Attribute and func.attr in ("strftime", "date"):
+            hs = self.hazards(func.value, scope)
+            fmt = args[0] if args else None
+            if func.attr == "date":
+                return rerate(hs, tables.RATE_DAY)
+            if type(fmt) is ast.Constant and type(fmt.value) is str:
+                return rerate(hs, tables.strftime_rate(fmt.value))
+            return hs
         q = self.facts.qualname(func)
+        if q in ("builtins.str", "builtins.repr") and args and _is_id_call(args[0]):
+            return (_id_hazard(args[0]),)
         if q is not None:
             if q in tables.SANITIZING_CALLS:
                 return ()
@@ -252,7 +300,7 @@ class HazardMixin(SegmentMixin):
                 if why:
                     out.append(Hazard(HAZARD_VIEW, node, why))
             elif attr == "get" and args and self._request_id_key(args[0]):
-                return (Hazard(HAZARD_VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
+                return (_request_id(node),)
         fs, bound = self.callee(node, scope)
         if fs is not None:
             out.extend(self._h_local_call(node, fs, bound, scope))
@@ -509,6 +557,13 @@ class HazardMixin(SegmentMixin):
                             f"{b.line}), so its order is the order of the calls"
                         )
         return None
+
+
+def _request_id(node: Any) -> Hazard:
+    return Hazard(
+        HAZARD_VOLATILE, node, f"`{short(node)}` (a per-request id)", False,
+        tables.RATE_REQUEST, node,
+    )
 
 
 def _is_keys_view(node: Any) -> bool:

@@ -116,19 +116,25 @@ class Resolver:
                 return None
         return args[i] if i < len(args) else None
 
-    def volatile_call(self, node: ast.Call, scope: Scope | None = None) -> str | None:
-        """Why a call's result changes between requests, or None. A ``random`` call after
-        ``random.seed(...)`` in the same function (``scope``) is deterministic."""
+    def volatile_call(self, node: ast.Call, scope: Scope | None = None) -> tuple[str, str] | None:
+        """Why a call's result changes between requests and how often, as ``(why, rate)``
+        (rate: one of ``tables.RATE_ORDER``), or None. A ``random`` call after
+        ``random.seed(...)`` in the same function (``scope``) is deterministic; ``id()``
+        is handled where it is rendered into text (see ``hazards``)."""
         q = self.facts.qualname(node.func)
         if q is None:
             return None
-        what = tables.VOLATILE_CALLS.get(q)
+        what, rate = tables.VOLATILE_CALLS.get(q, (None, tables.RATE_REQUEST))
         if what is None and q in self.extra_volatile:
             what = "a value configured as volatile"
         if what is None:
             n = tables.CLOCK_DEFAULT_CALLS.get(q)
             if n is not None and len(node.args) < n and not node.keywords:
                 what = "the clock"
+                if q == "time.strftime" and node.args:
+                    fmt = node.args[0]
+                    if type(fmt) is ast.Constant and type(fmt.value) is str:
+                        rate = tables.strftime_rate(fmt.value)
         if what is None:
             mod, _, fn = q.rpartition(".")
             exc = tables.RANDOM_MODULES.get(mod)
@@ -138,7 +144,7 @@ class Resolver:
                     what = "a random number generator"
         if what is None:
             return None
-        return f"`{short(node.func, 40)}()` ({what})"
+        return f"`{short(node.func, 40)}()` ({what})", rate
 
     @staticmethod
     def _request_id_key(node: Any) -> bool:

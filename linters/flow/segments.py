@@ -274,9 +274,11 @@ class SegmentMixin(LiteralMixin):
         return _U
 
     def _seg_call(self, node: ast.Call, scope: Scope) -> Any:
-        why = self.volatile_call(node, scope)
-        if why:
-            return ((SEG_VOLATILE, node, why),)
+        got = self.volatile_call(node, scope)
+        if got:
+            if got[1] == tables.RATE_PROCESS:
+                return ((SEG_STATIC, 0),)  # the same for every request of a process
+            return ((SEG_VOLATILE, node, got[0]),)
         func = node.func
         args = node.args
         q = self.facts.qualname(func)

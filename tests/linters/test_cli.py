@@ -186,7 +186,9 @@ def test_pyproject_config(proj, capsys):
     )
     assert main(["-q", "."]) == 1
     assert [ln.split(":")[0] for ln in capsys.readouterr().out.splitlines()] == ["pkg/a.py"]
-    assert main(["-q", "--isolated", "."]) == 1
+    assert main(["-q", "--isolated", "."]) == 1  # tests/ is skipped by default
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    assert main(["-q", "--isolated", "--include-tests", "."]) == 1
     assert len(capsys.readouterr().out.splitlines()) == 4
     # a subfolder finds the pyproject above it
     os.chdir(proj / "pkg")

@@ -41,9 +41,6 @@ def messages(src: str) -> list[str]:
         ("import random", "random.randint(1, 6)"),
         ("import secrets", "secrets.token_hex(8)"),
         ("import numpy as np", "np.random.rand()"),
-        ("import os", "os.getpid()"),
-        ("import socket", "socket.gethostname()"),
-        ("import platform", "platform.node()"),
         ("from django.utils import timezone", "timezone.now()"),
         ("import pandas as pd", "pd.Timestamp.now()"),
     ],
@@ -56,6 +53,27 @@ def test_volatile_sources_in_system_prompt(imports, call):
     client.messages.create(model="m", system=f"Rules. Stamp: {{{call}}}", messages=[])
     """
     assert found(src) == [(4, "PC001")]
+
+
+@pytest.mark.parametrize(
+    "imports,call",
+    [
+        ("import os", "os.getpid()"),
+        ("import socket", "socket.gethostname()"),
+        ("import platform", "platform.node()"),
+        ("import getpass", "getpass.getuser()"),
+        ("import platform", "platform.platform()"),
+    ],
+)
+def test_per_process_values_are_not_reported(imports, call):
+    # issue 28: the same for every request a process serves: one cache write per process
+    src = f"""
+    {imports}
+    import anthropic
+    client = anthropic.Anthropic()
+    client.messages.create(model="m", system=f"Rules. Host: {{{call}}}", messages=[])
+    """
+    assert found(src) == []
 
 
 @pytest.mark.parametrize(
@@ -156,11 +174,11 @@ def test_local_function_return_value_substitutes_arguments():
 
 def test_method_and_self_attribute_flow():
     src = """
-    import socket
+    import uuid
     from anthropic import Anthropic
     class Bot:
         def __init__(self):
-            self.host = socket.gethostname()
+            self.host = uuid.uuid4()
         def system(self):
             return f"Served by {self.host}."
         def ask(self, q):
