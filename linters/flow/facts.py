@@ -117,13 +117,15 @@ PROMPT = "prompt"  # a whole prompt string: its beginning is the cached prefix
 @dataclass(slots=True)
 class Sink:
     """An expression whose value reaches a prompt: ``kind`` (PREFIX/TOOLS/MESSAGES/ROLE),
-    ``label`` for messages ("the system prompt"), ``hint`` when only a name suggested it."""
+    ``label`` for messages ("the system prompt"), ``hint`` when only a name suggested it,
+    ``node`` the whole message (a dict or call) when ``expr`` is only its content."""
 
     kind: str
     expr: ast.expr
     scope: Scope
     label: str
     hint: bool = False
+    node: ast.AST | None = None
 
 
 @dataclass(slots=True)

@@ -65,7 +65,7 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
         if sink.kind == MESSAGES:
             messages_sink(sink.expr, sink.scope, sink, None)
         elif sink.kind == ROLE:
-            if id(sink.expr) not in last_ids:
+            if id(sink.node if sink.node is not None else sink.expr) not in last_ids:
                 take(ev.hazards(sink.expr, sink.scope), sink, None)
         elif sink.kind == PROMPT:
             continue  # position matters: judged on segments (volatile.py, layout.py)

@@ -6,6 +6,7 @@ table with ``extra-volatile-calls`` in ``[tool.promptcache.lint]``.
 
 from __future__ import annotations
 
+import ast
 import re
 
 # How often a volatile value changes: it sets what a finding costs. Per request: every
@@ -223,6 +224,10 @@ TOOLS_KEYWORDS: dict[str, str] = {
     "functions": "the function definitions",
     "toolConfig": "the tool configuration",
     "tool_config": "the tool configuration",
+    # request fields other than the prompt whose order is part of the cached request
+    "tool_choice": "the tool choice",
+    "allowed_function_names": "the allowed function names",
+    "allowed_tools": "the allowed tools",
 }
 # Keyword arguments (and request-body keys) holding a whole prompt string (completions
 # APIs, local engines): what comes first is the cached prefix, only the end may vary.
@@ -232,6 +237,60 @@ MESSAGES_KEYWORDS: dict[str, str] = {
     "messages": "the message list",
     "contents": "the contents list",
 }
+# Resolved request calls (issue 28: a sink the linter cannot resolve is not a sink).
+# ``<client>.messages.create(...)``, ``<client>.chat.completions.create(...)``,
+# ``<client>.responses.create(...)``, ``.stream``/``.parse`` and async variants;
+# ``litellm.completion(...)``; google-genai / google-generativeai; boto3 ``converse``; agent
+# frameworks' constructors (pydantic-ai, OpenAI Agents SDK, agno, crewAI).
+REQUEST_METHODS = frozenset({"create", "acreate", "stream", "parse", "count_tokens"})
+REQUEST_RECEIVERS = frozenset({"messages", "completions", "responses"})
+REQUEST_FUNCTIONS = frozenset(
+    {
+        "litellm.completion",
+        "litellm.acompletion",
+        "litellm.responses",
+        "litellm.aresponses",
+        "litellm.text_completion",
+        "litellm.atext_completion",
+    }
+)
+REQUEST_CALL_NAMES = frozenset(
+    {
+        "generate_content",
+        "generate_content_async",
+        "generate_content_stream",
+        "GenerateContentConfig",
+        "GenerativeModel",
+        "FunctionCallingConfig",
+        "ToolConfig",
+        "converse",
+        "converse_stream",
+    }
+)
+AGENT_MODULES = ("pydantic_ai", "agents", "agno", "crewai", "promptcache")
+# crewAI's Agent(role=, goal=, backstory=) become its system prompt.
+CREWAI_PREFIX_KEYWORDS = {"role": "the agent role", "goal": "the agent goal", "backstory": "the agent backstory"}
+
+
+def is_request_call(func: object, qual: str) -> bool:
+    """True when a call is a real client or framework request (see the tables above)."""
+
+    if qual in REQUEST_FUNCTIONS:
+        return True
+    if isinstance(func, ast.Attribute):
+        if func.attr in REQUEST_METHODS:
+            recv = func.value
+            return isinstance(recv, ast.Attribute) and recv.attr in REQUEST_RECEIVERS
+        name = func.attr
+    elif isinstance(func, ast.Name):
+        name = func.id
+    else:
+        return False
+    if name in REQUEST_CALL_NAMES:
+        return True
+    return name == "Agent" and qual.startswith(AGENT_MODULES)
+
+
 # promptcache.build(...) layers: frozen and semi-stable ones are prefixes.
 BUILD_PREFIX_LAYERS: dict[str, str] = {
     "system": "the frozen `system` layer",

@@ -118,7 +118,10 @@ def check(an: RuleContext) -> list[Finding]:
         if sink.kind == PREFIX or sink.kind == PROMPT:
             segs = ev.text_segments(sink.expr, sink.scope)
         elif sink.kind == ROLE:
-            content, cscope = _content(ev, sink.expr, sink.scope)
+            if sink.node is not None:  # the sink is already the message's content
+                content, cscope = sink.expr, sink.scope
+            else:
+                content, cscope = _content(ev, sink.expr, sink.scope)
             segs = _message_text(ev, content, cscope) if content is not None else ()
         elif sink.kind == MESSAGES:
             _check_messages(an, sink, min_chars, out)

@@ -254,20 +254,36 @@ def test_system_role_message_found_without_a_visible_call():
     assert found(src) == [(4, "PC001")]
 
 
-def test_name_hints_strong_and_weak():
-    strong = """
-    from datetime import date
-    SYSTEM_PROMPT = f"You are a bot. Today is {date.today()}."
+def test_names_alone_are_not_sinks():
+    # issue 28: a sink the linter cannot resolve is not a sink; a name that sounds like a
+    # system prompt (a tracing attribute, an env var for a subprocess) proves nothing
+    src = """
+    import openai
+    import subprocess
+    import uuid
+    from datetime import datetime
+    SYSTEM_PROMPT = f"You are a bot. Now {datetime.now()}."
     def build_system_prompt():
-        return f"Now {date.today()}"
+        return f"Now {datetime.now()}"
+    def tracing_system_instructions(span):
+        span.set_attribute("llm.system_instructions", f"run {uuid.uuid4()}")
+    def run_tool():
+        env = {"SYSTEM_PROMPT": f"started {datetime.now()}"}
+        return subprocess.run(["tool"], env=env)
     """
-    assert found(strong) == [(2, "PC001"), (4, "PC001")]
-    weak = """
-    from datetime import date
-    instructions = f"Assemble the shelf. Printed {date.today()}."
+    assert found(src) == []
+
+
+def test_a_named_prompt_reaching_a_request_is_reported_where_it_is_built():
+    src = """
+    import anthropic
+    from datetime import datetime
+    SYSTEM_PROMPT = f"You are a bot. Now {datetime.now()}."
+    def ask(q):
+        return anthropic.Anthropic().messages.create(
+            model="m", system=SYSTEM_PROMPT, messages=[{"role": "user", "content": q}])
     """
-    assert found(weak) == []  # `instructions` alone is too common a name
-    assert found("import openai\n" + textwrap.dedent(weak).lstrip()) == [(3, "PC001")]
+    assert found(src) == [(3, "PC001")]
 
 
 def test_extra_volatile_calls_from_config():
