@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-DOCS_BASE = "docs/rules"
+DOCS_BASE = "linters/rule_pages"
 # Severities, most severe first. ``error``: the API rejects the request; ``warning``: the
 # cached prefix changes on every request (or every hour); ``info``: it changes once a day.
 SEVERITIES = ("error", "warning", "info")
@@ -24,7 +24,7 @@ class Rule:
 
     @property
     def doc(self) -> str:
-        """Path of the rule's documentation page in the repository."""
+        """Path of the rule's documentation page inside the ``linters`` package."""
         return f"{DOCS_BASE}/{self.code}.md"
 
 

@@ -40,6 +40,9 @@ HAZARD_VIEW = "view"
 HAZARD_PARAM = "param"
 
 _MAX_DEPTH = 24
+# json.dumps of values whose text names one of these is never re-sorted by --fix: the
+# field order of a schema (or a function's parameters) is meaningful to the model.
+_SCHEMA_WORDS = ("schema", "parameters", "properties", "json_schema", "input_schema")
 _MAPPINGS = ("dict", "Dict", "Mapping", "MutableMapping", "OrderedDict", "defaultdict")
 
 
@@ -328,7 +331,9 @@ class HazardMixin(SegmentMixin):
     def _h_json(self, node: ast.Call, q: str, mode: str, scope: Scope) -> list[Hazard]:
         out: list[Hazard] = []
         if node.args:
-            out.extend(self.hazards(node.args[0], scope))
+            # the set order of a dict's keys is what PC002 reports (or sort_keys removes):
+            # one root cause, one finding
+            out.extend(h for h in self.hazards(node.args[0], scope) if h.kind != HAZARD_SET)
         kws = {}
         for kw in node.keywords:
             if kw.arg is None:
@@ -344,70 +349,96 @@ class HazardMixin(SegmentMixin):
             opt = kws.get("option")
             if opt is not None and "OPT_SORT_KEYS" in short(opt, 400):
                 return out
-        if node.args and self.deterministic_order(node.args[0], scope, 0):
-            return out
-        fixable = mode == "sort_keys" and "sort_keys" not in kws
+        why = self.key_order_varies(node.args[0], scope, 0) if node.args else None
+        if why is None:
+            return out  # key order fixed by the code that builds the dict (issue 28)
+        # never reorder a schema: its field order is what the model reads
+        schema = any(w in short(node.args[0], 200).lower() for w in _SCHEMA_WORDS)
+        fixable = mode == "sort_keys" and "sort_keys" not in kws and not schema
         out.append(
-            Hazard(HAZARD_JSON, node, f"`{short(node.func)}(...)` without sorted keys", fixable)
+            Hazard(
+                HAZARD_JSON,
+                node,
+                f"`{short(node.func)}(...)` without sorted keys, of {why},",
+                fixable,
+            )
         )
         return out
 
-    def deterministic_order(self, node: Any, scope: Scope, depth: int) -> bool:
-        """True when serialising ``node`` gives the same key order on every run: literals
-        whose nested values are not mappings built at run time."""
+    def key_order_varies(self, node: Any, scope: Scope, depth: int) -> str | None:
+        """Why the key order of the dict ``node`` evaluates to can differ between requests
+        with equal data, or None when the code that builds it fixes the order (a literal,
+        a schema, a file read from disk). Differs: built by iterating a set, merged from a
+        caller's ``**kwargs``, a network payload (``resp.json()``)."""
         if depth > 8:
-            return False
+            return None
         t = type(node)
-        if t is ast.Constant:
-            return True
-        if t in (ast.List, ast.Tuple):
-            return all(self.deterministic_order(e, scope, depth + 1) for e in node.elts)
+        if t is ast.DictComp or t is ast.SetComp:
+            for gen in node.generators:
+                if self.is_set(gen.iter, scope):
+                    return f"a dict built by iterating the set `{short(gen.iter)}`"
+            return None
         if t is ast.Dict:
-            if any(k is None for k in node.keys):
-                return False
-            return all(self._not_runtime_mapping(v, scope, depth + 1) for v in node.values)
-        if t is ast.Name:
-            bl = self.resolve(node.id, scope, node.lineno)
-            if (
-                len(bl) == 1
-                and bl[0].kind == ASSIGN
-                and type(bl[0].value) in (ast.Dict, ast.List, ast.Tuple, ast.Constant)
-            ):
-                return self.deterministic_order(bl[0].value, bl[0].scope, depth + 1)
-        return False
-
-    def _not_runtime_mapping(self, node: Any, scope: Scope, depth: int) -> bool:
-        t = type(node)
-        if t in (ast.Constant, ast.List, ast.Tuple, ast.Dict):
-            return self.deterministic_order(node, scope, depth)
-        if t is ast.DictComp:
-            return False
+            for k, v in zip(node.keys, node.values):
+                why = (
+                    self._kwargs_param(v, scope)
+                    if k is None
+                    else self.key_order_varies(v, scope, depth + 1)
+                )
+                if why:
+                    return why
+            return None
+        if t in (ast.List, ast.Tuple):
+            for e in node.elts:
+                why = self.key_order_varies(e, scope, depth + 1)
+                if why:
+                    return why
+            return None
         if t is ast.Call:
-            q = self.facts.qualname(node.func) or ""
-            if q in tables.DICT_CONSTRUCTORS or q.endswith(("json.loads", "json.load")):
-                return False
-            if type(node.func) is ast.Attribute and node.func.attr in (
-                "model_dump",
-                "dict",
-                "to_dict",
-                "json",
-                "asdict",
-                "copy",
-            ):
-                return False
-            return True
+            func = node.func
+            if type(func) is ast.Attribute and func.attr == "json" and not node.args:
+                return f"a network payload (`{short(node)}`)"
+            if self.facts.qualname(func) in tables.DICT_CONSTRUCTORS:
+                for kw in node.keywords:
+                    why = self._kwargs_param(kw.value, scope) if kw.arg is None else None
+                    if why:
+                        return why
+                if node.args:
+                    return self.key_order_varies(node.args[0], scope, depth + 1)
+            return None
         if t is ast.Name:
+            why = self._kwargs_param(node, scope)
+            if why:
+                return why
             for b in self.resolve(node.id, scope, node.lineno):
-                if b.kind in (SETITEM, UPDATE):
-                    return False
-                if b.kind == ASSIGN and not self._not_runtime_mapping(b.value, b.scope, depth + 1):
-                    return False
-                if b.kind == PARAM and _annotation_is(
-                    b.scope.param_notes.get(node.id), ("dict", "Dict", "Mapping", "MutableMapping")
-                ):
-                    return False
-            return True
-        return True
+                if b.kind == ASSIGN:
+                    why = self.key_order_varies(b.value, b.scope, depth + 1)
+                elif b.kind in (SETITEM, UPDATE):
+                    loop = next(
+                        (it for it in b.in_loop if it is not None and self.is_set(it, b.scope)),
+                        None,
+                    )
+                    why = f"a dict filled in a loop over the set `{short(loop)}`" if loop else None
+                    if why is None and b.kind == UPDATE:
+                        why = self._kwargs_param(b.value, b.scope)
+                else:
+                    why = None
+                if why:
+                    return why
+        return None
+
+    def _kwargs_param(self, node: Any, scope: Scope) -> str | None:
+        """``node`` is the ``**kwargs`` parameter of its function: its key order is the
+        order of each caller's keyword arguments."""
+        if type(node) is not ast.Name:
+            return None
+        for b in self.resolve(node.id, scope, node.lineno):
+            if b.kind == PARAM:
+                fn = b.scope.node
+                kwarg = getattr(getattr(fn, "args", None), "kwarg", None)
+                if kwarg is not None and kwarg.arg == node.id:
+                    return f"`**{node.id}` (ordered as each caller passes them)"
+        return None
 
     def is_set(self, node: Any, scope: Scope, depth: int = 0) -> bool:
         """True when ``node`` evaluates to a ``set``/``frozenset`` (unordered)."""

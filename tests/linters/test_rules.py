@@ -299,36 +299,63 @@ def test_extra_volatile_calls_from_config():
 # -- PC002 --------------------------------------------------------------------------------
 
 
-def test_json_dumps_rules():
+def test_json_dumps_reported_only_when_key_order_can_differ():
+    # issue 28: equal data in a dict whose order the code fixes renders equal text
     src = """
     import json
     from json import dumps
     import anthropic
     client = anthropic.Anthropic()
-    def ask(profile, q, opts):
-        a = json.dumps(profile)
-        b = dumps(profile, indent=2)
-        c = json.dumps(profile, sort_keys=True)
+    def ask(profile, q, opts, tags, **extra):
+        a = json.dumps({t: 1 for t in set(tags)})
+        b = dumps(extra, indent=2)
+        c = json.dumps(extra, sort_keys=True)
         d = json.dumps({"k": 1, "z": [1, 2]})
-        e = json.dumps(profile, **opts)
-        f = json.dumps({"user": profile})
-        client.messages.create(model="m", system=a + b + c + d + e, messages=[
-            {"role": "user", "content": json.dumps(profile)}])
+        e = json.dumps(extra, **opts)
+        f = json.dumps(profile)
+        client.messages.create(model="m", system=a + b + c + d + e + f, messages=[
+            {"role": "user", "content": json.dumps(extra)}])
     """
     assert found(src) == [(6, "PC002"), (7, "PC002")]
-    src2 = src.replace("a + b + c + d + e", "f")
-    assert found(src2) == []  # literal dict, values not known to be mappings
 
 
-def test_json_dict_literal_with_runtime_mapping_value():
+def test_json_dumps_of_schema_file_and_literal_is_not_reported():
+    # issue 28 false positives: a Pydantic schema, a JSON file loaded from disk, a literal
     src = """
     import json
     import anthropic
-    def ask(q, extra: dict):
-        ctx = json.dumps({"extra": extra})
-        anthropic.Anthropic().messages.create(model="m", system=ctx, messages=[])
+    from pydantic import BaseModel
+    class Answer(BaseModel):
+        text: str
+    def ask(q):
+        schema = json.dumps(Answer.model_json_schema())
+        with open("catalog.json") as fh:
+            catalog = json.dumps(json.load(fh))
+        lit = json.dumps({"mode": "strict", "langs": ["en", "fr"]})
+        anthropic.Anthropic().messages.create(
+            model="m", system=schema + catalog + lit, messages=[{"role": "user", "content": q}])
     """
-    assert found(src) == [(4, "PC002")]
+    assert found(src) == []
+
+
+def test_json_dumps_of_kwargs_merge_and_network_payload():
+    src = """
+    import json
+    import httpx
+    import anthropic
+    def ask(q, base: dict, **overrides):
+        settings = {**base, **overrides}
+        profile = httpx.get("https://x/profile").json()
+        anthropic.Anthropic().messages.create(
+            model="m", system=json.dumps(settings) + json.dumps(profile), messages=[])
+    """
+    assert found(src) == [(8, "PC002"), (8, "PC002")]
+    assert [m.split(" feeds")[0] for m in messages(src)] == [
+        "`json.dumps(...)` without sorted keys, of `**overrides` (ordered as each caller passes "
+        "them),",
+        "`json.dumps(...)` without sorted keys, of a network payload (`httpx.get('https://x/pro"
+        "file').json()`),",
+    ]
 
 
 # -- PC003 / PC006 ------------------------------------------------------------------------
