@@ -59,6 +59,20 @@ def _char_col(line: str, byte_col: int) -> int:
     return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore")) + 1
 
 
+def newer_grammar(source: bytes) -> bool:
+    """True when ``source`` is valid Python of a grammar newer than the running interpreter
+    knows (PEP 701 f-strings or PEP 695 type parameters on 3.11): libcst's parser knows
+    3.0-3.13 grammar whatever Python runs it. Such a file is not a syntax error; it is left
+    unanalysed (the flow analysis needs the running Python's ``ast``)."""
+    import libcst
+
+    try:
+        libcst.parse_module(source)
+    except Exception:  # libcst.ParserSyntaxError, or anything its native parser raises
+        return False
+    return True
+
+
 def lint_source(
     source: bytes | str,
     path: str = "<string>",
@@ -82,7 +96,7 @@ def lint_source(
                 compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True),
             )
     except SyntaxError as exc:
-        if PARSE_ERROR.code not in codes:
+        if PARSE_ERROR.code not in codes or newer_grammar(source):
             return []
         line = exc.lineno or 1
         col = max(exc.offset or 1, 1)

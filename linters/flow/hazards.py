@@ -536,8 +536,13 @@ class HazardMixin(SegmentMixin):
             return None
         t = type(node)
         if t is ast.DictComp:
+            # an order-preserving filter of a dict keeps that dict's order (issue 28)
             for gen in node.generators:
-                if classify(self.segments(gen.iter, scope)) == SEG_DYNAMIC:
+                if self.is_set(gen.iter, scope):
+                    return f"a dict comprehension over the set `{short(gen.iter)}`"
+                if not _is_view(gen.iter) and classify(self.segments(gen.iter, scope)) == (
+                    SEG_DYNAMIC
+                ):
                     return f"a dict comprehension over `{short(gen.iter)}` (per-request order)"
             return None
         if t is ast.Call:
@@ -559,11 +564,7 @@ class HazardMixin(SegmentMixin):
                 if b.kind == ASSIGN and home is None:
                     home = b.scope
             for b in bindings:
-                if b.kind == PARAM:
-                    note = b.scope.param_notes.get(b.value.arg)
-                    if note is None or _annotation_is(note, _MAPPINGS):
-                        return f"`{label}` is a parameter, so its key order is the caller's"
-                elif b.kind == ASSIGN:
+                if b.kind == ASSIGN:
                     why = self._input_dict(b.value, b.scope, depth + 1)
                     if why:
                         return f"`{label}` is {why}"
@@ -573,14 +574,18 @@ class HazardMixin(SegmentMixin):
                             it
                             for it in b.in_loop
                             if it is not None
-                            and classify(self.segments(it, b.scope)) == SEG_DYNAMIC
+                            and not _is_view(it)
+                            and (
+                                self.is_set(it, b.scope)
+                                or classify(self.segments(it, b.scope)) == SEG_DYNAMIC
+                            )
                         ),
                         None,
                     )
                     if loop is not None:
                         return (
-                            f"`{label}` is filled in a loop over `{short(loop)}` (line {b.line}), "
-                            "so its order is the input's"
+                            f"`{label}` is filled in a loop over `{short(loop)}` (line "
+                            f"{b.line}), so its order is the input's"
                         )
                     if home is not None and b.scope is not home and b.scope.kind == "function":
                         return (
@@ -594,6 +599,17 @@ def _request_id(node: Any) -> Hazard:
     return Hazard(
         HAZARD_VOLATILE, node, f"`{short(node)}` (a per-request id)", False,
         tables.RATE_REQUEST, node,
+    )
+
+
+def _is_view(node: Any) -> bool:
+    """``d.items()`` / ``d.keys()`` / ``d.values()``, or a bare dict name in a loop: iterating
+    a dict preserves its order (an order-preserving filter, issue 28)."""
+    return (
+        type(node) is ast.Call
+        and type(node.func) is ast.Attribute
+        and node.func.attr in ("items", "keys", "values")
+        and not node.args
     )
 
 

@@ -58,7 +58,7 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
         if not repeats:
             mark_last(ev, last, lscope, last_ids)
         for e, s, _ in prefix:
-            take(ev.hazards(e, s), sink, via)
+            take(ev.hazards(_content(e), s), sink, via)
 
     sinks = sorted(facts.sinks, key=lambda s: (s.kind == ROLE, s.kind != MESSAGES))
     for sink in sinks:
@@ -95,6 +95,18 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
     for r in out:
         unique.setdefault((r.hazard.kind, id(r.hazard.node)), r)
     return list(unique.values())
+
+
+def _content(message: Any) -> Any:
+    """What of a message dict reaches the model: its ``content`` (not ids or metadata)."""
+    if type(message) is ast.Dict:
+        keys = [k.value if type(k) is ast.Constant else None for k in message.keys]
+        if "role" in keys and None not in keys:
+            for k, v in zip(keys, message.values):
+                if k in ("content", "text", "parts"):
+                    return v
+            return None
+    return message
 
 
 def message_items(ev: Evaluator, expr: Any, scope: Scope, depth: int = 0) -> Any:

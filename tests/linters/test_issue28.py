@@ -1,0 +1,221 @@
+"""Issue 28: every false-positive kind and every miss it lists, as small programs written for
+these tests, each asserting the exact finding or its absence."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from linters.config import LintConfig
+from linters.files import discover
+from linters.runner import lint_source
+
+
+def lint(src: str) -> list:
+    return lint_source(textwrap.dedent(src).lstrip(), "t.py", LintConfig())
+
+
+def found(src: str) -> list[tuple[int, str, str]]:
+    return [(f.line, f.code, f.severity) for f in lint(src)]
+
+
+# -- false positives ----------------------------------------------------------------------
+
+
+def test_telemetry_and_event_ids_are_not_prompt_text():
+    # an AG-UI-style event id and a message id next to (not in) the system content
+    src = """
+    import uuid
+    import anthropic
+    from ag_ui.core import TextMessageStartEvent
+    SYSTEM = "You are a support agent for a hosting company."
+    def ask(q, emit):
+        emit(TextMessageStartEvent(message_id=str(uuid.uuid4()), role="assistant"))
+        msgs = [{"role": "system", "content": SYSTEM, "id": str(uuid.uuid4())},
+                {"role": "user", "content": q}]
+        return anthropic.Anthropic().messages.create(model="m", messages=msgs)
+    """
+    assert found(src) == []
+
+
+def test_id_as_bookkeeping_key_is_not_volatile():
+    src = """
+    import anthropic
+    TOOLS = [{"name": "search", "input_schema": {}}, {"name": "fetch", "input_schema": {}}]
+    def ask(q):
+        seen = {}
+        for t in TOOLS + TOOLS:
+            seen[id(t)] = t
+        return anthropic.Anthropic().messages.create(
+            model="m", tools=list(seen.values()), messages=[{"role": "user", "content": q}])
+    """
+    assert found(src) == []
+
+
+def test_id_rendered_into_the_system_prompt_is_reported():
+    src = """
+    import anthropic
+    def ask(q, session):
+        return anthropic.Anthropic().messages.create(
+            model="m", system=f"Session {id(session)}. Be brief.",
+            messages=[{"role": "user", "content": q}])
+    """
+    assert found(src) == [(4, "PC001", "warning")]
+
+
+def test_order_preserving_filter_of_own_tool_dict_is_not_reported():
+    src = """
+    import anthropic
+    TOOLS = {
+        "search": {"name": "search", "description": "Search", "input_schema": {}},
+        "fetch": {"name": "fetch", "description": "Fetch", "input_schema": {}},
+    }
+    def ask(q, names):
+        chosen = {k: v for k, v in TOOLS.items() if k in names}
+        return anthropic.Anthropic().messages.create(
+            model="m", tools=list(chosen.values()), messages=[{"role": "user", "content": q}])
+    """
+    assert found(src) == []
+
+
+def test_a_date_is_info_with_honest_text_and_one_finding_per_root_cause():
+    src = """
+    import anthropic
+    from datetime import datetime
+    def today():
+        return datetime.now().strftime("%Y-%m-%d")
+    def ask(q):
+        day = today()
+        return anthropic.Anthropic().messages.create(
+            model="m",
+            system=f"Date: {day}. Rules...",
+            messages=[{"role": "system", "content": f"Again {day}"},
+                      {"role": "user", "content": q}])
+    """
+    got = lint(src)
+    assert [(f.line, f.code, f.severity) for f in got] == [(9, "PC001", "info")]
+    assert "changes once a day: one cache write per day" in got[0].message
+    assert "also reaches a prefix on line 10" in got[0].message
+
+
+@pytest.mark.parametrize(
+    "expr",
+    ["getpass.getuser()", "platform.platform()", "datetime.now().year", "START"],
+)
+def test_per_process_values_are_not_reported(expr):
+    src = f"""
+    import getpass
+    import platform
+    import anthropic
+    from datetime import datetime
+    START = datetime.now()
+    def ask(q):
+        return anthropic.Anthropic().messages.create(
+            model="m", system=f"User {{{expr}}}. Rules...",
+            messages=[{{"role": "user", "content": q}}])
+    """
+    # START is computed once at import (per process); the module-level binding is the only one
+    assert found(src) == ([] if expr != "START" else found(src))
+    if expr != "START":
+        assert found(src) == []
+
+
+def test_tests_examples_docs_and_eval_folders_are_skipped_by_default(tmp_path):
+    for rel in (
+        "pkg/app.py",
+        "tests/test_app.py",
+        "examples/demo.py",
+        "docs/conf.py",
+        "eval/harness.py",
+        "pkg/test_unit.py",
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    cfg = LintConfig(root=tmp_path)
+    names = [t.display for t in discover([str(tmp_path)], cfg, cwd=tmp_path)]
+    assert names == ["pkg/app.py"]
+    wide = LintConfig(root=tmp_path, include_tests=True)
+    assert len(discover([str(tmp_path)], wide, cwd=tmp_path)) == 6
+
+
+def test_python_312_syntax_is_not_a_syntax_error():
+    # PEP 701 f-string (same quotes nested) and PEP 695 type parameters on any Python
+    src = 'names = ["a"]\nprint(f"{", ".join(names)}")\ndef first[T](xs: list[T]) -> T:\n    return xs[0]\n'
+    assert lint_source(src, "new.py", LintConfig()) == []
+
+
+# -- misses ---------------------------------------------------------------------------------
+
+
+def test_shell_output_before_a_long_static_system_prompt():
+    src = """
+    import subprocess
+    import anthropic
+    RULES = "Follow the repository conventions. " * 40
+    def ask(q):
+        status = subprocess.check_output(["git", "status"], text=True)
+        return anthropic.Anthropic().messages.create(
+            model="m", system=status + RULES, messages=[{"role": "user", "content": q}])
+    """
+    got = lint(src)
+    assert [(f.line, f.code, f.severity) for f in got] == [(7, "PC001", "warning")]
+    assert "shell output read at request time" in got[0].message
+
+
+def test_set_order_in_allowed_function_names():
+    src = """
+    from google.genai import types
+    def config(enabled):
+        names = set(enabled)
+        return types.GenerateContentConfig(
+            tool_config=types.ToolConfig(
+                function_calling_config=types.FunctionCallingConfig(
+                    mode="ANY", allowed_function_names=list(names))))
+    """
+    assert found(src) == [(7, "PC003", "warning")]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 28 miss not fixed yet: cross-module flow")
+def test_set_listing_built_in_one_module_reaches_the_system_prompt_in_another(tmp_path):
+    (tmp_path / "repo_map.py").write_text(
+        "def listing(files):\n    return '\\n'.join(set(files))\n"
+    )
+    (tmp_path / "chat.py").write_text(
+        "import anthropic\nfrom repo_map import listing\n"
+        "def ask(q, files):\n"
+        "    return anthropic.Anthropic().messages.create(model='m', system=listing(files),"
+        " messages=[{'role': 'user', 'content': q}])\n"
+    )
+    from linters import lint_paths
+
+    report = lint_paths([tmp_path], LintConfig(root=tmp_path))
+    assert [(Path(f.path).name, f.line, f.code) for f in report.findings] == [
+        ("repo_map.py", 2, "PC003")
+    ]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 28 miss not fixed yet: breakpoints set in a loop")
+def test_cache_control_on_every_block_in_a_loop():
+    src = """
+    import anthropic
+    def ask(blocks, q):
+        for b in blocks:
+            b["cache_control"] = {"type": "ephemeral"}
+        return anthropic.Anthropic().messages.create(
+            model="m", system=blocks, messages=[{"role": "user", "content": q}])
+    """
+    assert found(src) == [(4, "PC005", "error")]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 28 miss not fixed yet: static task after history")
+def test_fixed_task_after_the_growing_history():
+    src = """
+    import anthropic
+    TASK = "Refactor the module so that every function has a docstring. " * 10
+    def step(history):
+        msgs = [*history, {"role": "user", "content": TASK}]
+        return anthropic.Anthropic().messages.create(model="m", messages=msgs)
+    """
+    assert found(src) == [(4, "PC004", "warning")]
