@@ -36,9 +36,10 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from collections import Counter, defaultdict
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

@@ -13,7 +13,6 @@ no ``site_url``), so no web link is given.
 from __future__ import annotations
 
 import json
-
 from collections import Counter
 
 from linters.model import SEVERITIES, Finding

@@ -64,8 +64,7 @@ class Hazard(NamedTuple):
 def rerate(hs: Any, rate: str) -> tuple[Hazard, ...]:
     """``hs`` with every volatile hazard slowed to at most ``rate`` (``now.date()``)."""
     return tuple(
-        h._replace(rate=tables.slower(h.rate, rate)) if h.kind == HAZARD_VOLATILE else h
-        for h in hs
+        h._replace(rate=tables.slower(h.rate, rate)) if h.kind == HAZARD_VOLATILE else h for h in hs
     )
 
 
@@ -80,8 +79,12 @@ def _is_id_call(node: Any) -> bool:
 
 def _id_hazard(node: Any) -> Hazard:
     return Hazard(
-        HAZARD_VOLATILE, node, f"`{short(node)}` (an object address)", False,
-        tables.RATE_REQUEST, node,
+        HAZARD_VOLATILE,
+        node,
+        f"`{short(node)}` (an object address)",
+        False,
+        tables.RATE_REQUEST,
+        node,
     )
 
 
@@ -210,8 +213,12 @@ class HazardMixin(SegmentMixin):
                 return ()
             return (
                 Hazard(
-                    HAZARD_VOLATILE, b.node, f"`{short(b.node)}` (random order)", False,
-                    tables.RATE_REQUEST, b.node,
+                    HAZARD_VOLATILE,
+                    b.node,
+                    f"`{short(b.node)}` (random order)",
+                    False,
+                    tables.RATE_REQUEST,
+                    b.node,
                 ),
             )
         value = b.value
@@ -597,8 +604,12 @@ class HazardMixin(SegmentMixin):
 
 def _request_id(node: Any) -> Hazard:
     return Hazard(
-        HAZARD_VOLATILE, node, f"`{short(node)}` (a per-request id)", False,
-        tables.RATE_REQUEST, node,
+        HAZARD_VOLATILE,
+        node,
+        f"`{short(node)}` (a per-request id)",
+        False,
+        tables.RATE_REQUEST,
+        node,
     )
 
 

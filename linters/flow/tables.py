@@ -269,7 +269,11 @@ REQUEST_CALL_NAMES = frozenset(
 )
 AGENT_MODULES = ("pydantic_ai", "agents", "agno", "crewai", "promptcache")
 # crewAI's Agent(role=, goal=, backstory=) become its system prompt.
-CREWAI_PREFIX_KEYWORDS = {"role": "the agent role", "goal": "the agent goal", "backstory": "the agent backstory"}
+CREWAI_PREFIX_KEYWORDS = {
+    "role": "the agent role",
+    "goal": "the agent goal",
+    "backstory": "the agent backstory",
+}
 
 
 def is_request_call(func: object, qual: str) -> bool:

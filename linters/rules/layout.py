@@ -40,6 +40,29 @@ RULES = (
 )
 
 
+# Stakes (issue 28): static text after a per-request value is re-written on each request.
+# Below the smallest minimum cacheable prefix of the providers (1,024 tokens: Anthropic's
+# Sonnet/Opus and OpenAI's automatic caching, promptcache.limits, read 2025) nothing would be
+# cached even in the right order, so the finding is info. ~4 characters per token (English
+# prose with the GPT/Claude tokenizers; an estimate, said so in the message).
+MIN_CACHEABLE_TOKENS = 1024
+CHARS_PER_TOKEN = 4
+
+
+def stakes(after: int | None) -> tuple[str, str]:
+    """(severity, text) for ``after`` static characters re-written per request (None: a
+    file's contents, unknown but taken as large)."""
+    if after is None:
+        return "warning", ""
+    tokens = after // CHARS_PER_TOKEN
+    if tokens < MIN_CACHEABLE_TOKENS:
+        return (
+            "info",
+            f" (~{tokens} tokens, below the {MIN_CACHEABLE_TOKENS}-token minimum a cache needs)",
+        )
+    return "warning", f" (~{tokens} tokens re-written on each request)"
+
+
 def _chars_at_least(segs: Sequence[Any], min_chars: int) -> bool:
     """Whether static ``segs`` hold at least ``min_chars`` characters (True when unknown)."""
     n = static_chars(segs)
@@ -105,12 +128,14 @@ def check(an: RuleContext) -> list[Finding]:
         if id(node) in an.reported:
             return
         more = "a file's contents" if after is None else f"{after} characters of static text"
+        severity, stake = stakes(after)
         out.append(
             an.finding(
                 "PC004",
                 node,
                 f"{seg[2]} is per-request and comes before {more} in {label}: everything after it "
-                "misses the cache; put the static text first and the per-request part last",
+                f"misses the cache{stake}; put the static text first and the per-request part last",
+                severity=severity,
             )
         )
 
@@ -154,12 +179,15 @@ def check(an: RuleContext) -> list[Finding]:
                     size = (
                         "a file's contents" if big[1] is None else f"a {big[1]}-character constant"
                     )
+                    severity, stake = stakes(big[1])
                     out.append(
                         an.finding(
                             "PC007",
                             s[1],
                             f"{s[2]} is per-request and is placed ahead of {size}: the constant can "
-                            "only be cached if it comes first; move the per-request part after it",
+                            f"only be cached if it comes first{stake}; move the per-request part "
+                            "after it",
+                            severity=severity,
                         )
                     )
                 break

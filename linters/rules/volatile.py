@@ -153,9 +153,13 @@ def _reached(an: RuleContext) -> list[Finding]:
             continue
         severity, text = _RATE_TEXT[h.rate]
         others = sorted({r.hazard.node.lineno for r in reaches[1:]} - {h.node.lineno})
-        also = f" (also reaches a prefix on line{'s' if len(others) > 1 else ''} " + ", ".join(
-            map(str, others)
-        ) + ")" if others else ""
+        also = (
+            f" (also reaches a prefix on line{'s' if len(others) > 1 else ''} "
+            + ", ".join(map(str, others))
+            + ")"
+            if others
+            else ""
+        )
         for r in reaches[1:]:
             an.reported.add(id(r.hazard.node))
         out.append(

@@ -115,9 +115,7 @@ def test_cli_diff_prints_and_writes_nothing(tmp_path, monkeypatch, capsys):
         ' anthropic.Anthropic().messages.create(model="m", system=PROMPT, messages=[])',
     ]
     assert (tmp_path / "a.py").read_text() == src
-    (tmp_path / "a.py").write_text(
-        src.replace("json.dumps(D)", "json.dumps(D, sort_keys=True)")
-    )
+    (tmp_path / "a.py").write_text(src.replace("json.dumps(D)", "json.dumps(D, sort_keys=True)"))
     assert main(["a.py", "--diff"]) == 0
     assert capsys.readouterr().out == ""
 
