@@ -19,7 +19,9 @@ Scoring:
   reading the code). Precision = TRUE / (TRUE + FALSE); UNSURE and unjudged findings are
   counted apart, never in the ratio. Per rule and overall, per half.
 - Recall: a fix is flagged when linting its parent commit gives a warning-or-error finding
-  in one of the fix's files on one of the lines it changed.
+  in one of the fix's files on one of the lines it changed, or a finding elsewhere whose
+  hops name one of those lines (``... at pkg/time.py:24, returned by `now_text()` ...``:
+  the value is reported where it enters the request, its origin named).
 - Speed: files per second of the linter over every project (one process, one core), and
   pcdlint (https://pypi.org/project/pcdlint/) over the same folders when it is installed.
   Each is run once (a benchmark, not a loop); wall time.
@@ -148,7 +150,14 @@ def recall(corpus: dict) -> list[str]:
         folder = BUILD / "fixes" / fx["name"]
         findings, _n, _dt = lint_dir(folder, fx["paths"])
         want = {(e["file"], ln) for e in fx["expect"] for ln in e["lines"]}
-        got = [f for f in findings if severity(f) in SEVERE and (f.path, f.line) in want]
+        # flagged: a warning+ finding on a changed line, or one whose hops name a changed
+        # line ("... at letta/helpers/datetime_helpers.py:24, returned by ...")
+        got = [
+            f
+            for f in findings
+            if severity(f) in SEVERE
+            and ((f.path, f.line) in want or any(f"{p}:{ln}" in f.message for p, ln in want))
+        ]
         hits += bool(got)
         what = f"{got[0].code} {got[0].path}:{got[0].line}" if got else "-"
         out.append(f"| {fx['name']} | {fx['static']} | {'yes' if got else 'no'} | {what} |")

@@ -46,6 +46,9 @@ class Finding:
     path: str = ""
     fix: str | None = None
     severity: str = "warning"
+    # id() of the syntax node that makes the value (one finding per root cause across
+    # files); None when the finding has no separate origin. Not part of any output.
+    origin: int | None = None
 
     def sort_key(self) -> Any:
         return (self.path, self.line, self.col, self.code)

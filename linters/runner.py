@@ -20,6 +20,7 @@ from typing import Any, cast
 from linters.analysis import Analysis
 from linters.config import LintConfig
 from linters.files import Target
+from linters.flow.project import Project
 from linters.flow.tables import gate
 from linters.model import Finding
 from linters.noqa import NoqaMap
@@ -73,25 +74,14 @@ def newer_grammar(source: bytes) -> bool:
     return True
 
 
-def lint_source(
-    source: bytes | str,
-    path: str = "<string>",
-    config: LintConfig | None = None,
-    codes: frozenset[str] | None = None,
-) -> list[Finding]:
-    """Findings for one Python source (bytes as read from disk, or text).
-
-    ``codes`` restricts the rules (default: ``config.enabled``). Never raises for bad input:
-    a file that does not parse is one PC900 finding.
-    """
-    config = config or LintConfig()
-    if isinstance(source, str):
-        source = source.encode("utf-8")
-    codes = config.enabled if codes is None else codes
+def parse(source: bytes, path: str, codes: frozenset[str]) -> ast.Module | list[Finding]:
+    """The syntax tree of ``source``, or the PC900 finding(s) saying why there is none
+    (empty for valid Python of a grammar newer than this interpreter's, see
+    :func:`newer_grammar`, or when PC900 is not selected)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tree = cast(
+            return cast(
                 ast.Module,
                 compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True),
             )
@@ -121,9 +111,11 @@ def lint_source(
                 PARSE_ERROR.code, f"cannot parse: {why}; the file was not checked", 1, 1, 1, 1, path
             )
         ]
-    if not gate(source):
-        return []
-    an = Analysis(tree, source, config)
+
+
+def run_rules(an: Analysis, source: bytes, path: str, codes: frozenset[str]) -> list[Finding]:
+    """The rule families over one analysed module; columns converted to characters,
+    ``# noqa`` applied, duplicates dropped, sorted."""
     raw: list[Finding] = []
     for fam, fcodes in _FAMILY_CODES:
         if fcodes & codes:
@@ -150,6 +142,30 @@ def lint_source(
         out.append(f)
     out.sort(key=Finding.sort_key)
     return out
+
+
+def lint_source(
+    source: bytes | str,
+    path: str = "<string>",
+    config: LintConfig | None = None,
+    codes: frozenset[str] | None = None,
+) -> list[Finding]:
+    """Findings for one Python source (bytes as read from disk, or text), on its own (calls
+    into other modules are not followed; :func:`lint_targets` follows them).
+
+    ``codes`` restricts the rules (default: ``config.enabled``). Never raises for bad input:
+    a file that does not parse is one PC900 finding.
+    """
+    config = config or LintConfig()
+    if isinstance(source, str):
+        source = source.encode("utf-8")
+    codes = config.enabled if codes is None else codes
+    tree = parse(source, path, codes)
+    if isinstance(tree, list):
+        return tree
+    if not gate(source):
+        return []
+    return run_rules(Analysis(tree, source, config), source, path, codes)
 
 
 def lint_target(target: Target, config: LintConfig) -> list[Finding]:
@@ -183,7 +199,10 @@ def _rel(path: Path, root: Path) -> str:
 
 
 def lint_targets(targets: list[Target], config: LintConfig, jobs: int = 1) -> Report:
-    """Lint every target; ``jobs`` > 1 spreads files over worker processes."""
+    """Lint every target. With ``jobs`` = 1 (the default) the Python files are analysed as
+    one project: calls into other modules of the run are followed (issue 28) and a root
+    cause reaching prefixes in several files is one finding. ``jobs`` > 1 spreads files over
+    worker processes, each file on its own."""
     report = Report(files=len(targets))
     gc_was = gc.isenabled()
     gc.disable()  # syntax trees are acyclic; collection passes only cost time here
@@ -194,13 +213,68 @@ def lint_targets(targets: list[Target], config: LintConfig, jobs: int = 1) -> Re
                 for found in pool.map(_lint_one, [(t, config) for t in targets], chunksize=chunk):
                     report.findings.extend(found)
         else:
-            for t in targets:
-                report.findings.extend(lint_target(t, config))
+            report.findings.extend(lint_project(targets, config))
     finally:
         if gc_was:
             gc.enable()
     report.findings.sort(key=Finding.sort_key)
     return report
+
+
+def lint_project(targets: list[Target], config: LintConfig) -> list[Finding]:
+    """Findings for ``targets`` analysed together (see :func:`lint_targets`)."""
+    project = Project()
+    found: list[Finding] = []
+    analysed: list[tuple[Analysis, bytes, str, frozenset[str]]] = []
+    for t in targets:
+        if t.kind != "python":
+            found.extend(lint_target(t, config))
+            continue
+        codes = config.codes_for(_rel(t.path, config.root))
+        try:
+            source = t.path.read_bytes()
+        except OSError:
+            found.extend(lint_target(t, config))  # reports the read error
+            continue
+        tree = parse(source, t.display, codes)
+        if isinstance(tree, list):
+            found.extend(tree)
+            continue
+        if not gate(source):
+            project.add(_rel(t.path, config.root), _lazy(tree, source, config))
+            continue
+        an = Analysis(tree, source, config)
+        project.add(_rel(t.path, config.root), an.ev)
+        analysed.append((an, source, t.display, codes))
+    for an, source, display, codes in analysed:
+        found.extend(run_rules(an, source, display, codes))
+    return merge_root_causes(found)
+
+
+def _lazy(tree: ast.Module, source: bytes, config: LintConfig) -> Any:
+    """A function making the evaluator of a module only when a call reaches into it."""
+    return lambda: Analysis(tree, source, config).ev
+
+
+def merge_root_causes(findings: list[Finding]) -> list[Finding]:
+    """One finding per root cause across files: findings sharing an ``origin`` (the node
+    that makes a volatile value) keep the first in path/line order; its message lists the
+    other places."""
+    groups: dict[int, list[Finding]] = {}
+    out = []
+    for f in sorted(findings, key=Finding.sort_key):
+        if f.origin is None:
+            out.append(f)
+        else:
+            groups.setdefault(f.origin, []).append(f)
+    for same in groups.values():
+        first = same[0]
+        if len(same) > 1:
+            where = ", ".join(f"{f.path}:{f.line}" for f in same[1:6])
+            more = f" and {len(same) - 6} more" if len(same) > 6 else ""
+            first.message += f" (the same value also reaches prefixes at {where}{more})"
+        out.append(first)
+    return out
 
 
 def _lint_one(arg: Any) -> list[Finding]:

@@ -40,6 +40,7 @@ HAZARD_VIEW = "view"
 HAZARD_PARAM = "param"
 
 _MAX_DEPTH = 24
+_MAX_MODULE_HOPS = 12  # calls followed into other modules, nested
 # json.dumps of values whose text names one of these is never re-sorted by --fix: the
 # field order of a schema (or a function's parameters) is meaningful to the model.
 _SCHEMA_WORDS = ("schema", "parameters", "properties", "json_schema", "input_schema")
@@ -236,7 +237,10 @@ class HazardMixin(SegmentMixin):
             # A value computed whole (``now = datetime.now()``) is reported where it is used.
             name = use.id if type(use) is ast.Name else short(use)
             hs = tuple(
-                h._replace(node=use, detail=f"`{name}`, set from {h.detail} on line {b.line},")
+                h._replace(
+                    node=use,
+                    detail=f"`{name}`, set from {str(h.detail).rstrip(',')} on line {b.line},",
+                )
                 if h.kind == HAZARD_VOLATILE
                 else h
                 for h in hs
@@ -311,9 +315,9 @@ class HazardMixin(SegmentMixin):
                     out.append(Hazard(HAZARD_VIEW, node, why))
             elif attr == "get" and args and self._request_id_key(args[0]):
                 return (_request_id(node),)
-        fs, bound = self.callee(node, scope)
+        fs, bound, owner = self.callee_any(node, scope)
         if fs is not None:
-            out.extend(self._h_local_call(node, fs, bound, scope))
+            out.extend(self._h_local_call(node, fs, bound, scope, owner))
             return out
         if type(func) is ast.Attribute:
             out.extend(self.hazards(func.value, scope))
@@ -323,16 +327,34 @@ class HazardMixin(SegmentMixin):
             out.extend(self.hazards(kw.value, scope))
         return out
 
-    def _h_local_call(self, node: Any, fs: Scope, bound: bool, scope: Scope) -> list[Hazard]:
+    def _h_local_call(
+        self, node: Any, fs: Scope, bound: bool, scope: Scope, owner: Any = None
+    ) -> list[Hazard]:
+        """Hazards of a call to a function of the project: those of its return values,
+        with its parameters replaced by the arguments of this call. ``owner`` is the
+        evaluator of the function's module (``self`` for this module); a volatile value
+        made in another module carries its place (``path:line``) and the call into it."""
+        owner = owner or self
         out: list[Hazard] = []
-        for r in fs.returns:
-            for h in self.hazards(r, fs):
-                if h.kind == HAZARD_PARAM and h.detail[0] is fs:
-                    arg = self.arg_for(node, fs, h.detail[1], bound)
-                    if arg is not None:
-                        out.extend(self.hazards(arg, scope))
-                else:
-                    out.append(h)
+        project = self.project
+        if owner is not self:
+            if project is None or getattr(project, "depth", 0) > _MAX_MODULE_HOPS:
+                return out
+            project.depth = getattr(project, "depth", 0) + 1
+        try:
+            for r in fs.returns:
+                for h in owner.hazards(r, fs):
+                    if h.kind == HAZARD_PARAM and h.detail[0] is fs:
+                        arg = self.arg_for(node, fs, h.detail[1], bound)
+                        if arg is not None:
+                            out.extend(self.hazards(arg, scope))
+                    elif owner is not self and h.kind != HAZARD_PARAM:
+                        out.append(_hop(h, owner, node))
+                    else:
+                        out.append(h)
+        finally:
+            if owner is not self:
+                project.depth -= 1
         return out
 
     def _h_json(self, node: ast.Call, q: str, mode: str, scope: Scope) -> list[Hazard]:
@@ -600,6 +622,23 @@ class HazardMixin(SegmentMixin):
                             f"{b.line}), so its order is the order of the calls"
                         )
         return None
+
+
+def _hop(h: Hazard, owner: Any, call: Any) -> Hazard:
+    """A hazard from another module, moved to the call into it, its place named:
+    "`datetime.now()` (the clock) at pkg/time.py:24, returned by `now_text()`"."""
+    origin = h.origin if h.origin is not None else h.node
+    at = getattr(origin, "lineno", 0)
+    detail = str(h.detail).rstrip(",")
+    where = "" if " at " in detail else f" at {owner.path}:{at}"
+    # lines named so far without a file are lines of the owner's module
+    detail = detail.replace(" on line ", f" on {owner.path}:")
+    return h._replace(
+        node=call,
+        detail=f"{detail}{where}, returned by `{short(call.func, 40)}()`",
+        origin=origin,
+        fixable=False,  # the fix would land in another file
+    )
 
 
 def _request_id(node: Any) -> Hazard:

@@ -47,6 +47,8 @@ class Resolver:
     def __init__(self, facts: ModuleFacts, extra_volatile: frozenset[str] = frozenset()) -> None:
         self.facts = facts
         self.extra_volatile = extra_volatile
+        self.path = ""  # the file's path relative to the lint root (set by Project.add)
+        self.project: Any = None  # linters.flow.project.Project, for calls into other modules
         self._fscopes: dict[int, Scope] | None = None
         self._active: set[int] = set()  # nodes whose hazards are being computed
         self._active_seg: set[int] = set()  # nodes whose segments are being computed
@@ -98,6 +100,37 @@ class Resolver:
                 if fs is not None and fs.kind == "function":
                     return fs, True
         return None, False
+
+    def callee_any(self, call: ast.Call, scope: Scope) -> tuple[Scope | None, bool, Any]:
+        """The function a call reaches in this module or, through the project index, in
+        another module of the project: ``(function scope, self bound, its evaluator)``.
+        Follows ``f()``, ``self.m()``, ``Cls.m()`` for a class of this module, and imported
+        names (``from pkg.mod import f``; ``Gen.build()`` after ``from pkg import Gen``;
+        ``mod.f()`` after ``import pkg.mod as mod``)."""
+        fs, bound = self.callee(call, scope)
+        if fs is not None:
+            return fs, bound, self
+        func = call.func
+        if type(func) is ast.Attribute and type(func.value) is ast.Name:
+            for b in self.resolve(func.value.id, scope, call.lineno):
+                if b.kind == DEF and type(b.value) is ast.ClassDef:
+                    cls = self.function_scope(b.value)
+                    m = cls.funcs.get(func.attr) if cls is not None else None
+                    if m is not None and m.kind == "function":
+                        return m, not _static(m), self
+                    return None, False, None
+        if self.project is None or type(func) not in (ast.Name, ast.Attribute):
+            return None, False, None
+        qual = self.facts.qualname(func)
+        if not qual or qual.startswith("builtins.") or "." not in qual:
+            return None, False, None
+        found = self.project.lookup(qual)
+        if found is None:
+            return None, False, None
+        ev, target = found
+        if target.kind != "function" or ev is self:
+            return None, False, None
+        return target, target.cls is not None and not _static(target), ev
 
     @staticmethod
     def arg_for(call: ast.Call, fs: Scope, pname: str, bound: bool) -> ast.expr | None:
@@ -153,6 +186,13 @@ class Resolver:
             and type(node.value) is str
             and tables.REQUEST_ID_RE.match(node.value) is not None
         )
+
+
+def _static(fs: Scope) -> bool:
+    """A ``@staticmethod`` (no ``self``/``cls`` bound when called)."""
+    return any(
+        type(d) is ast.Name and d.id == "staticmethod" for d in getattr(fs.node, "decorator_list", ())
+    )
 
 
 def is_template(value: Any) -> bool:

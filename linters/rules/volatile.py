@@ -162,14 +162,11 @@ def _reached(an: RuleContext) -> list[Finding]:
         )
         for r in reaches[1:]:
             an.reported.add(id(r.hazard.node))
-        out.append(
-            an.finding(
-                "PC001",
-                h.node,
-                f"{h.detail} reaches {where(first)}{also}: {text}",
-                severity=severity,
-            )
+        f = an.finding(
+            "PC001", h.node, f"{h.detail} reaches {where(first)}{also}: {text}", severity=severity
         )
+        f.origin = id(h.origin) if h.origin is not None else None
+        out.append(f)
     return out
 
 
