@@ -191,7 +191,8 @@ class Resolver:
 def _static(fs: Scope) -> bool:
     """A ``@staticmethod`` (no ``self``/``cls`` bound when called)."""
     return any(
-        type(d) is ast.Name and d.id == "staticmethod" for d in getattr(fs.node, "decorator_list", ())
+        type(d) is ast.Name and d.id == "staticmethod"
+        for d in getattr(fs.node, "decorator_list", ())
     )
 
 

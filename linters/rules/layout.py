@@ -15,6 +15,7 @@ from typing import Any
 
 from linters.flow.facts import MESSAGES, PREFIX, PROMPT, ROLE, Scope
 from linters.flow.reach import message_items
+from linters.flow.resolve import short
 from linters.flow.values import (
     SEG_DYNAMIC,
     SEG_STATIC,
@@ -194,8 +195,71 @@ def check(an: RuleContext) -> list[Finding]:
     return out
 
 
+def _parts(ev: Evaluator, node: Any, scope: Scope, depth: int = 0) -> list[tuple[Any, bool]]:
+    """The top-level parts of a message-list expression in order, each ``(node, whole)``:
+    ``whole`` marks a part that is a whole list (``*history``, ``history + [...]``)."""
+    t = type(node)
+    if t is ast.Name and depth < 4:
+        bl = ev.resolve(node.id, scope, node.lineno)
+        if len(bl) == 1 and bl[0].kind == "assign":
+            return _parts(ev, bl[0].value, bl[0].scope, depth + 1)
+        return [(node, True)]
+    if t is ast.List:
+        return [(e.value, True) if type(e) is ast.Starred else (e, False) for e in node.elts]
+    if t is ast.BinOp and type(node.op) is ast.Add and depth < 8:
+        return _parts(ev, node.left, scope, depth + 1) + _parts(ev, node.right, scope, depth + 1)
+    return [(node, True)]
+
+
+def _grows(ev: Evaluator, node: Any, scope: Scope) -> bool:
+    """A list that grows from request to request: a parameter (the caller's history) or a
+    list appended to."""
+    if type(node) is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self":
+        return any(b.kind in ("append", "extend", "aug") for b in ev.self_attr(node.attr, scope))
+    if type(node) is not ast.Name:
+        return False
+    bl = ev.resolve(node.id, scope, node.lineno)
+    return any(b.kind in ("param", "append", "extend", "aug") for b in bl)
+
+
+def _check_static_after_history(an: RuleContext, sink: Any, out: Any) -> bool:
+    """PC004 for a static message placed after a growing history: re-sent after the
+    history on every step, it is never part of the cached prefix (issue 28)."""
+    ev = an.ev
+    parts = _parts(ev, sink.expr, sink.scope)
+    history = None
+    for node, whole in parts:
+        if whole:
+            if _grows(ev, node, sink.scope):
+                history = node
+            continue
+        if history is None:
+            continue
+        content, cscope = _content(ev, node, sink.scope)
+        segs = _message_text(ev, content, cscope) if content is not None else ()
+        chars = static_chars(segs) if segs and classify(segs) == SEG_STATIC else 0
+        if not chars or id(node) in an.reported:
+            continue
+        severity, stake = stakes(chars)
+        out.append(
+            an.finding(
+                "PC004",
+                node,
+                f"a static message ({chars} characters) comes after the growing history "
+                f"`{short(history)}` in {sink.label}: it is re-sent after the history on every "
+                f"step and never cached{stake}; put it before the history (system prompt or "
+                "first message)",
+                severity=severity,
+            )
+        )
+        return True
+    return False
+
+
 def _check_messages(an: RuleContext, sink: Any, min_chars: int, out: Any) -> None:
     ev = an.ev
+    if _check_static_after_history(an, sink, out):
+        return
     items = message_items(ev, sink.expr, sink.scope)
     if len(items) < 2:
         return

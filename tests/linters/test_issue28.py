@@ -197,7 +197,6 @@ def test_set_listing_built_in_one_module_reaches_the_system_prompt_in_another(tm
     assert "at repo_map.py:2, returned by `listing()`" in report.findings[0].message
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28 miss not fixed yet: breakpoints set in a loop")
 def test_cache_control_on_every_block_in_a_loop():
     src = """
     import anthropic
@@ -207,16 +206,45 @@ def test_cache_control_on_every_block_in_a_loop():
         return anthropic.Anthropic().messages.create(
             model="m", system=blocks, messages=[{"role": "user", "content": q}])
     """
-    assert found(src) == [(4, "PC005", "error")]
+    # the count is the run-time length of `blocks`: a warning, not a certain rejection
+    assert found(src) == [(4, "PC005", "warning")]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28 miss not fixed yet: static task after history")
-def test_fixed_task_after_the_growing_history():
+def test_cache_control_in_a_bounded_loop_or_with_break_is_not_reported():
     src = """
     import anthropic
-    TASK = "Refactor the module so that every function has a docstring. " * 10
+    def ask(blocks, msgs, q):
+        for b in blocks[-2:]:
+            b["cache_control"] = {"type": "ephemeral"}
+        for m in reversed(msgs):
+            if m["role"] == "user":
+                m["cache_control"] = {"type": "ephemeral"}
+                break
+        return anthropic.Anthropic().messages.create(
+            model="m", system=blocks, messages=msgs + [{"role": "user", "content": q}])
+    """
+    assert found(src) == []
+
+
+def test_fixed_task_after_the_growing_history():
+    # 63 characters x 80 = 5,040 characters (~1,260 tokens) re-sent after the history
+    src = """
+    import anthropic
+    TASK = "Refactor the module so that every function has a docstring. ok " * 80
     def step(history):
         msgs = [*history, {"role": "user", "content": TASK}]
         return anthropic.Anthropic().messages.create(model="m", messages=msgs)
     """
-    assert found(src) == [(4, "PC004", "warning")]
+    got = lint(src)
+    assert [(f.line, f.code, f.severity) for f in got] == [(4, "PC004", "warning")]
+    assert "5040 characters" in got[0].message and "`history`" in got[0].message
+
+
+def test_short_static_turn_after_history_is_info():
+    src = """
+    import anthropic
+    def step(history, q):
+        msgs = history + [{"role": "user", "content": "Continue with the next step."}]
+        return anthropic.Anthropic().messages.create(model="m", messages=msgs)
+    """
+    assert found(src) == [(3, "PC004", "info")]
