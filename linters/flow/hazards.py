@@ -239,7 +239,7 @@ class HazardMixin(SegmentMixin):
             hs = tuple(
                 h._replace(
                     node=use,
-                    detail=f"`{name}`, set from {str(h.detail).rstrip(',')} on line {b.line},",
+                    detail=f"`{name}` (set on line {b.line}) from {h.detail}",
                 )
                 if h.kind == HAZARD_VOLATILE
                 else h
@@ -629,13 +629,13 @@ def _hop(h: Hazard, owner: Any, call: Any) -> Hazard:
     "`datetime.now()` (the clock) at pkg/time.py:24, returned by `now_text()`"."""
     origin = h.origin if h.origin is not None else h.node
     at = getattr(origin, "lineno", 0)
-    detail = str(h.detail).rstrip(",")
-    where = "" if " at " in detail else f" at {owner.path}:{at}"
     # lines named so far without a file are lines of the owner's module
-    detail = detail.replace(" on line ", f" on {owner.path}:")
+    detail = str(h.detail).replace("(set on line ", f"(set on {owner.path}:")
+    if " at " not in detail:
+        detail += f" at {owner.path}:{at}"
     return h._replace(
         node=call,
-        detail=f"{detail}{where}, returned by `{short(call.func, 40)}()`",
+        detail=f"`{short(call.func, 48)}()` returning {detail}",
         origin=origin,
         fixable=False,  # the fix would land in another file
     )

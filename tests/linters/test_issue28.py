@@ -194,7 +194,9 @@ def test_set_listing_built_in_one_module_reaches_the_system_prompt_in_another(tm
     assert [(Path(f.path).name, f.line, f.code) for f in report.findings] == [
         ("chat.py", 4, "PC003")
     ]
-    assert "at repo_map.py:2, returned by `listing()`" in report.findings[0].message
+    assert "`listing()` returning `'\\n'.join(set(files))` joins a set at repo_map.py:2" in (
+        report.findings[0].message
+    )
 
 
 def test_cache_control_on_every_block_in_a_loop():

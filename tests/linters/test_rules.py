@@ -108,7 +108,7 @@ def test_name_assigned_from_clock_is_reported_where_interpolated():
             {"role": "system", "content": system}, {"role": "user", "content": q}])
     """
     assert found(src) == [(7, "PC001")]
-    assert "`stamp`, set from" in messages(src)[0]
+    assert "`stamp` (set on line" in messages(src)[0]
 
 
 def test_augmented_assignment_and_list_building_carry_taint():
