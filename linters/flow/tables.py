@@ -318,6 +318,9 @@ TOOLS_METHODS = frozenset({"bind_tools", "bind_functions"})
 RESPONSES_METHODS = frozenset({"create", "parse", "stream"})
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
+# Configuration fields whose value is the role of the system message
+# (``Message(role=agent.system_message_role, ...)``).
+SYSTEM_ROLE_FIELDS = frozenset({"system_message_role", "system_role"})
 
 # Secondary hints: variables and functions named like a system prompt or a tool list.
 # Strong names count anywhere; weak ones only in modules that talk to an LLM.

@@ -158,7 +158,10 @@ def _system_role_content(call: ast.Call) -> ast.expr | None:
         return None
     rs = _const_str(role)
     if rs is None and type(role) is ast.Attribute:
+        # MessageRole.SYSTEM, or a config field holding the system role (agent.system_role)
         rs = role.attr.lower()
+        if rs in tables.SYSTEM_ROLE_FIELDS:
+            rs = "system"
     return content if rs in tables.SYSTEM_ROLES else None
 
 
