@@ -139,7 +139,8 @@ def _bounded(it: Any) -> bool:
     if t is ast.Subscript and type(it.slice) is ast.Slice:
         lo, hi = it.slice.lower, it.slice.upper
         if hi is None and type(lo) is ast.UnaryOp and type(lo.operand) is ast.Constant:
-            return type(lo.op) is ast.USub and lo.operand.value <= 4
+            k = lo.operand.value
+            return type(lo.op) is ast.USub and type(k) is int and k <= 4
         if lo is None and type(hi) is ast.Constant and type(hi.value) is int:
             return hi.value <= 4
     return False
@@ -389,7 +390,7 @@ class _Walker:
         if _bounded(node.iter) or any(type(n) is ast.Break for n in ast.walk(node)):
             return
         for stmt in node.body:
-            mark = None
+            mark: ast.AST | None = None
             if type(stmt) is ast.Assign:
                 t = stmt.targets[0]
                 if type(t) is ast.Subscript and _const_str(t.slice) == "cache_control":

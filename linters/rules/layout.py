@@ -285,13 +285,16 @@ def _check_messages(an: RuleContext, sink: Any, min_chars: int, out: Any) -> Non
         node = seg[1] if seg is not None else content
         if id(node) in an.reported:
             return
+        after = sum(static_chars(sg) or 0 for kk, sg, _c in kinds[i + 1 :] if kk == SEG_STATIC)
+        severity, stake = stakes(after)
         out.append(
             an.finding(
                 "PC004",
                 node,
                 f"a per-request message ({seg[2] if seg else 'dynamic content'}) comes before a "
-                f"static message in {sink.label}: the static message after it misses the cache; "
-                "put static messages (system, examples, documents) first",
+                f"static message in {sink.label}: the static message after it misses the "
+                f"cache{stake}; put static messages (system, examples, documents) first",
+                severity=severity,
             )
         )
         return
