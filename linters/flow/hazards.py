@@ -119,7 +119,14 @@ class HazardMixin(SegmentMixin):
             out: list[Hazard] = []
             for v in node.values:
                 if type(v) is ast.FormattedValue:
-                    out.extend(self.hazards(v.value, scope))
+                    inner = self.hazards(v.value, scope)
+                    spec = v.format_spec
+                    if spec is not None and all(type(x) is ast.Constant for x in spec.values):
+                        # f"{now:%Y-%m-%d}": the format keeps only the fields it prints
+                        fmt = "".join(str(x.value) for x in spec.values)
+                        if "%" in fmt:
+                            inner = rerate(inner, tables.strftime_rate(fmt))
+                    out.extend(inner)
                     if _is_id_call(v.value):
                         out.append(_id_hazard(v.value))
                     if self.is_set(v.value, scope):
@@ -198,10 +205,12 @@ class HazardMixin(SegmentMixin):
         ):
             return [_request_id(node)]
         for b in bindings:
-            out.extend(self._h_binding(b, node))
+            out.extend(self._h_binding(b, node, scope))
         return out
 
-    def _h_binding(self, b: Binding, use: ast.AST) -> list[Hazard] | tuple:
+    def _h_binding(
+        self, b: Binding, use: ast.AST, use_scope: Scope | None = None
+    ) -> list[Hazard] | tuple:
         kind = b.kind
         if kind == PARAM:
             return (Hazard(HAZARD_PARAM, use, (b.scope, b.value.arg)),)
@@ -233,6 +242,9 @@ class HazardMixin(SegmentMixin):
                 if why:
                     extra.append(Hazard(HAZARD_VIEW, value, why))
             hs = tuple(extra) + hs
+        if b.scope.kind == "module" and not b.in_loop and use_scope is not None:
+            if use_scope.kind != "module":  # computed once at import, used per call
+                hs = rerate(hs, tables.RATE_PROCESS)
         if kind in (ASSIGN, UNPACK, WITH) and not is_template(value):
             # A value computed whole (``now = datetime.now()``) is reported where it is used.
             name = use.id if type(use) is ast.Name else short(use)

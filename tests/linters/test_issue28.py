@@ -101,6 +101,30 @@ def test_a_date_is_info_with_honest_text_and_one_finding_per_root_cause():
 
 
 @pytest.mark.parametrize(
+    "expr,severity",
+    [
+        ("datetime.now():%Y-%m-%d", "info"),
+        ("datetime.now():%H:%M", "warning"),
+        ("datetime.now().date()", "info"),
+        ("time.strftime('%Y-%m-%d')", "info"),
+        ("time.strftime('%Y-%m-%d %H')", "warning"),
+        ("datetime.now().hour", "warning"),
+    ],
+)
+def test_rate_follows_the_printed_fields(expr, severity):
+    src = f"""
+    import time
+    import anthropic
+    from datetime import datetime
+    def ask(q):
+        return anthropic.Anthropic().messages.create(
+            model="m", system=f"Now {{{expr}}}. Rules...",
+            messages=[{{"role": "user", "content": q}}])
+    """
+    assert found(src) == [(6, "PC001", severity)]
+
+
+@pytest.mark.parametrize(
     "expr",
     ["getpass.getuser()", "platform.platform()", "datetime.now().year", "START"],
 )
@@ -116,10 +140,8 @@ def test_per_process_values_are_not_reported(expr):
             model="m", system=f"User {{{expr}}}. Rules...",
             messages=[{{"role": "user", "content": q}}])
     """
-    # START is computed once at import (per process); the module-level binding is the only one
-    assert found(src) == ([] if expr != "START" else found(src))
-    if expr != "START":
-        assert found(src) == []
+    # START is computed once, at import: per process like the others
+    assert found(src) == []
 
 
 def test_tests_examples_docs_and_eval_folders_are_skipped_by_default(tmp_path):
