@@ -120,8 +120,10 @@ class HazardMixin(SegmentMixin):
             for v in node.values:
                 if type(v) is ast.FormattedValue:
                     inner = self.hazards(v.value, scope)
-                    spec = v.format_spec
-                    if spec is not None and all(type(x) is ast.Constant for x in spec.values):
+                    spec: Any = v.format_spec
+                    if type(spec) is ast.JoinedStr and all(
+                        type(x) is ast.Constant for x in spec.values
+                    ):
                         # f"{now:%Y-%m-%d}": the format keeps only the fields it prints
                         fmt = "".join(str(x.value) for x in spec.values)
                         if "%" in fmt:
