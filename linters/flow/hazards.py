@@ -125,7 +125,7 @@ class HazardMixin(SegmentMixin):
                         type(x) is ast.Constant for x in spec.values
                     ):
                         # f"{now:%Y-%m-%d}": the format keeps only the fields it prints
-                        fmt = "".join(str(x.value) for x in spec.values)
+                        fmt = "".join(str(getattr(x, "value", "")) for x in spec.values)
                         if "%" in fmt:
                             inner = rerate(inner, tables.strftime_rate(fmt))
                     out.extend(inner)
