@@ -130,6 +130,21 @@ def test_sarif_format(proj, capsys):
     region = res["locations"][0]["physicalLocation"]["region"]
     assert region == {"startLine": 5, "startColumn": COL, "endLine": 5, "endColumn": END}
     assert res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "a.py"
+    assert res["level"] == "warning"
+    # issue 31: no link that may not resolve; the installed rule page travels in the log
+    rule = run["tool"]["driver"]["rules"][0]
+    assert "helpUri" not in rule
+    assert rule["help"]["markdown"].startswith("# PC001: volatile-in-prefix\n")
+    assert rule["help"]["text"] == "Run `promptcache lint --explain PC001`."
+
+
+def test_explain_prints_the_installed_rule_page(capsys):
+    assert main(["--explain", "pc002"]) == 0
+    assert capsys.readouterr().out.startswith("# PC002: unsorted-json-in-prompt\n")
+    assert main(["--explain", "PC999"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("promptcache lint: error: --explain: unknown rule code 'PC999'")
+    assert err.count("\n") == 1
 
 
 def test_github_format_escapes(proj, capsys):
