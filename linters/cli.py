@@ -81,7 +81,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="provider of .json/.jsonl request payloads (default: from their shape)",
     )
     parser.add_argument(
-        "--jobs", "-j", type=int, default=1, metavar="N", help="worker processes (default: 1)"
+        "--jobs",
+        "-j",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes (default: 1, which follows calls between the files; with N > 1 "
+        "each file is linted on its own)",
     )
     parser.add_argument("--quiet", "-q", action="store_true", help="no summary line")
     parser.add_argument("--list-rules", action="store_true", help="print the rules and exit")
