@@ -52,7 +52,8 @@ class Hazard(NamedTuple):
     at), ``detail`` a human description (for PARAM: ``(function scope, parameter name)``),
     ``fixable`` whether an automatic fix exists (PC002), ``rate`` how often a volatile value
     changes (``tables.RATE_*``), ``origin`` the node where the value is made (its root
-    cause: one finding per origin)."""
+    cause: one finding per origin), ``partial`` the value is volatile on one code path only
+    (the same name also takes a stable value: a stored timestamp, the caller's argument)."""
 
     kind: str
     node: ast.AST
@@ -60,6 +61,7 @@ class Hazard(NamedTuple):
     fixable: bool = False
     rate: str = tables.RATE_REQUEST
     origin: Any = None
+    partial: bool = False  # volatile on one code path only (another binding is stable)
 
 
 def rerate(hs: Any, rate: str) -> tuple[Hazard, ...]:
@@ -206,8 +208,17 @@ class HazardMixin(SegmentMixin):
             b.kind in (ASSIGN, AUG) for b in bindings
         ):
             return [_request_id(node)]
-        for b in bindings:
-            out.extend(self._h_binding(b, node, scope))
+        per = [self._h_binding(b, node, scope) for b in bindings]
+        for hs in per:
+            out.extend(hs)
+        # alternatives: bindings that replace the value (not appends to it)
+        volatile = [any(h.kind == HAZARD_VOLATILE for h in hs) for hs in per]
+        if any(v and b.kind == ASSIGN for v, b in zip(volatile, bindings)) and any(
+            not v and _stable_alternative(b) for v, b in zip(volatile, bindings)
+        ):
+            # volatile on one path only: another binding gives a stable value (a stored
+            # timestamp, the caller's argument); the code is built to avoid it
+            out = [h._replace(partial=True) if h.kind == HAZARD_VOLATILE else h for h in out]
         return out
 
     def _h_binding(
@@ -653,6 +664,16 @@ def _hop(h: Hazard, owner: Any, call: Any) -> Hazard:
         origin=origin,
         fixable=False,  # the fix would land in another file
     )
+
+
+def _stable_alternative(b: Binding) -> bool:
+    """A binding that gives a name a real stable value in place of a volatile one: the
+    caller's argument, or a value read from somewhere (``msg.created_at``). A literal seed
+    (``x = ""``, ``x = []``, ``x = None``) that code extends later is not an alternative."""
+    if b.kind == PARAM:
+        return True
+    v = b.value
+    return b.kind == ASSIGN and type(v) not in (ast.Constant, ast.List, ast.Dict, ast.Tuple)
 
 
 def _request_id(node: Any) -> Hazard:

@@ -152,6 +152,9 @@ def _reached(an: RuleContext) -> list[Finding]:
         if id(h.node) in an.reported:
             continue
         severity, text = _RATE_TEXT[h.rate]
+        if h.partial:
+            severity = "info"
+            text = "on one code path only (the same name also takes a stable value): " + text
         others = sorted({r.hazard.node.lineno for r in reaches[1:]} - {h.node.lineno})
         also = (
             f" (also reaches a prefix on line{'s' if len(others) > 1 else ''} "

@@ -144,6 +144,39 @@ def test_per_process_values_are_not_reported(expr):
     assert found(src) == []
 
 
+def test_a_clock_on_one_path_only_is_info():
+    # a stored timestamp normally, the clock only as a fallback: the code avoids the clock
+    src = """
+    import anthropic
+    from datetime import datetime
+    def rebuild(agent, q, update):
+        if update:
+            stamp = datetime.now().isoformat()
+        else:
+            stamp = agent.created_at
+        return anthropic.Anthropic().messages.create(
+            model="m", system=f"Memory edited {stamp}. Rules...",
+            messages=[{"role": "user", "content": q}])
+    """
+    got = lint(src)
+    assert [(f.line, f.code, f.severity) for f in got] == [(9, "PC001", "info")]
+    assert "on one code path only" in got[0].message
+
+
+def test_a_list_appended_to_is_not_a_clock_on_one_path_only():
+    src = """
+    import anthropic
+    from datetime import datetime
+    def ask(q):
+        notes = []
+        notes.append(f"The current time is {datetime.now()}.")
+        return anthropic.Anthropic().messages.create(
+            model="m", system="Rules...\\n" + "\\n".join(notes),
+            messages=[{"role": "user", "content": q}])
+    """
+    assert found(src) == [(5, "PC001", "warning")]
+
+
 def test_tests_examples_docs_and_eval_folders_are_skipped_by_default(tmp_path):
     for rel in (
         "pkg/app.py",
