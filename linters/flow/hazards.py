@@ -145,14 +145,14 @@ class HazardMixin(SegmentMixin):
         if t is ast.Subscript:
             if self._request_id_key(node.slice):
                 return (_request_id(node),)
-            return self.hazards(node.value, scope) + self.hazards(node.slice, scope)
+            base = self.hazards(node.value, scope)
+            if type(node.slice) is not ast.Slice:  # a lookup does not depend on key order
+                base = tuple(h for h in base if h.kind not in (HAZARD_SET, HAZARD_VIEW))
+            return base + self.hazards(node.slice, scope)
         if t is ast.BinOp:
             return self.hazards(node.left, scope) + self.hazards(node.right, scope)
         if t is ast.BoolOp:
-            out = []
-            for v in node.values:
-                out.extend(self.hazards(v, scope))
-            return out
+            return self._h_boolop(node, scope)
         if t is ast.IfExp:
             return self.hazards(node.body, scope) + self.hazards(node.orelse, scope)
         if t in (ast.List, ast.Tuple, ast.Set):
@@ -179,6 +179,16 @@ class HazardMixin(SegmentMixin):
         if t is ast.UnaryOp:
             return () if type(node.op) is ast.Not else self.hazards(node.operand, scope)
         return ()
+
+    def _h_boolop(self, node: Any, scope: Scope) -> list[Hazard]:
+        """``a or b``: hazards of every operand; ``user_id or str(uuid4())`` is volatile
+        on the fallback path only (``partial``) when another operand is volatile-free."""
+        per = [self.hazards(v, scope) for v in node.values]
+        volatile = [any(h.kind == HAZARD_VOLATILE for h in hs) for hs in per]
+        out = [h for hs in per for h in hs]
+        if any(volatile) and not all(volatile):
+            out = [h._replace(partial=True) if h.kind == HAZARD_VOLATILE else h for h in out]
+        return out
 
     def _h_comprehension(self, node: Any, scope: Scope) -> list[Hazard]:
         out: list[Hazard] = []
@@ -340,6 +350,11 @@ class HazardMixin(SegmentMixin):
                     out.append(Hazard(HAZARD_VIEW, node, why))
             elif attr == "get" and args and self._request_id_key(args[0]):
                 return (_request_id(node),)
+            elif attr == "get" and args and not _is_self(func.value):  # a lookup: no order
+                base = self.hazards(func.value, scope)
+                return [h for h in base if h.kind not in (HAZARD_SET, HAZARD_VIEW)] + [
+                    h for a in args for h in self.hazards(a, scope)
+                ]
         fs, bound, owner = self.callee_any(node, scope)
         if fs is not None:
             out.extend(self._h_local_call(node, fs, bound, scope, owner))
@@ -348,8 +363,15 @@ class HazardMixin(SegmentMixin):
             out.extend(self.hazards(func.value, scope))
         for a in args:
             out.extend(self.hazards(a, scope))
+        # a keyword of a method the linter cannot see into selects or configures
+        # (``client.search(q, user_id=uid)``): its value is not text of the result, unless
+        # the method builds text (``tpl.render(now=...)``, ``.format(...)``)
+        opaque = type(func) is ast.Attribute and func.attr not in tables.TEXT_BUILDING_METHODS
         for kw in node.keywords:
-            out.extend(self.hazards(kw.value, scope))
+            hs = self.hazards(kw.value, scope)
+            if opaque and kw.arg is not None:
+                hs = tuple(h for h in hs if h.kind != HAZARD_VOLATILE)
+            out.extend(hs)
         return out
 
     def _h_local_call(
@@ -664,6 +686,10 @@ def _hop(h: Hazard, owner: Any, call: Any) -> Hazard:
         origin=origin,
         fixable=False,  # the fix would land in another file
     )
+
+
+def _is_self(node: Any) -> bool:
+    return type(node) is ast.Name and node.id == "self"
 
 
 def _stable_alternative(b: Binding) -> bool:

@@ -207,6 +207,26 @@ TEXT_PASSTHROUGH_METHODS = frozenset(
         "decode",
     }
 )
+# Methods whose keyword arguments become text of their result (templates, formatting,
+# prompt templates being filled).
+TEXT_BUILDING_METHODS = frozenset(
+    {
+        "format",
+        "format_map",
+        "render",
+        "render_async",
+        "substitute",
+        "safe_substitute",
+        "partial",
+        "invoke",
+        "ainvoke",
+        "format_messages",
+        "format_prompt",
+        "from_template",
+        "join",
+        "replace",
+    }
+)
 TEXT_PASSTHROUGH_CALLS = frozenset({"builtins.str", "textwrap.dedent", "inspect.cleandoc"})
 FILE_READ_METHODS = frozenset({"read_text", "read", "read_bytes"})
 

@@ -177,6 +177,40 @@ def test_a_list_appended_to_is_not_a_clock_on_one_path_only():
     assert found(src) == [(5, "PC001", "warning")]
 
 
+def test_an_id_passed_to_a_search_call_does_not_make_its_results_volatile():
+    # holdout false positive (autogen): a random user id selects memories; it is not text
+    src = """
+    import uuid
+    import anthropic
+    class Memory:
+        def __init__(self, client, user_id=None):
+            self.client = client
+            self.user_id = user_id or str(uuid.uuid4())
+        def ask(self, q):
+            hits = self.client.search(q, user_id=self.user_id, limit=5)
+            text = "\\n".join(h["memory"] for h in hits)
+            return anthropic.Anthropic().messages.create(
+                model="m", system="Relevant memories:\\n" + text,
+                messages=[{"role": "user", "content": q}])
+    """
+    assert found(src) == []
+
+
+def test_a_set_keyed_lookup_table_does_not_order_the_prompt():
+    # holdout false positive (skyvern): a dict built from a set, used only for lookups
+    src = """
+    import re
+    import anthropic
+    TAGS = frozenset({"script", "style", "title"})
+    CLOSE = {name: re.compile(f"</{name}>") for name in TAGS}
+    def ask(tag, q):
+        pattern = CLOSE[tag].pattern + CLOSE.get(tag).pattern
+        return anthropic.Anthropic().messages.create(
+            model="m", system="Strip " + pattern, messages=[{"role": "user", "content": q}])
+    """
+    assert found(src) == []
+
+
 def test_tests_examples_docs_and_eval_folders_are_skipped_by_default(tmp_path):
     for rel in (
         "pkg/app.py",
