@@ -166,11 +166,27 @@ def _reached(an: RuleContext) -> list[Finding]:
         for r in reaches[1:]:
             an.reported.add(id(r.hazard.node))
         f = an.finding(
-            "PC001", h.node, f"{h.detail} reaches {where(first)}{also}: {text}", severity=severity
+            "PC001",
+            h.node,
+            f"{h.detail} reaches {where(first)}{also}: {text}{_stakes(an, first)}",
+            severity=severity,
         )
         f.origin = id(h.origin) if h.origin is not None else None
         out.append(f)
     return out
+
+
+def _stakes(an: RuleContext, reach: Any) -> str:
+    """The static text the changing value drags along, estimated in tokens (4 characters a
+    token), when the sink's text is known: " (~N tokens of static text in the system prompt
+    are written anew with it)"."""
+    sink = reach.sink
+    if sink.kind == MESSAGES:
+        return ""
+    chars = static_chars(an.ev.text_segments(sink.expr, sink.scope))
+    if not chars or chars < 400:
+        return ""
+    return f" (~{chars // 4} tokens of static text in {sink.label} are written anew with it)"
 
 
 def where(reach: Any) -> str:
