@@ -222,15 +222,21 @@ def lint_targets(targets: list[Target], config: LintConfig, jobs: int = 1) -> Re
 
 
 def lint_project(targets: list[Target], config: LintConfig) -> list[Finding]:
-    """Findings for ``targets`` analysed together (see :func:`lint_targets`)."""
+    """Findings for ``targets`` analysed together (see :func:`lint_targets`).
+
+    A file without any word a rule looks for (:func:`linters.flow.tables.gate`) is only
+    parsed; it is analysed when a call reaches into it, or when it names a function whose
+    parameter reaches a cached prefix in another module (it may pass a clock to it)."""
     project = Project()
     found: list[Finding] = []
     analysed: list[tuple[Analysis, bytes, str, frozenset[str]]] = []
+    lazy: list[tuple[_Lazy, bytes, str, frozenset[str]]] = []
     for t in targets:
         if t.kind != "python":
             found.extend(lint_target(t, config))
             continue
-        codes = config.codes_for(_rel(t.path, config.root))
+        rel = _rel(t.path, config.root)
+        codes = config.codes_for(rel)
         try:
             source = t.path.read_bytes()
         except OSError:
@@ -241,19 +247,38 @@ def lint_project(targets: list[Target], config: LintConfig) -> list[Finding]:
             found.extend(tree)
             continue
         if not gate(source):
-            project.add(_rel(t.path, config.root), _lazy(tree, source, config))
+            maker = _Lazy(tree, source, config)
+            project.add(rel, maker)
+            lazy.append((maker, source, t.display, codes))
             continue
         an = Analysis(tree, source, config)
-        project.add(_rel(t.path, config.root), an.ev)
+        project.add(rel, an.ev)
         analysed.append((an, source, t.display, codes))
     for an, source, display, codes in analysed:
         found.extend(run_rules(an, source, display, codes))
+    names = {
+        name.encode()
+        for an, *_ in analysed
+        for name in (getattr(an.ev, "param_sink_names", None) or ())
+    }
+    for maker, source, display, codes in lazy:
+        if names and any(n in source for n in names):
+            project.make(maker)
+            found.extend(run_rules(maker.analysis, source, display, codes))
     return merge_root_causes(found)
 
 
-def _lazy(tree: ast.Module, source: bytes, config: LintConfig) -> Any:
-    """A function making the evaluator of a module only when a call reaches into it."""
-    return lambda: Analysis(tree, source, config).ev
+class _Lazy:
+    """Makes the analysis of a module only when it is needed (a call reaches into it)."""
+
+    def __init__(self, tree: ast.Module, source: bytes, config: LintConfig) -> None:
+        self.args = (tree, source, config)
+        self.analysis: Any = None
+
+    def __call__(self) -> Any:
+        if self.analysis is None:
+            self.analysis = Analysis(*self.args)
+        return self.analysis.ev
 
 
 def merge_root_causes(findings: list[Finding]) -> list[Finding]:

@@ -72,6 +72,10 @@ class Project:
             return None
         return None
 
+    def make(self, maker: Any) -> Any:
+        """The evaluator a lazy entry makes (made once, registered with its path)."""
+        return self._make(maker)
+
     def _make(self, maker: Any) -> Any:
         ev = self._made.get(id(maker))
         if ev is None:

@@ -49,6 +49,11 @@ class Resolver:
         self.extra_volatile = extra_volatile
         self.path = ""  # the file's path relative to the lint root (set by Project.add)
         self.project: Any = None  # linters.flow.project.Project, for calls into other modules
+        # (function scope id, parameter) -> [(sink, hop)]: parameters that reach a cached
+        # prefix of this module (set by linters.flow.reach.prefix_reaches)
+        self.param_sinks: dict[tuple[int, str], list[Any]] | None = None
+        self.reaches_cache: list[Any] | None = None
+        self.param_sink_names: set[str] = set()  # names of the functions in param_sinks
         self._fscopes: dict[int, Scope] | None = None
         self._active: set[int] = set()  # nodes whose hazards are being computed
         self._active_seg: set[int] = set()  # nodes whose segments are being computed

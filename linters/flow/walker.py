@@ -533,8 +533,8 @@ class _Walker:
                     scope.cls.self_attrs.setdefault(recv.attr, []).append(
                         Binding(kind, value, scope, node.lineno, node.col_offset, loops, node)
                     )
-            if type(recv) is ast.Name and recv.id == "self":
-                key = "self." + attr
+            if type(recv) is ast.Name:  # self.m(...), Cls.m(...), module.f(...)
+                key = ("self." if recv.id == "self" else recv.id + ".") + attr
                 lst = calls.get(key)
                 if lst is None:
                     calls[key] = [(node, scope)]

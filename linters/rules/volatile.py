@@ -181,8 +181,8 @@ def _stakes(an: RuleContext, reach: Any) -> str:
     token), when the sink's text is known: " (~N tokens of static text in the system prompt
     are written anew with it)"."""
     sink = reach.sink
-    if sink.kind == MESSAGES:
-        return ""
+    if sink.kind == MESSAGES or not any(s is sink for s in an.facts.sinks):
+        return ""  # a message list, or a sink of another module (its text is read there)
     chars = static_chars(an.ev.text_segments(sink.expr, sink.scope))
     if not chars or chars < 400:
         return ""

@@ -290,6 +290,28 @@ def test_set_listing_built_in_one_module_reaches_the_system_prompt_in_another(tm
     )
 
 
+def test_a_clock_passed_to_a_prompt_builder_in_another_module(tmp_path):
+    (tmp_path / "llm.py").write_text(
+        "import anthropic\n"
+        "def ask(system_text, q):\n"
+        "    return anthropic.Anthropic().messages.create(model='m', system=system_text,"
+        " messages=[{'role': 'user', 'content': q}])\n"
+    )
+    (tmp_path / "app.py").write_text(
+        "from datetime import datetime\n"
+        "from llm import ask\n"
+        "def handle(q):\n"
+        "    return ask(f'Rules. Now {datetime.now()}', q)\n"
+    )
+    from linters import lint_paths
+
+    report = lint_paths([tmp_path], LintConfig(root=tmp_path))
+    assert [(Path(f.path).name, f.line, f.code, f.severity) for f in report.findings] == [
+        ("app.py", 4, "PC001", "warning")
+    ]
+    assert "passed to `ask()` as `system_text` (llm.py)" in report.findings[0].message
+
+
 def test_cache_control_on_every_block_in_a_loop():
     src = """
     import anthropic
