@@ -256,16 +256,24 @@ def lint_project(targets: list[Target], config: LintConfig) -> list[Finding]:
         analysed.append((an, source, t.display, codes))
     for an, source, display, codes in analysed:
         found.extend(run_rules(an, source, display, codes))
+    # (function name, its module's name): a file naming both may import and call it
     names = {
-        name.encode()
+        (name.encode(), _module_word(an.ev.path))
         for an, *_ in analysed
-        for name in (getattr(an.ev, "param_sink_names", None) or ())
+        for name in an.ev.param_sink_names
     }
     for maker, source, display, codes in lazy:
-        if names and any(n in source for n in names):
+        if names and any(n in source and m in source for n, m in names):
             project.make(maker)
             found.extend(run_rules(maker.analysis, source, display, codes))
     return merge_root_causes(found)
+
+
+def _module_word(rel_path: str) -> bytes:
+    """The name a module is imported by: ``pkg/llm.py`` -> ``llm``, ``pkg/__init__.py`` ->
+    ``pkg``."""
+    p = Path(rel_path)
+    return (p.parent.name if p.stem == "__init__" else p.stem).encode()
 
 
 class _Lazy:
