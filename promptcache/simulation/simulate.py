@@ -263,7 +263,9 @@ def segments_from_request(req: dict[str, Any], model: str | None) -> list[Segmen
         ttl = None
         if isinstance(cc, dict):
             ttl = cc.get("ttl", "5m")
-        segs.append(Segment(text_tokens(text, model), _h(text), ttl, True, layer))
+        # noqa below: a known false positive of PC006 (text_tokens returns an int; the linter
+        # follows the counters dict it looks up); see the issue 28 closing note
+        segs.append(Segment(text_tokens(text, model), _h(text), ttl, True, layer))  # noqa: PC006
 
     for tool in req.get("tools") or []:
         cc = tool.get("cache_control") if isinstance(tool, dict) else None
