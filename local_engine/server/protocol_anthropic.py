@@ -9,7 +9,6 @@ hosted API's message order rules are checked by :func:`check_message_order`.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -122,13 +121,12 @@ class MessagesRequest(CountTokensRequest):
 
 
 def check_tool_choice(req: CountTokensRequest, *, generating: bool = True) -> None:
-    """Check ``tool_choice`` against ``tools``, and refuse what this server cannot do.
+    """Check ``tool_choice`` against ``tools``.
 
     Raises :class:`APIError` 400 when a ``{"type": "tool"}`` choice names a tool that
-    ``tools`` does not declare (the hosted API refuses it too), and, when ``generating``
-    (not for ``count_tokens``, which only counts), for ``any`` and ``tool``: both require
-    a tool call, and the engine has no constrained decoding to guarantee one. ``auto`` and
-    ``none`` are served (see :func:`offered_tools`)."""
+    ``tools`` does not declare (the hosted API refuses it too). ``any`` and ``tool`` are
+    served by constrained decoding (:func:`forced_tools`); ``generating`` is kept for the
+    callers (``count_tokens`` only counts)."""
     choice = req.tool_choice
     if choice is None:
         return
@@ -140,16 +138,19 @@ def check_tool_choice(req: CountTokensRequest, *, generating: bool = True) -> No
             f"tool_choice.name: the tool {choice.name!r} is not in tools ({listing}). Name "
             'one of the tools, or send tool_choice {"type": "auto"}.',
         )
-    if generating and choice.type in ("any", "tool"):
-        shown = choice.model_dump(exclude_none=True)
-        raise APIError(
-            400,
-            f"tool_choice: {json.dumps(shown)} cannot be honoured: it requires the model to "
-            "call a tool, and this server's local model has no constrained decoding to "
-            'guarantee a tool call. Send tool_choice {"type": "auto"} (the tools are offered; '
-            'the model may call one or answer in text) or {"type": "none"} (the tools are '
-            "not offered), or leave tool_choice out.",
-        )
+
+
+def forced_tools(req: CountTokensRequest) -> list[tuple[str, dict]] | None:
+    """``(name, input_schema)`` of the tools one of which the output must call: all offered
+    tools for ``{"type": "any"}``, the named one for ``{"type": "tool"}``; None otherwise."""
+    choice = req.tool_choice
+    if choice is None or choice.type not in ("any", "tool"):
+        return None
+    return [
+        (t.name, t.input_schema or {})
+        for t in offered_tools(req)
+        if choice.type == "any" or t.name == choice.name
+    ]
 
 
 def offered_tools(req: CountTokensRequest) -> list[Tool]:
