@@ -432,9 +432,7 @@ class LLMEngine:
         # constrained rows: each draft position masked by the grammar after the drafts before
         # it, so a draft outside the grammar has probability 0 and is rejected
         drafts = [s.spec_token_ids[: len(s.spec_token_ids) - s.num_spec_pad] for s in row_seqs]
-        bitmask = verify_masks(
-            self.grammar, [s.matcher for s in row_seqs], drafts, logits.shape[0]
-        )
+        bitmask = verify_masks(self.grammar, [s.matcher for s in row_seqs], drafts, logits.shape[0])
         if bitmask is not None:
             logits = apply_token_bitmask(logits.float(), bitmask)
         assert self.spec is not None

@@ -22,6 +22,7 @@ from .errors import APIError, error_body, error_response, field_path
 from .routes_admin import router as admin_router
 from .routes_anthropic import router as anthropic_router
 from .routes_openai import router as openai_router
+from .routes_responses import router as responses_router
 from .state import ServerConfig, ServerState
 
 logger = logging.getLogger("promptcache.server")
@@ -37,6 +38,7 @@ def _endpoint(path: str) -> str:
     for known in (
         "/v1/chat/completions",
         "/v1/completions",
+        "/v1/responses",
         "/v1/messages/count_tokens",
         "/v1/messages",
         "/v1/models",
@@ -244,6 +246,7 @@ def create_app(
         )
 
     app.include_router(openai_router)
+    app.include_router(responses_router)
     app.include_router(anthropic_router)
     app.include_router(admin_router)
     if enable_docs:

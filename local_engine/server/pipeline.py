@@ -165,6 +165,10 @@ class Endpoint:
     api: ClassVar[str]
     id_prefix: ClassVar[str]
 
+    def attach(self, request: Request, req: Any) -> None:
+        """Per-request context the body does not hold (e.g. the stored conversation of a
+        Responses ``previous_response_id``); raise ``APIError`` for what it refuses."""
+
     def check(self, req: Any) -> None:
         """Protocol checks beyond the model's (raise ``APIError`` 400)."""
 
@@ -251,6 +255,7 @@ async def run_endpoint(endpoint: Endpoint, request: Request) -> Response:
     st: ServerState = request.app.state.server
     raw = await request.body()
     req = parse_body(endpoint.body_model, raw)
+    endpoint.attach(request, req)
     endpoint.check(req)
     rendered = endpoint.render(st, req)
     creqs = [endpoint.cache_request(st, request, req, r) for r in rendered]

@@ -12,6 +12,7 @@ from promptcache.cache_emulation import ManualClock
 from .diagnostics import DiagnosticsStore
 from .emulation import CacheEmulator
 from .metrics import ServerMetrics
+from .response_store import ResponseStore
 
 #: default request-body limit: 32 MiB, the Messages API's documented request size limit
 #: (https://platform.claude.com/docs/en/api/overview#request-size-limits, 2026-11-29)
@@ -54,6 +55,7 @@ class ServerState:
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
     diagnostics: DiagnosticsStore = field(default_factory=DiagnosticsStore)
     clock: ManualClock | None = None
+    responses: ResponseStore = field(default_factory=ResponseStore)
     started: float = field(default_factory=time.time)
 
     @classmethod
