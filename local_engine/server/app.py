@@ -18,9 +18,11 @@ from starlette.responses import JSONResponse
 
 from . import openapi
 from .emulation import CACHE_NOTE_HEADER, cache_mode_note
-from .errors import APIError, error_body, error_response, field_path
+from .errors import APIError, error_body, error_headers, error_response, field_path, is_bedrock_path
 from .routes_admin import router as admin_router
 from .routes_anthropic import router as anthropic_router
+from .routes_bedrock import router as bedrock_router
+from .routes_gemini import router as gemini_router
 from .routes_openai import router as openai_router
 from .routes_responses import router as responses_router
 from .state import ServerConfig, ServerState
@@ -75,6 +77,7 @@ class ServerMiddleware:
             code=code,
             request_id=scope.get("state", {}).get("request_id"),
         )
+        headers = {**(headers or {}), **(error_headers(scope["path"], status) or {})}
         await JSONResponse(body, status_code=status, headers=headers)(scope, receive, send)
 
     async def __call__(self, scope, receive, send):
@@ -114,10 +117,12 @@ class ServerMiddleware:
 
         try:
             if cfg.api_key and path not in self.public_paths:
-                given = headers.get("x-api-key")
+                given = headers.get("x-api-key") or headers.get("x-goog-api-key")
                 auth = headers.get("authorization", "")
                 if not given and auth.lower().startswith("bearer "):
                     given = auth[7:].strip()
+                if is_bedrock_path(path) and auth.startswith("AWS4-HMAC-SHA256 "):
+                    given = cfg.api_key  # SigV4 signatures are accepted, not checked
                 if not given or not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
                     status_holder["status"] = 401
                     msg = (
@@ -247,6 +252,8 @@ def create_app(
 
     app.include_router(openai_router)
     app.include_router(responses_router)
+    app.include_router(gemini_router)
+    app.include_router(bedrock_router)
     app.include_router(anthropic_router)
     app.include_router(admin_router)
     if enable_docs:

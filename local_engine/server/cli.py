@@ -37,9 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache-mode",
         choices=CACHE_MODES,
-        default="automatic",
-        help="usage reporting: automatic (every full block, as vLLM), anthropic or "
-        "openai (emulate that provider's documented cache rules)",
+        default="provider",
+        help="usage reporting: provider (default: each API path follows its own provider's "
+        "documented cache rules: Messages -> Anthropic, Chat/Responses -> OpenAI, "
+        "generateContent -> Gemini, Converse -> Bedrock), automatic (every full block the "
+        "engine reused, as vLLM), or one provider's rules on every path",
     )
     parser.add_argument(
         "--api-key",

@@ -94,7 +94,7 @@ class Generation:
     @property
     def report_writes(self) -> bool:
         """Whether OpenAI-shaped usage reports cache writes (not in automatic mode)."""
-        return (self.cache_requests[0].mode or self.st.emulator.mode) != "automatic"
+        return self.cache_requests[0].resolved_mode(self.st.emulator.mode) != "automatic"
 
     def total_usage(self) -> CacheUsage:
         """The emulated usage of all prompts together (the one prompt's when there is one)."""

@@ -157,7 +157,11 @@ def offered_tools(req: CountTokensRequest) -> list[Tool]:
     """The tools the model is shown: none for ``tool_choice: {"type": "none"}``."""
     if req.tool_choice is not None and req.tool_choice.type == "none":
         return []
-    return list(req.tools or [])
+    return [
+        t
+        for t in req.tools or []
+        if not str(getattr(t, "type", "") or "").startswith(SERVER_TOOL_PREFIXES)
+    ]
 
 
 # ---------------------------------------------------------------------------- message order
@@ -341,3 +345,24 @@ def messages_to_turns(req: CountTokensRequest) -> tuple[list[Block], list[Block]
             last.cache_control = (req.cache_control.ttl or "5m", "cache_control")
     continue_final = req.messages[-1].role == "assistant"
     return tools, system, turns, continue_final
+
+
+#: server tools the model cannot run; kept out of the rendered tools (their toggle is a
+#: system-level setting in Anthropic's invalidation table, not a tool definition)
+SERVER_TOOL_PREFIXES = ("web_search_",)
+
+
+def invalidating_settings(req: CountTokensRequest) -> dict:
+    """The request's settings outside the prompt text that Anthropic's cache is keyed on
+    (:data:`promptcache.limits.INVALIDATION_RULES`): ``tool_choice``, ``thinking`` and
+    whether web search is on; only those present are listed."""
+    out: dict = {}
+    if req.tool_choice is not None:
+        out["tool_choice"] = req.tool_choice.model_dump(exclude_none=True)
+    if req.thinking is not None:
+        out["thinking"] = req.thinking
+    if any(
+        str(getattr(t, "type", "") or "").startswith(SERVER_TOOL_PREFIXES) for t in req.tools or []
+    ):
+        out["web_search"] = True
+    return out

@@ -29,6 +29,7 @@ from .protocol_anthropic import (
     check_message_order,
     check_tool_choice,
     forced_tools,
+    invalidating_settings,
     messages_to_turns,
 )
 from .rendering import RenderedPrompt, RenderError, render_chat
@@ -117,6 +118,8 @@ class Messages(Endpoint):
             anthropic_breakpoints=anthropic_breakpoints(rendered),
             implicit_end=ends[last_user] if last_user is not None else None,
             mode=request_mode(request.headers),
+            provider="anthropic",
+            changes=invalidating_settings(req),
         )
 
     def prepare(
