@@ -205,6 +205,11 @@ class CacheEmulator:
         the engine has admitted it). Raises :class:`APIError` 400 on a rule violation."""
         n = req.rendered.num_tokens
         mode = req.resolved_mode(self.mode)
+        if req.explicit_cached_tokens is not None:
+            # a Gemini cachedContent is billed as cached whatever the mode: the contract is
+            # the cache's size, not what the physical prefix cache still held
+            cached = min(req.explicit_cached_tokens, n)
+            return CacheUsage(n, cached, {}, n - cached, writes_reported=False)
         if mode == "automatic":
             cached = min(engine_cached_tokens, n)
             return CacheUsage(n, cached, {}, n - cached, writes_reported=False)
@@ -240,9 +245,6 @@ class CacheEmulator:
                 partition=(mode, req.model, req.salt),
             )
         if mode == "gemini":
-            if req.explicit_cached_tokens is not None:
-                cached = min(req.explicit_cached_tokens, n)
-                return CacheUsage(n, cached, {}, n - cached, writes_reported=False)
             return gemini_implicit_usage(
                 self.state,
                 PromptLayout(prefix, ends),

@@ -115,7 +115,10 @@ def declaration_schema(decl: dict) -> dict:
 
 
 def _lower_types(node: Any) -> Any:
-    """Gemini ``Schema`` (``"type": "OBJECT"``, ``nullable``) as JSON Schema."""
+    """Gemini ``Schema`` (``"type": "OBJECT"``, ``nullable``) as JSON Schema; objects get
+    ``additionalProperties: false`` (the ``Schema`` type has no such field: the hosted API
+    returns the declared properties only, https://ai.google.dev/api/caching#Schema, read
+    2026-12-03)."""
     if isinstance(node, list):
         return [_lower_types(v) for v in node]
     if not isinstance(node, dict):
@@ -134,6 +137,9 @@ def _lower_types(node: Any) -> Any:
             out[k] = v
     if node.get("nullable") and isinstance(out.get("type"), str):
         out["type"] = [out["type"], "null"]
+    if out.get("type") == "object":
+        # Gemini's Schema has no additionalProperties: only declared properties come back
+        out.setdefault("additionalProperties", False)
     return out
 
 

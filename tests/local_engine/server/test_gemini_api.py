@@ -60,7 +60,11 @@ def test_generate_plain_and_count_tokens(client, chat_ids):
         system_instruction=system, max_output_tokens=4, temperature=0
     )
     r = client.models.generate_content(model=MODEL, contents="Hello there", config=config)
-    n = len(chat_ids([{"role": "system", "content": system}, {"role": "user", "content": "Hello there"}]))
+    n = len(
+        chat_ids(
+            [{"role": "system", "content": system}, {"role": "user", "content": "Hello there"}]
+        )
+    )
     u = r.usage_metadata
     assert u.prompt_token_count == n and not u.cached_content_token_count
     assert 1 <= u.candidates_token_count <= 4
@@ -75,10 +79,14 @@ def test_v1_and_streaming(server, chat_ids):
     c = _client(server, "v1")
     config = types.GenerateContentConfig(max_output_tokens=6, temperature=0)
     whole = c.models.generate_content(model=MODEL, contents="Count to three.", config=config)
-    chunks = list(c.models.generate_content_stream(model=MODEL, contents="Count to three.", config=config))
+    chunks = list(
+        c.models.generate_content_stream(model=MODEL, contents="Count to three.", config=config)
+    )
     assert "".join(ch.text or "" for ch in chunks) == whole.text
     last = chunks[-1].usage_metadata
-    assert last.prompt_token_count == len(chat_ids([{"role": "user", "content": "Count to three."}]))
+    assert last.prompt_token_count == len(
+        chat_ids([{"role": "user", "content": "Count to three."}])
+    )
     assert last.candidates_token_count == whole.usage_metadata.candidates_token_count
 
 
@@ -92,7 +100,9 @@ def test_implicit_caching_follows_the_minimum_and_reads_the_prefix(server, polic
     minimum = cache_limits(MODEL, "gemini").min_tokens
     assert first.usage_metadata.prompt_token_count > minimum
     assert not first.usage_metadata.cached_content_token_count
-    assert again.usage_metadata.cached_content_token_count == _prefix_ids(tokenizer, msgs, "Summarise.")
+    assert again.usage_metadata.cached_content_token_count == _prefix_ids(
+        tokenizer, msgs, "Summarise."
+    )
     # a short prompt never reads an implicit cache (below the minimum)
     short = types.GenerateContentConfig(system_instruction="Be brief.", max_output_tokens=1)
     c.models.generate_content(model=MODEL, contents="Hi", config=short)
@@ -210,6 +220,7 @@ def test_function_calling_mode_any(client):
             "type": "object",
             "properties": {"city": {"type": "string", "maxLength": 12}},
             "required": ["city"],
+            "additionalProperties": False,
         },
     )
     time_fn = types.FunctionDeclaration(
