@@ -131,8 +131,8 @@ class Converse(Endpoint):
         yield encode_event("messageStart", {"role": "assistant"})
         sent = ""
         out = first
-        if not forced:
-            yield encode_event("contentBlockStart", {"contentBlockIndex": 0, "start": {}})
+        # a text block has no contentBlockStart (ContentBlockStart is a union of toolUse
+        # and other non-text starts: botocore refuses an empty one)
         while True:
             delta = "" if forced else text_delta(sent, out.outputs[0].text)
             if delta:
@@ -152,9 +152,9 @@ class Converse(Endpoint):
                 use = content[0]["toolUse"]
                 start = {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}}
                 delta_body = {"toolUse": {"input": json.dumps(use["input"])}}
+                yield encode_event("contentBlockStart", {"contentBlockIndex": 0, "start": start})
             else:
-                start, delta_body = {}, {"text": o.text}
-            yield encode_event("contentBlockStart", {"contentBlockIndex": 0, "start": start})
+                delta_body = {"text": o.text}
             yield encode_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": delta_body})
         yield encode_event("contentBlockStop", {"contentBlockIndex": 0})
         reason = stop_reason(o, is_call)
