@@ -434,7 +434,8 @@ class LLMEngine:
         drafts = [s.spec_token_ids[: len(s.spec_token_ids) - s.num_spec_pad] for s in row_seqs]
         bitmask = verify_masks(self.grammar, [s.matcher for s in row_seqs], drafts, logits.shape[0])
         if bitmask is not None:
-            logits = apply_token_bitmask(logits.float(), bitmask)
+            with torch.inference_mode():  # the logits are inference tensors
+                logits = apply_token_bitmask(logits.float(), bitmask)
         assert self.spec is not None
         return row_seqs, self.spec.verify(logits, row_seqs)
 
