@@ -81,7 +81,9 @@ def _xgrammar_floor(engine, batch: int, steps: int = 20) -> float | None:
         return None
     tok = engine.tokenizer
     vocab = [tok._tok.id_to_token(i) or "" for i in range(engine.model_config.vocab_size)]
-    info = xgr.TokenizerInfo(vocab, xgr.VocabType.BYTE_LEVEL, stop_token_ids=sorted(tok.stop_token_ids))
+    info = xgr.TokenizerInfo(
+        vocab, xgr.VocabType.BYTE_LEVEL, stop_token_ids=sorted(tok.stop_token_ids)
+    )
     compiled = xgr.GrammarCompiler(info).compile_json_schema(json.dumps(ARRAY_OF_STRINGS))
     matchers = [xgr.GrammarMatcher(compiled) for _ in range(batch)]
     bitmask = xgr.allocate_token_bitmask(batch, info.vocab_size)
@@ -100,8 +102,12 @@ def constrained(args: argparse.Namespace) -> None:
         None, device=args.device, max_num_seqs=64, enable_prefix_caching=False
     )
     spec = StructuredOutput(json_schema=ARRAY_OF_STRINGS)
-    print(f"# constrained decoding, {engine.model_name} on {args.device}, {args.tokens} tokens/request")
-    print("| batch | free tok/s | constrained tok/s | ratio | llguidance mask ms/step | xgrammar mask ms/step | step ms (free) |")
+    print(
+        f"# constrained decoding, {engine.model_name} on {args.device}, {args.tokens} tokens/request"
+    )
+    print(
+        "| batch | free tok/s | constrained tok/s | ratio | llguidance mask ms/step | xgrammar mask ms/step | step ms (free) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for batch in (1, 64):
         prompts = _prompts(engine.tokenizer, batch)
@@ -125,7 +131,10 @@ def _bodies(text: str, system: str) -> dict[str, tuple[str, dict]]:
             {
                 "model": "local",
                 "max_tokens": 1,
-                "messages": [{"role": "system", "content": system}, {"role": "user", "content": text}],
+                "messages": [
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": text},
+                ],
             },
         ),
         "responses": (

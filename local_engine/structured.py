@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +63,7 @@ class StructuredOutput:
 
 #: compact JSON, no whitespace choices left to the model (fewer tokens, and the schema's own
 #: ``pattern``/``format`` stay the only freedom)
-_JSON_OPTIONS = {"item_separator": ",", "key_separator": ":", "whitespace_flexible": False}
+_JSON_OPTIONS: Any = {"item_separator": ",", "key_separator": ":", "whitespace_flexible": False}
 
 
 def grammar_of(spec: StructuredOutput) -> str:
@@ -202,7 +202,7 @@ def _allowed(row: torch.Tensor, token: int) -> bool:
     return bool((int(row[token // 32]) >> (token % 32)) & 1)
 
 
-def advance(matcher: Any, tokens: Sequence[int], stop_ids: Sequence[int] = ()) -> None:
+def advance(matcher: Any, tokens: Sequence[int], stop_ids: Collection[int] = ()) -> None:
     """Feed the sampled ``tokens`` to ``matcher`` (an EOS/stop id ends the grammar and is not
     fed). Raises :class:`EngineError` if the matcher refuses one (a bug: the mask allowed it)."""
     for t in tokens:

@@ -132,7 +132,9 @@ def forced_tools(req: ConverseRequest) -> list[tuple[str, dict]] | None:
     :class:`APIError` 400 for a tool name ``tools`` does not declare."""
     choice = (req.toolConfig or {}).get("toolChoice") or {}
     specs = tool_specs(req)
-    schema = {s["name"]: (s.get("inputSchema") or {}).get("json") or {} for s in specs}
+    schema: dict[str, dict] = {
+        str(s["name"]): (s.get("inputSchema") or {}).get("json") or {} for s in specs
+    }
     if "any" in choice:
         return list(schema.items())
     if "tool" in choice:

@@ -123,7 +123,7 @@ def _lower_types(node: Any) -> Any:
         return [_lower_types(v) for v in node]
     if not isinstance(node, dict):
         return node
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in node.items():
         if k == "type" and isinstance(v, str):
             out[k] = v.lower()

@@ -151,7 +151,7 @@ class Converse(Endpoint):
             if is_call:
                 use = content[0]["toolUse"]
                 start = {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}}
-                delta_body = {"toolUse": {"input": json.dumps(use["input"])}}
+                delta_body: dict[str, Any] = {"toolUse": {"input": json.dumps(use["input"])}}
                 yield encode_event("contentBlockStart", {"contentBlockIndex": 0, "start": start})
             else:
                 delta_body = {"text": o.text}

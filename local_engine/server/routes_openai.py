@@ -271,10 +271,12 @@ class ChatCompletions(Endpoint):
                     if o.finish_reason is not None:
                         done.add(o.index)
                         message, finish = _chat_message(o, True)
-                        delta = {"content": message["content"]}
+                        call_delta: dict[str, Any] = {"content": message["content"]}
                         if "tool_calls" in message:
-                            delta["tool_calls"] = [{"index": 0, **c} for c in message["tool_calls"]]
-                        yield chunk(o.index, delta, None, None)
+                            call_delta["tool_calls"] = [
+                                {"index": 0, **c} for c in message["tool_calls"]
+                            ]
+                        yield chunk(o.index, call_delta, None, None)
                         yield chunk(o.index, {}, None, finish)
                     continue
                 delta = text_delta(sent_text[o.index], o.text)

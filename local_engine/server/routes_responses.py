@@ -137,7 +137,7 @@ class Responses(Endpoint):
             name, args = call
             arguments = json.dumps(args, ensure_ascii=False)
             call_id = new_id("call_")
-            item = {
+            item: dict[str, Any] = {
                 "type": "function_call",
                 "id": new_id("fc_"),
                 "call_id": call_id,
