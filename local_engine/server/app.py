@@ -52,6 +52,23 @@ def _endpoint(path: str) -> str:
     return "other"
 
 
+def _auth_failure(path: str, headers: dict[str, str], api_key: str) -> str | None:
+    """None when the request carries ``api_key`` (``Authorization: Bearer``, ``x-api-key``,
+    Gemini's ``x-goog-api-key``; on Bedrock paths any SigV4 ``Authorization``, accepted and
+    not checked), else the 401 message."""
+    given = headers.get("x-api-key") or headers.get("x-goog-api-key")
+    auth = headers.get("authorization", "")
+    if not given and auth.lower().startswith("bearer "):
+        given = auth[7:].strip()
+    if is_bedrock_path(path) and auth.startswith("AWS4-HMAC-SHA256 "):
+        return None
+    if given and hmac.compare_digest(given.encode(), api_key.encode()):
+        return None
+    if given:
+        return "Incorrect API key provided."
+    return "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
+
+
 class ServerMiddleware:
     """Pure ASGI (so streaming responses pass through untouched)."""
 
@@ -117,19 +134,9 @@ class ServerMiddleware:
 
         try:
             if cfg.api_key and path not in self.public_paths:
-                given = headers.get("x-api-key") or headers.get("x-goog-api-key")
-                auth = headers.get("authorization", "")
-                if not given and auth.lower().startswith("bearer "):
-                    given = auth[7:].strip()
-                if is_bedrock_path(path) and auth.startswith("AWS4-HMAC-SHA256 "):
-                    given = cfg.api_key  # SigV4 signatures are accepted, not checked
-                if not given or not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
+                msg = _auth_failure(path, headers, cfg.api_key)
+                if msg is not None:
                     status_holder["status"] = 401
-                    msg = (
-                        "Incorrect API key provided."
-                        if given
-                        else "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
-                    )
                     return await self._reject(
                         scope, receive, send_wrapper, 401, msg, code="invalid_api_key"
                     )
