@@ -151,3 +151,31 @@ def test_tool_choice_row_through_messages_api(server_factory, tokenizer):
     up_to_system = system_only.usage.cache_read_input_tokens
     assert 0 < up_to_system < whole
     assert switched.usage.cache_read_input_tokens == up_to_system
+
+
+def test_web_search_row_through_messages_api(server_factory):
+    srv = server_factory()
+    client = srv.anthropic_client(
+        max_retries=0, timeout=120, default_headers={"X-Promptcache-Cache-Mode": "anthropic"}
+    )
+    tag = uuid.uuid4().hex[:6]
+    tool = {
+        "name": "lookup",
+        "description": _text(f"T{tag}", 120),
+        "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+        "cache_control": {"type": "ephemeral"},
+    }
+    web = {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}
+
+    def system(t):
+        return [{"type": "text", "text": _text(t, 120), "cache_control": {"type": "ephemeral"}}]
+
+    msgs = [{"role": "user", "content": "Which policy applies?"}]
+    kw = dict(model="claude-sonnet-4-5", max_tokens=1, messages=msgs)
+    client.messages.create(**kw, tools=[tool], system=system(f"S{tag}"))
+    # what reads when the system text differs: the tools breakpoint only
+    tools_only = client.messages.create(**kw, tools=[tool], system=system(f"X{tag}"))
+    toggled = client.messages.create(**kw, tools=[tool, web], system=system(f"S{tag}"))
+    up_to_tools = tools_only.usage.cache_read_input_tokens
+    assert up_to_tools > 0
+    assert toggled.usage.cache_read_input_tokens == up_to_tools
