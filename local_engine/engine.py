@@ -26,11 +26,12 @@ from .metrics import EngineMetrics, MetricsRecorder
 from .output_processor import OutputProcessor, RequestState
 from .outputs import RequestOutput
 from .runner import ModelRunner, kv_block_bytes, plan_num_blocks
-from .sampling import SamplerOutput, SamplingParams, make_generator
+from .sampling import SamplerOutput, SamplingParams, apply_token_bitmask, make_generator
 from .scheduler import Scheduler, SchedulerOutput
 from .sequence import Sequence, SequenceStatus
 from .spec_decode.decoder import SpeculativeDecoder
 from .spec_decode.rejection_sampler import VerifyOutput
+from .structured import GrammarCompiler, advance, verify_masks
 from .tokenizer import Tokenizer
 
 logger = logging.getLogger("local_engine")
@@ -154,6 +155,7 @@ class LLMEngine:
         token_text_table(self.tokenizer, True)  # built once here, not on the first request
         self._metrics = MetricsRecorder()
         self.output_processor = OutputProcessor(self.tokenizer, self._metrics)
+        self.grammar = GrammarCompiler(self.tokenizer, mc.vocab_size)
         self.load_seconds = time.monotonic() - t0
         logger.info(
             "%s loaded in %.1fs on %s (%s, weights %s, %d threads); KV cache %s: %d blocks x %d tokens = %d tokens max "
@@ -229,8 +231,9 @@ class LLMEngine:
         """Queue a request.
 
         Raises:
-            EngineError: duplicate ``request_id``, empty prompt, a token id out of range, or
-                a ``num_speculative_tokens`` the engine cannot honour.
+            EngineError: duplicate ``request_id``, empty prompt, a token id out of range,
+                a ``num_speculative_tokens`` the engine cannot honour, or a
+                ``params.structured`` grammar that does not compile (``GrammarError``).
             RequestTooLongError: the prompt leaves no room for one output token within
                 ``max_model_len``, or can never fit the KV pool (message names the lengths).
         """
@@ -263,6 +266,8 @@ class LLMEngine:
                 generator=make_generator(params.seed, i, self.runner.device),
                 max_total_len=max_total,
             )
+            if params.structured is not None:  # GrammarError (an EngineError) when invalid
+                seq.matcher = self.grammar.matcher(params.structured)
             seqs.append(seq)
         # samples 1..n-1 fork off sample 0 when its prompt is computed (sharing its blocks)
         seqs[0].num_forks = params.n - 1
@@ -358,9 +363,12 @@ class LLMEngine:
             self._metrics.generation_tokens += len(row_seqs)
             append = self.output_processor.append_token
             finish = self.scheduler.finish
+            stops = self.tokenizer.stop_token_ids
             for seq, token, lps, lp in zip(
                 row_seqs, sampled.token_ids, sampled.logprobs, sampled.sampled_logprob
             ):
+                if seq.matcher is not None:
+                    advance(seq.matcher, (token,), stops)
                 status = append(seq, token, lps, lp, done)
                 if status is not None:
                     finish(seq, status)
@@ -419,7 +427,10 @@ class LLMEngine:
         if len(row_src) != logits.shape[0]:
             logits = logits[torch.tensor(row_src, dtype=torch.long, device=logits.device)]
         params = [s.params for s in row_seqs]
-        return row_seqs, self.runner.sample(logits, params, [s.generator for s in row_seqs])
+        jobs = [(s.matcher, r) for r, s in enumerate(row_seqs) if s.matcher is not None]
+        bitmask = self.grammar.fill_masks(jobs, len(row_seqs)) if jobs else None
+        generators = [s.generator for s in row_seqs]
+        return row_seqs, self.runner.sample(logits, params, generators, bitmask)
 
     def _move_blocks(self, sched: SchedulerOutput) -> None:
         """The step's copies between the device pool and host memory, in the order that keeps
@@ -456,6 +467,13 @@ class LLMEngine:
             start += n_rows
         if len(rows) != logits.shape[0]:
             logits = logits[torch.tensor(rows, dtype=torch.long, device=logits.device)]
+        # constrained rows: each draft position masked by the grammar after the drafts before
+        # it, so a draft outside the grammar has probability 0 and is rejected
+        drafts = [s.spec_token_ids[: len(s.spec_token_ids) - s.num_spec_pad] for s in row_seqs]
+        bitmask = verify_masks(self.grammar, [s.matcher for s in row_seqs], drafts, logits.shape[0])
+        if bitmask is not None:
+            with torch.inference_mode():  # the logits are inference tensors
+                logits = apply_token_bitmask(logits.float(), bitmask)
         assert self.spec is not None
         return row_seqs, self.spec.verify(logits, row_seqs)
 
@@ -483,6 +501,8 @@ class LLMEngine:
             status = None
             for j, tok in enumerate(toks):
                 generated += 1
+                if seq.matcher is not None:
+                    advance(seq.matcher, (tok,), self.tokenizer.stop_token_ids)
                 status = append(seq, tok, lps[j], lp[j], now)
                 if status is not None:
                     finish(seq, status)

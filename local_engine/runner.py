@@ -450,6 +450,8 @@ class ModelRunner:
         logits: torch.Tensor,
         params: Seq[SamplingParams],
         generators: Seq[torch.Generator | None],
+        bitmask: torch.Tensor | None = None,
     ) -> SamplerOutput:
-        """One token per logits row (rows may repeat a sequence's logits for ``n > 1``)."""
-        return self.sampler(logits, params, generators)
+        """One token per logits row (rows may repeat a sequence's logits for ``n > 1``);
+        ``bitmask``: the constrained rows' allowed tokens (see ``Sampler.__call__``)."""
+        return self.sampler(logits, params, generators, bitmask)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -37,6 +38,9 @@ class SamplingParams:
         logprobs: return this many top log-probabilities per generated token (plus the
             sampled one); None = none.
         ignore_eos: keep going past EOS.
+        structured: the output must match this grammar
+            (:class:`~local_engine.structured.StructuredOutput`; None = free text): a token
+            mask is applied to every sampled row (:func:`apply_token_bitmask`).
         skip_special_tokens: drop control tokens from the text.
         num_speculative_tokens: with speculative decoding on, draft at most this many tokens
             per step for this request (0 = no speculation for it; None = the engine's K).
@@ -58,6 +62,7 @@ class SamplingParams:
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     num_speculative_tokens: int | None = None
+    structured: Any = None
 
     def __post_init__(self):
         if self.temperature is None:
@@ -119,6 +124,20 @@ class SamplerOutput:
     sampled_logprob: list[float]
 
 
+def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+    """Set the logits of disallowed tokens to -inf, in place, and return ``logits``.
+
+    ``logits``: float ``[rows, vocab]`` on any device; ``bitmask``: int32 ``[rows,
+    ceil(vocab / 32)]`` on the CPU (bit ``t % 32`` of word ``t // 32`` set = token ``t``
+    allowed; a row of all ones changes nothing). The bits are unpacked on the logits' device
+    (one copy of ``rows * vocab / 8`` bytes), so the mask costs a few element-wise ops there."""
+    rows, vocab = logits.shape
+    words = bitmask.to(logits.device, non_blocking=True)
+    shifts = torch.arange(32, device=logits.device, dtype=torch.int32)
+    allowed = ((words.unsqueeze(-1) >> shifts) & 1).view(rows, -1)[:, :vocab].bool()
+    return logits.masked_fill_(~allowed, float("-inf"))
+
+
 class Sampler:
     """Turns float32 logits ``[rows, vocab]`` into one token per row."""
 
@@ -131,9 +150,15 @@ class Sampler:
         logits: torch.Tensor,
         params: Sequence[SamplingParams],
         generators: Sequence[torch.Generator | None],
+        bitmask: torch.Tensor | None = None,
     ) -> SamplerOutput:
+        """One token per row of float logits ``[rows, vocab]``; ``bitmask`` (int32 ``[rows,
+        ceil(vocab / 32)]``, see :func:`apply_token_bitmask`) restricts each row's tokens
+        (constrained decoding)."""
         rows = logits.shape[0]
         logits = logits.float()
+        if bitmask is not None:
+            apply_token_bitmask(logits, bitmask)
         greedy = [p.greedy for p in params]
         want_lp = any(p.logprobs is not None for p in params)
         if all(greedy):
@@ -209,4 +234,11 @@ class Sampler:
         return torch.full_like(logits, float("-inf")).scatter(1, order, sorted_logits)
 
 
-__all__ = ["SamplingParams", "Sampler", "SamplerOutput", "make_generator", "GREEDY_EPS"]
+__all__ = [
+    "SamplingParams",
+    "Sampler",
+    "SamplerOutput",
+    "apply_token_bitmask",
+    "make_generator",
+    "GREEDY_EPS",
+]

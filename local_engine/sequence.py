@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -69,6 +70,8 @@ class Sequence:
         num_spec_pad: how many of ``spec_token_ids`` (at the end) are padding: tokens computed
             only so that every sequence of a verification step has K drafts (one CUDA-graph
             shape); their logits rows are never verified and they are never accepted.
+        matcher: the grammar state of a constrained request (an ``llguidance.LLMatcher`` fed
+            every committed output token; None for free text).
     """
 
     seq_id: str
@@ -95,6 +98,7 @@ class Sequence:
     spec_probs: torch.Tensor | None = None
     num_lookahead_tokens: int = 0
     num_spec_pad: int = 0
+    matcher: Any = None
 
     def __post_init__(self):
         if not self.all_token_ids:

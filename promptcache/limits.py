@@ -42,6 +42,12 @@ __all__ = [
     "BEDROCK_MAX_BREAKPOINTS",
     "BEDROCK_TTLS",
     "GEMINI_DEFAULT_TTL",
+    "GEMINI_DEFAULT_TTL_SECONDS",
+    "GEMINI_IMPLICIT_TTL_SECONDS",
+    "INVALIDATION_RULES",
+    "InvalidationRule",
+    "SEGMENTS",
+    "invalidation_rules",
     "CacheLimits",
     "cache_limits",
     "MODEL_LIMITS",
@@ -428,3 +434,95 @@ def cache_limits(model: str, provider: str | None = None) -> CacheLimits:
     if default is None:
         raise ValueError(f"no cache limits for provider {provider!r}")
     return default
+
+
+# --------------------------------------------------------------------------------------
+# What invalidates a cached prefix, per provider (read 2026-12-03)
+# --------------------------------------------------------------------------------------
+
+SRC_ANTHROPIC_INVALIDATION = (
+    "https://platform.claude.com/docs/en/build-with-claude/prompt-caching "
+    "(section 'What invalidates the cache'); "
+    "https://platform.claude.com/docs/en/agents-and-tools/tool-use/tool-use-with-prompt-caching"
+)
+SRC_OPENAI_PREFIX = (
+    "https://developers.openai.com/api/docs/guides/prompt-caching ('Cache hits are only "
+    "possible for exact prefix matches within a prompt'; images and tools are part of the "
+    "prefix and must be identical)"
+)
+SRC_GEMINI_EXPLICIT = (
+    "https://ai.google.dev/gemini-api/docs/caching (explicit caching: the cached content "
+    "holds the system instruction, tools and contents); https://ai.google.dev/api/caching "
+    "(only ttl / expireTime may be updated)"
+)
+INVALIDATION_READ_ON = "2026-12-03"
+
+#: The cache segments, in the order a prompt is cached (Anthropic: tools -> system ->
+#: messages; OpenAI and Gemini cache one prefix in the same rendered order).
+SEGMENTS: tuple[str, ...] = ("tools", "system", "messages")
+
+
+@dataclass(frozen=True)
+class InvalidationRule:
+    """One row of a provider's 'what invalidates the cache' table.
+
+    Attributes:
+        provider: ``"anthropic"``, ``"openai"``, ``"gemini"`` or ``"bedrock"``.
+        change: what the request changes (``"tool_definitions"``, ``"web_search"``,
+            ``"citations"``, ``"tool_choice"``, ``"images"``, ``"thinking"``, ...).
+        invalidates: the segments whose cached entries no longer match
+            (:data:`SEGMENTS`); the segments before the first stay readable.
+        source, read_on: where the row comes from and when it was read.
+    """
+
+    provider: str
+    change: str
+    invalidates: tuple[str, ...]
+    source: str
+    read_on: str = INVALIDATION_READ_ON
+
+
+INVALIDATION_RULES: tuple[InvalidationRule, ...] = (
+    # Anthropic: "Modifying tool definitions (names, descriptions, parameters) invalidates the
+    # entire cache"; "Enabling or disabling web search modifies the system prompt"; citations
+    # likewise; "Changes to tool_choice ... only affect message blocks"; "Adding or removing
+    # images anywhere in the prompt affects message blocks"; "Changes to thinking settings
+    # (enabled/disabled or budget) affect message blocks".
+    InvalidationRule(
+        "anthropic", "tool_definitions", ("tools", "system", "messages"), SRC_ANTHROPIC_INVALIDATION
+    ),
+    InvalidationRule("anthropic", "web_search", ("system", "messages"), SRC_ANTHROPIC_INVALIDATION),
+    InvalidationRule("anthropic", "citations", ("system", "messages"), SRC_ANTHROPIC_INVALIDATION),
+    InvalidationRule("anthropic", "tool_choice", ("messages",), SRC_ANTHROPIC_INVALIDATION),
+    InvalidationRule("anthropic", "images", ("messages",), SRC_ANTHROPIC_INVALIDATION),
+    InvalidationRule("anthropic", "thinking", ("messages",), SRC_ANTHROPIC_INVALIDATION),
+    # OpenAI: one exact prefix; a change anywhere invalidates everything after it (tool
+    # definitions come first in the prefix, so they invalidate everything).
+    InvalidationRule(
+        "openai", "tool_definitions", ("tools", "system", "messages"), SRC_OPENAI_PREFIX
+    ),
+    InvalidationRule("openai", "system", ("system", "messages"), SRC_OPENAI_PREFIX),
+    # Gemini explicit caching: a cached content is immutable but for its TTL; implicit
+    # caching matches one prefix like OpenAI's.
+    InvalidationRule(
+        "gemini", "tool_definitions", ("tools", "system", "messages"), SRC_GEMINI_EXPLICIT
+    ),
+    InvalidationRule("gemini", "system", ("system", "messages"), SRC_GEMINI_EXPLICIT),
+)
+
+
+def invalidation_rules(provider: str) -> tuple[InvalidationRule, ...]:
+    """The rows of :data:`INVALIDATION_RULES` for ``provider`` (Bedrock's Claude models take
+    Anthropic's rows: Bedrock documents no table of its own, read 2026-12-03)."""
+    provider = "anthropic" if provider == "bedrock" else provider
+    return tuple(r for r in INVALIDATION_RULES if r.provider == provider)
+
+
+#: Gemini implicit caching: how long an implicit entry lives is not documented (the page
+#: says only "send requests with similar prefix in a short amount of time", SRC_GEMINI,
+#: read 2026-12-03). None: the emulation keeps implicit entries while the server runs, so it
+#: reports the best case.
+GEMINI_IMPLICIT_TTL_SECONDS: float | None = None
+#: Gemini explicit caching: the cached content's default TTL in seconds (SRC_GEMINI:
+#: "If not set, the TTL defaults to 1 hour").
+GEMINI_DEFAULT_TTL_SECONDS = 3600.0

@@ -18,10 +18,13 @@ from starlette.responses import JSONResponse
 
 from . import openapi
 from .emulation import CACHE_NOTE_HEADER, cache_mode_note
-from .errors import APIError, error_body, error_response, field_path
+from .errors import APIError, error_body, error_headers, error_response, field_path, is_bedrock_path
 from .routes_admin import router as admin_router
 from .routes_anthropic import router as anthropic_router
+from .routes_bedrock import router as bedrock_router
+from .routes_gemini import router as gemini_router
 from .routes_openai import router as openai_router
+from .routes_responses import router as responses_router
 from .state import ServerConfig, ServerState
 
 logger = logging.getLogger("promptcache.server")
@@ -37,6 +40,7 @@ def _endpoint(path: str) -> str:
     for known in (
         "/v1/chat/completions",
         "/v1/completions",
+        "/v1/responses",
         "/v1/messages/count_tokens",
         "/v1/messages",
         "/v1/models",
@@ -46,6 +50,23 @@ def _endpoint(path: str) -> str:
         if path == known or path.startswith(known + "/"):
             return known
     return "other"
+
+
+def _auth_failure(path: str, headers: dict[str, str], api_key: str) -> str | None:
+    """None when the request carries ``api_key`` (``Authorization: Bearer``, ``x-api-key``,
+    Gemini's ``x-goog-api-key``; on Bedrock paths any SigV4 ``Authorization``, accepted and
+    not checked), else the 401 message."""
+    given = headers.get("x-api-key") or headers.get("x-goog-api-key")
+    auth = headers.get("authorization", "")
+    if not given and auth.lower().startswith("bearer "):
+        given = auth[7:].strip()
+    if is_bedrock_path(path) and auth.startswith("AWS4-HMAC-SHA256 "):
+        return None
+    if given and hmac.compare_digest(given.encode(), api_key.encode()):
+        return None
+    if given:
+        return "Incorrect API key provided."
+    return "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
 
 
 class ServerMiddleware:
@@ -73,6 +94,7 @@ class ServerMiddleware:
             code=code,
             request_id=scope.get("state", {}).get("request_id"),
         )
+        headers = {**(headers or {}), **(error_headers(scope["path"], status) or {})}
         await JSONResponse(body, status_code=status, headers=headers)(scope, receive, send)
 
     async def __call__(self, scope, receive, send):
@@ -112,17 +134,9 @@ class ServerMiddleware:
 
         try:
             if cfg.api_key and path not in self.public_paths:
-                given = headers.get("x-api-key")
-                auth = headers.get("authorization", "")
-                if not given and auth.lower().startswith("bearer "):
-                    given = auth[7:].strip()
-                if not given or not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
+                msg = _auth_failure(path, headers, cfg.api_key)
+                if msg is not None:
                     status_holder["status"] = 401
-                    msg = (
-                        "Incorrect API key provided."
-                        if given
-                        else "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
-                    )
                     return await self._reject(
                         scope, receive, send_wrapper, 401, msg, code="invalid_api_key"
                     )
@@ -244,6 +258,9 @@ def create_app(
         )
 
     app.include_router(openai_router)
+    app.include_router(responses_router)
+    app.include_router(gemini_router)
+    app.include_router(bedrock_router)
     app.include_router(anthropic_router)
     app.include_router(admin_router)
     if enable_docs:

@@ -37,9 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache-mode",
         choices=CACHE_MODES,
-        default="automatic",
-        help="usage reporting: automatic (every full block, as vLLM), anthropic or "
-        "openai (emulate that provider's documented cache rules)",
+        default="provider",
+        help="usage reporting: provider (default: each API path follows its own provider's "
+        "documented cache rules: Messages -> Anthropic, Chat/Responses -> OpenAI, "
+        "generateContent -> Gemini, Converse -> Bedrock), automatic (every full block the "
+        "engine reused, as vLLM), or one provider's rules on every path",
     )
     parser.add_argument(
         "--api-key",
@@ -236,6 +238,13 @@ def run(args: argparse.Namespace) -> int:
         )
     except EngineError as exc:
         return _fail(str(exc))
+    from local_engine.errors import ModelNotFoundError
+    from local_engine.loader import resolve_model_path
+
+    try:
+        resolve_model_path(args.model)  # a missing model is a usage error, before binding
+    except ModelNotFoundError as exc:
+        return _fail(str(exc))
     try:
         sock = bind_socket(args.host, args.port)
     except OSError as exc:
@@ -255,17 +264,8 @@ def run(args: argparse.Namespace) -> int:
         sock.close()
 
 
-def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
-    import prometheus_client
-    import uvicorn
-
-    from local_engine.async_engine import AsyncEngine
-    from local_engine.engine import LLMEngine
-    from local_engine.errors import EngineError, ModelNotFoundError
-
-    from .app import create_app
-    from .state import ServerConfig
-
+def _engine_overrides(args: argparse.Namespace) -> dict:
+    """``LLMEngine.from_model`` overrides from the CLI options."""
     overrides = {"device": args.device, "max_num_seqs": args.max_num_seqs}
     if args.max_model_len is not None:
         overrides["max_model_len"] = args.max_model_len
@@ -281,20 +281,41 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
         overrides["num_threads"] = args.threads
     if getattr(args, "speculative_config", None) is not None:
         overrides["speculative"] = args.speculative_config
-    try:
-        engine = LLMEngine.from_model(args.model, **overrides)
-    except ModelNotFoundError as exc:
+    return overrides
+
+
+def _load_failure(exc: BaseException) -> int:
+    """Print the one line for a failed engine load; the exit code (2: bad input, 1: a bug)."""
+    from local_engine.errors import EngineError, ModelNotFoundError
+
+    if isinstance(exc, ModelNotFoundError):
         return _fail(str(exc))
-    except EngineError as exc:
+    if isinstance(exc, EngineError):
         return _fail(f"cannot load the model: {exc}")
-    except Exception as exc:  # an engine bug, not bad input: one line, exit 1, traceback at debug
-        logging.getLogger("promptcache.server").debug("engine load failed", exc_info=True)
-        print(
-            f"promptcache serve: error: the engine failed to load: {type(exc).__name__}: {exc} "
-            "(--log-level debug shows the traceback)",
-            file=sys.stderr,
-        )
-        return 1
+    logging.getLogger("promptcache.server").debug("engine load failed", exc_info=exc)
+    print(
+        f"promptcache serve: error: the engine failed to load: {type(exc).__name__}: {exc} "
+        "(--log-level debug shows the traceback)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 1
+
+
+def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
+    """Serve on ``sock`` at once (``/health`` 503 while the engine loads in a worker thread,
+    :class:`.loading.LoadingApp`), then the full app; the stable "listening on" line is
+    printed once requests are served."""
+    import prometheus_client
+    import uvicorn
+
+    from local_engine.async_engine import AsyncEngine
+    from local_engine.engine import LLMEngine
+
+    from .app import create_app
+    from .loading import LoadingApp
+    from .state import ServerConfig
+
     config = ServerConfig(
         cache_mode=args.cache_mode,
         api_key=args.api_key or None,
@@ -305,16 +326,30 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
         drain_timeout=args.drain_timeout,
         served_model_name=args.served_model_name,
     )
-    prometheus_client.disable_created_metrics()  # no *_created series (this process only)
-    app = create_app(AsyncEngine(engine), config, enable_docs=not args.disable_docs)
     host, port = sock.getsockname()[:2]
-    # one stable line that tools (the pytest plugin, the demo) can wait for
-    print(
-        f"promptcache serve: {engine.model_name} listening on http://{host}:{port} "
-        f"(cache mode {args.cache_mode}{', API key required' if config.api_key else ''})",
-        file=sys.stderr,
-        flush=True,
-    )
+    exit_code = [0]
+
+    def build():
+        engine = LLMEngine.from_model(args.model, **_engine_overrides(args))
+        prometheus_client.disable_created_metrics()  # no *_created series (this process only)
+        return create_app(AsyncEngine(engine), config, enable_docs=not args.disable_docs)
+
+    def ready(app) -> None:
+        # one stable line that tools (the pytest plugin, the demo) can wait for
+        print(
+            f"promptcache serve: {app.state.server.engine.engine.model_name} listening on "
+            f"http://{host}:{port} (cache mode {args.cache_mode}"
+            f"{', API key required' if config.api_key else ''})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def failed(exc: BaseException) -> None:
+        exit_code[0] = _load_failure(exc)
+        server.should_exit = True
+
+    label = args.model or "the default model"
+    app = LoadingApp(build, label, on_ready=ready, on_error=failed)
     uv_config = uvicorn.Config(
         app,
         log_level=args.log_level,
@@ -325,8 +360,11 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
     server = _DrainingServer(uv_config)
     if args.exit_with_parent:
         watch_parent(os.getppid(), lambda: server.handle_exit(signal.SIGTERM, None))
+    logging.getLogger("promptcache.server").info(
+        "loading %s; GET /health answers 503 until it is ready (http://%s:%s)", label, host, port
+    )
     server.run(sockets=[sock])
-    return 0
+    return exit_code[0]
 
 
 def watch_parent(parent_pid: int, on_exit, interval: float = 1.0) -> threading.Thread:

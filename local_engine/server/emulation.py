@@ -41,10 +41,22 @@ from promptcache.simulation.emulation import (
     openai_uses_breakpoints,
 )
 
+from .emulation_rules import (
+    SegmentedPrefix,
+    bedrock_breakpoints,
+    bedrock_min_tokens,
+    gemini_implicit_usage,
+    gemini_min_tokens,
+    segment_salts,
+)
 from .errors import APIError
 from .rendering import RenderedPrompt
 
-CACHE_MODES = ("automatic", "anthropic", "openai")
+#: ``provider`` (default): each API path follows its own provider's rules (Messages ->
+#: Anthropic, Chat/Completions/Responses -> OpenAI, generateContent -> Gemini, Converse and
+#: InvokeModel -> Bedrock); ``automatic``: what the engine physically reused; a provider
+#: name: that provider's rules on every path.
+CACHE_MODES = ("provider", "automatic", "anthropic", "openai", "gemini", "bedrock")
 
 
 @dataclass
@@ -67,6 +79,15 @@ class CacheRequest:
     prompt_cache_key: str | None = None
     retention: str | None = None
     mode: str | None = None  # per-request override of the server's cache mode
+    provider: str = "openai"  # whose API the request came through ("provider" mode)
+    changes: dict = field(default_factory=dict)  # invalidating settings (emulation_rules)
+    explicit_cached_tokens: int | None = None  # Gemini: the cachedContent's token count
+
+    def resolved_mode(self, server_mode: str) -> str:
+        """The rules this request is reported under: its own mode, else the server's;
+        ``provider`` resolved to :attr:`provider`."""
+        mode = self.mode or server_mode
+        return self.provider if mode == "provider" else mode
 
 
 def request_mode(headers) -> str | None:
@@ -139,7 +160,7 @@ class CacheEmulator:
 
     def __init__(
         self,
-        mode: str = "automatic",
+        mode: str = "provider",
         clock: Callable[[], float] | None = None,
         anthropic_min_tokens: int | None = None,
     ):
@@ -158,9 +179,11 @@ class CacheEmulator:
         in every mode, as the hosted Messages API enforces them. In ``openai`` mode,
         ``prompt_cache_breakpoint``/``prompt_cache_options`` sent for a model older than
         GPT-5.6 is a 400, as OpenAI answers it."""
-        mode = req.mode or self.mode
+        mode = req.resolved_mode(self.mode)
         try:
-            if api == "anthropic" or (mode == "anthropic" and req.anthropic_breakpoints):
+            if api in ("anthropic", "bedrock") or (
+                mode in ("anthropic", "bedrock") and req.anthropic_breakpoints
+            ):
                 check_anthropic_breakpoints(req.anthropic_breakpoints)
         except CacheRuleError as exc:
             raise APIError(400, exc.message, param=exc.param) from None
@@ -181,50 +204,72 @@ class CacheEmulator:
         """The usage to report; updates the emulated state (call once per request, when
         the engine has admitted it). Raises :class:`APIError` 400 on a rule violation."""
         n = req.rendered.num_tokens
-        mode = req.mode or self.mode
+        mode = req.resolved_mode(self.mode)
+        if req.explicit_cached_tokens is not None:
+            # a Gemini cachedContent is billed as cached whatever the mode: the contract is
+            # the cache's size, not what the physical prefix cache still held
+            cached = min(req.explicit_cached_tokens, n)
+            return CacheUsage(n, cached, {}, n - cached, writes_reported=False)
         if mode == "automatic":
             cached = min(engine_cached_tokens, n)
             return CacheUsage(n, cached, {}, n - cached, writes_reported=False)
-        layout_blocks = req.rendered.block_ends
         try:
             with self._lock:
-                if mode == "anthropic":
-                    min_tokens = anthropic_min_cacheable_tokens(
-                        req.model, default=self.anthropic_min_tokens or 1024
-                    )
-                    layout = PromptLayout(
-                        req.rendered.token_ids, layout_blocks, req.anthropic_breakpoints
-                    )
-                    return anthropic_usage(
-                        self.state,
-                        layout,
-                        min_cacheable_tokens=min_tokens,
-                        partition=("anthropic", req.model, req.salt),
-                    )
-                partition = ("openai", req.model, req.salt, req.prompt_cache_key)
-                uses = openai_uses_breakpoints(req.model)
-                if uses is None:
-                    uses = bool(req.openai_breakpoints or req.openai_mode)
-                if uses:
-                    layout = PromptLayout(
-                        req.rendered.token_ids, layout_blocks, req.openai_breakpoints
-                    )
-                    return openai_breakpoint_usage(
-                        self.state,
-                        layout,
-                        implicit_end=req.implicit_end if req.implicit_end else n,
-                        mode=req.openai_mode or "implicit",
-                        ttl=req.openai_ttl,
-                        partition=partition,
-                    )
-                return openai_usage(
-                    self.state,
-                    PromptLayout(req.rendered.token_ids),
-                    retention=req.retention or "in_memory",
-                    partition=partition,
-                )
+                return self._emulated(req, mode)
         except CacheRuleError as exc:
             raise APIError(400, exc.message, param=exc.param) from None
+
+    def _prefix(self, req: CacheRequest, provider: str) -> SegmentedPrefix:
+        r = req.rendered
+        system_salt, messages_salt = segment_salts(provider, req.changes)
+        return SegmentedPrefix(r.token_ids, r.tools_end, r.system_end, system_salt, messages_salt)
+
+    def _emulated(self, req: CacheRequest, mode: str) -> CacheUsage:
+        """``mode``'s rules (a provider name) on the emulated state."""
+        n = req.rendered.num_tokens
+        ends = req.rendered.block_ends
+        prefix = self._prefix(req, mode)
+        if mode in ("anthropic", "bedrock"):
+            if mode == "anthropic":
+                min_tokens = anthropic_min_cacheable_tokens(
+                    req.model, default=self.anthropic_min_tokens or 1024
+                )
+                bps = req.anthropic_breakpoints
+            else:
+                min_tokens = bedrock_min_tokens(req.model)
+                bps = bedrock_breakpoints(req.model, req.anthropic_breakpoints)
+            return anthropic_usage(
+                self.state,
+                PromptLayout(prefix, ends, bps),
+                min_cacheable_tokens=min_tokens,
+                partition=(mode, req.model, req.salt),
+            )
+        if mode == "gemini":
+            return gemini_implicit_usage(
+                self.state,
+                PromptLayout(prefix, ends),
+                min_tokens=gemini_min_tokens(req.model),
+                partition=("gemini", req.model, req.salt),
+            )
+        partition = ("openai", req.model, req.salt, req.prompt_cache_key)
+        uses = openai_uses_breakpoints(req.model)
+        if uses is None:
+            uses = bool(req.openai_breakpoints or req.openai_mode)
+        if uses:
+            return openai_breakpoint_usage(
+                self.state,
+                PromptLayout(prefix, ends, req.openai_breakpoints),
+                implicit_end=req.implicit_end if req.implicit_end else n,
+                mode=req.openai_mode or "implicit",
+                ttl=req.openai_ttl,
+                partition=partition,
+            )
+        return openai_usage(
+            self.state,
+            PromptLayout(prefix),
+            retention=req.retention or "in_memory",
+            partition=partition,
+        )
 
 
 #: Name of the usage extension field giving the engine's prefix-cache hits per tier, in tokens:

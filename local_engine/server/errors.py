@@ -66,6 +66,46 @@ class APIError(Exception):
         self.code = code
 
 
+GEMINI_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "INVALID_ARGUMENT",
+    413: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
+#: Bedrock's error types (``x-amzn-ErrorType``), by status
+#: (https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Converse.html#API_runtime_Converse_Errors,
+#: read 2026-12-03)
+BEDROCK_ERROR_TYPES = {
+    400: "ValidationException",
+    401: "AccessDeniedException",
+    403: "AccessDeniedException",
+    404: "ResourceNotFoundException",
+    413: "ValidationException",
+    424: "ModelErrorException",
+    429: "ThrottlingException",
+    500: "InternalServerException",
+    503: "ServiceUnavailableException",
+}
+
+
+def is_gemini_path(path: str) -> bool:
+    """Whether ``path`` is a Gemini endpoint (``/v1beta/...``, ``/v1/models/x:method``,
+    ``/v1/cachedContents``): its errors take Google's shape."""
+    if path.startswith("/v1beta/"):
+        return True
+    return path.startswith("/v1/cachedContents") or (path.startswith("/v1/models/") and ":" in path)
+
+
+def is_bedrock_path(path: str) -> bool:
+    """Whether ``path`` is a Bedrock Runtime endpoint (``/model/{modelId}/...``)."""
+    return path.startswith("/model/")
+
+
 def is_anthropic_path(path: str) -> bool:
     """Whether ``path`` is an Anthropic endpoint (its errors take Anthropic's shape)."""
     return path.startswith("/v1/messages")
@@ -80,7 +120,19 @@ def error_body(
     code: str | None = None,
     request_id: str | None = None,
 ) -> dict:
-    """The JSON body of an error for a request to ``path``."""
+    """The JSON body of an error for a request to ``path``: Anthropic's, Google's
+    (``{"error": {"code", "message", "status"}}``), Bedrock's (``{"message"}``, the type in
+    the ``x-amzn-ErrorType`` header: :func:`error_headers`) or OpenAI's."""
+    if is_gemini_path(path):
+        return {
+            "error": {
+                "code": status,
+                "message": message,
+                "status": GEMINI_STATUS.get(status, "UNKNOWN"),
+            }
+        }
+    if is_bedrock_path(path):
+        return {"message": message}
     if is_anthropic_path(path):
         body = {
             "type": "error",
@@ -99,6 +151,13 @@ def error_body(
     }
 
 
+def error_headers(path: str, status: int) -> dict[str, str] | None:
+    """Bedrock's ``x-amzn-ErrorType`` header (botocore reads the error code from it)."""
+    if is_bedrock_path(path):
+        return {"x-amzn-ErrorType": BEDROCK_ERROR_TYPES.get(status, "InternalServerException")}
+    return None
+
+
 def error_response(request: Request, exc: APIError) -> JSONResponse:
     """The JSON error response for ``exc`` in the shape of the API that ``request`` called."""
     rid = getattr(request.state, "request_id", None)
@@ -112,6 +171,7 @@ def error_response(request: Request, exc: APIError) -> JSONResponse:
             request_id=rid,
         ),
         status_code=exc.status,
+        headers=error_headers(request.url.path, exc.status),
     )
 
 

@@ -36,9 +36,11 @@ def make_sampling_params(
     stop: Any = None,
     n: int = 1,
     logprobs: int | None = None,
+    structured: Any = None,
 ):
     """The engine's ``SamplingParams`` from API fields (None -> the API's default:
-    temperature 1, top_p 1, all tokens, up to the context length)."""
+    temperature 1, top_p 1, all tokens, up to the context length); ``structured``: the
+    output grammar (:mod:`.structured_output`)."""
     from local_engine.errors import EngineError
     from local_engine.sampling import SamplingParams
 
@@ -52,6 +54,7 @@ def make_sampling_params(
             stop=stop,
             n=n,
             logprobs=logprobs,
+            structured=structured,
         )
     except EngineError as exc:
         raise APIError(400, str(exc)) from None

@@ -94,7 +94,7 @@ class Generation:
     @property
     def report_writes(self) -> bool:
         """Whether OpenAI-shaped usage reports cache writes (not in automatic mode)."""
-        return (self.cache_requests[0].mode or self.st.emulator.mode) != "automatic"
+        return self.cache_requests[0].resolved_mode(self.st.emulator.mode) != "automatic"
 
     def total_usage(self) -> CacheUsage:
         """The emulated usage of all prompts together (the one prompt's when there is one)."""
@@ -164,6 +164,10 @@ class Endpoint:
     body_model: ClassVar[type[BaseModel]]
     api: ClassVar[str]
     id_prefix: ClassVar[str]
+
+    def attach(self, request: Request, req: Any) -> None:
+        """Per-request context the body does not hold (e.g. the stored conversation of a
+        Responses ``previous_response_id``); raise ``APIError`` for what it refuses."""
 
     def check(self, req: Any) -> None:
         """Protocol checks beyond the model's (raise ``APIError`` 400)."""
@@ -253,6 +257,7 @@ async def run_endpoint(endpoint: Endpoint, request: Request) -> Response:
     st: ServerState = request.app.state.server
     raw = await request.body()
     req = parse_body(endpoint.body_model, raw)
+    endpoint.attach(request, req)
     endpoint.check(req)
     rendered = endpoint.render(st, req)
     creqs = [endpoint.cache_request(st, request, req, r) for r in rendered]

@@ -9,7 +9,6 @@ hosted API's message order rules are checked by :func:`check_message_order`.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -122,13 +121,12 @@ class MessagesRequest(CountTokensRequest):
 
 
 def check_tool_choice(req: CountTokensRequest, *, generating: bool = True) -> None:
-    """Check ``tool_choice`` against ``tools``, and refuse what this server cannot do.
+    """Check ``tool_choice`` against ``tools``.
 
     Raises :class:`APIError` 400 when a ``{"type": "tool"}`` choice names a tool that
-    ``tools`` does not declare (the hosted API refuses it too), and, when ``generating``
-    (not for ``count_tokens``, which only counts), for ``any`` and ``tool``: both require
-    a tool call, and the engine has no constrained decoding to guarantee one. ``auto`` and
-    ``none`` are served (see :func:`offered_tools`)."""
+    ``tools`` does not declare (the hosted API refuses it too). ``any`` and ``tool`` are
+    served by constrained decoding (:func:`forced_tools`); ``generating`` is kept for the
+    callers (``count_tokens`` only counts)."""
     choice = req.tool_choice
     if choice is None:
         return
@@ -140,23 +138,30 @@ def check_tool_choice(req: CountTokensRequest, *, generating: bool = True) -> No
             f"tool_choice.name: the tool {choice.name!r} is not in tools ({listing}). Name "
             'one of the tools, or send tool_choice {"type": "auto"}.',
         )
-    if generating and choice.type in ("any", "tool"):
-        shown = choice.model_dump(exclude_none=True)
-        raise APIError(
-            400,
-            f"tool_choice: {json.dumps(shown)} cannot be honoured: it requires the model to "
-            "call a tool, and this server's local model has no constrained decoding to "
-            'guarantee a tool call. Send tool_choice {"type": "auto"} (the tools are offered; '
-            'the model may call one or answer in text) or {"type": "none"} (the tools are '
-            "not offered), or leave tool_choice out.",
-        )
+
+
+def forced_tools(req: CountTokensRequest) -> list[tuple[str, dict]] | None:
+    """``(name, input_schema)`` of the tools one of which the output must call: all offered
+    tools for ``{"type": "any"}``, the named one for ``{"type": "tool"}``; None otherwise."""
+    choice = req.tool_choice
+    if choice is None or choice.type not in ("any", "tool"):
+        return None
+    return [
+        (t.name, t.input_schema or {})
+        for t in offered_tools(req)
+        if choice.type == "any" or t.name == choice.name
+    ]
 
 
 def offered_tools(req: CountTokensRequest) -> list[Tool]:
     """The tools the model is shown: none for ``tool_choice: {"type": "none"}``."""
     if req.tool_choice is not None and req.tool_choice.type == "none":
         return []
-    return list(req.tools or [])
+    return [
+        t
+        for t in req.tools or []
+        if not str(getattr(t, "type", "") or "").startswith(SERVER_TOOL_PREFIXES)
+    ]
 
 
 # ---------------------------------------------------------------------------- message order
@@ -340,3 +345,24 @@ def messages_to_turns(req: CountTokensRequest) -> tuple[list[Block], list[Block]
             last.cache_control = (req.cache_control.ttl or "5m", "cache_control")
     continue_final = req.messages[-1].role == "assistant"
     return tools, system, turns, continue_final
+
+
+#: server tools the model cannot run; kept out of the rendered tools (their toggle is a
+#: system-level setting in Anthropic's invalidation table, not a tool definition)
+SERVER_TOOL_PREFIXES = ("web_search_",)
+
+
+def invalidating_settings(req: CountTokensRequest) -> dict:
+    """The request's settings outside the prompt text that Anthropic's cache is keyed on
+    (:data:`promptcache.limits.INVALIDATION_RULES`): ``tool_choice``, ``thinking`` and
+    whether web search is on; only those present are listed."""
+    out: dict = {}
+    if req.tool_choice is not None:
+        out["tool_choice"] = req.tool_choice.model_dump(exclude_none=True)
+    if req.thinking is not None:
+        out["thinking"] = req.thinking
+    if any(
+        str(getattr(t, "type", "") or "").startswith(SERVER_TOOL_PREFIXES) for t in req.tools or []
+    ):
+        out["web_search"] = True
+    return out

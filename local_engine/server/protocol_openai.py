@@ -125,6 +125,7 @@ class ChatCompletionRequest(_Model):
     stream_options: StreamOptions | None = None
     tools: list[dict] | None = None
     tool_choice: Any = None
+    response_format: dict | None = None
     cache_salt: str | None = None
 
     @field_validator("stop")
@@ -221,15 +222,6 @@ class CompletionRequest(_Model):
 
 # ---------------------------------------------------------------------------- tool_choice
 
-#: what a request that forces a tool call is told (the engine samples freely: nothing
-#: makes its output a well-formed call of a given tool)
-CANNOT_FORCE = (
-    "cannot be honoured: it requires the model to call a tool, and this server's local "
-    'model has no constrained decoding to guarantee a tool call. Send tool_choice "auto" '
-    '(the tools are offered; the model may call one or answer in text) or "none" (the '
-    "tools are not offered), or leave tool_choice out."
-)
-
 
 def _tool_key(tool: dict) -> tuple[str, str | None]:
     """(type, name) of a ``tools`` entry: ``{"type": "function", "function": {"name"}}`` or
@@ -247,9 +239,8 @@ def _chosen(choice: dict) -> list[tuple[str, str]]:
     return [(choice["type"], choice[choice["type"]]["name"])]
 
 
-def check_tool_choice(req: ChatCompletionRequest, *, generating: bool = True) -> None:
-    """Check ``tool_choice`` against ``tools`` as the hosted API does, and refuse what
-    this server cannot do.
+def check_tool_choice(req: ChatCompletionRequest) -> None:
+    """Check ``tool_choice`` against ``tools`` as the hosted API does.
 
     Raises :class:`APIError` 400 (``param="tool_choice"``) when ``tool_choice`` is sent
     without ``tools`` (OpenAI's wording, as reported in
@@ -283,12 +274,29 @@ def check_tool_choice(req: ChatCompletionRequest, *, generating: bool = True) ->
                     f'declared tool, or send tool_choice "auto".',
                     param="tool_choice",
                 )
+
+
+def forced_tools(req: ChatCompletionRequest) -> list[tuple[str, dict]] | None:
+    """The ``(name, parameters schema)`` of the function tools one of which the output must
+    call, or None when no call is required: ``"required"`` (any offered function),
+    a named function, ``allowed_tools`` with ``mode: "required"`` (those tools)."""
+    choice = req.tool_choice
     required = choice == "required" or (
         isinstance(choice, dict)
         and (choice["type"] != "allowed_tools" or choice["allowed_tools"]["mode"] == "required")
     )
-    if required and generating:
-        raise APIError(400, f"tool_choice {json.dumps(choice)} {CANNOT_FORCE}", param="tool_choice")
+    if not required:
+        return None
+    out = []
+    for t in (
+        offered_tools(req)
+        if choice == "required" or choice["type"] == "allowed_tools"
+        else [t for t in req.tools or [] if _tool_key(t) == _chosen(choice)[0]]
+    ):
+        kind, name = _tool_key(t)
+        if kind == "function" and name:
+            out.append((name, (t.get("function") or {}).get("parameters") or {}))
+    return out
 
 
 def offered_tools(req: ChatCompletionRequest) -> list[dict]:

@@ -28,10 +28,13 @@ from .protocol_anthropic import (
     MessagesRequest,
     check_message_order,
     check_tool_choice,
+    forced_tools,
+    invalidating_settings,
     messages_to_turns,
 )
 from .rendering import RenderedPrompt, RenderError, render_chat
-from .state import ServerState
+from .state import ServerState, new_id
+from .structured_output import ToolSpec, forced_tool_call, parse_tool_call
 
 router = APIRouter()
 
@@ -52,6 +55,16 @@ def _render(st: ServerState, req: CountTokensRequest) -> RenderedPrompt:
         )
     except RenderError as exc:
         raise APIError(400, str(exc)) from None
+
+
+def content_blocks(o: Any, forced: bool) -> tuple[list[dict], bool]:
+    """The ``content`` of one sample and whether it is a tool call: with a forced tool
+    choice, one ``tool_use`` block (text when ``max_tokens`` cut the call short)."""
+    call = parse_tool_call(o.text) if forced else None
+    if call is None:
+        return [{"type": "text", "text": o.text}], False
+    name, args = call
+    return [{"type": "tool_use", "id": new_id("toolu_"), "name": name, "input": args}], True
 
 
 def stop_fields(o: Any) -> tuple[str, str | None]:
@@ -105,6 +118,8 @@ class Messages(Endpoint):
             anthropic_breakpoints=anthropic_breakpoints(rendered),
             implicit_end=ends[last_user] if last_user is not None else None,
             mode=request_mode(request.headers),
+            provider="anthropic",
+            changes=invalidating_settings(req),
         )
 
     def prepare(
@@ -118,7 +133,14 @@ class Messages(Endpoint):
         return fp, st.diagnostics.diagnose(req.diagnostics.previous_message_id, fp)
 
     def sampling_params(self, req: MessagesRequest) -> Any:
+        forced = forced_tools(req)
+        spec = (
+            None
+            if forced is None
+            else forced_tool_call([ToolSpec(n, p) for n, p in forced], param="tool_choice")
+        )
         return make_sampling_params(
+            structured=spec,
             temperature=req.temperature,
             top_p=req.top_p,
             top_k=req.top_k,
@@ -142,11 +164,14 @@ class Messages(Endpoint):
         final = finals[0]
         o = final.outputs[0]
         reason, seq = stop_fields(o)
+        content, is_call = content_blocks(o, forced_tools(gen.req) is not None)
+        if is_call:
+            reason, seq = "tool_use", None
         note(gen.request, finish=reason)
         usage = gen.record_usage(len(o.token_ids))
         body = {
             **self._message(gen),
-            "content": [{"type": "text", "text": o.text}],
+            "content": content,
             "stop_reason": reason,
             "stop_sequence": seq,
             "usage": anthropic_usage_body(usage, len(o.token_ids), gen.tiers),
@@ -170,6 +195,10 @@ class Messages(Endpoint):
         if gen.extra is not None:
             start["diagnostics"] = gen.extra[1]
         yield _event("message_start", {"type": "message_start", "message": start})
+        if forced_tools(gen.req) is not None:
+            async for e in self._tool_events(gen, agen, first):
+                yield e
+            return
         yield _event(
             "content_block_start",
             {
@@ -213,6 +242,49 @@ class Messages(Endpoint):
                 "type": "message_delta",
                 "delta": {"stop_reason": reason, "stop_sequence": seq},
                 "usage": final_usage,
+            },
+        )
+        yield _event("message_stop", {"type": "message_stop"})
+
+    async def _tool_events(self, gen: Generation, agen: Any, first: Any):
+        """A forced call's events once the output is complete: ``content_block_start`` of a
+        ``tool_use`` block, its ``input_json_delta``, ``content_block_stop``, then
+        ``message_delta`` and ``message_stop`` (as the documented tool-use stream)."""
+        out = first
+        while not out.finished:
+            out = await agen.__anext__()
+            gen.timing.observe(out)
+        gen.finished = True
+        o = out.outputs[0]
+        reason, seq = stop_fields(o)
+        content, is_call = content_blocks(o, True)
+        block = content[0]
+        if is_call:
+            reason, seq = "tool_use", None
+            start_block = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        else:
+            start_block = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": block["text"]}
+        note(gen.request, finish=reason)
+        yield _event(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": start_block},
+        )
+        yield _event(
+            "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+        )
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        usage = anthropic_usage_body(
+            gen.record_usage(len(o.token_ids)), len(o.token_ids), gen.tiers
+        )
+        usage.pop("service_tier", None)
+        yield _event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": reason, "stop_sequence": seq},
+                "usage": usage,
             },
         )
         yield _event("message_stop", {"type": "message_stop"})

@@ -42,9 +42,11 @@ from .protocol_openai import (
     chat_to_turns,
     check_message_order,
     check_tool_choice,
+    forced_tools,
 )
 from .rendering import RenderedPrompt, RenderError, render_chat, render_text, render_token_ids
-from .state import ServerState
+from .state import ServerState, new_id
+from .structured_output import ToolSpec, forced_tool_call, openai_format, parse_tool_call
 
 router = APIRouter()
 
@@ -104,6 +106,29 @@ def _cache_request(
 # ---------------------------------------------------------------------------- chat
 
 
+def _chat_message(o: Any, forced: bool) -> tuple[dict, str]:
+    """The ``message`` and ``finish_reason`` of one sample: with a forced tool call, the
+    call (``tool_calls``, finish ``"tool_calls"``; text when ``max_tokens`` cut it short)."""
+    call = parse_tool_call(o.text) if forced else None
+    if call is None:
+        message = {"role": "assistant", "content": o.text, "refusal": None}
+        return message, FINISH.get(o.finish_reason, "stop") or "stop"
+    name, args = call
+    message = {
+        "role": "assistant",
+        "content": None,
+        "refusal": None,
+        "tool_calls": [
+            {
+                "id": new_id("call_"),
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
+            }
+        ],
+    }
+    return message, "tool_calls"
+
+
 class ChatCompletions(Endpoint):
     """``POST /v1/chat/completions``: OpenAI Chat Completions, a ``chat.completion`` object
     or, with ``stream``, ``chat.completion.chunk`` server-sent events ending ``[DONE]``."""
@@ -146,7 +171,13 @@ class ChatCompletions(Endpoint):
         )
 
     def sampling_params(self, req: ChatCompletionRequest) -> Any:
+        forced = forced_tools(req)
+        if forced is not None:
+            spec = forced_tool_call([ToolSpec(n, p) for n, p in forced], param="tool_choice")
+        else:
+            spec = openai_format(req.response_format, param="response_format")
         return make_sampling_params(
+            structured=spec,
             temperature=req.temperature,
             top_p=req.top_p,
             seed=req.seed,
@@ -169,11 +200,13 @@ class ChatCompletions(Endpoint):
         top = req.top_logprobs or 0
         final = finals[0]
         choices = []
+        forced = forced_tools(req) is not None
         for o in final.outputs:
+            message, finish = _chat_message(o, forced)
             choices.append(
                 {
                     "index": o.index,
-                    "message": {"role": "assistant", "content": o.text, "refusal": None},
+                    "message": message,
                     "logprobs": (
                         {
                             "content": chat_logprobs(tok, o.token_ids, o.logprobs, top),
@@ -182,7 +215,7 @@ class ChatCompletions(Endpoint):
                         if req.logprobs
                         else None
                     ),
-                    "finish_reason": FINISH.get(o.finish_reason, "stop"),
+                    "finish_reason": finish,
                 }
             )
         note(gen.request, finish=",".join(str(o.finish_reason) for o in final.outputs))
@@ -226,12 +259,25 @@ class ChatCompletions(Endpoint):
         sent_text = {o.index: "" for o in first.outputs}
         sent_tokens = {o.index: 0 for o in first.outputs}
         done: set[int] = set()
+        forced = forced_tools(req) is not None
         for o in first.outputs:
             yield chunk(o.index, {"role": "assistant", "content": ""}, None, None)
         out = first
         while True:
             for o in out.outputs:
                 if o.index in done:
+                    continue
+                if forced:  # the call is sent whole once complete (its arguments re-encoded)
+                    if o.finish_reason is not None:
+                        done.add(o.index)
+                        message, finish = _chat_message(o, True)
+                        call_delta: dict[str, Any] = {"content": message["content"]}
+                        if "tool_calls" in message:
+                            call_delta["tool_calls"] = [
+                                {"index": 0, **c} for c in message["tool_calls"]
+                            ]
+                        yield chunk(o.index, call_delta, None, None)
+                        yield chunk(o.index, {}, None, finish)
                     continue
                 delta = text_delta(sent_text[o.index], o.text)
                 new_ids = o.token_ids[sent_tokens[o.index] :]

@@ -9,9 +9,11 @@ from typing import Any
 
 from promptcache.simulation.emulation import ManualClock
 
+from .cached_contents import CachedContentStore
 from .diagnostics import DiagnosticsStore
 from .emulation import CacheEmulator
 from .metrics import ServerMetrics
+from .response_store import ResponseStore
 
 #: default request-body limit: 32 MiB, the Messages API's documented request size limit
 #: (https://platform.claude.com/docs/en/api/overview#request-size-limits, 2026-11-29)
@@ -23,7 +25,8 @@ class ServerConfig:
     """What ``promptcache serve`` sets on the HTTP side.
 
     Attributes:
-        cache_mode: "automatic" | "anthropic" | "openai" (see :mod:`.emulation`).
+        cache_mode: "provider" (each API path its own provider's rules) | "automatic" |
+            "anthropic" | "openai" | "gemini" | "bedrock" (see :mod:`.emulation`).
         api_key: when set, every route but ``/health`` needs ``Authorization: Bearer KEY``
             or ``x-api-key: KEY``.
         max_body_bytes: larger request bodies get 413.
@@ -36,7 +39,7 @@ class ServerConfig:
         served_model_name: the id listed by ``/v1/models`` (default: the engine's).
     """
 
-    cache_mode: str = "automatic"
+    cache_mode: str = "provider"
     api_key: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     anthropic_min_cache_tokens: int | None = None
@@ -54,6 +57,8 @@ class ServerState:
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
     diagnostics: DiagnosticsStore = field(default_factory=DiagnosticsStore)
     clock: ManualClock | None = None
+    responses: ResponseStore = field(default_factory=ResponseStore)
+    cached_contents: CachedContentStore = field(init=False)
     started: float = field(default_factory=time.time)
 
     @classmethod
@@ -65,6 +70,9 @@ class ServerState:
             config.cache_mode, clock=clock, anthropic_min_tokens=config.anthropic_min_cache_tokens
         )
         return cls(engine=engine, config=config, emulator=emulator, clock=clock)
+
+    def __post_init__(self) -> None:
+        self.cached_contents = CachedContentStore(self.emulator.state.clock)
 
     @property
     def tokenizer(self):

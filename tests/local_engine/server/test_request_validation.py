@@ -16,6 +16,7 @@ import uuid
 
 import anthropic
 import httpx
+import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, ValidationError
@@ -331,19 +332,25 @@ FN2 = {"type": "function", "function": {"name": "get_time", "parameters": {"type
     ],
     ids=["required", "named", "allowed-required"],
 )
-def test_openai_tool_choice_that_forces_a_call_is_400(oai, choice):
-    with pytest.raises(openai.BadRequestError) as e:
-        oai.chat.completions.create(
-            model="m", max_tokens=1, messages=[USER], tools=[FN], tool_choice=choice
-        )
-    body = e.value.body
-    assert (
-        e.value.status_code == 400
-        and body["type"] == "invalid_request_error"
-        and body["param"] == "tool_choice"
+def test_openai_tool_choice_that_forces_a_call_returns_a_valid_call(oai, choice):
+    # a closed schema (as OpenAI's strict tools), so the call ends within max_tokens
+    params = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    fn = {"type": "function", "function": {"name": "get_weather", "parameters": params}}
+    only_weather = choice == "required"
+    tools = [fn] if only_weather else [fn, FN2]
+    r = oai.chat.completions.create(
+        model="m", max_tokens=40, messages=[USER], tools=tools, tool_choice=choice
     )
-    assert "cannot be honoured" in body["message"] and "constrained decoding" in body["message"]
-    assert '"auto"' in body["message"] and '"none"' in body["message"]
+    choice0 = r.choices[0]
+    assert choice0.finish_reason == "tool_calls" and choice0.message.content is None
+    (call,) = choice0.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), params)
 
 
 def test_openai_tool_choice_naming_an_undeclared_tool_is_400(oai):
@@ -433,16 +440,23 @@ TOOL = {
 @pytest.mark.parametrize(
     "choice", [{"type": "any"}, {"type": "tool", "name": "lookup"}], ids=["any", "tool"]
 )
-def test_anthropic_tool_choice_that_forces_a_call_is_400(claude, choice):
-    with pytest.raises(anthropic.BadRequestError) as e:
-        claude.messages.create(
-            model="m", max_tokens=1, tools=[TOOL], tool_choice=choice, messages=[USER]
-        )
-    assert e.value.status_code == 400
-    err = e.value.body["error"]
-    assert err["type"] == "invalid_request_error"
-    assert err["message"].startswith(f"tool_choice: {json.dumps(choice)} cannot be honoured")
-    assert '{"type": "auto"}' in err["message"] and '{"type": "none"}' in err["message"]
+def test_anthropic_tool_choice_that_forces_a_call_returns_a_tool_use(claude, choice):
+    closed = {
+        **TOOL,
+        "input_schema": {
+            **TOOL["input_schema"],
+            "required": ["title"],
+            "additionalProperties": False,
+        },
+    }
+    closed["input_schema"]["properties"] = {"title": {"type": "string", "maxLength": 20}}
+    r = claude.messages.create(
+        model="m", max_tokens=40, tools=[closed], tool_choice=choice, messages=[USER]
+    )
+    assert r.stop_reason == "tool_use"
+    (block,) = r.content
+    assert block.type == "tool_use" and block.name == "lookup" and block.id.startswith("toolu_")
+    jsonschema.validate(block.input, closed["input_schema"])
     # counting tokens generates nothing: the same body is counted (with the tools offered)
     counted = claude.messages.count_tokens(
         model="m", tools=[TOOL], tool_choice=choice, messages=[USER]
