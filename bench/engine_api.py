@@ -204,7 +204,7 @@ def _bodies(text: str, system: str) -> dict[str, tuple[str, dict]]:
 def api(args: argparse.Namespace) -> None:
     import httpx
 
-    from promptcache.testing import LocalEngineServer
+    from promptcache.integrations.pytest_plugin import LocalEngineServer
 
     server = LocalEngineServer("automatic", extra_args=["--num-kv-blocks", "256"]).start()
     try:

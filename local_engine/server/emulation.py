@@ -36,6 +36,7 @@ from promptcache.simulation.emulation import (
     anthropic_min_cacheable_tokens,
     anthropic_usage,
     check_anthropic_breakpoints,
+    gemini_implicit_usage,
     openai_breakpoint_usage,
     openai_usage,
     openai_uses_breakpoints,
@@ -45,7 +46,6 @@ from .emulation_rules import (
     SegmentedPrefix,
     bedrock_breakpoints,
     bedrock_min_tokens,
-    gemini_implicit_usage,
     gemini_min_tokens,
     segment_salts,
 )

@@ -17,15 +17,14 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from promptcache.cache_emulation import Breakpoint, CacheState, CacheUsage, PromptLayout
 from promptcache.limits import (
-    GEMINI_IMPLICIT_TTL_SECONDS,
     SEGMENTS,
     cache_limits,
     invalidation_rules,
 )
+from promptcache.simulation.emulation import Breakpoint
 
 
 def segment_salts(provider: str, changes: Mapping[str, object]) -> tuple[bytes, bytes]:
@@ -87,36 +86,6 @@ class SegmentedPrefix:
                 d.update(b"\x00messages" + self.salts[1])
             out[n] = d.digest()
         return out
-
-
-def gemini_implicit_usage(
-    state: CacheState,
-    layout: PromptLayout,
-    *,
-    min_tokens: int,
-    partition: Hashable,
-) -> CacheUsage:
-    """Gemini implicit caching: the longest live prefix ending at a content boundary
-    (``layout.block_ends``) of at least ``min_tokens`` tokens is read; every such prefix of
-    this request is written (TTL :data:`~promptcache.limits.GEMINI_IMPLICIT_TTL_SECONDS`;
-    None: kept while the server runs). Writes are not reported (Gemini bills no write for
-    implicit caching)."""
-    src = layout.source()
-    n = src.length
-    now = state.clock()
-    lengths = sorted({e for e in layout.block_ends if min_tokens <= e <= n})
-    digests = src.digests(lengths)
-    read = 0
-    for length in reversed(lengths):
-        e = state._live(partition, digests[length], now)
-        if e is not None:
-            read = length
-            state._touch(e, now)
-            break
-    ttl = float("inf") if GEMINI_IMPLICIT_TTL_SECONDS is None else GEMINI_IMPLICIT_TTL_SECONDS
-    for length in lengths:
-        state._write(partition, digests[length], length, ttl, now)
-    return CacheUsage(n, read, {}, n - read, writes_reported=False)
 
 
 def gemini_min_tokens(model: str) -> int:

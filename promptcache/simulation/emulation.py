@@ -73,6 +73,7 @@ from promptcache.limits import (
     ANTHROPIC_MAX_BREAKPOINTS,
     ANTHROPIC_TTL_SECONDS,
     ANTHROPIC_TTLS,
+    GEMINI_IMPLICIT_TTL_SECONDS,
     OPENAI_BREAKPOINT_TTLS,
     OPENAI_CACHE_INCREMENT,
     OPENAI_IN_MEMORY_MAX_SECONDS,
@@ -85,6 +86,7 @@ from promptcache.limits import (
 )
 
 __all__ = [
+    "gemini_implicit_usage",
     "CacheRuleError",
     "ManualClock",
     "PrefixSource",
@@ -594,3 +596,33 @@ def openai_breakpoint_usage(
             pos = bp.end
     written = sum(writes.values())
     return CacheUsage(n, read, writes, n - read - written)
+
+
+def gemini_implicit_usage(
+    state: CacheState,
+    layout: PromptLayout,
+    *,
+    min_tokens: int,
+    partition: Hashable,
+) -> CacheUsage:
+    """Gemini implicit caching: the longest live prefix ending at a content boundary
+    (``layout.block_ends``) of at least ``min_tokens`` tokens is read; every such prefix of
+    this request is written (TTL :data:`~promptcache.limits.GEMINI_IMPLICIT_TTL_SECONDS`;
+    None: kept while the server runs). Writes are not reported (Gemini bills no write for
+    implicit caching)."""
+    src = layout.source()
+    n = src.length
+    now = state.clock()
+    lengths = sorted({e for e in layout.block_ends if min_tokens <= e <= n})
+    digests = src.digests(lengths)
+    read = 0
+    for length in reversed(lengths):
+        e = state._live(partition, digests[length], now)
+        if e is not None:
+            read = length
+            state._touch(e, now)
+            break
+    ttl = float("inf") if GEMINI_IMPLICIT_TTL_SECONDS is None else GEMINI_IMPLICIT_TTL_SECONDS
+    for length in lengths:
+        state._write(partition, digests[length], length, ttl, now)
+    return CacheUsage(n, read, {}, n - read, writes_reported=False)

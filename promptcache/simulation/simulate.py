@@ -53,7 +53,12 @@ from typing import Any
 from promptcache.compose.build import build
 from promptcache.errors import PromptCacheError
 from promptcache.ledger.pricing import cost, load_prices
-from promptcache.limits import ANTHROPIC_LOOKBACK_BLOCKS, ANTHROPIC_TTLS, OPENAI_BREAKPOINT_TTLS
+from promptcache.limits import (
+    ANTHROPIC_LOOKBACK_BLOCKS,
+    ANTHROPIC_TTLS,
+    OPENAI_BREAKPOINT_TTLS,
+    cache_limits,
+)
 from promptcache.prompt.breakpoints import LayoutBlock, plan
 from promptcache.prompt.tokens import text_tokens
 from promptcache.prompt.volatile import find_volatile
@@ -78,7 +83,7 @@ __all__ = [
     "TRACE_HELP",
 ]
 
-PROVIDERS = ("anthropic", "bedrock", "openai")
+PROVIDERS = ("anthropic", "bedrock", "gemini", "openai")
 LAYER_ORDER = {"tools": 0, "system": 1, "documents": 2, "session": 3, "messages": 4, "dynamic": 5}
 # cache TTLs a trace segment may ask for: Anthropic/Bedrock and OpenAI GPT-5.6+ breakpoints
 _SEGMENT_TTLS = ANTHROPIC_TTLS + OPENAI_BREAKPOINT_TTLS
@@ -447,6 +452,39 @@ def _layout(req: TraceRequest) -> Any:
     return PromptLayout(BlockPrefix([(s.tokens, s.hash) for s in req.segments]), ends, bps)
 
 
+def _replay_one(
+    state: Any,
+    layout: Any,
+    req: TraceRequest,
+    provider: str,
+    m: str | None,
+    min_cacheable_tokens: int | None,
+) -> Any:
+    """One request's emulated cache usage under ``provider``'s rules (the same functions
+    the local engine's server answers with); raises ``CacheRuleError`` for a request the
+    provider would reject."""
+    if provider in ("anthropic", "bedrock"):
+        cr.check_anthropic_breakpoints(layout.breakpoints)
+        mn = min_cacheable_tokens or cr.anthropic_min_cacheable_tokens(m)
+        return cr.anthropic_usage(
+            state, layout, min_cacheable_tokens=mn, partition=("anthropic", m)
+        )
+    if provider == "gemini":
+        # implicit caching: the longest live prefix at a content boundary, from the model's
+        # documented minimum (promptcache.limits, Gemini rows)
+        mn = min_cacheable_tokens or cache_limits(m or "", "gemini").min_tokens
+        return cr.gemini_implicit_usage(state, layout, min_tokens=mn, partition=("gemini", m))
+    part = ("openai", m, req.prompt_cache_key)
+    uses = cr.openai_uses_breakpoints(m)
+    if uses is None:
+        uses = bool(layout.breakpoints)
+    if uses:
+        # the implicit breakpoint: the end of the last content block
+        end = layout.block_ends[-1] if layout.block_ends else layout.source().length
+        return cr.openai_breakpoint_usage(state, layout, implicit_end=end, partition=part)
+    return cr.openai_usage(state, layout, retention=req.retention or "in_memory", partition=part)
+
+
 def simulate(
     requests: Sequence[TraceRequest],
     provider: str,
@@ -459,7 +497,7 @@ def simulate(
 
     ``model``: overrides each request's model (rules such as Anthropic's minimum length and
     OpenAI's GPT-5.6 breakpoints depend on it; prices too). ``min_cacheable_tokens``:
-    override Anthropic's minimum (default: the model's documented value, 1,024 if unknown).
+    override Anthropic's (or Gemini's) minimum (default: the model's documented value).
     ``price``: a :class:`~promptcache.Price` for every request (default: the bundled row).
     Returns a :class:`SimulationResult`. Raises :class:`TraceError` for an unknown provider
     or a request the provider would reject (e.g. more than 4 breakpoints).
@@ -481,25 +519,7 @@ def simulate(
         m = model or req.model
         layout = _layout(req)
         try:
-            if provider in ("anthropic", "bedrock"):
-                cr.check_anthropic_breakpoints(layout.breakpoints)
-                mn = min_cacheable_tokens or cr.anthropic_min_cacheable_tokens(m)
-                cu = cr.anthropic_usage(
-                    state, layout, min_cacheable_tokens=mn, partition=("anthropic", m)
-                )
-            else:
-                part = ("openai", m, req.prompt_cache_key)
-                uses = cr.openai_uses_breakpoints(m)
-                if uses is None:
-                    uses = bool(layout.breakpoints)
-                if uses:
-                    # the implicit breakpoint: the end of the last content block
-                    end = layout.block_ends[-1] if layout.block_ends else layout.source().length
-                    cu = cr.openai_breakpoint_usage(state, layout, implicit_end=end, partition=part)
-                else:
-                    cu = cr.openai_usage(
-                        state, layout, retention=req.retention or "in_memory", partition=part
-                    )
+            cu = _replay_one(state, layout, req, provider, m, min_cacheable_tokens)
         except cr.CacheRuleError as e:
             raise TraceError(
                 f"line {req.line}: the provider would reject this request: {e.message}"

@@ -23,8 +23,8 @@ import pytest
 
 from local_engine.server.emulation import CacheEmulator, CacheRequest, anthropic_breakpoints
 from local_engine.server.rendering import Block, Turn, render_chat
-from promptcache.cache_emulation import ManualClock
 from promptcache.limits import INVALIDATION_RULES, cache_limits
+from promptcache.simulation.emulation import ManualClock
 
 #: the segment end that still reads after each row's change (from the providers' pages)
 EXPECTED_READ = {

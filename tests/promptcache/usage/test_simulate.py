@@ -305,3 +305,50 @@ def test_compare_on_payload_traces_uses_promptcache_build():
     # every later request reads the longest 1024 + 128k prefix inside the shared part
     expect = 1024 + 128 * ((shared - 1024) // 128)
     assert reads == [0, expect, expect, expect] and shared > 1024
+
+
+def test_gemini_implicit_minimum_and_longest_live_boundary():
+    # Gemini implicit caching (https://ai.google.dev/gemini-api/docs/caching, read 2026-12-03):
+    # gemini-2.5-flash caches from 2,048 tokens, gemini-2.5-pro from 4,096; a request reads
+    # the longest earlier prefix ending at a content boundary; no write is billed
+    trace = [
+        line(0, [seg(3000, "sys"), seg(50, "q1")]),
+        line(10, [seg(3000, "sys"), seg(50, "q2")]),
+        line(20, [seg(1500, "short"), seg(50, "q3")]),
+        line(30, [seg(1500, "short"), seg(50, "q4")]),
+    ]
+    res = simulate(load_trace(trace), "gemini", "gemini-2.5-flash")
+    # t=10 shares the 3,000-token block (3,050 ends in another question); the 1,550-token
+    # prompts are under 2,048 at every boundary: never cached
+    assert [u.cache_read_tokens for u in res.usages] == [0, 3000, 0, 0]
+    assert [u.uncached_input_tokens for u in res.usages] == [3050, 50, 1550, 1550]
+    assert all(u.cache_write_tokens == 0 for u in res.usages)
+    pro = simulate(load_trace(trace), "gemini", "gemini-2.5-pro")
+    assert [u.cache_read_tokens for u in pro.usages] == [0, 0, 0, 0]  # 3,000 < 4,096
+
+
+def test_cli_accepts_gemini(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        "\n".join(line(t, [seg(3000, "sys"), seg(50, f"q{t}")]) for t in (0, 10)) + "\n"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "promptcache",
+            "simulate",
+            str(trace),
+            "--provider",
+            "gemini",
+            "--model",
+            "gemini-2.5-flash",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    reads = [r["cache_read_tokens"] for r in json.loads(out.stdout)["as_traced"]["per_request"]]
+    assert reads == [0, 3000]
