@@ -536,7 +536,8 @@ class Tracker:
                 import psycopg
             except ImportError:
                 raise LedgerError(
-                    "a postgresql:// ledger needs psycopg: pip install 'psycopg[binary]'"
+                    "a postgresql:// ledger needs the postgres extra (psycopg): "
+                    "pip install 'promptcache[postgres]'"
                 ) from None
             try:
                 pg_conn = psycopg.connect(

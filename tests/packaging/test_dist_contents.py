@@ -12,7 +12,11 @@ import tarfile
 import textwrap
 import zipfile
 
+import pytest
+
 from ._dist import RUNTIME_PACKAGES, tracked_files
+
+pytestmark = pytest.mark.slow  # builds the sdist, then the wheel from it (isolated, ~20 s)
 
 # Files an sdist holds besides the packages: the build's inputs.
 SDIST_TOP = ("MANIFEST.in", "README.md", "pyproject.toml")
