@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from promptcache import Price, Tracker, Usage  # noqa: E402
-from promptcache.ledger.tracker import _COLUMNS  # noqa: E402
+from promptcache.ledger.schema import COLUMNS as _COLUMNS  # noqa: E402
 
 PRICE = Price(input="3", output="15", cache_read="0.30", cache_write_5m="3.75", cache_write_1h="6")
 MODELS = ["claude-sonnet-4-5", "claude-haiku-4-5", "gpt-4o", "gpt-4.1-mini"]

@@ -39,6 +39,7 @@ from promptcache.limits import (
     ANTHROPIC_TTLS,
     OPENAI_BREAKPOINT_TTLS,
     OPENAI_MAX_WRITTEN_BREAKPOINTS,
+    CacheLimits,
     cache_limits,
 )
 from promptcache.prompt.breakpoints import TTL_ORDER, text_tokens
@@ -399,41 +400,74 @@ def check(
         raise ValueError(f"unknown provider {provider!r}; expected one of {list(PROVIDERS)}")
     p = _loads(payload)
     model = model or p.get("model") or p.get("modelId") or ""
-    findings: list[Finding] = []
     blocks = list(_WALKERS[provider](p))
     markers = [b for b in blocks if b.marker is not None]
     automatic = provider == "anthropic" and p.get("cache_control") is not None
+    rules = _rules_for(provider, str(model))
+    findings: list[Finding] = []
+    findings += _breakpoint_count(markers, rules)
+    findings += _ttl_order(provider, markers)
+    findings += _minimums(blocks, rules, str(model))
+    findings += _volatile(blocks, markers, automatic)
+    canonical = list(_canonical_findings(p, provider))
+    if previous is not None:
+        canonical = _against_previous(canonical, _loads(previous), p)
+    findings.extend(canonical)
+    if provider in ("anthropic", "bedrock") and not markers and not automatic:
+        findings.append(
+            Finding(
+                "no-breakpoints",
+                "info",
+                "$",
+                "no cache marker: this request reads and writes no prompt cache",
+            )
+        )
+    if previous is not None:
+        findings += _drift(previous, p, provider)
+    return findings
 
-    rules = cache_limits(
-        str(model),
-        "bedrock"
-        if provider == "bedrock"
-        else "openai"
-        if provider in ("openai", "openai_compatible")
-        and str(model).lower().startswith(("gpt", "o1", "o3", "o4", "chatgpt"))
-        else provider
-        if provider != "openai_compatible"
-        else "local",
-    )
+
+def _rules_for(provider: str, model: str) -> CacheLimits:
+    """The cache rules ``check`` holds a request to: OpenAI's for OpenAI models (also
+    through an OpenAI-compatible endpoint), the local rules for other compatible servers."""
+    if provider == "bedrock":
+        table = "bedrock"
+    elif provider in ("openai", "openai_compatible") and model.lower().startswith(
+        ("gpt", "o1", "o3", "o4", "chatgpt")
+    ):
+        table = "openai"
+    elif provider == "openai_compatible":
+        table = "local"
+    else:
+        table = provider
+    return cache_limits(model, table)
+
+
+def _breakpoint_count(markers: list[Any], rules: CacheLimits) -> list[Finding]:
     # models that take no explicit markers (OpenAI before GPT-5.6, local) are held to the
     # GPT-5.6 limit when a request carries markers anyway
     limit = rules.max_breakpoints or OPENAI_MAX_WRITTEN_BREAKPOINTS
-    if len(markers) > limit:
-        over = markers[limit]
-        findings.append(
-            Finding(
-                "too-many-breakpoints",
-                "error",
-                over.marker_path or over.path,
-                f"{len(markers)} cache breakpoints; at most {limit} are allowed "
-                f"(counted in tools -> system -> messages order, this is number "
-                f"{limit + 1})",
-            )
+    if len(markers) <= limit:
+        return []
+    over = markers[limit]
+    return [
+        Finding(
+            "too-many-breakpoints",
+            "error",
+            over.marker_path or over.path,
+            f"{len(markers)} cache breakpoints; at most {limit} are allowed "
+            f"(counted in tools -> system -> messages order, this is number "
+            f"{limit + 1})",
         )
-    # TTL order: no breakpoint may outlive an earlier one
+    ]
+
+
+def _ttl_order(provider: str, markers: list[Any]) -> list[Finding]:
+    """No breakpoint may outlive an earlier one; unknown TTLs are errors too."""
+    findings = []
     shortest: tuple[int, str] | None = None
     for b in markers:
-        t = _ttl(provider, b.marker)  # type: ignore[arg-type]
+        t = _ttl(provider, b.marker)
         rank = TTL_ORDER.get(t)
         if rank is None:
             findings.append(
@@ -452,9 +486,14 @@ def check(
             )
         if shortest is None or rank < shortest[0]:
             shortest = (rank, t)
-    # minimum cacheable length
-    cum = 0
-    prev_cum = 0
+    return findings
+
+
+def _minimums(blocks: list[Any], rules: CacheLimits, model: str) -> list[Finding]:
+    """Breakpoints whose prefix (or, on Bedrock, whose segment) is under the minimum
+    cacheable length."""
+    findings = []
+    cum = prev_cum = 0
     for b in blocks:
         cum += text_tokens(b.text, model or None) if b.text else 0
         if b.marker is None:
@@ -481,52 +520,46 @@ def check(
                 )
             )
         prev_cum = cum
-    # volatile values ahead of the cached prefix
+    return findings
+
+
+def _volatile(blocks: list[Any], markers: list[Any], automatic: bool) -> list[Finding]:
+    """Volatile values ahead of the cached prefix's end (the last marker; without
+    markers, the tools and system)."""
     if markers and not automatic:
         last = max(i for i, b in enumerate(blocks) if b.marker is not None)
         region = blocks[: last + 1]
     else:
         region = [b for b in blocks if b.field in ("tools", "system")]
-    for b in region:
-        for m in find_volatile(b.text):
-            findings.append(
-                Finding(
-                    "volatile-in-prefix",
-                    "warning",
-                    b.path,
-                    f"{m.kind} {m.text!r} in the cached prefix changes it on every "
-                    "request; move it after the last breakpoint (the dynamic part)",
-                    offset=m.start,
-                )
-            )
-    canonical = list(_canonical_findings(p, provider))
-    if previous is not None:
-        canonical = _against_previous(canonical, _loads(previous), p)
-    findings.extend(canonical)
-    if provider in ("anthropic", "bedrock") and not markers and not automatic:
-        findings.append(
-            Finding(
-                "no-breakpoints",
-                "info",
-                "$",
-                "no cache marker: this request reads and writes no prompt cache",
-            )
+    return [
+        Finding(
+            "volatile-in-prefix",
+            "warning",
+            b.path,
+            f"{m.kind} {m.text!r} in the cached prefix changes it on every "
+            "request; move it after the last breakpoint (the dynamic part)",
+            offset=m.start,
         )
-    if previous is not None:
-        drift = diff_requests(previous, p, provider)
-        if drift is not None:
-            findings.append(
-                Finding(
-                    "prefix-drift",
-                    "info",
-                    drift.path,
-                    f"the prefix differs from the previous request here "
-                    f"(after {drift.char_offset} shared characters): "
-                    f"{drift.before!r} -> {drift.after!r}",
-                    offset=drift.offset,
-                )
-            )
-    return findings
+        for b in region
+        for m in find_volatile(b.text)
+    ]
+
+
+def _drift(previous: Any, p: dict[str, Any], provider: str) -> list[Finding]:
+    drift = diff_requests(previous, p, provider)
+    if drift is None:
+        return []
+    return [
+        Finding(
+            "prefix-drift",
+            "info",
+            drift.path,
+            f"the prefix differs from the previous request here "
+            f"(after {drift.char_offset} shared characters): "
+            f"{drift.before!r} -> {drift.after!r}",
+            offset=drift.offset,
+        )
+    ]
 
 
 def _at(payload: Any, path: str) -> tuple[bool, Any]:

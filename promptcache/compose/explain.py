@@ -130,6 +130,66 @@ def _layers(prompt: Any, model: str) -> list[LayerInfo]:
     return out
 
 
+def _explicit_markers(
+    prompt: Any, model: str, provider: str, rules: Any, ttl: str, history_ttl: str
+) -> tuple[list[PlacedBreakpoint], list[str], dict[int, int], int, list[str]]:
+    """Anthropic and Bedrock: the breakpoint plan, the skipped candidates, each block's
+    number within its layer, the cacheable tokens (up to the last breakpoint) and a note."""
+    if provider == "anthropic":
+        _, p = plan_for(prompt, model, ttl=ttl, history_ttl=history_ttl)
+        _, blocks = anthropic_layout(prompt, model)
+    else:
+        _, blocks = layout(prompt, model)
+        p = plan(
+            blocks,
+            min_tokens=rules.min_tokens,
+            max_breakpoints=rules.max_breakpoints,
+            lookback=rules.lookback_blocks,
+            ttl=ttl,
+            history_ttl=history_ttl,
+            min_per_segment=rules.min_per_segment,
+        )
+    seen: dict[str, int] = {}
+    numbers: dict[int, int] = {}
+    for i, b in enumerate(blocks):
+        seen[b.layer] = seen.get(b.layer, 0) + 1
+        numbers[i] = seen[b.layer]
+    cacheable = p.breakpoints[-1].prefix_tokens if p.breakpoints else 0
+    note = (
+        f"{provider} caches only up to explicit breakpoints (at most "
+        f"{rules.max_breakpoints}; lookback {rules.lookback_blocks} blocks); "
+        f"source: {rules.source.split(';')[0]} (read {rules.read_on})"
+    )
+    return p.breakpoints, p.skipped, numbers, cacheable, [note]
+
+
+def _openai(prompt: Any, model: str, rules: Any, stable: int) -> tuple[int, list[str]]:
+    """OpenAI: the cacheable tokens (the minimum, then whole increments) and notes."""
+    cacheable = (
+        0
+        if stable < rules.min_tokens
+        else rules.min_tokens + (stable - rules.min_tokens) // rules.increment * rules.increment
+    )
+    notes = [
+        f"OpenAI caches the longest previously seen prefix automatically, from "
+        f"{rules.min_tokens} tokens in steps of {rules.increment}; requests are "
+        f"routed by prompt_cache_key pc-{prompt.prefix_hash[:32]}"
+    ]
+    if rules.explicit_breakpoints:
+        kw = render(prompt, model)
+        marked = sum(
+            1
+            for m in kw["messages"]
+            if isinstance(m.get("content"), list)
+            and any("prompt_cache_breakpoint" in part for part in m["content"])
+        )
+        notes.append(
+            f"{model} takes explicit prompt_cache_breakpoint markers: {marked} "
+            "placed (end of frozen layers, session, newest history turn)"
+        )
+    return cacheable, notes
+
+
 def explain(
     prompt: Any,
     model: str,
@@ -158,67 +218,23 @@ def explain(
     approximate = count_tokens("", model).approximate
     breakpoints: list[PlacedBreakpoint] = []
     skipped: list[str] = []
-    notes: list[str] = []
     numbers: dict[int, int] = {}
     if provider in ("anthropic", "bedrock"):
-        if provider == "anthropic":
-            _, p = plan_for(prompt, model, ttl=ttl, history_ttl=history_ttl)
-            _, blocks = anthropic_layout(prompt, model)
-        else:
-            _, blocks = layout(prompt, model)
-            p = plan(
-                blocks,
-                min_tokens=rules.min_tokens,
-                max_breakpoints=rules.max_breakpoints,
-                lookback=rules.lookback_blocks,
-                ttl=ttl,
-                history_ttl=history_ttl,
-                min_per_segment=rules.min_per_segment,
-            )
-        breakpoints, skipped = p.breakpoints, p.skipped
-        seen: dict[str, int] = {}
-        for i, b in enumerate(blocks):
-            seen[b.layer] = seen.get(b.layer, 0) + 1
-            numbers[i] = seen[b.layer]
-        cacheable = breakpoints[-1].prefix_tokens if breakpoints else 0
-        notes.append(
-            f"{provider} caches only up to explicit breakpoints (at most "
-            f"{rules.max_breakpoints}; lookback {rules.lookback_blocks} blocks); "
-            f"source: {rules.source.split(';')[0]} (read {rules.read_on})"
+        breakpoints, skipped, numbers, cacheable, notes = _explicit_markers(
+            prompt, model, provider, rules, ttl, history_ttl
         )
     elif provider == "openai":
-        cacheable = (
-            0
-            if stable < rules.min_tokens
-            else rules.min_tokens + (stable - rules.min_tokens) // rules.increment * rules.increment
-        )
-        notes.append(
-            f"OpenAI caches the longest previously seen prefix automatically, from "
-            f"{rules.min_tokens} tokens in steps of {rules.increment}; requests are "
-            f"routed by prompt_cache_key pc-{prompt.prefix_hash[:32]}"
-        )
-        if rules.explicit_breakpoints:
-            kw = render(prompt, model)
-            marked = sum(
-                1
-                for m in kw["messages"]
-                if isinstance(m.get("content"), list)
-                and any("prompt_cache_breakpoint" in part for part in m["content"])
-            )
-            notes.append(
-                f"{model} takes explicit prompt_cache_breakpoint markers: {marked} "
-                "placed (end of frozen layers, session, newest history turn)"
-            )
+        cacheable, notes = _openai(prompt, model, rules, stable)
     elif provider == "gemini":
         cacheable = stable if stable >= rules.min_tokens else 0
-        notes.append(
+        notes = [
             f"Gemini caches implicitly from {rules.min_tokens} tokens; an explicit cache "
             "of the frozen prefix: promptcache.providers.gemini.create_cached_content"
-        )
+        ]
     else:
         block = rules.increment or 16
         cacheable = stable // block * block
-        notes.append(f"automatic prefix caching in whole {block}-token KV blocks")
+        notes = [f"automatic prefix caching in whole {block}-token KV blocks"]
     warnings = list(prompt.warnings)
     if approximate:
         warnings.append(

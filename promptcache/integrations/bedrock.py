@@ -81,9 +81,28 @@ def wrap_bedrock(client: Any, rec: Any) -> Any:
         raise TypeError(f"promptcache.wrap() takes a bedrock-runtime client, got {service!r}")
     if getattr(client.meta, _MARK, None) is not None:
         return client
-    events = client.meta.events
+    hooks = _Hooks(rec)
+    for name in _OPS:
+        client.meta.events.register(
+            f"before-parameter-build.bedrock-runtime.{name}", hooks.params_hook
+        )
+        client.meta.events.register(f"before-call.bedrock-runtime.{name}", hooks.before_call)
+        client.meta.events.register(f"after-call.bedrock-runtime.{name}", hooks.after_call)
+    setattr(client.meta, _MARK, rec)
+    return client
 
-    def params_hook(params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
+
+class _Hooks:
+    """botocore event handlers that carry one call's state in its ``context`` (under
+    ``_KEY``: the operation, body, model, start time) and record it through ``rec``.
+    Nothing raised here reaches the caller: failures are logged."""
+
+    def __init__(self, rec: Any) -> None:
+        self.rec = rec
+
+    def params_hook(
+        self, params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any
+    ) -> None:
         try:
             op = _OPS.get(model.name)
             if op is None:
@@ -103,13 +122,18 @@ def wrap_bedrock(client: Any, rec: Any) -> Any:
         except Exception:
             log.exception("promptcache: could not inspect a Bedrock request for tracking")
 
-    def before_call(context: dict[str, Any], **_: Any) -> None:
+    def before_call(self, context: dict[str, Any], **_: Any) -> None:
         st = context.get(_KEY)
         if st is not None:
             st["t0"] = time.perf_counter()
 
     def after_call(
-        http_response: Any, parsed: dict[str, Any], model: Any, context: dict[str, Any], **_: Any
+        self,
+        http_response: Any,
+        parsed: dict[str, Any],
+        model: Any,
+        context: dict[str, Any],
+        **_: Any,
     ) -> None:
         st = context.get(_KEY)
         if st is None or "t0" not in st:
@@ -120,36 +144,44 @@ def wrap_bedrock(client: Any, rec: Any) -> Any:
                 return
             op = st["op"]
             if op == "converse":
-                finish(st, parsed, stream=False)
+                self.finish(st, parsed, stream=False)
             elif op == "invoke_model":
-                stream_body: Any = parsed.get("body")
-                data = stream_body.read() if hasattr(stream_body, "read") else stream_body
-                if isinstance(data, (bytes, bytearray)):
-                    # botocore is there: this is its client (an optional dependency)
-                    from botocore.response import StreamingBody  # type: ignore[import-untyped]
-
-                    parsed["body"] = StreamingBody(io.BytesIO(data), len(data))
-                    finish(st, json.loads(data), stream=False)
+                self._after_invoke(st, parsed)
             else:
-                inner = parsed.get("stream")
-                if inner is None:
-                    return
-                seen: list[dict[str, Any]] = []
-
-                def on_event(ev: dict[str, Any]) -> None:
-                    if "contentBlockDelta" in ev and "t_first" not in st:
-                        st["t_first"] = time.perf_counter()
-                    seen.append(ev)
-                    if "metadata" in ev:
-                        finish(st, seen, stream=True)
-
-                parsed["stream"] = _StreamProxy(
-                    inner, on_event, lambda: finish(st, seen, stream=True)
-                )
+                self._after_stream(st, parsed)
         except Exception:
             log.exception("promptcache: could not attach tracking to a Bedrock response")
 
-    def finish(st: dict[str, Any], payload: Any, *, stream: bool) -> None:
+    def _after_invoke(self, st: dict[str, Any], parsed: dict[str, Any]) -> None:
+        """Read ``invoke_model``'s body, record it, and give the caller a fresh body."""
+        stream_body: Any = parsed.get("body")
+        data = stream_body.read() if hasattr(stream_body, "read") else stream_body
+        if isinstance(data, (bytes, bytearray)):
+            # botocore is there: this is its client (an optional dependency)
+            from botocore.response import StreamingBody  # type: ignore[import-untyped]
+
+            parsed["body"] = StreamingBody(io.BytesIO(data), len(data))
+            self.finish(st, json.loads(data), stream=False)
+
+    def _after_stream(self, st: dict[str, Any], parsed: dict[str, Any]) -> None:
+        """Put a proxy around the event stream that records the call at its metadata event
+        (or when the caller closes or drains it)."""
+        inner = parsed.get("stream")
+        if inner is None:
+            return
+        seen: list[dict[str, Any]] = []
+
+        def on_event(ev: dict[str, Any]) -> None:
+            if "contentBlockDelta" in ev and "t_first" not in st:
+                st["t_first"] = time.perf_counter()
+            seen.append(ev)
+            if "metadata" in ev:
+                self.finish(st, seen, stream=True)
+
+        parsed["stream"] = _StreamProxy(inner, on_event, lambda: self.finish(st, seen, stream=True))
+
+    def finish(self, st: dict[str, Any], payload: Any, *, stream: bool) -> None:
+        """Record the call once (its usage normalized from ``payload``)."""
         if st.get("done") or (stream and not payload):
             return
         st["done"] = True
@@ -163,7 +195,7 @@ def wrap_bedrock(client: Any, rec: Any) -> Any:
         t_end = time.perf_counter()
         t_first = st.get("t_first")
         try:
-            rec.store(
+            self.rec.store(
                 usage,
                 api=st["op"],
                 body=st["body"],
@@ -174,10 +206,3 @@ def wrap_bedrock(client: Any, rec: Any) -> Any:
             )
         except Exception:
             log.exception("promptcache: could not record a Bedrock call in the ledger")
-
-    for name in _OPS:
-        events.register(f"before-parameter-build.bedrock-runtime.{name}", params_hook)
-        events.register(f"before-call.bedrock-runtime.{name}", before_call)
-        events.register(f"after-call.bedrock-runtime.{name}", after_call)
-    setattr(client.meta, _MARK, rec)
-    return client

@@ -532,21 +532,25 @@ def wrap(
     Wrapping twice is a no-op. Raises ``TypeError`` for an object that is not such a
     client; nothing else is ever raised from tracking.
     """
+    opts: dict[str, Any] = dict(trace=trace, session=session, clock=clock, rules=rules)
     if hasattr(getattr(client, "meta", None), "events"):  # a botocore client
         rec = _Recorder(
-            "boto3",
-            "",
-            tracker,
-            provider or "bedrock",
-            price,
-            callbacks,
-            metadata,
-            trace=trace,
-            session=session,
-            clock=clock,
-            rules=rules,
+            "boto3", "", tracker, provider or "bedrock", price, callbacks, metadata, **opts
         )
         return wrap_bedrock(client, rec)
+    http, host_url = _http_client_of(client)
+    if getattr(http, _MARK, None) is not None:
+        return client
+    sdk = type(client).__module__.split(".")[0]
+    host = urlsplit(str(host_url)).hostname or ""
+    rec = _Recorder(sdk, host, tracker, provider, price, callbacks, metadata, **opts)
+    _install_hooks(http, rec)
+    return client
+
+
+def _http_client_of(client: Any) -> tuple[Any, Any]:
+    """``(httpx client, base URL)`` that an official SDK client sends with; raises
+    ``TypeError`` for anything else."""
     http: Any = getattr(client, "_client", None)
     host_url = getattr(client, "base_url", "")
     api_client = getattr(client, "_api_client", None)
@@ -555,34 +559,21 @@ def wrap(
         http = api_client._httpx_client
         opts = getattr(api_client, "_http_options", None)
         host_url = getattr(opts, "base_url", None) or "https://generativelanguage.googleapis.com"
-    hooks = getattr(http, "event_hooks", None)
-    if not isinstance(hooks, dict):
+    if not isinstance(getattr(http, "event_hooks", None), dict):
         raise TypeError(
             f"promptcache.wrap() takes an openai or anthropic client (or a google-genai "
             f"Client, or a boto3 bedrock-runtime client), got "
             f"{type(client).__module__}.{type(client).__name__}"
         )
-    if getattr(http, _MARK, None) is not None:
-        return client
-    sdk = type(client).__module__.split(".")[0]
-    host = urlsplit(str(host_url)).hostname or ""
-    rec = _Recorder(
-        sdk,
-        host,
-        tracker,
-        provider,
-        price,
-        callbacks,
-        metadata,
-        trace=trace,
-        session=session,
-        clock=clock,
-        rules=rules,
-    )
-    is_async = inspect.iscoroutinefunction(getattr(http, "send", None))
+    return http, host_url
+
+
+def _install_hooks(http: Any, rec: _Recorder) -> None:
+    """Add ``rec``'s request and response hooks to an httpx client (async hooks for an
+    async client) and mark the client as wrapped."""
     on_request: Callable[[Any], Any]
     on_response: Callable[[Any], Any]
-    if is_async:
+    if inspect.iscoroutinefunction(getattr(http, "send", None)):
 
         async def on_request_async(request: Any) -> None:
             rec.on_request(request)
@@ -599,4 +590,3 @@ def wrap(
     hooks.setdefault("response", []).append(on_response)
     http.event_hooks = hooks
     setattr(http, _MARK, rec)
-    return client

@@ -158,11 +158,11 @@ def litellm_callback(tracker: Any = None, **options: Any) -> Any:
     subclass of ``litellm.integrations.custom_logger.CustomLogger`` too (LiteLLM dispatches
     ``litellm.callbacks`` entries by that type)."""
     try:
-        from litellm.integrations.custom_logger import CustomLogger  # type: ignore[import-not-found]
+        from litellm.integrations.custom_logger import CustomLogger  # type: ignore[import-not-found,unused-ignore]
     except Exception:
         return PromptCacheCallback(tracker, **options)
 
-    class _Logger(PromptCacheCallback, CustomLogger):  # type: ignore[misc]
+    class _Logger(PromptCacheCallback, CustomLogger):  # type: ignore[misc,unused-ignore]
         def __init__(self) -> None:
             CustomLogger.__init__(self)
             PromptCacheCallback.__init__(self, tracker, **options)

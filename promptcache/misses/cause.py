@@ -223,6 +223,78 @@ def _reachable(prev: DigestChain, cur: DigestChain, matched: int, rules: CacheLi
     return False
 
 
+@dataclass(frozen=True)
+class _Compared:
+    """``cur`` against its predecessor: where they first differ and what ``prev`` left cached.
+
+    ``prev`` is None when there is none or it is another conversation (then ``diff`` too);
+    ``matched_chars``/``matched`` (estimated tokens) measure the shared prefix; ``where`` holds
+    the path, offsets and excerpts a ``prefix_changed`` carries; ``cached_end`` (characters)
+    and ``cached_tokens`` what the previous request left in the cache."""
+
+    prev: Observation | None
+    diff: FirstDifference | None
+    matched_chars: int
+    matched: int
+    where: dict[str, Any]
+    cached_end: int
+    cached_tokens: int
+
+    def result(self, read: int, cause: str, detail: str, **kw: Any) -> Attribution:
+        """The :class:`Attribution` of ``cause``: only ``prefix_changed`` carries the path and
+        offsets; a hit's shared prefix is at least what was read."""
+        fields = {**self.where, **kw} if cause == "prefix_changed" else dict(kw)
+        shared = max(self.matched, read) if cause == "hit" else self.matched
+        return Attribution(cause, matched_prefix_tokens=shared, detail=detail, **fields)
+
+
+def _compare(
+    cur: Observation, prev: Observation | None, rules: CacheLimits, related: bool
+) -> _Compared:
+    diff: FirstDifference | None = None
+    matched_chars = 0
+    if prev is not None:
+        diff = first_difference(prev.chain, cur.chain)
+        if (
+            not related
+            and diff is not None
+            and diff.segment < len(cur.chain.segments)
+            and cur.chain.segments[diff.segment].kind == "messages"
+        ):
+            prev, diff = None, None  # another conversation with the same head
+        else:
+            matched_chars = prev.chain.chars if diff is None else diff.offset_chars
+            matched_chars = min(matched_chars, cur.chain.chars)
+    matched = _tokens(cur, matched_chars) if prev is not None else 0
+    where: dict[str, Any] = {}
+    if diff is not None:
+        where = dict(
+            path=diff.path,
+            offset_chars=diff.offset_chars,
+            offset_tokens=_tokens(cur, diff.offset_chars),
+            exact=diff.exact,
+        )
+        if prev is not None:
+            ex = excerpts(prev.chain, cur.chain, diff)
+            if ex is not None:
+                where["before"], where["after"] = ex
+    cached_end, cached_tokens = _left_cached(prev, rules)
+    return _Compared(prev, diff, matched_chars, matched, where, cached_end, cached_tokens)
+
+
+def _left_cached(prev: Observation | None, rules: CacheLimits) -> tuple[int, int]:
+    """What the previous request left cached: its end (characters) and size (tokens)."""
+    if prev is None:
+        return 0, 0
+    pu = prev.usage
+    if _needs_markers(prev.chain) or prev.chain.automatic:
+        if pu.cache_read_tokens + pu.cache_write_tokens > 0 and prev.chain.breakpoints:
+            return prev.chain.breakpoints[-1].end, pu.cache_read_tokens + pu.cache_write_tokens
+    elif pu.prompt_tokens >= rules.min_tokens:
+        return prev.chain.chars, _floor(pu.prompt_tokens, rules)
+    return 0, 0
+
+
 def attribute(
     cur: Observation,
     prev: Observation | None,
@@ -251,121 +323,107 @@ def attribute(
     if not u.cache_reported:
         return Attribution(None, detail="the provider did not report cached tokens")
     rules = rules or rules_for(u.provider, cur.chain.api, u.model)
-    read = u.cache_read_tokens
-    diff: FirstDifference | None = None
-    matched_chars = 0
-    if prev is not None:
-        diff = first_difference(prev.chain, cur.chain)
-        if (
-            not related
-            and diff is not None
-            and diff.segment < len(cur.chain.segments)
-            and cur.chain.segments[diff.segment].kind == "messages"
-        ):
-            prev, diff = None, None  # another conversation with the same head
-        else:
-            matched_chars = prev.chain.chars if diff is None else diff.offset_chars
-            matched_chars = min(matched_chars, cur.chain.chars)
-    matched = _tokens(cur, matched_chars) if prev is not None else 0
-    where: dict[str, Any] = {}
-    if diff is not None:
-        where = dict(
-            path=diff.path,
-            offset_chars=diff.offset_chars,
-            offset_tokens=_tokens(cur, diff.offset_chars),
-            exact=diff.exact,
-        )
-        if prev is not None:
-            ex = excerpts(prev.chain, cur.chain, diff)
-            if ex is not None:
-                where["before"], where["after"] = ex
+    c = _compare(cur, prev, rules, related)
+    return (
+        _as_hit_or_changed(cur, c, rules)
+        or _as_uncached(cur, c, rules)
+        or _as_lost_entry(cur, c, rules)
+    )
 
-    # what the previous request left cached: its end (characters) and size (tokens)
-    cached_end = cached_tokens = 0
-    if prev is not None:
-        pu = prev.usage
-        if _needs_markers(prev.chain) or prev.chain.automatic:
-            if pu.cache_read_tokens + pu.cache_write_tokens > 0 and prev.chain.breakpoints:
-                cached_end = prev.chain.breakpoints[-1].end
-                cached_tokens = pu.cache_read_tokens + pu.cache_write_tokens
-        elif pu.prompt_tokens >= rules.min_tokens:
-            cached_end = prev.chain.chars
-            cached_tokens = _floor(pu.prompt_tokens, rules)
-    changed_inside = diff is not None and diff.offset_chars < cached_end
-    tolerance = max(rules.increment, 0)
 
-    def result(cause: str, detail: str, **kw: Any) -> Attribution:
-        fields = {**where, **kw} if cause == "prefix_changed" else dict(kw)
-        shared = max(matched, read) if cause == "hit" else matched
-        return Attribution(cause, matched_prefix_tokens=shared, detail=detail, **fields)
-
-    if prev is not None and cached_tokens:
-        expected = cached_tokens
+def _as_hit_or_changed(cur: Observation, c: _Compared, rules: CacheLimits) -> Attribution | None:
+    """A hit, or a ``prefix_changed`` inside what the previous request cached; None when
+    neither can be told yet."""
+    u, read = cur.usage, cur.usage.cache_read_tokens
+    if c.prev is not None and c.cached_tokens:
+        changed_inside = c.diff is not None and c.diff.offset_chars < c.cached_end
+        expected = c.cached_tokens
         if not changed_inside and not (_needs_markers(cur.chain) or cur.chain.automatic):
-            expected = _floor(min(cached_tokens, u.prompt_tokens), rules)
+            expected = _floor(min(c.cached_tokens, u.prompt_tokens), rules)
         if changed_inside:
             if read < expected:
-                return result(
+                return c.result(
+                    read,
                     "prefix_changed",
-                    f"the prefix changed at {diff.path} after about "  # type: ignore[union-attr]
-                    f"{where['offset_tokens']} tokens; {expected - read} cached tokens "
+                    f"the prefix changed at {c.where['path']} after about "
+                    f"{c.where['offset_tokens']} tokens; {expected - read} cached tokens "
                     "could not be read",
                 )
-            return result("hit", f"read {read} tokens")
-        if read + tolerance >= expected and read > 0:
-            return result("hit", f"read {read} of the {expected} cached tokens")
+            return c.result(read, "hit", f"read {read} tokens")
+        if read + max(rules.increment, 0) >= expected and read > 0:
+            return c.result(read, "hit", f"read {read} of the {expected} cached tokens")
         if read > 0 and rules.provider == "gemini":
             # Gemini's implicit cache documents no hit granularity: a read is a hit
-            return result("hit", f"read {read} tokens (Gemini reports its own granularity)")
-    if read > 0 and (prev is None or not cached_tokens):
-        return result("hit", f"read {read} tokens")
+            return c.result(read, "hit", f"read {read} tokens (Gemini reports its own granularity)")
+    if read > 0 and (c.prev is None or not c.cached_tokens):
+        return c.result(read, "hit", f"read {read} tokens")
+    return None
 
+
+def _as_uncached(cur: Observation, c: _Compared, rules: CacheLimits) -> Attribution | None:
+    """Nothing read and nothing that could have been: no breakpoint, below the minimum, or
+    cold; None when something was cached before."""
+    u = cur.usage
+    if u.cache_read_tokens != 0:
+        return None
     needs = _needs_markers(cur.chain)
-    if read == 0:
-        if needs and not cur.chain.breakpoints:
-            return result(
-                "no_breakpoint",
-                f"{rules.provider} caches only up to explicit cache markers and this "
-                "request has none",
-            )
-        cacheable = cur.chain.breakpoints[-1].end if (needs or cur.chain.automatic) else None
-        est = u.prompt_tokens if cacheable is None else _tokens(cur, cacheable)
-        if rules.min_tokens and est < rules.min_tokens and u.cache_write_tokens == 0:
-            return result(
-                "below_minimum",
-                f"the cacheable prefix is about {est} tokens, under the minimum of "
-                f"{rules.min_tokens} for {u.model or 'this model'} ({rules.source}, "
-                f"read {rules.read_on})",
-            )
-        if prev is None or not cached_tokens:
-            return result("cold", "nothing of this prefix was cached before")
+    if needs and not cur.chain.breakpoints:
+        return c.result(
+            0,
+            "no_breakpoint",
+            f"{rules.provider} caches only up to explicit cache markers and this request has none",
+        )
+    cacheable = cur.chain.breakpoints[-1].end if (needs or cur.chain.automatic) else None
+    est = u.prompt_tokens if cacheable is None else _tokens(cur, cacheable)
+    if rules.min_tokens and est < rules.min_tokens and u.cache_write_tokens == 0:
+        return c.result(
+            0,
+            "below_minimum",
+            f"the cacheable prefix is about {est} tokens, under the minimum of "
+            f"{rules.min_tokens} for {u.model or 'this model'} ({rules.source}, "
+            f"read {rules.read_on})",
+        )
+    if c.prev is None or not c.cached_tokens:
+        return c.result(0, "cold", "nothing of this prefix was cached before")
+    return None
+
+
+def _as_lost_entry(cur: Observation, c: _Compared, rules: CacheLimits) -> Attribution:
+    """The prefix was cached and is unchanged, yet less was read: the TTL ran out, no
+    breakpoint reaches the entry, it was partly evicted, or the provider's doing."""
+    prev, read = c.prev, cur.usage.cache_read_tokens
     assert prev is not None
     gap = cur.ts - prev.ts
-    ttl = _entry_ttl(prev, rules, cached_end, longest=read == 0)
+    ttl = _entry_ttl(prev, rules, c.cached_end, longest=read == 0)
     if ttl is not None and gap > ttl:
-        return result(
+        return c.result(
+            read,
             "ttl_expired",
             f"the prefix is unchanged but {gap:.0f} s passed since the previous request, "
             f"more than the {ttl:.0f} s TTL",
         )
-    if needs and not _reachable(prev.chain, cur.chain, matched_chars, rules):
+    if _needs_markers(cur.chain) and not _reachable(prev.chain, cur.chain, c.matched_chars, rules):
         if read == 0:
-            return result(
+            return c.result(
+                read,
                 "breakpoint_moved",
                 "the prefix is unchanged but no breakpoint of this request reaches the "
                 f"entry the previous request wrote (lookback {rules.lookback_blocks} blocks)",
             )
-        return result(
+        return c.result(
+            read,
             "partial",
-            f"read {read} of {cached_tokens} cached tokens: the last entry is beyond the "
+            f"read {read} of {c.cached_tokens} cached tokens: the last entry is beyond the "
             f"{rules.lookback_blocks}-block lookback of this request's breakpoints",
         )
     if read > 0:
-        return result(
+        return c.result(
+            read,
             "partial",
-            f"read {read} of the {cached_tokens} cached tokens within the TTL (evicted?)",
+            f"read {read} of the {c.cached_tokens} cached tokens within the TTL (evicted?)",
         )
-    return result(
+    return c.result(
+        read,
         "provider_unknown",
         "identical prefix within the TTL and still a miss: the provider's doing "
         "(routing or eviction), not this code's",

@@ -555,7 +555,7 @@ def _block_end(text: str, value: Any, content_key: str, block: int) -> int:
 
 def build_chain(
     body: Mapping[str, Any], api: str, *, previous: DigestChain | None = None
-) -> DigestChain:  # noqa: C901 - one pass over the segments
+) -> DigestChain:
     """The digest chain of one request body.
 
     Args:
@@ -578,116 +578,138 @@ def build_chain(
     segmenter = _SEGMENTERS.get(api)
     if segmenter is None:
         raise ValueError(f"unknown api {api!r}; expected one of {', '.join(APIS)}")
-    content_key = "parts" if api == "gemini" else "content"
-    prev_segs = previous.segments if previous is not None else ()
-    prev_raws = previous.raws if previous is not None else ()
-    prev_vals = previous.values if previous is not None else ()
-    prev_marks = previous.marks if previous is not None else ()
-    prev_atoms = previous.atoms if previous is not None else {}
-    segments: list[Segment] = []
-    values: list[Any] = []
-    raws: list[Any] = []
-    marks: list[tuple[tuple[int, str, str, int], ...]] = []
-    atoms: dict[str, tuple[Atom, ...]] = {}
-    bps: list[Breakpoint] = []
-    pos = 0
-    block = 0
-    n_prev = len(prev_raws)
+    b = _ChainBuilder(api, previous)
+    for item in segmenter(body):
+        if isinstance(item, _Tail):
+            b.add_messages(item)
+        else:
+            b.add(item, item.value if item.raw is None else item.raw, len(b.segments))
+    return b.finish(body.get("cache_control") if api == "messages" else None)
 
-    def add(item: _Piece | _Lazy, raw: Any, i: int) -> None:
-        nonlocal pos, block
+
+_Marks = tuple[tuple[int, str, str, int], ...]
+
+
+class _ChainBuilder:
+    """The state of one :func:`build_chain` pass: segments so far, their values, raws,
+    markers and atoms, the running character offset ``pos`` and content-block count
+    ``block``, and the previous chain whose equal segments are reused."""
+
+    def __init__(self, api: str, previous: DigestChain | None) -> None:
+        self.api = api
+        self.content_key = "parts" if api == "gemini" else "content"
+        self.prev_segs = previous.segments if previous is not None else ()
+        self.prev_raws = previous.raws if previous is not None else ()
+        self.prev_vals = previous.values if previous is not None else ()
+        self.prev_marks = previous.marks if previous is not None else ()
+        self.prev_atoms = previous.atoms if previous is not None else {}
+        self.n_prev = len(self.prev_raws)
+        self.segments: list[Segment] = []
+        self.values: list[Any] = []
+        self.raws: list[Any] = []
+        self.marks: list[_Marks] = []
+        self.atoms: dict[str, tuple[Atom, ...]] = {}
+        self.bps: list[Breakpoint] = []
+        self.pos = 0
+        self.block = 0
+
+    def add(self, item: _Piece | _Lazy, raw: Any, i: int) -> None:
+        """Append segment ``i``: reused from the previous chain when equal there, else
+        serialized and hashed."""
         # equal values reuse the previous request's digests. Dict equality ignores key
         # order, and a tool schema's key order reaches the prompt: tools are compared by
         # their repr (insertion order, C speed) instead
         if isinstance(item, _Piece) and item.kind == "tools":
             raw = repr(raw)
-        if i < n_prev and prev_segs[i].path == item.path and prev_raws[i] == raw:
-            reuse(i, raw)
+        if i < self.n_prev and self.prev_segs[i].path == item.path and self.prev_raws[i] == raw:
+            self.reuse(i, raw)
             return
         piece = item.piece() if isinstance(item, _Lazy) else item
         value = piece.value
         text = _ENCODE(value)
         digest, chars = _digest(text), len(text)
-        if digest not in atoms:
-            atoms[digest] = prev_atoms.get(digest) or _atoms(value)
+        if digest not in self.atoms:
+            self.atoms[digest] = self.prev_atoms.get(digest) or _atoms(value)
         found = []
         for b, ttl, mpath in piece.markers:
             b = max(0, b)
             if piece.blocks > 1 and b < piece.blocks - 1:
-                rel = _block_end(text, value, content_key, b)
+                rel = _block_end(text, value, self.content_key, b)
             else:
                 rel = chars
             found.append((b, ttl, mpath, rel))
-        push(
-            Segment(piece.path, digest, pos, chars, piece.blocks, piece.kind),
+        self.push(
+            Segment(piece.path, digest, self.pos, chars, piece.blocks, piece.kind),
             value,
             raw,
             tuple(found),
         )
 
-    def reuse(i: int, raw: Any) -> None:
-        seg = prev_segs[i]
-        if seg.start != pos:
-            seg = Segment(seg.path, seg.digest, pos, seg.chars, seg.blocks, seg.kind)
-        if seg.digest in prev_atoms:
-            atoms[seg.digest] = prev_atoms[seg.digest]
-        push(seg, prev_vals[i], raw, prev_marks[i])
+    def reuse(self, i: int, raw: Any) -> None:
+        """Append the previous chain's segment ``i`` (moved to the current offset)."""
+        seg = self.prev_segs[i]
+        if seg.start != self.pos:
+            seg = Segment(seg.path, seg.digest, self.pos, seg.chars, seg.blocks, seg.kind)
+        if seg.digest in self.prev_atoms:
+            self.atoms[seg.digest] = self.prev_atoms[seg.digest]
+        self.push(seg, self.prev_vals[i], raw, self.prev_marks[i])
 
-    def push(seg: Segment, value: Any, raw: Any, mk: tuple[tuple[int, str, str, int], ...]) -> None:
-        nonlocal pos, block
+    def push(self, seg: Segment, value: Any, raw: Any, mk: _Marks) -> None:
         for b, ttl, mpath, rel in mk:
-            bps.append(Breakpoint(pos + rel, block + b, ttl, mpath))
-        segments.append(seg)
-        values.append(value)
-        raws.append(raw)
-        marks.append(mk)
-        pos += seg.chars
-        block += seg.blocks
+            self.bps.append(Breakpoint(self.pos + rel, self.block + b, ttl, mpath))
+        self.segments.append(seg)
+        self.values.append(value)
+        self.raws.append(raw)
+        self.marks.append(mk)
+        self.pos += seg.chars
+        self.block += seg.blocks
 
-    for item in segmenter(body):
-        if isinstance(item, _Tail):
-            first = len(segments)
-            msgs = item.items
-            # the same head as the previous request: message j sits at the same index
-            aligned = first < n_prev and prev_segs[first].path == f"{item.base}[0]"
-            for j, msg in enumerate(msgs):
-                i = first + j
-                if aligned and i < n_prev and prev_raws[i] == msg:
-                    seg = prev_segs[i]
-                    mk = prev_marks[i]
-                    if seg.start == pos and not mk:  # the common case, inlined
-                        segments.append(seg)
-                        values.append(prev_vals[i])
-                        raws.append(msg)
-                        marks.append(mk)
-                        d = seg.digest
-                        if d in prev_atoms:
-                            atoms[d] = prev_atoms[d]
-                        pos += seg.chars
-                        block += seg.blocks
-                    else:
-                        reuse(i, msg)
+    def add_messages(self, item: _Tail) -> None:
+        """Append the message history; when it starts where the previous chain's did,
+        message j is compared with the previous message j (the common case inlined)."""
+        first = len(self.segments)
+        prev_segs, prev_raws, prev_atoms = self.prev_segs, self.prev_raws, self.prev_atoms
+        aligned = first < self.n_prev and prev_segs[first].path == f"{item.base}[0]"
+        for j, msg in enumerate(item.items):
+            i = first + j
+            if aligned and i < self.n_prev and prev_raws[i] == msg:
+                seg = prev_segs[i]
+                mk = self.prev_marks[i]
+                if seg.start == self.pos and not mk:  # the common case, inlined
+                    self.segments.append(seg)
+                    self.values.append(self.prev_vals[i])
+                    self.raws.append(msg)
+                    self.marks.append(mk)
+                    d = seg.digest
+                    if d in prev_atoms:
+                        self.atoms[d] = prev_atoms[d]
+                    self.pos += seg.chars
+                    self.block += seg.blocks
                 else:
-                    add(item.lazy(j), msg, i)
-            continue
-        add(item, item.value if item.raw is None else item.raw, len(segments))
-    automatic = False
-    top = body.get("cache_control") if api == "messages" else None
-    if top is not None:
-        # Anthropic automatic caching: one breakpoint on the last cacheable block
-        automatic = True
-        cacheable = [s for s in segments if s.kind != "setting"]
-        if cacheable:
-            last = cacheable[-1]
-            bps.append(Breakpoint(last.end, block - 1, _ttl(top, "5m"), "$.cache_control"))
-    bps.sort(key=lambda b: (b.end, b.block))
-    return DigestChain(
-        api,
-        tuple(segments),
-        tuple(bps),
-        atoms,
-        tuple(values),
-        automatic,
-        tuple(raws),
-        tuple(marks),
-    )
+                    self.reuse(i, msg)
+            else:
+                self.add(item.lazy(j), msg, i)
+
+    def finish(self, top: Any) -> DigestChain:
+        """The chain; ``top``: a Messages body's top-level ``cache_control`` (Anthropic
+        automatic caching: one breakpoint on the last cacheable block), or None."""
+        automatic = False
+        if top is not None:
+            automatic = True
+            cacheable = [s for s in self.segments if s.kind != "setting"]
+            if cacheable:
+                last = cacheable[-1]
+                self.bps.append(
+                    Breakpoint(last.end, self.block - 1, _ttl(top, "5m"), "$.cache_control")
+                )
+        self.bps.sort(key=lambda b: (b.end, b.block))
+        return DigestChain(
+            self.api,
+            tuple(self.segments),
+            tuple(self.bps),
+            self.atoms,
+            tuple(self.values),
+            automatic,
+            tuple(self.raws),
+            tuple(self.marks),
+        )

@@ -109,40 +109,18 @@ def plan(
     Raises:
         ValueError: an unknown TTL, or ``history_ttl`` longer than ``ttl``.
     """
-    for t in (ttl, history_ttl):
-        if t not in TTL_ORDER:
-            raise ValueError(f"unknown cache TTL {t!r}; expected one of {sorted(TTL_ORDER)}")
-    if TTL_ORDER[history_ttl] > TTL_ORDER[ttl]:
-        raise ValueError(
-            f"history_ttl={history_ttl!r} is longer than ttl={ttl!r}: a longer-lived "
-            "breakpoint may not follow a shorter-lived one"
-        )
+    _check_ttls(ttl, history_ttl)
     out = Plan()
     cum = 0
     for b in blocks:
         cum += b.tokens
         out.cumulative.append(cum)
     out.total_tokens = cum
-
-    # one pass: the last markable block of the frozen layers, of the session layer and of
-    # the history
-    f_idx = s_idx = h_idx = None
-    for i, b in enumerate(blocks):
-        if b.markable:
-            layer = b.layer
-            if layer == "messages":
-                h_idx = i
-            elif layer == "session":
-                s_idx = i
-            elif layer in ("tools", "system", "documents"):
-                f_idx = i
-
+    f_idx, s_idx, h_idx = _last_markable(blocks)
     chosen: list[PlacedBreakpoint] = []
 
     def consider(kind: str, idx: int | None, t: str, why: str) -> None:
-        if idx is None:
-            return
-        if any(bp.index == idx for bp in chosen):
+        if idx is None or any(bp.index == idx for bp in chosen):
             return
         tokens = out.cumulative[idx]
         if tokens < min_tokens:
@@ -150,13 +128,12 @@ def plan(
                 f"{kind}: not placed -- the prefix up to {blocks[idx].layer} is "
                 f"{tokens} tokens, under the model's minimum of {min_tokens}"
             )
-            return
-        if len(chosen) >= max_breakpoints:
+        elif len(chosen) >= max_breakpoints:
             out.skipped.append(f"{kind}: not placed -- all {max_breakpoints} breakpoints in use")
-            return
-        chosen.append(
-            PlacedBreakpoint(kind, blocks[idx].layer, blocks[idx].locator, idx, t, tokens, why)
-        )
+        else:
+            chosen.append(
+                PlacedBreakpoint(kind, blocks[idx].layer, blocks[idx].locator, idx, t, tokens, why)
+            )
 
     consider(
         "frozen",
@@ -180,15 +157,9 @@ def plan(
     if lookback and h_idx is not None and any(bp.index == h_idx for bp in chosen):
         prev = max((bp.index for bp in chosen if bp.index < h_idx), default=-1)
         if h_idx - prev > lookback:
-            target = h_idx - lookback
-            l_idx = None
-            for i in range(target, prev, -1):
-                if blocks[i].markable and blocks[i].layer == "messages":
-                    l_idx = i
-                    break
             consider(
                 "lookback",
-                l_idx,
+                _stepping_stone(blocks, h_idx - lookback, prev),
                 history_ttl,
                 f"the history breakpoint is {h_idx - prev} blocks after the previous one, "
                 f"beyond the provider's {lookback}-block lookback: a stepping stone "
@@ -196,20 +167,65 @@ def plan(
             )
     ordered = sorted(chosen, key=lambda bp: bp.index)
     if min_per_segment:
-        kept: list[PlacedBreakpoint] = []
-        for bp in ordered:
-            since = bp.prefix_tokens - (kept[-1].prefix_tokens if kept else 0)
-            if since < min_tokens:
-                out.skipped.append(
-                    f"{bp.kind}: not placed -- only {since} tokens since the "
-                    f"previous breakpoint, under the per-checkpoint minimum "
-                    f"of {min_tokens}"
-                )
-                continue
-            kept.append(bp)
-        ordered = kept
+        ordered = _min_per_segment(ordered, min_tokens, out.skipped)
     out.breakpoints = ordered
     return out
+
+
+def _check_ttls(ttl: str, history_ttl: str) -> None:
+    for t in (ttl, history_ttl):
+        if t not in TTL_ORDER:
+            raise ValueError(f"unknown cache TTL {t!r}; expected one of {sorted(TTL_ORDER)}")
+    if TTL_ORDER[history_ttl] > TTL_ORDER[ttl]:
+        raise ValueError(
+            f"history_ttl={history_ttl!r} is longer than ttl={ttl!r}: a longer-lived "
+            "breakpoint may not follow a shorter-lived one"
+        )
+
+
+def _last_markable(
+    blocks: Sequence[LayoutBlock],
+) -> tuple[int | None, int | None, int | None]:
+    """Indexes of the last markable block of the frozen layers, of the session layer and
+    of the history (None where a layer has none), in one pass."""
+    f_idx = s_idx = h_idx = None
+    for i, b in enumerate(blocks):
+        if b.markable:
+            layer = b.layer
+            if layer == "messages":
+                h_idx = i
+            elif layer == "session":
+                s_idx = i
+            elif layer in ("tools", "system", "documents"):
+                f_idx = i
+    return f_idx, s_idx, h_idx
+
+
+def _stepping_stone(blocks: Sequence[LayoutBlock], target: int, prev: int) -> int | None:
+    """The last markable history block at or before ``target`` and after ``prev``."""
+    for i in range(target, prev, -1):
+        if blocks[i].markable and blocks[i].layer == "messages":
+            return i
+    return None
+
+
+def _min_per_segment(
+    ordered: list[PlacedBreakpoint], min_tokens: int, skipped: list[str]
+) -> list[PlacedBreakpoint]:
+    """Drop breakpoints closer than ``min_tokens`` to the previous kept one (Bedrock),
+    saying why in ``skipped``."""
+    kept: list[PlacedBreakpoint] = []
+    for bp in ordered:
+        since = bp.prefix_tokens - (kept[-1].prefix_tokens if kept else 0)
+        if since < min_tokens:
+            skipped.append(
+                f"{bp.kind}: not placed -- only {since} tokens since the "
+                f"previous breakpoint, under the per-checkpoint minimum "
+                f"of {min_tokens}"
+            )
+            continue
+        kept.append(bp)
+    return kept
 
 
 # ---- token counts of the neutral form ------------------------------------------------------

@@ -211,38 +211,46 @@ def render_html(
 
     overall = summarize(None)
     total = overall[0] if overall else None
-    lo = parse_since(since, now)
-    grouped = summarize(by)
-    by_prefix = [r for r in tracker.summary(by="prefix_hash", since=since) if r.key]
-    hits = tracker.hit_counts("prefix_hash", HIT_MIN_SHARE, since=since) if by_prefix else {}
-
-    def missed(r: Any) -> int:
-        return int(r.prompt_tokens - r.cache_read_tokens)
-
-    by_prefix.sort(key=lambda r: (-missed(r), -r.requests))
-    by_prefix = by_prefix[:10]
-
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<title>promptcache report</title>",
         f"<style>{_CSS}</style></head><body>",
         "<h1>promptcache report</h1>",
+        _subtitle(tracker, parse_since(since, now), by, now),
     ]
+    if total is None:
+        parts.append("<p>No requests recorded in this period.</p></body></html>")
+        return "".join(parts)
+    grouped = summarize(by)
+    parts += [
+        _kpis(total),
+        _hit_rate_section(tracker, since),
+        _cost_section(grouped, by),
+        _prefix_section(tracker, since),
+        _group_table(grouped, by),
+        misses_html(miss_report(tracker, since=since)),
+        "</body></html>",
+    ]
+    return "".join(parts)
+
+
+def _subtitle(tracker: Any, lo: float | None, by: str, now: float) -> str:
     period = (
         "all time"
         if lo is None
         else "since " + datetime.fromtimestamp(lo, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     )
-    parts.append(
+    return (
         f"<div class='sub'>ledger {_esc(tracker.location)} &middot; {period} &middot; "
         f"grouped by {_esc(by)} &middot; generated "
         f"{datetime.fromtimestamp(now, timezone.utc):%Y-%m-%d %H:%M UTC}</div>"
     )
-    if total is None:
-        parts.append("<p>No requests recorded in this period.</p></body></html>")
-        return "".join(parts)
+
+
+def _kpis(total: Any) -> str:
+    """The headline figures, then notes on unreported and unpriced requests."""
     hit = "n/a" if total.hit_rate is None else f"{total.hit_rate:.1%}"
-    parts.append("<div class='kpis'>")
+    parts = ["<div class='kpis'>"]
     for label, value in (
         ("requests", f"{total.requests:,}"),
         ("cache hit rate", hit),
@@ -263,7 +271,10 @@ def render_html(
         )
     if total.unpriced_requests:
         parts.append(f"<p class='note'>{_esc(unpriced_note(total.unpriced_requests))}</p>")
+    return "".join(parts)
 
+
+def _hit_rate_section(tracker: Any, since: Any) -> str:
     span = tracker.time_span(since=since)
     bucket = pick_bucket(0.0 if span is None else span[1] - span[0])
     series = [
@@ -271,13 +282,13 @@ def render_html(
         for ts, read, prompt in tracker.hit_series(bucket, since=since)
         if prompt
     ]
-    parts.append(
+    return (
         f"<h2>Cache hit rate per {_bucket_name(bucket)} (token-weighted: cache-read "
-        "tokens / prompt tokens)</h2>"
+        "tokens / prompt tokens)</h2>" + _hit_rate_chart(series)
     )
-    parts.append(_hit_rate_chart(series))
 
-    parts.append(f"<h2>Cost and saving by {_esc(by)}</h2>")
+
+def _cost_section(grouped: list[Any], by: str) -> str:
     items = [
         (
             r.key or "(none)",
@@ -292,17 +303,22 @@ def render_html(
         )
         for r in grouped
     ]
-    parts.append(_bar_chart("cost-by-group", items, "USD: orange = cost, grey = no-cache baseline"))
-
-    parts.append("<h2>Top prefixes by missed prompt tokens</h2>")
-    parts.append(
-        f"<p class='sub'>A request counts as a hit when it read at least "
-        f"{HIT_MIN_SHARE:.0%} of its prompt tokens from the cache (a request that reused "
-        "only the chat template's first block is a miss). Prefixes are labelled by the "
-        "first 16 hex digits of their id.</p>"
+    return f"<h2>Cost and saving by {_esc(by)}</h2>" + _bar_chart(
+        "cost-by-group", items, "USD: orange = cost, grey = no-cache baseline"
     )
+
+
+def _prefix_section(tracker: Any, since: Any) -> str:
+    """The ten prefixes that missed the most prompt tokens, with their non-hit requests."""
+    by_prefix = [r for r in tracker.summary(by="prefix_hash", since=since) if r.key]
+    hits = tracker.hit_counts("prefix_hash", HIT_MIN_SHARE, since=since) if by_prefix else {}
+
+    def missed(r: Any) -> int:
+        return int(r.prompt_tokens - r.cache_read_tokens)
+
+    by_prefix.sort(key=lambda r: (-missed(r), -r.requests))
     items = []
-    for r in by_prefix:
+    for r in by_prefix[:10]:
         h, n = hits.get(r.key, (0, 0))
         items.append(
             (
@@ -316,14 +332,23 @@ def render_html(
                 ],
             )
         )
-    parts.append(_bar_chart("prefix-misses", items, "prompt tokens not read from the cache"))
+    return (
+        "<h2>Top prefixes by missed prompt tokens</h2>"
+        f"<p class='sub'>A request counts as a hit when it read at least "
+        f"{HIT_MIN_SHARE:.0%} of its prompt tokens from the cache (a request that reused "
+        "only the chat template's first block is a miss). Prefixes are labelled by the "
+        "first 16 hex digits of their id.</p>"
+        + _bar_chart("prefix-misses", items, "prompt tokens not read from the cache")
+    )
 
+
+def _group_table(grouped: list[Any], by: str) -> str:
     head = _esc(by)
-    parts.append(
+    parts = [
         f"<h2>By {head}</h2><table><tr><th>{head}</th><th>requests</th><th>prompt tokens"
         "</th><th>cache read</th><th>cache write</th><th>hit rate</th><th>cost</th>"
         "<th>no-cache</th><th>saving</th></tr>"
-    )
+    ]
     for r in grouped:
         key = prefix_label(r.key) if by == "prefix_hash" else (r.key or "-")
         parts.append(
@@ -334,8 +359,6 @@ def render_html(
             f"<td>{_money(r, r.saving)}</td></tr>"
         )
     parts.append("</table>")
-    parts.append(misses_html(miss_report(tracker, since=since)))
-    parts.append("</body></html>")
     return "".join(parts)
 
 

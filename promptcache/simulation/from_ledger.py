@@ -45,13 +45,13 @@ _LAYERS = {"tools": "tools", "system": "system", "messages": "messages"}
 
 def _chains(tracker: Tracker, since: float | None) -> dict[str, dict[str, Any]]:
     """``record_id -> chain JSON`` for the records since ``since`` that have one."""
-    d = tracker.dialect
+    d = tracker.store.dialect
     sql = "SELECT record_id, chain FROM requests WHERE chain IS NOT NULL"
     params: list[Any] = []
     if since is not None:
         sql += f" AND ts >= {d.param}"
         params.append(since)
-    cur = tracker._conn().cursor()
+    cur = tracker.store.cursor()
     cur.execute(sql, params)
     return {rid: json.loads(text) for rid, text in cur.fetchall()}
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from promptcache.ledger import pricing
 from promptcache.errors import PricingError
+from promptcache.ledger import pricing
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = {"local", "SmolLM2-135M-Instruct"}

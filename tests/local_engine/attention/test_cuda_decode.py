@@ -58,7 +58,8 @@ def test_ctas_per_sm_pads_shared_memory_by_hand():
 def test_kernel_declares_no_static_shared_memory():
     """The dynamic shared memory must start where the runtime puts it (1 KiB aligned): a static
     ``__shared__`` array in the kernel moves it to a 16-byte offset, which the H200 measured
-    3-20% slower on the rule's launches (bench/RESULTS.md "## kvquant", session 5)."""
+    3-20% slower on the rule's launches (session 5 of "## kvquant", 2026-12-01: in the history of
+    bench/RESULTS.md, ``git log -p bench/RESULTS.md``)."""
     import re
 
     src = (cuda_decode.HERE / "decode_1b.cuh").read_text()

@@ -253,7 +253,8 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_record(tmp_path, mode):
 
 
 def test_migration_from_schema_1_keeps_records_and_prices(tmp_path):
-    from promptcache.ledger.tracker import _MIGRATIONS, _Dialect
+    from promptcache.ledger.schema import MIGRATIONS as _MIGRATIONS
+    from promptcache.ledger.schema import Dialect as _Dialect
 
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path)

@@ -13,7 +13,9 @@ from urllib.parse import quote
 import pytest
 
 from promptcache import Tracker, Usage
-from promptcache.ledger.tracker import _MIGRATIONS, SCHEMA_VERSION, _Dialect
+from promptcache.ledger.schema import MIGRATIONS as _MIGRATIONS
+from promptcache.ledger.schema import SCHEMA_VERSION
+from promptcache.ledger.schema import Dialect as _Dialect
 
 MODEL = "claude-sonnet-4-5"  # minimum 1,024 tokens (limits.py)
 SYSTEM = "You are a meticulous travel planner; answer in metric units. SECRET-WORD. " * 80
@@ -223,7 +225,7 @@ def test_postgres_attribution_and_migration(pg_url) -> None:
     import psycopg
 
     # a v4 ledger with committed records
-    from promptcache.ledger.tracker import _PgDialect
+    from promptcache.ledger.schema import PgDialect as _PgDialect
 
     with psycopg.connect(pg_url, autocommit=True) as c:
         c.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from promptcache import Tracker, Usage
-from promptcache.ledger import pricing
 from promptcache.cli import main
 from promptcache.errors import PricingError
+from promptcache.ledger import pricing
 
 T0 = 1_795_000_000.0  # 2026-11-18, a fixed clock for the ledger rows
 
