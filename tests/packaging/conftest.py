@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ._dist import ROOT, Dist, tracked_files
+from ._dist import ROOT, Dist, make_venv, pip_install, tracked_files
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +32,12 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
     (sdist,) = out.glob("*.tar.gz")
     (wheel,) = out.glob("*.whl")
     return Dist(sdist=sdist, wheel=wheel)
+
+
+@pytest.fixture(scope="session")
+def sdk_bin(dist, tmp_path_factory):
+    """The bin folder of a fresh venv holding ``pip install promptcache`` (the built wheel and
+    the SDK's own dependencies, no extra)."""
+    bin_dir = make_venv(tmp_path_factory.mktemp("sdk-venv") / "venv")
+    pip_install(bin_dir, str(dist.wheel))
+    return bin_dir

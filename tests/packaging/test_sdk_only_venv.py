@@ -13,15 +13,6 @@ import pytest
 
 from promptcache.cli import REQUIRES_EXTRA, SUBCOMMANDS
 
-from ._dist import make_venv, pip_install
-
-
-@pytest.fixture(scope="module")
-def sdk_bin(dist, tmp_path_factory):
-    bin_dir = make_venv(tmp_path_factory.mktemp("sdk-venv") / "venv")
-    pip_install(bin_dir, str(dist.wheel))  # the SDK's dependencies, no extra
-    return bin_dir
-
 
 def _run(bin_dir, *args, cwd=None):
     return subprocess.run(
