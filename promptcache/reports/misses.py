@@ -30,12 +30,20 @@ __all__ = [
 
 @dataclass(frozen=True)
 class MissReport:
-    """Requests and missed tokens per cause (in :data:`CAUSES` order, only causes seen),
-    and the top offender groups (cause, path, model), most missed tokens first."""
+    """Requests and missed tokens per miss cause (in :data:`CAUSES` order, only causes seen;
+    never ``"hit"``), the hits apart (``hits``: the same fields, None when no request hit), and
+    the top offender groups (cause, path, model), most missed tokens first. ``attributed``
+    counts every attributed request, hits included."""
 
     by_cause: list[dict[str, Any]] = field(default_factory=list)
     offenders: list[dict[str, Any]] = field(default_factory=list)
     attributed: int = 0
+    hits: dict[str, Any] | None = None
+
+    @property
+    def missed_requests(self) -> int:
+        """Attributed requests whose cause is a miss."""
+        return sum(c["requests"] for c in self.by_cause)
 
 
 def miss_report(tracker: Any, since: Any = None, *, top: int = 10) -> MissReport:
@@ -53,7 +61,12 @@ def miss_report(tracker: Any, since: Any = None, *, top: int = 10) -> MissReport
     order = {c: i for i, c in enumerate(CAUSES)}
     by_cause = sorted(per.values(), key=lambda c: order.get(c["cause"], len(order)))
     offenders = [g for g in groups if g["cause"] in MISS_CAUSES and g["missed_tokens"] > 0]
-    return MissReport(by_cause, offenders[:top], sum(c["requests"] for c in by_cause))
+    return MissReport(
+        by_cause=[c for c in by_cause if c["cause"] != "hit"],
+        offenders=offenders[:top],
+        attributed=sum(c["requests"] for c in by_cause),
+        hits=per.get("hit"),
+    )
 
 
 def _table(head: Sequence[str], rows: list[list[str]]) -> list[str]:
@@ -75,7 +88,14 @@ def format_misses(report: MissReport) -> str:
     (empty when no request in the period was attributed)."""
     if not report.attributed:
         return ""  # nothing attributed (recorded without request bodies): no section
-    lines = ["", "misses by cause"]
+    hit = report.hits["requests"] if report.hits else 0
+    lines = [
+        "",
+        f"misses by cause ({report.attributed:,} attributed request(s): {hit:,} hit, "
+        f"{report.missed_requests:,} missed)",
+    ]
+    if not report.by_cause:
+        return "\n".join(lines)
     lines += _table(
         ["cause", "requests", "prompt tok", "missed tok"],
         [
@@ -105,6 +125,7 @@ def misses_json(report: MissReport) -> dict[str, Any]:
     """The ``"misses"`` document of ``--json``."""
     return {
         "attributed_requests": report.attributed,
+        "hits": report.hits,
         "by_cause": report.by_cause,
         "top_offenders": report.offenders,
     }
@@ -119,7 +140,9 @@ def misses_html(report: MissReport) -> str:
     parts = ["<h2>Misses by cause</h2>"]
     if not report.attributed:
         return parts[0] + "<p>No attributed requests in this period.</p>"
-    rows = [c for c in report.by_cause if c["cause"] != "hit"]
+    rows = report.by_cause
+    if not rows:
+        return parts[0] + "<p>No attributed request missed the cache in this period.</p>"
     width, bar_h, gap, lab_w, iw = 760, 14, 8, 150, 340
     height = 16 + len(rows) * (bar_h + gap) + 24
     vmax = max((c["missed_tokens"] for c in rows), default=0) or 1
@@ -140,9 +163,8 @@ def misses_html(report: MissReport) -> str:
     svg.append(f'<text x="{lab_w}" y="{height - 6}">prompt tokens not read from the cache</text>')
     svg.append("</svg>")
     parts.append("".join(svg))
-    hits = next((c for c in report.by_cause if c["cause"] == "hit"), None)
-    if hits is not None:
-        parts.append(f"<p class='sub'>{hits['requests']} request(s) hit.</p>")
+    if report.hits is not None:
+        parts.append(f"<p class='sub'>{report.hits['requests']:,} request(s) hit.</p>")
     if report.offenders:
         parts.append(
             "<h2>Top offenders</h2><table data-table='miss-offenders'><tr><th>path</th>"
