@@ -98,7 +98,8 @@ def test_readme_python_block_runs_as_written(request, tmp_path, code):
     path = tmp_path / "snippet.py"
     path.write_text(code.replace("http://127.0.0.1:8000", engine.base_url))
     proc = subprocess.run(
-        [sys.executable, str(path)],
+        # shown, so that a README snippet on a deprecated promptcache path fails below
+        [sys.executable, "-W", "default::DeprecationWarning", str(path)],
         capture_output=True,
         text=True,
         timeout=600,
