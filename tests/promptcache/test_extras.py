@@ -101,3 +101,10 @@ def test_a_missing_module_of_this_package_keeps_its_traceback(monkeypatch):
     monkeypatch.setitem(cli.SUBCOMMANDS, "report", ("promptcache.no_such_module", "x"))
     with pytest.raises(ModuleNotFoundError):
         main(["report"])
+
+
+def test_a_postgres_ledger_without_psycopg_names_the_postgres_extra(monkeypatch, capsys):
+    _hide(monkeypatch, "psycopg")
+    assert main(["report", "--db", "postgresql://u:p@127.0.0.1:1/x"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.endswith("needs the postgres extra (psycopg): pip install 'promptcache[postgres]'")
