@@ -39,12 +39,17 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
 #: starlette), so that a missing one names the extra that installs it.
 _INDIRECT: dict[str, str] = {"pydantic": "engine", "starlette": "engine"}
 
-#: The smallest extra that installs a module (``prometheus_client`` -> ``prometheus``, not
-#: ``engine``); an extra listed later in EXTRA_MODULES wins when it is smaller.
-_MODULE_EXTRA: dict[str, str] = dict(_INDIRECT)
-for _extra, _modules in sorted(EXTRA_MODULES.items(), key=lambda kv: -len(kv[1])):
-    for _module in _modules:
-        _MODULE_EXTRA[_module] = _extra
+
+def _smallest_extra_by_module() -> dict[str, str]:
+    """Module -> the smallest extra that installs it (``prometheus_client`` -> ``prometheus``,
+    not ``engine``), plus :data:`_INDIRECT`."""
+    out = dict(_INDIRECT)
+    for extra, modules in sorted(EXTRA_MODULES.items(), key=lambda kv: -len(kv[1])):
+        out.update(dict.fromkeys(modules, extra))
+    return out
+
+
+_MODULE_EXTRA = _smallest_extra_by_module()
 
 
 def extra_for_module(name: str, prefer: str | None = None) -> str | None:
