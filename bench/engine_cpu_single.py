@@ -6,8 +6,8 @@ thread count) and the physical floor measured in the same run: the bytes a decod
 plain ``torch.sum`` over a 512 MiB float32 buffer, best of 5.
 
 1. Single-stream decode, 64 new tokens after a chat prompt, greedy, ``ignore_eos``; per weight
-   dtype; best of ``--reps``. Targets: float32 >= 0.7 of the float32-bytes floor; int8 >= 2x
-   that (1.4 of the float32-bytes floor). The bandwidth is re-measured before and after every
+   dtype; best of ``--reps``. Targets (issue 31, also for AVX2-only machines): float32 >=
+   0.8 of the float32-bytes floor; int8 >= 1.6 of it; both >= 2x transformers. The bandwidth is re-measured before and after every
    row and the floor uses the highest value seen (the strictest). Peers: transformers' forward
    loop over a ``DynamicCache`` (its leanest decode) and ``generate()``.
 2. Warm TTFT: a 2,000-token prefix already in the prefix cache + 20 new tokens, one output
@@ -25,6 +25,13 @@ plain ``torch.sum`` over a 512 MiB float32 buffer, best of 5.
 
 Usage: ``PYTHONPATH=. .venv/bin/python bench/engine_cpu_single.py [--threads 1] [--only
 decode ttft cold plugin]``. ``uptime`` is printed beside every table: the machine is shared.
+
+``PROMPTCACHE_CPU_ISA=avx2`` on an AVX-512 CPU measures what an AVX2-only machine runs: the
+engine's kernels are the AVX2 build, and torch's own libraries are held to AVX2 too, before
+torch is imported (``ATEN_CPU_CAPABILITY``, ``MKL_ENABLE_INSTRUCTIONS``,
+``FBGEMM_ENABLE_INSTRUCTIONS``; any already set are kept), so the peer and the engine's torch
+paths run their AVX2 code as well (oneDNN, which runs only bfloat16 prefills, is not held).
+The header prints them.
 """
 
 from __future__ import annotations
@@ -42,6 +49,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+# an AVX2-only machine, emulated on an AVX-512 one (see the module docstring)
+# (oneDNN is left alone: held to AVX2 it refuses the bfloat16 weight reorder that torch's CPU
+# check still offers; it runs only the bfloat16 prefill GEMMs, not a decode step)
+AVX2_ENV = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+}
+if os.environ.get("PROMPTCACHE_CPU_ISA", "").strip().lower() == "avx2":
+    for _k, _v in AVX2_ENV.items():
+        os.environ.setdefault(_k, _v)
 
 import torch  # noqa: E402
 
@@ -163,7 +182,8 @@ def bench_decode(args, bw, engines, hf):
     )
     print(
         f"float32-bytes floor: {f32_bytes / 1e6:.0f} MB per token at {bw / 1e9:.1f} GB/s = "
-        f"{floor:.1f} tok/s; targets: float32 >= {0.7 * floor:.1f}, int8 >= {1.4 * floor:.1f}"
+        f"{floor:.1f} tok/s; targets (issue 31): float32 >= {0.8 * floor:.1f}, "
+        f"int8 >= {1.6 * floor:.1f}, both >= 2x transformers"
     )
     print("| system | bytes read / token | tok/s | / float32-bytes floor | / transformers |")
     print("|---|---:|---:|---:|---:|")
@@ -382,6 +402,13 @@ def main() -> int:
         f"# engine_cpu_single: torch {torch.__version__}, {args.threads} thread(s), {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M')}"
     )
     print(f"# {uptime()}")
+    from local_engine.ops import cpu
+
+    held = {k: os.environ[k] for k in (cpu.ENV_ISA, *AVX2_ENV) if k in os.environ}
+    print(
+        f"# CPU kernels: {cpu.isa()} (CPU's own: {cpu.native_isa()}); torch capability "
+        f"{torch.backends.cpu.get_cpu_capability()}; ISA environment: {held or 'none'}"
+    )
     bw = read_bandwidth(args.threads)
     print(f"# read bandwidth (torch.sum over 512 MiB float32, best of 5): {bw / 1e9:.1f} GB/s")
     if {"decode", "ttft"} & set(args.only):

@@ -2,8 +2,8 @@
 
 One long real text (the repository's own docs concatenated: docs/DESIGN.md, docs/sdk.md,
 README.md, docs/rules/*.md, then bench/RESULTS.md until it is long enough) is run teacher-forced
-through three engines that differ only in ``kv_cache_dtype``: ``"auto"`` (float32 on the CPU,
-the reference), ``"int8"`` and ``"fp8"``. The context is fed in chunks (chunked prefill over the
+through engines that differ only in ``kv_cache_dtype``: ``"auto"`` (float32 on the CPU,
+the reference), and by default ``"int8"``, ``"fp8"`` and ``"int4"`` (``--dtypes`` picks). The context is fed in chunks (chunked prefill over the
 cached, quantized prefix: every chunk's attention reads the earlier tokens back from the
 quantized pool), and at every position the next-token distributions are compared:
 
@@ -14,7 +14,7 @@ quantized pool), and at every position the next-token distributions are compared
 Positions are bucketed by context length: [0, 512), [512, 2k), [2k, 4k), [4k, 8k). One table.
 
 Usage: ``PYTHONPATH=. .venv/bin/python bench/kv_quality.py [--max-context 8192] [--chunk 512]
-[--threads 1]``. Cost on one shared core: about 4 x the time of one 8k prefill per engine.
+[--threads 1] [--dtypes int8,fp8,int4]``. Cost on one shared core: about 4 x the time of one 8k prefill per engine.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKETS = [(0, 512), (512, 2048), (2048, 4096), (4096, 8192)]
-DTYPES = ["auto", "int8", "fp8"]
+DTYPES = ["auto", "int8", "fp8", "int4"]
 
 
 def long_text() -> str:
@@ -83,10 +83,14 @@ def main() -> int:
     ap.add_argument("--max-context", type=int, default=8192)
     ap.add_argument("--chunk", type=int, default=512)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--dtypes", default=",".join(DTYPES[1:]), help="KV dtypes against the float32 cache"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t0 = time.time()
-    engines = {d: make_engine(d, args.max_context, args.threads) for d in DTYPES}
+    dtypes = ["auto"] + [d for d in args.dtypes.split(",") if d and d != "auto"]
+    engines = {d: make_engine(d, args.max_context, args.threads) for d in dtypes}
     tok = engines["auto"].tokenizer
     ids = tok.encode(long_text())
     if len(ids) < args.max_context + 1:
@@ -96,10 +100,10 @@ def main() -> int:
     runners = {d: Runner(e, ids) for d, e in engines.items()}
     target = torch.tensor(ids[1:])
     sums = {
-        d: {b: dict(n=0, top1=0, kl=0.0, nll=0.0) for b in BUCKETS} for d in DTYPES if d != "auto"
+        d: {b: dict(n=0, top1=0, kl=0.0, nll=0.0) for b in BUCKETS} for d in dtypes if d != "auto"
     }
     ref_nll = {b: 0.0 for b in BUCKETS}
-    timing = {d: 0.0 for d in DTYPES}
+    timing = {d: 0.0 for d in dtypes}
     for start in range(0, n_pos, args.chunk):
         n = min(args.chunk, n_pos - start)
         out = {}

@@ -223,6 +223,9 @@ class AsyncEngine:
                 else:
                     self._wakeup.wait(IDLE_WAIT_S)
             self._drain_commands()
+            close = getattr(eng, "close", None)
+            if close is not None:  # the disk tier writes back what is cached
+                close()
         except BaseException as exc:  # noqa: BLE001 - reported to every waiting request
             logger.exception("engine loop died")
             self.error = exc

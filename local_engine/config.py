@@ -14,7 +14,7 @@ from .errors import EngineError
 from .spec_decode.config import SpeculativeConfig
 
 #: Values of :attr:`EngineConfig.kv_cache_dtype` (see :mod:`local_engine.kv_cache.quant`).
-KV_CACHE_DTYPES = ("auto", "fp8", "int8")
+KV_CACHE_DTYPES = ("auto", "fp8", "int8", "int4")
 WEIGHT_DTYPES = ("float32", "bfloat16", "int8")  # local_engine.models.weights.WEIGHT_DTYPES
 
 
@@ -70,9 +70,10 @@ class EngineConfig:
             the CPU, bfloat16 on CUDA. Used for weights, activations and (with
             ``kv_cache_dtype="auto"``) the KV cache.
         kv_cache_dtype: how the KV cache stores K and V: ``"auto"`` (the model dtype),
-            ``"fp8"`` (E4M3) or ``"int8"``, both with a float32 scale per token and KV head
-            computed as each token is written (no calibration): about half the bytes of
-            bf16, so about twice the blocks (and cached prefixes) in the same memory. See
+            ``"fp8"`` (E4M3), ``"int8"`` or ``"int4"`` (two values per byte), all with a
+            float32 scale per token and KV head computed as each token is written (no
+            calibration): about half (int4: about a quarter plus scales) the bytes of bf16,
+            so that many more blocks (and cached prefixes) in the same memory. See
             :mod:`local_engine.kv_cache.quant` and docs/DESIGN.md.
         block_size: tokens per KV-cache block (16).
         num_kv_blocks: fixed pool size in blocks; overrides the memory-based sizing.
@@ -95,6 +96,14 @@ class EngineConfig:
             CUDA. Shares one host allocator with ``swap_space`` (swap keeps its bytes as a
             reserved floor; the tier may use what swap does not hold). Needs
             ``enable_prefix_caching``. See docs/DESIGN.md, "CPU tier".
+        disk_cache_dir: folder of the prefix cache's disk tier (None = off): cached blocks the
+            CPU tier evicts (the device pool, without a CPU tier) are written there, one
+            checksummed file per block keyed by its chain hash and a fingerprint of the model
+            and KV format, and read back when a prompt's prefix continues into them (counted
+            as ``num_disk_cached_tokens``). Survives restarts; several engines may share the
+            folder. Needs ``enable_prefix_caching``. See docs/DESIGN.md, "Disk tier".
+        disk_cache_size: most bytes of block files kept in ``disk_cache_dir`` (all models'
+            files together); the least recently used files are deleted past it. Default 10 GiB.
         enforce_eager: on CUDA, run every step eagerly instead of replaying the CUDA graphs
             captured for decode steps of batch sizes 1..``max_num_seqs`` and for small prefill
             and mixed steps (see :mod:`local_engine.cuda_graphs`).
@@ -141,6 +150,8 @@ class EngineConfig:
     debug_checks: bool = False
     swap_space: int = 0
     cpu_cache_memory: int = 0
+    disk_cache_dir: str | None = None
+    disk_cache_size: int = 10 * 2**30
     enforce_eager: bool = False  # on CUDA: no decode CUDA graphs (local_engine/cuda_graphs.py)
     prefill_graph_max_tokens: int = 512
     num_threads: int | None = None
@@ -198,6 +209,21 @@ class EngineConfig:
             raise EngineError(
                 "cpu_cache_memory is the prefix cache's CPU tier; it needs "
                 "enable_prefix_caching=True"
+            )
+        if self.disk_cache_dir is not None:
+            self.disk_cache_dir = str(self.disk_cache_dir)
+            if not self.enable_prefix_caching:
+                raise EngineError(
+                    "disk_cache_dir is the prefix cache's disk tier; it needs "
+                    "enable_prefix_caching=True"
+                )
+        if (
+            isinstance(self.disk_cache_size, bool)
+            or not isinstance(self.disk_cache_size, int)
+            or self.disk_cache_size <= 0
+        ):
+            raise EngineError(
+                f"disk_cache_size must be a whole number of bytes > 0, got {self.disk_cache_size!r}"
             )
         if str(self.kv_cache_dtype).lower() not in KV_CACHE_DTYPES:
             raise EngineError(

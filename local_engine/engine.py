@@ -17,6 +17,9 @@ import torch
 from .config import EngineConfig
 from .detokenizer import token_text_table
 from .errors import EngineError, RequestTooLongError
+from .kv_cache.disk_glue import disk_metrics, flush_to_disk, open_disk_tier, spill_to_disk
+from .kv_cache.disk_store import model_identity
+from .kv_cache.disk_tier import DiskTier
 from .kv_cache.manager import KVCacheManager
 from .loader import load_model
 from .metrics import EngineMetrics, MetricsRecorder
@@ -91,6 +94,12 @@ class LLMEngine:
                 act_dtype=dtype,
                 cache=config.weight_cache,
             )
+        # the disk tier's model identity, while the loaded weights are still here
+        disk_identity = (
+            model_identity(loaded.path, loaded.weights, config.seed)
+            if config.disk_cache_dir is not None
+            else None
+        )
         self.model_config = mc = loaded.config
         self.model_name = mc.name
         self.model_path = loaded.path
@@ -125,12 +134,16 @@ class LLMEngine:
             )
         # swap space and the CPU tier share one host pool (kv_cache/cpu_tier.py)
         self.runner.allocate_swap_space(num_cpu_blocks + num_tier_blocks)
+        self.disk_tier: DiskTier | None = None
+        if disk_identity is not None:
+            self.disk_tier = open_disk_tier(config, mc, kv_format, disk_identity, self.runner)
         self.kv_cache_manager = KVCacheManager(
             num_blocks,
             config.block_size,
             config.enable_prefix_caching,
             num_cpu_blocks,
             num_tier_blocks,
+            disk=self.disk_tier.store if self.disk_tier is not None else None,
         )
         self.scheduler = Scheduler(
             self.kv_cache_manager,
@@ -315,15 +328,18 @@ class LLMEngine:
         if self.spec is not None:
             # drafts to make room for; a token is worth less when no request waits for a slot
             self.spec.plan(self.scheduler.running, waiting=bool(self.scheduler.waiting))
-        xfer = self.runner.kv_transfer
-        if xfer is not None and self.kv_cache_manager.num_restores_in_flight:
-            self.kv_cache_manager.finish_restores(xfer.poll())  # CPU-tier copies done
+        self._poll_restores()
         sched = self.scheduler.schedule()
+        if self.disk_tier is not None:
+            spill_to_disk(self.kv_cache_manager, self.runner, self.disk_tier)
         if sched.is_empty:
             if sched.has_transfers:  # a restore began with nothing else to run
                 self._move_blocks(sched)
-            if xfer is not None and self.kv_cache_manager.num_restores_in_flight:
-                xfer.wait_oldest()  # nothing runs meanwhile: no busy loop
+            if self.kv_cache_manager.num_restores_in_flight:  # nothing runs meanwhile
+                if self.runner.kv_transfer is not None:
+                    self.runner.kv_transfer.wait_oldest()
+                if self.disk_tier is not None:
+                    self.disk_tier.wait_any()
             return []
         now = time.monotonic()
         shape = self.spec.step_shape(sched.scheduled) if self.spec is not None else None
@@ -351,6 +367,24 @@ class LLMEngine:
         if self.config.debug_checks:
             self.scheduler.check_invariants()
         return self.output_processor.make_outputs(advanced.values(), done)
+
+    def _poll_restores(self) -> None:
+        """Hand the restore copies finished since the last step (CPU tier, disk reads) to the
+        KV-cache manager."""
+        kv = self.kv_cache_manager
+        if not kv.num_restores_in_flight:
+            return
+        if self.runner.kv_transfer is not None:
+            kv.finish_restores(self.runner.kv_transfer.poll())
+        if self.disk_tier is not None:
+            for job_id, failed in self.disk_tier.poll():
+                kv.finish_restores([job_id], {job_id: failed})
+
+    def close(self) -> None:
+        """Write the cached blocks not on disk yet (device pool and CPU tier) to the disk tier
+        and wait for its writes (a no-op without one). The engine stays usable."""
+        if self.disk_tier is not None:
+            flush_to_disk(self.kv_cache_manager, self.runner, self.disk_tier)
 
     def _execute(
         self, sched: SchedulerOutput
@@ -396,9 +430,13 @@ class LLMEngine:
         if xfer is not None:
             xfer.offload(sched.tier_offload)
         self.runner.swap(sched.swap_out, sched.swap_in)
-        if xfer is not None:
-            for job in sched.tier_restore:
+        for job in sched.tier_restore:
+            if job.copies:
+                assert xfer is not None
                 xfer.restore(job.job_id, job.copies)
+            if job.disk_reads:
+                assert self.disk_tier is not None
+                self.disk_tier.read(job.job_id, job.disk_reads)
 
     def _verify(self, sched: SchedulerOutput, batch, logits) -> tuple[list[Sequence], VerifyOutput]:
         """Speculative step: each sampling sequence's ``1 + drafts`` logits rows go to the
@@ -532,6 +570,7 @@ class LLMEngine:
             kv_bytes_cpu_to_gpu=xfer.bytes_to_device if xfer else 0,
             kv_transfer_seconds_gpu_to_cpu=xfer.seconds_to_host if xfer else 0.0,
             kv_transfer_seconds_cpu_to_gpu=xfer.seconds_to_device if xfer else 0.0,
+            **disk_metrics(kv, self.disk_tier),
             **(
                 {
                     "spec_num_draft_tokens": self.spec.counters.num_draft_tokens,

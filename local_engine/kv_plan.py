@@ -4,7 +4,8 @@ For a model (a built-in preset, a ``.gguf`` file, or a Hugging Face ``config.jso
 context length and a batch size it prints:
 
 - KV bytes per token = 2 (K and V) x layers x KV heads x (head_dim x bytes per element +
-  scale bytes), the scale a float32 per token and KV head for fp8/int8 (0 otherwise);
+  scale bytes), the scale a float32 per token and KV head for fp8/int8/int4 (0 otherwise; int4
+  packs two values a byte);
 - KV bytes per request (context rounded up to whole blocks) and for the batch;
 - weight bytes (parameters x weight bytes; for a GGUF file, its tensors' stored size);
 - with ``--memory``: the memory left after the weights, the KV blocks it holds, and how many
@@ -45,7 +46,12 @@ DTYPE_BYTES = {
 #: KV dtypes the engine stores quantized, with one float32 scale per (token, KV head) per K
 #: and V (``local_engine.kv_cache.quant.SCALE_BYTES``): the plan counts those bytes too, so it
 #: agrees with the pool ``EngineConfig(kv_cache_dtype=...)`` allocates.
-KV_SCALE_BYTES = {"fp8": 4, "fp8_e4m3": 4, "int8": 4}
+KV_SCALE_BYTES = {"fp8": 4, "fp8_e4m3": 4, "int8": 4, "int4": 4}
+#: Packed KV dtypes (several values per byte): bits per value (``kv_cache.quant``'s INT4 packs
+#: two values a byte, plus the same float32 scale per token and KV head).
+KV_PACKED_BITS = {"int4": 4}
+#: Every KV dtype kv-plan knows: the element dtypes and the packed ones.
+KV_DTYPES = sorted([*DTYPE_BYTES, *KV_PACKED_BITS])
 
 
 def _preset(name, source, L, H, heads, kv, hd, inter, vocab, tied, ctx):
@@ -305,11 +311,18 @@ def plan(
         raise PlanError("--context, --batch and --block-size must be positive integers")
     if cpu_cache_memory is not None and cpu_cache_memory < 0:
         raise PlanError("--cpu-cache-memory must be >= 0 bytes (0 = no CPU tier)")
-    if kv_dtype not in DTYPE_BYTES or weight_dtype not in DTYPE_BYTES:
-        bad = kv_dtype if kv_dtype not in DTYPE_BYTES else weight_dtype
-        raise PlanError(f"unknown dtype {bad!r}; use one of {', '.join(sorted(DTYPE_BYTES))}")
+    if kv_dtype not in KV_DTYPES:
+        raise PlanError(f"unknown dtype {kv_dtype!r}; use one of {', '.join(KV_DTYPES)}")
+    if weight_dtype not in DTYPE_BYTES:
+        raise PlanError(
+            f"unknown dtype {weight_dtype!r}; use one of {', '.join(sorted(DTYPE_BYTES))}"
+        )
     scale_per_token = 2 * cfg.num_layers * cfg.num_kv_heads * KV_SCALE_BYTES.get(kv_dtype, 0)
-    per_token = cfg.kv_bytes_per_token(DTYPE_BYTES[kv_dtype]) + scale_per_token
+    if kv_dtype in KV_PACKED_BITS:  # head_dim * bits / 8 bytes per token-head
+        values = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * KV_PACKED_BITS[kv_dtype]
+        per_token = values // 8 + scale_per_token
+    else:
+        per_token = cfg.kv_bytes_per_token(DTYPE_BYTES[kv_dtype]) + scale_per_token
     blocks = math.ceil(context / block_size)
     per_request = blocks * block_size * per_token
     params = count_parameters(cfg)
@@ -495,11 +508,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kv-dtype",
         default="bf16",
         type=str.lower,
-        choices=sorted(DTYPE_BYTES),
+        choices=KV_DTYPES,
         metavar="DTYPE",
-        help=f"KV cache dtype, one of {', '.join(sorted(DTYPE_BYTES))}: fp8 / int8 are quantized, "
-        "with a float32 scale per token and KV head, as `promptcache serve --kv-cache-dtype` "
-        "stores them (default bf16)",
+        help=f"KV cache dtype, one of {', '.join(KV_DTYPES)}: fp8 / int8 / int4 are quantized, "
+        "with a float32 scale per token and KV head (int4: two values a byte), as `promptcache "
+        "serve --kv-cache-dtype` stores them (default bf16)",
     )
     parser.add_argument(
         "--weight-dtype",

@@ -46,6 +46,15 @@ class EngineMetrics:
         kv_bytes_gpu_to_cpu, kv_bytes_cpu_to_gpu: CPU-tier copies, bytes (cumulative);
         kv_transfer_seconds_gpu_to_cpu, kv_transfer_seconds_cpu_to_gpu: their copy time
             (CUDA event time on the copy stream; wall time on the CPU).
+        prefix_cache_hits_disk: of ``prefix_cache_hits``, tokens read back from the disk
+            tier (cumulative).
+        disk_cache_blocks_resident: block files of this engine's model and KV format known
+            to it; disk_cache_bytes / disk_cache_size: bytes of block files in the folder (all
+            models) and the cap; disk_cache_evictions: files deleted for the cap;
+            disk_cache_bad_files: corrupt, truncated or foreign files skipped (recomputed);
+            disk_cache_writes_dropped: evicted blocks not written (the writer was behind).
+        kv_bytes_to_disk, kv_bytes_from_disk: disk-tier bytes written / read back
+            (cumulative); kv_disk_read_seconds: the reader threads' time (read, check, copy).
     """
 
     prefix_cache_queries: int
@@ -79,11 +88,21 @@ class EngineMetrics:
     kv_bytes_cpu_to_gpu: int = 0
     kv_transfer_seconds_gpu_to_cpu: float = 0.0
     kv_transfer_seconds_cpu_to_gpu: float = 0.0
+    prefix_cache_hits_disk: int = 0
+    disk_cache_blocks_resident: int = 0
+    disk_cache_bytes: int = 0
+    disk_cache_size: int = 0
+    disk_cache_evictions: int = 0
+    disk_cache_bad_files: int = 0
+    disk_cache_writes_dropped: int = 0
+    kv_bytes_to_disk: int = 0
+    kv_bytes_from_disk: int = 0
+    kv_disk_read_seconds: float = 0.0
 
     @property
     def prefix_cache_hits_gpu(self) -> int:
         """Hits served from the device pool (tokens, cumulative)."""
-        return self.prefix_cache_hits - self.prefix_cache_hits_cpu
+        return self.prefix_cache_hits - self.prefix_cache_hits_cpu - self.prefix_cache_hits_disk
 
     @property
     def spec_acceptance_rate(self) -> float:

@@ -241,7 +241,7 @@ class OutputProcessor:
         seq0 = state.samples[0].seq
         cached = seq0.num_cached_tokens
         # positional: request_id, prompt_token_ids, num_cached_tokens, outputs, finished,
-        # metrics, prompt, num_cpu_cached_tokens
+        # metrics, prompt, num_cpu_cached_tokens, num_disk_cached_tokens
         return RequestOutput(
             state.request_id,
             state.prompt_token_ids,
@@ -251,6 +251,7 @@ class OutputProcessor:
             state.metrics,
             state.prompt,
             seq0.num_cpu_cached_tokens if cached > 0 else 0,
+            seq0.num_disk_cached_tokens if cached > 0 else 0,
         )
 
     def _finish_request(self, state: RequestState, now: float) -> None:

@@ -99,6 +99,8 @@ class RequestOutput:
         metrics: :class:`RequestMetrics`.
         num_cpu_cached_tokens: of ``num_cached_tokens``, the tokens copied back from the CPU
             tier (``EngineConfig.cpu_cache_memory``); 0 with the tier off.
+        num_disk_cached_tokens: of ``num_cached_tokens``, the tokens read back from the disk
+            tier (``EngineConfig.disk_cache_dir``); 0 with the tier off.
     """
 
     request_id: str
@@ -109,12 +111,13 @@ class RequestOutput:
     metrics: RequestMetrics
     prompt: str | None = None
     num_cpu_cached_tokens: int = 0
+    num_disk_cached_tokens: int = 0
 
     @property
     def num_gpu_cached_tokens(self) -> int:
         """Of ``num_cached_tokens``, the tokens found in the device pool (named "gpu" as in
         the usage field; on a CPU-only engine the device pool is in host memory too)."""
-        return self.num_cached_tokens - self.num_cpu_cached_tokens
+        return self.num_cached_tokens - self.num_cpu_cached_tokens - self.num_disk_cached_tokens
 
     @property
     def text(self) -> str:

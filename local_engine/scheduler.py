@@ -204,6 +204,9 @@ class Scheduler:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         self.kv.end_step()
+        failed = self.kv.take_failed_restores()
+        if failed:
+            self._retry_failed_restores(failed)
 
         budget = self._schedule_running(out, budget)
         # waiting sequences only when this step did not have to preempt (the pool is tight);
@@ -296,7 +299,7 @@ class Scheduler:
                 if nxt < (seq.num_tokens - 1) // self.kv.block_size and hashes[nxt] in pending:
                     idx += 1  # hold back: another prefill is computing this block now
                     continue
-            cont = self.kv.find_cpu_hits(seq, hits) if self.kv.cpu_tier_enabled else []
+            cont = self.kv.find_cpu_hits(seq, hits) if self.kv.lower_tiers_enabled else []
             if cont and pending and any(h in pending for h, _ in cont):
                 idx += 1  # another sequence restores (or computes) these blocks right now
                 continue
@@ -313,8 +316,12 @@ class Scheduler:
                 if seq.num_cached_tokens < 0:
                     seq.num_cached_tokens = num_cached
                     seq.num_cpu_cached_tokens = len(job.blocks) * self.kv.block_size
+                    seq.num_disk_cached_tokens = len(job.disk_blocks) * self.kv.block_size
                     self.kv.record_lookup(
-                        seq.num_prompt_tokens, num_cached, seq.num_cpu_cached_tokens
+                        seq.num_prompt_tokens,
+                        num_cached,
+                        seq.num_cpu_cached_tokens,
+                        seq.num_disk_cached_tokens,
                     )
                 seq.num_computed_tokens += num_cached
                 seq.status = SequenceStatus.RESTORING
@@ -335,6 +342,25 @@ class Scheduler:
             if self.kv.enable_caching and seq.in_prefill:
                 pending.update(self._uncomputed_prompt_hashes(seq))
         return budget
+
+    def _retry_failed_restores(self, seq_ids: set[str]) -> None:
+        """Sequences whose restore failed (a disk block could not be read; their blocks are
+        already given back) wait again, uncomputed, in their place: the next lookup finds
+        what is still cached and computes the rest. Their lookup is counted again then."""
+        for seq in self.waiting:
+            if seq.seq_id not in seq_ids:
+                continue
+            if seq.num_cached_tokens >= 0:
+                self.kv.record_lookup(
+                    -seq.num_prompt_tokens,
+                    -seq.num_cached_tokens,
+                    -seq.num_cpu_cached_tokens,
+                    -seq.num_disk_cached_tokens,
+                )
+            seq.num_cached_tokens = -1
+            seq.num_cpu_cached_tokens = seq.num_disk_cached_tokens = 0
+            seq.num_computed_tokens = 0
+            seq.status = SequenceStatus.WAITING
 
     def _admit_restored(self, out: SchedulerOutput, num_seqs: int, budget: int) -> tuple[int, int]:
         """Admit the waiting sequences whose CPU-tier restore is done, in queue order, before
@@ -378,7 +404,9 @@ class Scheduler:
             if (s.status == SequenceStatus.RESTORING) != bool(self.kv.req_blocks.get(s.seq_id)):
                 raise AssertionError(f"waiting sequence {s.seq_id}: holds blocks iff restoring")
             if (s.status == SequenceStatus.RESTORING) != (
-                s.seq_id in self.kv.restoring or self.kv.restore_done(s)
+                s.seq_id in self.kv.restoring
+                or self.kv.restore_done(s)
+                or self.kv.restore_failed(s)
             ):
                 raise AssertionError(f"sequence {s.seq_id}: restore state and status disagree")
             if (s.status == SequenceStatus.SWAPPED) != (s.seq_id in self.kv.swapped):

@@ -56,6 +56,7 @@ class Sequence:
         num_cached_tokens: prompt tokens served from the prefix cache when first scheduled
             (whole blocks, either tier); -1 until then.
         num_cpu_cached_tokens: of those, tokens restored from the CPU tier.
+        num_disk_cached_tokens: of those, tokens read back from the disk tier.
         cache_salt: per-tenant salt mixed into block hashes (None = shared cache).
         num_forks: for sample 0 of an ``n > 1`` request, how many siblings still to fork off
             when its prompt is done (they share its blocks copy-on-write).
@@ -81,6 +82,7 @@ class Sequence:
     num_computed_tokens: int = 0
     num_cached_tokens: int = -1
     num_cpu_cached_tokens: int = 0
+    num_disk_cached_tokens: int = 0
     status: SequenceStatus = SequenceStatus.WAITING
     num_forks: int = 0
     generator: torch.Generator | None = None

@@ -1,5 +1,5 @@
 """The ``promptcache`` command line: ``lint``, ``report``, ``serve``, ``demo``, ``simulate``,
-``kv-plan``.
+``proxy``, ``import``, ``kv-plan``.
 
 Each subcommand lives in its own module that exposes ``add_arguments(parser)`` and
 ``run(args) -> int``; this module only dispatches, importing the chosen module lazily so
@@ -35,6 +35,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
         "promptcache.integrations.demo",
         "run the naive vs promptcache.build workload against the local engine",
+    ),
+    "proxy": (
+        "promptcache.proxy.cli",
+        "a local proxy in front of a provider that records every call in the ledger",
+    ),
+    "import": (
+        "promptcache.transcripts.cli",
+        "import Claude Code or Codex transcripts into the ledger",
     ),
     "kv-plan": (
         "local_engine.kv_plan",

@@ -17,7 +17,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from local_engine.kv_cache.quant import dequantize, is_quantized, quantize
+from local_engine.kv_cache.quant import (
+    PACKED_DTYPE,
+    dequantize,
+    is_quantized,
+    packed_bits,
+    quantize,
+    rotate_int4,
+)
 
 # The last slot mapping seen, as int64 with its padding mask: every layer of a forward pass
 # writes through the same one, so the conversion and the padding check (a host sync on a GPU)
@@ -71,10 +78,13 @@ def write_kv_cache(
         v_cache.view(num_blocks * block_size, *v_cache.shape[2:]).index_copy_(0, slots, value)
         return
     blk, off = slots // block_size, slots % block_size
+    bits = packed_bits(k_cache, key.shape[-1])
+    if k_cache.dtype == PACKED_DTYPE:  # INT4 keys are stored rotated (kv_cache.quant)
+        key = rotate_int4(key)
     for x, cache, sc in ((key, k_cache, k_scale), (value, v_cache, v_scale)):
         if sc is None:
             raise ValueError(f"a {cache.dtype} KV cache needs k_scale and v_scale")
-        qx, sx = quantize(x, cache.dtype)
+        qx, sx = quantize(x, cache.dtype, bits)
         cache[blk, off] = qx
         sc[blk, off] = sx
 
@@ -85,9 +95,9 @@ def _read(cache: torch.Tensor, scale, index, dtype: torch.dtype) -> torch.Tensor
     axis (``index_select`` on the flattened index, a plain copy kernel)."""
     flat = index.reshape(-1)
     x = cache.index_select(0, flat)
-    if scale is not None:
+    if scale is not None:  # (a packed cache's last dimension unpacks to head_dim)
         x = dequantize(x, scale.index_select(0, flat), dtype)
-    return x.to(dtype).view(*index.shape, *cache.shape[1:])
+    return x.to(dtype).view(*index.shape, *cache.shape[1:-1], x.shape[-1])
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -101,8 +111,8 @@ def _attend(q, k_cache, v_cache, table_row, ctx, scale, k_scale, v_scale) -> tor
 
     Grouped-query attention without expanding K/V to all query heads: SDPA's ``enable_gqa``
     maps query head ``h`` to KV head ``h // group``, the layout of ``_decode_batched``."""
-    q_len, num_heads = q.shape[0], q.shape[1]
-    block_size, num_kv_heads, head_dim = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
+    q_len, num_heads, head_dim = q.shape
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     compute = _compute_dtype(q.dtype)
     n_blocks = (ctx + block_size - 1) // block_size
     blocks = table_row[:n_blocks]
@@ -155,6 +165,8 @@ def paged_attention(
         raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
     if scale is None:
         scale = head_dim**-0.5
+    if k_cache.dtype == PACKED_DTYPE:  # INT4 keys are rotated: rotate the queries alike
+        q = rotate_int4(q)
     cu = cu_seqlens_q.tolist()
     lens = seq_lens.tolist()
     if len(lens) == 1 and cu[0] == 0 and cu[1] == num_tokens:

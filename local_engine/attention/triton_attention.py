@@ -23,7 +23,8 @@ Split-K (flash-decoding): with ``NUM_SEGMENTS > 1`` the key range of each sequen
 that many segments (program axis 2); each writes its normalised partial output with its row max
 and sum of exponentials, and :func:`_reduce_segments_kernel` merges them.
 
-Quantized caches (``QUANT`` 1 = INT8, 2 = FP8 E4M3; :mod:`local_engine.kv_cache.quant`): K/V
+Quantized caches (``QUANT`` 1 = INT8, 2 = FP8 E4M3, 3 = packed INT4 unpacked to its small
+integers in registers; :mod:`local_engine.kv_cache.quant`): K/V
 tiles are loaded as 1-byte values and converted to the query dtype in registers (exact: INT8
 and E4M3 values are bf16/fp16 values); each key's float32 scale multiplies its score column
 (``s = (q . k_q) * k_scale * qk_scale``) and each value's scale its probability column before
@@ -56,6 +57,8 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+from local_engine.attention.triton_kv_write import unpack_int4_tile
 
 # Finite stand-in for -inf as the running max: exp2(-inf - NEG_BIG) == 0 and no inf - inf.
 NEG_BIG = tl.constexpr(-1.0e30)
@@ -141,8 +144,13 @@ def _attend_tile(
     k_off = blk * stride_kb + slot_in_blk * stride_kt + kv_head_off_k  # [TILE_N]
     v_off = blk * stride_vb + slot_in_blk * stride_vt + kv_head_off_v
     # K^T tile [HEAD_DIM_PAD, TILE_N], V tile [TILE_N, HEAD_DIM_PAD]
-    k_idx = k_off[None, :] + offs_d[:, None]
-    v_idx = v_off[:, None] + offs_d[None, :] * stride_vd
+    if QUANT == 3:  # packed INT4: channel d is in byte d mod HEAD_DIM/2 (split-half nibbles)
+        d_byte = offs_d % (HEAD_DIM // 2)
+        k_idx = k_off[None, :] + d_byte[:, None]
+        v_idx = v_off[:, None] + d_byte[None, :] * stride_vd
+    else:
+        k_idx = k_off[None, :] + offs_d[:, None]
+        v_idx = v_off[:, None] + offs_d[None, :] * stride_vd
     if V_TOKEN_MINOR:
         # V stored [head_dim, block_size] per block and head: keys contiguous in runs of a
         # block (the loaded block ids hide that from triton's analysis, so say it)
@@ -162,6 +170,10 @@ def _attend_tile(
         else:
             k = tl.load(k_ptr + k_idx, mask=d_ok[:, None], other=0.0)
             v = tl.load(v_ptr + v_idx, mask=d_ok[None, :], other=0.0)
+    if QUANT == 3:  # dequantized in registers: the codes here, the scales below
+        hi = offs_d >= HEAD_DIM // 2
+        k = unpack_int4_tile(k, hi[:, None])
+        v = unpack_int4_tile(v, hi[None, :])
     if QUANT != 0:
         # per-(token, KV head) scales: K's scales the score columns, V's the probabilities
         s_off = blk * stride_sb + slot_in_blk * stride_st + kvh * stride_sh

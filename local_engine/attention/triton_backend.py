@@ -34,6 +34,7 @@ import triton
 from local_engine.attention import cuda_decode, triton_kv_write
 from local_engine.attention.split_k import alloc_partials
 from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
+from local_engine.kv_cache.quant import rotate_int4
 
 LOG2E = 1.4426950408889634
 logger = logging.getLogger("local_engine")
@@ -259,15 +260,15 @@ def _dot_mode(q: torch.Tensor) -> int:
 #: d128 at the decode_config tile (64 keys, 2 warps, 3 stages), 64 x 4k / 16 x 32k / 256 x 1k:
 #: INT8 0.204 / 0.432 / 0.215 ms (mode 0) vs 0.247 / 0.605 / 0.257 (mode 1); FP8 0.197 / 0.509
 #: / 0.210 (mode 1) vs 0.244 / 0.491 / 0.251 (mode 0: ahead only at 16 x 32k).
-KV_CVT_BY_QUANT = {1: 0, 2: 1}
+KV_CVT_BY_QUANT = {1: 0, 2: 1, 3: 0}  # INT4: unpacked to small integers, exact in bf16
 
 
 def kv_cvt_of(q: torch.Tensor, quant: int, kv_cvt: int | None = None) -> int:
     """The kernel's ``KV_CVT`` for queries ``q`` over a cache of kind ``quant``: 0 for float
     caches and float32 queries; otherwise ``kv_cvt`` if given (0 or 1), else
     :data:`KV_CVT_BY_QUANT` (the same choice on the GPU and in the interpreter)."""
-    if not quant or q.dtype == torch.float32:
-        return 0
+    if not quant or q.dtype == torch.float32 or quant == 3:
+        return 0  # INT4's unpacked integers multiply in the query dtype
     if kv_cvt is not None:
         if kv_cvt not in (0, 1):
             raise ValueError(f"kv_cvt must be 0 (query-dtype products) or 1 (fp16); got {kv_cvt}")
@@ -325,9 +326,11 @@ def paged_attention(
     if q.dim() != 3:
         raise ValueError(f"q must be [num_tokens, num_heads, head_dim]; got {tuple(q.shape)}")
     num_tokens, num_heads, head_dim = q.shape
-    if k_cache.dim() != 4 or k_cache.shape != v_cache.shape or k_cache.shape[3] != head_dim:
+    # packed INT4 (uint8) stores head_dim // 2 bytes per token-head
+    stored_dim = head_dim // 2 if triton_kv_write.quant_mode(k_cache) == 3 else head_dim
+    if k_cache.dim() != 4 or k_cache.shape != v_cache.shape or k_cache.shape[3] != stored_dim:
         raise ValueError(
-            f"caches must be [num_blocks, block_size, num_kv_heads, {head_dim}]; got "
+            f"caches must be [num_blocks, block_size, num_kv_heads, {stored_dim}]; got "
             f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
         )
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
@@ -358,6 +361,8 @@ def paged_attention(
         raise ValueError(f"out must be {tuple(q.shape)} {q.dtype} with a contiguous last dim")
     if num_tokens == 0 or num_seqs == 0:
         return out
+    if quant == 3:  # INT4 keys are rotated (kv_cache.quant): rotate the queries alike
+        q = rotate_int4(q)
     if q.stride(2) != 1:
         q = q.contiguous()
     if block_tables.stride(1) != 1:

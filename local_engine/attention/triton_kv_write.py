@@ -2,7 +2,8 @@
 
 One program per token copies that token's ``[num_kv_heads, head_dim]`` rows of K and V to flat
 slot ``slot_mapping[t] = block * block_size + offset`` of the caches; a negative slot skips the
-token (padding). One launch per layer. A quantized cache (``QUANT`` 1 = INT8, 2 = FP8 E4M3)
+token (padding). One launch per layer. A quantized cache (``QUANT`` 1 = INT8, 2 = FP8 E4M3,
+3 = packed INT4, split-half nibbles: :mod:`local_engine.kv_cache.quant`)
 gets each token-head quantized in registers with its own float32 scale
 (:func:`quantize_heads`, the arithmetic of :func:`local_engine.kv_cache.quant.quantize`), the
 scale stored at the same (block, offset, head) of the scale view.
@@ -14,16 +15,44 @@ import torch
 import triton
 import triton.language as tl
 
-from local_engine.kv_cache.quant import QMAX
+from local_engine.kv_cache.quant import PACKED_DTYPE, PACKED_QMAX, QMAX, rotate_int4
 
 
 def quant_mode(cache: torch.Tensor) -> int:
-    """0 for a float cache, 1 for INT8, 2 for FP8 E4M3 (the kernels' ``QUANT``)."""
+    """0 for a float cache, 1 for INT8, 2 for FP8 E4M3, 3 for packed INT4 (the kernels'
+    ``QUANT``)."""
     if cache.dtype == torch.int8:
         return 1
+    if cache.dtype == PACKED_DTYPE:
+        return 3
     if cache.dtype in QMAX:
         return 2
     return 0
+
+
+def qmax_of(cache: torch.Tensor) -> float:
+    """The kernels' ``QMAX_`` for a cache view (1.0 for a float cache, unused)."""
+    if cache.dtype == PACKED_DTYPE:
+        return PACKED_QMAX[4]
+    return QMAX.get(cache.dtype, 1.0)
+
+
+@triton.jit
+def int4_codes(y, scale, QMAX_: tl.constexpr):
+    """``y`` float32 ``[R, C]`` / ``scale`` ``[R]``, rounded (``floor(. + 0.5)``), clamped to
+    [-QMAX_, QMAX_], plus 8: the 4-bit codes as int32."""
+    y = y / tl.where(scale > 0, scale, 1.0)[:, None]
+    y = tl.floor(tl.minimum(tl.maximum(y, -QMAX_), QMAX_) + 0.5)
+    return y.to(tl.int32) + 8
+
+
+@triton.jit
+def unpack_int4_tile(b, hi):
+    """Packed bytes ``b`` (uint8 tile) -> the INT4 values as float32: the high nibble where
+    ``hi`` (broadcast) is set, else the low one, minus 8."""
+    x = b.to(tl.int32)
+    x = tl.where(hi, x >> 4, x) & 15
+    return (x - 8).to(tl.float32)
 
 
 @triton.jit
@@ -49,6 +78,47 @@ def quantize_heads(x, QUANT: tl.constexpr, QMAX_: tl.constexpr, out_ty: tl.const
     ``(q, scale)``, ``scale = amax(|x|, row) / QMAX_``."""
     scale = tl.max(tl.abs(x), 1) / QMAX_
     return quantize_rows(x, scale, QUANT, QMAX_, out_ty), scale
+
+
+@triton.jit
+def _write_int4(
+    k_ptr,
+    v_ptr,
+    kc_ptr,
+    vc_ptr,
+    ks_ptr,
+    vs_ptr,
+    stride_kh,
+    stride_vh,
+    stride_kch,
+    stride_vch,
+    stride_vcd,
+    stride_sh,
+    QMAX_: tl.constexpr,
+    NUM_KV_HEADS: tl.constexpr,
+    HALF: tl.constexpr,
+    HEADS_PAD: tl.constexpr,
+    HALF_PAD: tl.constexpr,
+):
+    """One token's K and V ``[heads, 2 * HALF]`` (at ``k_ptr``/``v_ptr``) as packed INT4 at
+    its slot (``kc_ptr``/``vc_ptr``: the slot's first byte) with per-head scales."""
+    h = tl.arange(0, HEADS_PAD)
+    j = tl.arange(0, HALF_PAD)
+    mask = (h < NUM_KV_HEADS)[:, None] & (j < HALF)[None, :]
+    kp = k_ptr + h[:, None] * stride_kh + j[None, :]
+    vp = v_ptr + h[:, None] * stride_vh + j[None, :]
+    k1 = tl.load(kp, mask=mask, other=0.0).to(tl.float32)
+    k2 = tl.load(kp + HALF, mask=mask, other=0.0).to(tl.float32)
+    v1 = tl.load(vp, mask=mask, other=0.0).to(tl.float32)
+    v2 = tl.load(vp + HALF, mask=mask, other=0.0).to(tl.float32)
+    sk = tl.maximum(tl.max(tl.abs(k1), 1), tl.max(tl.abs(k2), 1)) / QMAX_
+    sv = tl.maximum(tl.max(tl.abs(v1), 1), tl.max(tl.abs(v2), 1)) / QMAX_
+    kb = int4_codes(k1, sk, QMAX_) | (int4_codes(k2, sk, QMAX_) << 4)
+    vb = int4_codes(v1, sv, QMAX_) | (int4_codes(v2, sv, QMAX_) << 4)
+    tl.store(kc_ptr + h[:, None] * stride_kch + j[None, :], kb.to(tl.uint8), mask=mask)
+    tl.store(vc_ptr + h[:, None] * stride_vch + j[None, :] * stride_vcd, vb.to(tl.uint8), mask=mask)
+    tl.store(ks_ptr + h * stride_sh, sk, mask=h < NUM_KV_HEADS)
+    tl.store(vs_ptr + h * stride_sh, sv, mask=h < NUM_KV_HEADS)
 
 
 @triton.jit
@@ -106,6 +176,26 @@ def _write_kv_kernel(
         if QUANT == 0:
             tl.store(kc, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
             tl.store(vc, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
+        elif QUANT == 3:
+            _write_int4(
+                key_ptr + t64 * stride_kt,
+                value_ptr + t64 * stride_vt,
+                k_cache_ptr + blk * stride_kcb + off * stride_kct,
+                v_cache_ptr + blk * stride_vcb + off * stride_vct,
+                ks_ptr + blk * stride_sb + off * stride_st,
+                vs_ptr + blk * stride_sb + off * stride_st,
+                stride_kh,
+                stride_vh,
+                stride_kch,
+                stride_vch,
+                stride_vcd,
+                stride_sh,
+                QMAX_,
+                NUM_KV_HEADS,
+                HEAD_DIM // 2,
+                HEADS_PAD,
+                DIM_PAD // 2,
+            )
         else:
             qk, sk = quantize_heads(k.to(tl.float32), QUANT, QMAX_, k_cache_ptr.dtype.element_ty)
             qv, sv = quantize_heads(v.to(tl.float32), QUANT, QMAX_, v_cache_ptr.dtype.element_ty)
@@ -137,26 +227,30 @@ def write_kv_cache(
             f"{tuple(key.shape)} and {tuple(value.shape)}"
         )
     num_tokens, num_kv_heads, head_dim = key.shape
+    quant = quant_mode(k_cache)
+    stored_dim = head_dim // 2 if quant == 3 else head_dim
     if (
         k_cache.shape != v_cache.shape
         or k_cache.dim() != 4
-        or tuple(k_cache.shape[2:]) != (num_kv_heads, head_dim)
+        or tuple(k_cache.shape[2:]) != (num_kv_heads, stored_dim)
+        or (quant == 3 and head_dim % 2)
     ):
         raise ValueError(
-            f"caches must be [num_blocks, block_size, {num_kv_heads}, {head_dim}]; got "
+            f"caches must be [num_blocks, block_size, {num_kv_heads}, {stored_dim}]; got "
             f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
         )
     if slot_mapping.shape != (num_tokens,):
         raise ValueError(f"slot_mapping must be [{num_tokens}]; got {tuple(slot_mapping.shape)}")
     if k_cache.stride(3) != 1:
         raise ValueError("k_cache needs a contiguous last (head_dim) dimension")
-    quant = quant_mode(k_cache)
     if quant:
         k_scale, v_scale = check_scale_layout(k_scale, v_scale)
     else:
         k_scale = v_scale = k_cache
     if num_tokens == 0:
         return
+    if quant == 3:  # INT4 keys are stored rotated (kv_cache.quant); a torch matmul, not fused
+        key = rotate_int4(key)
     if key.stride(2) != 1:
         key = key.contiguous()
     if value.stride(2) != 1:
@@ -184,7 +278,7 @@ def write_kv_cache(
         k_scale.stride(1) if quant else 0,
         k_scale.stride(2) if quant else 0,
         QUANT=quant,
-        QMAX_=QMAX.get(k_cache.dtype, 1.0),
+        QMAX_=qmax_of(k_cache),
         BLOCK_SIZE=k_cache.shape[1],
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,

@@ -26,7 +26,7 @@ first block's hash, so tenants stay apart here exactly as on the device.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .block_pool import BlockHash, PoolInvariantError
 
@@ -59,6 +59,9 @@ class HostBlockPool:
         self.pins: dict[BlockHash, int] = {}
         self.num_tier_evictions = 0
         self.num_offers_refused = 0
+        # called as on_evict(slot, hash) when a tier block is evicted for room, before the
+        # slot is reused (the disk tier writes it out: KVCacheManager)
+        self.on_evict: Callable[[int, BlockHash], None] | None = None
 
     # ---- queries -------------------------------------------------------------------------
     @property
@@ -111,7 +114,10 @@ class HostBlockPool:
         for h in self.tier:
             if h not in self.pins:
                 self.num_tier_evictions += 1
-                return self.tier.pop(h)
+                slot = self.tier.pop(h)
+                if self.on_evict is not None:
+                    self.on_evict(slot, h)
+                return slot
         raise ValueError("every tier block is pinned")
 
     def tier_lookup(self, block_hash: BlockHash) -> int | None:

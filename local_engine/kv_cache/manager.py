@@ -18,12 +18,22 @@ runner), and :meth:`find_cpu_hits` / :meth:`begin_restore` continue a prompt's l
 the tier: the blocks found there get fresh device blocks and a copy back that runs while other
 sequences compute; :meth:`finish_restores` registers them under their hashes once the copy is
 done (docs/DESIGN.md, "CPU tier").
+
+With a disk tier (``disk``, a :class:`~local_engine.kv_cache.disk_store.DiskStore`), blocks
+the CPU tier evicts (or the device pool, when there is no CPU tier or it refuses them) are
+handed to the runner for writing (:meth:`take_disk_writes`), and the lookup continues past the
+CPU tier into the disk's files: such blocks get fresh device blocks too, read back by the disk
+tier's threads as part of the same restore job. A block that cannot be read (missing, corrupt,
+foreign) fails the job: the valid blocks are kept under their hashes, the sequence gives its
+blocks back and is looked up again (:meth:`take_failed_restores`), computing what is missing
+(docs/DESIGN.md, "Disk tier").
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +41,9 @@ from ..sequence import Sequence
 from .block_pool import BlockHash, BlockPool, KVBlock, PoolInvariantError, hash_block_tokens
 from .block_table import BlockTableRows
 from .cpu_tier import HostBlockPool
+
+if TYPE_CHECKING:
+    from .disk_store import DiskStore
 
 
 @dataclass
@@ -43,6 +56,10 @@ class RestoreJob:
         copies: ``(host slot, device block)`` per restored block, in block order.
         hashes: the chain hash of each restored block (pinned in the tier until done).
         blocks: the device blocks written (fresh, unhashed until the copy is done).
+        disk_reads: ``(chain hash, device block)`` per block read back from the disk tier.
+        disk_blocks: their device blocks (fresh, unhashed until the read is done).
+        parts_left: copies still running (the CPU-tier copy and the disk reads: one each).
+        failed: chain hashes whose disk read failed (recomputed).
     """
 
     job_id: int
@@ -50,6 +67,15 @@ class RestoreJob:
     copies: list[tuple[int, int]] = field(default_factory=list)
     hashes: list[BlockHash] = field(default_factory=list)
     blocks: list[KVBlock] = field(default_factory=list)
+    disk_reads: list[tuple[BlockHash, int]] = field(default_factory=list)
+    disk_blocks: list[KVBlock] = field(default_factory=list)
+    parts_left: int = 0
+    failed: list[BlockHash] = field(default_factory=list)
+
+    @property
+    def all_blocks(self) -> list[KVBlock]:
+        """Every device block the job writes (CPU tier's, then the disk's)."""
+        return self.blocks + self.disk_blocks
 
 
 class KVCacheManager:
@@ -62,6 +88,7 @@ class KVCacheManager:
         num_cpu_blocks: swap space in host blocks (swap's reserved floor).
         num_cpu_cache_blocks: the CPU tier's share of host blocks (0 = tier off; ignored
             with caching off).
+        disk: the disk tier's file index (None = off; ignored with caching off).
 
     Attributes:
         num_blocks, block_size; ``num_free_blocks`` (free + evictable cached);
@@ -77,6 +104,7 @@ class KVCacheManager:
         enable_caching: bool = True,
         num_cpu_blocks: int = 0,
         num_cpu_cache_blocks: int = 0,
+        disk: DiskStore | None = None,
     ):
         self.block_size = block_size
         self.enable_caching = enable_caching
@@ -95,6 +123,7 @@ class KVCacheManager:
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0  # both tiers
         self.prefix_cache_hits_cpu = 0  # of those, restored from the CPU tier
+        self.prefix_cache_hits_disk = 0  # of those, read back from the disk tier
         # CPU tier: device blocks evicted this step with the slots they go to; restores issued
         # this step; restores in flight by job id, by live sequence, and of aborted sequences
         # (their device blocks are held until the copy is done); sequences whose restore is done
@@ -107,8 +136,19 @@ class KVCacheManager:
         self._next_job = 0
         self.num_blocks_offloaded = 0  # device -> CPU tier, blocks (cumulative)
         self.num_blocks_restored = 0  # CPU tier -> device, blocks (cumulative)
+        # disk tier: evicted blocks to write, from host slots / device blocks, with their
+        # hashes; sequences whose restore failed (to be looked up again)
+        self.disk = disk if enable_caching else None
+        self._spill_host: list[tuple[int, BlockHash]] = []
+        self._spill_device: list[tuple[int, BlockHash]] = []
+        self._failed: set[str] = set()
+        self.num_blocks_from_disk = 0  # disk tier -> device, blocks (cumulative)
         if self.host.tier_enabled:
             self.pool.on_evict = self._offload
+            if self.disk is not None:
+                self.host.on_evict = self._spill_host_slot
+        elif self.disk is not None:
+            self.pool.on_evict = self._spill_device_block
 
     # ---- sizes ---------------------------------------------------------------------------
     @property
@@ -174,13 +214,19 @@ class KVCacheManager:
         return hits, len(hits) * self.block_size
 
     def record_lookup(
-        self, num_query_tokens: int, num_hit_tokens: int, num_cpu_hit_tokens: int = 0
+        self,
+        num_query_tokens: int,
+        num_hit_tokens: int,
+        num_cpu_hit_tokens: int = 0,
+        num_disk_hit_tokens: int = 0,
     ) -> None:
-        """Count a prefix-cache query (tokens looked up) and its hits (both tiers; of those
-        ``num_cpu_hit_tokens`` restored from the CPU tier), for metrics."""
+        """Count a prefix-cache query (tokens looked up) and its hits (all tiers; of those
+        ``num_cpu_hit_tokens`` restored from the CPU tier and ``num_disk_hit_tokens`` read
+        from the disk tier), for metrics. A failed restore is taken back with negative counts."""
         self.prefix_cache_queries += num_query_tokens
         self.prefix_cache_hits += num_hit_tokens
         self.prefix_cache_hits_cpu += num_cpu_hit_tokens
+        self.prefix_cache_hits_disk += num_disk_hit_tokens
 
     def num_blocks_to_allocate(
         self, seq: Sequence, num_new_tokens: int, computed_blocks: Seq[KVBlock] = ()
@@ -323,12 +369,13 @@ class KVCacheManager:
         self.block_tables.release(seq.seq_id)
         self._num_hashed.pop(seq.seq_id, None)
         self._restored.discard(seq.seq_id)
+        self._failed.discard(seq.seq_id)
         blocks = self.req_blocks.pop(seq.seq_id, None)
         job = self.restoring.pop(seq.seq_id, None)
         if job is not None and blocks:
             # a restore still writes these device blocks: they come back when it is done
             self._orphans[job.job_id] = job
-            writing = {id(b) for b in job.blocks}
+            writing = {id(b) for b in job.all_blocks}
             blocks = [b for b in blocks if id(b) not in writing]
         if blocks:
             self.pool.free(reversed(blocks))
@@ -392,17 +439,49 @@ class KVCacheManager:
         if cpu:
             self.host.swap_release(cpu)
 
-    # ---- CPU tier of the prefix cache ------------------------------------------------------
+    # ---- CPU and disk tiers of the prefix cache -------------------------------------------
     @property
     def cpu_tier_enabled(self) -> bool:
         """Whether evicted cached blocks go to a CPU tier (``EngineConfig.cpu_cache_memory``)."""
         return self.host.tier_enabled
 
+    @property
+    def lower_tiers_enabled(self) -> bool:
+        """Whether a lookup continues past the device pool (a CPU or a disk tier)."""
+        return self.host.tier_enabled or self.disk is not None
+
     def _offload(self, block: KVBlock, block_hash: BlockHash) -> None:
-        """BlockPool.on_evict: keep an evicted cached block in the CPU tier when it has room."""
+        """BlockPool.on_evict: keep an evicted cached block in the CPU tier when it has room
+        (else, with a disk tier, write it to disk)."""
         slot = self.host.tier_store(block_hash)
         if slot is not None:
             self._offloads.append((block.block_id, slot, block_hash))
+        elif self.disk is not None and block_hash not in self.host.tier:
+            self._spill_device_block(block, block_hash)
+
+    def _spill_device_block(self, block: KVBlock, block_hash: BlockHash) -> None:
+        """BlockPool.on_evict without a CPU tier: the block goes to disk (unless it is there)."""
+        assert self.disk is not None
+        if not self.disk.contains(block_hash):
+            self._spill_device.append((block.block_id, block_hash))
+
+    def _spill_host_slot(self, slot: int, block_hash: BlockHash) -> None:
+        """HostBlockPool.on_evict: the CPU tier's evicted block goes to disk (unless it is
+        there, or its bytes were never copied in: stored and evicted within this step)."""
+        assert self.disk is not None
+        if any(h == block_hash and s == slot for _, s, h in self._offloads):
+            return
+        if not self.disk.contains(block_hash):
+            self._spill_host.append((slot, block_hash))
+
+    def take_disk_writes(self) -> tuple[list[tuple[int, BlockHash]], list[tuple[int, BlockHash]]]:
+        """The blocks to write to disk this step, cleared: ``(host slot, hash)`` evicted from
+        the CPU tier and ``(device block, hash)`` evicted from the device pool. The runner
+        copies their bytes out before this step's offloads, swaps or computation write
+        those slots and blocks."""
+        out = self._spill_host, self._spill_device
+        self._spill_host, self._spill_device = [], []
+        return out
 
     def end_step(self) -> None:
         """Start of a scheduler step: host slots given back last step become free."""
@@ -424,15 +503,15 @@ class KVCacheManager:
         self, seq: Sequence, gpu_hits: Seq[KVBlock]
     ) -> list[tuple[BlockHash, KVBlock | None]]:
         """Continue ``seq``'s prefix lookup past its device hits ``gpu_hits`` (from
-        :meth:`get_computed_blocks`): the longest run of blocks found in the CPU tier (entry
-        ``(hash, None)``) or, after one, on the device again (``(hash, block)``), capped as
-        there so that one prompt token is left to compute. Empty when the tier is off or
-        holds none of the next blocks."""
-        if not self.host.tier_enabled or seq.num_computed_tokens > 0:
+        :meth:`get_computed_blocks`): the longest run of blocks found in the CPU tier or on
+        disk (entry ``(hash, None)``) or, after one, on the device again (``(hash, block)``),
+        capped as there so that one prompt token is left to compute. Empty when both tiers
+        are off or hold none of the next blocks."""
+        if not self.lower_tiers_enabled or seq.num_computed_tokens > 0:
             return []
         hashes = self.update_block_hashes(seq)
         max_blocks = (seq.num_tokens - 1) // self.block_size
-        tier = self.host.tier
+        tier, disk = self.host.tier, self.disk
         out: list[tuple[BlockHash, KVBlock | None]] = []
         for i in range(len(gpu_hits), max_blocks):
             h = hashes[i]
@@ -440,10 +519,14 @@ class KVCacheManager:
                 out.append((h, None))
                 continue
             b = self.pool.lookup(h)
-            if b is None:
-                break
-            out.append((h, b))
-        while out and out[-1][1] is not None:  # nothing to restore after the last CPU hit
+            if b is not None:
+                out.append((h, b))
+                continue
+            if disk is not None and disk.contains(h):
+                out.append((h, None))
+                continue
+            break
+        while out and out[-1][1] is not None:  # nothing to restore after the last lower hit
             out.pop()
         return out
 
@@ -466,9 +549,9 @@ class KVCacheManager:
     ) -> RestoreJob | None:
         """Give ``seq`` (holding no blocks) its whole cached prefix and room for its next
         ``num_new`` tokens: the device hits and the device blocks in ``cont`` take a
-        reference, each CPU-tier block in ``cont`` gets a fresh device block and a copy back
-        (its tier block pinned until the copy is done). The sequence must not run until
-        :meth:`finish_restores` reports the job done.
+        reference, each CPU-tier or disk block in ``cont`` gets a fresh device block and a
+        copy back (a tier block is pinned until the copy is done). The sequence must not run
+        until :meth:`finish_restores` reports the job done.
 
         Returns: the job (also handed to the runner by :meth:`take_transfers`), or None when
         the pool cannot supply the blocks (nothing changed then)."""
@@ -479,20 +562,27 @@ class KVCacheManager:
         total = self.blocks_needed(n_hit * self.block_size + num_new)
         job = RestoreJob(self._next_job, seq.seq_id)
         self._next_job += 1
-        slots = {h: self.host.tier[h] for h, b in cont if b is None}
+        tier = self.host.tier
+        slots = {h: tier[h] for h, b in cont if b is None and h in tier}
         self.host.pin(slots)
         self.pool.touch(list(gpu_hits) + [b for _, b in cont if b is not None])
         # evictions here offload other blocks to the tier; the pinned ones stay
-        fresh = iter(self.pool.allocate(len(slots) + total - n_hit))
+        n_lower = sum(1 for _, b in cont if b is None)
+        fresh = iter(self.pool.allocate(n_lower + total - n_hit))
         held = list(gpu_hits)
         for h, b in cont:
             if b is None:
                 b = next(fresh)
-                job.copies.append((slots[h], b.block_id))
-                job.hashes.append(h)
-                job.blocks.append(b)
+                if h in slots:
+                    job.copies.append((slots[h], b.block_id))
+                    job.hashes.append(h)
+                    job.blocks.append(b)
+                else:
+                    job.disk_reads.append((h, b.block_id))
+                    job.disk_blocks.append(b)
             held.append(b)
         held.extend(fresh)
+        job.parts_left = int(bool(job.copies)) + int(bool(job.disk_reads))
         self.req_blocks[seq.seq_id] = held
         self.block_tables.assign(seq.seq_id, [b.block_id for b in held])
         self._num_hashed.pop(seq.seq_id, None)
@@ -519,25 +609,66 @@ class KVCacheManager:
         """Whether a sequence's restore is done and it waits to be admitted."""
         return bool(self._restored)
 
-    def finish_restores(self, job_ids: Seq[int]) -> None:
-        """The runner finished these restores' copies: unpin their tier blocks; for a live
-        sequence register the restored device blocks under their hashes (unless another block
-        got the hash meanwhile) and drop the tier copies (a block lives in one tier); for an
-        aborted one give its fresh device blocks back (the tier keeps the blocks)."""
+    def restore_failed(self, seq: Sequence) -> bool:
+        """Whether ``seq``'s restore failed and it is not looked up again yet."""
+        return seq.seq_id in self._failed
+
+    def take_failed_restores(self) -> set[str]:
+        """Ids of the sequences whose restore failed since the last call (a disk block could
+        not be read), cleared; each gives its blocks back now (tail first) and the scheduler
+        looks it up again."""
+        out, self._failed = self._failed, set()
+        for seq_id in out:
+            self._give_back(seq_id)
+        return out
+
+    def finish_restores(
+        self, job_ids: Seq[int], failed: dict[int, list[BlockHash]] | None = None
+    ) -> None:
+        """The runner finished a part of these restores (the CPU-tier copy, or the disk
+        reads with the hashes in ``failed[job_id]`` that could not be read). Once every part
+        of a job is done: unpin its tier blocks; for a live sequence register the restored
+        device blocks under their hashes (unless another block got the hash meanwhile) and
+        drop the tier copies (a block lives in one of device and CPU tier; the disk keeps
+        its files); for an aborted one give its fresh device blocks back (the tiers keep the
+        blocks). A job with a failed read registers the blocks read well and reports the
+        sequence by :meth:`take_failed_restores` (which gives its blocks back)."""
         for jid in job_ids:
-            job = self._jobs.pop(jid)
+            job = self._jobs[jid]
+            if failed and failed.get(jid):
+                job.failed.extend(failed[jid])
+            job.parts_left -= 1
+            if job.parts_left > 0:
+                continue
+            del self._jobs[jid]
             self.host.unpin(job.hashes)
+            bad = set(job.failed)
             if self._orphans.pop(jid, None) is not None:
-                self.pool.free(reversed(job.blocks))
+                self.pool.free(reversed(job.all_blocks))
             else:
                 for b, h in zip(job.blocks, job.hashes):
                     self.pool.cache_block(b, h)
+                for b, (h, _) in zip(job.disk_blocks, job.disk_reads):
+                    if h not in bad:
+                        self.pool.cache_block(b, h)
                 del self.restoring[job.seq_id]
-                self._restored.add(job.seq_id)
                 self.num_blocks_restored += len(job.blocks)
+                self.num_blocks_from_disk += len(job.disk_blocks) - len(bad)
+                if bad:
+                    self._failed.add(job.seq_id)
+                else:
+                    self._restored.add(job.seq_id)
             for h in job.hashes:
                 if self.pool.lookup(h) is not None:
                     self.host.tier_remove(h)
+
+    def _give_back(self, seq_id: str) -> None:
+        """Free a sequence's blocks, tail first (a failed restore: it is looked up again)."""
+        self.block_tables.release(seq_id)
+        self._num_hashed.pop(seq_id, None)
+        blocks = self.req_blocks.pop(seq_id, None)
+        if blocks:
+            self.pool.free(reversed(blocks))
 
     # ---- debugging -----------------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -548,7 +679,7 @@ class KVCacheManager:
             for b in blocks:
                 refs[b.block_id] = refs.get(b.block_id, 0) + 1
         for job in self._orphans.values():  # an aborted sequence's blocks a restore writes
-            for b in job.blocks:
+            for b in job.all_blocks:
                 refs[b.block_id] = refs.get(b.block_id, 0) + 1
         self.pool.check(refs)
         self.host.check(c for cpu in self.swapped.values() for c in cpu)
@@ -559,7 +690,7 @@ class KVCacheManager:
         for jid, job in self._jobs.items():
             if (jid in self._orphans) == (self.restoring.get(job.seq_id) is job):
                 raise PoolInvariantError(f"restore {jid}: neither live nor orphaned, or both")
-            if any(b.block_hash is not None for b in job.blocks):
+            if any(b.block_hash is not None for b in job.all_blocks):
                 raise PoolInvariantError(f"restore {jid}: a block being written has a hash")
             for h in job.hashes:
                 pinned[h] = pinned.get(h, 0) + 1
@@ -567,7 +698,7 @@ class KVCacheManager:
             raise PoolInvariantError("CPU-tier pins differ from the restores in flight")
         for seq_id, job in self.restoring.items():
             held = {id(b) for b in self.req_blocks.get(seq_id, ())}
-            if job.seq_id != seq_id or not all(id(b) in held for b in job.blocks):
+            if job.seq_id != seq_id or not all(id(b) in held for b in job.all_blocks):
                 raise PoolInvariantError(f"restore of {seq_id}: its blocks left its table")
         if set(self.swapped) & set(self.req_blocks):
             raise PoolInvariantError("a sequence holds both device blocks and swapped-out blocks")

@@ -30,7 +30,7 @@ One :class:`Linear` module, three storage formats chosen once the weights are lo
 only prepacks).
 
 **The engine's own kernels** (:mod:`local_engine.ops.cpu`, C++ AVX-512/AVX2, built on first
-use; off with ``PROMPTCACHE_CPU_KERNELS=0``). Where they are built every CPU format also gets
+use; off with ``PROMPTCACHE_CPU_KERNELS=0``; ``PROMPTCACHE_CPU_ISA=avx2`` forces the AVX2 build). Where they are built every CPU format also gets
 a panel-packed copy of its weight (32 output columns per panel, read front to back once per
 call):
 
@@ -39,14 +39,18 @@ call):
   11-18) and 8-512 rows run 1.0-3.3x faster than oneMKL's GEMM (``bench/gemv_cpu.py``,
   ``bench/RESULTS.md`` "## cpu", session 3). Same products, another summation order: relative
   error ~1e-6 against ``F.linear``.
-- bfloat16: up to :data:`BF16_KERNEL_ROWS` rows ``vdpbf16ps`` over the panels (input rounded
+- bfloat16: up to :data:`BF16_KERNEL_ROWS` rows ``vdpbf16ps`` (on AVX2: widened to float32
+  and FMA) over the panels (input rounded
   to bfloat16 as before; float32 accumulation and a float32 output, where oneDNN rounds its
   output to bfloat16); more rows stay on oneDNN, which is faster there. The plain bfloat16
   ``weight`` is then dropped (:meth:`Linear.dense_weight` unpacks the panels).
-- int8: up to :data:`INT8_KERNEL_ROWS` rows ``vpdpbusd`` over the panels with fbgemm's
-  arithmetic (the activations' uint8 parameters from ATen's ``ChooseQuantizationParams``,
-  exact int32 sums; one row gives fbgemm's result bit for bit), one parameter pair per row;
-  more rows stay on fbgemm, which is faster there.
+- int8: up to :data:`INT8_KERNEL_ROWS` rows (:data:`INT8_KERNEL_ROWS_AVX2` without
+  AVX512-VNNI) over the panels with fbgemm's arithmetic and
+  8-bit activations (the activations' uint8 parameters from ATen's
+  ``ChooseQuantizationParams``, exact int32 sums by ``vpdpbusd``, or on AVX2 without VNNI by
+  int16 ``vpmaddwd``; one row gives fbgemm-with-VNNI's result bit for bit), one parameter
+  pair per row; more rows stay on fbgemm, which is faster there (and on a CPU without VNNI
+  quantizes them to 7 bits, :func:`int8_reduce_range`).
 
 Without the kernels the torch paths above run unchanged.
 """
@@ -54,6 +58,7 @@ Without the kernels the torch paths above run unchanged.
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 from collections.abc import Callable
 
@@ -66,6 +71,11 @@ from ..ops import cpu as cpu_kernels
 FORMATS = ("dense", "dense_t", "panels", "bf16", "int8")
 BF16_KERNEL_ROWS = 32  # up to this many rows the bfloat16 kernel beats oneDNN (bench/gemv_cpu.py)
 INT8_KERNEL_ROWS = 16  # ... and the int8 kernel beats fbgemm
+# the AVX2 int8 kernel (no VNNI: vpmaddubsw/vpmaddwd) against fbgemm's AVX2 7-bit path, forced
+# AVX2 on the Zen 4 box, 2026-12-03 (bench/results/cpu_avx2.md): 1 row 2-3x faster, 2-4 rows
+# 0.5-1.5x, 5 rows 0.7x, 16 rows 0.55x; up to 4 rows it keeps the fused layer for small
+# verifications, whose saved per-layer calls outweigh that
+INT8_KERNEL_ROWS_AVX2 = 4
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,7 +100,12 @@ def int8_reduce_range() -> bool:
     """Whether fbgemm must quantize activations to 7 bits. Without VNNI its u8 x s8 kernel sums
     pairs of products in int16 (``vpmaddubsw``), which saturates for full-range uint8 inputs;
     torch's ``quantize_dynamic`` sets ``reduce_range=True`` for that reason. With AVX512-VNNI or
-    AVX-VNNI (``vpdpbusd``, int32 accumulation) the full 8 bits are safe and halve the error."""
+    AVX-VNNI (``vpdpbusd``, int32 accumulation) the full 8 bits are safe and halve the error.
+    ``FBGEMM_ENABLE_INSTRUCTIONS=AVX2`` (fbgemm's own variable) holds fbgemm to its AVX2
+    kernels, as on a CPU without VNNI. (The engine's C++ int8 kernel sums exactly with 8 bits
+    on every instruction set.)"""
+    if os.environ.get("FBGEMM_ENABLE_INSTRUCTIONS", "").strip().upper() == "AVX2":
+        return True
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -274,14 +289,16 @@ class Linear(nn.Module):
         self._packed = _pack_int8(self.qweight, self.scale)
         self._reduce_range = int8_reduce_range()
         self._clear_kernel()
-        if self._want_kernel("int8", use_kernels) and not self._reduce_range:
+        if self._want_kernel("int8", use_kernels):
             mod = cpu_kernels.kernels()
             assert mod is not None
             packed, wsum, sp = cpu_kernels.pack_int8(self.qweight, self.scale)
             n, fn = self.out_features, mod.linear_int8
             self.panels = (packed, wsum, sp)
             self._kernel = lambda x: fn(x, packed, wsum, sp, n)
-            self._kernel_rows = INT8_KERNEL_ROWS
+            name = mod.isa()
+            vnni512 = name.startswith("avx512") and "vnni" in name
+            self._kernel_rows = INT8_KERNEL_ROWS if vnni512 else INT8_KERNEL_ROWS_AVX2
         self.weight = None
         self.format = "int8"
 
@@ -359,6 +376,7 @@ __all__ = [
     "BF16_KERNEL_ROWS",
     "FORMATS",
     "INT8_KERNEL_ROWS",
+    "INT8_KERNEL_ROWS_AVX2",
     "Linear",
     "int8_reduce_range",
     "quantize_int8",

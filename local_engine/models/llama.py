@@ -199,7 +199,7 @@ class LlamaDecoderLayer(nn.Module):
     def fused_op(self):
         """The C++ one-call layer over this layer's weights (:class:`~local_engine.ops.cpu.
         layer.DecodeLayerOp`), or None when some linear has no C++ kernel or the kernels are
-        not built for AVX-512; rebuilt when the weights are reloaded."""
+        not built; rebuilt when the weights are reloaded."""
         attn, mlp = self.self_attn, self.mlp
         lins = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
         specs = [lin.kernel_spec() for lin in lins]
@@ -207,7 +207,7 @@ class LlamaDecoderLayer(nn.Module):
         if op is not None and op is not False:
             if all(s is not None and s[1][0] is src for s, src in zip(specs, op.sources)):
                 return op
-        if any(s is None for s in specs) or not (cpu_kernels.isa() or "").startswith("avx512"):
+        if any(s is None for s in specs) or cpu_kernels.isa() is None:
             self._fused = False
             return None
         from ..ops.cpu.layer import DecodeLayerOp

@@ -18,8 +18,13 @@ import torch
 import triton
 import triton.language as tl
 
-from local_engine.attention.triton_kv_write import check_scale_layout, quant_mode, quantize_rows
-from local_engine.kv_cache.quant import QMAX
+from local_engine.attention.triton_kv_write import (
+    check_scale_layout,
+    qmax_of,
+    quant_mode,
+    quantize_rows,
+)
+from local_engine.attention.triton_kv_write import write_kv_cache as _write_kv_cache
 
 
 @triton.jit
@@ -174,6 +179,7 @@ def _rotary_kv_kernel(
             r1 = tl.where(kmask, r1, 0.0)
             r2 = tl.where(kmask, r2, 0.0)
             sk = tl.maximum(tl.max(tl.abs(r1), 1), tl.max(tl.abs(r2), 1)) / QMAX_
+        if QUANT != 0:
             out_ty = kc_ptr.dtype.element_ty
             tl.store(kc, quantize_rows(r1, sk, QUANT, QMAX_, out_ty), mask=kmask)
             tl.store(kc + HALF, quantize_rows(r2, sk, QUANT, QMAX_, out_ty), mask=kmask)
@@ -211,17 +217,32 @@ def rotary_and_write_kv(
             f"rotary_and_write_kv: cos/sin must be float32 [max_positions, {D}]; got "
             f"{cos.dtype} {tuple(cos.shape)}"
         )
-    if k_cache.shape != v_cache.shape or k_cache.dim() != 4 or tuple(k_cache.shape[2:]) != (Hk, D):
+    quant = quant_mode(k_cache)
+    stored = D // 2 if quant == 3 else D  # packed INT4: two values per byte
+    if (
+        k_cache.shape != v_cache.shape
+        or k_cache.dim() != 4
+        or tuple(k_cache.shape[2:]) != (Hk, stored)
+    ):
         raise ValueError(
-            f"rotary_and_write_kv: caches must be [num_blocks, block_size, {Hk}, {D}]; got "
+            f"rotary_and_write_kv: caches must be [num_blocks, block_size, {Hk}, {stored}]; got "
             f"{tuple(k_cache.shape)}"
         )
-    quant = quant_mode(k_cache)
     if quant:
         k_scale, v_scale = check_scale_layout(k_scale, v_scale)
     else:
         k_scale = v_scale = k_cache
     if T == 0:
+        return q
+    if quant == 3:
+        # INT4 keys go in rotated by a Hadamard matrix after the rotary embedding
+        # (kv_cache.quant): the rotary in torch here, the rotation and the packed write in
+        # write_kv_cache (not fused)
+        from local_engine.ops.torch_ops import _rotary_rows, _rotate
+
+        c, s = _rotary_rows(positions, cos, sin, q.dtype)
+        q.copy_(_rotate(q, c, s))
+        _write_kv_cache(_rotate(k, c, s), v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
         return q
     half = D // 2
     _rotary_kv_kernel[(T,)](
@@ -254,7 +275,7 @@ def rotary_and_write_kv(
         k_scale.stride(1) if quant else 0,
         k_scale.stride(2) if quant else 0,
         QUANT=quant,
-        QMAX_=QMAX.get(k_cache.dtype, 1.0),
+        QMAX_=qmax_of(k_cache),
         NUM_HEADS=H,
         NUM_KV_HEADS=Hk,
         HALF=half,

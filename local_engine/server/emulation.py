@@ -229,8 +229,8 @@ class CacheEmulator:
 
 #: Name of the usage extension field giving the engine's prefix-cache hits per tier, in tokens:
 #: ``{"gpu": n, "cpu": m}`` ("gpu": the device pool; "cpu": the CPU tier,
-#: ``--cpu-cache-memory``). The providers' own fields are unchanged; in ``automatic`` mode
-#: ``gpu + cpu`` equals ``prompt_tokens_details.cached_tokens`` (OpenAI) and
+#: ``--cpu-cache-memory``), plus ``"disk"`` with a disk tier (``--disk-cache-dir``). The providers' own fields are unchanged; in ``automatic`` mode
+#: the tiers sum to ``prompt_tokens_details.cached_tokens`` (OpenAI) and
 #: ``cache_read_input_tokens`` (Anthropic); in the emulated modes those report the emulated
 #: provider's rules while this field stays what the engine physically reused.
 CACHE_TIERS_FIELD = "promptcache_cache_tiers"

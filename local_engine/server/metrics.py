@@ -26,6 +26,10 @@ Engine series (read from an engine snapshot at scrape time):
   ``promptcache_kv_tier_transfer_seconds_total{direction}`` (``gpu_to_cpu`` offloads of evicted
   blocks, ``cpu_to_gpu`` restores; bandwidth = bytes / seconds),
   ``promptcache_cpu_cache_evictions_total``.
+* Disk tier (``--disk-cache-dir``): ``tier="disk"`` samples of the tier series above
+  (``direction`` ``to_disk`` and ``disk_to_gpu``), ``promptcache_disk_cache_bytes``,
+  ``..._size_bytes``, ``promptcache_disk_cache_evictions_total``,
+  ``promptcache_disk_cache_bad_files_total``.
 * ``promptcache_spec_decode_draft_tokens_total``, ``..._accepted_tokens_total``,
   ``..._verify_steps_total``: speculative decoding (acceptance rate = accepted / draft; mean
   accepted length = 1 + accepted / verify steps).
@@ -174,6 +178,14 @@ class _EngineCollector:
                 },
             ),
         )
+        if of("disk_cache_size"):  # --disk-cache-dir: the disk tier's samples
+            hits_disk = of("prefix_cache_hits_disk")
+            series[0][4]["gpu"] -= hits_disk
+            series[0][4]["disk"] = hits_disk
+            series[1][4]["disk"] = of("disk_cache_blocks_resident")
+            series[3][4]["to_disk"] = of("kv_bytes_to_disk")
+            series[3][4]["disk_to_gpu"] = of("kv_bytes_from_disk")
+            series[4][4]["disk_to_gpu"] = of("kv_disk_read_seconds", 0.0)
         for family, name, help_, label, samples in series:
             m = family(name, help_, labels=[label])
             for value, sample in samples.items():
@@ -184,6 +196,41 @@ class _EngineCollector:
         )
         ev.add_metric([], of("cpu_cache_evictions"))
         yield ev
+        if of("disk_cache_size"):
+            yield from _EngineCollector._disk(of)
+
+    @staticmethod
+    def _disk(of):
+        """The disk tier's own series (``--disk-cache-dir``)."""
+        for family, name, help_, value in (
+            (
+                GaugeMetricFamily,
+                "promptcache_disk_cache_bytes",
+                "Bytes of KV block files in the disk tier's folder (all models)",
+                of("disk_cache_bytes"),
+            ),
+            (
+                GaugeMetricFamily,
+                "promptcache_disk_cache_size_bytes",
+                "The disk tier's cap (--disk-cache-size)",
+                of("disk_cache_size"),
+            ),
+            (
+                CounterMetricFamily,
+                "promptcache_disk_cache_evictions",
+                "Disk-tier files deleted for the cap",
+                of("disk_cache_evictions"),
+            ),
+            (
+                CounterMetricFamily,
+                "promptcache_disk_cache_bad_files",
+                "Corrupt, truncated or foreign disk-tier files skipped (recomputed)",
+                of("disk_cache_bad_files"),
+            ),
+        ):
+            m = family(name, help_)
+            m.add_metric([], value)
+            yield m
 
 
 class ServerMetrics:

@@ -223,6 +223,8 @@ async def _start(gen: Generation, ids: Sequence[str]) -> None:
             "gpu": sum(first.num_gpu_cached_tokens for _, first in gen.started),
             "cpu": sum(first.num_cpu_cached_tokens for _, first in gen.started),
         }
+        if getattr(st.engine.engine, "disk_tier", None) is not None:  # --disk-cache-dir
+            gen.tiers["disk"] = sum(first.num_disk_cached_tokens for _, first in gen.started)
     except BaseException:
         await gen.close()
         raise

@@ -26,24 +26,27 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import inspect
 import ipaddress
 import json
 import logging
 import os
 import threading
 import time
+import warnings
 import weakref
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from promptcache.errors import PromptCacheWarning
+from promptcache.integrations import httpx_hooks
 from promptcache.integrations.bedrock import wrap_bedrock
+from promptcache.integrations.usage_advice import no_usage_advice
 from promptcache.ledger.pricing import Price
 from promptcache.ledger.tracker import Tracker
 from promptcache.providers.usage import normalize_usage
-from promptcache.providers.usage_record import Usage
+from promptcache.providers.usage_record import Usage, unknown_usage
 
 __all__ = ["wrap", "request_prefix_hash", "provider_for_host", "SESSION_HEADER"]
 
@@ -55,7 +58,11 @@ _TRACKED_PATHS = {
     "/responses": "responses",
     "/messages": "messages",
 }
-_MARK = "_promptcache_wrapped"
+#: The local engine's response header saying why it cached nothing in its cache mode
+#: (``local_engine/server/emulation.py``: ``CACHE_NOTE_HEADER``, read 2026-12-03).
+CACHE_NOTE_HEADER = "x-promptcache-cache-note"
+#: The SDK whose host rules label a bare httpx client's request, by API path.
+_SDK_OF_API = {"messages": "anthropic", "gemini": "google"}
 #: Per-call lineage key: ``client.messages.create(..., extra_headers={SESSION_HEADER: id})``
 #: (the header also reaches the provider, which ignores it).
 SESSION_HEADER = "X-Promptcache-Session"
@@ -174,6 +181,8 @@ class _Call:
         "status",
         "lock",
         "session",
+        "provider",
+        "note",
     )
 
     def __init__(self, api: str, body: dict[str, Any], t0: float) -> None:
@@ -189,6 +198,9 @@ class _Call:
         self.status = 0
         self.lock = threading.Lock()
         self.session: str | None = None
+        self.provider: str | None = None
+        #: the serving engine's note on why it cached nothing (CACHE_NOTE_HEADER)
+        self.note: str | None = None
 
 
 def _is_output_event(api: str, ev: dict[str, Any]) -> bool:
@@ -242,7 +254,11 @@ class _Recorder:
             from promptcache.simulation.simulate import TraceWriter
 
             self.trace = TraceWriter(trace)
-        self.provider = provider or provider_for_host(base_host, sdk)
+        # None for a bare httpx client: the label is taken per request from its host
+        self.provider: str | None = provider or (
+            provider_for_host(base_host, sdk) if sdk != "httpx" else None
+        )
+        self._usage_warned = False
         self._tracker = tracker
         self._tracker_lock = threading.Lock()
         self.price = price
@@ -287,6 +303,9 @@ class _Recorder:
                 body = {**body, "model": gemini_model}
             call = _Call(api, body, time.perf_counter())
             call.session = request.headers.get(SESSION_HEADER) or None
+            call.provider = self.provider or provider_for_host(
+                request.url.host, _SDK_OF_API.get(api, "openai")
+            )
             self.calls[request] = call
         except Exception:  # never break the caller
             log.exception("promptcache: could not inspect a request for tracking")
@@ -301,6 +320,7 @@ class _Recorder:
             call.status = response.status_code
             if not (200 <= response.status_code < 300):
                 return
+            call.note = response.headers.get(CACHE_NOTE_HEADER) or None
             ctype = response.headers.get("content-type", "")
             call.stream = call.stream or "text/event-stream" in ctype
             already = getattr(response, "_content", None)
@@ -373,20 +393,22 @@ class _Recorder:
             log.exception("promptcache: could not record a call in the ledger")
 
     def _record(self, call: _Call, payload: Any) -> None:
+        provider = call.provider or self.provider or "openai_compatible"
         fmt = (
             "anthropic"
             if call.api == "messages"
             else "gemini"
             if call.api == "gemini"
-            else ("openai" if self.provider in ("openai", "azure_openai") else "openai_compatible")
+            else ("openai" if provider in ("openai", "azure_openai") else "openai_compatible")
         )
-        if fmt == "openai_compatible" and self.provider == "deepseek":
+        if fmt == "openai_compatible" and provider == "deepseek":
             fmt = "deepseek"
         try:
             usage: Usage = normalize_usage(fmt, payload)
         except Exception as e:
-            log.warning("promptcache: no usage recorded for a %s call: %s", call.api, e)
-            return
+            # recorded all the same, usage unknown: the report counts it apart
+            usage = unknown_usage()
+            self._warn_no_usage(call, e)
         t_end = time.perf_counter() if call.t_end is None else call.t_end
         latency_ms = (t_end - call.t0) * 1000.0
         ttft_ms = None if call.t_first is None else (call.t_first - call.t0) * 1000.0
@@ -398,7 +420,17 @@ class _Recorder:
             ttft_ms=ttft_ms,
             stream=call.stream,
             session=call.session,
+            provider=provider,
+            cache_note=call.note,
         )
+
+    def _warn_no_usage(self, call: _Call, error: Exception) -> None:
+        """Log each call without usage; warn once per wrapped client how to get it."""
+        log.info("promptcache: a %s call recorded with usage unknown: %s", call.api, error)
+        if self._usage_warned:
+            return
+        self._usage_warned = True
+        warnings.warn(no_usage_advice(call.api, call.stream), PromptCacheWarning, stacklevel=2)
 
     def store(
         self,
@@ -411,15 +443,18 @@ class _Recorder:
         stream: bool,
         session: str | None = None,
         model: str | None = None,
+        provider: str | None = None,
+        cache_note: str | None = None,
     ) -> None:
         """Write one record (and attribute its miss) and call the callbacks."""
+        provider = provider or self.provider or "openai_compatible"
         model = usage.model or model or body.get("model")
-        usage = usage.replace(provider=self.provider, model=model)
+        usage = usage.replace(provider=provider, model=model)
         prefix_hash = request_prefix_hash(api, body)
         session = session or self.session
         fields: dict[str, Any] = dict(
             model=model,
-            provider=self.provider,
+            provider=provider,
             api=api,
             prefix_hash=prefix_hash,
             latency_ms=latency_ms,
@@ -433,8 +468,10 @@ class _Recorder:
         private = {"prompt"}
         if hasattr(self.tracker, "attribute"):  # a ledger Tracker: attribute the miss
             fields["request"] = body
-            fields["lineage"] = f"session:{session}" if session else f"{id(self)}:{model}"
-            private |= {"request", "lineage"}
+            # a named session, else the predecessor is found by shared prefix
+            fields["lineage"] = f"session:{session}" if session else None
+            fields["cache_note"] = cache_note
+            private |= {"request", "lineage", "cache_note"}
             if self.rules is not None:
                 fields["rules"] = self.rules
                 private.add("rules")
@@ -490,6 +527,32 @@ def _make_async_stream(root: Any, inner: Any, rec: _Recorder, call: _Call) -> An
     return TrackingAsyncStream()
 
 
+def _http_of(client: Any) -> tuple[Any, str, str]:
+    """``(httpx client, base URL, sdk)`` of what :func:`wrap` was given: the client itself
+    for an httpx client (sdk ``"httpx"``), the SDK's for an official client.
+
+    Raises:
+        TypeError: neither.
+    """
+    if httpx_hooks.is_httpx_client(client):
+        return client, str(getattr(client, "base_url", "") or ""), "httpx"
+    http: Any = getattr(client, "_client", None)
+    host_url = getattr(client, "base_url", "")
+    api_client = getattr(client, "_api_client", None)
+    if api_client is not None and hasattr(api_client, "_httpx_client"):
+        # google-genai: Client()._api_client holds the httpx(2) client it sends with
+        http = api_client._httpx_client
+        opts = getattr(api_client, "_http_options", None)
+        host_url = getattr(opts, "base_url", None) or "https://generativelanguage.googleapis.com"
+    if not isinstance(getattr(http, "event_hooks", None), dict):
+        raise TypeError(
+            f"promptcache.wrap() takes an openai or anthropic client, an httpx.Client or "
+            f"AsyncClient, a google-genai Client or a boto3 bedrock-runtime client, got "
+            f"{type(client).__module__}.{type(client).__name__}"
+        )
+    return http, str(host_url), type(client).__module__.split(".")[0]
+
+
 def wrap(
     client: Any,
     tracker: Any = None,
@@ -506,7 +569,10 @@ def wrap(
     """Record every completion call ``client`` makes; returns the same ``client``.
 
     ``client``: ``openai.OpenAI``/``AsyncOpenAI`` or ``anthropic.Anthropic``/
-    ``AsyncAnthropic`` (or another Stainless-generated client with an httpx ``_client``).
+    ``AsyncAnthropic`` (or another Stainless-generated client with an httpx ``_client``),
+    or an ``httpx.Client``/``AsyncClient`` to hand to a framework or SDK as its
+    ``http_client=`` (:mod:`promptcache.integrations.httpx_hooks`; the provider label is
+    then taken per request from its host).
     ``tracker``: a :class:`~promptcache.Tracker` (default: ``Tracker()`` at the default
     path, opened on the first record). ``provider``: the ledger label (default: from the
     base URL's host, see :func:`provider_for_host`). ``price``: a
@@ -521,16 +587,24 @@ def wrap(
 
     Miss attribution: each record carries why it missed (``Record.miss_cause``,
     ``miss_path``, ``matched_prefix_tokens``), comparing the request with the previous one
-    of its lineage: by default the previous request for the same model through this
-    client; ``session``: one lineage key for every call of this client; per call, the
-    header ``X-Promptcache-Session`` (``extra_headers={promptcache.integrations.clients.SESSION_HEADER:
-    key}``) when one client serves many conversations. ``clock``: seconds callable for the
+    it continues: by default the recent request of the same provider and model -- of any
+    conversation in this process -- sharing the longest prefix with it
+    (:mod:`promptcache.misses.lineage`); ``session``: one lineage key for every call of
+    this client; per call, the header ``X-Promptcache-Session``
+    (``extra_headers={promptcache.integrations.clients.SESSION_HEADER: key}``), which wins
+    over the prefix lookup. A response carrying the local engine's
+    ``X-Promptcache-Cache-Note`` (its cache mode cannot cache this request) is attributed
+    ``no_breakpoint`` with that note. A response without usage is recorded with usage
+    unknown (no cost, no cause), with one :class:`~promptcache.PromptCacheWarning` per
+    wrapped client on how to ask for usage. ``clock``: seconds callable for the
     records' timestamps (default ``time.time``; tests pass a fake clock to step past TTLs).
     ``rules``: the :class:`~promptcache.limits.CacheLimits` to attribute with (default: the
     model's row; e.g. OpenAI's rules for a local server emulating them).
 
-    Wrapping twice is a no-op. Raises ``TypeError`` for an object that is not such a
-    client; nothing else is ever raised from tracking.
+    Wrapping twice for the same tracker (or with ``tracker=None``) is a no-op. Raises
+    ``TypeError`` for an object that is not such a client, and
+    :class:`~promptcache.integrations.httpx_hooks.WrapConflictError` when its HTTP client is
+    already tracked for another tracker; nothing else is ever raised from tracking.
     """
     opts: dict[str, Any] = dict(trace=trace, session=session, clock=clock, rules=rules)
     if hasattr(getattr(client, "meta", None), "events"):  # a botocore client
@@ -538,55 +612,11 @@ def wrap(
             "boto3", "", tracker, provider or "bedrock", price, callbacks, metadata, **opts
         )
         return wrap_bedrock(client, rec)
-    http, host_url = _http_client_of(client)
-    if getattr(http, _MARK, None) is not None:
-        return client
-    sdk = type(client).__module__.split(".")[0]
+    http, host_url, sdk = _http_of(client)
+    if httpx_hooks.check_tracker(http, tracker):
+        return client  # already tracked for this tracker: hooks are installed once
     host = urlsplit(str(host_url)).hostname or ""
     rec = _Recorder(sdk, host, tracker, provider, price, callbacks, metadata, **opts)
-    _install_hooks(http, rec)
+    httpx_hooks.install(http, rec.on_request, rec.on_response)
+    setattr(http, httpx_hooks.MARK, rec)
     return client
-
-
-def _http_client_of(client: Any) -> tuple[Any, Any]:
-    """``(httpx client, base URL)`` that an official SDK client sends with; raises
-    ``TypeError`` for anything else."""
-    http: Any = getattr(client, "_client", None)
-    host_url = getattr(client, "base_url", "")
-    api_client = getattr(client, "_api_client", None)
-    if api_client is not None and hasattr(api_client, "_httpx_client"):
-        # google-genai: Client()._api_client holds the httpx(2) client it sends with
-        http = api_client._httpx_client
-        opts = getattr(api_client, "_http_options", None)
-        host_url = getattr(opts, "base_url", None) or "https://generativelanguage.googleapis.com"
-    if not isinstance(getattr(http, "event_hooks", None), dict):
-        raise TypeError(
-            f"promptcache.wrap() takes an openai or anthropic client (or a google-genai "
-            f"Client, or a boto3 bedrock-runtime client), got "
-            f"{type(client).__module__}.{type(client).__name__}"
-        )
-    return http, host_url
-
-
-def _install_hooks(http: Any, rec: _Recorder) -> None:
-    """Add ``rec``'s request and response hooks to an httpx client (async hooks for an
-    async client) and mark the client as wrapped."""
-    on_request: Callable[[Any], Any]
-    on_response: Callable[[Any], Any]
-    if inspect.iscoroutinefunction(getattr(http, "send", None)):
-
-        async def on_request_async(request: Any) -> None:
-            rec.on_request(request)
-
-        async def on_response_async(response: Any) -> None:
-            rec.on_response(response)
-
-        on_request, on_response = on_request_async, on_response_async
-    else:
-        on_request, on_response = rec.on_request, rec.on_response
-
-    hooks = http.event_hooks
-    hooks.setdefault("request", []).append(on_request)
-    hooks.setdefault("response", []).append(on_response)
-    http.event_hooks = hooks
-    setattr(http, _MARK, rec)

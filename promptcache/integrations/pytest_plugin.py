@@ -6,6 +6,8 @@ with nothing to configure:
 * ``promptcache_engine`` (session-scoped): a :class:`LocalEngineServer` started on a free
   loopback port in the cache mode given by ``--promptcache-cache-mode`` (or the ini option
   ``promptcache_cache_mode``; default ``automatic``), stopped at the end of the session;
+  ``--promptcache-disk-cache-dir DIR`` (ini ``promptcache_disk_cache_dir``) gives it a disk
+  tier that survives the session, so the next run starts with its prefixes cached;
 * ``promptcache_openai`` / ``promptcache_anthropic``: official clients pointed at it;
 * ``promptcache_engine_factory``: ``factory(cache_mode="anthropic", extra_args=[...])``
   for other configurations (one server per distinct configuration, reused).
@@ -333,6 +335,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "cache mode of the promptcache_engine fixture",
         default="automatic",
     )
+    group.addoption(
+        "--promptcache-disk-cache-dir",
+        default=None,
+        help="disk tier folder of the promptcache_engine server (kept between runs: a second "
+        "CI run starts with the first one's prefixes cached)",
+    )
+    parser.addini(
+        "promptcache_disk_cache_dir",
+        "disk tier folder of the promptcache_engine fixture's server (default: none)",
+        default="",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -364,6 +377,13 @@ def promptcache_engine(
     mode = request.config.getoption("--promptcache-cache-mode") or request.config.getini(
         "promptcache_cache_mode"
     )
+    disk = request.config.getoption("--promptcache-disk-cache-dir") or request.config.getini(
+        "promptcache_disk_cache_dir"
+    )
+    if disk:
+        return promptcache_engine_factory(
+            mode or "automatic", extra_args=["--disk-cache-dir", disk]
+        )
     return promptcache_engine_factory(mode or "automatic")
 
 

@@ -31,6 +31,7 @@ from promptcache.ledger.store import Store
 from promptcache.misses.attribution import common_run
 from promptcache.misses.cause import Observation
 from promptcache.misses.digest_chain import DigestChain
+from promptcache.misses.lineage import best_match
 
 GROUPS = ("provider", "model", "prefix_hash", "day", "hour", "api", "miss_cause")
 
@@ -46,6 +47,21 @@ def count(store: Store) -> int:
     cur = store.cursor()
     cur.execute("SELECT COUNT(*) FROM requests")
     return int(cur.fetchone()[0])
+
+
+def usage_coverage(store: Store, since: Any = None) -> tuple[int, int, int]:
+    """``(calls, calls whose response carried no usage, calls whose caching was reported)``
+    since ``since`` (the calls a hit rate covers are the last)."""
+    d = store.dialect
+    where, params = range_where("ts", parse_since(since), None, d.param)
+    cur = store.cursor()
+    cur.execute(
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN flags LIKE '%usage_unknown%' THEN 1 ELSE 0 "
+        f"END), 0), COALESCE(SUM(cache_reported), 0) FROM requests {where}",
+        params,
+    )
+    n, unknown, reported = cur.fetchone()
+    return int(n), int(unknown), int(reported)
 
 
 # -- summaries -----------------------------------------------------------------------
@@ -376,8 +392,9 @@ def predecessor(
 def _best_predecessor(
     store: Store, chain: DigestChain, model: str, before: float | None, lineage: str | None
 ) -> tuple[tuple[int, float, Any, dict[str, Any]], bool] | None:
-    """Among the latest candidates: the latest of ``lineage`` (with True), else the one
-    sharing the longest common run of segment digests (with False); None if none shares any."""
+    """Among the latest candidates: the latest of ``lineage`` (with True), else the best by
+    shared prefix (:func:`promptcache.misses.lineage.best_match`, with whether it is the same
+    conversation); None if none shares any."""
     d = store.dialect
     now = time.time() if before is None else float(before)
     cur = store.cursor()
@@ -387,8 +404,7 @@ def _best_predecessor(
         f"{int(PREDECESSOR_CANDIDATES)}",
         (now - PREDECESSOR_WINDOW_S, now, model),
     )
-    mine = chain.digests()
-    best: tuple[int, float, Any, dict[str, Any]] | None = None
+    rows: list[tuple[list[str], float, dict[str, Any], dict[str, Any]]] = []
     for values in cur.fetchall():  # newest first
         row = dict(zip(_PRED_COLS, values))
         try:
@@ -396,9 +412,11 @@ def _best_predecessor(
             digests = [seg[1] for seg in data["segments"]]
         except (ValueError, KeyError, TypeError, IndexError):
             continue
-        run = common_run(mine, digests)
         if lineage is not None and row["lineage"] == lineage:
-            return (run, float(row["ts"]), data, row), True
-        if run and (best is None or run > best[0]):
-            best = (run, float(row["ts"]), data, row)
-    return None if best is None else (best, False)
+            return (common_run(chain.digests(), digests), float(row["ts"]), data, row), True
+        rows.append((digests, float(row["ts"]), data, row))
+    found = best_match(chain.digests(), ((r[0], r[1]) for r in rows))
+    if found is None:
+        return None
+    i, how = found
+    return (how.run, rows[i][1], rows[i][2], rows[i][3]), how.related

@@ -53,7 +53,7 @@ from promptcache.ledger.store import ENV_VAR, LedgerError, Store, default_path
 from promptcache.misses.attribution import Attributed, Attributor, api_of_request
 from promptcache.misses.cause import Observation
 from promptcache.misses.digest_chain import APIS, DigestChain
-from promptcache.providers.usage_record import Usage
+from promptcache.providers.usage_record import USAGE_UNKNOWN, Usage
 
 __all__ = [
     "Tracker",
@@ -173,6 +173,7 @@ class Tracker:
         lineage: str | None = None,
         rules: Any = None,
         attributed: Attributed | None = None,
+        cache_note: str | None = None,
     ) -> tuple[Any, ...]:
         if not isinstance(usage, Usage):
             raise TypeError(
@@ -183,7 +184,14 @@ class Tracker:
         ts = time.time() if ts is None else float(ts)
         if attributed is None and request is not None:
             attributed = self.attribute(
-                request, usage, ts=ts, api=api, model=model, lineage=lineage, rules=rules
+                request,
+                usage,
+                ts=ts,
+                api=api,
+                model=model,
+                lineage=lineage,
+                rules=rules,
+                cache_note=cache_note,
             )
         return build_row(
             usage,
@@ -218,9 +226,15 @@ class Tracker:
 
         Miss attribution (:mod:`promptcache.misses.cause`): ``request`` (the request body as
         sent, a JSON object; reduced to its digest chain, never stored as text unless
-        ``store_prompts``), ``lineage`` (the key of the conversation it belongs to;
-        default ``"<provider>:<model>"``), ``rules`` (a
-        :class:`~promptcache.limits.CacheLimits` to apply instead of the model's row).
+        ``store_prompts``), ``lineage`` (the key of the conversation it belongs to; default:
+        the predecessor is found by shared prefix among the recent requests of the same
+        provider and model, :mod:`promptcache.misses.lineage`), ``rules`` (a
+        :class:`~promptcache.limits.CacheLimits` to apply instead of the model's row),
+        ``cache_note`` (the serving engine's note on why it cached nothing, e.g. the local
+        engine's ``X-Promptcache-Cache-Note`` header).
+
+        A ``usage`` flagged :data:`~promptcache.providers.usage_record.USAGE_UNKNOWN` (the
+        response carried no usage) is stored without a cost and without a cause.
         """
         row = self._row(usage, **fields)
         self.store.insert([row])
@@ -253,20 +267,23 @@ class Tracker:
         model: str | None = None,
         lineage: str | None = None,
         rules: Any = None,
+        cache_note: str | None = None,
     ) -> Attributed:
         """The miss attribution :meth:`record` stores for ``request`` (see there); this
-        request becomes the lineage's latest in this process."""
+        request becomes a candidate predecessor in this process."""
         model = model or usage.model
+        if usage.model != model:
+            usage = usage.replace(model=model)
         chain_api = api if api in APIS else api_of_request(request)
-        key = lineage or f"{usage.provider or ''}:{model or ''}"
         return self.attributor.attribute(
             request,
             chain_api,
             usage,
             time.time() if ts is None else float(ts),
-            lineage=key,
+            lineage=lineage,
             rules=rules,
-            fallback=lambda chain: self.predecessor(chain, model=model, before=ts, lineage=key),
+            fallback=lambda chain: self.predecessor(chain, model=model, before=ts, lineage=lineage),
+            note=cache_note,
         )
 
     def predecessor(
@@ -301,6 +318,11 @@ class Tracker:
     def count(self) -> int:
         """Number of stored requests."""
         return queries.count(self.store)
+
+    def usage_coverage(self, since: Any = None) -> tuple[int, int, int]:
+        """``(requests, requests recorded with usage unknown, requests whose caching was
+        reported)`` since ``since`` -- the last is what a hit rate covers."""
+        return queries.usage_coverage(self.store, since)
 
     def summary(self, by: str | None = "provider", since: Any = None, until: Any = None) -> Summary:
         """Aggregate the ledger. ``by``: ``"provider"``, ``"model"``, ``"prefix_hash"``,
@@ -349,6 +371,8 @@ def _priced(
     is known (the request is stored unpriced and one warning says so)."""
     if cost is not None:
         return pusd(cost.total), pusd(cost.baseline), price_json(cost.price)
+    if USAGE_UNKNOWN in usage.flags:  # no counts: the cost is unknown, not zero
+        return None, None, None
     try:
         cost_p, base_p, used = cost_pico(usage, model=model, price=price)
     except PromptCacheError as e:  # unknown price: stored unpriced, not an error

@@ -20,7 +20,17 @@ cause                  meaning
                        (eviction, lookback window)
 ``provider_unknown``   identical prefix within the TTL and still a miss: the provider's
                        doing (routing, eviction), not the caller's
+``unknown``            the request itself is not known (an imported transcript has only
+                       usage and time) and the read fell short for no reason that can
+                       be told (:mod:`promptcache.transcripts.causes`)
 =====================  =============================================================
+
+Expected growth is not a miss: when the first difference from the previous request lies in
+this request's *newest turn* -- the messages after its last assistant message (the new
+question, the tool results) -- everything before it matched, and the request is a ``hit``
+with new content if it read the shared prefix (for explicit-marker providers: up to the
+previous request's last breakpoint before the difference). Only a short read then makes it
+a miss, for the reasons below (``ttl_expired``, ``partial``, ...), never ``prefix_changed``.
 
 The cause is None when the provider did not report caching at all (unknown is not a miss).
 
@@ -44,7 +54,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from promptcache.limits import OPENAI_TTL_SECONDS, CacheLimits, cache_limits
@@ -72,6 +82,7 @@ CAUSES = (
     "breakpoint_moved",
     "partial",
     "provider_unknown",
+    "unknown",
 )
 #: The causes that are misses (everything but ``hit``).
 MISS_CAUSES = CAUSES[1:]
@@ -239,6 +250,8 @@ class _Compared:
     where: dict[str, Any]
     cached_end: int
     cached_tokens: int
+    #: the path where this request's newest turn brings new content (expected growth)
+    new_content: str | None = None
 
     def result(self, read: int, cause: str, detail: str, **kw: Any) -> Attribution:
         """The :class:`Attribution` of ``cause``: only ``prefix_changed`` carries the path and
@@ -259,7 +272,7 @@ def _compare(
             not related
             and diff is not None
             and diff.segment < len(cur.chain.segments)
-            and cur.chain.segments[diff.segment].kind == "messages"
+            and cur.chain.segments[diff.segment].kind in ("messages", "system")
         ):
             prev, diff = None, None  # another conversation with the same head
         else:
@@ -311,7 +324,10 @@ def attribute(
             provider, the chain's API and the model).
         related: False when ``prev`` is not of the same lineage but only the most similar
             recent request (another conversation sharing the head): a difference in the
-            messages then starts a new lineage (``cold``) instead of a ``prefix_changed``.
+            system prompt or the messages then starts a new lineage (``cold``, or ``hit``
+            on what it did read) instead of a ``prefix_changed`` -- system prompts are often
+            per tenant or per user; a difference in the tools or routing settings is still
+            a ``prefix_changed``.
 
     Only ``prefix_changed`` carries ``path`` and the offsets; the other causes leave them
     None (a difference after the cached part is not why the request missed).
@@ -323,11 +339,58 @@ def attribute(
     if not u.cache_reported:
         return Attribution(None, detail="the provider did not report cached tokens")
     rules = rules or rules_for(u.provider, cur.chain.api, u.model)
-    c = _compare(cur, prev, rules, related)
+    c = _growth(cur, _compare(cur, prev, rules, related), rules)
     return (
         _as_hit_or_changed(cur, c, rules)
         or _as_uncached(cur, c, rules)
         or _as_lost_entry(cur, c, rules)
+    )
+
+
+#: Roles and item types that end a turn: what follows them is the next turn's new content.
+_ANSWER_ROLES = frozenset({"assistant", "model"})
+_ANSWER_TYPES = frozenset({"function_call", "reasoning", "custom_tool_call"})
+
+
+def newest_turn_start(chain: DigestChain) -> int | None:
+    """Index of the first segment of the request's newest turn: the message segments after
+    its last assistant message (or all its message segments when it has none); None when
+    the chain has no message segments, or was read back without its values."""
+    if len(chain.raws) != len(chain.segments):
+        return None
+    start: int | None = None
+    for i, (seg, raw) in enumerate(zip(chain.segments, chain.raws)):
+        if seg.kind != "messages":
+            continue
+        item = raw if isinstance(raw, dict) else {}
+        if item.get("role") in _ANSWER_ROLES or item.get("type") in _ANSWER_TYPES:
+            start = None
+        elif start is None:
+            start = i
+    return start
+
+
+def _growth(cur: Observation, c: _Compared, rules: CacheLimits) -> _Compared:
+    """``c`` with what was cached cut at the first difference when that difference lies in
+    ``cur``'s newest turn (expected growth: the shared prefix is what could be read)."""
+    diff, prev = c.diff, c.prev
+    if diff is None or prev is None or diff.kind in ("truncated", "removed"):
+        return c
+    start = newest_turn_start(cur.chain)
+    if start is None or diff.segment < start or diff.offset_chars >= c.cached_end:
+        return c
+    if _needs_markers(prev.chain) or prev.chain.automatic:
+        ends = [b.end for b in prev.chain.breakpoints if b.end <= diff.offset_chars]
+        end = ends[-1] if ends else 0
+        tokens = _tokens(cur, end)
+    else:
+        end, tokens = diff.offset_chars, _floor(_tokens(cur, diff.offset_chars), rules)
+    return replace(
+        c,
+        where={},
+        cached_end=end,
+        cached_tokens=min(c.cached_tokens, tokens),
+        new_content=diff.path,
     )
 
 
@@ -351,6 +414,13 @@ def _as_hit_or_changed(cur: Observation, c: _Compared, rules: CacheLimits) -> At
                 )
             return c.result(read, "hit", f"read {read} tokens")
         if read + max(rules.increment, 0) >= expected and read > 0:
+            if c.new_content is not None:
+                return c.result(
+                    read,
+                    "hit",
+                    f"read {read} tokens, the prefix shared with the previous request; the "
+                    f"rest is new content of the newest turn (from {c.new_content})",
+                )
             return c.result(read, "hit", f"read {read} of the {expected} cached tokens")
         if read > 0 and rules.provider == "gemini":
             # Gemini's implicit cache documents no hit granularity: a read is a hit

@@ -19,6 +19,8 @@ __all__ = [
     "Usage",
     "CACHE_NOT_REPORTED",
     "WRITE_TTL_ASSUMED",
+    "USAGE_UNKNOWN",
+    "unknown_usage",
     "read_count",
     "subpart",
     "check_part",
@@ -28,6 +30,10 @@ __all__ = [
 CACHE_NOT_REPORTED = "cache_not_reported"
 #: Flag set when writes were reported without a TTL split and the provider default was used.
 WRITE_TTL_ASSUMED = "write_ttl_assumed"
+#: Flag set on the :class:`Usage` of a call whose response carried no usage at all (a stream
+#: without ``stream_options.include_usage``, a provider that omitted it): every count is
+#: unknown (stored as 0, never priced, left out of hit rates).
+USAGE_UNKNOWN = "usage_unknown"
 
 
 @dataclass(frozen=True)
@@ -230,3 +236,15 @@ def check_part(part: int, whole: int, part_name: str, whole_name: str) -> None:
         raise UsageError(
             f"inconsistent usage: {part_name}={part} is more than {whole_name}={whole}"
         )
+
+
+def unknown_usage(provider: str | None = None, model: str | None = None) -> Usage:
+    """The :class:`Usage` of a call whose response reported no usage: no counts, caching
+    not reported, flagged :data:`USAGE_UNKNOWN` (so the ledger records the call without a
+    cost or a cause, and reports count it apart)."""
+    return Usage(
+        cache_reported=False,
+        provider=provider,
+        model=model,
+        flags=(CACHE_NOT_REPORTED, USAGE_UNKNOWN),
+    )

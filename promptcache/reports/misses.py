@@ -62,9 +62,9 @@ def miss_report(tracker: Any, since: Any = None, *, top: int = 10) -> MissReport
     by_cause = sorted(per.values(), key=lambda c: order.get(c["cause"], len(order)))
     offenders = [g for g in groups if g["cause"] in MISS_CAUSES and g["missed_tokens"] > 0]
     return MissReport(
-        by_cause=[c for c in by_cause if c["cause"] != "hit"],
+        by_cause=[c for c in by_cause if c["cause"] in MISS_CAUSES],  # a hit is not a miss
         offenders=offenders[:top],
-        attributed=sum(c["requests"] for c in by_cause),
+        attributed=sum(g["requests"] for g in groups),
         hits=per.get("hit"),
     )
 

@@ -1,7 +1,11 @@
 """``promptcache report``: summarize the ledger as a terminal table, JSON, or an HTML page.
 
 ``promptcache report [--db PATH] [--since 7d] [--by model] [--json] [--html report.html]
-[--prices FILE]``
+[--prices FILE] [--serve [--port 8789]]``
+
+``--serve`` serves the live view instead (:mod:`promptcache.reports.live`): a page that
+follows the ledger as calls arrive (hit rate and cost over time, misses by cause, the top
+offending paths, a drill-down per call), the same page the proxy serves at ``/_promptcache/``.
 
 The table has one row per group (provider, model, prefix hash, day, hour or API) with
 requests, prompt tokens, cache-read and cache-write tokens, the token-weighted hit rate
@@ -23,6 +27,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from promptcache.errors import PromptCacheError
@@ -30,6 +35,7 @@ from promptcache.ledger.pricing import read_prices
 from promptcache.ledger.summary_table import format_table, money, prefix_label, unpriced_note
 from promptcache.ledger.tracker import LedgerError, Tracker, default_path, parse_since
 from promptcache.misses.cause import MISS_CAUSES
+from promptcache.reports import calls
 from promptcache.reports.html import write_html
 from promptcache.reports.misses import format_misses, guard_failures, miss_report, misses_json
 from promptcache.reports.reprice import repriced_summary
@@ -71,6 +77,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--html", metavar="FILE", help="also write an HTML report to FILE (grouped by --by too)"
     )
     parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the live view (updates as calls arrive) on http://127.0.0.1:8789/ "
+        "until Ctrl-C; needs the [proxy] extra",
+    )
+    parser.add_argument("--port", type=int, default=8789, help="port of --serve (default 8789)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address of --serve (default 127.0.0.1: this machine only)",
+    )
+    parser.add_argument(
         "--prices",
         metavar="FILE",
         default=None,
@@ -93,6 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CAUSE[,CAUSE]",
         help="exit 1 when any request missed with one of these causes: " + ", ".join(MISS_CAUSES),
     )
+    calls.add_arguments(parser)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = PRICES_HELP
 
@@ -171,6 +190,33 @@ def _check_writable(path: str) -> str | None:
     return None
 
 
+def _serve(args: argparse.Namespace, db: str, fail: Callable[[str], int]) -> int:
+    """``--serve``: the live view over ``db`` (created empty when missing: it fills as a
+    proxy or a wrapped client records into it)."""
+    import importlib.util
+
+    from promptcache.reports.live import NEEDS, serve
+
+    if any(importlib.util.find_spec(m) is None for m in ("starlette", "uvicorn")):
+        return fail(NEEDS)
+    if not 0 <= args.port <= 65535:
+        return fail(f"--port {args.port}: use 0..65535")
+    try:
+        tracker = Tracker(db)
+    except LedgerError as e:
+        return fail(str(e))
+    print(
+        f"promptcache report: live view of {tracker.location} on "
+        f"http://{args.host}:{args.port}/ (Ctrl-C to stop)",
+        file=sys.stderr,
+    )
+    try:
+        serve(tracker, host=args.host, port=args.port)
+    finally:
+        tracker.close()
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the report; exit 0, or 2 with one line on a bad argument, ledger, prices file
     or output path (checked before anything is printed)."""
@@ -197,6 +243,8 @@ def run(args: argparse.Namespace) -> int:
         except PromptCacheError as e:
             return fail(str(e))
     db = args.db or default_path()
+    if getattr(args, "serve", False):
+        return _serve(args, db, fail)
     if "://" not in db and not os.path.exists(db):
         return fail(
             f"no ledger at {db}; record some calls with promptcache.wrap(client) first, "
@@ -204,6 +252,8 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         tracker = Tracker(db)
+        if getattr(args, "calls", False):
+            return _list_calls(tracker, args)
         if table is None:
 
             def summarize(by: str | None) -> list[Any]:
@@ -221,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(e))
     total = overall[0] if overall else None
     misses = miss_report(tracker, since=args.since)
+    coverage = tracker.usage_coverage(since=args.since)
     if args.json:
         doc = (
             summary_json(rows, args.by, total)
@@ -228,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
             else {"by": args.by, "rows": [], "total": None}
         )
         doc["misses"] = misses_json(misses)
+        doc["usage"] = calls.coverage_json(*coverage)
         print(json.dumps(doc, indent=2))
     elif total is None:
         print(
@@ -236,6 +288,9 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(format_table(rows, args.by, total))
+        note = calls.coverage_note(*coverage)
+        if note:
+            print(note)
         section = format_misses(misses)
         if section:
             print(section)
@@ -255,3 +310,17 @@ def run(args: argparse.Namespace) -> int:
     for line in failed:
         print(f"promptcache report: FAIL: {line}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _list_calls(tracker: Tracker, args: argparse.Namespace) -> int:
+    """``--calls``: one line (or JSON object) per call, oldest first."""
+    records = tracker.records(since=args.since, limit=args.limit)
+    if args.json:
+        print(json.dumps([calls.call_row(r) for r in records], indent=2))
+    else:
+        print(calls.format_calls(records))
+        note = calls.coverage_note(*tracker.usage_coverage(since=args.since))
+        if note:
+            print(note)
+    tracker.close()
+    return 0

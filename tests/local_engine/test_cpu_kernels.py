@@ -1,19 +1,23 @@
 """The engine's C++ CPU kernels (``local_engine/ops/cpu``) against their torch references.
 
 - Packing: the panel layouts by their index formulas (no build needed).
+- Every build this CPU runs (the ``isa`` fixture: its own and, on an AVX-512 CPU, the AVX2
+  build forced by ``PROMPTCACHE_CPU_ISA=avx2``, which is what AVX2-only machines run).
 - Linears (skipped where the kernels are not built): float32 against a float64 ``F.linear``
   (relative 1e-5 of the row maximum: the same products, another summation order); bfloat16
   against float64 over the bfloat16-rounded input and weight (relative 1e-5: the products are
-  exact in float32 and the kernel accumulates in float32); int8 against fbgemm's dynamic
-  linear called one row at a time, bit for bit (the kernel quantizes each row with fbgemm's
-  parameters and rounding and sums exactly in int32). Odd shapes (``in`` not a multiple of 4 or 16,
-  ``out`` not a multiple of 32, one row, more rows than a register block), 1 and 2 threads;
-  a call large enough to be split over two threads equals the one-thread result.
+  exact in float32 and the kernel accumulates in float32); int8 bit for bit against fbgemm's
+  arithmetic with 8-bit activations one row at a time, emulated in torch (ATen's parameter
+  choice, the fma rounding, exact integer sums), itself checked bit for bit against fbgemm's
+  dynamic linear where fbgemm sums exactly (VNNI). Odd shapes (``in`` not a multiple of 4 or
+  16, ``out`` not a multiple of 32, one row, more rows than a register block), 1 and 2
+  threads; a call large enough to be split over two threads equals the one-thread result.
 - The fused decoder layer against the module-by-module torch path on a small random Llama:
   batch-1 decode over a context spread over non-contiguous blocks, a batched decode of three
   sequences, a 5-token verification step over a cached prefix; outputs and the KV written.
 - The real SmolLM2 engine with the kernels on and off: greedy float32 tokens identical on chat
-  prompts except at a detected near-tie, decode-step logits within 1e-4 of the row maximum.
+  prompts except at a detected near-tie, decode-step logits within 1e-4 of the row maximum
+  (the process's build: run the file with ``PROMPTCACHE_CPU_ISA=avx2`` for the AVX2 one).
 - The fallback: ``PROMPTCACHE_CPU_KERNELS=0`` and a failing compiler each log one line and
   leave the torch path (fresh processes).
 """
@@ -37,6 +41,22 @@ from .test_model_vs_hf import PROMPTS, _engine_prefill_logits
 
 SHAPES = [(80, 48), (33, 17), (96, 577), (1, 5), (64, 130)]  # (out, in)
 ROWS = [1, 5, 13, 37]
+
+
+def _isas():
+    """The builds this CPU runs: its own and, on an AVX-512 CPU, the forced AVX2 one
+    (``PROMPTCACHE_CPU_ISA=avx2``, what AVX2-only machines run)."""
+    native = cpu.native_isa()
+    if native is None:
+        return ["native"]  # the kernel tests skip
+    return [native, "avx2"] if native == "avx512" else [native]
+
+
+@pytest.fixture(params=_isas())
+def isa(request, monkeypatch):
+    """Runs the test on each build of :func:`_isas` (each built once per kernel cache)."""
+    monkeypatch.setenv(cpu.ENV_ISA, request.param)
+    return request.param
 
 
 def _need(kind):
@@ -76,7 +96,7 @@ def test_pack_layouts_by_formula():
 
 @pytest.mark.parametrize("out_in", SHAPES)
 @pytest.mark.parametrize("rows", ROWS)
-def test_linear_f32_matches_float64(out_in, rows, threads):
+def test_linear_f32_matches_float64(out_in, rows, threads, isa):
     mod = _need("float32")
     n, k = out_in
     g = torch.Generator().manual_seed(n * k + rows)
@@ -87,7 +107,7 @@ def test_linear_f32_matches_float64(out_in, rows, threads):
     assert ((y.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5
 
 
-def test_linear_f32_strided_rows():
+def test_linear_f32_strided_rows(isa):
     """A view whose rows are strided (a slice of a wider tensor) reads the right elements."""
     mod = _need("float32")
     g = torch.Generator().manual_seed(3)
@@ -100,7 +120,7 @@ def test_linear_f32_strided_rows():
 
 @pytest.mark.parametrize("out_in", SHAPES)
 @pytest.mark.parametrize("rows", ROWS)
-def test_linear_bf16_matches_rounded_float64(out_in, rows, threads):
+def test_linear_bf16_matches_rounded_float64(out_in, rows, threads, isa):
     mod = _need("bfloat16")
     n, k = out_in
     g = torch.Generator().manual_seed(n + k + rows)
@@ -121,21 +141,53 @@ def _fbgemm_rows(x, q, scale):
         )
 
 
-@pytest.mark.parametrize("out_in", SHAPES)
-@pytest.mark.parametrize("rows", ROWS)
-def test_linear_int8_is_fbgemm_per_row(out_in, rows, threads):
+def _fbgemm_arithmetic_rows(x, q, scale):
+    """fbgemm's dynamic linear with 8-bit activations, one row at a time, in torch: the row's
+    uint8 parameters from ATen's ChooseQuantizationParams (``torch._choose_qparams_per_tensor``),
+    ``nearbyint(fma(x, 1 / scale, zp))`` clamped to [0, 255] (the fma emulated in float64,
+    where ``x * (1 / scale)`` is exact), exact integer sums, then ``(acc - zp * wsum) * (sx *
+    sw)`` in float32. What fbgemm computes on a VNNI CPU; on AVX2 alone fbgemm saturates at 8
+    bits, so this is the reference there."""
+    out = []
+    wsum = q.sum(1, dtype=torch.int64)
+    for row in x:
+        sx, zp = torch._choose_qparams_per_tensor(row, False)
+        inv = torch.tensor(1.0 / sx, dtype=torch.float64).float().double()
+        t = (row.double() * inv + zp).float()  # one rounding to float32, as fma
+        xq = torch.round(t).clamp(0, 255).long()
+        acc = (xq[None, :] * q.long()).sum(1) - zp * wsum
+        s = torch.tensor(sx, dtype=torch.float64).float() * scale.float()
+        out.append(acc.float() * s)
+    return torch.stack(out)
+
+
+def test_fbgemm_arithmetic_reference_is_fbgemm():
+    """The torch emulation above is fbgemm's linear_dynamic (8-bit activations) bit for bit,
+    where fbgemm runs exact VNNI sums."""
     from local_engine.models.linear import int8_reduce_range, quantize_int8
 
-    mod = _need("int8")
     if int8_reduce_range():
-        pytest.skip("no VNNI: fbgemm uses 7-bit activations here")
+        pytest.skip("fbgemm here saturates at 8 bits (no VNNI, or held to AVX2)")
+    g = torch.Generator().manual_seed(4)
+    w, x = torch.randn(96, 577, generator=g), torch.randn(13, 577, generator=g) * 3
+    x[0, 0] = 40.0
+    q, scale = quantize_int8(w)
+    assert torch.equal(_fbgemm_arithmetic_rows(x, q, scale), _fbgemm_rows(x, q, scale))
+
+
+@pytest.mark.parametrize("out_in", SHAPES)
+@pytest.mark.parametrize("rows", ROWS)
+def test_linear_int8_is_fbgemm_per_row(out_in, rows, threads, isa):
+    from local_engine.models.linear import quantize_int8
+
+    mod = _need("int8")
     n, k = out_in
     g = torch.Generator().manual_seed(7 * n + k + rows)
     w, x = torch.randn(n, k, generator=g), torch.randn(rows, k, generator=g) * 3
     x[0, 0] = 40.0  # an outlier row: its own scale must not leak into the others
     q, scale = quantize_int8(w)
     y = mod.linear_int8(x, *cpu.pack_int8(q, scale), n)
-    _assert_fbgemm_equal(y, _fbgemm_rows(x, q, scale))
+    _assert_fbgemm_equal(y, _fbgemm_arithmetic_rows(x, q, scale))
 
 
 def _assert_fbgemm_equal(y, ref):
@@ -145,7 +197,7 @@ def _assert_fbgemm_equal(y, ref):
 
 
 @pytest.mark.parametrize("kind", ["float32", "bfloat16", "int8"])
-def test_large_call_splits_across_threads_identically(kind):
+def test_large_call_splits_across_threads_identically(kind, isa):
     """A call big enough to be split over threads (~2 ms of work: 320 rows) gives, column for
     column, the 1-thread result (each panel is computed by the same code whichever thread
     runs it), which matches the reference."""
@@ -162,7 +214,7 @@ def test_large_call_splits_across_threads_identically(kind):
         call = mod.linear_bf16
     else:
         q, scale = quantize_int8(w)
-        args, ref = (*cpu.pack_int8(q, scale), 1000), _fbgemm_rows(x, q, scale).double()
+        args, ref = (*cpu.pack_int8(q, scale), 1000), _fbgemm_arithmetic_rows(x, q, scale).double()
         call = mod.linear_int8
     before = torch.get_num_threads()
     try:
@@ -179,7 +231,7 @@ def test_large_call_splits_across_threads_identically(kind):
         assert ((two.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5
 
 
-def test_linear_module_uses_kernels_by_rows():
+def test_linear_module_uses_kernels_by_rows(isa):
     """Linear picks the kernel for the rows it covers and the torch path above that; both
     agree with F.linear on the module's own weight."""
     from local_engine.models.linear import BF16_KERNEL_ROWS, Linear
@@ -319,10 +371,8 @@ def _step(seqs, bs):
 
 
 @pytest.mark.parametrize("weight_dtype", ["float32", "bfloat16", "int8"])
-def test_fused_layer_matches_torch_path(weight_dtype, threads):
+def test_fused_layer_matches_torch_path(weight_dtype, threads, isa):
     _need("float32")
-    if not (cpu.isa() or "").startswith("avx512"):
-        pytest.skip("the fused layer needs AVX-512")
     model = _tiny_model(weight_dtype)
     assert model.layers[0].fused_op() is not None
     # float32 and bf16: the same roundings up to summation order and exp; int8 also requantizes
@@ -346,16 +396,17 @@ def test_fused_layer_matches_torch_path(weight_dtype, threads):
             assert ((vf - vr).abs().max() / vr.abs().max()).item() < max(tol, 1e-5), name
 
 
-def test_fused_layer_declines_what_it_does_not_cover():
+def test_fused_layer_declines_what_it_does_not_cover(isa):
     _need("float32")
-    if not (cpu.isa() or "").startswith("avx512"):
-        pytest.skip("the fused layer needs AVX-512")
     model = _tiny_model("int8")
     op = model.layers[0].fused_op()
     x = torch.randn(3, 64)
     kv = (torch.zeros(4, 16, 2, 16), torch.zeros(4, 16, 2, 16))
     assert op.applies(x, None, kv, None) and op.applies(x, None, kv, "torch")
-    assert not op.applies(torch.randn(17, 64), None, kv, None)  # int8 kernel covers 16 rows
+    # the int8 kernel's rows: 16 with AVX512-VNNI, 4 on AVX2 (models/linear.py)
+    limit = 16 if (cpu.isa() or "").startswith("avx512") and "vnni" in cpu.isa() else 4
+    assert op.max_rows == limit and op.applies(torch.randn(limit, 64), None, kv, None)
+    assert not op.applies(torch.randn(limit + 1, 64), None, kv, None)
     f32 = _tiny_model("float32").layers[0].fused_op()
     assert f32.applies(torch.randn(64, 64), None, kv, None)  # float32: up to MAX_ROWS = 64
     assert not f32.applies(torch.randn(65, 64), None, kv, None)
@@ -400,9 +451,7 @@ def test_engine_greedy_tokens_kernels_on_vs_off(engine, torch_path_engine):
         pytest.skip("kernels not built")
     layer0 = engine.runner.model.layers[0]
     assert layer0.self_attn.qkv_proj.format == "panels"
-    # the one-call fused layer is built for AVX-512 only; AVX2 runs the per-linear kernels
-    fused = (cpu.isa() or "").startswith("avx512")
-    assert (layer0.fused_op() is not None) == fused
+    assert layer0.fused_op() is not None  # every build (AVX-512, AVX2) has the one-call layer
     assert torch_path_engine.runner.model.layers[0].self_attn.qkv_proj.format != "panels"
     tok = engine.tokenizer
     p = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
@@ -463,4 +512,32 @@ def test_fallback_when_the_build_fails(tmp_path):
     """A compiler that fails (``CXX=false``) into an empty cache folder: one warning, torch path."""
     out = _probe({cpu.ENV_DIR: str(tmp_path), "CXX": "false"})
     assert "CPU kernels: build failed" in out and "using the torch path" in out
+    assert "kernels None" in out and "format dense" in out
+
+
+def test_isa_selection_by_env(monkeypatch):
+    """``PROMPTCACHE_CPU_ISA``: unset or ``native`` is the CPU's own build; ``avx2`` where the
+    CPU has AVX2 + FMA; an unknown value or one the CPU cannot run turns the kernels off with
+    the reason."""
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: ("avx2", "fma"))  # an AVX2-only CPU
+    for value, want in (("", "avx2"), ("native", "avx2"), ("avx2", "avx2")):
+        monkeypatch.setenv(cpu.ENV_ISA, value)
+        assert cpu.selected_isa() == (want, None), value
+    monkeypatch.setenv(cpu.ENV_ISA, "avx512")
+    isa, reason = cpu.selected_isa()
+    assert isa is None and "lacks avx512f" in reason
+    monkeypatch.setenv(cpu.ENV_ISA, "sse")
+    assert cpu.selected_isa()[0] is None and "not one of" in cpu.disabled_reason()
+    flags512 = ("avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl", "fma")
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: flags512)
+    monkeypatch.setenv(cpu.ENV_ISA, "avx2")
+    assert cpu.selected_isa() == ("avx2", None)
+    # the forced AVX2 build on an AVX-512 CPU compiles for x86-64-v3, not for this CPU's -march
+    assert "-march=x86-64-v3" in cpu.isa_flags("avx2")
+    assert cpu.isa_flags("avx512") == ("-march=native",)
+
+
+def test_fallback_when_the_isa_env_is_unknown():
+    out = _probe({cpu.ENV_ISA: "sse"})
+    assert "CPU kernels: off (PROMPTCACHE_CPU_ISA='sse' is not one of" in out
     assert "kernels None" in out and "format dense" in out

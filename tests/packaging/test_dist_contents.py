@@ -35,7 +35,7 @@ def test_wheel_holds_exactly_the_tracked_runtime_files(dist):
     for rel in (
         "local_engine/attention/csrc/decode_1b.cu",
         "local_engine/attention/csrc/decode_1b.cuh",
-        "local_engine/ops/cpu/linear.cpp",
+        "local_engine/ops/cpu/kernels.h",
         "promptcache/data/prices.toml",
         "promptcache/py.typed",
         "linters/py.typed",

@@ -8,7 +8,7 @@ a small batched decode, a speculative verification: at most :data:`MAX_ROWS`) th
 the block tables, o_proj, RMSNorm + residual, gate_up, SiLU-and-multiply, down) is one call
 here, over the linears' C++ kernels (:mod:`local_engine.models.linear`).
 
-It applies when the kernels are built (AVX-512), every linear of the layer runs a C++ kernel
+It applies when the kernels are built (AVX-512 or AVX2), every linear of the layer runs a C++ kernel
 for that many rows, activations and the KV cache are float32 (not quantized), the tensors are
 on the CPU and the attention backend is ``"torch"`` or automatic; otherwise the caller runs
 the module-by-module path. Arithmetic: the torch path's (``ops/torch_ops.py``,

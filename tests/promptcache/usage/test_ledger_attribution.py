@@ -149,12 +149,14 @@ def test_session_keys_keep_conversations_apart(tmp_path) -> None:
         t.record(u(3, 1500, 20), request=body(1, first="Hi"), api="messages", ts=1003, lineage=b)
         return [(r.miss_cause, r.miss_path) for r in t.records()]
 
-    # one lineage (the default: same model, same client): b's history is a rewrite of a's
-    one = two_conversations(Tracker(tmp_path / "one.db"), (None, None))
-    assert one[1] == ("prefix_changed", "$.messages[0].content[0].text")
     # session keys: a new conversation is cold, each continues its own
     apart = two_conversations(Tracker(tmp_path / "two.db"), ("a", "b"))
     assert apart == [("cold", None), ("cold", None), ("hit", None), ("hit", None)]
+    # without keys the predecessor is found by shared prefix (promptcache.misses.lineage):
+    # b's first request shares only the head with a's (another conversation: cold), and each
+    # later request continues the conversation it contains whole
+    found = two_conversations(Tracker(tmp_path / "one.db"), (None, None))
+    assert found == apart
 
 
 def test_migration_from_v4_keeps_every_record(tmp_path) -> None:
@@ -247,7 +249,8 @@ def test_postgres_attribution_and_migration(pg_url) -> None:
     t2 = Tracker(pg_url)  # a second process sees the first one's chains
     t2.record(u(3, 0, 1640), request=body(6, extra_tool=True), api="messages", ts=1_000_500.0)
     last = t2.records()[-1]
-    # the ledger's latest of the same lineage (provider:model) had the timestamp
-    assert (last.miss_cause, last.miss_path) == ("prefix_changed", "$.system[0].text")
+    # by shared prefix, the ledger's request without the timestamp (the 4th, at +30 s) is
+    # contained whole in this one: its conversation, 470 s ago, past the 5-minute TTL
+    assert (last.miss_cause, last.miss_path) == ("ttl_expired", None)
     check_played_pg = [(r.miss_cause, r.miss_path) for r in recs[1:]]
     assert check_played_pg == EXPECTED

@@ -105,7 +105,7 @@ def test_table_shows_causes_and_offenders_with_paths(db) -> None:
         "cold": ["1", "1,503", "1,503"],
         "prefix_changed": ["2", "3,166", "3,166"],
         "ttl_expired": ["1", "1,623", "1,623"],
-    }  # no "hit" row under "misses by cause"
+    }  # no "hit" row under "misses by cause" (issues 29 and 31)
     offenders = text[text.index("top offenders") :]
     assert re.search(
         r"prefix_changed\s+1\s+1,603\s+claude-sonnet-4-5\s+\$\.system\[0\]\.text", offenders

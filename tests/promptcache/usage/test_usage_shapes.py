@@ -306,6 +306,18 @@ def test_callback_records_provider_latency_and_call_id() -> None:
     assert fields["latency_ms"] == pytest.approx(850.0)
     assert fields["metadata"] == {"app": "t"}
     assert fields["request"]["tools"][0]["function"]["name"] == "f"
-    # function style, and an unreadable response is logged, never raised
+    # function style, and a response without usage is recorded with usage unknown
+    # (no call left out), never raised
     cb(kwargs, SimpleNamespace(), t0, t0)
-    assert len(tracker.calls) == 1
+    assert len(tracker.calls) == 2
+    unknown, _ = tracker.calls[1]
+    assert "usage_unknown" in unknown.flags and unknown.prompt_tokens == 0
+
+
+def test_litellm_keeps_one_callback_per_tracker() -> None:
+    """LiteLLM drops a custom logger whose class name and public scalar attributes equal
+    one it already has; two promptcache callbacks (two ledgers) must both be kept."""
+    litellm = pytest.importorskip("litellm")
+    key = litellm.logging_callback_manager._get_custom_logger_key
+    a, b = litellm_callback(FakeTracker()), litellm_callback(FakeTracker())
+    assert key(a) != key(b)

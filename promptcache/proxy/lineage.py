@@ -1,0 +1,203 @@
+"""Lineages of proxied traffic: which earlier request a request continues.
+
+A client that sends ``X-Promptcache-Session: KEY`` names its lineage (``session:KEY``). Without
+it, many conversations share one proxy (an agent's main loop, its subagents, title and
+summary calls), so the lineage is found by content, among the latest request of each known
+lineage for the same model:
+
+1. *continues*: the lineage whose digest chain shares the longest common leading run of
+   segment digests with this request's chain, provided the run reaches into the messages
+   (the conversation itself) or covers the whole earlier request (pure growth);
+2. *edited head*: else, the lineage whose first differing segment is a head segment (tools,
+   system prompt) that shares at least :data:`SIMILAR` of its 128-character blocks with this
+   request's (the same prompt with a timestamp inserted, a tool added): the request is that
+   conversation with its prefix changed, and the ledger says where;
+3. else a new lineage. A request that shares only the head with a known lineage is another
+   conversation with the same head; the ledger compares it with its most similar recent
+   request as such (``related=False`` in :func:`promptcache.misses.cause.attribute`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from promptcache.misses.attribution import api_of_request, common_run
+from promptcache.misses.digest_chain import APIS, DigestChain, build_chain
+
+__all__ = ["LineageIndex", "SIMILAR"]
+
+#: Share of a head segment's blocks that must be equal for an edited head to continue a
+#: lineage.
+SIMILAR = 0.5
+
+
+#: An edited head is looked for among this many most recent lineages of the model.
+RECENT_EDIT = 16
+
+
+@dataclass(frozen=True)
+class _Last:
+    model: str | None
+    digests: list[str]
+    kinds: list[str]
+    head_blocks: list[frozenset[str]]  # per head segment (the leading non-message ones)
+    prefixes: list[int]  # prefixes[k - 1]: a hash of digests[:k]
+
+
+def _prefix_hashes(digests: list[str]) -> list[int]:
+    out, h = [], 0
+    for d in digests:
+        h = hash((h, d))
+        out.append(h)
+    return out
+
+
+def _head_blocks(chain: DigestChain) -> list[frozenset[str]]:
+    out = []
+    for seg in chain.segments:
+        if seg.kind == "messages":
+            break
+        blocks: set[str] = set()
+        for atom in chain.atoms.get(seg.digest, ()):
+            blocks.update(atom.blocks or (atom.digest,))
+        out.append(frozenset(blocks))
+    return out
+
+
+def _similarity(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a or not b:
+        return 0.0
+    return len(a & b) / max(len(a), len(b))
+
+
+class LineageIndex:
+    """The latest digest list of each content-found lineage (bounded, least recently used
+    forgotten first), indexed by the hashes of its digest prefixes so that finding the
+    longest continued lineage costs one dictionary look-up per segment of the request.
+
+    Args:
+        max_lineages: lineages remembered.
+        prefix: the lineage keys' prefix (``proxy:<n>``).
+    """
+
+    def __init__(self, max_lineages: int = 256, prefix: str = "proxy") -> None:
+        self.max_lineages = max_lineages
+        self.prefix = prefix
+        self._last: OrderedDict[str, _Last] = OrderedDict()
+        # (model, hash of a digest prefix) -> lineages whose latest request starts with it
+        # (insertion order: most recent last); _full: ... whose latest request is exactly it
+        self._by_prefix: dict[tuple[str | None, int], dict[str, None]] = {}
+        self._full: dict[tuple[str | None, int], dict[str, None]] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        # the latest chain per model: unchanged segments of the next request reuse its
+        # digests (build_chain's ``previous``) instead of being serialized again
+        self._recent: dict[str | None, DigestChain] = {}
+
+    def assign(self, request: Mapping[str, Any], api: str, model: str | None) -> str:
+        """The lineage key of ``request`` (its chain API ``api``, ``model``); it becomes the
+        lineage's latest request. Raises nothing for a JSON object body."""
+        return self.assign_nearest(request, api, model)[0]
+
+    def assign_nearest(
+        self, request: Mapping[str, Any], api: str, model: str | None
+    ) -> tuple[str, str | None]:
+        """``(lineage key, nearest)``: the key as :meth:`assign` gives it, and -- when that is
+        a new lineage -- the known lineage whose latest request shares the longest leading
+        run of segments with this one (another conversation with the same head), else None.
+        The ledger compares a new lineage's first request with ``nearest``'s latest, in
+        memory, instead of searching its recent records."""
+        chain_api = api if api in APIS else api_of_request(request)
+        hint = self._recent.get(model)
+        chain = build_chain(
+            request,
+            chain_api,
+            previous=hint if hint is not None and hint.api == chain_api else None,
+        )
+        self._recent[model] = chain
+        if len(self._recent) > 64:
+            self._recent.pop(next(iter(self._recent)))
+        digests = chain.digests()
+        cur = _Last(
+            model,
+            digests,
+            [s.kind for s in chain.segments],
+            _head_blocks(chain),
+            _prefix_hashes(digests),
+        )
+        with self._lock:
+            nearest = None
+            key = self._continued(cur) or self._edited(cur)
+            if key is None:
+                key, nearest = f"{self.prefix}:{next(self._ids)}", self._nearest(cur)
+            self._forget(key)
+            self._remember(key, cur)
+            while len(self._last) > self.max_lineages:
+                self._forget(next(iter(self._last)))
+        return key, nearest
+
+    def _nearest(self, cur: _Last) -> str | None:
+        for h in reversed(cur.prefixes):
+            shared = self._by_prefix.get((cur.model, h))
+            if shared:
+                return next(reversed(shared))
+        return None
+
+    def _remember(self, key: str, last: _Last) -> None:
+        self._last[key] = last
+        for h in last.prefixes:
+            self._by_prefix.setdefault((last.model, h), {})[key] = None
+        if last.prefixes:
+            self._full.setdefault((last.model, last.prefixes[-1]), {})[key] = None
+
+    def _forget(self, key: str) -> None:
+        last = self._last.pop(key, None)
+        if last is None:
+            return
+        for index, hashes in ((self._by_prefix, last.prefixes), (self._full, last.prefixes[-1:])):
+            for h in hashes:
+                bucket = index.get((last.model, h))
+                if bucket is not None:
+                    bucket.pop(key, None)
+                    if not bucket:
+                        del index[(last.model, h)]
+
+    def _continued(self, cur: _Last) -> str | None:
+        """The most recent lineage with the longest shared run that reaches into the
+        messages, or whose latest request is a prefix of this one."""
+        first_message = next((i for i, k in enumerate(cur.kinds) if k == "messages"), None)
+        for k in range(len(cur.prefixes), 0, -1):
+            h = (cur.model, cur.prefixes[k - 1])
+            if first_message is not None and k > first_message:
+                shared = self._by_prefix.get(h)
+                if shared:
+                    return next(reversed(shared))
+            full = self._full.get(h)
+            if full:
+                return next(reversed(full))
+        return None
+
+    def _edited(self, cur: _Last) -> str | None:
+        """Among the most recent lineages of the model, the one whose first difference is
+        a head segment at least :data:`SIMILAR` alike."""
+        best_key, best = None, SIMILAR
+        seen = 0
+        for key in reversed(self._last):
+            prev = self._last[key]
+            if prev.model != cur.model:
+                continue
+            seen += 1
+            if seen > RECENT_EDIT:
+                break
+            run = common_run(prev.digests, cur.digests)
+            if run >= len(prev.head_blocks) or run >= len(cur.head_blocks):
+                continue  # the difference is not in the head
+            sim = _similarity(prev.head_blocks[run], cur.head_blocks[run])
+            if sim > best or (sim == best and best_key is None):
+                best_key, best = key, sim
+        return best_key
