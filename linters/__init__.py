@@ -7,7 +7,8 @@ Run it as ``promptcache lint PATH...`` (or ``python -m linters``), as the pre-co
     for finding in lint_source(open("app.py", "rb").read(), "app.py"):
         print(finding.code, finding.line, finding.message)
 
-Codes, each documented under ``docs/rules/``: PC001 volatile value in a cached prefix,
+Codes, each documented by a page shipped in the package (``linters/rule_pages/``; print one
+with ``promptcache lint --explain PC001``): PC001 volatile value in a cached prefix,
 PC002 ``json.dumps`` without ``sort_keys=True`` in a prompt, PC003 set iteration in a
 prompt, PC004 dynamic before static content, PC005 ``cache_control`` misuse, PC006 tools
 from an input-ordered dict view, PC007 per-request value ahead of a long constant, PC008
@@ -32,7 +33,8 @@ __all__ = ["lint_source", "lint_paths", "Finding", "LintConfig", "RULES"]
 def lint_paths(
     paths: Iterable[str | PathLike[str]], config: LintConfig | None = None, jobs: int = 1
 ) -> Report:
-    """Lint files and folders as the command line does; returns a
+    """Lint files and folders as the command line does (with ``jobs`` = 1 the files are
+    analysed as one project, calls between them followed); returns a
     :class:`linters.runner.Report`. Raises ``linters.files.PathNotFound`` for a missing path."""
     config = config or LintConfig()
     return lint_targets(discover([str(p) for p in paths], config), config, jobs=jobs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from linters.config import LintConfig
-from linters.flow.reach import Reach, prefix_reaches
+from linters.flow.reach import Reach, reaches_of
 from linters.flow.values import Evaluator
 from linters.flow.walker import collect
 from linters.model import Finding
@@ -32,10 +32,17 @@ class Analysis:
     def reaches(self) -> list[Reach]:
         """Hazards reaching a cached prefix (see :func:`linters.flow.reach.prefix_reaches`)."""
         if self._reaches is None:
-            self._reaches = prefix_reaches(self.ev)
+            self._reaches = reaches_of(self.ev)
         return self._reaches
 
-    def finding(self, code: str, node: ast.AST, message: str, fix: str | None = None) -> Finding:
+    def finding(
+        self,
+        code: str,
+        node: ast.AST,
+        message: str,
+        fix: str | None = None,
+        severity: str = "warning",
+    ) -> Finding:
         """A finding at ``node`` (columns still UTF-8 byte offsets; the runner converts)."""
         self.reported.add(id(node))
         line = getattr(node, "lineno", 1)
@@ -48,4 +55,5 @@ class Analysis:
             end_line,
             getattr(node, "end_col_offset", None) or 0,
             fix=fix,
+            severity=severity,
         )

@@ -17,6 +17,7 @@ from linters import formats
 from linters.config import PROVIDERS, ConfigError, load_config, with_cli
 from linters.files import PathNotFound, discover
 from linters.fix import fix_source, unified_diff
+from linters.rule_docs import page
 from linters.rules import RULES
 from linters.runner import Report, lint_target, lint_targets
 from promptcache import __version__
@@ -57,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--diff",
         action="store_true",
-        help="print the fixes as a unified diff instead of writing them",
+        help="print the fixes as a unified diff and write nothing (also with --fix, as in "
+        "ruff); exit 1 when there would be changes",
     )
     parser.add_argument(
         "--config", metavar="FILE", help="read [tool.promptcache.lint] from this pyproject.toml"
@@ -69,15 +71,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also read files that .gitignore ignores",
     )
     parser.add_argument(
+        "--include-tests",
+        action="store_true",
+        help="also lint tests, examples, docs and evaluation folders (skipped by default)",
+    )
+    parser.add_argument(
         "--provider",
         choices=PROVIDERS,
         help="provider of .json/.jsonl request payloads (default: from their shape)",
     )
     parser.add_argument(
-        "--jobs", "-j", type=int, default=1, metavar="N", help="worker processes (default: 1)"
+        "--jobs",
+        "-j",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes (default: 1, which follows calls between the files; with N > 1 "
+        "each file is linted on its own)",
     )
     parser.add_argument("--quiet", "-q", action="store_true", help="no summary line")
     parser.add_argument("--list-rules", action="store_true", help="print the rules and exit")
+    parser.add_argument(
+        "--explain", metavar="CODE", help="print the documentation page of a rule and exit"
+    )
+
+
+def _explain(code: str) -> int:
+    """Print rule ``code``'s page as installed with the package (exit 0; 2 if unknown)."""
+    if code.upper() not in RULES:
+        return _usage(f"--explain: unknown rule code {code!r} (known: {', '.join(RULES)})")
+    try:
+        sys.stdout.write(page(code))
+    except KeyError:
+        return _usage(f"--explain: the page of {code.upper()} is not installed")
+    return 0
 
 
 def _usage(msg: str) -> int:
@@ -95,8 +122,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.jobs < 1:
         return _usage(f"--jobs must be at least 1, got {args.jobs}")
-    if args.fix and args.diff:
-        return _usage("use either --fix or --diff, not both")
+    if args.explain:
+        return _explain(args.explain)
     try:
         config = load_config(Path(args.config) if args.config else None, isolated=args.isolated)
         config = with_cli(
@@ -108,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.no_respect_gitignore:
             config = replace(config, respect_gitignore=False)
+        if getattr(args, "include_tests", False):
+            config = replace(config, include_tests=True)
         skipped: list[str] = []
         targets = discover(args.paths or ["."], config, skipped=skipped)
     except (ConfigError, PathNotFound) as exc:
@@ -118,20 +147,20 @@ def run(args: argparse.Namespace) -> int:
     report = lint_targets(targets, config, jobs=args.jobs)
     out = sys.stdout
     if args.fix or args.diff:
-        report = _apply_fixes(report, targets, config, write=args.fix, out=out)
-        if args.diff:
-            n = len(report.findings)
+        report = _apply_fixes(report, targets, config, write=not args.diff, out=out)
+        if args.diff:  # as ruff: the diff only, exit 1 when there would be changes
             if not args.quiet:
                 print(formats.summary(report.findings, report.files), file=sys.stderr)
-            return 1 if n else 0
+            return 1 if report.fixed else 0
     try:
-        out.write(formats.render(args.format, report.findings, __version__))
+        out.write(formats.render(args.format, report.findings, __version__, report.files))
         if args.format == "text" and not args.quiet:
             out.write(formats.summary(report.findings, report.files, report.fixed) + "\n")
         out.flush()
     except BrokenPipeError:  # e.g. piped into `head`: the reader is gone, the status stands
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 1 if report.findings else 0
+    # info findings (a value that changes once a day) are shown but do not fail the run
+    return 1 if any(f.severity != "info" for f in report.findings) else 0
 
 
 def _apply_fixes(report: Report, targets: Any, config: Any, *, write: bool, out: Any) -> Report:
@@ -161,8 +190,9 @@ def _apply_fixes(report: Report, targets: Any, config: Any, *, write: bool, out:
             refreshed[path] = lint_target(target, config)
         else:
             out.write(unified_diff(path, before, after))
+            fixed += n
     if not write:
-        return report
+        return Report(report.findings, report.files, fixed)
     findings = [f for f in report.findings if f.path not in refreshed]
     for found in refreshed.values():
         findings.extend(found)

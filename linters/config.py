@@ -8,6 +8,7 @@ Keys (all optional)::
     exclude = ["migrations/", "*_pb2.py"]     # gitignore-style, relative to this file
     per-file-ignores = { "tests/**" = ["PC001"] }
     respect-gitignore = true         # skip what .gitignore files ignore when recursing
+    include-tests = false            # also lint tests/, examples/, docs/, eval/ folders
     min-static-chars = 40            # PC004: static text that must follow to report
     long-constant-chars = 1000       # PC007: what counts as a long constant
     extra-volatile-calls = ["myapp.clock.now"]   # more calls whose value changes per request
@@ -43,6 +44,7 @@ _TYPES = {
     "extend-exclude": list,
     "per-file-ignores": dict,
     "respect-gitignore": bool,
+    "include-tests": bool,
     "min-static-chars": int,
     "long-constant-chars": int,
     "extra-volatile-calls": list,
@@ -68,6 +70,7 @@ class LintConfig:
     exclude: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = ()
     respect_gitignore: bool = True
+    include_tests: bool = False
     min_static_chars: int = 40
     long_constant_chars: int = 1000
     extra_volatile_calls: frozenset[str] = frozenset()
@@ -195,6 +198,8 @@ def from_table(table: dict, *, root: Path, source: Path | None = None) -> LintCo
     changes["per_file_ignores"] = tuple(pfi)
     if "respect-gitignore" in table:
         changes["respect_gitignore"] = table["respect-gitignore"]
+    if "include-tests" in table:
+        changes["include_tests"] = table["include-tests"]
     for key in ("min-static-chars", "long-constant-chars"):
         if key in table:
             if table[key] < 0:

@@ -4,6 +4,9 @@
   virtual environments (and any folder holding ``pyvenv.cfg``) are skipped, as are paths
   that the ``.gitignore`` files of the repository ignore (those above the folder, up to the
   repository root, and those inside it), unless ``respect-gitignore = false``.
+- Tests, examples, docs scripts and evaluation harnesses (:data:`NON_RUNTIME_DIRS`, and
+  ``test_*.py``/``*_test.py``/``conftest.py``) are skipped while recursing unless
+  ``include-tests = true`` or ``--include-tests``.
 - A file named on the command line is read unless the configured ``exclude`` matches it:
   ``.json``/``.jsonl`` as request payloads, ``.py``/``.pyi``/``.pyw`` and files with no
   suffix whose first line is a ``python`` shebang as Python. Any other file (``report.html``,
@@ -44,6 +47,30 @@ SKIP_DIRS = frozenset(
         "__pypackages__",
         "build",
         "dist",
+    }
+)
+# Folders of code that is not the project's runtime: tests, examples, docs scripts and
+# evaluation harnesses (issue 28: linted by default they drowned the real findings).
+# Skipped while recursing unless ``include-tests`` / ``--include-tests``; a file named on
+# the command line is always read.
+NON_RUNTIME_DIRS = frozenset(
+    {
+        "tests",
+        "test",
+        "testing",
+        "examples",
+        "example",
+        "cookbook",
+        "cookbooks",
+        "docs",
+        "doc",
+        "eval",
+        "evals",
+        "evaluation",
+        "evaluations",
+        "benchmark",
+        "benchmarks",
+        "notebooks",
     }
 )
 PAYLOAD_SUFFIXES = (".json", ".jsonl")
@@ -201,13 +228,20 @@ def discover(
         ignores = _ignores_above(p) if config.respect_gitignore else _Ignores([])
         if ignores.ignored(p, True):
             ignores = _Ignores([])  # the folder itself was named: only its own rules apply
-        _walk(p, ignores, config.respect_gitignore, excluded, out, cwd)
+        _walk(p, ignores, config, excluded, out, cwd)
     return sorted(out.values(), key=lambda t: t.display)
 
 
+def is_test_file(name: str) -> bool:
+    """``test_x.py``, ``x_test.py`` and ``conftest.py``: pytest's files."""
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
 def _walk(
-    directory: Path, ignores: _Ignores, gitignore: bool, excluded: Any, out: Any, cwd: Path
+    directory: Path, ignores: _Ignores, config: LintConfig, excluded: Any, out: Any, cwd: Path
 ) -> None:
+    gitignore = config.respect_gitignore
+    skip_dirs = SKIP_DIRS if config.include_tests else SKIP_DIRS | NON_RUNTIME_DIRS
     stack = [(directory, ignores)]
     while stack:
         d, ign = stack.pop()
@@ -227,12 +261,14 @@ def _walk(
                 continue
             path = Path(e.path)
             if is_dir:
-                if name in SKIP_DIRS or name.endswith(".egg-info"):
+                if name in skip_dirs or name.endswith(".egg-info"):
                     continue
                 if (gitignore and ign.ignored(path, True)) or excluded(path, True):
                     continue
                 stack.append((path, ign))
             elif name.endswith(".py"):
+                if not config.include_tests and is_test_file(name):
+                    continue
                 if (gitignore and ign.ignored(path, False)) or excluded(path, False):
                     continue
                 out.setdefault(path, Target(path, "python", display_path(path, cwd)))

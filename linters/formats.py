@@ -1,20 +1,29 @@
 """Output formats: ``text``, ``json``, ``sarif`` (2.1.0) and ``github`` (workflow commands).
 
-``text`` prints ``path:line:col: CODE message`` per finding, then a one-line summary;
+``text`` prints ``path:line:col: CODE message`` per finding (``CODE [info]`` for info
+findings), then a one-line summary; ``json`` prints ``{"findings": [...], "summary": {...}}``;
 the other formats print only their document so that stdout stays machine-readable.
+
+Rule links resolve for a pip user: JSON's ``doc`` is the command that prints the installed
+rule page (``promptcache lint --explain PC001``); SARIF carries each page itself as the
+rule's ``help`` (markdown). The project publishes no documentation site URL (mkdocs.yml has
+no ``site_url``), so no web link is given.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 
-from linters.model import Finding
+from linters.model import SEVERITIES, Finding
+from linters.rule_docs import page
 from linters.rules import RULES
 
 FORMATS = ("text", "json", "sarif", "github")
 TOOL_NAME = "promptcache-lint"
-INFO_URI = "https://github.com/promptcache/promptcache/tree/main/docs/rules"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+_GH_COMMAND = {"error": "error", "warning": "warning", "info": "notice"}
 
 
 def summary(findings: list[Finding], files: int, fixed: int = 0) -> str:
@@ -34,12 +43,37 @@ def summary(findings: list[Finding], files: int, fixed: int = 0) -> str:
 
 
 def text(findings: list[Finding]) -> str:
-    """``path:line:col: CODE message`` lines."""
-    return "".join(f"{f.path}:{f.line}:{f.col}: {f.code} {f.message}\n" for f in findings)
+    """``path:line:col: CODE message`` lines (``CODE [info] message`` for info)."""
+    return "".join(
+        f"{f.path}:{f.line}:{f.col}: {f.code}{' [info]' if f.severity == 'info' else ''} "
+        f"{f.message}\n"
+        for f in findings
+    )
 
 
-def as_json(findings: list[Finding]) -> str:
-    """A JSON array: code, name, message, path, 1-based line/column range, fixable, doc."""
+def explain_command(code: str) -> str:
+    """The command that prints a rule's installed page."""
+    return f"promptcache lint --explain {code}"
+
+
+def summary_dict(findings: list[Finding], files: int) -> dict:
+    """The summary the text output prints, as data: files checked, findings by rule and by
+    severity, fixable findings."""
+    return {
+        "files_checked": files,
+        "findings": len(findings),
+        "fixable": sum(1 for f in findings if f.fix),
+        "by_rule": dict(sorted(Counter(f.code for f in findings).items())),
+        "by_severity": {
+            s: n for s in SEVERITIES if (n := sum(1 for f in findings if f.severity == s))
+        },
+    }
+
+
+def as_json(findings: list[Finding], files: int = 0) -> str:
+    """``{"findings": [...], "summary": {...}}``: each finding's code, name, severity,
+    message, path, 1-based line/column range, fixable, doc (the command printing its rule
+    page); the summary as :func:`summary_dict`."""
     out = []
     for f in findings:
         rule = RULES.get(f.code)
@@ -47,6 +81,7 @@ def as_json(findings: list[Finding]) -> str:
             {
                 "code": f.code,
                 "name": rule.name if rule else None,
+                "severity": f.severity,
                 "message": f.message,
                 "path": f.path,
                 "line": f.line,
@@ -54,10 +89,19 @@ def as_json(findings: list[Finding]) -> str:
                 "end_line": f.end_line,
                 "end_column": f.end_col,
                 "fixable": bool(f.fix),
-                "doc": rule.doc if rule else None,
+                "doc": explain_command(f.code) if rule else None,
             }
         )
-    return json.dumps(out, indent=2) + "\n"
+    doc = {"findings": out, "summary": summary_dict(findings, files)}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def _help(code: str) -> dict:
+    try:
+        text = page(code)
+    except KeyError:
+        return {"text": explain_command(code)}
+    return {"text": f"Run `{explain_command(code)}`.", "markdown": text}
 
 
 def sarif(findings: list[Finding], version: str) -> str:
@@ -67,8 +111,8 @@ def sarif(findings: list[Finding], version: str) -> str:
             "id": r.code,
             "name": r.name,
             "shortDescription": {"text": r.summary},
-            "helpUri": f"{INFO_URI}/{r.code}.md",
-            "defaultConfiguration": {"level": "error"},
+            "help": _help(r.code),
+            "defaultConfiguration": {"level": _SARIF_LEVEL[r.severity]},
         }
         for r in RULES.values()
     ]
@@ -79,7 +123,7 @@ def sarif(findings: list[Finding], version: str) -> str:
             {
                 "ruleId": f.code,
                 "ruleIndex": index.get(f.code, 0),
-                "level": "error",
+                "level": _SARIF_LEVEL[f.severity],
                 "message": {"text": f.message},
                 "locations": [
                     {
@@ -105,7 +149,6 @@ def sarif(findings: list[Finding], version: str) -> str:
                     "driver": {
                         "name": TOOL_NAME,
                         "version": version,
-                        "informationUri": INFO_URI,
                         "rules": rules,
                     }
                 },
@@ -133,14 +176,15 @@ def github(findings: list[Finding]) -> str:
             f"file={_gh_escape_prop(f.path)},line={f.line},col={f.col},"
             f"endLine={f.end_line},endColumn={f.end_col},title={_gh_escape_prop(f.code)}"
         )
-        lines.append(f"::error {props}::{_gh_escape_data(f'{f.code} {f.message}')}\n")
+        cmd = _GH_COMMAND[f.severity]
+        lines.append(f"::{cmd} {props}::{_gh_escape_data(f'{f.code} {f.message}')}\n")
     return "".join(lines)
 
 
-def render(fmt: str, findings: list[Finding], version: str) -> str:
+def render(fmt: str, findings: list[Finding], version: str, files: int = 0) -> str:
     """The document for ``fmt`` (text: the finding lines only; the caller adds the summary)."""
     if fmt == "json":
-        return as_json(findings)
+        return as_json(findings, files)
     if fmt == "sarif":
         return sarif(findings, version)
     if fmt == "github":

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-DOCS_BASE = "docs/rules"
+DOCS_BASE = "linters/rule_pages"
+# Severities, most severe first. ``error``: the API rejects the request; ``warning``: the
+# cached prefix changes on every request (or every hour); ``info``: it changes once a day.
+SEVERITIES = ("error", "warning", "info")
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,10 +20,11 @@ class Rule:
     name: str
     summary: str
     fixable: bool = False
+    severity: str = "warning"
 
     @property
     def doc(self) -> str:
-        """Path of the rule's documentation page in the repository."""
+        """Path of the rule's documentation page inside the ``linters`` package."""
         return f"{DOCS_BASE}/{self.code}.md"
 
 
@@ -30,7 +34,7 @@ class Finding:
 
     ``line``/``end_line`` are 1-based; ``col``/``end_col`` are 1-based character columns
     (the runner converts the parser's UTF-8 byte offsets). ``fix`` names an available
-    automatic fix (``"sort_keys"``) or is None.
+    automatic fix (``"sort_keys"``) or is None. ``severity`` is one of :data:`SEVERITIES`.
     """
 
     code: str
@@ -41,6 +45,10 @@ class Finding:
     end_col: int
     path: str = ""
     fix: str | None = None
+    severity: str = "warning"
+    # id() of the syntax node that makes the value (one finding per root cause across
+    # files); None when the finding has no separate origin. Not part of any output.
+    origin: int | None = None
 
     def sort_key(self) -> Any:
         return (self.path, self.line, self.col, self.code)

@@ -1,4 +1,4 @@
-"""The provider figures quoted in the rule pages (``docs/rules/*.md``), generated from
+"""The provider figures quoted in the rule pages (``linters/rule_pages/*.md``, shipped in the package), generated from
 :mod:`promptcache.limits` so that a page cannot drift from the table the linter reads.
 
 A page marks each generated part with a pair of HTML comments::
@@ -8,7 +8,7 @@ A page marks each generated part with a pair of HTML comments::
     <!-- /limits:anthropic-misuse -->
 
 ``python -m linters.rule_docs [DOCS_DIR]`` rewrites those parts in place (default
-``docs/rules``); ``tests/linters/test_rule_docs.py`` fails when a page differs from what
+``linters/rule_pages``); ``tests/linters/test_rule_docs.py`` fails when a page differs from what
 this module would write.
 """
 
@@ -28,7 +28,23 @@ from promptcache.limits import (
     SRC_ANTHROPIC,
 )
 
-__all__ = ["BLOCKS", "regenerate", "main"]
+__all__ = ["BLOCKS", "PAGES", "regenerate", "main", "page"]
+
+#: the rule pages, package data of ``linters`` (``rule_pages/*.md``)
+PAGES = Path(__file__).resolve().parent / "rule_pages"
+
+
+def page(code: str) -> str:
+    """The text of rule ``code``'s page as installed with the package.
+
+    Raises:
+        KeyError: no page for ``code``.
+    """
+    path = PAGES / f"{code.upper()}.md"
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        raise KeyError(code) from None
 
 
 def _anthropic_misuse() -> str:
@@ -99,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Rewrite the generated blocks of every ``*.md`` under ``DOCS_DIR``; print the changed
     files. Exit code 0."""
     args = list(sys.argv[1:] if argv is None else argv)
-    root = Path(args[0] if args else "docs/rules")
+    root = Path(args[0]) if args else PAGES
     for path in sorted(root.glob("*.md")):
         old = path.read_text(encoding="utf-8")
         new = regenerate(old)

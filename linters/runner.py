@@ -20,6 +20,7 @@ from typing import Any, cast
 from linters.analysis import Analysis
 from linters.config import LintConfig
 from linters.files import Target
+from linters.flow.project import Project
 from linters.flow.tables import gate
 from linters.model import Finding
 from linters.noqa import NoqaMap
@@ -59,30 +60,33 @@ def _char_col(line: str, byte_col: int) -> int:
     return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore")) + 1
 
 
-def lint_source(
-    source: bytes | str,
-    path: str = "<string>",
-    config: LintConfig | None = None,
-    codes: frozenset[str] | None = None,
-) -> list[Finding]:
-    """Findings for one Python source (bytes as read from disk, or text).
+def newer_grammar(source: bytes) -> bool:
+    """True when ``source`` is valid Python of a grammar newer than the running interpreter
+    knows (PEP 701 f-strings or PEP 695 type parameters on 3.11): libcst's parser knows
+    3.0-3.13 grammar whatever Python runs it. Such a file is not a syntax error; it is left
+    unanalysed (the flow analysis needs the running Python's ``ast``)."""
+    import libcst
 
-    ``codes`` restricts the rules (default: ``config.enabled``). Never raises for bad input:
-    a file that does not parse is one PC900 finding.
-    """
-    config = config or LintConfig()
-    if isinstance(source, str):
-        source = source.encode("utf-8")
-    codes = config.enabled if codes is None else codes
+    try:
+        libcst.parse_module(source)
+    except Exception:  # libcst.ParserSyntaxError, or anything its native parser raises
+        return False
+    return True
+
+
+def parse(source: bytes, path: str, codes: frozenset[str]) -> ast.Module | list[Finding]:
+    """The syntax tree of ``source``, or the PC900 finding(s) saying why there is none
+    (empty for valid Python of a grammar newer than this interpreter's, see
+    :func:`newer_grammar`, or when PC900 is not selected)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tree = cast(
+            return cast(
                 ast.Module,
                 compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True),
             )
     except SyntaxError as exc:
-        if PARSE_ERROR.code not in codes:
+        if PARSE_ERROR.code not in codes or newer_grammar(source):
             return []
         line = exc.lineno or 1
         col = max(exc.offset or 1, 1)
@@ -107,9 +111,11 @@ def lint_source(
                 PARSE_ERROR.code, f"cannot parse: {why}; the file was not checked", 1, 1, 1, 1, path
             )
         ]
-    if not gate(source):
-        return []
-    an = Analysis(tree, source, config)
+
+
+def run_rules(an: Analysis, source: bytes, path: str, codes: frozenset[str]) -> list[Finding]:
+    """The rule families over one analysed module; columns converted to characters,
+    ``# noqa`` applied, duplicates dropped, sorted."""
     raw: list[Finding] = []
     for fam, fcodes in _FAMILY_CODES:
         if fcodes & codes:
@@ -136,6 +142,30 @@ def lint_source(
         out.append(f)
     out.sort(key=Finding.sort_key)
     return out
+
+
+def lint_source(
+    source: bytes | str,
+    path: str = "<string>",
+    config: LintConfig | None = None,
+    codes: frozenset[str] | None = None,
+) -> list[Finding]:
+    """Findings for one Python source (bytes as read from disk, or text), on its own (calls
+    into other modules are not followed; :func:`lint_targets` follows them).
+
+    ``codes`` restricts the rules (default: ``config.enabled``). Never raises for bad input:
+    a file that does not parse is one PC900 finding.
+    """
+    config = config or LintConfig()
+    if isinstance(source, str):
+        source = source.encode("utf-8")
+    codes = config.enabled if codes is None else codes
+    tree = parse(source, path, codes)
+    if isinstance(tree, list):
+        return tree
+    if not gate(source):
+        return []
+    return run_rules(Analysis(tree, source, config), source, path, codes)
 
 
 def lint_target(target: Target, config: LintConfig) -> list[Finding]:
@@ -169,7 +199,10 @@ def _rel(path: Path, root: Path) -> str:
 
 
 def lint_targets(targets: list[Target], config: LintConfig, jobs: int = 1) -> Report:
-    """Lint every target; ``jobs`` > 1 spreads files over worker processes."""
+    """Lint every target. With ``jobs`` = 1 (the default) the Python files are analysed as
+    one project: calls into other modules of the run are followed (issue 28) and a root
+    cause reaching prefixes in several files is one finding. ``jobs`` > 1 spreads files over
+    worker processes, each file on its own."""
     report = Report(files=len(targets))
     gc_was = gc.isenabled()
     gc.disable()  # syntax trees are acyclic; collection passes only cost time here
@@ -180,13 +213,101 @@ def lint_targets(targets: list[Target], config: LintConfig, jobs: int = 1) -> Re
                 for found in pool.map(_lint_one, [(t, config) for t in targets], chunksize=chunk):
                     report.findings.extend(found)
         else:
-            for t in targets:
-                report.findings.extend(lint_target(t, config))
+            report.findings.extend(lint_project(targets, config))
     finally:
         if gc_was:
             gc.enable()
     report.findings.sort(key=Finding.sort_key)
     return report
+
+
+def lint_project(targets: list[Target], config: LintConfig) -> list[Finding]:
+    """Findings for ``targets`` analysed together (see :func:`lint_targets`).
+
+    A file without any word a rule looks for (:func:`linters.flow.tables.gate`) is only
+    parsed; it is analysed when a call reaches into it, or when it names a function whose
+    parameter reaches a cached prefix in another module (it may pass a clock to it)."""
+    project = Project()
+    found: list[Finding] = []
+    analysed: list[tuple[Analysis, bytes, str, frozenset[str]]] = []
+    lazy: list[tuple[_Lazy, bytes, str, frozenset[str]]] = []
+    for t in targets:
+        if t.kind != "python":
+            found.extend(lint_target(t, config))
+            continue
+        rel = _rel(t.path, config.root)
+        codes = config.codes_for(rel)
+        try:
+            source = t.path.read_bytes()
+        except OSError:
+            found.extend(lint_target(t, config))  # reports the read error
+            continue
+        tree = parse(source, t.display, codes)
+        if isinstance(tree, list):
+            found.extend(tree)
+            continue
+        if not gate(source):
+            maker = _Lazy(tree, source, config)
+            project.add(rel, maker)
+            lazy.append((maker, source, t.display, codes))
+            continue
+        an = Analysis(tree, source, config)
+        project.add(rel, an.ev)
+        analysed.append((an, source, t.display, codes))
+    for an, source, display, codes in analysed:
+        found.extend(run_rules(an, source, display, codes))
+    # (function name, its module's name): a file naming both may import and call it
+    names = {
+        (name.encode(), _module_word(an.ev.path))
+        for an, *_ in analysed
+        for name in an.ev.param_sink_names
+    }
+    for maker, source, display, codes in lazy:
+        if names and any(n in source and m in source for n, m in names):
+            project.make(maker)
+            found.extend(run_rules(maker.analysis, source, display, codes))
+    return merge_root_causes(found)
+
+
+def _module_word(rel_path: str) -> bytes:
+    """The name a module is imported by: ``pkg/llm.py`` -> ``llm``, ``pkg/__init__.py`` ->
+    ``pkg``."""
+    p = Path(rel_path)
+    return (p.parent.name if p.stem == "__init__" else p.stem).encode()
+
+
+class _Lazy:
+    """Makes the analysis of a module only when it is needed (a call reaches into it)."""
+
+    def __init__(self, tree: ast.Module, source: bytes, config: LintConfig) -> None:
+        self.args = (tree, source, config)
+        self.analysis: Any = None
+
+    def __call__(self) -> Any:
+        if self.analysis is None:
+            self.analysis = Analysis(*self.args)
+        return self.analysis.ev
+
+
+def merge_root_causes(findings: list[Finding]) -> list[Finding]:
+    """One finding per root cause across files: findings sharing an ``origin`` (the node
+    that makes a volatile value) keep the first in path/line order; its message lists the
+    other places."""
+    groups: dict[int, list[Finding]] = {}
+    out = []
+    for f in sorted(findings, key=Finding.sort_key):
+        if f.origin is None:
+            out.append(f)
+        else:
+            groups.setdefault(f.origin, []).append(f)
+    for same in groups.values():
+        first = same[0]
+        if len(same) > 1:
+            where = ", ".join(f"{f.path}:{f.line}" for f in same[1:6])
+            more = f" and {len(same) - 6} more" if len(same) > 6 else ""
+            first.message += f" (the same value also reaches prefixes at {where}{more})"
+        out.append(first)
+    return out
 
 
 def _lint_one(arg: Any) -> list[Finding]:

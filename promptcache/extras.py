@@ -30,6 +30,8 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
         "ninja",
     ),
     "gpu": ("triton",),
+    "frameworks": ("langchain_openai", "langchain_anthropic", "agents", "pydantic_ai", "litellm"),
+    "proxy": ("httpx", "starlette", "uvicorn"),
     "prometheus": ("prometheus_client",),
     "otel": ("opentelemetry",),
     "postgres": ("psycopg",),

@@ -11,8 +11,9 @@ Two levels:
   :func:`cache_limits`; unknown models of a known provider get that provider's
   conservative default row (flagged ``known=False``).
 
-The rule pages ``docs/rules/PC005.md`` and ``PC008.md`` carry blocks generated from this
-module (``python -m linters.rule_docs``); a test fails when they drift.
+The rule pages ``linters/rule_pages/PC005.md`` and ``PC008.md`` (shown on the docs site as
+``docs/rules/``) carry blocks generated from this module (``python -m linters.rule_docs``);
+a test fails when they drift.
 """
 
 from __future__ import annotations

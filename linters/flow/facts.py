@@ -117,13 +117,15 @@ PROMPT = "prompt"  # a whole prompt string: its beginning is the cached prefix
 @dataclass(slots=True)
 class Sink:
     """An expression whose value reaches a prompt: ``kind`` (PREFIX/TOOLS/MESSAGES/ROLE),
-    ``label`` for messages ("the system prompt"), ``hint`` when only a name suggested it."""
+    ``label`` for messages ("the system prompt"), ``hint`` when only a name suggested it,
+    ``node`` the whole message (a dict or call) when ``expr`` is only its content."""
 
     kind: str
     expr: ast.expr
     scope: Scope
     label: str
     hint: bool = False
+    node: ast.AST | None = None
 
 
 @dataclass(slots=True)
@@ -151,6 +153,9 @@ class ModuleFacts:
     template_fills: list[tuple[ast.Call, Scope]] = field(default_factory=list)
     # (id(scope), "random" | "numpy.random") -> first line where that scope seeds the module
     seeds: dict[tuple[int, str], int] = field(default_factory=dict)
+    # cache_control markers set on every item of an unbounded loop: (marker node, iterable,
+    # scope)
+    loop_breakpoints: list[tuple[ast.AST, ast.expr, Scope]] = field(default_factory=list)
     llm_context: bool = False
     longest_constant: int = 0
     has_file_read: bool = False

@@ -40,18 +40,55 @@ HAZARD_VIEW = "view"
 HAZARD_PARAM = "param"
 
 _MAX_DEPTH = 24
+_MAX_MODULE_HOPS = 12  # calls followed into other modules, nested
+# json.dumps of values whose text names one of these is never re-sorted by --fix: the
+# field order of a schema (or a function's parameters) is meaningful to the model.
+_SCHEMA_WORDS = ("schema", "parameters", "properties", "json_schema", "input_schema")
 _MAPPINGS = ("dict", "Dict", "Mapping", "MutableMapping", "OrderedDict", "defaultdict")
 
 
 class Hazard(NamedTuple):
     """A hazard flowing into a value: ``node`` is where it enters (what a finding points
     at), ``detail`` a human description (for PARAM: ``(function scope, parameter name)``),
-    ``fixable`` whether an automatic fix exists (PC002)."""
+    ``fixable`` whether an automatic fix exists (PC002), ``rate`` how often a volatile value
+    changes (``tables.RATE_*``), ``origin`` the node where the value is made (its root
+    cause: one finding per origin), ``partial`` the value is volatile on one code path only
+    (the same name also takes a stable value: a stored timestamp, the caller's argument)."""
 
     kind: str
     node: ast.AST
     detail: Any
     fixable: bool = False
+    rate: str = tables.RATE_REQUEST
+    origin: Any = None
+    partial: bool = False  # volatile on one code path only (another binding is stable)
+
+
+def rerate(hs: Any, rate: str) -> tuple[Hazard, ...]:
+    """``hs`` with every volatile hazard slowed to at most ``rate`` (``now.date()``)."""
+    return tuple(
+        h._replace(rate=tables.slower(h.rate, rate)) if h.kind == HAZARD_VOLATILE else h for h in hs
+    )
+
+
+def _is_id_call(node: Any) -> bool:
+    return (
+        type(node) is ast.Call
+        and type(node.func) is ast.Name
+        and node.func.id == "id"
+        and len(node.args) == 1
+    )
+
+
+def _id_hazard(node: Any) -> Hazard:
+    return Hazard(
+        HAZARD_VOLATILE,
+        node,
+        f"`{short(node)}` (an object address)",
+        False,
+        tables.RATE_REQUEST,
+        node,
+    )
 
 
 class HazardMixin(SegmentMixin):
@@ -84,7 +121,18 @@ class HazardMixin(SegmentMixin):
             out: list[Hazard] = []
             for v in node.values:
                 if type(v) is ast.FormattedValue:
-                    out.extend(self.hazards(v.value, scope))
+                    inner = self.hazards(v.value, scope)
+                    spec: Any = v.format_spec
+                    if type(spec) is ast.JoinedStr and all(
+                        type(x) is ast.Constant for x in spec.values
+                    ):
+                        # f"{now:%Y-%m-%d}": the format keeps only the fields it prints
+                        fmt = "".join(str(getattr(x, "value", "")) for x in spec.values)
+                        if "%" in fmt:
+                            inner = rerate(inner, tables.strftime_rate(fmt))
+                    out.extend(inner)
+                    if _is_id_call(v.value):
+                        out.append(_id_hazard(v.value))
                     if self.is_set(v.value, scope):
                         out.append(
                             Hazard(HAZARD_SET, v.value, f"formatting the set `{short(v.value)}`")
@@ -96,15 +144,15 @@ class HazardMixin(SegmentMixin):
             return self._h_attribute(node, scope)
         if t is ast.Subscript:
             if self._request_id_key(node.slice):
-                return (Hazard(HAZARD_VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
-            return self.hazards(node.value, scope) + self.hazards(node.slice, scope)
+                return (_request_id(node),)
+            base = self.hazards(node.value, scope)
+            if type(node.slice) is not ast.Slice:  # a lookup does not depend on key order
+                base = tuple(h for h in base if h.kind not in (HAZARD_SET, HAZARD_VIEW))
+            return base + self.hazards(node.slice, scope)
         if t is ast.BinOp:
             return self.hazards(node.left, scope) + self.hazards(node.right, scope)
         if t is ast.BoolOp:
-            out = []
-            for v in node.values:
-                out.extend(self.hazards(v, scope))
-            return out
+            return self._h_boolop(node, scope)
         if t is ast.IfExp:
             return self.hazards(node.body, scope) + self.hazards(node.orelse, scope)
         if t in (ast.List, ast.Tuple, ast.Set):
@@ -131,6 +179,16 @@ class HazardMixin(SegmentMixin):
         if t is ast.UnaryOp:
             return () if type(node.op) is ast.Not else self.hazards(node.operand, scope)
         return ()
+
+    def _h_boolop(self, node: Any, scope: Scope) -> list[Hazard]:
+        """``a or b``: hazards of every operand; ``user_id or str(uuid4())`` is volatile
+        on the fallback path only (``partial``) when another operand is volatile-free."""
+        per = [self.hazards(v, scope) for v in node.values]
+        volatile = [any(h.kind == HAZARD_VOLATILE for h in hs) for hs in per]
+        out = [h for hs in per for h in hs]
+        if any(volatile) and not all(volatile):
+            out = [h._replace(partial=True) if h.kind == HAZARD_VOLATILE else h for h in out]
+        return out
 
     def _h_comprehension(self, node: Any, scope: Scope) -> list[Hazard]:
         out: list[Hazard] = []
@@ -159,12 +217,23 @@ class HazardMixin(SegmentMixin):
         if tables.REQUEST_ID_RE.match(node.id) and not any(
             b.kind in (ASSIGN, AUG) for b in bindings
         ):
-            return [Hazard(HAZARD_VOLATILE, node, f"`{node.id}` (a per-request id)")]
-        for b in bindings:
-            out.extend(self._h_binding(b, node))
+            return [_request_id(node)]
+        per = [self._h_binding(b, node, scope) for b in bindings]
+        for hs in per:
+            out.extend(hs)
+        # alternatives: bindings that replace the value (not appends to it)
+        volatile = [any(h.kind == HAZARD_VOLATILE for h in hs) for hs in per]
+        if any(v and b.kind == ASSIGN for v, b in zip(volatile, bindings)) and any(
+            not v and _stable_alternative(b) for v, b in zip(volatile, bindings)
+        ):
+            # volatile on one path only: another binding gives a stable value (a stored
+            # timestamp, the caller's argument); the code is built to avoid it
+            out = [h._replace(partial=True) if h.kind == HAZARD_VOLATILE else h for h in out]
         return out
 
-    def _h_binding(self, b: Binding, use: ast.AST) -> list[Hazard] | tuple:
+    def _h_binding(
+        self, b: Binding, use: ast.AST, use_scope: Scope | None = None
+    ) -> list[Hazard] | tuple:
         kind = b.kind
         if kind == PARAM:
             return (Hazard(HAZARD_PARAM, use, (b.scope, b.value.arg)),)
@@ -175,7 +244,16 @@ class HazardMixin(SegmentMixin):
             seeded = self.facts.seeds.get((id(b.scope), mod))
             if seeded is not None and seeded < b.line:
                 return ()
-            return (Hazard(HAZARD_VOLATILE, b.node, f"`{short(b.node)}` (random order)"),)
+            return (
+                Hazard(
+                    HAZARD_VOLATILE,
+                    b.node,
+                    f"`{short(b.node)}` (random order)",
+                    False,
+                    tables.RATE_REQUEST,
+                    b.node,
+                ),
+            )
         value = b.value
         hs = self.hazards(value, b.scope)
         if kind == ITER:
@@ -187,11 +265,17 @@ class HazardMixin(SegmentMixin):
                 if why:
                     extra.append(Hazard(HAZARD_VIEW, value, why))
             hs = tuple(extra) + hs
+        if b.scope.kind == "module" and not b.in_loop and use_scope is not None:
+            if use_scope.kind != "module":  # computed once at import, used per call
+                hs = rerate(hs, tables.RATE_PROCESS)
         if kind in (ASSIGN, UNPACK, WITH) and not is_template(value):
             # A value computed whole (``now = datetime.now()``) is reported where it is used.
             name = use.id if type(use) is ast.Name else short(use)
             hs = tuple(
-                Hazard(HAZARD_VOLATILE, use, f"`{name}`, set from {h.detail} on line {b.line},")
+                h._replace(
+                    node=use,
+                    detail=f"`{name}` (set on line {b.line}) from {h.detail}",
+                )
                 if h.kind == HAZARD_VOLATILE
                 else h
                 for h in hs
@@ -200,22 +284,35 @@ class HazardMixin(SegmentMixin):
 
     def _h_attribute(self, node: ast.Attribute, scope: Scope) -> list[Hazard] | tuple:
         if tables.REQUEST_ID_RE.match(node.attr):
-            return (Hazard(HAZARD_VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
+            return (_request_id(node),)
         base = node.value
         if type(base) is ast.Name and base.id == "self":
             out: list[Hazard] = []
             for b in self.self_attr(node.attr, scope):
                 out.extend(self._h_binding(b, node))
             return out
+        rate = tables.CLOCK_ATTRS.get(node.attr)
+        if rate is not None:
+            return rerate(self.hazards(base, scope), rate)
         return self.hazards(base, scope)
 
     def _h_call(self, node: ast.Call, scope: Scope) -> list[Hazard] | tuple:
-        why = self.volatile_call(node, scope)
-        if why:
-            return (Hazard(HAZARD_VOLATILE, node, why),)
+        got = self.volatile_call(node, scope)
+        if got:
+            return (Hazard(HAZARD_VOLATILE, node, got[0], False, got[1], node),)
         func = node.func
         args = node.args
+        if type(func) is ast.Attribute and func.attr in ("strftime", "date"):
+            hs = self.hazards(func.value, scope)
+            fmt = args[0] if args else None
+            if func.attr == "date":
+                return rerate(hs, tables.RATE_DAY)
+            if type(fmt) is ast.Constant and type(fmt.value) is str:
+                return rerate(hs, tables.strftime_rate(fmt.value))
+            return hs
         q = self.facts.qualname(func)
+        if q in ("builtins.str", "builtins.repr") and args and _is_id_call(args[0]):
+            return (_id_hazard(args[0]),)
         if q is not None:
             if q in tables.SANITIZING_CALLS:
                 return ()
@@ -252,35 +349,67 @@ class HazardMixin(SegmentMixin):
                 if why:
                     out.append(Hazard(HAZARD_VIEW, node, why))
             elif attr == "get" and args and self._request_id_key(args[0]):
-                return (Hazard(HAZARD_VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
-        fs, bound = self.callee(node, scope)
+                return (_request_id(node),)
+            elif attr == "get" and args and not _is_self(func.value):  # a lookup: no order
+                base = self.hazards(func.value, scope)
+                return [h for h in base if h.kind not in (HAZARD_SET, HAZARD_VIEW)] + [
+                    h for a in args for h in self.hazards(a, scope)
+                ]
+        fs, bound, owner = self.callee_any(node, scope)
         if fs is not None:
-            out.extend(self._h_local_call(node, fs, bound, scope))
+            out.extend(self._h_local_call(node, fs, bound, scope, owner))
             return out
         if type(func) is ast.Attribute:
             out.extend(self.hazards(func.value, scope))
         for a in args:
             out.extend(self.hazards(a, scope))
+        # a keyword of a method the linter cannot see into selects or configures
+        # (``client.search(q, user_id=uid)``): its value is not text of the result, unless
+        # the method builds text (``tpl.render(now=...)``, ``.format(...)``)
+        opaque = type(func) is ast.Attribute and func.attr not in tables.TEXT_BUILDING_METHODS
         for kw in node.keywords:
-            out.extend(self.hazards(kw.value, scope))
+            hs = self.hazards(kw.value, scope)
+            if opaque and kw.arg is not None:
+                hs = tuple(h for h in hs if h.kind != HAZARD_VOLATILE)
+            out.extend(hs)
         return out
 
-    def _h_local_call(self, node: Any, fs: Scope, bound: bool, scope: Scope) -> list[Hazard]:
+    def _h_local_call(
+        self, node: Any, fs: Scope, bound: bool, scope: Scope, owner: Any = None
+    ) -> list[Hazard]:
+        """Hazards of a call to a function of the project: those of its return values,
+        with its parameters replaced by the arguments of this call. ``owner`` is the
+        evaluator of the function's module (``self`` for this module); a volatile value
+        made in another module carries its place (``path:line``) and the call into it."""
+        owner = owner or self
         out: list[Hazard] = []
-        for r in fs.returns:
-            for h in self.hazards(r, fs):
-                if h.kind == HAZARD_PARAM and h.detail[0] is fs:
-                    arg = self.arg_for(node, fs, h.detail[1], bound)
-                    if arg is not None:
-                        out.extend(self.hazards(arg, scope))
-                else:
-                    out.append(h)
+        project = self.project
+        if owner is not self:
+            if project is None or getattr(project, "depth", 0) > _MAX_MODULE_HOPS:
+                return out
+            project.depth = getattr(project, "depth", 0) + 1
+        try:
+            for r in fs.returns:
+                for h in owner.hazards(r, fs):
+                    if h.kind == HAZARD_PARAM and h.detail[0] is fs:
+                        arg = self.arg_for(node, fs, h.detail[1], bound)
+                        if arg is not None:
+                            out.extend(self.hazards(arg, scope))
+                    elif owner is not self and h.kind != HAZARD_PARAM:
+                        out.append(_hop(h, owner, node))
+                    else:
+                        out.append(h)
+        finally:
+            if owner is not self:
+                project.depth -= 1
         return out
 
     def _h_json(self, node: ast.Call, q: str, mode: str, scope: Scope) -> list[Hazard]:
         out: list[Hazard] = []
         if node.args:
-            out.extend(self.hazards(node.args[0], scope))
+            # the set order of a dict's keys is what PC002 reports (or sort_keys removes):
+            # one root cause, one finding
+            out.extend(h for h in self.hazards(node.args[0], scope) if h.kind != HAZARD_SET)
         kws = {}
         for kw in node.keywords:
             if kw.arg is None:
@@ -296,70 +425,96 @@ class HazardMixin(SegmentMixin):
             opt = kws.get("option")
             if opt is not None and "OPT_SORT_KEYS" in short(opt, 400):
                 return out
-        if node.args and self.deterministic_order(node.args[0], scope, 0):
-            return out
-        fixable = mode == "sort_keys" and "sort_keys" not in kws
+        why = self.key_order_varies(node.args[0], scope, 0) if node.args else None
+        if why is None:
+            return out  # key order fixed by the code that builds the dict (issue 28)
+        # never reorder a schema: its field order is what the model reads
+        schema = any(w in short(node.args[0], 200).lower() for w in _SCHEMA_WORDS)
+        fixable = mode == "sort_keys" and "sort_keys" not in kws and not schema
         out.append(
-            Hazard(HAZARD_JSON, node, f"`{short(node.func)}(...)` without sorted keys", fixable)
+            Hazard(
+                HAZARD_JSON,
+                node,
+                f"`{short(node.func)}(...)` without sorted keys, of {why},",
+                fixable,
+            )
         )
         return out
 
-    def deterministic_order(self, node: Any, scope: Scope, depth: int) -> bool:
-        """True when serialising ``node`` gives the same key order on every run: literals
-        whose nested values are not mappings built at run time."""
+    def key_order_varies(self, node: Any, scope: Scope, depth: int) -> str | None:
+        """Why the key order of the dict ``node`` evaluates to can differ between requests
+        with equal data, or None when the code that builds it fixes the order (a literal,
+        a schema, a file read from disk). Differs: built by iterating a set, merged from a
+        caller's ``**kwargs``, a network payload (``resp.json()``)."""
         if depth > 8:
-            return False
+            return None
         t = type(node)
-        if t is ast.Constant:
-            return True
-        if t in (ast.List, ast.Tuple):
-            return all(self.deterministic_order(e, scope, depth + 1) for e in node.elts)
+        if t is ast.DictComp or t is ast.SetComp:
+            for gen in node.generators:
+                if self.is_set(gen.iter, scope):
+                    return f"a dict built by iterating the set `{short(gen.iter)}`"
+            return None
         if t is ast.Dict:
-            if any(k is None for k in node.keys):
-                return False
-            return all(self._not_runtime_mapping(v, scope, depth + 1) for v in node.values)
-        if t is ast.Name:
-            bl = self.resolve(node.id, scope, node.lineno)
-            if (
-                len(bl) == 1
-                and bl[0].kind == ASSIGN
-                and type(bl[0].value) in (ast.Dict, ast.List, ast.Tuple, ast.Constant)
-            ):
-                return self.deterministic_order(bl[0].value, bl[0].scope, depth + 1)
-        return False
-
-    def _not_runtime_mapping(self, node: Any, scope: Scope, depth: int) -> bool:
-        t = type(node)
-        if t in (ast.Constant, ast.List, ast.Tuple, ast.Dict):
-            return self.deterministic_order(node, scope, depth)
-        if t is ast.DictComp:
-            return False
+            for k, v in zip(node.keys, node.values):
+                why = (
+                    self._kwargs_param(v, scope)
+                    if k is None
+                    else self.key_order_varies(v, scope, depth + 1)
+                )
+                if why:
+                    return why
+            return None
+        if t in (ast.List, ast.Tuple):
+            for e in node.elts:
+                why = self.key_order_varies(e, scope, depth + 1)
+                if why:
+                    return why
+            return None
         if t is ast.Call:
-            q = self.facts.qualname(node.func) or ""
-            if q in tables.DICT_CONSTRUCTORS or q.endswith(("json.loads", "json.load")):
-                return False
-            if type(node.func) is ast.Attribute and node.func.attr in (
-                "model_dump",
-                "dict",
-                "to_dict",
-                "json",
-                "asdict",
-                "copy",
-            ):
-                return False
-            return True
+            func = node.func
+            if type(func) is ast.Attribute and func.attr == "json" and not node.args:
+                return f"a network payload (`{short(node)}`)"
+            if self.facts.qualname(func) in tables.DICT_CONSTRUCTORS:
+                for kw in node.keywords:
+                    why = self._kwargs_param(kw.value, scope) if kw.arg is None else None
+                    if why:
+                        return why
+                if node.args:
+                    return self.key_order_varies(node.args[0], scope, depth + 1)
+            return None
         if t is ast.Name:
+            why = self._kwargs_param(node, scope)
+            if why:
+                return why
             for b in self.resolve(node.id, scope, node.lineno):
-                if b.kind in (SETITEM, UPDATE):
-                    return False
-                if b.kind == ASSIGN and not self._not_runtime_mapping(b.value, b.scope, depth + 1):
-                    return False
-                if b.kind == PARAM and _annotation_is(
-                    b.scope.param_notes.get(node.id), ("dict", "Dict", "Mapping", "MutableMapping")
-                ):
-                    return False
-            return True
-        return True
+                if b.kind == ASSIGN:
+                    why = self.key_order_varies(b.value, b.scope, depth + 1)
+                elif b.kind in (SETITEM, UPDATE):
+                    loop = next(
+                        (it for it in b.in_loop if it is not None and self.is_set(it, b.scope)),
+                        None,
+                    )
+                    why = f"a dict filled in a loop over the set `{short(loop)}`" if loop else None
+                    if why is None and b.kind == UPDATE:
+                        why = self._kwargs_param(b.value, b.scope)
+                else:
+                    why = None
+                if why:
+                    return why
+        return None
+
+    def _kwargs_param(self, node: Any, scope: Scope) -> str | None:
+        """``node`` is the ``**kwargs`` parameter of its function: its key order is the
+        order of each caller's keyword arguments."""
+        if type(node) is not ast.Name:
+            return None
+        for b in self.resolve(node.id, scope, node.lineno):
+            if b.kind == PARAM:
+                fn = b.scope.node
+                kwarg = getattr(getattr(fn, "args", None), "kwarg", None)
+                if kwarg is not None and kwarg.arg == node.id:
+                    return f"`**{node.id}` (ordered as each caller passes them)"
+        return None
 
     def is_set(self, node: Any, scope: Scope, depth: int = 0) -> bool:
         """True when ``node`` evaluates to a ``set``/``frozenset`` (unordered)."""
@@ -457,8 +612,13 @@ class HazardMixin(SegmentMixin):
             return None
         t = type(node)
         if t is ast.DictComp:
+            # an order-preserving filter of a dict keeps that dict's order (issue 28)
             for gen in node.generators:
-                if classify(self.segments(gen.iter, scope)) == SEG_DYNAMIC:
+                if self.is_set(gen.iter, scope):
+                    return f"a dict comprehension over the set `{short(gen.iter)}`"
+                if not _is_view(gen.iter) and classify(self.segments(gen.iter, scope)) == (
+                    SEG_DYNAMIC
+                ):
                     return f"a dict comprehension over `{short(gen.iter)}` (per-request order)"
             return None
         if t is ast.Call:
@@ -480,11 +640,7 @@ class HazardMixin(SegmentMixin):
                 if b.kind == ASSIGN and home is None:
                     home = b.scope
             for b in bindings:
-                if b.kind == PARAM:
-                    note = b.scope.param_notes.get(b.value.arg)
-                    if note is None or _annotation_is(note, _MAPPINGS):
-                        return f"`{label}` is a parameter, so its key order is the caller's"
-                elif b.kind == ASSIGN:
+                if b.kind == ASSIGN:
                     why = self._input_dict(b.value, b.scope, depth + 1)
                     if why:
                         return f"`{label}` is {why}"
@@ -494,14 +650,18 @@ class HazardMixin(SegmentMixin):
                             it
                             for it in b.in_loop
                             if it is not None
-                            and classify(self.segments(it, b.scope)) == SEG_DYNAMIC
+                            and not _is_view(it)
+                            and (
+                                self.is_set(it, b.scope)
+                                or classify(self.segments(it, b.scope)) == SEG_DYNAMIC
+                            )
                         ),
                         None,
                     )
                     if loop is not None:
                         return (
-                            f"`{label}` is filled in a loop over `{short(loop)}` (line {b.line}), "
-                            "so its order is the input's"
+                            f"`{label}` is filled in a loop over `{short(loop)}` (line "
+                            f"{b.line}), so its order is the input's"
                         )
                     if home is not None and b.scope is not home and b.scope.kind == "function":
                         return (
@@ -509,6 +669,59 @@ class HazardMixin(SegmentMixin):
                             f"{b.line}), so its order is the order of the calls"
                         )
         return None
+
+
+def _hop(h: Hazard, owner: Any, call: Any) -> Hazard:
+    """A hazard from another module, moved to the call into it, its place named:
+    "`datetime.now()` (the clock) at pkg/time.py:24, returned by `now_text()`"."""
+    origin = h.origin if h.origin is not None else h.node
+    at = getattr(origin, "lineno", 0)
+    # lines named so far without a file are lines of the owner's module
+    detail = str(h.detail).replace("(set on line ", f"(set on {owner.path}:")
+    if " at " not in detail:
+        detail += f" at {owner.path}:{at}"
+    return h._replace(
+        node=call,
+        detail=f"`{short(call.func, 48)}()` returning {detail}",
+        origin=origin,
+        fixable=False,  # the fix would land in another file
+    )
+
+
+def _is_self(node: Any) -> bool:
+    return type(node) is ast.Name and node.id == "self"
+
+
+def _stable_alternative(b: Binding) -> bool:
+    """A binding that gives a name a real stable value in place of a volatile one: the
+    caller's argument, or a value read from somewhere (``msg.created_at``). A literal seed
+    (``x = ""``, ``x = []``, ``x = None``) that code extends later is not an alternative."""
+    if b.kind == PARAM:
+        return True
+    v = b.value
+    return b.kind == ASSIGN and type(v) not in (ast.Constant, ast.List, ast.Dict, ast.Tuple)
+
+
+def _request_id(node: Any) -> Hazard:
+    return Hazard(
+        HAZARD_VOLATILE,
+        node,
+        f"`{short(node)}` (a per-request id)",
+        False,
+        tables.RATE_REQUEST,
+        node,
+    )
+
+
+def _is_view(node: Any) -> bool:
+    """``d.items()`` / ``d.keys()`` / ``d.values()``, or a bare dict name in a loop: iterating
+    a dict preserves its order (an order-preserving filter, issue 28)."""
+    return (
+        type(node) is ast.Call
+        and type(node.func) is ast.Attribute
+        and node.func.attr in ("items", "keys", "values")
+        and not node.args
+    )
 
 
 def _is_keys_view(node: Any) -> bool:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from linters.flow.facts import ASSIGN, MESSAGES, PARAM, PROMPT, ROLE, Scope, Sink
+from linters.flow.resolve import is_template
 from linters.flow.values import HAZARD_PARAM, Evaluator, Hazard
 
 
@@ -33,10 +34,16 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
     pending: list[tuple[Scope, str, Sink, str | None, bool]] = []
     seen_params: set[tuple[int, str, bool]] = set()
 
+    param_sinks = ev.param_sinks = {}
+    ev.param_sink_names = set()
+
     def take(hs: Iterable[Hazard], sink: Sink, via: str | None, messages: bool = False) -> None:
         for h in hs:
             if h.kind == HAZARD_PARAM:
                 fs, pname = h.detail
+                if not messages:
+                    param_sinks.setdefault((id(fs), pname), []).append((sink, via))
+                    ev.param_sink_names.add(fs.name)
                 key = (id(fs), pname, messages)
                 if key not in seen_params:
                     seen_params.add(key)
@@ -58,14 +65,14 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
         if not repeats:
             mark_last(ev, last, lscope, last_ids)
         for e, s, _ in prefix:
-            take(ev.hazards(e, s), sink, via)
+            take(ev.hazards(_content(e), s), sink, via)
 
     sinks = sorted(facts.sinks, key=lambda s: (s.kind == ROLE, s.kind != MESSAGES))
     for sink in sinks:
         if sink.kind == MESSAGES:
             messages_sink(sink.expr, sink.scope, sink, None)
         elif sink.kind == ROLE:
-            if id(sink.expr) not in last_ids:
+            if id(sink.node if sink.node is not None else sink.expr) not in last_ids:
                 take(ev.hazards(sink.expr, sink.scope), sink, None)
         elif sink.kind == PROMPT:
             continue  # position matters: judged on segments (volatile.py, layout.py)
@@ -95,6 +102,71 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
     for r in out:
         unique.setdefault((r.hazard.kind, id(r.hazard.node)), r)
     return list(unique.values())
+
+
+def reaches_of(ev: Evaluator) -> list[Reach]:
+    """:func:`prefix_reaches` of a module plus :func:`incoming`, computed once per
+    evaluator (another module's analysis may ask for it first)."""
+    got = getattr(ev, "reaches_cache", None)
+    if got is None:
+        ev.reaches_cache = []  # cycle guard: modules calling each other
+        got = prefix_reaches(ev)
+        got += incoming(ev)
+        ev.reaches_cache = got
+    return got
+
+
+def incoming(ev: Evaluator) -> list[Reach]:
+    """Hazards this module passes as arguments to functions of other modules of the
+    project whose parameter reaches a cached prefix there (the system prompt built in
+    ``b.py`` from a parameter, called from ``a.py`` with a clock)."""
+    if ev.project is None:
+        return []
+    out: list[Reach] = []
+    for sites in ev.facts.calls.values():
+        for call, scope in sites:
+            fs, bound, owner = ev.callee_any(call, scope)
+            if fs is None or owner is None or owner is ev:
+                continue
+            if getattr(owner, "param_sinks", None) is None:
+                reaches_of(owner)
+            for pname in fs.params:
+                for sink, via in owner.param_sinks.get((id(fs), pname), ()):
+                    arg = ev.arg_for(call, fs, pname, bound)
+                    if arg is None or not _text_built_here(ev, arg, scope):
+                        continue
+                    hop = f"passed to `{fs.name}()` as `{pname}` ({owner.path})"
+                    if via:
+                        hop += f", {via}"
+                    for h in ev.hazards(arg, scope):
+                        if h.kind != HAZARD_PARAM:
+                            out.append(Reach(h, sink, hop))
+    return out
+
+
+def _text_built_here(ev: Evaluator, arg: Any, scope: Scope) -> bool:
+    """Whether an argument is text this module builds (an f-string, ``+``, ``.format``, or
+    a name bound once to one): only such text is followed into another module's prompt.
+    An object (``agent_state``) or a bare value (``get_utc_time()``) handed to a builder
+    says nothing about how the builder renders it, or how often it runs."""
+    if type(arg) is ast.Name:
+        bl = ev.resolve(arg.id, scope, arg.lineno)
+        if len(bl) != 1 or bl[0].kind != ASSIGN:
+            return False
+        arg = bl[0].value
+    return type(arg) is not ast.Constant and is_template(arg)
+
+
+def _content(message: Any) -> Any:
+    """What of a message dict reaches the model: its ``content`` (not ids or metadata)."""
+    if type(message) is ast.Dict:
+        keys = [k.value if type(k) is ast.Constant else None for k in message.keys]
+        if "role" in keys and None not in keys:
+            for k, v in zip(keys, message.values):
+                if k in ("content", "text", "parts"):
+                    return v
+            return None
+    return message
 
 
 def message_items(ev: Evaluator, expr: Any, scope: Scope, depth: int = 0) -> Any:

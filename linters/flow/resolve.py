@@ -47,6 +47,13 @@ class Resolver:
     def __init__(self, facts: ModuleFacts, extra_volatile: frozenset[str] = frozenset()) -> None:
         self.facts = facts
         self.extra_volatile = extra_volatile
+        self.path = ""  # the file's path relative to the lint root (set by Project.add)
+        self.project: Any = None  # linters.flow.project.Project, for calls into other modules
+        # (function scope id, parameter) -> [(sink, hop)]: parameters that reach a cached
+        # prefix of this module (set by linters.flow.reach.prefix_reaches)
+        self.param_sinks: dict[tuple[int, str], list[Any]] | None = None
+        self.reaches_cache: list[Any] | None = None
+        self.param_sink_names: set[str] = set()  # names of the functions in param_sinks
         self._fscopes: dict[int, Scope] | None = None
         self._active: set[int] = set()  # nodes whose hazards are being computed
         self._active_seg: set[int] = set()  # nodes whose segments are being computed
@@ -99,6 +106,37 @@ class Resolver:
                     return fs, True
         return None, False
 
+    def callee_any(self, call: ast.Call, scope: Scope) -> tuple[Scope | None, bool, Any]:
+        """The function a call reaches in this module or, through the project index, in
+        another module of the project: ``(function scope, self bound, its evaluator)``.
+        Follows ``f()``, ``self.m()``, ``Cls.m()`` for a class of this module, and imported
+        names (``from pkg.mod import f``; ``Gen.build()`` after ``from pkg import Gen``;
+        ``mod.f()`` after ``import pkg.mod as mod``)."""
+        fs, bound = self.callee(call, scope)
+        if fs is not None:
+            return fs, bound, self
+        func = call.func
+        if type(func) is ast.Attribute and type(func.value) is ast.Name:
+            for b in self.resolve(func.value.id, scope, call.lineno):
+                if b.kind == DEF and type(b.value) is ast.ClassDef:
+                    cls = self.function_scope(b.value)
+                    m = cls.funcs.get(func.attr) if cls is not None else None
+                    if m is not None and m.kind == "function":
+                        return m, not _static(m), self
+                    return None, False, None
+        if self.project is None or type(func) not in (ast.Name, ast.Attribute):
+            return None, False, None
+        qual = self.facts.qualname(func)
+        if not qual or qual.startswith("builtins.") or "." not in qual:
+            return None, False, None
+        found = self.project.lookup(qual)
+        if found is None:
+            return None, False, None
+        ev, target = found
+        if target.kind != "function" or ev is self:
+            return None, False, None
+        return target, target.cls is not None and not _static(target), ev
+
     @staticmethod
     def arg_for(call: ast.Call, fs: Scope, pname: str, bound: bool) -> ast.expr | None:
         """The argument a call passes for parameter ``pname`` of ``fs`` (None: default)."""
@@ -116,19 +154,25 @@ class Resolver:
                 return None
         return args[i] if i < len(args) else None
 
-    def volatile_call(self, node: ast.Call, scope: Scope | None = None) -> str | None:
-        """Why a call's result changes between requests, or None. A ``random`` call after
-        ``random.seed(...)`` in the same function (``scope``) is deterministic."""
+    def volatile_call(self, node: ast.Call, scope: Scope | None = None) -> tuple[str, str] | None:
+        """Why a call's result changes between requests and how often, as ``(why, rate)``
+        (rate: one of ``tables.RATE_ORDER``), or None. A ``random`` call after
+        ``random.seed(...)`` in the same function (``scope``) is deterministic; ``id()``
+        is handled where it is rendered into text (see ``hazards``)."""
         q = self.facts.qualname(node.func)
         if q is None:
             return None
-        what = tables.VOLATILE_CALLS.get(q)
+        what, rate = tables.VOLATILE_CALLS.get(q, (None, tables.RATE_REQUEST))
         if what is None and q in self.extra_volatile:
             what = "a value configured as volatile"
         if what is None:
             n = tables.CLOCK_DEFAULT_CALLS.get(q)
             if n is not None and len(node.args) < n and not node.keywords:
                 what = "the clock"
+                if q == "time.strftime" and node.args:
+                    fmt = node.args[0]
+                    if type(fmt) is ast.Constant and type(fmt.value) is str:
+                        rate = tables.strftime_rate(fmt.value)
         if what is None:
             mod, _, fn = q.rpartition(".")
             exc = tables.RANDOM_MODULES.get(mod)
@@ -138,7 +182,7 @@ class Resolver:
                     what = "a random number generator"
         if what is None:
             return None
-        return f"`{short(node.func, 40)}()` ({what})"
+        return f"`{short(node.func, 40)}()` ({what})", rate
 
     @staticmethod
     def _request_id_key(node: Any) -> bool:
@@ -147,6 +191,14 @@ class Resolver:
             and type(node.value) is str
             and tables.REQUEST_ID_RE.match(node.value) is not None
         )
+
+
+def _static(fs: Scope) -> bool:
+    """A ``@staticmethod`` (no ``self``/``cls`` bound when called)."""
+    return any(
+        type(d) is ast.Name and d.id == "staticmethod"
+        for d in getattr(fs.node, "decorator_list", ())
+    )
 
 
 def is_template(value: Any) -> bool:

@@ -100,6 +100,23 @@ class SegmentMixin(LiteralMixin):
         path = self.literal_str(node, scope)
         return not (path or "").lower().endswith(CODE_SUFFIXES)
 
+    def _file_handle(self, recv: Any, scope: Scope) -> bool:
+        """Whether ``recv.read()`` reads a file: ``open(...)`` (directly or bound by
+        ``with open(...) as f`` / ``f = open(...)``) or a path (``read_text``/``read_bytes``
+        are path methods). A process pipe or a socket (``proc.stderr.read()``) is not."""
+        node = recv
+        if type(node) is ast.Name:
+            bl = self.resolve(node.id, scope, node.lineno)
+            node = bl[0].value if len(bl) == 1 and bl[0].value is not None else node
+        if type(node) is ast.Call:
+            q = self.facts.qualname(node.func) or ""
+            return (
+                q in ("builtins.open", "io.open", "codecs.open")
+                or q.endswith(("Path", "resources.files"))
+                or getattr(node.func, "attr", "") in ("open", "joinpath")
+            )
+        return type(node) is ast.BinOp and type(node.op) is ast.Div  # Path(...) / "name"
+
     def segments(self, node: Any, scope: Scope) -> tuple:
         """``node``'s text as ordered parts: ("s", chars), ("d", node, why), ("v", node,
         why), ("u",)."""
@@ -274,9 +291,11 @@ class SegmentMixin(LiteralMixin):
         return _U
 
     def _seg_call(self, node: ast.Call, scope: Scope) -> Any:
-        why = self.volatile_call(node, scope)
-        if why:
-            return ((SEG_VOLATILE, node, why),)
+        got = self.volatile_call(node, scope)
+        if got:
+            if got[1] == tables.RATE_PROCESS:
+                return ((SEG_STATIC, 0),)  # the same for every request of a process
+            return ((SEG_VOLATILE, node, got[0]),)
         func = node.func
         args = node.args
         q = self.facts.qualname(func)
@@ -312,7 +331,7 @@ class SegmentMixin(LiteralMixin):
                     return out
             elif attr in tables.TEXT_PASSTHROUGH_METHODS:
                 return self.segments(recv, scope)
-            elif attr in tables.FILE_READ_METHODS and not args:
+            elif attr in tables.FILE_READ_METHODS and not args and self._file_handle(recv, scope):
                 if classify(self.segments(recv, scope)) == SEG_DYNAMIC:
                     return ((SEG_DYNAMIC, node, f"`{short(node)}`"),)
                 return ((SEG_STATIC, None, self._prose_file(recv, scope)),)

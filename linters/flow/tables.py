@@ -6,48 +6,107 @@ table with ``extra-volatile-calls`` in ``[tool.promptcache.lint]``.
 
 from __future__ import annotations
 
+import ast
 import re
 
-# Fully qualified calls whose result differs from one request (or one process) to the next.
-# Matched against the call's qualified name after import aliases are resolved
-# (``from datetime import datetime as dt; dt.now()`` -> ``datetime.datetime.now``).
-VOLATILE_CALLS: dict[str, str] = {
-    "datetime.datetime.now": "the clock",
-    "datetime.datetime.utcnow": "the clock",
-    "datetime.datetime.today": "the clock",
-    "datetime.date.today": "today's date",
-    "time.time": "the clock",
-    "time.time_ns": "the clock",
-    "time.monotonic": "the clock",
-    "time.monotonic_ns": "the clock",
-    "time.perf_counter": "the clock",
-    "time.perf_counter_ns": "the clock",
-    "time.process_time": "the clock",
-    "time.thread_time": "the clock",
-    "uuid.uuid1": "a random UUID",
-    "uuid.uuid4": "a random UUID",
-    "uuid.uuid6": "a random UUID",
-    "uuid.uuid7": "a random UUID",
-    "os.getpid": "the process id",
-    "os.getppid": "the process id",
-    "os.urandom": "random bytes",
-    "threading.get_ident": "the thread id",
-    "threading.get_native_id": "the thread id",
-    "socket.gethostname": "the host name",
-    "socket.getfqdn": "the host name",
-    "platform.node": "the host name",
-    "getpass.getuser": "the user running the process",
-    "django.utils.timezone.now": "the clock",
-    "django.utils.timezone.localtime": "the clock",
-    "pendulum.now": "the clock",
-    "pendulum.today": "today's date",
-    "arrow.now": "the clock",
-    "arrow.utcnow": "the clock",
-    "pandas.Timestamp.now": "the clock",
-    "pandas.Timestamp.utcnow": "the clock",
-    "pandas.Timestamp.today": "the clock",
-    "builtins.id": "an object address",
+# How often a volatile value changes: it sets what a finding costs. Per request: every
+# request writes the cache anew (a warning). Per hour: 24 writes a day (a warning). Per day:
+# one cache write a day (info). Per process (pid, host, user, platform, a value computed at
+# import): the same for every request a process serves, not reported.
+RATE_REQUEST = "request"
+RATE_HOUR = "hour"
+RATE_DAY = "day"
+RATE_PROCESS = "process"
+RATE_ORDER = (RATE_REQUEST, RATE_HOUR, RATE_DAY, RATE_PROCESS)  # fastest first
+
+# Fully qualified calls whose result differs from one request (or one day, or process) to
+# the next: name -> (what it reads, rate). Matched against the call's qualified name after
+# import aliases are resolved (``from datetime import datetime as dt; dt.now()`` ->
+# ``datetime.datetime.now``).
+VOLATILE_CALLS: dict[str, tuple[str, str]] = {
+    "datetime.datetime.now": ("the clock", RATE_REQUEST),
+    "datetime.datetime.utcnow": ("the clock", RATE_REQUEST),
+    "datetime.datetime.today": ("the clock", RATE_REQUEST),
+    "datetime.date.today": ("today's date", RATE_DAY),
+    "time.time": ("the clock", RATE_REQUEST),
+    "time.time_ns": ("the clock", RATE_REQUEST),
+    "time.monotonic": ("the clock", RATE_REQUEST),
+    "time.monotonic_ns": ("the clock", RATE_REQUEST),
+    "time.perf_counter": ("the clock", RATE_REQUEST),
+    "time.perf_counter_ns": ("the clock", RATE_REQUEST),
+    "time.process_time": ("the clock", RATE_REQUEST),
+    "time.thread_time": ("the clock", RATE_REQUEST),
+    "uuid.uuid1": ("a random UUID", RATE_REQUEST),
+    "uuid.uuid4": ("a random UUID", RATE_REQUEST),
+    "uuid.uuid6": ("a random UUID", RATE_REQUEST),
+    "uuid.uuid7": ("a random UUID", RATE_REQUEST),
+    "os.urandom": ("random bytes", RATE_REQUEST),
+    "subprocess.check_output": ("shell output read at request time", RATE_REQUEST),
+    "subprocess.getoutput": ("shell output read at request time", RATE_REQUEST),
+    "subprocess.getstatusoutput": ("shell output read at request time", RATE_REQUEST),
+    "subprocess.run": ("shell output read at request time", RATE_REQUEST),
+    "os.popen": ("shell output read at request time", RATE_REQUEST),
+    "django.utils.timezone.now": ("the clock", RATE_REQUEST),
+    "django.utils.timezone.localtime": ("the clock", RATE_REQUEST),
+    "pendulum.now": ("the clock", RATE_REQUEST),
+    "pendulum.today": ("today's date", RATE_DAY),
+    "arrow.now": ("the clock", RATE_REQUEST),
+    "arrow.utcnow": ("the clock", RATE_REQUEST),
+    "pandas.Timestamp.now": ("the clock", RATE_REQUEST),
+    "pandas.Timestamp.utcnow": ("the clock", RATE_REQUEST),
+    "pandas.Timestamp.today": ("the clock", RATE_REQUEST),
+    "os.getpid": ("the process id", RATE_PROCESS),
+    "os.getppid": ("the process id", RATE_PROCESS),
+    "os.getcwd": ("the working folder", RATE_PROCESS),
+    "threading.get_ident": ("the thread id", RATE_PROCESS),
+    "threading.get_native_id": ("the thread id", RATE_PROCESS),
+    "socket.gethostname": ("the host name", RATE_PROCESS),
+    "socket.getfqdn": ("the host name", RATE_PROCESS),
+    "platform.node": ("the host name", RATE_PROCESS),
+    "platform.platform": ("the platform", RATE_PROCESS),
+    "platform.system": ("the platform", RATE_PROCESS),
+    "platform.release": ("the platform", RATE_PROCESS),
+    "platform.python_version": ("the platform", RATE_PROCESS),
+    "getpass.getuser": ("the user running the process", RATE_PROCESS),
 }
+# ``id(x)`` is an object address: volatile only when rendered into text (an f-string,
+# ``str()``, ``format``), never as a bookkeeping dict key.
+ID_CALL = "builtins.id"
+# Methods that keep part of a clock reading: ``.date()`` keeps the day.
+DATE_METHODS: dict[str, str] = {"date": RATE_DAY}
+# Attributes of a clock reading and how often they change (``now.year``: per process).
+CLOCK_ATTRS: dict[str, str] = {
+    "year": RATE_PROCESS,
+    "month": RATE_PROCESS,
+    "day": RATE_DAY,
+    "hour": RATE_HOUR,
+    "minute": RATE_REQUEST,
+    "second": RATE_REQUEST,
+    "microsecond": RATE_REQUEST,
+}
+# strftime directives by the rate at which the text they print changes.
+STRFTIME_REQUEST = frozenset("SMfXcTsrRGz")  # %z is with %H usually; a clock either way
+STRFTIME_HOUR = frozenset("HIpk")
+STRFTIME_DAY = frozenset("djaAxDFeuwUWVgl")
+
+
+def strftime_rate(fmt: str) -> str:
+    """The rate of change of ``strftime(fmt)`` on a clock reading: the fastest field it
+    prints (``"%Y-%m-%d"``: per day; ``"%H:%M"``: per request; ``"%Y"``: per process)."""
+    fields = {fmt[i + 1] for i in range(len(fmt) - 1) if fmt[i] == "%"}
+    if fields & STRFTIME_REQUEST:
+        return RATE_REQUEST
+    if fields & STRFTIME_HOUR:
+        return RATE_HOUR
+    if fields & STRFTIME_DAY:
+        return RATE_DAY
+    return RATE_PROCESS
+
+
+def slower(a: str, b: str) -> str:
+    """The slower of two rates (a day-only view of a per-request clock changes per day)."""
+    return a if RATE_ORDER.index(a) >= RATE_ORDER.index(b) else b
+
 
 # Calls that read the clock only when the time argument is left out: name -> how many
 # positional arguments make the result a pure function of them.
@@ -148,6 +207,26 @@ TEXT_PASSTHROUGH_METHODS = frozenset(
         "decode",
     }
 )
+# Methods whose keyword arguments become text of their result (templates, formatting,
+# prompt templates being filled).
+TEXT_BUILDING_METHODS = frozenset(
+    {
+        "format",
+        "format_map",
+        "render",
+        "render_async",
+        "substitute",
+        "safe_substitute",
+        "partial",
+        "invoke",
+        "ainvoke",
+        "format_messages",
+        "format_prompt",
+        "from_template",
+        "join",
+        "replace",
+    }
+)
 TEXT_PASSTHROUGH_CALLS = frozenset({"builtins.str", "textwrap.dedent", "inspect.cleandoc"})
 FILE_READ_METHODS = frozenset({"read_text", "read", "read_bytes"})
 
@@ -165,6 +244,10 @@ TOOLS_KEYWORDS: dict[str, str] = {
     "functions": "the function definitions",
     "toolConfig": "the tool configuration",
     "tool_config": "the tool configuration",
+    # request fields other than the prompt whose order is part of the cached request
+    "tool_choice": "the tool choice",
+    "allowed_function_names": "the allowed function names",
+    "allowed_tools": "the allowed tools",
 }
 # Keyword arguments (and request-body keys) holding a whole prompt string (completions
 # APIs, local engines): what comes first is the cached prefix, only the end may vary.
@@ -174,6 +257,64 @@ MESSAGES_KEYWORDS: dict[str, str] = {
     "messages": "the message list",
     "contents": "the contents list",
 }
+# Resolved request calls (issue 28: a sink the linter cannot resolve is not a sink).
+# ``<client>.messages.create(...)``, ``<client>.chat.completions.create(...)``,
+# ``<client>.responses.create(...)``, ``.stream``/``.parse`` and async variants;
+# ``litellm.completion(...)``; google-genai / google-generativeai; boto3 ``converse``; agent
+# frameworks' constructors (pydantic-ai, OpenAI Agents SDK, agno, crewAI).
+REQUEST_METHODS = frozenset({"create", "acreate", "stream", "parse", "count_tokens"})
+REQUEST_RECEIVERS = frozenset({"messages", "completions", "responses"})
+REQUEST_FUNCTIONS = frozenset(
+    {
+        "litellm.completion",
+        "litellm.acompletion",
+        "litellm.responses",
+        "litellm.aresponses",
+        "litellm.text_completion",
+        "litellm.atext_completion",
+    }
+)
+REQUEST_CALL_NAMES = frozenset(
+    {
+        "generate_content",
+        "generate_content_async",
+        "generate_content_stream",
+        "GenerateContentConfig",
+        "GenerativeModel",
+        "FunctionCallingConfig",
+        "ToolConfig",
+        "converse",
+        "converse_stream",
+    }
+)
+AGENT_MODULES = ("pydantic_ai", "agents", "agno", "crewai", "promptcache")
+# crewAI's Agent(role=, goal=, backstory=) become its system prompt.
+CREWAI_PREFIX_KEYWORDS = {
+    "role": "the agent role",
+    "goal": "the agent goal",
+    "backstory": "the agent backstory",
+}
+
+
+def is_request_call(func: object, qual: str) -> bool:
+    """True when a call is a real client or framework request (see the tables above)."""
+
+    if qual in REQUEST_FUNCTIONS:
+        return True
+    if isinstance(func, ast.Attribute):
+        if func.attr in REQUEST_METHODS:
+            recv = func.value
+            return isinstance(recv, ast.Attribute) and recv.attr in REQUEST_RECEIVERS
+        name = func.attr
+    elif isinstance(func, ast.Name):
+        name = func.id
+    else:
+        return False
+    if name in REQUEST_CALL_NAMES:
+        return True
+    return name == "Agent" and qual.startswith(AGENT_MODULES)
+
+
 # promptcache.build(...) layers: frozen and semi-stable ones are prefixes.
 BUILD_PREFIX_LAYERS: dict[str, str] = {
     "system": "the frozen `system` layer",
@@ -199,6 +340,9 @@ TOOLS_METHODS = frozenset({"bind_tools", "bind_functions"})
 RESPONSES_METHODS = frozenset({"create", "parse", "stream"})
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
+# Configuration fields whose value is the role of the system message
+# (``Message(role=agent.system_message_role, ...)``).
+SYSTEM_ROLE_FIELDS = frozenset({"system_message_role", "system_role"})
 
 # Secondary hints: variables and functions named like a system prompt or a tool list.
 # Strong names count anywhere; weak ones only in modules that talk to an LLM.

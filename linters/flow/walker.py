@@ -82,27 +82,8 @@ _SINK_KEYWORDS = (
     | set(tables.PROMPT_KEYWORDS)
     | set(tables.MESSAGES_KEYWORDS)
     | set(tables.BUILD_PREFIX_LAYERS)
+    | {"role"}
 )
-_HINTS: dict[str, int] = {}  # name -> 1 strong prefix hint, 4 weak one, 2 tools hint, 3 none
-
-
-def _hint_kind(name: str) -> int:
-    """What a variable's name hints at: 1 a system prompt, 4 weakly so, 2 tools, 3 nothing."""
-    kind = _HINTS.get(name)
-    if kind is None:
-        kind = _HINTS[name] = (
-            1
-            if tables.STRONG_PREFIX_NAME_RE.search(name)
-            else 4
-            if tables.PREFIX_NAME_RE.search(name)
-            else 2
-            if tables.TOOLS_NAME_RE.match(name)
-            else 3
-        )
-    return kind
-
-
-_LIST_VALUES = (ast.List, ast.ListComp, ast.Tuple, ast.BinOp)
 _MUTATION_KINDS = frozenset({APPEND, EXTEND, SETITEM, UPDATE, SHUFFLE, DEEPSET})
 _FILL_METHODS = frozenset(
     {
@@ -143,6 +124,48 @@ def _call_name(func: Any) -> str:
     return ""
 
 
+def _bounded(it: Any) -> bool:
+    """An iterable of at most 4 items (Anthropic's breakpoint limit): a literal of up to 4
+    elements, ``x[-k:]``/``x[:k]`` or ``range(k)`` with k <= 4, or ``enumerate`` of one."""
+    t = type(it)
+    if t in (ast.List, ast.Tuple, ast.Set):
+        return len(it.elts) <= 4
+    if t is ast.Call and type(it.func) is ast.Name and it.args:
+        if it.func.id in ("enumerate", "reversed"):
+            return _bounded(it.args[0])
+        if it.func.id == "range" and len(it.args) == 1:
+            n = it.args[0]
+            return type(n) is ast.Constant and type(n.value) is int and n.value <= 4
+    if t is ast.Subscript and type(it.slice) is ast.Slice:
+        lo, hi = it.slice.lower, it.slice.upper
+        if hi is None and type(lo) is ast.UnaryOp and type(lo.operand) is ast.Constant:
+            k = lo.operand.value
+            return type(lo.op) is ast.USub and type(k) is int and k <= 4
+        if lo is None and type(hi) is ast.Constant and type(hi.value) is int:
+            return hi.value <= 4
+    return False
+
+
+def _system_role_content(call: ast.Call) -> ast.expr | None:
+    """The content of a framework message built with a system role:
+    ``Message(role="system", content=...)``, ``ChatMessage(role=MessageRole.SYSTEM, ...)``."""
+    role = content = None
+    for kw in call.keywords:
+        if kw.arg == "role":
+            role = kw.value
+        elif kw.arg in ("content", "text"):
+            content = kw.value
+    if role is None or content is None:
+        return None
+    rs = _const_str(role)
+    if rs is None and type(role) is ast.Attribute:
+        # MessageRole.SYSTEM, or a config field holding the system role (agent.system_role)
+        rs = role.attr.lower()
+        if rs in tables.SYSTEM_ROLE_FIELDS:
+            rs = "system"
+    return content if rs in tables.SYSTEM_ROLES else None
+
+
 def _dotted_tail(func: Any) -> str:
     """The last two parts of an attribute chain: ``ChatMessage.system``."""
     if type(func) is ast.Attribute:
@@ -167,7 +190,6 @@ class _Walker:
         self.facts.has_cache_control = b"cache_control" in source
         self.pending_calls: list[tuple[ast.Call, Scope]] = []
         self.pending_returns: list[tuple[Scope, str, bool]] = []
-        self.hint_sinks: list[Sink] = []
         self.strong = False  # saw a sink that only LLM code has (role dict, messages=...)
         self.scopes: list[Scope] = []
 
@@ -212,7 +234,6 @@ class _Walker:
             if type(base) is ast.Name and base.id == "self" and scope.cls is not None:
                 b = Binding(kind, value, scope, node.lineno, node.col_offset, loops, node)
                 scope.cls.self_attrs.setdefault(target.attr, []).append(b)
-                self.hint(target.attr, value, scope)
         elif t is ast.Subscript:
             base = target.value
             k = SETITEM if kind in (ASSIGN, AUG) else kind
@@ -242,25 +263,6 @@ class _Walker:
                 scope.cls.self_attrs.setdefault(base.attr, []).append(
                     Binding(k, value, scope, node.lineno, node.col_offset, loops, node)
                 )
-
-    def hint(self, name: str, value: Any, scope: Scope) -> None:
-        """Record a secondary-hint sink for a variable named like a system prompt or tools."""
-        if value is None:
-            return
-        kind = _hint_kind(name)
-        if kind == 1:
-            self.facts.sinks.append(Sink(PREFIX, value, scope, f"`{name}` (a system prompt)", True))
-        elif kind == 4:
-            self.hint_sinks.append(Sink(PREFIX, value, scope, f"`{name}` (a system prompt)", True))
-        elif kind == 2 and (
-            type(value) in _LIST_VALUES
-            or (
-                type(value) is ast.Call
-                and type(value.func) is ast.Name
-                and value.func.id in ("list", "sorted", "tuple")
-            )
-        ):
-            self.hint_sinks.append(Sink(TOOLS, value, scope, f"`{name}` (tool definitions)", True))
 
     # -- the walk ------------------------------------------------------------------------
     def run(self, tree: ast.Module) -> ModuleFacts:
@@ -323,8 +325,6 @@ class _Walker:
             if type(f) is ast.Attribute and f.attr in tables.PREFIX_DECORATOR_ATTRS:
                 self.pending_returns.append((fs, f"the `@{f.attr}` function's result", False))
                 self.strong = True
-        if _hint_kind(node.name) == 1:  # only strong names: `get_instructions` is too common
-            self.pending_returns.append((fs, f"`{node.name}()` (builds a system prompt)", False))
         for d in a.defaults:
             push((d, scope, loops))
         for d in a.kw_defaults:
@@ -349,12 +349,10 @@ class _Walker:
         return True
 
     def assign(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
-        """``x = v``: ``v`` flows into each target (ASSIGN); a prompt-like name is a hint sink."""
+        """``x = v``: ``v`` flows into each target (ASSIGN)."""
         value = node.value
         for target in node.targets:
             self.bind(target, value, ASSIGN, scope, loops, node)
-            if type(target) is ast.Name:
-                self.hint(target.id, value, scope)
         push((value, scope, loops))
         return True
 
@@ -362,8 +360,6 @@ class _Walker:
         """``x: T = v``: ``v`` flows into ``x`` as in ``x = v``; a bare annotation binds nothing."""
         if node.value is not None:
             self.bind(node.target, node.value, ASSIGN, scope, loops, node)
-            if type(node.target) is ast.Name:
-                self.hint(node.target.id, node.value, scope)
             push((node.value, scope, loops))
         return True
 
@@ -371,8 +367,6 @@ class _Walker:
         """``x += v``: ``v`` is appended to ``x`` (AUG); other operators make ``x`` OPAQUE."""
         kind = AUG if type(node.op) is ast.Add else OPAQUE
         self.bind(node.target, node.value, kind, scope, loops, node)
-        if type(node.target) is ast.Name and kind == AUG:
-            self.hint(node.target.id, node.value, scope)
         push((node.value, scope, loops))
         if type(node.target) is ast.Subscript:
             push((node.target.slice, scope, loops))
@@ -381,11 +375,34 @@ class _Walker:
     def for_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``for x in it``: each item of ``it`` flows into ``x`` (ITER); the body is in the loop."""
         inner = loops + (node.iter,)
+        if self.facts.has_cache_control:
+            self.loop_breakpoints(node, scope)
         self.bind(node.target, node.iter, ITER, scope, inner, node)
         push((node.iter, scope, loops))
         for s in (*node.body, *node.orelse):
             push((s, scope, inner))
         return True
+
+    def loop_breakpoints(self, node: Any, scope: Scope) -> None:
+        """Record a ``cache_control`` marker set on every item of an unbounded ``for`` loop
+        (a statement directly in its body, no ``break`` in it): ``b["cache_control"] = ...``
+        or ``out.append({..., "cache_control": ...})``."""
+        if _bounded(node.iter) or any(type(n) is ast.Break for n in ast.walk(node)):
+            return
+        for stmt in node.body:
+            mark: ast.AST | None = None
+            if type(stmt) is ast.Assign:
+                t = stmt.targets[0]
+                if type(t) is ast.Subscript and _const_str(t.slice) == "cache_control":
+                    mark = t
+            elif type(stmt) is ast.Expr and type(stmt.value) is ast.Call and stmt.value.args:
+                arg = stmt.value.args[-1]
+                if type(arg) is ast.Dict and any(
+                    _const_str(k) == "cache_control" for k in arg.keys
+                ):
+                    mark = next(k for k in arg.keys if _const_str(k) == "cache_control")
+            if mark is not None:
+                self.facts.loop_breakpoints.append((mark, node.iter, scope))
 
     def while_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``while``: the body is walked as inside a loop of unknown iterable (``None``)."""
@@ -516,8 +533,8 @@ class _Walker:
                     scope.cls.self_attrs.setdefault(recv.attr, []).append(
                         Binding(kind, value, scope, node.lineno, node.col_offset, loops, node)
                     )
-            if type(recv) is ast.Name and recv.id == "self":
-                key = "self." + attr
+            if type(recv) is ast.Name:  # self.m(...), Cls.m(...), module.f(...)
+                key = ("self." if recv.id == "self" else recv.id + ".") + attr
                 lst = calls.get(key)
                 if lst is None:
                     calls[key] = [(node, scope)]
@@ -563,9 +580,16 @@ class _Walker:
         if prompt is not None and hinted:
             self.facts.sinks.append(Sink(PROMPT, prompt, scope, "the prompt"))
         if role is not None:
-            self.facts.sinks.append(Sink(ROLE, node, scope, f"a `{role}` message"))
+            content = next(
+                (v for k, v in zip(keys, node.values) if _const_str(k) in ("content", "text")),
+                None,
+            )
+            if content is not None:
+                self.facts.sinks.append(
+                    Sink(ROLE, content, scope, f"a `{role}` message", node=node)
+                )
             self.strong = True
-        if body:
+        if body and any(_const_str(k) == "model" for k in keys):
             self.body_dict(node, scope)
         return False
 
@@ -633,7 +657,8 @@ class _Walker:
 
     # -- after the walk ------------------------------------------------------------------
     def finish(self) -> None:
-        """After the walk: turn pending calls into sinks, add return and (LLM code) hint sinks."""
+        """After the walk: turn pending calls into sinks, add the returns of functions that
+        a framework decorator makes a system prompt (``@agent.system_prompt``)."""
         facts = self.facts
         self.hoist_mutations()
         sinks = facts.sinks
@@ -646,8 +671,6 @@ class _Walker:
                 continue
             for r in fs.returns:
                 sinks.append(Sink(PREFIX, r, fs, label, hint))
-        if facts.llm_context:
-            sinks.extend(self.hint_sinks)
 
     def hoist_mutations(self) -> None:
         """``REGISTRY[name] = fn`` or ``TOOLS.append(t)`` inside a function mutates the
@@ -690,7 +713,14 @@ class _Walker:
         if name in tables.TOOLS_METHODS and node.args:
             sinks.append(Sink(TOOLS, node.args[0], scope, "the tool definitions"))
             self.strong = True
+        role_content = _system_role_content(node)
+        if role_content is not None:
+            sinks.append(Sink(ROLE, role_content, scope, "a system message", node=node))
+            self.strong = True
+            return
         is_build = qual in tables.BUILD_CALLS
+        if not is_build and not tables.is_request_call(func, qual):
+            return  # a sink the linter cannot resolve is not a sink (issue 28)
         responses = (
             name in tables.RESPONSES_METHODS
             and type(func) is ast.Attribute
@@ -716,7 +746,9 @@ class _Walker:
                 elif arg == "messages":
                     sinks.append(Sink(MESSAGES, value, scope, "the `messages` layer"))
                 continue
-            if arg in tables.PREFIX_KEYWORDS:
+            if arg in tables.CREWAI_PREFIX_KEYWORDS and qual.startswith("crewai"):
+                sinks.append(Sink(PREFIX, value, scope, tables.CREWAI_PREFIX_KEYWORDS[arg]))
+            elif arg in tables.PREFIX_KEYWORDS:
                 sinks.append(Sink(PREFIX, value, scope, tables.PREFIX_KEYWORDS[arg]))
                 parts[arg] = value
             elif arg in tables.TOOLS_KEYWORDS:

@@ -19,6 +19,7 @@ import math
 from typing import Any
 
 from linters.flow.facts import Scope
+from linters.flow.resolve import short
 from linters.flow.values import Evaluator
 from linters.model import Finding, Rule
 from linters.rules.context import RuleContext
@@ -213,10 +214,22 @@ def _min_tokens(model: str | None) -> int:
 def check(an: RuleContext) -> list[Finding]:
     """PC005 and PC008 findings for every literal request of the module."""
     facts = an.facts
-    if not facts.has_cache_control or not facts.requests:
+    if not facts.has_cache_control:
         return []
+    out: list[Finding] = [
+        an.finding(
+            "PC005",
+            mark,
+            f"`cache_control` is set on every item of `{short(it)}`: with more than "
+            f"{ANTHROPIC_MAX_BREAKPOINTS} items the request carries more than "
+            f"{ANTHROPIC_MAX_BREAKPOINTS} breakpoints and the API rejects it; mark only the "
+            "last item (or count the markers)",
+        )
+        for mark, it, _scope in facts.loop_breakpoints
+    ]
+    if not facts.requests:
+        return out
     ev = an.ev
-    out: list[Finding] = []
     for req in facts.requests:
         walk = _Walk(ev)
         bps = walk.run(req)

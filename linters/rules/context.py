@@ -40,6 +40,13 @@ class RuleContext(Protocol):
         """Hazards reaching a cached prefix."""
         ...
 
-    def finding(self, code: str, node: ast.AST, message: str, fix: str | None = None) -> Finding:
+    def finding(
+        self,
+        code: str,
+        node: ast.AST,
+        message: str,
+        fix: str | None = None,
+        severity: str = "warning",
+    ) -> Finding:
         """A finding at ``node``, recorded in :attr:`reported`."""
         ...

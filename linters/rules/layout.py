@@ -15,6 +15,7 @@ from typing import Any
 
 from linters.flow.facts import MESSAGES, PREFIX, PROMPT, ROLE, Scope
 from linters.flow.reach import message_items
+from linters.flow.resolve import short
 from linters.flow.values import (
     SEG_DYNAMIC,
     SEG_STATIC,
@@ -38,6 +39,29 @@ RULES = (
         "string building puts a per-request value ahead of a long constant",
     ),
 )
+
+
+# Stakes (issue 28): static text after a per-request value is re-written on each request.
+# Below the smallest minimum cacheable prefix of the providers (1,024 tokens: Anthropic's
+# Sonnet/Opus and OpenAI's automatic caching, promptcache.limits, read 2025) nothing would be
+# cached even in the right order, so the finding is info. ~4 characters per token (English
+# prose with the GPT/Claude tokenizers; an estimate, said so in the message).
+MIN_CACHEABLE_TOKENS = 1024
+CHARS_PER_TOKEN = 4
+
+
+def stakes(after: int | None) -> tuple[str, str]:
+    """(severity, text) for ``after`` static characters re-written per request (None: a
+    file's contents, unknown but taken as large)."""
+    if after is None:
+        return "warning", ""
+    tokens = after // CHARS_PER_TOKEN
+    if tokens < MIN_CACHEABLE_TOKENS:
+        return (
+            "info",
+            f" (~{tokens} tokens, below the {MIN_CACHEABLE_TOKENS}-token minimum a cache needs)",
+        )
+    return "warning", f" (~{tokens} tokens re-written on each request)"
 
 
 def _chars_at_least(segs: Sequence[Any], min_chars: int) -> bool:
@@ -105,12 +129,14 @@ def check(an: RuleContext) -> list[Finding]:
         if id(node) in an.reported:
             return
         more = "a file's contents" if after is None else f"{after} characters of static text"
+        severity, stake = stakes(after)
         out.append(
             an.finding(
                 "PC004",
                 node,
                 f"{seg[2]} is per-request and comes before {more} in {label}: everything after it "
-                "misses the cache; put the static text first and the per-request part last",
+                f"misses the cache{stake}; put the static text first and the per-request part last",
+                severity=severity,
             )
         )
 
@@ -118,7 +144,10 @@ def check(an: RuleContext) -> list[Finding]:
         if sink.kind == PREFIX or sink.kind == PROMPT:
             segs = ev.text_segments(sink.expr, sink.scope)
         elif sink.kind == ROLE:
-            content, cscope = _content(ev, sink.expr, sink.scope)
+            if sink.node is not None:  # the sink is already the message's content
+                content, cscope = sink.expr, sink.scope
+            else:
+                content, cscope = _content(ev, sink.expr, sink.scope)
             segs = _message_text(ev, content, cscope) if content is not None else ()
         elif sink.kind == MESSAGES:
             _check_messages(an, sink, min_chars, out)
@@ -151,20 +180,86 @@ def check(an: RuleContext) -> list[Finding]:
                     size = (
                         "a file's contents" if big[1] is None else f"a {big[1]}-character constant"
                     )
+                    severity, stake = stakes(big[1])
                     out.append(
                         an.finding(
                             "PC007",
                             s[1],
                             f"{s[2]} is per-request and is placed ahead of {size}: the constant can "
-                            "only be cached if it comes first; move the per-request part after it",
+                            f"only be cached if it comes first{stake}; move the per-request part "
+                            "after it",
+                            severity=severity,
                         )
                     )
                 break
     return out
 
 
+def _parts(ev: Evaluator, node: Any, scope: Scope, depth: int = 0) -> list[tuple[Any, bool]]:
+    """The top-level parts of a message-list expression in order, each ``(node, whole)``:
+    ``whole`` marks a part that is a whole list (``*history``, ``history + [...]``)."""
+    t = type(node)
+    if t is ast.Name and depth < 4:
+        bl = ev.resolve(node.id, scope, node.lineno)
+        if len(bl) == 1 and bl[0].kind == "assign":
+            return _parts(ev, bl[0].value, bl[0].scope, depth + 1)
+        return [(node, True)]
+    if t is ast.List:
+        return [(e.value, True) if type(e) is ast.Starred else (e, False) for e in node.elts]
+    if t is ast.BinOp and type(node.op) is ast.Add and depth < 8:
+        return _parts(ev, node.left, scope, depth + 1) + _parts(ev, node.right, scope, depth + 1)
+    return [(node, True)]
+
+
+def _grows(ev: Evaluator, node: Any, scope: Scope) -> bool:
+    """A list that grows from request to request: a parameter (the caller's history) or a
+    list appended to."""
+    if type(node) is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self":
+        return any(b.kind in ("append", "extend", "aug") for b in ev.self_attr(node.attr, scope))
+    if type(node) is not ast.Name:
+        return False
+    bl = ev.resolve(node.id, scope, node.lineno)
+    return any(b.kind in ("param", "append", "extend", "aug") for b in bl)
+
+
+def _check_static_after_history(an: RuleContext, sink: Any, out: Any) -> bool:
+    """PC004 for a static message placed after a growing history: re-sent after the
+    history on every step, it is never part of the cached prefix (issue 28)."""
+    ev = an.ev
+    parts = _parts(ev, sink.expr, sink.scope)
+    history = None
+    for node, whole in parts:
+        if whole:
+            if _grows(ev, node, sink.scope):
+                history = node
+            continue
+        if history is None:
+            continue
+        content, cscope = _content(ev, node, sink.scope)
+        segs = _message_text(ev, content, cscope) if content is not None else ()
+        chars = static_chars(segs) if segs and classify(segs) == SEG_STATIC else 0
+        if not chars or id(node) in an.reported:
+            continue
+        severity, stake = stakes(chars)
+        out.append(
+            an.finding(
+                "PC004",
+                node,
+                f"a static message ({chars} characters) comes after the growing history "
+                f"`{short(history)}` in {sink.label}: it is re-sent after the history on every "
+                f"step and never cached{stake}; put it before the history (system prompt or "
+                "first message)",
+                severity=severity,
+            )
+        )
+        return True
+    return False
+
+
 def _check_messages(an: RuleContext, sink: Any, min_chars: int, out: Any) -> None:
     ev = an.ev
+    if _check_static_after_history(an, sink, out):
+        return
     items = message_items(ev, sink.expr, sink.scope)
     if len(items) < 2:
         return
@@ -190,13 +285,16 @@ def _check_messages(an: RuleContext, sink: Any, min_chars: int, out: Any) -> Non
         node = seg[1] if seg is not None else content
         if id(node) in an.reported:
             return
+        after = sum(static_chars(sg) or 0 for kk, sg, _c in kinds[i + 1 :] if kk == SEG_STATIC)
+        severity, stake = stakes(after)
         out.append(
             an.finding(
                 "PC004",
                 node,
                 f"a per-request message ({seg[2] if seg else 'dynamic content'}) comes before a "
-                f"static message in {sink.label}: the static message after it misses the cache; "
-                "put static messages (system, examples, documents) first",
+                f"static message in {sink.label}: the static message after it misses the "
+                f"cache{stake}; put static messages (system, examples, documents) first",
+                severity=severity,
             )
         )
         return

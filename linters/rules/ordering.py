@@ -7,6 +7,8 @@ insertion order follows the request or run-time registration.
 
 from __future__ import annotations
 
+from typing import Any
+
 from linters.flow.values import HAZARD_SET, HAZARD_VIEW
 from linters.model import Finding, Rule
 from linters.rules.context import RuleContext
@@ -26,6 +28,13 @@ RULES = (
 )
 
 
+def _with_origin(h: Any, f: Finding) -> Finding:
+    """``f`` marked with the hazard's origin (one finding per root cause across files)."""
+    if h.origin is not None:
+        f.origin = id(h.origin)
+    return f
+
+
 def check(an: RuleContext) -> list[Finding]:
     """PC003 and PC006 findings from the hazards that reach a cached prefix."""
     out = []
@@ -35,11 +44,14 @@ def check(an: RuleContext) -> list[Finding]:
             continue
         if h.kind == HAZARD_SET:
             out.append(
-                an.finding(
-                    "PC003",
-                    h.node,
-                    f"{h.detail}, building {where(r)}: set order differs between processes "
-                    "(PYTHONHASHSEED), so the prefix does too; iterate `sorted(...)` instead",
+                _with_origin(
+                    h,
+                    an.finding(
+                        "PC003",
+                        h.node,
+                        f"{h.detail}, building {where(r)}: set order differs between processes "
+                        "(PYTHONHASHSEED), so the prefix does too; iterate `sorted(...)` instead",
+                    ),
                 )
             )
         elif h.kind == HAZARD_VIEW:

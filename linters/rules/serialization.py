@@ -29,8 +29,8 @@ def check(an: RuleContext) -> list[Finding]:
             an.finding(
                 "PC002",
                 h.node,
-                f"{h.detail} feeds {where(r)}: key order follows how the dict was built, "
-                "so equal data can render a different prefix; pass `sort_keys=True`",
+                f"{h.detail} feeds {where(r)}: equal data can serialise in a different key order, "
+                "so the prefix differs between requests; pass `sort_keys=True`",
                 fix="sort_keys" if h.fixable else None,
             )
         )

@@ -9,6 +9,7 @@ import string
 from typing import Any
 
 from linters.flow.facts import MESSAGES, PROMPT, ROLE
+from linters.flow.tables import RATE_DAY, RATE_HOUR, RATE_REQUEST
 from linters.flow.values import HAZARD_VOLATILE, SEG_VOLATILE, static_chars
 from linters.model import Finding, Rule
 from linters.rules.context import RuleContext
@@ -110,19 +111,82 @@ def check(an: RuleContext) -> list[Finding]:
                         "move it to the end of the prompt",
                     )
                 )
+    out.extend(_reached(an))
+    return out
+
+
+_RATE_TEXT = {
+    RATE_REQUEST: (
+        "warning",
+        "the cached prefix changes on every request; move it after the static text, into "
+        "the last user message",
+    ),
+    RATE_HOUR: (
+        "warning",
+        "it changes every hour: the cached prefix is written anew at least 24 times a day; "
+        "move it into the last user message",
+    ),
+    RATE_DAY: (
+        "info",
+        "it changes once a day: one cache write per day; move it into the last user message "
+        "if that write matters",
+    ),
+}
+
+
+def _reached(an: RuleContext) -> list[Finding]:
+    """One PC001 per root cause (the call that makes the volatile value), at its first
+    site in the source; the other sites it reaches are listed in the message. Values that
+    change once per process (host, user, pid, platform) are not reported."""
+    groups: dict[int, list[Any]] = {}
     for r in an.reaches:
         h = r.hazard
-        if h.kind != HAZARD_VOLATILE or id(h.node) in an.reported:
+        if h.kind != HAZARD_VOLATILE or h.rate not in _RATE_TEXT:
             continue
-        out.append(
-            an.finding(
-                "PC001",
-                h.node,
-                f"{h.detail} reaches {where(r)}: the cached prefix changes on every request; move "
-                "it after the static text, into the last user message or `dynamic=`",
-            )
+        groups.setdefault(id(h.origin if h.origin is not None else h.node), []).append(r)
+    out: list[Finding] = []
+    for reaches in groups.values():
+        reaches.sort(key=lambda r: (getattr(r.hazard.node, "lineno", 0), r.hazard.node.col_offset))
+        first = reaches[0]
+        h = first.hazard
+        if id(h.node) in an.reported:
+            continue
+        severity, text = _RATE_TEXT[h.rate]
+        if h.partial:
+            severity = "info"
+            text = "on one code path only (the same name also takes a stable value): " + text
+        others = sorted({r.hazard.node.lineno for r in reaches[1:]} - {h.node.lineno})
+        also = (
+            f" (also reaches a prefix on line{'s' if len(others) > 1 else ''} "
+            + ", ".join(map(str, others))
+            + ")"
+            if others
+            else ""
         )
+        for r in reaches[1:]:
+            an.reported.add(id(r.hazard.node))
+        f = an.finding(
+            "PC001",
+            h.node,
+            f"{h.detail} reaches {where(first)}{also}: {text}{_stakes(an, first)}",
+            severity=severity,
+        )
+        f.origin = id(h.origin) if h.origin is not None else None
+        out.append(f)
     return out
+
+
+def _stakes(an: RuleContext, reach: Any) -> str:
+    """The static text the changing value drags along, estimated in tokens (4 characters a
+    token), when the sink's text is known: " (~N tokens of static text in the system prompt
+    are written anew with it)"."""
+    sink = reach.sink
+    if sink.kind == MESSAGES or not any(s is sink for s in an.facts.sinks):
+        return ""  # a message list, or a sink of another module (its text is read there)
+    chars = static_chars(an.ev.text_segments(sink.expr, sink.scope))
+    if not chars or chars < 400:
+        return ""
+    return f" (~{chars // 4} tokens of static text in {sink.label} are written anew with it)"
 
 
 def where(reach: Any) -> str:

@@ -23,7 +23,7 @@ BAD = textwrap.dedent("""\
 BAD_JSON = textwrap.dedent("""\
     import json
     import anthropic
-    def ask(profile, q):
+    def ask(q, **profile):
         return anthropic.Anthropic().messages.create(model="m", system="Profile: " + json.dumps(profile), messages=[])
 """)
 CLEAN = "import anthropic\nSYSTEM = 'You are helpful.'\n"
@@ -70,7 +70,6 @@ def test_usage_errors_are_one_line_exit_2(proj, capsys):
         main(["--format", "xml", "ok.py"])
     assert exc.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
-    assert main(["--fix", "--diff", "ok.py"]) == 2
 
 
 def test_select_and_ignore(proj, capsys):
@@ -89,11 +88,21 @@ def test_select_and_ignore(proj, capsys):
 def test_json_format(proj, capsys):
     write(proj / "b.py", BAD_JSON)
     assert main(["--format", "json", "b.py"]) == 1
-    data = json.loads(capsys.readouterr().out)
+    doc = json.loads(capsys.readouterr().out)
+    data = doc["findings"]
+    # issue 28: JSON output carries the summary the text output prints
+    assert doc["summary"] == {
+        "files_checked": 1,
+        "findings": 1,
+        "fixable": 1,
+        "by_rule": {"PC002": 1},
+        "by_severity": {"warning": 1},
+    }
     assert data == [
         {
             "code": "PC002",
             "name": "unsorted-json-in-prompt",
+            "severity": "warning",
             "message": data[0]["message"],
             "path": "b.py",
             "line": 4,
@@ -101,7 +110,8 @@ def test_json_format(proj, capsys):
             "end_line": 4,
             "end_column": JEND,
             "fixable": True,
-            "doc": "docs/rules/PC002.md",
+            # issue 31: resolves for a pip user (prints the installed rule page)
+            "doc": "promptcache lint --explain PC002",
         }
     ]
 
@@ -120,6 +130,21 @@ def test_sarif_format(proj, capsys):
     region = res["locations"][0]["physicalLocation"]["region"]
     assert region == {"startLine": 5, "startColumn": COL, "endLine": 5, "endColumn": END}
     assert res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "a.py"
+    assert res["level"] == "warning"
+    # issue 31: no link that may not resolve; the installed rule page travels in the log
+    rule = run["tool"]["driver"]["rules"][0]
+    assert "helpUri" not in rule
+    assert rule["help"]["markdown"].startswith("# PC001: volatile-in-prefix\n")
+    assert rule["help"]["text"] == "Run `promptcache lint --explain PC001`."
+
+
+def test_explain_prints_the_installed_rule_page(capsys):
+    assert main(["--explain", "pc002"]) == 0
+    assert capsys.readouterr().out.startswith("# PC002: unsorted-json-in-prompt\n")
+    assert main(["--explain", "PC999"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("promptcache lint: error: --explain: unknown rule code 'PC999'")
+    assert err.count("\n") == 1
 
 
 def test_github_format_escapes(proj, capsys):
@@ -127,7 +152,7 @@ def test_github_format_escapes(proj, capsys):
     assert main(["--format", "github", "a,b.py"]) == 1
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith(
-        f"::error file=a%2Cb.py,line=5,col={COL},endLine=5,endColumn={END},title=PC001::PC001 "
+        f"::warning file=a%2Cb.py,line=5,col={COL},endLine=5,endColumn={END},title=PC001::PC001 "
     )
 
 
@@ -186,7 +211,9 @@ def test_pyproject_config(proj, capsys):
     )
     assert main(["-q", "."]) == 1
     assert [ln.split(":")[0] for ln in capsys.readouterr().out.splitlines()] == ["pkg/a.py"]
-    assert main(["-q", "--isolated", "."]) == 1
+    assert main(["-q", "--isolated", "."]) == 1  # tests/ is skipped by default
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    assert main(["-q", "--isolated", "--include-tests", "."]) == 1
     assert len(capsys.readouterr().out.splitlines()) == 4
     # a subfolder finds the pyproject above it
     os.chdir(proj / "pkg")

@@ -11,7 +11,8 @@ import pytest
 from linters.rules import RULES
 from linters.runner import lint_source
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "rules"
+# the rule pages ship inside the linters package (``promptcache lint --explain CODE``)
+DOCS = Path(__file__).resolve().parents[2] / "linters" / "rule_pages"
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 

@@ -10,14 +10,15 @@ import pytest
 from linters import rule_docs
 from promptcache.limits import ANTHROPIC_MAX_BREAKPOINTS, ANTHROPIC_TTLS, MODEL_LIMITS
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "rules"
+# the rule pages ship inside the linters package (``promptcache lint --explain CODE``)
+DOCS = Path(__file__).resolve().parents[2] / "linters" / "rule_pages"
 
 
 @pytest.mark.parametrize("page", sorted(p.name for p in DOCS.glob("*.md")))
 def test_generated_blocks_are_current(page):
     text = (DOCS / page).read_text(encoding="utf-8")
     assert rule_docs.regenerate(text) == text, (
-        f"docs/rules/{page} differs from promptcache.limits; run `python -m linters.rule_docs`"
+        f"linters/rule_pages/{page} differs from promptcache.limits; run `python -m linters.rule_docs`"
     )
 
 

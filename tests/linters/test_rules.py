@@ -41,9 +41,6 @@ def messages(src: str) -> list[str]:
         ("import random", "random.randint(1, 6)"),
         ("import secrets", "secrets.token_hex(8)"),
         ("import numpy as np", "np.random.rand()"),
-        ("import os", "os.getpid()"),
-        ("import socket", "socket.gethostname()"),
-        ("import platform", "platform.node()"),
         ("from django.utils import timezone", "timezone.now()"),
         ("import pandas as pd", "pd.Timestamp.now()"),
     ],
@@ -56,6 +53,27 @@ def test_volatile_sources_in_system_prompt(imports, call):
     client.messages.create(model="m", system=f"Rules. Stamp: {{{call}}}", messages=[])
     """
     assert found(src) == [(4, "PC001")]
+
+
+@pytest.mark.parametrize(
+    "imports,call",
+    [
+        ("import os", "os.getpid()"),
+        ("import socket", "socket.gethostname()"),
+        ("import platform", "platform.node()"),
+        ("import getpass", "getpass.getuser()"),
+        ("import platform", "platform.platform()"),
+    ],
+)
+def test_per_process_values_are_not_reported(imports, call):
+    # issue 28: the same for every request a process serves: one cache write per process
+    src = f"""
+    {imports}
+    import anthropic
+    client = anthropic.Anthropic()
+    client.messages.create(model="m", system=f"Rules. Host: {{{call}}}", messages=[])
+    """
+    assert found(src) == []
 
 
 @pytest.mark.parametrize(
@@ -90,7 +108,7 @@ def test_name_assigned_from_clock_is_reported_where_interpolated():
             {"role": "system", "content": system}, {"role": "user", "content": q}])
     """
     assert found(src) == [(7, "PC001")]
-    assert "`stamp`, set from" in messages(src)[0]
+    assert "`stamp` (set on line" in messages(src)[0]
 
 
 def test_augmented_assignment_and_list_building_carry_taint():
@@ -156,11 +174,11 @@ def test_local_function_return_value_substitutes_arguments():
 
 def test_method_and_self_attribute_flow():
     src = """
-    import socket
+    import uuid
     from anthropic import Anthropic
     class Bot:
         def __init__(self):
-            self.host = socket.gethostname()
+            self.host = uuid.uuid4()
         def system(self):
             return f"Served by {self.host}."
         def ask(self, q):
@@ -236,20 +254,42 @@ def test_system_role_message_found_without_a_visible_call():
     assert found(src) == [(4, "PC001")]
 
 
-def test_name_hints_strong_and_weak():
-    strong = """
-    from datetime import date
-    SYSTEM_PROMPT = f"You are a bot. Today is {date.today()}."
+def test_names_alone_are_not_sinks():
+    # issue 28: a sink the linter cannot resolve is not a sink; a name that sounds like a
+    # system prompt (a tracing attribute, an env var for a subprocess) proves nothing
+    src = """
+    import openai
+    import subprocess
+    import uuid
+    from datetime import datetime
+    SYSTEM_PROMPT = f"You are a bot. Now {datetime.now()}."
     def build_system_prompt():
-        return f"Now {date.today()}"
+        return f"Now {datetime.now()}"
+    def tracing_system_instructions(span):
+        span.set_attribute("llm.system_instructions", f"run {uuid.uuid4()}")
+    def run_tool():
+        env = {"SYSTEM_PROMPT": f"started {datetime.now()}"}
+        return subprocess.run(["tool"], env=env)
     """
-    assert found(strong) == [(2, "PC001"), (4, "PC001")]
-    weak = """
-    from datetime import date
-    instructions = f"Assemble the shelf. Printed {date.today()}."
+    assert found(src) == []
+
+
+def test_a_named_prompt_reaching_a_request_is_reported_where_it_is_built():
+    src = """
+    import anthropic
+    from datetime import datetime
+    def system_prompt():
+        return f"You are a bot. Now {datetime.now()}."
+    def ask(q):
+        return anthropic.Anthropic().messages.create(
+            model="m", system=system_prompt(), messages=[{"role": "user", "content": q}])
     """
-    assert found(weak) == []  # `instructions` alone is too common a name
-    assert found("import openai\n" + textwrap.dedent(weak).lstrip()) == [(3, "PC001")]
+    assert found(src) == [(4, "PC001")]
+    # the same text computed once at import is per process: not reported (issue 28)
+    at_import = src.replace("def system_prompt():\n        return f", "SYSTEM = f").replace(
+        "system=system_prompt()", "system=SYSTEM"
+    )
+    assert "SYSTEM = f" in at_import and found(at_import) == []
 
 
 def test_extra_volatile_calls_from_config():
@@ -265,36 +305,63 @@ def test_extra_volatile_calls_from_config():
 # -- PC002 --------------------------------------------------------------------------------
 
 
-def test_json_dumps_rules():
+def test_json_dumps_reported_only_when_key_order_can_differ():
+    # issue 28: equal data in a dict whose order the code fixes renders equal text
     src = """
     import json
     from json import dumps
     import anthropic
     client = anthropic.Anthropic()
-    def ask(profile, q, opts):
-        a = json.dumps(profile)
-        b = dumps(profile, indent=2)
-        c = json.dumps(profile, sort_keys=True)
+    def ask(profile, q, opts, tags, **extra):
+        a = json.dumps({t: 1 for t in set(tags)})
+        b = dumps(extra, indent=2)
+        c = json.dumps(extra, sort_keys=True)
         d = json.dumps({"k": 1, "z": [1, 2]})
-        e = json.dumps(profile, **opts)
-        f = json.dumps({"user": profile})
-        client.messages.create(model="m", system=a + b + c + d + e, messages=[
-            {"role": "user", "content": json.dumps(profile)}])
+        e = json.dumps(extra, **opts)
+        f = json.dumps(profile)
+        client.messages.create(model="m", system=a + b + c + d + e + f, messages=[
+            {"role": "user", "content": json.dumps(extra)}])
     """
     assert found(src) == [(6, "PC002"), (7, "PC002")]
-    src2 = src.replace("a + b + c + d + e", "f")
-    assert found(src2) == []  # literal dict, values not known to be mappings
 
 
-def test_json_dict_literal_with_runtime_mapping_value():
+def test_json_dumps_of_schema_file_and_literal_is_not_reported():
+    # issue 28 false positives: a Pydantic schema, a JSON file loaded from disk, a literal
     src = """
     import json
     import anthropic
-    def ask(q, extra: dict):
-        ctx = json.dumps({"extra": extra})
-        anthropic.Anthropic().messages.create(model="m", system=ctx, messages=[])
+    from pydantic import BaseModel
+    class Answer(BaseModel):
+        text: str
+    def ask(q):
+        schema = json.dumps(Answer.model_json_schema())
+        with open("catalog.json") as fh:
+            catalog = json.dumps(json.load(fh))
+        lit = json.dumps({"mode": "strict", "langs": ["en", "fr"]})
+        anthropic.Anthropic().messages.create(
+            model="m", system=schema + catalog + lit, messages=[{"role": "user", "content": q}])
     """
-    assert found(src) == [(4, "PC002")]
+    assert found(src) == []
+
+
+def test_json_dumps_of_kwargs_merge_and_network_payload():
+    src = """
+    import json
+    import httpx
+    import anthropic
+    def ask(q, base: dict, **overrides):
+        settings = {**base, **overrides}
+        profile = httpx.get("https://x/profile").json()
+        anthropic.Anthropic().messages.create(
+            model="m", system=json.dumps(settings) + json.dumps(profile), messages=[])
+    """
+    assert found(src) == [(8, "PC002"), (8, "PC002")]
+    assert [m.split(" feeds")[0] for m in messages(src)] == [
+        "`json.dumps(...)` without sorted keys, of `**overrides` (ordered as each caller passes "
+        "them),",
+        "`json.dumps(...)` without sorted keys, of a network payload (`httpx.get('https://x/pro"
+        "file').json()`),",
+    ]
 
 
 # -- PC003 / PC006 ------------------------------------------------------------------------
@@ -339,7 +406,8 @@ def test_dict_views_by_origin():
         client.chat.completions.create(model="m", tools=[v for k, v in registry.items()], messages=[])
         client.chat.completions.create(model="m", tools=sorted(chosen.values(), key=len), messages=[])
     """
-    assert found(src) == [(7, "PC006"), (8, "PC006")]
+    # issue 28: a dict passed in keeps the order its owner gave it (line 8 not reported)
+    assert found(src) == [(7, "PC006")]
 
 
 # -- PC004 / PC007 ------------------------------------------------------------------------

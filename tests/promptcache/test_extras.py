@@ -22,7 +22,12 @@ from promptcache.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 # distribution name (as pyproject.toml spells it) -> import name, where they differ
-IMPORT_NAMES = {"prometheus-client": "prometheus_client", "opentelemetry-api": "opentelemetry"}
+IMPORT_NAMES = {
+    "prometheus-client": "prometheus_client",
+    "opentelemetry-api": "opentelemetry",
+    "openai-agents": "agents",
+    "pydantic-ai-slim": "pydantic_ai",
+}
 
 
 def _import_name(requirement: str) -> str:
@@ -46,6 +51,8 @@ def test_extra_modules_are_pyprojects_extras():
 def test_extra_for_module():
     assert extras.extra_for_module("triton.language") == "gpu"
     assert extras.extra_for_module("pydantic") == "engine"  # fastapi's dependency
+    assert extras.extra_for_module("starlette") == "proxy"  # the smallest extra with it
+    assert extras.extra_for_module("starlette", prefer="engine") == "engine"  # fastapi's
     assert extras.extra_for_module("prometheus_client") == "prometheus"  # the smallest extra
     assert extras.extra_for_module("prometheus_client", prefer="engine") == "engine"
     assert extras.extra_for_module("psycopg") == "postgres"

@@ -1,4 +1,5 @@
-"""The catalog is serialized once per request and interpolated into the system message."""
+"""Issue 28: not reported -- json.dumps of a dict whose key order the code that builds it fixes
+(a parameter, a literal, a schema) gives the same text for equal data. The catalog is serialized once per request and interpolated into the system message."""
 import json
 
 from openai import OpenAI
@@ -7,7 +8,7 @@ client = OpenAI()
 
 
 def recommend(catalog: dict, wish: str):
-    catalog_json = json.dumps(catalog, ensure_ascii=False)  # expect: PC002
+    catalog_json = json.dumps(catalog, ensure_ascii=False)
     messages = [
         {"role": "system", "content": f"Recommend products from this catalog only:\n{catalog_json}"},
         {"role": "user", "content": wish},

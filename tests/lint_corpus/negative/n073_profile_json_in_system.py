@@ -1,4 +1,5 @@
-"""A customer profile fetched from the CRM is dumped into the system prompt."""
+"""Issue 28: not reported -- json.dumps of a dict whose key order the code that builds it fixes
+(a parameter, a literal, a schema) gives the same text for equal data. A customer profile fetched from the CRM is dumped into the system prompt."""
 import json
 
 import anthropic
@@ -14,6 +15,6 @@ def chat(customer_id: str, message: str):
     return client.messages.create(
         model="claude-sonnet-4-5",
         max_tokens=600,
-        system=f"{RULES}\n\nCustomer profile:\n{json.dumps(profile)}",  # expect: PC002
+        system=f"{RULES}\n\nCustomer profile:\n{json.dumps(profile)}",
         messages=[{"role": "user", "content": message}],
     )

@@ -1,4 +1,5 @@
-"""A tool description that embeds a JSON example built from live config."""
+"""Issue 28: not reported -- json.dumps of a dict whose key order the code that builds it fixes
+(a parameter, a literal, a schema) gives the same text for equal data. A tool description that embeds a JSON example built from live config."""
 import json
 
 from openai import OpenAI
@@ -14,7 +15,7 @@ def search(query: str):
         "type": "function",
         "function": {
             "name": "search_catalog",
-            "description": "Search the catalog. Example filters: " + json.dumps(  # expect: PC002
+            "description": "Search the catalog. Example filters: " + json.dumps(
                 filters,
                 indent=None,
             ),

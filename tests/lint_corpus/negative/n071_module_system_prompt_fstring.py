@@ -1,4 +1,5 @@
-"""A module-level system prompt with the time baked in at import."""
+"""A module-level prompt with the time baked in at import: per process, not reported
+(issue 28)."""
 import datetime
 
 system_prompt = f"""
@@ -7,4 +8,4 @@ system_prompt = f"""
 
     General rules:
     - Always check the current date before answering time-sensitive questions.
-"""  # expect: PC001
+"""

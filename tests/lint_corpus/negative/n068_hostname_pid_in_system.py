@@ -1,4 +1,5 @@
-"""Debug info about the serving process written into the system prompt."""
+"""Debug info about the serving process in the system prompt: the same for every request
+that process serves (issue 28: per-process values are not reported)."""
 import os
 import socket
 
@@ -9,7 +10,7 @@ BASE = "You are an internal SRE assistant. Answer with runbook steps."
 
 
 def ask(question: str):
-    system = f"{BASE}\nServed by {socket.gethostname()} (pid {os.getpid()})."  # expect: PC001
+    system = f"{BASE}\nServed by {socket.gethostname()} (pid {os.getpid()})."
     return client.chat.completions.create(
         model="gpt-4o",
         messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],

@@ -1,4 +1,5 @@
-"""The system prompt is regenerated with the current date and time at call time."""
+"""A function named like a prompt builder that no request in the file uses: not a sink
+(issue 28: sinks are resolved, not guessed from names)."""
 from datetime import datetime
 
 
@@ -9,4 +10,4 @@ You are "Frankie", a concise, helpful AI assistant.
 Current date/time: {current_dt}
 - Ask only one clear question at a time.
 - Use the tools only when truly needed.
-"""  # expect: PC001
+"""

@@ -1,0 +1,278 @@
+"""``promptcache lint`` on real projects: judged precision, recall on historical fixes, speed.
+
+Usage::
+
+    PYTHONPATH=. .venv/bin/python bench/lint_real.py --fetch     # export sources (once)
+    PYTHONPATH=. .venv/bin/python bench/lint_real.py             # the table
+    PYTHONPATH=. .venv/bin/python bench/lint_real.py --unjudged build/unjudged.jsonl
+
+The corpus is ``bench/lint_corpus.toml``: projects (repository, commit, ``half`` = tune or
+holdout) and historical fixes (the fix commit, its parent, the lines it changed). ``--fetch``
+exports each commit from a local git mirror (``--mirrors``, default ``/work/.mirror``, laid
+out ``<owner>+<name>/repo``) into ``build/lint_corpus/`` (ignored by git). Each project is
+linted whole with the default settings, as a new user runs ``promptcache lint .`` in it.
+
+Scoring:
+
+- Precision: every warning-or-error finding is looked up in ``bench/lint_labels.jsonl``
+  (project, path, line, rule -> TRUE / FALSE / UNSURE and a one-line reason, judged by
+  reading the code). Precision = TRUE / (TRUE + FALSE); UNSURE and unjudged findings are
+  counted apart, never in the ratio. Per rule and overall, per half.
+- Recall: a fix is flagged when linting its parent commit gives a warning-or-error finding
+  in one of the fix's files on one of the lines it changed, or a finding elsewhere whose
+  hops name one of those lines (``... at pkg/time.py:24, returned by `now_text()` ...``:
+  the value is reported where it enters the request, its origin named).
+- Speed: files per second of the linter over every project (one process, one core), and
+  pcdlint (https://pypi.org/project/pcdlint/) over the same folders when it is installed.
+  Each is run once (a benchmark, not a loop); wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from linters import lint_paths  # noqa: E402
+from linters.config import LintConfig  # noqa: E402
+
+CORPUS = ROOT / "bench" / "lint_corpus.toml"
+LABELS = ROOT / "bench" / "lint_labels.jsonl"
+BUILD = ROOT / "build" / "lint_corpus"
+SEVERE = ("warning", "error")
+CPU = [0.0]  # CPU seconds of promptcache lint over the projects (the box is shared)
+
+
+def load_corpus() -> dict:
+    return tomllib.loads(CORPUS.read_text(encoding="utf-8"))
+
+
+def export(repo: str, commit: str, dest: Path, mirrors: Path, paths: list[str] | None) -> None:
+    """``git archive`` of ``commit`` (only ``paths`` when given) into ``dest``."""
+    if dest.exists():
+        return
+    git_dir = mirrors / repo.replace("/", "+") / "repo"
+    dest.mkdir(parents=True)
+    # Python sources and .gitignore files only: mirrors may lack large binary blobs
+    listed = subprocess.run(
+        ["git", "--git-dir", str(git_dir), "ls-tree", "-r", "--name-only", commit, "--"]
+        + (paths or []),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    keep = [n for n in listed if n.endswith((".py", "/.gitignore")) or n == ".gitignore"]
+    cmd = ["git", "--git-dir", str(git_dir), "archive", "--format=tar", commit, "--", *keep]
+    tar = subprocess.run(cmd, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
+
+
+def fetch(corpus: dict, mirrors: Path) -> None:
+    for p in corpus["project"]:
+        export(p["repo"], p["commit"], BUILD / p["name"], mirrors, None)
+        print(f"exported {p['name']}")
+    for f in corpus.get("fix", []):
+        export(f["repo"], f["parent"], BUILD / "fixes" / f["name"], mirrors, f["paths"])
+        print(f"exported fix {f['name']}")
+
+
+def lint_dir(folder: Path, paths: list[str] | None = None) -> tuple[list, int, float]:
+    """Findings, files and seconds for ``promptcache lint`` run in ``folder``."""
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        config = LintConfig(root=folder)
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        report = lint_paths(paths or ["."], config)
+        dt = time.perf_counter() - t0
+        CPU[0] += time.process_time() - c0
+    finally:
+        os.chdir(cwd)
+    return report.findings, report.files, dt
+
+
+def severity(f) -> str:
+    return getattr(f, "severity", "warning")
+
+
+def load_labels() -> dict:
+    labels = {}
+    if LABELS.exists():
+        for line in LABELS.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                d = json.loads(line)
+                labels[(d["project"], d["path"], d["line"], d["rule"])] = d
+    return labels
+
+
+def precision_table(rows: list, labels: dict, title: str) -> list[str]:
+    """Lines of the per-rule table for ``rows`` = [(project, finding)] at warning+."""
+    per: dict[str, Counter] = defaultdict(Counter)
+    for project, f in rows:
+        lab = labels.get((project, f.path, f.line, f.code))
+        verdict = lab["verdict"] if lab else "unjudged"
+        for key in (f.code, "all"):
+            per[key][verdict] += 1
+            per[key]["findings"] += 1
+    out = [f"### {title}", "", "| rule | findings | TRUE | FALSE | UNSURE | unjudged | precision |"]
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for key in sorted(per, key=lambda k: (k == "all", k)):
+        c = per[key]
+        judged = c["TRUE"] + c["FALSE"]
+        prec = f"{100 * c['TRUE'] / judged:.0f}%" if judged else "n/a"
+        out.append(
+            f"| {key} | {c['findings']} | {c['TRUE']} | {c['FALSE']} | {c['UNSURE']} | "
+            f"{c['unjudged']} | {prec} |"
+        )
+    if not per:
+        out.append("| all | 0 | 0 | 0 | 0 | 0 | n/a |")
+    return out
+
+
+def recall(corpus: dict) -> list[str]:
+    out = ["### Historical fixes (parent commit linted)", ""]
+    out.append("| fix | static | flagged | finding |")
+    out.append("|---|---|---|---|")
+    hits = 0
+    fixes = corpus.get("fix", [])
+    for fx in fixes:
+        folder = BUILD / "fixes" / fx["name"]
+        findings, _n, _dt = lint_dir(folder, fx["paths"])
+        want = {(e["file"], ln) for e in fx["expect"] for ln in e["lines"]}
+        # flagged: a warning+ finding on a changed line, or one whose hops name a changed
+        # line ("... at letta/helpers/datetime_helpers.py:24, returned by ...")
+        got = [
+            f
+            for f in findings
+            if severity(f) in SEVERE
+            and ((f.path, f.line) in want or any(f"{p}:{ln}" in f.message for p, ln in want))
+        ]
+        hits += bool(got)
+        what = f"{got[0].code} {got[0].path}:{got[0].line}" if got else "-"
+        out.append(f"| {fx['name']} | {fx['static']} | {'yes' if got else 'no'} | {what} |")
+    static = [fx for fx in fixes if fx["static"]]
+    out.append("")
+    out.append(f"flagged {hits} of {len(fixes)} fixes ({len(static)} visible in source)")
+    return out
+
+
+def pcdlint_time(folders: list[Path]) -> tuple[float, int] | None:
+    exe = shutil.which("pcdlint") or str(Path(sys.executable).with_name("pcdlint"))
+    if not Path(exe).exists():
+        return None
+    t0 = time.perf_counter()
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    n = 0
+    for folder in folders:
+        r = subprocess.run(
+            [exe, "--format", "json", "."], cwd=folder, capture_output=True, text=True
+        )
+        try:
+            n += len(json.loads(r.stdout or "[]"))
+        except ValueError:
+            pass
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
+    return time.perf_counter() - t0, cpu, n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fetch", action="store_true", help="export the sources from the mirrors")
+    ap.add_argument("--mirrors", default="/work/.mirror", type=Path)
+    ap.add_argument("--unjudged", type=Path, help="write unjudged warning+ findings (jsonl)")
+    ap.add_argument("--half", choices=("tune", "holdout", "both"), default="both")
+    ap.add_argument("--no-pcdlint", action="store_true")
+    args = ap.parse_args(argv)
+    corpus = load_corpus()
+    if args.fetch:
+        fetch(corpus, args.mirrors)
+        return 0
+    labels = load_labels()
+    rows: dict[str, list] = {"tune": [], "holdout": []}
+    info: Counter = Counter()
+    files = 0
+    seconds = 0.0
+    folders = []
+    unjudged = []
+    for p in corpus["project"]:
+        if args.half != "both" and p["half"] != args.half:
+            continue
+        folder = BUILD / p["name"]
+        folders.append(folder)
+        findings, n, dt = lint_dir(folder)
+        files += n
+        seconds += dt
+        for f in findings:
+            if severity(f) in SEVERE:
+                rows[p["half"]].append((p["name"], f))
+                if (p["name"], f.path, f.line, f.code) not in labels:
+                    unjudged.append(
+                        {
+                            "project": p["name"],
+                            "path": f.path,
+                            "line": f.line,
+                            "rule": f.code,
+                            "severity": severity(f),
+                            "message": f.message,
+                        }
+                    )
+            else:
+                info[f.code] += 1
+        print(f"{p['name']:14} {p['half']:8} files {n:5d}  findings {len(findings):4d}  {dt:6.2f}s")
+    cpu = CPU[0]  # the projects only (the recall runs below add to CPU)
+    lines = [
+        f"command: PYTHONPATH=. python bench/lint_real.py   date: {_dt.date.today()}   "
+        f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
+        "",
+    ]
+    for half in ("tune", "holdout"):
+        if args.half in (half, "both"):
+            lines += precision_table(rows[half], labels, f"{half} half, warning and error") + [""]
+    lines += precision_table(rows["tune"] + rows["holdout"], labels, "both halves") + [""]
+    lines.append(
+        f"info findings (not in precision): {sum(info.values())} "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(info.items()))})"
+    )
+    lines.append("")
+    if corpus.get("fix") and args.half == "both":
+        lines += recall(corpus) + [""]
+    lines.append(
+        f"speed: promptcache lint {files} files, wall {seconds:.2f} s = "
+        f"{files / seconds:,.0f} files/s, CPU {cpu:.2f} s = {files / cpu:,.0f} files/CPU-s"
+    )
+    if not args.no_pcdlint:
+        got = pcdlint_time(folders)
+        if got is None:
+            lines.append("pcdlint: not installed")
+        else:
+            pdt, pcpu, pn = got
+            lines.append(
+                f"speed: pcdlint same folders, wall {pdt:.2f} s = {files / pdt:,.0f} files/s, "
+                f"CPU {pcpu:.2f} s ({pn} findings); promptcache lint is {pdt / seconds:.1f}x "
+                f"faster by wall time, {pcpu / cpu:.1f}x by CPU time"
+            )
+    print("\n".join(lines))
+    if args.unjudged:
+        args.unjudged.write_text("".join(json.dumps(u) + "\n" for u in unjudged))
+        print(f"wrote {len(unjudged)} unjudged findings to {args.unjudged}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

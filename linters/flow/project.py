@@ -1,0 +1,85 @@
+"""The project-wide index: which module of the linted project a dotted name refers to, so
+that a call to a function or method defined in another module is followed (issue 28).
+
+Each linted file registers its evaluator under every dotted suffix of its path of two or
+more parts (``src/pkg/a/b.py`` -> ``pkg.a.b``, ``a.b``; ``pkg/a/__init__.py`` -> ``pkg.a``)
+and under its full dotted path; a suffix two files share is dropped, so a lookup never
+guesses between them. Single-part names (``utils``) are registered only when unique.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any
+
+from linters.flow.facts import Scope
+
+
+def module_names(rel_path: str) -> list[str]:
+    """Dotted names a file may be imported as, longest first: ``src/pkg/a.py`` ->
+    ``["src.pkg.a", "pkg.a", "a"]``."""
+    parts = list(PurePosixPath(rel_path).with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    parts = [p for p in parts if p not in (".", "")]
+    return [".".join(parts[i:]) for i in range(len(parts))]
+
+
+class Project:
+    """Evaluators of every module of one lint run, by dotted module name."""
+
+    def __init__(self) -> None:
+        self.modules: dict[str, Any] = {}
+        self._shared: set[str] = set()
+        self._paths: dict[int, str] = {}
+        self._made: dict[int, Any] = {}
+        self.depth = 0  # calls being followed into other modules, nested
+
+    def add(self, rel_path: str, ev: Any) -> None:
+        """Register ``ev`` (a :class:`linters.flow.values.Evaluator`, or a function of no
+        arguments that makes one: a module no rule reads is analysed only when a call
+        reaches it) for ``rel_path``."""
+        if not callable(ev):
+            ev.path = rel_path
+            ev.project = self
+        else:
+            self._paths[id(ev)] = rel_path
+        for name in module_names(rel_path):
+            if name in self._shared:
+                continue
+            if name in self.modules and self.modules[name] is not ev:
+                del self.modules[name]
+                self._shared.add(name)
+                continue
+            self.modules[name] = ev
+
+    def lookup(self, qual: str) -> tuple[Any, Scope] | None:
+        """The evaluator and the scope (function or class) a dotted name defines, e.g.
+        ``pkg.helpers.now_text`` or ``pkg.prompts.Generator.build``; None if not in the
+        project."""
+        parts = qual.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            ev = self.modules.get(".".join(parts[:i]))
+            if ev is None:
+                continue
+            if callable(ev):
+                ev = self._make(ev)
+            scope: Scope | None = ev.facts.module
+            for name in parts[i:]:
+                scope = scope.funcs.get(name) if scope is not None else None
+            if scope is not None:
+                return ev, scope
+            return None
+        return None
+
+    def make(self, maker: Any) -> Any:
+        """The evaluator a lazy entry makes (made once, registered with its path)."""
+        return self._make(maker)
+
+    def _make(self, maker: Any) -> Any:
+        ev = self._made.get(id(maker))
+        if ev is None:
+            ev = self._made[id(maker)] = maker()
+            ev.path = self._paths[id(maker)]
+            ev.project = self
+        return ev
