@@ -8,7 +8,11 @@ Each fenced ``python`` block is one test, named by its line in README.md:
 - any other block runs as a script in a fresh interpreter, with the local engine the package's
   pytest plugin started for this session: the README's ``http://127.0.0.1:8000`` becomes that
   engine's address, and ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` (with a placeholder key)
-  point a client made with no arguments at it too. Its ledger is a fresh file.
+  point a client made with no arguments at it too. Its ledger is a fresh file. A fragment that
+  uses the names the README's prose gives it and does not define them -- ``tracker`` (a
+  ``promptcache.Tracker()``), ``base_url`` and ``model`` (your server; the Frameworks section)
+  -- runs after three lines that define them for the local engine; any other undefined name
+  fails the block.
 
 A block passes when it exits 0 with no traceback, no raw repr of a promptcache object, and no
 DeprecationWarning naming a promptcache module path. A new README section is covered with no
@@ -17,6 +21,8 @@ change here; the first walk-through's table is also checked for a priced row (no
 
 from __future__ import annotations
 
+import ast
+import builtins
 import os
 import re
 import subprocess
@@ -41,6 +47,46 @@ def _is_test_module(code: str) -> bool:
 
 
 BLOCKS = readme_python_blocks()
+# names the README's prose defines for a fragment, and their definition against the engine
+CONTEXT = {
+    "tracker": "tracker = promptcache.Tracker()",
+    "base_url": "base_url = {openai_base_url!r}",
+    "model": 'model = "SmolLM2-135M-Instruct"',
+}
+
+
+def free_names(code: str) -> set[str]:
+    """Names ``code`` reads but never binds (assignments, imports, defs, arguments) and that
+    are not builtins."""
+    bound, read = set(dir(builtins)), set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).partition(".")[0])
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return read - bound
+
+
+def with_context(code: str, openai_base_url: str) -> str:
+    """``code`` preceded by the definitions of the :data:`CONTEXT` names it leaves free."""
+    free = free_names(code) & set(CONTEXT)
+    if not free:
+        return code
+    lines = ["import promptcache"] + [
+        CONTEXT[n].format(openai_base_url=openai_base_url) for n in sorted(free)
+    ]
+    return "\n".join(lines) + "\n" + code
+
+
+def test_free_names():
+    code = "import httpx, openai\nhttp = promptcache.wrap(httpx.Client(), tracker)\n"
+    code += "openai.OpenAI(base_url=base_url).chat.completions.create(model=model)\n"
+    assert free_names(code) == {"promptcache", "tracker", "base_url", "model"}
+    assert free_names("def f(x):\n    return x\nprint(f(1))\n") == set()
 
 
 def test_the_readme_has_python_blocks():
@@ -63,6 +109,7 @@ def _env(tmp_path: Path, base_url: str | None) -> dict[str, str]:
             OPENAI_API_KEY="local",
             ANTHROPIC_BASE_URL=base_url,
             ANTHROPIC_API_KEY="local",
+            OPENAI_AGENTS_DISABLE_TRACING="1",  # the Agents SDK exports no trace from a test
         )
     return env
 
@@ -96,6 +143,7 @@ def test_readme_python_block_runs_as_written(request, tmp_path, code):
         return
     engine = request.getfixturevalue("promptcache_engine")
     path = tmp_path / "snippet.py"
+    code = with_context(code, f"{engine.base_url}/v1")
     path.write_text(code.replace("http://127.0.0.1:8000", engine.base_url))
     proc = subprocess.run(
         # shown, so that a README snippet on a deprecated promptcache path fails below
