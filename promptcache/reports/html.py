@@ -7,7 +7,8 @@ Charts (each SVG carries ``data-chart`` and every mark ``data-key``/``data-value
 numbers can be read back from the DOM):
 
 1. ``hit-rate``: token-weighted cache hit rate per time bucket, the bucket picked from the
-   period's span (10 s for a short run up to a day or a week; at most 48 points);
+   period's span (10 s for a short run up to a day or a week; at most 48 points), its time
+   labels thinned to fit (:mod:`promptcache.reports.time_axis`);
 2. ``cost-by-group``: cost vs. the no-cache baseline per ``--by`` group, USD, and the saving;
 3. ``prefix-misses``: the prefixes (prefix hashes) with the most missed prompt tokens
    (prompt tokens not read from the cache), with their request counts and how many were
@@ -28,6 +29,7 @@ from typing import Any
 from promptcache.ledger.summary_table import prefix_label, unpriced_note
 from promptcache.ledger.tracker import parse_since
 from promptcache.reports.misses import miss_report, misses_html
+from promptcache.reports.time_axis import time_axis_labels
 
 __all__ = ["write_html", "render_html"]
 
@@ -101,16 +103,20 @@ def _hit_rate_chart(rows: list[Any]) -> str:
     if n > 1:
         poly = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys))
         out.append(f'<polyline class="line" points="{poly}"/>')
-    step = max(1, n // 8)
-    for i, ((key, v), x, y) in enumerate(zip(pts, xs, ys)):
+    for (key, v), x, y in zip(pts, xs, ys):
         out.append(
             f'<circle class="pt" cx="{x:.1f}" cy="{y:.1f}" r="3.5" data-key="{_esc(key)}" '
             f'data-value="{v:.6f}"><title>{_esc(key)}: {v:.1%}</title></circle>'
         )
-        if i % step == 0:
+    for label in time_axis_labels([str(k) for k, _ in pts], xs, 0.0, float(_W)):
+        out.append(
+            f'<text class="tick" x="{label.x:.1f}" y="{_PAD_T + ih + 16}" '
+            f'text-anchor="middle">{_esc(label.text)}</text>'
+        )
+        if label.sub is not None:
             out.append(
-                f'<text x="{x:.1f}" y="{_PAD_T + ih + 16}" text-anchor="middle">'
-                f"{_esc(str(key)[5:])}</text>"
+                f'<text class="tick-day" x="{label.x:.1f}" y="{_PAD_T + ih + 30}" '
+                f'text-anchor="middle">{_esc(label.sub)}</text>'
             )
     out.append("</svg>")
     return "".join(out)

@@ -31,12 +31,19 @@ __all__ = [
 @dataclass(frozen=True)
 class MissReport:
     """Requests and missed tokens per miss cause (in :data:`CAUSES` order, only causes seen;
-    hits are not misses and are not listed), ``attributed`` requests (hits included),
-    and the top offender groups (cause, path, model), most missed tokens first."""
+    never ``"hit"``), the hits apart (``hits``: the same fields, None when no request hit), and
+    the top offender groups (cause, path, model), most missed tokens first. ``attributed``
+    counts every attributed request, hits included."""
 
     by_cause: list[dict[str, Any]] = field(default_factory=list)
     offenders: list[dict[str, Any]] = field(default_factory=list)
     attributed: int = 0
+    hits: dict[str, Any] | None = None
+
+    @property
+    def missed_requests(self) -> int:
+        """Attributed requests whose cause is a miss."""
+        return sum(c["requests"] for c in self.by_cause)
 
 
 def miss_report(tracker: Any, since: Any = None, *, top: int = 10) -> MissReport:
@@ -44,8 +51,6 @@ def miss_report(tracker: Any, since: Any = None, *, top: int = 10) -> MissReport
     groups = tracker.miss_groups(since=since)
     per: dict[str, dict[str, Any]] = {}
     for g in groups:
-        if g["cause"] not in MISS_CAUSES:  # a hit (with new content or not) is not a miss
-            continue
         c = per.setdefault(
             g["cause"],
             {"cause": g["cause"], "requests": 0, "prompt_tokens": 0, "missed_tokens": 0},
@@ -56,8 +61,12 @@ def miss_report(tracker: Any, since: Any = None, *, top: int = 10) -> MissReport
     order = {c: i for i, c in enumerate(CAUSES)}
     by_cause = sorted(per.values(), key=lambda c: order.get(c["cause"], len(order)))
     offenders = [g for g in groups if g["cause"] in MISS_CAUSES and g["missed_tokens"] > 0]
-    attributed = sum(g["requests"] for g in groups)
-    return MissReport(by_cause, offenders[:top], attributed)
+    return MissReport(
+        by_cause=[c for c in by_cause if c["cause"] in MISS_CAUSES],  # a hit is not a miss
+        offenders=offenders[:top],
+        attributed=sum(g["requests"] for g in groups),
+        hits=per.get("hit"),
+    )
 
 
 def _table(head: Sequence[str], rows: list[list[str]]) -> list[str]:
@@ -79,7 +88,14 @@ def format_misses(report: MissReport) -> str:
     (empty when no request in the period was attributed)."""
     if not report.attributed:
         return ""  # nothing attributed (recorded without request bodies): no section
-    lines = ["", "misses by cause"]
+    hit = report.hits["requests"] if report.hits else 0
+    lines = [
+        "",
+        f"misses by cause ({report.attributed:,} attributed request(s): {hit:,} hit, "
+        f"{report.missed_requests:,} missed)",
+    ]
+    if not report.by_cause:
+        return "\n".join(lines)
     lines += _table(
         ["cause", "requests", "prompt tok", "missed tok"],
         [
@@ -109,6 +125,7 @@ def misses_json(report: MissReport) -> dict[str, Any]:
     """The ``"misses"`` document of ``--json``."""
     return {
         "attributed_requests": report.attributed,
+        "hits": report.hits,
         "by_cause": report.by_cause,
         "top_offenders": report.offenders,
     }
@@ -123,7 +140,9 @@ def misses_html(report: MissReport) -> str:
     parts = ["<h2>Misses by cause</h2>"]
     if not report.attributed:
         return parts[0] + "<p>No attributed requests in this period.</p>"
-    rows = [c for c in report.by_cause if c["cause"] != "hit"]
+    rows = report.by_cause
+    if not rows:
+        return parts[0] + "<p>No attributed request missed the cache in this period.</p>"
     width, bar_h, gap, lab_w, iw = 760, 14, 8, 150, 340
     height = 16 + len(rows) * (bar_h + gap) + 24
     vmax = max((c["missed_tokens"] for c in rows), default=0) or 1
@@ -144,9 +163,8 @@ def misses_html(report: MissReport) -> str:
     svg.append(f'<text x="{lab_w}" y="{height - 6}">prompt tokens not read from the cache</text>')
     svg.append("</svg>")
     parts.append("".join(svg))
-    hits = next((c for c in report.by_cause if c["cause"] == "hit"), None)
-    if hits is not None:
-        parts.append(f"<p class='sub'>{hits['requests']} request(s) hit.</p>")
+    if report.hits is not None:
+        parts.append(f"<p class='sub'>{report.hits['requests']:,} request(s) hit.</p>")
     if report.offenders:
         parts.append(
             "<h2>Top offenders</h2><table data-table='miss-offenders'><tr><th>path</th>"

@@ -4,14 +4,17 @@ Runs the real ``pre-commit`` (a dev dependency) in a temporary git repository:
 
 - fast: the repository uses ``repo: local`` with ``language: system`` pointing at this
   checkout's ``promptcache`` script, with the same ``id``/``types`` as the published hook;
-- slow: the repository uses this checkout as a remote hook repository at its HEAD commit,
-  so pre-commit clones it and pip-installs it from ``.pre-commit-hooks.yaml`` exactly as a
-  user's project would (needs the package index).
+- fast: the README's ``repo: local`` snippet as written, with ``promptcache`` found on PATH as
+  in a user's activated virtual environment;
+- slow: the README's remote snippet, its URL replaced by a fresh clone of this checkout and its
+  ``<full commit sha>`` by that clone's HEAD, so pre-commit clones it and pip-installs it from
+  ``.pre-commit-hooks.yaml`` exactly as a user's project would (needs the package index).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +35,21 @@ BAD = textwrap.dedent("""\
         return client.messages.create(model="m", system=f"Now: {datetime.now()}", messages=[{"role": "user", "content": q}])
 """)
 GOOD = BAD.replace('system=f"Now: {datetime.now()}"', 'system="You are helpful."')
+
+
+def readme_precommit_snippets() -> list[str]:
+    """The README's ``yaml`` blocks that configure the promptcache-lint hook."""
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"^```yaml\n(.*?)^```", readme, re.S | re.M)
+    return [b for b in blocks if "id: promptcache-lint" in b]
+
+
+def test_readme_snippets_pin_nothing_that_does_not_exist():
+    local, remote = readme_precommit_snippets()
+    assert "repo: local" in local and "language: system" in local
+    (rev,) = re.findall(r"^\s*rev:\s*(.+?)\s*(?:#.*)?$", remote, re.M)
+    tags = _git(REPO, "tag", "--list").stdout.split()
+    assert rev == "<full commit sha>" or rev in tags, rev  # a placeholder or a real tag
 
 
 def test_published_manifest():
@@ -114,19 +132,26 @@ def test_local_hook_stops_bad_commit(tmp_path):
     _commit_cycle(repo, env, timeout=120)
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_readme_local_hook_as_written(tmp_path):
+    """The README's first snippet, unchanged; ``promptcache`` on PATH runs this checkout."""
+    local, _ = readme_precommit_snippets()
+    repo, env = _new_repo(tmp_path, local)
+    env["PATH"] = f"{PROMPTCACHE.parent}{os.pathsep}{env['PATH']}"
+    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    _commit_cycle(repo, env, timeout=120)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
-def test_published_hook_from_this_repository(tmp_path):
-    head = _git(REPO, "rev-parse", "HEAD").stdout.strip()
-    shown = _git(REPO, "show", f"{head}:.pre-commit-hooks.yaml", check=False)
-    if shown.returncode != 0:
+def test_readme_remote_hook_from_a_fresh_clone(tmp_path):
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=300)
+    head = _git(clone, "rev-parse", "HEAD").stdout.strip()
+    if _git(clone, "show", f"{head}:.pre-commit-hooks.yaml", check=False).returncode != 0:
         pytest.fail(".pre-commit-hooks.yaml is not committed at HEAD; commit it first")
-    config = textwrap.dedent(f"""\
-        repos:
-          - repo: {REPO}
-            rev: {head}
-            hooks:
-              - id: promptcache-lint
-    """)
+    _, remote = readme_precommit_snippets()
+    url = re.search(r"repo:\s*(\S+)", remote).group(1)
+    config = remote.replace(url, str(clone)).replace("<full commit sha>", head)
     repo, env = _new_repo(tmp_path, config)
     _commit_cycle(repo, env, timeout=1500)

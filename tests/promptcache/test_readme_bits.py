@@ -1,29 +1,10 @@
-"""Small things a new user hits (issue 17): the README's pre-commit snippet pins a release
-tag (pre-commit warns on a branch such as ``main``), and ``report --html`` into a missing
-folder fails before printing anything."""
+"""Small things a new user hits (issue 17): ``report --html`` into a missing folder fails before
+printing anything. (The README's pre-commit snippets are run in tests/linters/test_precommit.py.)"""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-import yaml
-
-import promptcache
 from promptcache import Tracker, Usage
 from promptcache.cli import main
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_readme_pre_commit_snippet_pins_a_tag_and_says_why():
-    readme = (ROOT / "README.md").read_text()
-    block = next(
-        b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "promptcache-lint" in b
-    )
-    (repo,) = yaml.safe_load(block)
-    assert repo["rev"] == f"v{promptcache.__version__}"
-    assert "mutable" in readme and "pre-commit autoupdate" in readme
 
 
 def test_report_html_into_a_missing_folder_fails_before_printing(tmp_path, capsys):

@@ -96,11 +96,16 @@ def test_table_shows_causes_and_offenders_with_paths(db) -> None:
     assert r.returncode == 0, r.stderr
     text = r.stdout
     section = text[text.index("misses by cause") :]
-    rows = {line.split()[0]: line.split()[1:] for line in section.splitlines()[3:8] if line}
-    assert rows["cold"] == ["1", "1,503", "1,503"]
-    assert "hit" not in rows  # misses by cause lists misses only (issue 29)
-    assert rows["prefix_changed"] == ["2", "3,166", "3,166"]
-    assert rows["ttl_expired"] == ["1", "1,623", "1,623"]
+    lines = section.splitlines()
+    # 6 attributed: 2 hits, and 4 misses (1 cold, 2 prefix_changed, 1 ttl_expired)
+    assert lines[0] == "misses by cause (6 attributed request(s): 2 hit, 4 missed)"
+    table = lines[3 : lines.index("top offenders") - 1]  # up to the blank line before it
+    rows = {line.split()[0]: line.split()[1:] for line in table}
+    assert rows == {
+        "cold": ["1", "1,503", "1,503"],
+        "prefix_changed": ["2", "3,166", "3,166"],
+        "ttl_expired": ["1", "1,623", "1,623"],
+    }  # no "hit" row under "misses by cause" (issues 29 and 31)
     offenders = text[text.index("top offenders") :]
     assert re.search(
         r"prefix_changed\s+1\s+1,603\s+claude-sonnet-4-5\s+\$\.system\[0\]\.text", offenders
@@ -113,8 +118,14 @@ def test_json_has_the_misses(db) -> None:
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)["misses"]
     assert doc["attributed_requests"] == 6
-    got = {c["cause"]: c["missed_tokens"] for c in doc["by_cause"] if c["cause"] != "hit"}
-    assert got == MISSED
+    got = {c["cause"]: c["missed_tokens"] for c in doc["by_cause"]}
+    assert got == MISSED  # the miss causes only
+    assert doc["hits"] == {
+        "cause": "hit",
+        "requests": 2,
+        "prompt_tokens": 3106,
+        "missed_tokens": 46,
+    }
     paths = [o["path"] for o in doc["top_offenders"]]
     assert paths[:2] == ["$.system[0].text", "$.tools[1]"] or "$.tools[1]" in paths
 
