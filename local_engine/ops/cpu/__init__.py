@@ -153,9 +153,11 @@ def _toolchain_reason(cxx: str) -> str | None:
         return f"no C++ compiler ({cxx!r} not on PATH)"
     if shutil.which("ninja") is None:
         try:
-            import ninja  # type: ignore[import-not-found]  # noqa: F401  (pip's ninja ships the binary)
+            import ninja  # type: ignore[import-not-found,unused-ignore]  # pip's wheel ships the binary
         except ImportError:
             return "ninja is not installed (pip install ninja)"
+        # an unactivated venv: put the wheel's binary on PATH for torch's build to find
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
     return None
 
 
