@@ -72,7 +72,8 @@ FORMATS = ("dense", "dense_t", "panels", "bf16", "int8")
 BF16_KERNEL_ROWS = 32  # up to this many rows the bfloat16 kernel beats oneDNN (bench/gemv_cpu.py)
 INT8_KERNEL_ROWS = 16  # ... and the int8 kernel beats fbgemm
 # the AVX2 int8 kernel (no VNNI: vpmaddubsw/vpmaddwd) against fbgemm's AVX2 7-bit path, forced
-# AVX2 on the Zen 4 box, 2026-12-03 (bench/results/cpu_avx2.md): 1 row 2-3x faster, 2-4 rows
+# AVX2 on the Zen 4 box, 2026-12-03 (`bench/gemv_cpu.py`; the table is in
+# `git show a1a9a10:bench/results/cpu_avx2.md`): 1 row 2-3x faster, 2-4 rows
 # 0.5-1.5x, 5 rows 0.7x, 16 rows 0.55x; up to 4 rows it keeps the fused layer for small
 # verifications, whose saved per-layer calls outweigh that
 INT8_KERNEL_ROWS_AVX2 = 4

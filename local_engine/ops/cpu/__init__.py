@@ -23,7 +23,7 @@ float32, bfloat16 and int8 linears and the decoder layer (:func:`has`).
 instruction set's), the torch version, the compiler's version and the CPU's ISA flags. The
 kernel files include no torch header and compile in a few seconds each, in parallel; only
 ``bindings.cpp`` includes torch's (pybind11 casters and ``ATen/core/Tensor.h``). The first
-build takes 16-24 s on 2 cores at low load (bench/results/cpu_avx2.md; logged when it starts and ends); later processes load the
+build takes 16-24 s on 2 cores at low load (bench/RESULTS.md "## cpu-avx2"; logged when it starts and ends); later processes load the
 built library in well under a second (torch's ``FileBaton`` lock in the folder serialises
 two processes that build at once). ``PROMPTCACHE_CPU_KERNELS=0`` turns the kernels off. When
 they are off, the build fails, or there is no compiler, one log line says why and the callers
