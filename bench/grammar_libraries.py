@@ -1,6 +1,6 @@
 """Grammar libraries on this model's vocabulary: compile time and per-token mask time of
 llguidance and xgrammar for one JSON schema (the comparison behind
-``local_engine/structured.py``'s choice; ``bench/results/engine_api.md``).
+``local_engine/structured.py``'s choice; ``bench/RESULTS.md`` "## engine-api").
 
     XGRAMMAR_PATH=/tmp/xg PYTHONPATH=. python bench/grammar_libraries.py
 

@@ -3,7 +3,7 @@
 The grammar engine is llguidance (https://github.com/guidance-ai/llguidance, PyPI
 ``llguidance`` 1.9.1, read 2026-12-03): chosen over xgrammar 0.2.8 and outlines-core 0.2.14
 after measuring on this CPU host (``bench/structured_decoding.py`` and
-``bench/results/engine_api.md``): it installs with no dependencies (xgrammar pulls
+``bench/RESULTS.md`` "## engine-api"): it installs with no dependencies (xgrammar pulls
 apache-tvm-ffi and triton), compiles a JSON schema in about 1 ms (xgrammar 5-11 ms, paid per
 request since schemas come with requests), names the keywords it does not implement
 (``Unimplemented keys: ["not"]``; xgrammar ignores unknown keywords silently), and rolls a
