@@ -27,6 +27,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
         "openai",
         "anthropic",
         "httpx",
+        "llguidance",
         "ninja",
     ),
     "gpu": ("triton",),
