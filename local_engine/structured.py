@@ -177,7 +177,7 @@ def verify_masks(
     grammar refuses allow everything (that draft is rejected there: its masked probability
     is 0, so verification never reaches them). None when no sequence has a matcher.
 
-    Each matcher is left in the state it was given (drafts rolled back)."""
+    Each matcher is left in the state it was given (the drafts are walked on a copy)."""
     if all(m is None for m in matchers):
         return None
     words = (compiler.vocab_size + 31) // 32
@@ -185,15 +185,14 @@ def verify_masks(
     start = 0
     for m, d in zip(matchers, drafts):
         if m is not None:
-            consumed = 0
+            # walk the drafts on a copy: llguidance's rollback after consuming drafts left
+            # some matchers accepting tokens the grammar refuses (seen with draft-model drafts)
+            walker = m.deep_copy() if d else m
             for j in range(len(d) + 1):
                 row = bitmask[start + j]
-                m.unsafe_compute_mask_ptr(row.data_ptr(), words * 4)
-                if j == len(d) or not _allowed(row, d[j]) or not m.consume_token(d[j]):
+                walker.unsafe_compute_mask_ptr(row.data_ptr(), words * 4)
+                if j == len(d) or not _allowed(row, d[j]) or not walker.consume_token(d[j]):
                     break
-                consumed += 1
-            if consumed:
-                m.rollback(consumed)
         start += len(d) + 1
     return bitmask
 
