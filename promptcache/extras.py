@@ -32,7 +32,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     ),
     "gpu": ("triton",),
     "frameworks": ("langchain_openai", "langchain_anthropic", "agents", "pydantic_ai", "litellm"),
-    "proxy": ("httpx", "starlette", "uvicorn"),
+    "proxy": ("httpx", "starlette", "uvicorn", "aiohttp", "httptools", "uvloop"),
     "prometheus": ("prometheus_client",),
     "otel": ("opentelemetry",),
     "postgres": ("psycopg",),

@@ -377,7 +377,8 @@ class _Recorder:
                 return
             call.done = True
         try:
-            call.t_end = time.perf_counter()
+            if call.t_end is None:  # (a replayed call, promptcache.proxy, brings its own)
+                call.t_end = time.perf_counter()
             if call.stream:
                 if call.sse_buf.strip():
                     self._event(call, call.sse_buf)

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 __all__ = ["add_arguments", "run", "missing_extra"]
 
-_EXTRA = ("httpx", "uvicorn", "starlette")
+#: What the proxy cannot run without (httptools and uvloop, also in the extra, only speed it up).
+_EXTRA = ("httpx", "uvicorn", "starlette", "aiohttp")
 
 
 def missing_extra() -> str | None:

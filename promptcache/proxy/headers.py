@@ -46,19 +46,46 @@ def _connection_named(headers: Iterable[tuple[bytes, bytes]]) -> set[bytes]:
     return named
 
 
-def request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The ASGI request headers ``raw`` (lower-case names) to send upstream."""
-    items = list(raw)
-    drop = HOP_BY_HOP | _REQUEST_RESET | _connection_named(items)
-    return [(k, v) for k, v in items if k.lower() not in drop]
+#: The request header naming a call's lineage (``promptcache.integrations.clients.SESSION_HEADER``
+#: lower-cased, as ASGI gives names).
+SESSION = b"x-promptcache-session"
+
+
+def request_headers(raw: Iterable[tuple[bytes, bytes]]) -> tuple[list[tuple[str, str]], str | None]:
+    """The ASGI request headers ``raw`` (lower-case names) to send upstream, as ``(name, value)``
+    strings (latin-1, byte for byte), in order, duplicates kept; and the value of the
+    ``X-Promptcache-Session`` header (None when absent), which is passed on too."""
+    out: list[tuple[str, str]] = []
+    session = None
+    named: set[bytes] | None = None
+    for k, v in raw:
+        if k in HOP_BY_HOP or k in _REQUEST_RESET:
+            if k == b"connection":
+                named = _connection_named([(k, v)]) | (named or set())
+            continue
+        if k == SESSION:
+            session = v.decode("latin-1")
+        out.append((k.decode("latin-1"), v.decode("latin-1")))
+    if named:  # rare: drop the fields the client's Connection header names
+        out = [(k, v) for k, v in out if k.encode("latin-1") not in named]
+    return out, session
 
 
 def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """The upstream's response headers to send to the client (names lower-cased, as ASGI
-    asks; HTTP field names are case-insensitive)."""
-    items = [(k.lower(), v) for k, v in raw]
-    drop = HOP_BY_HOP | _connection_named(items)
-    return [(k, v) for k, v in items if k not in drop]
+    asks; HTTP field names are case-insensitive), in order, duplicates kept."""
+    out: list[tuple[bytes, bytes]] = []
+    named: set[bytes] | None = None
+    for k, v in raw:
+        k = k.lower()
+        if k in HOP_BY_HOP:
+            if k == b"connection":
+                named = _connection_named([(k, v)]) | (named or set())
+            continue
+        out.append((k, v))
+    if named:
+        out = [(k, v) for k, v in out if k not in named]
+    return out
 
 
 _SECRET_PARAM = re.compile(r"(?i)([?&](?:key|api[-_]?key|access_token|token)=)[^&#]*")

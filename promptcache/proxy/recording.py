@@ -1,45 +1,48 @@
-"""The ledger side of the proxy: the recorder ``wrap()`` uses, writing off the request path.
+"""The recorder process's side: replay each proxied exchange through the recorder ``wrap()``
+uses, then attribute and write it.
 
 :func:`make_recorder` builds the same :class:`promptcache.integrations.clients._Recorder` that
-``promptcache.wrap(client)`` attaches to an SDK's HTTP client; the proxy hands it each upstream
-exchange (``on_request`` with the httpx request, ``on_response`` which wraps the response
-stream so every chunk is seen as it passes). Usage, cost, the digest chain and the miss cause
-are therefore computed by one code path for wrapped and proxied traffic.
+``promptcache.wrap(client)`` attaches to an SDK's HTTP client; :func:`replay` hands it one raw
+exchange (:class:`~promptcache.proxy.app.Exchange`, taken off the proxy's request path by
+:mod:`~.tap`) as httpx objects: ``on_request`` with the request, ``on_response`` with a response
+whose stream yields the same chunks, the call's times set to those measured on the request
+path. Usage, cost, the digest chain and the miss cause are therefore computed by one code path
+for wrapped and proxied traffic.
 
-The recorder's tracker is a :class:`LedgerQueue`: ``record()`` only enqueues (a dict append
-and a ``Queue.put_nowait``), and one writer thread opens the ledger, resolves lineages
-(:class:`~promptcache.proxy.lineage.LineageIndex`) and writes batches. A ledger that cannot be
-opened or written (read-only file system, disk full, locked past its busy timeout) never fails
-or delays a call: the batch is logged (one line, the error's type and message; no request
-data, no headers) and counted in :class:`LedgerStats`.
+The recorder's tracker is a :class:`LedgerSink`: ``record()`` collects, ``write()`` resolves
+lineages (:class:`~promptcache.proxy.lineage.LineageIndex`) and writes the batch in one
+transaction. A ledger that cannot be opened or written (read-only file system, disk full,
+locked past its busy timeout) never reaches a client (this runs in another process): the
+batch is logged (one line, the error's type and message; no request data, no headers) and
+counted in :class:`LedgerStats`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from promptcache.integrations.clients import _Recorder
+import httpx
+
+from promptcache.integrations.clients import SESSION_HEADER, _Recorder
 from promptcache.ledger.pricing import Price
 from promptcache.ledger.tracker import Tracker
 from promptcache.misses.attribution import api_of_request
 from promptcache.misses.cause import Observation
 from promptcache.misses.digest_chain import APIS, DigestChain
 from promptcache.providers.usage_record import Usage
+from promptcache.proxy.app import Exchange
 from promptcache.proxy.lineage import LineageIndex
 from promptcache.proxy.upstreams import Upstream
 
-__all__ = ["LedgerQueue", "LedgerStats", "make_recorder"]
+__all__ = ["LedgerSink", "LedgerStats", "make_recorder", "replay"]
 
 log = logging.getLogger("promptcache.proxy")
 
-_STOP = object()
 #: While the same ledger error repeats, it is logged at most once per this many seconds.
 LOG_EVERY_S = 10.0
 
@@ -52,7 +55,8 @@ class LedgerStats:
         queued: calls handed to the ledger.
         written: calls committed to the ledger.
         failed: calls whose write failed (ledger unwritable, locked, damaged).
-        dropped: calls not queued because the queue was full (the writer fell behind).
+        dropped: calls not recorded because the recorder fell behind (its queue was full)
+            or was gone.
         last_error: the last write error, one line (type and message), or None.
     """
 
@@ -61,7 +65,6 @@ class LedgerStats:
     failed: int = 0
     dropped: int = 0
     last_error: str | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready counters."""
@@ -74,55 +77,36 @@ class LedgerStats:
         }
 
 
-class LedgerQueue:
-    """A Tracker stand-in for the recorder: ``record()`` enqueues, a thread writes.
+class LedgerSink:
+    """A Tracker stand-in for the recorder: ``record()`` collects, ``write()`` writes.
 
     Args:
-        open_tracker: returns the :class:`~promptcache.ledger.Tracker` to write to; called in
-            the writer thread, again after a failure (so a ledger that comes back is used).
+        open_tracker: returns the :class:`~promptcache.ledger.Tracker` to write to; called on
+            the first write, again after a failure (so a ledger that comes back is used).
         store_prompts: keep request text (``Tracker(store_prompts=True)``); off by default.
-        maxsize: calls the queue holds before new ones are dropped (and counted).
-        batch: most calls written in one transaction.
     """
 
-    def __init__(
-        self,
-        open_tracker: Callable[[], Tracker],
-        *,
-        store_prompts: bool = False,
-        maxsize: int = 50_000,
-        batch: int = 256,
-    ) -> None:
+    def __init__(self, open_tracker: Callable[[], Tracker], *, store_prompts: bool = False) -> None:
         self.open_tracker = open_tracker
         self.store_prompts = store_prompts
         self.stats = LedgerStats()
         self.lineages = LineageIndex()
-        self.batch = batch
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=maxsize)
+        self._pending: list[tuple[Usage, dict[str, Any]]] = []
         self._tracker: Tracker | None = None
         self._last_log = -LOG_EVERY_S
-        self._thread = threading.Thread(target=self._run, name="promptcache-ledger", daemon=True)
-        self._thread.start()
 
     # the recorder attributes misses when its tracker has ``attribute`` (a ledger Tracker)
     def attribute(self, *args: Any, **kwargs: Any) -> Any:
-        """Not used by the proxy (attribution happens in the writer); present so the
+        """Not used by the proxy (attribution happens in :meth:`write`); present so the
         recorder passes the request body and lineage with each record."""
-        raise NotImplementedError("LedgerQueue attributes in its writer thread")
+        raise NotImplementedError("LedgerSink attributes in write()")
 
     def record(self, usage: Usage, **fields: Any) -> str:
-        """Queue one call; returns its ``record_id`` (the ledger may not have it yet)."""
+        """Collect one call for the next :meth:`write`; returns its ``record_id``."""
         rid = fields.setdefault("record_id", os.urandom(16).hex())
         fields.setdefault("ts", time.time())
-        try:
-            self._queue.put_nowait((usage, fields))
-        except queue.Full:
-            with self.stats.lock:
-                self.stats.dropped += 1
-            log.warning("promptcache proxy: ledger queue full, one call not recorded")
-            return str(rid)
-        with self.stats.lock:
-            self.stats.queued += 1
+        self._pending.append((usage, fields))
+        self.stats.queued += 1
         return str(rid)
 
     def _attribute(self, tracker: Tracker, usage: Usage, fields: dict[str, Any]) -> None:
@@ -158,27 +142,11 @@ class LedgerQueue:
             fallback=fallback,
         )
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
-            items = [item]
-            stop = False
-            while len(items) < self.batch:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is _STOP:
-                    stop = True
-                    break
-                items.append(more)
-            self._write(items)
-            if stop:
-                return
-
-    def _write(self, items: list[tuple[Usage, dict[str, Any]]]) -> None:
+    def write(self) -> None:
+        """Attribute and write the collected calls in one transaction (or count them failed)."""
+        items, self._pending = self._pending, []
+        if not items:
+            return
         try:
             if self._tracker is None:
                 self._tracker = self.open_tracker()
@@ -187,11 +155,10 @@ class LedgerQueue:
             self._tracker.record_many(items)
         except Exception as e:  # the ledger failing never reaches a client
             message = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            with self.stats.lock:
-                self.stats.failed += len(items)
-                repeat = message == self.stats.last_error
-                self.stats.last_error = message
-                failed = self.stats.failed
+            self.stats.failed += len(items)
+            repeat = message == self.stats.last_error
+            self.stats.last_error = message
+            failed = self.stats.failed
             now = time.monotonic()
             if not repeat or now - self._last_log >= LOG_EVERY_S:  # one line per error kind
                 self._last_log = now  # and at most one per LOG_EVERY_S while it lasts
@@ -208,36 +175,78 @@ class LedgerQueue:
                 except Exception:
                     pass
             return
-        with self.stats.lock:
-            self.stats.written += len(items)
+        self.stats.written += len(items)
 
-    def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until every queued call is written or has failed; False on timeout."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.stats.lock:
-                s = self.stats
-                if s.written + s.failed >= s.queued:
-                    return True
-            time.sleep(0.01)
-        return False
-
-    def close(self, timeout: float = 30.0) -> None:
-        """Write what is queued, stop the writer and close the ledger."""
-        self.flush(timeout)
-        try:
-            self._queue.put(_STOP, timeout=timeout)
-        except queue.Full:
-            pass
-        self._thread.join(timeout)
+    def close(self) -> None:
+        """Write what is collected and close the ledger."""
+        self.write()
         if self._tracker is not None:
-            self._tracker.close()
+            try:
+                self._tracker.close()
+            except Exception:
+                pass
             self._tracker = None
+
+
+class _Replayed(httpx.SyncByteStream):
+    """A response body that yields the chunks the proxy passed on, then raises
+    :class:`_Cut` when the body did not complete (as the live stream raised)."""
+
+    def __init__(self, chunks: list[bytes], complete: bool) -> None:
+        self.chunks, self.complete = chunks, complete
+
+    def __iter__(self) -> Any:
+        yield from self.chunks
+        if not self.complete:
+            raise _Cut
+
+
+class _Cut(Exception):
+    pass
+
+
+def replay(recorder: _Recorder, upstream: Upstream, ex: Exchange) -> None:
+    """Hand one exchange to ``recorder`` as ``wrap()``'s hooks would have seen it live: the
+    request (``on_request``), the response (``on_response``), its chunks one by one, then the
+    end (complete: ``finish``; cut or abandoned: the stream's ``close``, which keeps what a
+    stream showed). The call's start, first output event and end are the times measured on
+    the request path; its timestamp is the exchange's end. Raises nothing."""
+    try:
+        request = httpx.Request(
+            ex.method,
+            upstream.url_for(ex.raw_path, b""),
+            headers=[(SESSION_HEADER, ex.session)] if ex.session is not None else None,
+            content=ex.body,
+        )
+        recorder.on_request(request)
+        call = recorder.calls.get(request)
+        if call is None:  # not a tracked API call
+            return
+        call.t0 = ex.t0
+        call.t_end = ex.t_end
+        recorder.clock = lambda: ex.ts
+        response = httpx.Response(
+            ex.status, headers=ex.headers, stream=_Replayed(ex.chunks, ex.complete), request=request
+        )
+        recorder.on_response(response)
+        stream = response.stream
+        timed = False
+        try:
+            for i, _chunk in enumerate(stream):  # type: ignore[arg-type]
+                # the chunk just fed completed the first output event: its arrival time
+                if not timed and call.t_first is not None and i < len(ex.times):
+                    call.t_first, timed = ex.times[i], True
+        except _Cut:
+            pass
+        finally:
+            stream.close()  # type: ignore[union-attr]
+    except Exception:  # a call that cannot be replayed is logged, never raised
+        log.exception("promptcache proxy: could not record a call")
 
 
 def make_recorder(
     upstream: Upstream,
-    ledger: LedgerQueue,
+    ledger: LedgerSink,
     *,
     price: Price | None = None,
     metadata: dict[str, Any] | None = None,
