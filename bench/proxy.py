@@ -1,21 +1,27 @@
 """Benchmarks of ``promptcache proxy`` (issue 29) -- run once, prints markdown tables.
 
     PYTHONPATH=. python bench/proxy.py latency     # added latency, 1/16/64 streaming clients
-    PYTHONPATH=. python bench/proxy.py throughput  # small non-streamed requests/s
+    PYTHONPATH=. python bench/proxy.py throughput  # small non-streamed calls: req/s, CPU/request
     PYTHONPATH=. python bench/proxy.py soak        # 10,000 proxied calls: RSS, ledger count
     PYTHONPATH=. python bench/proxy.py import      # 100 MB synthetic Claude Code folder
 
-Every process is separate (upstream, relay, proxy, load generator), all on loopback:
+Every server is its own process (upstream, relay, proxy with its recorder process), all on
+loopback; the load generator is this process:
 
-- *upstream*: a minimal ASGI server (uvicorn, h11) answering ``/v1/chat/completions`` at once:
-  a small JSON body, or 8 SSE chunks and ``[DONE]`` with usage -- no model time, so what is
-  measured is the HTTP path;
-- *direct* (the floor: no extra hop), *relay* (the peer: a plain asyncio TCP relay, the least
+- *upstream*: a stub ASGI app on uvicorn (httptools, uvloop) answering
+  ``/v1/chat/completions`` at once: a small JSON body, or 8 SSE chunks and ``[DONE]`` with
+  usage -- no model time, so what is measured is the HTTP path, and the stub is not the
+  bottleneck (its CPU per request is the *server floor*: uvicorn with a no-op app);
+- *direct* (no extra hop), *relay* (the peer: a plain asyncio TCP relay on uvloop, the least
   an extra hop in Python costs) and *proxy* (``promptcache proxy`` with its ledger);
-- the load generator: ``c`` concurrent httpx clients, each request timed to its first body
-  byte (TTFB) and to its end (total). Targets are interleaved in rounds so drift hits all.
+- the load generator: ``c`` concurrent aiohttp clients (httpx's client costs 0.4-1.5 ms of CPU
+  a request and would take most of the 2 cores), each request timed to its first body byte
+  (TTFB) and to its end (total). Its CPU per request on *direct* is the *client floor*. Targets
+  are interleaved in rounds so that drift hits all.
 
-Added latency = percentile(target) - percentile(direct) over the same round structure.
+Added latency = percentile(target) - percentile(direct) over the same round structure. CPU per
+request is read from /proc (psutil) for each hop's processes: the proxy's own and its recorder
+process's, apart. The load average is printed with each table (the box is shared).
 """
 
 from __future__ import annotations
@@ -46,7 +52,9 @@ USAGE = {
 # -- processes ---------------------------------------------------------------------------
 
 
-def upstream_app() -> Any:
+def upstream_app(ttfb_s: float = 0.0, gap_s: float = 0.0) -> Any:
+    """The stub upstream; a stream waits ``ttfb_s`` before its first chunk and ``gap_s``
+    between chunks (a model's prefill and decode pace), a plain call answers at once."""
     base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o"}
     chunks = [
         f"data: {json.dumps({**base, 'choices': [{'index': 0, 'delta': {'content': 'tok'}}]})}\n\n".encode()
@@ -88,7 +96,11 @@ def upstream_app() -> Any:
                     "headers": [(b"content-type", b"text/event-stream")],
                 }
             )
-            for c in chunks:
+            if ttfb_s:
+                await asyncio.sleep(ttfb_s)
+            for k, c in enumerate(chunks):
+                if gap_s and k:
+                    await asyncio.sleep(gap_s)
                 await send({"type": "http.response.body", "body": c, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
@@ -107,21 +119,24 @@ def upstream_app() -> Any:
     return app
 
 
-def serve_upstream(port: int) -> None:
+def serve_upstream(port: int, ttfb_s: float, gap_s: float) -> None:
     import uvicorn
 
     uvicorn.run(
-        upstream_app(),
+        upstream_app(ttfb_s, gap_s),
         host="127.0.0.1",
         port=port,
         log_level="warning",
         access_log=False,
-        http="h11",
+        http="httptools",
+        loop="uvloop",
         lifespan="off",
     )
 
 
 def serve_relay(listen: int, to: int) -> None:
+    import uvloop
+
     async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         try:
             while data := await r.read(65536):
@@ -141,7 +156,7 @@ def serve_relay(listen: int, to: int) -> None:
         async with server:
             await server.serve_forever()
 
-    asyncio.run(main())
+    uvloop.run(main())
 
 
 def free_port() -> int:
@@ -165,11 +180,13 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
 class Stack:
     """upstream + relay + proxy processes (ports, the proxy's pid and ledger path)."""
 
-    def __init__(self, db: str) -> None:
+    def __init__(self, db: str, ttfb_s: float = 0.0, gap_s: float = 0.0) -> None:
         self.up, self.relay, self.proxy = free_port(), free_port(), free_port()
         self.db = db
         self.procs = [
-            subprocess.Popen([PY, __file__, "_upstream", str(self.up)], env=ENV),
+            subprocess.Popen(
+                [PY, __file__, "_upstream", str(self.up), str(ttfb_s), str(gap_s)], env=ENV
+            ),
             subprocess.Popen([PY, __file__, "_relay", str(self.relay), str(self.up)], env=ENV),
             subprocess.Popen(
                 [
@@ -194,6 +211,18 @@ class Stack:
     @property
     def proxy_pid(self) -> int:
         return self.procs[2].pid
+
+    def pids(self) -> dict[str, list[int]]:
+        """Processes of each hop: the upstream's for direct; the proxy's and its recorder's."""
+        import psutil
+
+        kids = [c.pid for c in psutil.Process(self.proxy_pid).children(recursive=True)]
+        return {
+            "direct": [self.procs[0].pid],
+            "relay": [self.procs[1].pid],
+            "proxy": [self.proxy_pid],
+            "recorder": kids,
+        }
 
     def urls(self) -> dict[str, str]:
         return {
@@ -225,30 +254,29 @@ def body(stream: bool, i: int) -> bytes:
     ).encode()
 
 
-async def load(url: str, conc: int, n: int, stream: bool) -> list[tuple[float, float]]:
-    import httpx
+HEADERS = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
 
-    limits = httpx.Limits(max_connections=conc, max_keepalive_connections=conc)
+
+async def _load(url: str, conc: int, n: int, stream: bool) -> list[tuple[float, float]]:
+    import aiohttp
+
+    bodies = [body(stream, i) for i in range(n)]
     out: list[tuple[float, float]] = []
-    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+    conn = aiohttp.TCPConnector(limit=conc)
+    async with aiohttp.ClientSession(connector=conn, auto_decompress=False) as session:
         counter = iter(range(n))
 
         async def worker() -> None:
             for i in counter:
                 t0 = time.perf_counter()
                 first = None
-                async with client.stream(
-                    "POST",
-                    url + "/v1/chat/completions",
-                    content=body(stream, i),
-                    headers={
-                        "content-type": "application/json",
-                        "authorization": "Bearer sk-bench",
-                    },
+                async with session.post(
+                    url + "/v1/chat/completions", data=bodies[i], headers=HEADERS
                 ) as r:
-                    async for chunk in r.aiter_raw():
-                        if first is None and chunk:
+                    while await r.content.readany():
+                        if first is None:
                             first = time.perf_counter()
+                    assert r.status == 200, r.status
                 t1 = time.perf_counter()
                 out.append(((first or t1) - t0, t1 - t0))
 
@@ -256,24 +284,77 @@ async def load(url: str, conc: int, n: int, stream: bool) -> list[tuple[float, f
     return out
 
 
+def load(url: str, conc: int, n: int, stream: bool) -> list[tuple[float, float]]:
+    """``n`` requests by ``conc`` concurrent clients (uvloop): ``(TTFB s, total s)`` each."""
+    import uvloop
+
+    return uvloop.run(_load(url, conc, n, stream))
+
+
 def pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def cpu_s(pids: list[int]) -> float:
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        t = psutil.Process(pid).cpu_times()
+        total += t.user + t.system
+    return total
+
+
+def loadavg() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def ledger_count(db: str) -> int:
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        return int(con.execute("SELECT COUNT(*) FROM requests").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        con.close()
+
+
+def wait_ledger(db: str, n: int, timeout: float = 120.0) -> float:
+    """Seconds until the ledger holds ``n`` records (raises after ``timeout``)."""
+    t0 = time.perf_counter()
+    while ledger_count(db) < n:
+        if time.perf_counter() - t0 > timeout:
+            raise RuntimeError(f"ledger has {ledger_count(db)} of {n} records")
+        time.sleep(0.05)
+    return time.perf_counter() - t0
+
+
+#: The latency run's upstream pace: first chunk after PACE_TTFB_S, the next 8 PACE_GAP_S apart
+#: (a fast hosted model: prefill, then ~100 chunks/s), so 64 clients stay below saturation and
+#: the added latency is the hop's, not a queue's.
+PACE_TTFB_S, PACE_GAP_S = 0.050, 0.010
+
+
 def cmd_latency() -> None:
+    """Streaming TTFB and total at 1, 16 and 64 clients, 4 interleaved rounds per target,
+    against the paced upstream."""
     with tempfile.TemporaryDirectory() as d:
-        st = Stack(os.path.join(d, "l.db"))
+        st = Stack(os.path.join(d, "l.db"), PACE_TTFB_S, PACE_GAP_S)
         try:
             urls = st.urls()
             rows = []
-            for conc, per_round in ((1, 100), (16, 400), (64, 640)):
+            loads = []
+            for conc, per_round in ((1, 60), (16, 480), (64, 1280)):
                 res: dict[str, list[tuple[float, float]]] = {k: [] for k in urls}
                 for url in urls.values():  # warm-up
-                    asyncio.run(load(url, conc, conc * 4, True))
+                    load(url, conc, conc * 4, True)
                 for _ in range(4):
                     for name, url in urls.items():
-                        res[name] += asyncio.run(load(url, conc, per_round, True))
+                        res[name] += load(url, conc, per_round, True)
+                loads.append(f"{conc} clients: {loadavg()}")
                 base = res["direct"]
                 for name in ("direct", "relay", "proxy"):
                     r = res[name]
@@ -295,85 +376,63 @@ def cmd_latency() -> None:
                     + " | ".join([str(r[0]), r[1], str(r[2])] + [f"{x:.2f}" for x in r[3:]])
                     + " |"
                 )
+            print("\nload average (1/5/15 min) after each: " + "; ".join(loads))
         finally:
             st.stop()
-
-
-def cpu_s(pid: int) -> float:
-    import psutil
-
-    t = psutil.Process(pid).cpu_times()
-    return float(t.user + t.system)
 
 
 def cmd_throughput() -> None:
-    """Requests/s at 32 clients, and CPU seconds per request of the hop's own process (the
-    upstream's for direct): on a shared host the CPU per request says what one free core
-    would sustain (1 / cpu per request) when wall-clock rates are set by the neighbours."""
-    with tempfile.TemporaryDirectory() as d:
-        st = Stack(os.path.join(d, "l.db"))
-        try:
-            pids = {"direct": st.procs[0].pid, "relay": st.procs[1].pid, "proxy": st.proxy_pid}
-            print(
-                "| target | clients | requests | seconds | requests/s | CPU ms per request "
-                "(hop process) | requests/s per free core |"
-            )
-            print("|---|---|---|---|---|---|---|")
-            for name, url in st.urls().items():
-                asyncio.run(load(url, 32, 200, False))  # warm-up
-                c0, t0 = cpu_s(pids[name]), time.perf_counter()
-                r = asyncio.run(load(url, 32, 3000, False))
-                dt, cpu = time.perf_counter() - t0, cpu_s(pids[name]) - c0
-                per = cpu / len(r)
-                print(
-                    f"| {name} | 32 | {len(r)} | {dt:.2f} | {len(r) / dt:.0f} | "
-                    f"{per * 1e3:.3f} | {1 / per:.0f} |"
-                )
-        finally:
-            st.stop()
-
-
-def cmd_recording_cost() -> None:
-    """CPU per proxied request of the proxy's process (event loop and ledger writer), with
-    recording on and off, the proxy in this process and the load in another."""
+    """Small non-streamed calls at 1, 16 and 64 clients: requests/s and the CPU per request of
+    each hop's processes; the floors (server: the stub upstream, a no-op app on uvicorn;
+    client: this load generator on direct) from the same run. On a shared 2-core host the
+    wall-clock rate is set by the neighbours as much as by the hop: 1 / CPU per request says
+    what one free core sustains."""
     import psutil
 
-    from promptcache.proxy.server import ProxyServer
-    from promptcache.proxy.upstreams import resolve
-
-    up = free_port()
-    upstream = subprocess.Popen([PY, __file__, "_upstream", str(up)], env=ENV)
-    wait_port(up, upstream)
-    print("| recording | requests | CPU ms per request (proxy process) |")
-    print("|---|---|---|")
-    try:
-        for on in (True, False):
-            with tempfile.TemporaryDirectory() as d:
-                ps = ProxyServer(
-                    resolve(f"http://127.0.0.1:{up}"),
-                    os.path.join(d, "l.db"),
-                    port=free_port(),
-                    live=False,
-                )
-                if not on:
-                    ps.app.recorder = None
-                ps.start()
-                here = str(Path(__file__).parent)
-                code = (
-                    f"import sys, asyncio; sys.path.insert(0, {here!r}); import proxy as b; "
-                    f"asyncio.run(b.load({ps.url!r}, 32, int(sys.argv[1]), False))"
-                )
-                subprocess.run([PY, "-c", code, "300"], env=ENV, check=True)
-                ps.ledger.flush(60)
-                me = psutil.Process()
-                c0 = sum(me.cpu_times()[:2])
-                subprocess.run([PY, "-c", code, "3000"], env=ENV, check=True)
-                ps.ledger.flush(60)
-                per = (sum(me.cpu_times()[:2]) - c0) / 3000
-                print(f"| {'on' if on else 'off'} | 3000 | {per * 1e3:.2f} |")
-                ps.stop()
-    finally:
-        upstream.terminate()
+    me = psutil.Process()
+    with tempfile.TemporaryDirectory() as d:
+        db = os.path.join(d, "l.db")
+        st = Stack(db)
+        try:
+            urls = st.urls()
+            for url in urls.values():  # warm-up
+                load(url, 16, 400, False)
+            wait_ledger(db, 400)
+            recorded = 400
+            print(
+                "| clients | target | requests | seconds | requests/s | CPU ms/request: hop "
+                "| recorder | load generator | requests/s per free core (hop) | load avg |"
+            )
+            print("|---|---|---|---|---|---|---|---|---|---|")
+            floors: dict[str, float] = {}
+            for conc, n in ((1, 1000), (16, 4000), (64, 4000)):
+                for name, url in urls.items():
+                    pids = st.pids()
+                    c0, r0, g0 = cpu_s(pids[name]), cpu_s(pids["recorder"]), sum(me.cpu_times()[:2])
+                    t0 = time.perf_counter()
+                    r = load(url, conc, n, False)
+                    dt = time.perf_counter() - t0
+                    rec_ms = "-"
+                    if name == "proxy":
+                        recorded += n
+                        wait_ledger(db, recorded)  # every call written before the next run
+                        rec_ms = f"{(cpu_s(pids['recorder']) - r0) / n * 1e3:.3f}"
+                    hop = (cpu_s(pids[name]) - c0) / n
+                    gen = (sum(me.cpu_times()[:2]) - g0) / n
+                    if name == "direct" and conc == 16:
+                        floors = {"server": hop, "client": gen}
+                    print(
+                        f"| {conc} | {name} | {len(r)} | {dt:.2f} | {len(r) / dt:.0f} | "
+                        f"{hop * 1e3:.3f} | {rec_ms} | {gen * 1e3:.3f} | {1 / hop:.0f} | "
+                        f"{loadavg()} |"
+                    )
+            print(
+                f"\nfloors at 16 clients: server (uvicorn httptools+uvloop, no-op app) "
+                f"{floors['server'] * 1e3:.3f} ms, client (aiohttp) {floors['client'] * 1e3:.3f} ms "
+                f"CPU per request; ledger: {ledger_count(db)} records for {recorded} proxied calls"
+            )
+        finally:
+            st.stop()
 
 
 def rss_mb(pid: int) -> float:
@@ -393,21 +452,24 @@ def cmd_soak() -> None:
             samples = []
             done = 0
             for _ in range(10):  # 10 x 1,000 calls, half streamed
-                asyncio.run(load(url, 16, 500, True))
-                asyncio.run(load(url, 16, 500, False))
+                load(url, 16, 500, True)
+                load(url, 16, 500, False)
                 done += 1000
-                samples.append((done, rss_mb(st.proxy_pid)))
-            time.sleep(3)  # let the writer finish
+                pids = st.pids()
+                samples.append(
+                    (done, rss_mb(st.proxy_pid), sum(rss_mb(p) for p in pids["recorder"]))
+                )
+            wait_ledger(db, done)
         finally:
             st.stop()
         con = sqlite3.connect(db)
         n, distinct = con.execute(
             "SELECT COUNT(*), COUNT(DISTINCT record_id) FROM requests"
         ).fetchone()
-        print("| calls so far | proxy RSS MiB |")
-        print("|---|---|")
-        for k, v in samples:
-            print(f"| {k} | {v:.1f} |")
+        print("| calls so far | proxy RSS MiB | recorder RSS MiB |")
+        print("|---|---|---|")
+        for k, v, w in samples:
+            print(f"| {k} | {v:.1f} | {w:.1f} |")
         print(f"\nledger: {n} records, {distinct} distinct record ids (10000 calls sent)")
 
 
@@ -525,7 +587,7 @@ def cmd_import() -> None:
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "latency"
     if what == "_upstream":
-        serve_upstream(int(sys.argv[2]))
+        serve_upstream(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]))
     elif what == "_relay":
         serve_relay(int(sys.argv[2]), int(sys.argv[3]))
     else:
@@ -534,5 +596,4 @@ if __name__ == "__main__":
             "throughput": cmd_throughput,
             "soak": cmd_soak,
             "import": cmd_import,
-            "recording-cost": cmd_recording_cost,
         }[what]()
