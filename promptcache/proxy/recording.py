@@ -205,6 +205,20 @@ class _Cut(Exception):
     pass
 
 
+#: Parsed upstream URLs by (base URL, path): a client calls the same few paths.
+_URLS: dict[tuple[str, bytes], httpx.URL] = {}
+
+
+def _url(upstream: Upstream, raw_path: bytes) -> httpx.URL:
+    key = (upstream.base_url, raw_path)
+    url = _URLS.get(key)
+    if url is None:
+        if len(_URLS) >= 1024:
+            _URLS.clear()
+        url = _URLS[key] = httpx.URL(upstream.url_for(raw_path, b""))
+    return url
+
+
 def replay(recorder: _Recorder, upstream: Upstream, ex: Exchange) -> None:
     """Hand one exchange to ``recorder`` as ``wrap()``'s hooks would have seen it live: the
     request (``on_request``), the response (``on_response``), its chunks one by one, then the
@@ -214,7 +228,7 @@ def replay(recorder: _Recorder, upstream: Upstream, ex: Exchange) -> None:
     try:
         request = httpx.Request(
             ex.method,
-            upstream.url_for(ex.raw_path, b""),
+            _url(upstream, ex.raw_path),
             headers=[(SESSION_HEADER, ex.session)] if ex.session is not None else None,
             content=ex.body,
         )

@@ -9,13 +9,15 @@ compare what arrived with what the client sent.
 Faults: ``reset`` (headers and two SSE events, then the connection is dropped),
 ``529`` (Anthropic's documented overloaded_error body), ``hang`` (no response until the
 caller disconnects, counted in ``cancelled``, or 30 s),
-``slow`` (SSE events 50 ms apart). Error bodies follow the providers' documented shapes
+``slow`` (SSE events 50 ms apart); on ``/echo``: ``gzip`` (a gzip-encoded body), ``set-cookie``
+(a ``Set-Cookie`` header). Error bodies follow the providers' documented shapes
 (Anthropic "Errors", OpenAI "Error codes"; checked 2026-12-03).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import threading
 import time
@@ -86,13 +88,14 @@ class UpstreamApp:
     async def _respond(self, path: str, headers: dict[str, str], body: bytes, send: Any) -> None:
         fault = headers.get("x-fault", "")
         if path == "/echo":
-            await _send(
-                send,
-                200,
-                json.dumps({"len": len(body)}).encode(),
-                "application/json",
-                extra=[(b"x-upstream-thing", b"a"), (b"x-upstream-thing", b"b")],
-            )
+            doc = json.dumps({"len": len(body)}).encode()
+            extra = [(b"x-upstream-thing", b"a"), (b"x-upstream-thing", b"b")]
+            if fault == "gzip":  # the body as a server compressing its responses sends it
+                doc = gzip.compress(doc, mtime=0)
+                extra.append((b"content-encoding", b"gzip"))
+            if fault == "set-cookie":  # e.g. a CDN's bot-management cookie
+                extra.append((b"set-cookie", b"s=1; Path=/"))
+            await _send(send, 200, doc, "application/json", extra=extra)
             return
         if fault == "529":
             err = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
