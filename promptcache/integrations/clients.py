@@ -48,7 +48,7 @@ from promptcache.ledger.tracker import Tracker
 from promptcache.providers.usage import normalize_usage
 from promptcache.providers.usage_record import Usage, unknown_usage
 
-__all__ = ["wrap", "request_prefix_hash", "provider_for_host", "SESSION_HEADER"]
+__all__ = ["wrap", "request_prefix_hash", "provider_for_host", "tracked_api", "SESSION_HEADER"]
 
 log = logging.getLogger("promptcache.integrations.clients")
 
@@ -93,6 +93,21 @@ def provider_for_host(host: str, sdk: str) -> str:
     if sdk == "google":
         return "gemini"
     return "anthropic" if sdk == "anthropic" else "openai_compatible"
+
+
+def tracked_api(method: str, path: str) -> str | None:
+    """The API of a request the recorder tracks (``chat.completions``, ``completions``,
+    ``responses``, ``messages``, ``gemini``), from its method and URL path; None for any
+    other request (nothing is recorded for it)."""
+    if method != "POST":
+        return None
+    path = path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        return "chat.completions"
+    api = next((name for suffix, name in _TRACKED_PATHS.items() if path.endswith(suffix)), None)
+    if api is None and path.endswith((":generateContent", ":streamGenerateContent")):
+        api = "gemini"
+    return api
 
 
 def request_prefix_hash(api: str, body: dict[str, Any]) -> str | None:
@@ -281,18 +296,13 @@ class _Recorder:
     def on_request(self, request: Any) -> None:
         try:
             path = request.url.path.rstrip("/")
-            api = next(
-                (name for suffix, name in _TRACKED_PATHS.items() if path.endswith(suffix)), None
-            )
-            gemini_model = None
-            if api is None and path.endswith((":generateContent", ":streamGenerateContent")):
-                # google-genai: .../models/{model}:generateContent (or streamed, alt=sse)
-                api = "gemini"
-                gemini_model = path.rsplit("/", 1)[-1].split(":", 1)[0]
-            if api is None or request.method != "POST":
+            api = tracked_api(request.method, path)
+            if api is None:
                 return
-            if api == "completions" and path.endswith("/chat/completions"):
-                api = "chat.completions"
+            gemini_model = None
+            if api == "gemini":
+                # google-genai: .../models/{model}:generateContent (or streamed, alt=sse)
+                gemini_model = path.rsplit("/", 1)[-1].split(":", 1)[0]
             try:
                 body = json.loads(request.content or b"{}")
             except (ValueError, UnicodeDecodeError):

@@ -10,8 +10,8 @@ redirects), and the upstream's status, headers and body bytes are sent back as t
 Recording costs the request one ``put`` of the raw exchange (method, path, the session header,
 request body, status, three response headers, the body chunks with their arrival times) on
 the :class:`Tap`; parsing, usage, the digest chain, attribution and the ledger write happen in
-the recorder process (:mod:`~.tap`, :mod:`~.recording`). Only 2xx responses are tapped: the
-recorder records nothing for others (``_Recorder.on_response`` returns on a non-2xx status).
+the recorder process (:mod:`~.tap`, :mod:`~.recording`). Only 2xx responses to the API calls
+the recorder tracks are tapped (``tracked_api``): it records nothing for others.
 
 Failures reach the client as the upstream made them: a 4xx/5xx is passed through like any
 response; a reset mid-body closes the client's connection mid-body (so the client sees the
@@ -36,6 +36,7 @@ from typing import Any, NamedTuple, Protocol
 import aiohttp
 from yarl import URL
 
+from promptcache.integrations.clients import tracked_api
 from promptcache.proxy.headers import install_log_redaction, request_headers, response_headers
 from promptcache.proxy.upstreams import Upstream
 
@@ -347,7 +348,9 @@ class ProxyApp:
             await self._unreachable(send, scope["path"], 502, e)
             return
         status = response.status
-        tap = self.tap if 200 <= status < 300 else None
+        # the recorder records tracked API calls with a 2xx status only (_Recorder.on_request,
+        # on_response): nothing else is held or handed over (a large download is not kept)
+        tap = self.tap if 200 <= status < 300 and tracked_api(method, scope["path"]) else None
         chunks: list[bytes] = []
         times: list[float] = []
         complete = False

@@ -11,7 +11,7 @@ proxy's interpreter lock: they run on another core when one is free.
 
 One writer keeps "every call in the ledger once": the recorder is the ledger's only writer,
 and it sees the exchanges in the order the proxy finished them. A recorder that falls behind
-by :data:`MAX_QUEUED` exchanges, or is gone, costs calls their records (counted as
+by :data:`MAX_QUEUED` exchanges or :data:`MAX_QUEUED_BYTES`, or is gone, costs calls their records (counted as
 ``dropped``, logged once), never the calls themselves. The recorder's counters and its log
 lines (already free of request data) come back on a second pipe and are re-emitted on the
 proxy's own loggers.
@@ -34,12 +34,14 @@ from promptcache.proxy.app import Exchange
 from promptcache.proxy.recording import LedgerSink, LedgerStats, make_recorder, replay
 from promptcache.proxy.upstreams import Upstream
 
-__all__ = ["RecorderProcess", "recorder_main", "MAX_QUEUED", "BATCH_WAIT_S"]
+__all__ = ["RecorderProcess", "recorder_main", "MAX_QUEUED", "MAX_QUEUED_BYTES", "BATCH_WAIT_S"]
 
 log = logging.getLogger("promptcache.proxy")
 
-#: Exchanges waiting for the recorder before new ones are dropped (and counted).
+#: Exchanges waiting for the recorder before new ones are dropped (and counted) ...
 MAX_QUEUED = 50_000
+#: ... and the bytes of their bodies (an agent's request can be hundreds of kB).
+MAX_QUEUED_BYTES = 256 << 20
 #: Seconds the sender waits after the first exchange of a batch for more to join it (one
 #: pipe write and one recorder transaction per batch under load).
 BATCH_WAIT_S = 0.002
@@ -77,6 +79,7 @@ class RecorderProcess:
         self.stats = LedgerStats()
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._bytes = 0  # body bytes of the exchanges in the queue
         self._sent = 0  # exchanges put (and not dropped)
         self._processed = 0  # ... the recorder reported done
         self._lost = 0  # ... that could not be sent (the recorder was gone)
@@ -107,9 +110,17 @@ class RecorderProcess:
 
     def put(self, exchange: Exchange) -> None:
         """Hand ``exchange`` to the recorder; returns at once and never raises."""
-        if self._gone or self._closing or self._queue.qsize() >= MAX_QUEUED:
+        size = _size(exchange)
+        if (
+            self._gone
+            or self._closing
+            or self._queue.qsize() >= MAX_QUEUED
+            or self._bytes + size > MAX_QUEUED_BYTES
+        ):
             self._drop(1)
             return
+        with self._lock:
+            self._bytes += size
         self._sent += 1
         self._queue.put(exchange)
 
@@ -140,6 +151,8 @@ class RecorderProcess:
                 batch = [b for b in batch if b is not _STOP]
             if not batch:
                 continue
+            with self._lock:
+                self._bytes -= sum(_size(b) for b in batch)
             try:
                 self._tx.send_bytes(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
             except (OSError, ValueError):  # the recorder is gone
@@ -198,6 +211,10 @@ class RecorderProcess:
             self.process.terminate()
             self.process.join(5)
         self._receiver.join(timeout)
+
+
+def _size(exchange: Exchange) -> int:
+    return len(exchange.body) + sum(len(c) for c in exchange.chunks)
 
 
 class _Lines(logging.Handler):

@@ -101,3 +101,18 @@ def test_a_dead_recorder_costs_records_never_calls(upstream, tmp_path):
             time.sleep(0.01)
         assert p.ledger.stats.dropped == 3 and p.ledger.stats.written == 0
         assert p.ledger.flush(1)
+
+
+def test_only_tracked_api_calls_are_handed_to_the_recorder():
+    from promptcache.integrations.clients import tracked_api
+
+    # the paths the official SDKs post completions to (their API references)
+    assert tracked_api("POST", "/v1/chat/completions") == "chat.completions"
+    assert tracked_api("POST", "/v1/completions") == "completions"
+    assert tracked_api("POST", "/v1/responses") == "responses"
+    assert tracked_api("POST", "/v1/messages") == "messages"
+    assert tracked_api("POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent") == "gemini"
+    # listing models, counting tokens, anything downloaded: never held for the recorder
+    assert tracked_api("GET", "/v1/models") is None
+    assert tracked_api("POST", "/v1/messages/count_tokens") is None
+    assert tracked_api("GET", "/v1/files/file-1/content") is None
