@@ -53,8 +53,15 @@ USAGE = {
 
 
 def upstream_app(ttfb_s: float = 0.0, gap_s: float = 0.0) -> Any:
-    """The stub upstream; a stream waits ``ttfb_s`` before its first chunk and ``gap_s``
-    between chunks (a model's prefill and decode pace), a plain call answers at once."""
+    """The stub upstream; a stream waits about ``ttfb_s`` before its first chunk and about
+    ``gap_s`` between chunks (a model's prefill and decode pace; each wait 0.5x to 1.5x,
+    uniform, as a model's timing varies with the prompt and the batch, so that closed-loop
+    clients do not stay in lockstep; drawn from a generator seeded with the request's number,
+    so request ``i`` waits the same on every target), a plain call answers at once."""
+    import random
+    import re
+
+    number = re.compile(rb"question (\d+)")
     base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o"}
     chunks = [
         f"data: {json.dumps({**base, 'choices': [{'index': 0, 'delta': {'content': 'tok'}}]})}\n\n".encode()
@@ -96,11 +103,13 @@ def upstream_app(ttfb_s: float = 0.0, gap_s: float = 0.0) -> Any:
                     "headers": [(b"content-type", b"text/event-stream")],
                 }
             )
+            m = number.search(body)
+            rng = random.Random(int(m.group(1)) if m else 0)
             if ttfb_s:
-                await asyncio.sleep(ttfb_s)
+                await asyncio.sleep(ttfb_s * rng.uniform(0.5, 1.5))
             for k, c in enumerate(chunks):
                 if gap_s and k:
-                    await asyncio.sleep(gap_s)
+                    await asyncio.sleep(gap_s * rng.uniform(0.5, 1.5))
                 await send({"type": "http.response.body", "body": c, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
@@ -346,28 +355,28 @@ def wait_ledger(db: str, n: int, timeout: float = 120.0) -> float:
     return time.perf_counter() - t0
 
 
-#: The latency run's upstream pace: first chunk after PACE_TTFB_S, the next 8 PACE_GAP_S apart
-#: (a fast hosted model: prefill, then ~100 chunks/s), so the load stays below saturation and
-#: the added latency is the hop's, not a queue's.
+#: The latency run's upstream pace: first chunk after ~PACE_TTFB_S, the next 9 ~PACE_GAP_S
+#: apart (a fast hosted model: prefill, then ~100 chunks/s; +-50% each), so the load stays
+#: below saturation and the added latency is the hop's, not a queue's.
 PACE_TTFB_S, PACE_GAP_S = 0.050, 0.010
 
 
 def cmd_latency() -> None:
-    """Streaming TTFB and total at 1, 16 and 64 clients against the paced upstream. The three
-    targets run at the same time, each with its own ``c`` clients (a shared host's noise hits
-    them alike), in 3 rounds."""
+    """Streaming TTFB and total at 1, 16 and 64 clients against the paced upstream: the
+    targets one after another in 4 interleaved rounds, each round the same requests."""
     with tempfile.TemporaryDirectory() as d:
         st = Stack(os.path.join(d, "l.db"), PACE_TTFB_S, PACE_GAP_S)
         try:
             urls = st.urls()
             rows = []
             loads = []
-            for conc, per_round in ((1, 100), (16, 640), (64, 1280)):
+            for conc, per_round in ((1, 75), (16, 480), (64, 960)):
                 res: dict[str, list[tuple[float, float]]] = {k: [] for k in urls}
-                load_many(urls, conc, conc * 4, True)  # warm-up
-                for _ in range(3):
-                    for name, got in load_many(urls, conc, per_round, True).items():
-                        res[name] += got
+                for url in urls.values():  # warm-up
+                    load(url, conc, conc * 4, True)
+                for _ in range(4):
+                    for name, url in urls.items():
+                        res[name] += load(url, conc, per_round, True)
                 loads.append(f"{conc} clients: {loadavg()}")
                 base = res["direct"]
                 for name in ("direct", "relay", "proxy"):
@@ -380,7 +389,7 @@ def cmd_latency() -> None:
                             row.append((pct(xs, q) - pct(bs, q)) * 1e3)
                     rows.append(row)
             print(
-                "| clients (each target) | target | requests | TTFB p50 ms | +p50 | TTFB p99 ms | "
+                "| clients | target | requests | TTFB p50 ms | +p50 | TTFB p99 ms | "
                 "+p99 | total p50 ms | +p50 | total p99 ms | +p99 |"
             )
             print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -414,10 +423,11 @@ def cmd_throughput() -> None:
             wait_ledger(db, 400)
             recorded = 400
             print(
-                "| clients | target | requests | seconds | requests/s | CPU ms/request: hop "
-                "| recorder | load generator | requests/s per free core (hop) | load avg |"
+                "| clients | target | requests | seconds | requests/s | seconds until all "
+                "recorded | CPU ms/request: hop | recorder | load generator | requests/s per "
+                "free core (hop) | load avg |"
             )
-            print("|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|")
             floors: dict[str, float] = {}
             for conc, n in ((1, 1000), (16, 4000), (64, 4000)):
                 for name, url in urls.items():
@@ -426,17 +436,18 @@ def cmd_throughput() -> None:
                     t0 = time.perf_counter()
                     r = load(url, conc, n, False)
                     dt = time.perf_counter() - t0
-                    rec_ms = "-"
+                    rec_ms = rec_s = "-"
                     if name == "proxy":
                         recorded += n
                         wait_ledger(db, recorded)  # every call written before the next run
+                        rec_s = f"{time.perf_counter() - t0:.2f}"
                         rec_ms = f"{(cpu_s(pids['recorder']) - r0) / n * 1e3:.3f}"
                     hop = (cpu_s(pids[name]) - c0) / n
                     gen = (sum(me.cpu_times()[:2]) - g0) / n
                     if name == "direct" and conc == 16:
                         floors = {"server": hop, "client": gen}
                     print(
-                        f"| {conc} | {name} | {len(r)} | {dt:.2f} | {len(r) / dt:.0f} | "
+                        f"| {conc} | {name} | {len(r)} | {dt:.2f} | {len(r) / dt:.0f} | {rec_s} | "
                         f"{hop * 1e3:.3f} | {rec_ms} | {gen * 1e3:.3f} | {1 / hop:.0f} | "
                         f"{loadavg()} |"
                     )

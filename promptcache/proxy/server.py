@@ -54,6 +54,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 class ProxyServer:
     """The proxy on ``host:port`` in front of ``upstream``, recording to ``db``.
 
+    Recording runs in a process of its own (:class:`~promptcache.proxy.tap.RecorderProcess`,
+    started with ``multiprocessing``'s spawn method): a script that builds a ProxyServer at
+    import time needs the usual ``if __name__ == "__main__":`` guard, else the recorder cannot
+    start -- the proxy then serves all the same and counts its calls as not recorded.
+
     Args:
         upstream: where requests go.
         db: ledger path or ``postgresql://`` URL (None: the default ledger). Opened by the
