@@ -467,11 +467,16 @@ def rss_mb(pid: int) -> float:
 
 
 def cmd_soak() -> None:
+    """10,000 proxied calls at 16 clients, 10 x (500 streamed from the paced upstream, then
+    500 plain at once): RSS of the proxy and of its recorder, and how many calls the ledger
+    holds, after each 1,000 and once the recorder is done. (At a closed-loop maximum rate the
+    recorder falls behind and holds the backlog: see the throughput run's "seconds until all
+    recorded".)"""
     import sqlite3
 
     with tempfile.TemporaryDirectory() as d:
         db = os.path.join(d, "l.db")
-        st = Stack(db)
+        st = Stack(db, PACE_TTFB_S, PACE_GAP_S)
         try:
             url = st.urls()["proxy"]
             samples = []
@@ -482,19 +487,33 @@ def cmd_soak() -> None:
                 done += 1000
                 pids = st.pids()
                 samples.append(
-                    (done, rss_mb(st.proxy_pid), sum(rss_mb(p) for p in pids["recorder"]))
+                    (
+                        done,
+                        ledger_count(db),
+                        rss_mb(st.proxy_pid),
+                        sum(rss_mb(p) for p in pids["recorder"]),
+                    )
                 )
             wait_ledger(db, done)
+            pids = st.pids()
+            samples.append(
+                (
+                    done,
+                    ledger_count(db),
+                    rss_mb(st.proxy_pid),
+                    sum(rss_mb(p) for p in pids["recorder"]),
+                )
+            )
         finally:
             st.stop()
         con = sqlite3.connect(db)
         n, distinct = con.execute(
             "SELECT COUNT(*), COUNT(DISTINCT record_id) FROM requests"
         ).fetchone()
-        print("| calls so far | proxy RSS MiB | recorder RSS MiB |")
-        print("|---|---|---|")
-        for k, v, w in samples:
-            print(f"| {k} | {v:.1f} | {w:.1f} |")
+        print("| calls so far | recorded so far | proxy RSS MiB | recorder RSS MiB |")
+        print("|---|---|---|---|")
+        for k, c, v, w in samples:
+            print(f"| {k} | {c} | {v:.1f} | {w:.1f} |")
         print(f"\nledger: {n} records, {distinct} distinct record ids (10000 calls sent)")
 
 

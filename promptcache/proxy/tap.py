@@ -46,7 +46,7 @@ MAX_QUEUED_BYTES = 256 << 20
 #: pipe write and one recorder transaction per batch under load).
 BATCH_WAIT_S = 0.002
 #: Most exchanges in one batch.
-MAX_BATCH = 2048
+MAX_BATCH = 256
 #: The recorder process's niceness increment (Linux CFS weight 110 against the proxy's 1024).
 NICE = 10
 
