@@ -138,7 +138,9 @@ def serve_upstream(port: int, ttfb_s: float, gap_s: float) -> None:
         log_level="warning",
         access_log=False,
         http="httptools",
-        loop="uvloop",
+        # paced: asyncio's timers (float time at the request's arrival; libuv's count from a
+        # cached millisecond clock, which would round a hop's delay up to the next 1 ms tick)
+        loop="asyncio" if ttfb_s or gap_s else "uvloop",
         lifespan="off",
     )
 
