@@ -31,9 +31,10 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from local_engine.attention import cuda_decode, triton_kv_write
+from local_engine.attention import cuda_decode, triton_int2, triton_kv_write
 from local_engine.attention.split_k import alloc_partials
 from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
+from local_engine.kv_cache import int2
 from local_engine.kv_cache.quant import rotate_int4
 
 LOG2E = 1.4426950408889634
@@ -326,12 +327,19 @@ def paged_attention(
     if q.dim() != 3:
         raise ValueError(f"q must be [num_tokens, num_heads, head_dim]; got {tuple(q.shape)}")
     num_tokens, num_heads, head_dim = q.shape
-    # packed INT4 (uint8) stores head_dim // 2 bytes per token-head
+    is_int2 = int2.is_int2(k_cache, v_cache)
+    # packed INT4 (uint8) stores head_dim // 2 bytes per token-head; int2 D/2 (K), D/4 (V)
     stored_dim = head_dim // 2 if triton_kv_write.quant_mode(k_cache) == 3 else head_dim
-    if k_cache.dim() != 4 or k_cache.shape != v_cache.shape or k_cache.shape[3] != stored_dim:
+    v_dim = head_dim // 4 if is_int2 else stored_dim
+    if (
+        k_cache.dim() != 4
+        or v_cache.shape[:3] != k_cache.shape[:3]
+        or k_cache.shape[3] != stored_dim
+        or v_cache.shape[3] != v_dim
+    ):
         raise ValueError(
-            f"caches must be [num_blocks, block_size, num_kv_heads, {stored_dim}]; got "
-            f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
+            f"caches must be [num_blocks, block_size, num_kv_heads, {stored_dim}] (V: {v_dim}); "
+            f"got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
         )
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     if num_heads % num_kv_heads:
@@ -348,7 +356,7 @@ def paged_attention(
         )
     if k_cache.stride(3) != 1:
         raise ValueError("k_cache needs a contiguous last (head_dim) dimension")
-    quant = triton_kv_write.quant_mode(k_cache)
+    quant = 4 if is_int2 else triton_kv_write.quant_mode(k_cache)
     if quant:
         k_scale, v_scale = triton_kv_write.check_scale_layout(k_scale, v_scale)
     else:
@@ -365,6 +373,11 @@ def paged_attention(
         q = rotate_int4(q)
     if q.stride(2) != 1:
         q = q.contiguous()
+    # int2: the open block's INT4 keys are rotated (kv_cache.int2): q H reads them; its K
+    # area's float16 view holds finished blocks' per-channel scales
+    q_rot = rotate_int4(q).contiguous() if quant == 4 else q
+    k_meta = k_cache.view(torch.float16) if quant == 4 else k_cache
+    v_scale_arg = v_scale.view(torch.float16) if quant == 4 else v_scale
     if block_tables.stride(1) != 1:
         block_tables = block_tables.contiguous()
 
@@ -448,10 +461,12 @@ def paged_attention(
         seg_max,
         seg_sum,
         q,
+        q_rot,
         k_cache,
+        k_meta,
         v_cache,
         k_scale,
-        v_scale,
+        v_scale_arg,
         block_tables,
         cu_seqlens_q,
         seq_lens,
@@ -563,6 +578,9 @@ def write_kv_cache(
         RuntimeError: CPU tensors without the Triton interpreter.
     """
     _check_runnable(key)
+    if int2.is_int2(k_cache, v_cache):
+        triton_int2.write_kv_cache(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+        return
     triton_kv_write.write_kv_cache(
         key, value, k_cache, v_cache, slot_mapping, k_scale=k_scale, v_scale=v_scale
     )
