@@ -268,8 +268,8 @@ def kv_cvt_of(q: torch.Tensor, quant: int, kv_cvt: int | None = None) -> int:
     """The kernel's ``KV_CVT`` for queries ``q`` over a cache of kind ``quant``: 0 for float
     caches and float32 queries; otherwise ``kv_cvt`` if given (0 or 1), else
     :data:`KV_CVT_BY_QUANT` (the same choice on the GPU and in the interpreter)."""
-    if not quant or q.dtype == torch.float32 or quant == 3:
-        return 0  # INT4's unpacked integers multiply in the query dtype
+    if not quant or q.dtype == torch.float32 or quant in (3, 4):
+        return 0  # INT4's unpacked integers / int2's dequantized floats: query-dtype products
     if kv_cvt is not None:
         if kv_cvt not in (0, 1):
             raise ValueError(f"kv_cvt must be 0 (query-dtype products) or 1 (fp16); got {kv_cvt}")

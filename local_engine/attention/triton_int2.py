@@ -281,11 +281,13 @@ def int2_tile(
     row = offs_d // EIGHTH
     col = EIGHTH + offs_d % EIGHTH
     m_idx = m_base[None, :] + (row * (stride_kt // 2) + col)[:, None]
-    sc = tl.load(km_ptr + m_idx, mask=n_ok[None, :], other=0.0).to(tl.float32)
-    mn = tl.load(km_ptr + m_idx + (META_ROWS // 2) * (stride_kt // 2), mask=n_ok[None, :], other=0.0)
+    finished = (n // BLOCK_SIZE + 1) * BLOCK_SIZE <= ctx
+    # an open block's bytes there are INT4 rows, not float16: not loaded (0)
+    m_ok = (n_ok & finished)[None, :]
+    sc = tl.load(km_ptr + m_idx, mask=m_ok, other=0.0).to(tl.float32)
+    mn = tl.load(km_ptr + m_idx + (META_ROWS // 2) * (stride_kt // 2), mask=m_ok, other=0.0)
     k_fin = codes.to(tl.float32) * sc + mn.to(tl.float32)
     s_off = blk * stride_sb + slot_in_blk * stride_st + kvh * stride_sh
-    finished = (n // BLOCK_SIZE + 1) * BLOCK_SIZE <= ctx
     if OPEN:
         b4 = tl.load(
             k_ptr + k_off[None, :] + (offs_d % HALF)[:, None], mask=n_ok[None, :], other=0
