@@ -177,7 +177,8 @@ def _attend_tile(
             offs_d,
             HEAD_DIM,
             BLOCK_SIZE,
-            MASKED or TILE_N < BLOCK_SIZE,
+            TILE_N,
+            MASKED,
         )
         s = _float_dot(q, k, DOT_MODE)
         if MASKED or TILE_N < BLOCK_SIZE:  # the open block's keys against q H

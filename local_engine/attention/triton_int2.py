@@ -22,8 +22,13 @@ import torch
 import triton
 import triton.language as tl
 
-from local_engine.kv_cache.int2 import CODE_MAX, META_ROWS, RESIDUAL_QMAX
+from local_engine.kv_cache import int2
 from local_engine.kv_cache.quant import hadamard, rotate_int4
+
+# kernels read module globals only as constexprs
+CODE_MAX = tl.constexpr(int2.CODE_MAX)
+META_ROWS = tl.constexpr(int2.META_ROWS)
+RESIDUAL_QMAX = tl.constexpr(int2.RESIDUAL_QMAX)
 
 
 @triton.jit
@@ -261,13 +266,15 @@ def int2_tile(
     offs_d,
     HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
-    OPEN: tl.constexpr,
+    TILE_N: tl.constexpr,
+    MASKED: tl.constexpr,
 ):
     """One tile of ``TILE_N`` keys ``n`` (block ``blk``, offset ``slot_in_blk``; ``n_ok``
     the loadable ones): returns ``(k_fin, k_open, finished, v)``: the keys of finished blocks
-    float32 ``[HEAD_DIM, TILE_N]`` (``code * scale_c + min_c``), with ``OPEN`` the open
-    block's INT4 keys in the rotated space (else 0) and the per-key bool ``finished``, and
-    the values float32 ``[TILE_N, HEAD_DIM]`` (0 where not ``n_ok``)."""
+    float32 ``[HEAD_DIM, TILE_N]`` (``code * scale_c + min_c``), the open block's INT4 keys
+    in the rotated space where the tile may hold it (``MASKED``, or tiles shorter than a
+    block; else ``k_fin`` again), the per-key bool ``finished``, and the values float32
+    ``[TILE_N, HEAD_DIM]`` (0 where not ``n_ok``)."""
     QUART: tl.constexpr = HEAD_DIM // 4
     HALF: tl.constexpr = HEAD_DIM // 2
     EIGHTH: tl.constexpr = HEAD_DIM // 8
@@ -288,7 +295,7 @@ def int2_tile(
     mn = tl.load(km_ptr + m_idx + (META_ROWS // 2) * (stride_kt // 2), mask=m_ok, other=0.0)
     k_fin = codes.to(tl.float32) * sc + mn.to(tl.float32)
     s_off = blk * stride_sb + slot_in_blk * stride_st + kvh * stride_sh
-    if OPEN:
+    if MASKED or TILE_N < BLOCK_SIZE:
         b4 = tl.load(
             k_ptr + k_off[None, :] + (offs_d % HALF)[:, None], mask=n_ok[None, :], other=0
         ).to(tl.int32)
