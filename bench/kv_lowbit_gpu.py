@@ -24,6 +24,7 @@ tiny shapes, for a CPU run under ``TRITON_INTERPRET=1``). Prints tables; asserts
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
@@ -80,50 +81,58 @@ def dequantized(name, kc, vc, ks, vs, blocks, ctx, dev):
 
 
 def correctness(dev, quick: bool) -> None:
-    from local_engine.attention import triton_backend
-
     g = torch.Generator(device="cpu").manual_seed(0)
     hq, hkv, d = (8, 2, 64) if quick else (HQ, HKV, D)
     ctx_lens, q_lens = ([40, 17], [1, 5]) if quick else ([700, 33, 1500, 130], [1, 33, 1, 7])
     print("| KV | rel. error vs float64 over dequantized | vs float64 over originals |")
     print("|---|---:|---:|")
     for name in FORMATS[1:]:
-        n_blocks = [-(-c // BS) for c in ctx_lens]
-        raw, kc, vc, ks, vs = pool(name, sum(n_blocks) + 2, dev, hkv, d)
-        tables = torch.zeros((len(ctx_lens), max(n_blocks)), dtype=torch.int32)
-        perm = torch.randperm(sum(n_blocks) + 2, generator=g).tolist()
-        data, table_rows = [], []
-        for i, (c, n) in enumerate(zip(ctx_lens, n_blocks)):
-            blocks = [perm.pop() for _ in range(n)]
-            tables[i, :n] = torch.tensor(blocks)
-            slot = torch.tensor([blocks[p // BS] * BS + p % BS for p in range(c)])
-            k = torch.randn((c, hkv, d), generator=g)
-            k[..., 3] *= 15  # an outlier channel
-            v = torch.randn((c, hkv, d), generator=g) * 0.5
-            kb, vb = k.to(dev, torch.bfloat16), v.to(dev, torch.bfloat16)
-            # two calls: a prompt, then its last 3 tokens as decode-like writes
-            triton_backend.write_kv_cache(kb[:-3], vb[:-3], kc, vc, slot[:-3].to(dev), ks, vs)
-            for j in range(c - 3, c):
-                s = slot[j : j + 1].to(dev)
-                triton_backend.write_kv_cache(kb[j : j + 1], vb[j : j + 1], kc, vc, s, ks, vs)
-            data.append((kb.double(), vb.double()))
-            table_rows.append(blocks)
-        q = torch.randn((sum(q_lens), hq, d), generator=g).to(dev, torch.bfloat16)
-        cu = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32)
-        lens = torch.tensor(ctx_lens, dtype=torch.int32)
-        out = triton_backend.paged_attention(
-            q, kc, vc, tables.to(dev), cu.to(dev), lens.to(dev), k_scale=ks, v_scale=vs
-        )
-        deq, orig = [], []
-        for i, (c, ql) in enumerate(zip(ctx_lens, q_lens)):
-            kd, vd = dequantized(name, kc, vc, ks, vs, table_rows[i], c, dev)
-            qi = q[cu[i] : cu[i + 1]].double()
-            deq.append(dense(qi, kd, vd, c, ql))
-            orig.append(dense(qi, data[i][0], data[i][1], c, ql))
-        deq, orig = torch.cat(deq), torch.cat(orig)
-        e_deq = float((out.double() - deq).norm() / deq.norm())
-        e_orig = float((out.double() - orig).norm() / orig.norm())
-        print(f"| {name} | {e_deq:.2e} | {e_orig:.3f} |")
+        try:
+            _correctness_row(name, dev, g, hq, hkv, d, ctx_lens, q_lens)
+        except Exception as e:  # reported, the other formats still run
+            print(f"| {name} | failed: {type(e).__name__}: {str(e)[:300]} | |")
+
+
+def _correctness_row(name, dev, g, hq, hkv, d, ctx_lens, q_lens) -> None:
+    """One format's row of :func:`correctness`."""
+    from local_engine.attention import triton_backend
+
+    n_blocks = [-(-c // BS) for c in ctx_lens]
+    raw, kc, vc, ks, vs = pool(name, sum(n_blocks) + 2, dev, hkv, d)
+    tables = torch.zeros((len(ctx_lens), max(n_blocks)), dtype=torch.int32)
+    perm = torch.randperm(sum(n_blocks) + 2, generator=g).tolist()
+    data, table_rows = [], []
+    for i, (c, n) in enumerate(zip(ctx_lens, n_blocks)):
+        blocks = [perm.pop() for _ in range(n)]
+        tables[i, :n] = torch.tensor(blocks)
+        slot = torch.tensor([blocks[p // BS] * BS + p % BS for p in range(c)])
+        k = torch.randn((c, hkv, d), generator=g)
+        k[..., 3] *= 15  # an outlier channel
+        v = torch.randn((c, hkv, d), generator=g) * 0.5
+        kb, vb = k.to(dev, torch.bfloat16), v.to(dev, torch.bfloat16)
+        # two calls: a prompt, then its last 3 tokens as decode-like writes
+        triton_backend.write_kv_cache(kb[:-3], vb[:-3], kc, vc, slot[:-3].to(dev), ks, vs)
+        for j in range(c - 3, c):
+            s = slot[j : j + 1].to(dev)
+            triton_backend.write_kv_cache(kb[j : j + 1], vb[j : j + 1], kc, vc, s, ks, vs)
+        data.append((kb.double(), vb.double()))
+        table_rows.append(blocks)
+    q = torch.randn((sum(q_lens), hq, d), generator=g).to(dev, torch.bfloat16)
+    cu = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32)
+    lens = torch.tensor(ctx_lens, dtype=torch.int32)
+    out = triton_backend.paged_attention(
+        q, kc, vc, tables.to(dev), cu.to(dev), lens.to(dev), k_scale=ks, v_scale=vs
+    )
+    deq, orig = [], []
+    for i, (c, ql) in enumerate(zip(ctx_lens, q_lens)):
+        kd, vd = dequantized(name, kc, vc, ks, vs, table_rows[i], c, dev)
+        qi = q[cu[i] : cu[i + 1]].double()
+        deq.append(dense(qi, kd, vd, c, ql))
+        orig.append(dense(qi, data[i][0], data[i][1], c, ql))
+    deq, orig = torch.cat(deq), torch.cat(orig)
+    e_deq = float((out.double() - deq).norm() / deq.norm())
+    e_orig = float((out.double() - orig).norm() / orig.norm())
+    print(f"| {name} | {e_deq:.2e} | {e_orig:.3f} |")
 
 
 def copy_bandwidth(dev) -> float:
@@ -186,14 +195,22 @@ def decode_speed(dev, iters: int, quick: bool) -> dict:
     hq, hkv, d = (8, 2, 64) if quick else (HQ, HKV, D)
     bw = copy_bandwidth(dev) if dev.type == "cuda" else float("nan")
     print(f"\ncopy bandwidth (4 GiB device copy): {bw:.0f} GB/s")
-    print("| batch x context | KV | tiles | KV bytes read | ms per call | floor ms | floor / ms | vs bf16 |")
+    print(
+        "| batch x context | KV | tiles | KV bytes read | ms per call | floor ms | floor / ms | vs bf16 |"
+    )
     print("|---|---|---|---:|---:|---:|---:|---:|")
     summary: dict = {}
     sweep = [None] if quick else [None, (32, 1), (32, 2), (64, 2), (64, 4), (128, 4)]
     for batch, ctx in shapes:
         base = None
         for name in FORMATS:
-            raw, kc, vc, ks, vs = filled_pool(name, batch, ctx, dev, hkv, d)
+            try:
+                raw, kc, vc, ks, vs = filled_pool(name, batch, ctx, dev, hkv, d)
+            except Exception as e:  # reported, the other formats still run
+                print(
+                    f"| {batch} x {ctx} | {name} | write failed: {type(e).__name__}: {str(e)[:300]} |"
+                )
+                continue
             n_blocks = batch * ctx // BS
             tables = torch.arange(n_blocks, dtype=torch.int32, device=dev).view(batch, -1)
             q = torch.randn((batch, hq, d), device=dev, dtype=torch.bfloat16)
@@ -207,11 +224,10 @@ def decode_speed(dev, iters: int, quick: bool) -> dict:
                 if cfg is not None:
                     kw["config"] = KernelConfig(16, cfg[0], cfg[1], 3 if cfg[1] == 1 else 2)
                 try:
-                    ms = time_call(
-                        lambda: triton_backend.paged_attention(q, kc, vc, tables, cu, lens, **kw),
-                        iters,
-                        dev,
+                    call = functools.partial(
+                        triton_backend.paged_attention, q, kc, vc, tables, cu, lens, **kw
                     )
+                    ms = time_call(call, iters, dev)
                 except Exception as e:  # a tile the compiler refuses: reported, skipped
                     print(f"| {batch} x {ctx} | {name} | {cfg} | failed: {type(e).__name__} |")
                     continue
@@ -263,7 +279,9 @@ def residency(dev) -> dict:
             ok = f"no: {str(e)[:60]}"
         torch.cuda.empty_cache()
         label = name if name != "auto" else "bf16"
-        print(f"| {label} | {per_block // BS:,} | {blocks:,} | {reqs:,} | {reqs / base:.2f}x | {ok} |")
+        print(
+            f"| {label} | {per_block // BS:,} | {blocks:,} | {reqs:,} | {reqs / base:.2f}x | {ok} |"
+        )
         out[name] = reqs
     return out
 
@@ -282,7 +300,9 @@ def main() -> None:
     speed = decode_speed(dev, args.iters, args.quick)
     res = residency(dev) if dev.type == "cuda" else {}
     print("\n## summary (Triton decode, 32/8 heads d128, block 16; ratio = bf16 ms / ms)")
-    print("| KV | 64 x 4096 ms | vs bf16 | floor/ms | 16 x 32768 ms | vs bf16 | floor/ms | 4k requests on 8B |")
+    print(
+        "| KV | 64 x 4096 ms | vs bf16 | floor/ms | 16 x 32768 ms | vs bf16 | floor/ms | 4k requests on 8B |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     shapes = sorted({(b, c) for b, c, _ in speed})
     for fmt in [*FORMATS, "int4 best", "int2 best"]:

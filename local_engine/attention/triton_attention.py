@@ -301,9 +301,7 @@ def _float_dot(a, b, DOT_MODE: tl.constexpr):
     elif DOT_MODE == 1:
         c = tl.dot(a, b, input_precision="ieee")
     else:
-        c = tl.dot(
-            a.to(tl.float32), b.to(a.dtype).to(tl.float32), input_precision="ieee"
-        )
+        c = tl.dot(a.to(tl.float32), b.to(a.dtype).to(tl.float32), input_precision="ieee")
     return c
 
 

@@ -95,8 +95,12 @@ def _write_int2_kernel(
         v1 = tl.load(vp + QUART, mask=h_ok[:, None], other=0.0).to(tl.float32)
         v2 = tl.load(vp + 2 * QUART, mask=h_ok[:, None], other=0.0).to(tl.float32)
         v3 = tl.load(vp + 3 * QUART, mask=h_ok[:, None], other=0.0).to(tl.float32)
-        mn = tl.minimum(tl.minimum(tl.min(v0, 1), tl.min(v1, 1)), tl.minimum(tl.min(v2, 1), tl.min(v3, 1)))
-        mx = tl.maximum(tl.maximum(tl.max(v0, 1), tl.max(v1, 1)), tl.maximum(tl.max(v2, 1), tl.max(v3, 1)))
+        mn = tl.minimum(
+            tl.minimum(tl.min(v0, 1), tl.min(v1, 1)), tl.minimum(tl.min(v2, 1), tl.min(v3, 1))
+        )
+        mx = tl.maximum(
+            tl.maximum(tl.max(v0, 1), tl.max(v1, 1)), tl.maximum(tl.max(v2, 1), tl.max(v3, 1))
+        )
         s16 = ((mx - mn) / CODE_MAX).to(tl.float16)
         m16 = mn.to(tl.float16)
         s = s16.to(tl.float32)[:, None]

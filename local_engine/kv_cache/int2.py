@@ -143,7 +143,12 @@ def pack_int2(q: torch.Tensor) -> torch.Tensor:
     D/4]``: byte ``j`` = ``q[j] | q[j + D/4] << 2 | q[j + D/2] << 4 | q[j + 3D/4] << 6``."""
     u = q.to(torch.uint8)
     n = u.shape[-1] // 4
-    return u[..., :n] | (u[..., n : 2 * n] << 2) | (u[..., 2 * n : 3 * n] << 4) | (u[..., 3 * n :] << 6)
+    return (
+        u[..., :n]
+        | (u[..., n : 2 * n] << 2)
+        | (u[..., 2 * n : 3 * n] << 4)
+        | (u[..., 3 * n :] << 6)
+    )
 
 
 def unpack_int2(p: torch.Tensor) -> torch.Tensor:

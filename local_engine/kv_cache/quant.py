@@ -187,9 +187,7 @@ class KVCacheFormat:
         2 x 30 x 3 x (32 + 4) = 6,480); int2: ``layers * kv_heads * (3 * head_dim / 4 + 8)``
         (SmolLM2: 30 x 3 x (48 + 8) = 5,040; :mod:`local_engine.kv_cache.int2`)."""
         if self.name == "int2":
-            return (
-                mc.num_layers * mc.num_kv_heads * int2_format.bytes_per_token_head(mc.head_dim)
-            )
+            return mc.num_layers * mc.num_kv_heads * int2_format.bytes_per_token_head(mc.head_dim)
         return (
             2 * mc.num_layers * mc.num_kv_heads * (self.value_bytes(mc.head_dim) + self.scale_bytes)
         )

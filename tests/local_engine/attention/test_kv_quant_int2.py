@@ -62,7 +62,9 @@ def test_pack_layout_by_hand():
     # head_dim 8: byte j = q[j] | q[j + 2] << 2 | q[j + 4] << 4 | q[j + 6] << 6
     q = torch.tensor([[0, 1, 2, 3, 3, 2, 1, 0]])
     p = int2.pack_int2(q)
-    assert p.dtype == torch.uint8 and p.tolist() == [[0 | 2 << 2 | 3 << 4 | 1 << 6, 1 | 3 << 2 | 2 << 4]]
+    assert p.dtype == torch.uint8 and p.tolist() == [
+        [0 | 2 << 2 | 3 << 4 | 1 << 6, 1 | 3 << 2 | 2 << 4]
+    ]
     assert p.tolist() == [[120, 45]]
     assert int2.unpack_int2(p).tolist() == q.tolist()
     every = torch.randint(0, 4, (5, 64))
@@ -161,7 +163,10 @@ def test_write_through_slot_mapping(backend, tb):
         write_kv_cache(kk, vv, kc, vc, pad, backend=backend, k_scale=ks, v_scale=vs)
     assert torch.equal(vc, ref[1]) and torch.equal(vs, ref[3])
     torch.testing.assert_close(ks, ref[2], rtol=1e-6, atol=0)
-    a, r = int2.unpack_int2(kc[2:4, ..., : d // 4]).int(), int2.unpack_int2(ref[0][2:4, ..., : d // 4]).int()
+    a, r = (
+        int2.unpack_int2(kc[2:4, ..., : d // 4]).int(),
+        int2.unpack_int2(ref[0][2:4, ..., : d // 4]).int(),
+    )
     assert (a - r).abs().max() <= 1 and (a != r).float().mean() < 0.01
     for x, y in zip(int2.read_key_meta(kc[2:4]), int2.read_key_meta(ref[0][2:4])):
         torch.testing.assert_close(x, y, rtol=2e-3, atol=1e-4)
@@ -249,7 +254,9 @@ def test_fused_rotary_write_matches_the_torch_reference(tb):
     slots = torch.arange(T) + bs  # block 1 filled, block 2 open
     kc, vc, ks, vs = _pool(nb, bs, kv_heads, d)
     kr, vr, ksr, vsr = _pool(nb, bs, kv_heads, d)
-    out = ops.rotary_and_write_kv(q.clone(), k, v, pos, rope.cos, rope.sin, kc, vc, slots, "triton", ks, vs)
+    out = ops.rotary_and_write_kv(
+        q.clone(), k, v, pos, rope.cos, rope.sin, kc, vc, slots, "triton", ks, vs
+    )
     ref = ops.rotary_and_write_kv(
         q.clone(), k, v, pos, rope.cos, rope.sin, kr, vr, slots, "torch", ksr, vsr
     )
