@@ -65,13 +65,13 @@ def _write_int2_kernel(
     HEAD_DIM: tl.constexpr,
     HEADS_PAD: tl.constexpr,
 ):
+    HALF: tl.constexpr = HEAD_DIM // 2
+    QUART: tl.constexpr = HEAD_DIM // 4
     t = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     if slot >= 0:
         blk = slot // BLOCK_SIZE
         off = slot % BLOCK_SIZE
-        HALF: tl.constexpr = HEAD_DIM // 2
-        QUART: tl.constexpr = HEAD_DIM // 4
         h = tl.arange(0, HEADS_PAD)
         h_ok = h < NUM_KV_HEADS
         # keys: INT4 of the rotated key, split-half nibbles (the "int4" format's arithmetic)
@@ -134,13 +134,13 @@ def _finalize_int2_kernel(
     NUM_KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
 ):
+    HALF: tl.constexpr = HEAD_DIM // 2
+    QUART: tl.constexpr = HEAD_DIM // 4
+    EIGHTH: tl.constexpr = HEAD_DIM // 8
     t = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     if (slot >= 0) & (slot % BLOCK_SIZE == BLOCK_SIZE - 1):
         blk = slot // BLOCK_SIZE
-        HALF: tl.constexpr = HEAD_DIM // 2
-        QUART: tl.constexpr = HEAD_DIM // 4
-        EIGHTH: tl.constexpr = HEAD_DIM // 8
         r = tl.arange(0, BLOCK_SIZE)
         d = tl.arange(0, HEAD_DIM)
         hd = tl.load(h_ptr + d[:, None] * HEAD_DIM + d[None, :])  # H [D, D] float32

@@ -88,8 +88,9 @@ def test_greedy_agreement_with_the_float32_cache(engine_factory, dtype):
 # divergences at tokens 0-13). Without the Hadamard key rotation the first 6 prompts gave
 # 0.68 (114/168).
 FLOOR_INT4 = 0.85
-# int2 (KIVI-style 2-bit): measured 2026-12-03 on these prompts: see FLOOR_LOW's comment.
-FLOOR_LOW = {"int4": FLOOR_INT4, "int2": 0.0}
+# int2 (KIVI-style 2-bit, local_engine.kv_cache.int2): measured 2026-12-03 on these prompts
+# 136/232 = 0.586 (1/8 outputs identical; the others diverge at tokens 0-7).
+FLOOR_LOW = {"int4": FLOOR_INT4, "int2": 0.5}
 
 
 @pytest.mark.slow

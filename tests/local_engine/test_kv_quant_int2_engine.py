@@ -44,7 +44,9 @@ def test_bytes_per_token_by_hand_and_capacity_against_bf16(preset, per_token):
     p = plan(mc, context=4096, kv_dtype="int2", memory=64 * 2**30, weight_bytes=0)
     assert p.kv_bytes_per_token == per_token
     budget = 64 * 2**30
-    n_q = plan_num_blocks(EngineConfig(kv_cache_dtype="int2", kv_cache_memory=budget), mc, fmt, 4096)
+    n_q = plan_num_blocks(
+        EngineConfig(kv_cache_dtype="int2", kv_cache_memory=budget), mc, fmt, 4096
+    )
     n_b = plan_num_blocks(
         EngineConfig(dtype="bfloat16", kv_cache_memory=budget),
         mc,
