@@ -272,9 +272,9 @@ def residency(dev) -> dict:
         reqs = blocks // (4096 // BS)
         base = base or reqs
         try:
-            raw, _ = allocate_kv_cache(mc, blocks, BS, fmt, dev)
+            raw, views = allocate_kv_cache(mc, blocks, BS, fmt, dev)
             ok = f"yes ({raw.numel() * raw.element_size() / 1e9:.1f} GB)"
-            del raw
+            del raw, views  # (the views hold the pool too)
         except torch.cuda.OutOfMemoryError as e:
             ok = f"no: {str(e)[:60]}"
         torch.cuda.empty_cache()
@@ -304,7 +304,7 @@ def main() -> None:
         "| KV | 64 x 4096 ms | vs bf16 | floor/ms | 16 x 32768 ms | vs bf16 | floor/ms | 4k requests on 8B |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    shapes = sorted({(b, c) for b, c, _ in speed})
+    shapes = sorted({(b, c) for b, c, _ in speed}, key=lambda bc: bc[1])  # the header's order
     for fmt in [*FORMATS, "int4 best", "int2 best"]:
         cells = []
         for b, c in shapes:

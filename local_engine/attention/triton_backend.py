@@ -23,6 +23,7 @@ device-to-host sync and can be captured in a CUDA graph:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -93,6 +94,12 @@ DECODE_STAGES_1B = 3
 #: 64 x 4k at 1 warp then takes 2 segments (1,024 programs); 64 keys / 2 warps keeps the
 #: session-2 target of 4 programs per SM (1 segment).
 SPLIT_WARPS_PER_SM_1B = 8
+#: int2 decode (keys and values dequantized to float32 in registers, per-channel key scales
+#: gathered per key): the 1-byte tile (32 keys at d128) on 2 warps, 2 stages. H200,
+#: 2026-12-03 (bench/RESULTS.md, "## kv-hierarchy"), 32/8 d128: 0.684 / 1.389 ms at 64 x 4k
+#: / 16 x 32k against 1.011 / 1.968 on the 1-byte rule's 1 warp; 64 keys / 4 warps 0.775 /
+#: 1.573; 64 keys / 2 warps and 128 / 4 slower than 1 warp.
+INT2_DECODE_WARPS = 2
 WIDE_GROUP = 4  # groups above this may get the doubled tile
 WIDE_ROW_BYTES = 256  # ... when a K row (head_dim x element bytes) is at least this long
 FEW_PROGRAMS_PER_SM = 1 / 8  # "few programs": fewer than sm_count / 8 (1 x 32k at <= 16 KV heads)
@@ -430,6 +437,8 @@ def paged_attention(
                 num_seqs * num_kv_heads,
                 _sm_count(q.device),
             )
+            if quant == 4:
+                config = dataclasses.replace(config, num_warps=INT2_DECODE_WARPS, num_stages=2)
         else:
             config = PREFILL_CONFIG.get(head_dim) or PREFILL_CONFIG[128]
     block_m = max(config.block_m, 16, triton.next_power_of_2(group))
