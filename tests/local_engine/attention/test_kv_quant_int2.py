@@ -177,7 +177,7 @@ def test_write_through_slot_mapping(backend, tb):
     assert (kc[4, 8:] == 0).all() and (ks[4, 8:] == 0).all()
 
 
-def _attention_case(backend, q_dtype, seed, tb):
+def _attention_case(backend, q_dtype, seed, tb, decode=False):
     """A mixed batch (decode, prefill over a cached prefix, a whole prompt, a one-token
     context) over an int2 pool in random blocks, each context written as a prompt then its
     last tokens one by one. Returns (out, float64 over the dequantized cache, float64 over
@@ -185,6 +185,8 @@ def _attention_case(backend, q_dtype, seed, tb):
     g = torch.Generator().manual_seed(seed)
     hq, heads, d, bs = 6, 2, 32, 16
     ctx_lens, q_lens = [37, 23, 32, 1], [1, 7, 32, 1]
+    if decode:  # every sequence one new token: the kernel's DECODE mode and decode tiles
+        ctx_lens, q_lens = [37, 48, 16, 70], [1, 1, 1, 1]
     n_blocks = [-(-c // bs) for c in ctx_lens]
     nb = sum(n_blocks) + 3
     kc, vc, ks, vs = _pool(nb, bs, heads, d)
@@ -232,6 +234,13 @@ def test_attention_over_int2_cache(backend, seed, tb):
     assert rel(out, deq) < 1e-5, rel(out, deq)  # tight: only fp32 arithmetic differs
     e = rel(out, orig)
     assert 1e-2 < e < LOOSE_INT2, e
+
+
+@pytest.mark.parametrize("q_dtype", [torch.float32, torch.bfloat16])
+def test_triton_decode_batch_over_int2_cache(q_dtype, tb):
+    out, deq, orig = _attention_case("triton", q_dtype, 5, tb, decode=True)
+    assert rel(out, deq) < (1e-5 if q_dtype == torch.float32 else 2e-2)
+    assert rel(out, orig) < LOOSE_INT2 + 2e-2
 
 
 def test_triton_bf16_queries_over_int2_cache(tb):
