@@ -1,7 +1,10 @@
 """Bedrock Runtime routes: ``POST /model/{modelId}/converse``, ``/converse-stream`` (AWS
-event-stream framing, :mod:`.eventstream`) and ``/invoke`` (an Anthropic Messages body, as
-Anthropic models on Bedrock take it). boto3 with ``endpoint_url`` works: its SigV4
-signatures are accepted, not checked.
+event-stream framing, :mod:`.eventstream`), ``/invoke`` and ``/invoke-with-response-stream``
+(an Anthropic Messages body, as Anthropic models on Bedrock take it; the stream is one
+event-stream ``chunk`` frame per Messages event, ``{"bytes": <base64 of the event's JSON>}``,
+the ``ResponseStream`` shape of botocore's bedrock-runtime model, which boto3's
+``invoke_model_with_response_stream`` and the ``anthropic`` SDK's ``AnthropicBedrock`` client
+decode). boto3 with ``endpoint_url`` works: its SigV4 signatures are accepted, not checked.
 
 Usage (https://docs.aws.amazon.com/bedrock/latest/userguide/prompt-caching.html, read
 2026-12-03; its example response has ``inputTokens`` 20, ``cacheWriteInputTokens`` 1038,
@@ -13,6 +16,7 @@ with Bedrock's per-checkpoint minimum (:mod:`.emulation_rules`).
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import AsyncGenerator
@@ -194,8 +198,26 @@ class Invoke(Messages):
         return creq
 
 
+class InvokeStream(Invoke):
+    """``/model/{modelId}/invoke-with-response-stream``: the Messages stream of an Anthropic
+    body, each event's JSON in an event-stream ``chunk`` frame (see the module docstring)."""
+
+    def attach(self, request: Request, req: InvokeRequest) -> None:
+        req.model = request.path_params["model_id"]
+        req.stream = True
+
+    def stream_headers(self, gen: Generation) -> dict[str, str]:
+        return {"x-amzn-RequestId": gen.rid, "X-Amzn-Bedrock-Content-Type": "application/json"}
+
+    async def events(self, gen: Generation) -> AsyncGenerator[bytes, None]:  # type: ignore[override]
+        async for sse in super().events(gen):
+            data = sse.split("\ndata: ", 1)[1].rstrip("\n")  # "event: X\ndata: {...}\n\n"
+            yield encode_event("chunk", {"bytes": base64.b64encode(data.encode()).decode()})
+
+
 CONVERSE = Converse()
 INVOKE = Invoke()
+INVOKE_STREAM = InvokeStream()
 
 
 @router.post("/model/{model_id:path}/converse")
@@ -217,3 +239,15 @@ async def converse_stream(request: Request) -> Response:
 async def invoke(request: Request) -> Response:
     """Bedrock InvokeModel with an Anthropic Messages body: a Messages ``message`` object."""
     return await run_endpoint(INVOKE, request)
+
+
+@router.post("/model/{model_id:path}/invoke-with-response-stream")
+async def invoke_with_response_stream(request: Request) -> Response:
+    """Bedrock InvokeModelWithResponseStream with an Anthropic Messages body: event-stream
+    ``chunk`` frames, each the JSON of one Messages stream event (``message_start`` ...
+    ``message_stop``)."""
+    resp = await run_endpoint(INVOKE_STREAM, request)
+    if resp.media_type == "text/event-stream":  # a stream (an error is a JSON response)
+        resp.media_type = EVENTSTREAM
+        resp.headers["content-type"] = EVENTSTREAM
+    return resp
