@@ -6,7 +6,10 @@ open array of strings so constrained samples run as long as free ones. Printed p
 tokens/s free (the ceiling: the same decode without a mask), constrained, their ratio; and
 the mask floor measured in the same run: llguidance's mask fill for the batch alone (the
 part of a step the grammar adds before the logits are masked), with xgrammar's fill of the
-same grammar as the peer when importable (``XGRAMMAR_PATH`` on ``sys.path``).
+same grammar as the peer when importable (``XGRAMMAR_PATH`` on ``sys.path``); and the cost of
+applying a bitmask to the batch's logits on the engine's device (copy, unpack, masked fill).
+On a GPU machine without the embedded GGUF, ``--model-dir`` takes a ``bench/engine_gpu.py
+prepare`` folder (architecture + tokenizer; random weights drawn on the device).
 
 Part ``api`` (a ``promptcache serve`` subprocess): the median latency of a one-token request
 through each API with the same prompt (Chat Completions, Responses, Messages,
