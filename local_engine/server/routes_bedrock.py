@@ -17,7 +17,6 @@ with Bedrock's per-checkpoint minimum (:mod:`.emulation_rules`).
 from __future__ import annotations
 
 import base64
-import json
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -35,7 +34,7 @@ from .protocol_bedrock import ConverseRequest, forced_tools, stop_reason, to_tur
 from .rendering import RenderedPrompt, RenderError, render_chat
 from .routes_anthropic import Messages
 from .state import ServerState, new_id
-from .structured_output import ToolSpec, forced_tool_call, parse_tool_call
+from .structured_output import ToolCallText, ToolSpec, forced_tool_call, parse_tool_call
 
 router = APIRouter()
 EVENTSTREAM = "application/vnd.amazon.eventstream"
@@ -131,37 +130,46 @@ class Converse(Endpoint):
 
     async def events(self, gen: Generation) -> AsyncGenerator[bytes, None]:  # type: ignore[override]
         agen, first = gen.started[0]
-        forced = forced_tools(gen.req) is not None
+        call = ToolCallText() if forced_tools(gen.req) is not None else None
         yield encode_event("messageStart", {"role": "assistant"})
         sent = ""
         out = first
         # a text block has no contentBlockStart (ContentBlockStart is a union of toolUse
-        # and other non-text starts: botocore refuses an empty one)
+        # and other non-text starts: botocore refuses an empty one); a forced call streams
+        # as Bedrock streams tool use: contentBlockStart with toolUseId and name once the
+        # name is complete, then contentBlockDelta toolUse.input pieces of the input JSON
         while True:
-            delta = "" if forced else text_delta(sent, out.outputs[0].text)
-            if delta:
-                sent += delta
-                yield encode_event(
-                    "contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": delta}}
-                )
+            if call is not None:
+                name, piece = call.feed(out.outputs[0].text, out.finished)
+                if name is not None:
+                    start = {"toolUse": {"toolUseId": new_id("tooluse_"), "name": name}}
+                    yield encode_event(
+                        "contentBlockStart", {"contentBlockIndex": 0, "start": start}
+                    )
+                if piece:
+                    yield encode_event(
+                        "contentBlockDelta",
+                        {"contentBlockIndex": 0, "delta": {"toolUse": {"input": piece}}},
+                    )
+            else:
+                delta = text_delta(sent, out.outputs[0].text)
+                if delta:
+                    sent += delta
+                    yield encode_event(
+                        "contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": delta}}
+                    )
             if out.finished:
                 break
             out = await agen.__anext__()
             gen.timing.observe(out)
         gen.finished = True
         o = out.outputs[0]
-        content, is_call = self._content(gen, o)
-        if forced:
-            if is_call:
-                use = content[0]["toolUse"]
-                start = {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}}
-                delta_body: dict[str, Any] = {"toolUse": {"input": json.dumps(use["input"])}}
-                yield encode_event("contentBlockStart", {"contentBlockIndex": 0, "start": start})
-            else:
-                delta_body = {"text": o.text}
-            yield encode_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": delta_body})
+        if call is not None and call.name is None:  # ended before the name: text
+            yield encode_event(
+                "contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": o.text}}
+            )
         yield encode_event("contentBlockStop", {"contentBlockIndex": 0})
-        reason = stop_reason(o, is_call)
+        reason = stop_reason(o, call is not None and call.complete)
         note(gen.request, finish=reason)
         yield encode_event("messageStop", {"stopReason": reason})
         latency = int((time.monotonic() - gen.timing.arrival) * 1000)

@@ -166,6 +166,35 @@ def test_forced_tool_use(client):
     assert "nope" in e.value.response["Error"]["Message"]
 
 
+def test_converse_stream_forced_tool_use_streams_the_input_in_pieces(client):
+    kw = dict(
+        modelId=MODEL,
+        messages=[{"role": "user", "content": [{"text": "Weather in Oslo?"}]}],
+        toolConfig={
+            "tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": TOOL_SCHEMA}}}],
+            "toolChoice": {"tool": {"name": "get_weather"}},
+        },
+        inferenceConfig={"maxTokens": 40, "temperature": 0},
+    )
+    plain = client.converse(**kw)["output"]["message"]["content"][0]["toolUse"]
+    events = list(client.converse_stream(**kw)["stream"])  # frames decoded by botocore
+    (start,) = [
+        e["contentBlockStart"]["start"]["toolUse"] for e in events if "contentBlockStart" in e
+    ]
+    assert start["name"] == "get_weather" and start["toolUseId"].startswith("tooluse_")
+    pieces = [
+        e["contentBlockDelta"]["delta"]["toolUse"]["input"]
+        for e in events
+        if "contentBlockDelta" in e
+    ]
+    assert (
+        len(pieces) > 1 and json.loads("".join(pieces)) == plain["input"]
+    )  # greedy: the same call
+    jsonschema.validate(plain["input"], TOOL_SCHEMA)
+    (stop,) = [e["messageStop"] for e in events if "messageStop" in e]
+    assert stop["stopReason"] == "tool_use"
+
+
 def test_invoke_model_with_an_anthropic_body(client, chat_ids):
     body = {
         "anthropic_version": "bedrock-2023-05-31",
