@@ -300,8 +300,8 @@ class ChatCompletions(Endpoint):
                 if o.index in done:
                     continue
                 if calls:
-                    for delta, finish in _tool_call_deltas(calls[o.index], o):
-                        yield chunk(o.index, delta, None, finish)
+                    for call_delta, finish in _tool_call_deltas(calls[o.index], o):
+                        yield chunk(o.index, call_delta, None, finish)
                     if o.finish_reason is not None:
                         done.add(o.index)
                     continue
