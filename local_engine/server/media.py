@@ -56,12 +56,19 @@ class MediaError(ValueError):
     """A malformed image or document block; the message starts with the field's path."""
 
 
-def decode_base64(data: object, where: str) -> bytes:
-    """The bytes of base64 ``data`` (standard alphabet, padding checked). Raises
-    :class:`MediaError` naming ``where`` when it is not a base64 string."""
+def decode_base64(data: object, where: str, *, proto3: bool = False) -> bytes:
+    """The bytes of base64 ``data`` (standard alphabet, padding checked). With ``proto3``
+    (Gemini, a protobuf JSON API) also the URL-safe alphabet and missing padding, as the
+    proto3 JSON mapping accepts for ``bytes``
+    (https://protobuf.dev/programming-guides/json/, read 2026-12-03; the ``google-genai``
+    client sends URL-safe base64). Raises :class:`MediaError` naming ``where`` when it is
+    not a base64 string."""
     if not isinstance(data, str) or not data:
         raise MediaError(f"{where}: Field required (base64-encoded bytes)")
     try:
+        if proto3:
+            padded = data + "=" * (-len(data) % 4)
+            return base64.b64decode(padded.replace("-", "+").replace("_", "/"), validate=True)
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise MediaError(f"{where}: invalid base64 data") from None

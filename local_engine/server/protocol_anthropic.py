@@ -323,7 +323,9 @@ def document_text(block: dict, where: str) -> str:
                 if ctype == "text" and isinstance(c.get("text"), str):
                     parts.append(c["text"])
                 elif ctype == "image":
-                    parts.append(image_text(c.get("source"), f"{where}.content.content.{k}.source"))
+                    parts.append(
+                        image_text(c.get("source"), f"{where}.content.content.{k}.image.source")
+                    )
                 else:
                     raise RenderError(
                         f"{where}.content.content.{k}: expected a text or image block"
@@ -401,10 +403,10 @@ def _content_blocks(msg: Message, i: int) -> list[Block]:
             text = canonical_json(body)
         elif cb.type in ("thinking", "redacted_thinking"):
             continue  # not part of the prompt the model sees
-        elif cb.type == "image":
-            text = image_text(extra.get("source"), f"{path}.source")
+        elif cb.type == "image":  # paths as Anthropic names them: messages.0.content.0.image...
+            text = image_text(extra.get("source"), f"{path}.image.source")
         elif cb.type == "document":
-            text = document_text(extra, path)
+            text = document_text(extra, f"{path}.document")
         else:
             raise RenderError(
                 f"{path}.type: content of type {cb.type!r} is not supported; this server's model reads text only"

@@ -181,7 +181,7 @@ def _inline_data_text(blob: Any, where: str) -> str:
     if not isinstance(mt, str) or "/" not in mt:
         raise APIError(400, f"{where}.mimeType: required (a media type such as image/png)")
     try:
-        data = media.decode_base64(blob.get("data"), f"{where}.data")
+        data = media.decode_base64(blob.get("data"), f"{where}.data", proto3=True)
     except media.MediaError as exc:
         raise APIError(400, str(exc)) from None
     if mt.startswith("image/"):

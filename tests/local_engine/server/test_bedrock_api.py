@@ -226,7 +226,7 @@ def test_unsupported_block_is_a_validation_exception(client):
             messages=[
                 {
                     "role": "user",
-                    "content": [{"image": {"format": "png", "source": {"bytes": b"x"}}}],
+                    "content": [{"guardContent": {"text": {"text": "x"}}}],
                 }
             ],
         )
