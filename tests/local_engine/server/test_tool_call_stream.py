@@ -171,3 +171,26 @@ def test_anthropic_stream_helper_gets_input_json_pieces(server):
     assert final.stop_reason == "tool_use"
     (block,) = final.content
     assert block.type == "tool_use" and block.name == "get_weather" and block.input == expected
+
+
+def test_chat_call_cut_by_max_tokens_is_a_partial_call_streamed_or_not(server):
+    oai = server.openai_client(max_retries=0, timeout=120)
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": PARAMS}}
+    kw = dict(
+        model="m",
+        messages=[USER],
+        max_tokens=12,  # past the name, inside the arguments (as the Responses case above)
+        temperature=0,
+        tools=[tool],
+        tool_choice="required",
+    )
+    plain = oai.chat.completions.create(**kw).choices[0]
+    assert plain.finish_reason == "length"
+    (call,) = plain.message.tool_calls
+    assert call.function.name == "get_weather" and call.function.arguments.startswith("{")
+    with pytest.raises(ValueError):
+        json.loads(call.function.arguments)  # cut short: not yet JSON
+    chunks = list(oai.chat.completions.create(**kw, stream=True))
+    pieces = [tc.function.arguments for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    assert "".join(pieces) == call.function.arguments
+    assert chunks[-1].choices[0].finish_reason == "length"
