@@ -12,6 +12,7 @@ from functools import cache
 from typing import Any
 
 from linters.flow import tables
+from linters.flow.breakpoints import cleared_breakpoints
 from linters.flow.facts import (
     APPEND,
     ASSIGN,
@@ -812,4 +813,7 @@ def collect(tree: ast.Module, source: bytes) -> ModuleFacts:
     ``source`` is the file's bytes (used only for cheap substring checks). Never raises on
     valid syntax trees.
     """
-    return _Walker(tree, source).run(tree)
+    facts = _Walker(tree, source).run(tree)
+    if facts.has_cache_control:
+        facts.cleared_breakpoints = cleared_breakpoints(tree)
+    return facts
