@@ -136,7 +136,7 @@ def _texts(node: Any) -> frozenset[str]:
     only the base of an attribute, subscript or call (``m`` of ``m.text`` is not added)."""
     bases = set()
     for n in ast.walk(node):
-        if type(n) in (ast.Attribute, ast.Subscript):
+        if isinstance(n, (ast.Attribute, ast.Subscript)):
             bases.add(id(n.value))
         elif type(n) is ast.Call:
             bases.add(id(n.func))
