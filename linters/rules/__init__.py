@@ -16,10 +16,19 @@ from linters.rules import (
     layout,
     ordering,
     serialization,
+    shared_history_breakpoint,
     volatile,
 )
 
-FAMILIES = (volatile, serialization, ordering, layout, cache_control, cleared_breakpoint)
+FAMILIES = (
+    volatile,
+    serialization,
+    ordering,
+    layout,
+    cache_control,
+    cleared_breakpoint,
+    shared_history_breakpoint,
+)
 
 PARSE_ERROR = Rule(
     "PC900",
