@@ -17,7 +17,8 @@ ever read from cache. Found per function, without following calls:
 - a *clear*: ``del X["cache_control"]`` or ``X.pop("cache_control", ...)`` inside a ``for``
   loop; the loop's outermost iterable is the cleared *collection* ``C``;
 - the set comes before the clear loop (not inside it, not in the other branch of one
-  ``if``/``try``), and no set follows the loop in the function;
+  ``if``/``try``), no set follows the loop in the function, and no ``if`` around the clear
+  names the set's block or its list (``if b is not last``: the clean-up spares it);
 - the set's block belongs to ``C``: ``B`` (its subscripts and attributes stripped one by
   one) is ``C`` or an item of it, was put into ``C`` earlier in the function
   (``C += [...B...]``, ``C.append(...)``, ``C.extend(...)``, ``C.insert(...)``), or is a
@@ -167,6 +168,18 @@ def _belongs(ev: _Events, block: ast.expr, coll: str, before: int) -> bool:
     return any(c == coll or c.startswith(coll + "[") for c in ev.bound.get(root, ()))
 
 
+def _spared(clear: ast.AST, loop: ast.stmt, block: ast.expr) -> bool:
+    """Whether an ``if`` around ``clear`` inside ``loop`` names the set's block (or the list
+    it is in): ``if b is not last``, ``if b is not history[-1]``: the clean-up spares it."""
+    line = getattr(clear, "lineno", 0)
+    names = set(_chain(block))
+    for n in ast.walk(loop):
+        if type(n) is ast.If and n.lineno < line <= (n.end_lineno or n.lineno):
+            if names & {ast.unparse(e) for e in ast.walk(n.test) if isinstance(e, ast.expr)}:
+                return True
+    return False
+
+
 def _in_loop(node: ast.AST, loop: ast.stmt) -> bool:
     line = getattr(node, "lineno", 0)
     return loop.lineno <= line <= (loop.end_lineno or loop.lineno)
@@ -183,7 +196,7 @@ def _function(fn: Any) -> list[ClearedBreakpoint]:
             end = loop.end_lineno or loop.lineno
             if any(other > end for _t, other, _p in ev.sets):
                 continue  # a breakpoint is set again after the clean-up
-            if _belongs(ev, tgt.value, coll, loop.lineno):
+            if _belongs(ev, tgt.value, coll, loop.lineno) and not _spared(clear, loop, tgt.value):
                 out.append(ClearedBreakpoint(tgt, clear, coll, fn.name))
                 break
     return out

@@ -131,6 +131,29 @@ def test_clean_up_that_skips_the_new_block_is_fine():
     assert found(src) == []
 
 
+def test_clean_up_that_spares_the_new_block_by_a_condition_is_fine():
+    src = """
+    def mark(history):
+        last = history[-1]
+        last["cache_control"] = {"type": "ephemeral"}
+        for block in history:
+            if block is not last:
+                block.pop("cache_control", None)
+    """
+    assert found(src) == []
+
+
+def test_clean_up_that_spares_the_last_item_is_fine():
+    src = """
+    def mark(history):
+        history[-1]["cache_control"] = {"type": "ephemeral"}
+        for block in history:
+            if block is not history[-1]:
+                block.pop("cache_control", None)
+    """
+    assert found(src) == []
+
+
 def test_only_the_base_of_an_added_value_is_not_membership():
     # m.text joined the list, not m: m's marker is not in `parts`
     src = """
