@@ -6,7 +6,10 @@ open array of strings so constrained samples run as long as free ones. Printed p
 tokens/s free (the ceiling: the same decode without a mask), constrained, their ratio; and
 the mask floor measured in the same run: llguidance's mask fill for the batch alone (the
 part of a step the grammar adds before the logits are masked), with xgrammar's fill of the
-same grammar as the peer when importable (``XGRAMMAR_PATH`` on ``sys.path``).
+same grammar as the peer when importable (``XGRAMMAR_PATH`` on ``sys.path``); and the cost of
+applying a bitmask to the batch's logits on the engine's device (copy, unpack, masked fill).
+On a GPU machine without the embedded GGUF, ``--model-dir`` takes a ``bench/engine_gpu.py
+prepare`` folder (architecture + tokenizer; random weights drawn on the device).
 
 Part ``api`` (a ``promptcache serve`` subprocess): the median latency of a one-token request
 through each API with the same prompt (Chat Completions, Responses, Messages,
@@ -16,6 +19,7 @@ is each API's median minus Chat Completions'.
 Usage::
 
     PYTHONPATH=. python bench/engine_api.py constrained [--device cpu|cuda] [--tokens 64]
+        [--model-dir DIR]   # a ``bench/engine_gpu.py prepare`` folder: random weights
     PYTHONPATH=. python bench/engine_api.py api [--requests 30]
 """
 
@@ -117,25 +121,61 @@ def _xgrammar_floor(engine, batch: int, steps: int = 20) -> float | None:
     return (time.perf_counter() - t0) / steps
 
 
-def constrained(args: argparse.Namespace) -> None:
+def _apply_floor(engine, batch: int, steps: int = 50) -> float:
+    """Seconds per step of applying a bitmask to ``[batch, vocab]`` float32 logits on the
+    engine's device (copy of the CPU bitmask + unpack + masked fill), synchronised."""
+    import torch
+
+    from local_engine.sampling import apply_token_bitmask
+
+    device = engine.config.device
+    vocab = engine.model_config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(batch, vocab, generator=g).to(device)
+    bitmask = torch.randint(-(2**31), 2**31 - 1, (batch, (vocab + 31) // 32), generator=g)
+    bitmask = bitmask.to(torch.int32)
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    apply_token_bitmask(logits, bitmask)  # warm
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        apply_token_bitmask(logits, bitmask)
+    sync()
+    return (time.perf_counter() - t0) / steps
+
+
+def _engine(args: argparse.Namespace):
+    """The embedded SmolLM2 GGUF, or with ``--model-dir`` an architecture folder written by
+    ``bench/engine_gpu.py prepare`` (config.json + tokenizer; random weights drawn on the
+    device), for machines the GGUF cannot travel to."""
     from local_engine.engine import LLMEngine
+
+    common = dict(device=args.device, max_num_seqs=64, enable_prefix_caching=False, seed=0)
+    if args.model_dir:
+        return LLMEngine.from_config(args.model_dir, num_kv_blocks=2048, **common)
+    return LLMEngine.from_model(None, **common)
+
+
+def constrained(args: argparse.Namespace) -> None:
     from local_engine.structured import StructuredOutput
 
-    engine = LLMEngine.from_model(
-        None, device=args.device, max_num_seqs=64, enable_prefix_caching=False
-    )
+    engine = _engine(args)
     spec = StructuredOutput(json_schema=ARRAY_OF_STRINGS)
+    weights = "random weights" if args.model_dir else "GGUF weights"
     print(
-        f"# constrained decoding, {engine.model_name} on {args.device}, {args.tokens} tokens/request"
+        f"# constrained decoding, {engine.model_name} ({weights}, vocab "
+        f"{engine.model_config.vocab_size}) on {args.device}, {args.tokens} tokens/request"
     )
     print(
         "| batch | free tok/s | constrained tok/s | ratio | mask ms/step in the run "
-        "| llguidance mask ms/step (start state) | xgrammar peer (start state) | step ms (free) |"
+        "| step ms (free) | mask share | llguidance mask ms/step (start state) "
+        "| xgrammar peer (start state) | bitmask apply ms/step |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for batch in (1, 64):
         prompts = _prompts(engine.tokenizer, batch)
-        _run(engine, prompts[:1], 4, None)  # warm
+        _run(engine, prompts, 4, None)  # warm (CUDA graphs of this batch, allocator)
+        _run(engine, prompts, 4, spec)
         # interleaved rounds, best of each (the host is shared: the best run is the least
         # disturbed one)
         free_runs, con_runs = [], []
@@ -146,13 +186,17 @@ def constrained(args: argparse.Namespace) -> None:
         con_n, con_s, mask_s = max(con_runs, key=lambda r: r[0] / r[1])
         floor = _mask_floor(engine, spec, batch)
         peer = _xgrammar_floor(engine, batch)
+        apply_s = _apply_floor(engine, batch)
         free_tps, con_tps = free_n / free_s, con_n / con_s
         steps = max(1, con_n // batch)
         step_ms = 1000 * free_s / max(1, free_n // batch)
+        mask_ms = 1000 * mask_s / steps
         print(
             f"| {batch} | {free_tps:.1f} | {con_tps:.1f} | {con_tps / free_tps:.2f} | "
-            f"{1000 * mask_s / steps:.3f} | {floor * 1000:.3f} | "
-            f"{'n/a' if peer is None else f'{peer * 1000:.3f}'} | {step_ms:.1f} |"
+            f"{mask_ms:.3f} | {step_ms:.2f} | {100 * mask_ms / step_ms:.1f}% | "
+            f"{floor * 1000:.3f} | {'n/a' if peer is None else f'{peer * 1000:.3f}'} | "
+            f"{apply_s * 1000:.3f} |",
+            flush=True,
         )
 
 
@@ -238,6 +282,7 @@ def main() -> None:
     c.add_argument("--device", default="cpu")
     c.add_argument("--tokens", type=int, default=64)
     c.add_argument("--rounds", type=int, default=3)
+    c.add_argument("--model-dir", default=None, help="a bench/engine_gpu.py prepare folder")
     a = sub.add_parser("api")
     a.add_argument("--requests", type=int, default=30)
     args = p.parse_args()

@@ -3,7 +3,7 @@
 One long real text (the repository's own docs concatenated: docs/DESIGN.md, docs/sdk.md,
 README.md, docs/rules/*.md, then bench/RESULTS.md until it is long enough) is run teacher-forced
 through engines that differ only in ``kv_cache_dtype``: ``"auto"`` (float32 on the CPU,
-the reference), and by default ``"int8"``, ``"fp8"`` and ``"int4"`` (``--dtypes`` picks). The context is fed in chunks (chunked prefill over the
+the reference), and by default ``"int8"``, ``"fp8"``, ``"int4"`` and ``"int2"`` (``--dtypes`` picks). The context is fed in chunks (chunked prefill over the
 cached, quantized prefix: every chunk's attention reads the earlier tokens back from the
 quantized pool), and at every position the next-token distributions are compared:
 
@@ -14,7 +14,7 @@ quantized pool), and at every position the next-token distributions are compared
 Positions are bucketed by context length: [0, 512), [512, 2k), [2k, 4k), [4k, 8k). One table.
 
 Usage: ``PYTHONPATH=. .venv/bin/python bench/kv_quality.py [--max-context 8192] [--chunk 512]
-[--threads 1] [--dtypes int8,fp8,int4]``. Cost on one shared core: about 4 x the time of one 8k prefill per engine.
+[--threads 1] [--dtypes int8,fp8,int4,int2]``. Cost on one shared core: about 4 x the time of one 8k prefill per engine.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKETS = [(0, 512), (512, 2048), (2048, 4096), (4096, 8192)]
-DTYPES = ["auto", "int8", "fp8", "int4"]
+DTYPES = ["auto", "int8", "fp8", "int4", "int2"]
 
 
 def long_text() -> str:

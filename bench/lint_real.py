@@ -8,7 +8,7 @@ Usage::
 
 The corpus is ``bench/lint_corpus.toml``: projects (repository, commit, ``half`` = tune or
 holdout) and historical fixes (the fix commit, its parent, the lines it changed). ``--fetch``
-exports each commit from a local git mirror (``--mirrors``, default ``/work/.mirror``, laid
+exports each commit (for a fix: its parent and the fix) from a local git mirror (``--mirrors``, default ``/work/.mirror``, laid
 out ``<owner>+<name>/repo``) into ``build/lint_corpus/`` (ignored by git). Each project is
 linted whole with the default settings, as a new user runs ``promptcache lint .`` in it.
 
@@ -21,7 +21,9 @@ Scoring:
 - Recall: a fix is flagged when linting its parent commit gives a warning-or-error finding
   in one of the fix's files on one of the lines it changed, or a finding elsewhere whose
   hops name one of those lines (``... at pkg/time.py:24, returned by `now_text()` ...``:
-  the value is reported where it enters the request, its origin named).
+  the value is reported where it enters the request, its origin named), and that finding
+  (same rule, file and message, line numbers aside) is gone when the fix commit itself is
+  linted: flagged before the fix, not after it.
 - Speed: files per second of the linter over every project (one process, one core), and
   pcdlint (https://pypi.org/project/pcdlint/) over the same folders when it is installed.
   Each is run once (a benchmark, not a loop); wall time.
@@ -34,6 +36,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import subprocess
@@ -87,7 +90,8 @@ def fetch(corpus: dict, mirrors: Path) -> None:
         print(f"exported {p['name']}")
     for f in corpus.get("fix", []):
         export(f["repo"], f["parent"], BUILD / "fixes" / f["name"], mirrors, f["paths"])
-        print(f"exported fix {f['name']}")
+        export(f["repo"], f["fix"], BUILD / "fixed" / f["name"], mirrors, f["paths"])
+        print(f"exported fix {f['name']} (parent and fix)")
 
 
 def lint_dir(folder: Path, paths: list[str] | None = None) -> tuple[list, int, float]:
@@ -144,30 +148,57 @@ def precision_table(rows: list, labels: dict, title: str) -> list[str]:
     return out
 
 
+def _stable(f) -> tuple[str, str, str]:
+    """A finding's identity across commits: rule, file and message without line numbers."""
+    return (f.code, f.path, re.sub(r"(:|line |lines? )\d+", r"\1N", f.message))
+
+
+def _fix_hits(fx: dict) -> tuple[list, list]:
+    """Warning+ findings of the parent that point at the fix's changed lines, and those of
+    them still reported (same rule, file and message) when the fix commit is linted."""
+    findings, _n, _dt = lint_dir(BUILD / "fixes" / fx["name"], fx["paths"])
+    want = {(e["file"], ln) for e in fx["expect"] for ln in e["lines"]}
+    # a warning+ finding on a changed line, or one whose hops name a changed line
+    # ("... at letta/helpers/datetime_helpers.py:24, returned by ...")
+    got = [
+        f
+        for f in findings
+        if severity(f) in SEVERE
+        and ((f.path, f.line) in want or any(f"{p}:{ln}" in f.message for p, ln in want))
+    ]
+    if not got:
+        return [], []
+    after, _n, _dt = lint_dir(BUILD / "fixed" / fx["name"], fx["paths"])
+    left = {_stable(f) for f in after if severity(f) in SEVERE}
+    return got, [f for f in got if _stable(f) in left]
+
+
 def recall(corpus: dict) -> list[str]:
-    out = ["### Historical fixes (parent commit linted)", ""]
-    out.append("| fix | static | flagged | finding |")
-    out.append("|---|---|---|---|")
+    """The historical-fix table: flagged = a finding at the parent that the fix removes."""
+    out = ["### Historical fixes (parent commit linted, then the fix commit)", ""]
+    out.append("| fix | static | flagged before | gone after | finding |")
+    out.append("|---|---|---|---|---|")
     hits = 0
     fixes = corpus.get("fix", [])
     for fx in fixes:
-        folder = BUILD / "fixes" / fx["name"]
-        findings, _n, _dt = lint_dir(folder, fx["paths"])
-        want = {(e["file"], ln) for e in fx["expect"] for ln in e["lines"]}
-        # flagged: a warning+ finding on a changed line, or one whose hops name a changed
-        # line ("... at letta/helpers/datetime_helpers.py:24, returned by ...")
-        got = [
-            f
-            for f in findings
-            if severity(f) in SEVERE
-            and ((f.path, f.line) in want or any(f"{p}:{ln}" in f.message for p, ln in want))
-        ]
-        hits += bool(got)
-        what = f"{got[0].code} {got[0].path}:{got[0].line}" if got else "-"
-        out.append(f"| {fx['name']} | {fx['static']} | {'yes' if got else 'no'} | {what} |")
+        got, stays = _fix_hits(fx)
+        gone = [f for f in got if f not in stays]
+        hits += bool(gone)
+        what = (
+            f"{(gone or got)[0].code} {(gone or got)[0].path}:{(gone or got)[0].line}"
+            if got
+            else "-"
+        )
+        out.append(
+            f"| {fx['name']} | {fx['static']} | {'yes' if got else 'no'} | "
+            f"{('yes' if gone else 'no') if got else '-'} | {what} |"
+        )
     static = [fx for fx in fixes if fx["static"]]
     out.append("")
-    out.append(f"flagged {hits} of {len(fixes)} fixes ({len(static)} visible in source)")
+    out.append(
+        f"flagged {hits} of {len(fixes)} fixes (flagged before the fix and gone after it; "
+        f"{len(static)} visible in source)"
+    )
     return out
 
 

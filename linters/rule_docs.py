@@ -89,9 +89,18 @@ def _anthropic_minimums() -> str:
     return "\n".join(lines)
 
 
+def _anthropic_max_breakpoints() -> str:
+    """PC010's sentence on the breakpoint limit."""
+    return (
+        f"Anthropic accepts at most **{ANTHROPIC_MAX_BREAKPOINTS}** breakpoints in one request "
+        f'(Anthropic, "Prompt caching", <{SRC_ANTHROPIC}>, read {READ_ON}).'
+    )
+
+
 #: block name -> function writing its text (without the marker comments)
 BLOCKS: dict[str, Callable[[], str]] = {
     "anthropic-misuse": _anthropic_misuse,
+    "anthropic-max-breakpoints": _anthropic_max_breakpoints,
     "anthropic-minimums": _anthropic_minimums,
 }
 

@@ -14,7 +14,7 @@ from .errors import EngineError
 from .spec_decode.config import SpeculativeConfig
 
 #: Values of :attr:`EngineConfig.kv_cache_dtype` (see :mod:`local_engine.kv_cache.quant`).
-KV_CACHE_DTYPES = ("auto", "fp8", "int8", "int4")
+KV_CACHE_DTYPES = ("auto", "fp8", "int8", "int4", "int2")
 WEIGHT_DTYPES = ("float32", "bfloat16", "int8")  # local_engine.models.weights.WEIGHT_DTYPES
 
 
@@ -73,8 +73,11 @@ class EngineConfig:
             ``"fp8"`` (E4M3), ``"int8"`` or ``"int4"`` (two values per byte), all with a
             float32 scale per token and KV head computed as each token is written (no
             calibration): about half (int4: about a quarter plus scales) the bytes of bf16,
-            so that many more blocks (and cached prefixes) in the same memory. See
-            :mod:`local_engine.kv_cache.quant` and docs/DESIGN.md.
+            so that many more blocks (and cached prefixes) in the same memory; or ``"int2"``
+            (KIVI-style 2-bit: keys per channel per block, values per token; about a fifth of
+            bf16's bytes at head_dim 128; block_size >= 16, no speculative decoding). See
+            :mod:`local_engine.kv_cache.quant`, :mod:`local_engine.kv_cache.int2` and
+            docs/DESIGN.md.
         block_size: tokens per KV-cache block (16).
         num_kv_blocks: fixed pool size in blocks; overrides the memory-based sizing.
         kv_cache_memory: KV pool size in bytes (CPU default: 512 MiB).
@@ -238,6 +241,18 @@ class EngineConfig:
         self.speculative = SpeculativeConfig.from_value(self.speculative)
         if self.speculative is not None:
             self.speculative.check_engine(self.max_num_batched_tokens)
+            if self.kv_cache_dtype == "int2":
+                raise EngineError(
+                    "kv_cache_dtype 'int2' cannot run speculative decoding: a block's keys are "
+                    "re-quantized per channel when its last slot is written, and rejected "
+                    "drafts would leave such a block open again (local_engine.kv_cache.int2); "
+                    "use int4 or int8 with speculative decoding"
+                )
+        if self.kv_cache_dtype == "int2" and self.block_size < 16:
+            raise EngineError(
+                f"kv_cache_dtype 'int2' needs block_size >= 16 (a block is its keys' "
+                f"quantization group); got {self.block_size}"
+            )
 
     def torch_dtype(self):
         """The ``torch.dtype`` for weights, activations and the KV cache."""

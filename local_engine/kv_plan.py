@@ -5,7 +5,10 @@ context length and a batch size it prints:
 
 - KV bytes per token = 2 (K and V) x layers x KV heads x (head_dim x bytes per element +
   scale bytes), the scale a float32 per token and KV head for fp8/int8/int4 (0 otherwise; int4
-  packs two values a byte);
+  packs two values a byte); int2 (KIVI-style, ``local_engine.kv_cache.int2``) is layers x KV
+  heads x (head_dim / 2 + head_dim / 4 + 8): keys in a head_dim / 2 area per token (2-bit codes
+  plus the block's per-channel scales, or the open block's INT4 residual), 2-bit values, and
+  8 bytes of per-token scales;
 - KV bytes per request (context rounded up to whole blocks) and for the batch;
 - weight bytes (parameters x weight bytes; for a GGUF file, its tensors' stored size);
 - with ``--memory``: the memory left after the weights, the KV blocks it holds, and how many
@@ -50,8 +53,13 @@ KV_SCALE_BYTES = {"fp8": 4, "fp8_e4m3": 4, "int8": 4, "int4": 4}
 #: Packed KV dtypes (several values per byte): bits per value (``kv_cache.quant``'s INT4 packs
 #: two values a byte, plus the same float32 scale per token and KV head).
 KV_PACKED_BITS = {"int4": 4}
+#: int2's bytes per token and KV head beyond its ``head_dim * 3 / 4`` (K residual float32
+#: scale, V float16 scale and minimum: ``local_engine.kv_cache.int2.EXTRA_BYTES``), and the
+#: smallest block it runs with (a block is its keys' group: ``int2.META_ROWS``).
+KV_INT2_EXTRA_BYTES = 8
+KV_INT2_MIN_BLOCK = 16
 #: Every KV dtype kv-plan knows: the element dtypes and the packed ones.
-KV_DTYPES = sorted([*DTYPE_BYTES, *KV_PACKED_BITS])
+KV_DTYPES = sorted([*DTYPE_BYTES, *KV_PACKED_BITS, "int2"])
 
 
 def _preset(name, source, L, H, heads, kv, hd, inter, vocab, tied, ctx):
@@ -318,7 +326,13 @@ def plan(
             f"unknown dtype {weight_dtype!r}; use one of {', '.join(sorted(DTYPE_BYTES))}"
         )
     scale_per_token = 2 * cfg.num_layers * cfg.num_kv_heads * KV_SCALE_BYTES.get(kv_dtype, 0)
-    if kv_dtype in KV_PACKED_BITS:  # head_dim * bits / 8 bytes per token-head
+    if kv_dtype == "int2":
+        if block_size < KV_INT2_MIN_BLOCK:
+            raise PlanError(f"--kv-dtype int2 needs --block-size >= {KV_INT2_MIN_BLOCK}")
+        scale_per_token = cfg.num_layers * cfg.num_kv_heads * KV_INT2_EXTRA_BYTES
+        d = cfg.head_dim
+        per_token = cfg.num_layers * cfg.num_kv_heads * (d // 2 + d // 4) + scale_per_token
+    elif kv_dtype in KV_PACKED_BITS:  # head_dim * bits / 8 bytes per token-head
         values = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * KV_PACKED_BITS[kv_dtype]
         per_token = values // 8 + scale_per_token
     else:
@@ -511,7 +525,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=KV_DTYPES,
         metavar="DTYPE",
         help=f"KV cache dtype, one of {', '.join(KV_DTYPES)}: fp8 / int8 / int4 are quantized, "
-        "with a float32 scale per token and KV head (int4: two values a byte), as `promptcache "
+        "with a float32 scale per token and KV head (int4: two values a byte); int2 is "
+        "KIVI-style 2-bit (3/4 head_dim + 8 bytes a token and KV head); as `promptcache "
         "serve --kv-cache-dtype` stores them (default bf16)",
     )
     parser.add_argument(

@@ -156,6 +156,12 @@ class ModuleFacts:
     # cache_control markers set on every item of an unbounded loop: (marker node, iterable,
     # scope)
     loop_breakpoints: list[tuple[ast.AST, ast.expr, Scope]] = field(default_factory=list)
+    # breakpoints a function deletes after setting them
+    # (:class:`linters.flow.breakpoints.ClearedBreakpoint`)
+    cleared_breakpoints: list[Any] = field(default_factory=list)
+    # breakpoints put in place on the caller's message dicts at a moving position
+    # (:class:`linters.flow.shared_marks.SharedMark`)
+    shared_marks: list[Any] = field(default_factory=list)
     llm_context: bool = False
     longest_constant: int = 0
     has_file_read: bool = False

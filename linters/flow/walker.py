@@ -12,6 +12,7 @@ from functools import cache
 from typing import Any
 
 from linters.flow import tables
+from linters.flow.breakpoints import cleared_breakpoints
 from linters.flow.facts import (
     APPEND,
     ASSIGN,
@@ -39,6 +40,7 @@ from linters.flow.facts import (
     Scope,
     Sink,
 )
+from linters.flow.shared_marks import shared_marks
 
 _SCALAR_FIELDS = frozenset(
     {
@@ -385,9 +387,9 @@ class _Walker:
 
     def loop_breakpoints(self, node: Any, scope: Scope) -> None:
         """Record a ``cache_control`` marker set on every item of an unbounded ``for`` loop
-        (a statement directly in its body, no ``break`` in it): ``b["cache_control"] = ...``
+        (a statement directly in its body, no ``break`` or ``return`` in it): ``b["cache_control"] = ...``
         or ``out.append({..., "cache_control": ...})``."""
-        if _bounded(node.iter) or any(type(n) is ast.Break for n in ast.walk(node)):
+        if _bounded(node.iter) or any(type(n) in (ast.Break, ast.Return) for n in ast.walk(node)):
             return
         for stmt in node.body:
             mark: ast.AST | None = None
@@ -812,4 +814,8 @@ def collect(tree: ast.Module, source: bytes) -> ModuleFacts:
     ``source`` is the file's bytes (used only for cheap substring checks). Never raises on
     valid syntax trees.
     """
-    return _Walker(tree, source).run(tree)
+    facts = _Walker(tree, source).run(tree)
+    if facts.has_cache_control:
+        facts.cleared_breakpoints = cleared_breakpoints(tree)
+        facts.shared_marks = shared_marks(tree)
+    return facts

@@ -10,9 +10,25 @@ from __future__ import annotations
 from types import ModuleType
 
 from linters.model import Rule
-from linters.rules import cache_control, layout, ordering, serialization, volatile
+from linters.rules import (
+    cache_control,
+    cleared_breakpoint,
+    layout,
+    ordering,
+    serialization,
+    shared_history_breakpoint,
+    volatile,
+)
 
-FAMILIES = (volatile, serialization, ordering, layout, cache_control)
+FAMILIES = (
+    volatile,
+    serialization,
+    ordering,
+    layout,
+    cache_control,
+    cleared_breakpoint,
+    shared_history_breakpoint,
+)
 
 PARSE_ERROR = Rule(
     "PC900",

@@ -325,7 +325,7 @@ def unsupported_reason(
     if q.dtype not in (torch.bfloat16, torch.float16) or out.dtype != q.dtype:
         return f"queries of {q.dtype} (needs bfloat16 or float16)"
     if k_cache.dtype == torch.uint8:
-        return "a packed INT4 cache (the Triton kernel reads it)"
+        return "a packed INT4 / int2 cache (the Triton kernel reads it)"
     one_byte = is_quantized(k_cache)
     if not one_byte and k_cache.dtype != q.dtype:
         return f"cache of {k_cache.dtype} with {q.dtype} queries"

@@ -23,6 +23,12 @@ Split-K (flash-decoding): with ``NUM_SEGMENTS > 1`` the key range of each sequen
 that many segments (program axis 2); each writes its normalised partial output with its row max
 and sum of exponentials, and :func:`_reduce_segments_kernel` merges them.
 
+``QUANT`` 4 is the 2-bit KIVI format (:mod:`local_engine.kv_cache.int2`,
+:func:`~local_engine.attention.triton_int2.int2_tile`): keys and values dequantized to float32
+in registers and multiplied as a float cache's (finished blocks' keys against ``q``, the open
+block's INT4 keys against the rotated queries ``qr_ptr``; only tiles that may hold the open
+block, the masked ones, load both).
+
 Quantized caches (``QUANT`` 1 = INT8, 2 = FP8 E4M3, 3 = packed INT4 unpacked to its small
 integers in registers; :mod:`local_engine.kv_cache.quant`): K/V
 tiles are loaded as 1-byte values and converted to the query dtype in registers (exact: INT8
@@ -58,6 +64,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from local_engine.attention.triton_int2 import int2_tile
 from local_engine.attention.triton_kv_write import unpack_int4_tile
 
 # Finite stand-in for -inf as the running max: exp2(-inf - NEG_BIG) == 0 and no inf - inf.
@@ -97,9 +104,11 @@ def _attend_tile(
     m_i,
     q,
     q_row_scale,
+    q_rot,
     t,
     bt_row,
     k_ptr,
+    km_ptr,
     v_ptr,
     ks_ptr,
     vs_ptr,
@@ -141,103 +150,159 @@ def _attend_tile(
     else:
         blk = tl.load(bt_row + n // BLOCK_SIZE).to(tl.int64)
     slot_in_blk = n % BLOCK_SIZE
-    k_off = blk * stride_kb + slot_in_blk * stride_kt + kv_head_off_k  # [TILE_N]
-    v_off = blk * stride_vb + slot_in_blk * stride_vt + kv_head_off_v
-    # K^T tile [HEAD_DIM_PAD, TILE_N], V tile [TILE_N, HEAD_DIM_PAD]
-    if QUANT == 3:  # packed INT4: channel d is in byte d mod HEAD_DIM/2 (split-half nibbles)
-        d_byte = offs_d % (HEAD_DIM // 2)
-        k_idx = k_off[None, :] + d_byte[:, None]
-        v_idx = v_off[:, None] + d_byte[None, :] * stride_vd
-    else:
-        k_idx = k_off[None, :] + offs_d[:, None]
-        v_idx = v_off[:, None] + offs_d[None, :] * stride_vd
-    if V_TOKEN_MINOR:
-        # V stored [head_dim, block_size] per block and head: keys contiguous in runs of a
-        # block (the loaded block ids hide that from triton's analysis, so say it)
-        v_idx = tl.max_contiguous(tl.multiple_of(v_idx, [BLOCK_SIZE, 1]), [BLOCK_SIZE, 1])
-    if HEAD_DIM_PAD == HEAD_DIM:
+    if QUANT == 4:  # int2 (KIVI): dequantized in registers, float products
+        if not MASKED:
+            n_ok = n >= 0
+        k, k_open, finished, v = int2_tile(
+            k_ptr,
+            km_ptr,
+            v_ptr,
+            ks_ptr,
+            vs_ptr,
+            blk,
+            slot_in_blk,
+            n,
+            n_ok,
+            ctx,
+            kv_head_off_k,
+            kv_head_off_v,
+            kvh,
+            stride_kb,
+            stride_kt,
+            stride_vb,
+            stride_vt,
+            stride_sb,
+            stride_st,
+            stride_sh,
+            offs_d,
+            HEAD_DIM,
+            BLOCK_SIZE,
+            TILE_N,
+            MASKED,
+        )
+        s = _float_dot(q, k, DOT_MODE)
+        if MASKED or TILE_N < BLOCK_SIZE:  # the open block's keys against q H
+            s = tl.where(finished[None, :], s, _float_dot(q_rot, k_open, DOT_MODE))
+        s = s * qk_scale
         if MASKED:
-            k = tl.load(k_ptr + k_idx, mask=n_ok[None, :], other=0.0)
-            v = tl.load(v_ptr + v_idx, mask=n_ok[:, None], other=0.0)
-        else:
-            k = tl.load(k_ptr + k_idx)
-            v = tl.load(v_ptr + v_idx)
+            s = tl.where(n[None, :] <= pos[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + _float_dot(p.to(q.dtype), v, DOT_MODE)
     else:
-        d_ok = offs_d < HEAD_DIM
-        if MASKED:
-            k = tl.load(k_ptr + k_idx, mask=d_ok[:, None] & n_ok[None, :], other=0.0)
-            v = tl.load(v_ptr + v_idx, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        k_off = blk * stride_kb + slot_in_blk * stride_kt + kv_head_off_k  # [TILE_N]
+        v_off = blk * stride_vb + slot_in_blk * stride_vt + kv_head_off_v
+        # K^T tile [HEAD_DIM_PAD, TILE_N], V tile [TILE_N, HEAD_DIM_PAD]
+        if QUANT == 3:  # packed INT4: channel d is in byte d mod HEAD_DIM/2 (split-half nibbles)
+            d_byte = offs_d % (HEAD_DIM // 2)
+            k_idx = k_off[None, :] + d_byte[:, None]
+            v_idx = v_off[:, None] + d_byte[None, :] * stride_vd
         else:
-            k = tl.load(k_ptr + k_idx, mask=d_ok[:, None], other=0.0)
-            v = tl.load(v_ptr + v_idx, mask=d_ok[None, :], other=0.0)
-    if QUANT == 3:  # dequantized in registers: the codes here, the scales below
-        hi = offs_d >= HEAD_DIM // 2
-        k = unpack_int4_tile(k, hi[:, None])
-        v = unpack_int4_tile(v, hi[None, :])
-    if QUANT != 0:
-        # per-(token, KV head) scales: K's scales the score columns, V's the probabilities
-        s_off = blk * stride_sb + slot_in_blk * stride_st + kvh * stride_sh
-        if SCALE_TOKEN_MINOR:  # scales [kv_heads, block_size] per block
-            s_off = tl.max_contiguous(tl.multiple_of(s_off, BLOCK_SIZE), BLOCK_SIZE)
-        if MASKED:
-            k_sc = tl.load(ks_ptr + s_off, mask=n_ok, other=0.0)
-            v_sc = tl.load(vs_ptr + s_off, mask=n_ok, other=0.0)
+            k_idx = k_off[None, :] + offs_d[:, None]
+            v_idx = v_off[:, None] + offs_d[None, :] * stride_vd
+        if V_TOKEN_MINOR:
+            # V stored [head_dim, block_size] per block and head: keys contiguous in runs of a
+            # block (the loaded block ids hide that from triton's analysis, so say it)
+            v_idx = tl.max_contiguous(tl.multiple_of(v_idx, [BLOCK_SIZE, 1]), [BLOCK_SIZE, 1])
+        if HEAD_DIM_PAD == HEAD_DIM:
+            if MASKED:
+                k = tl.load(k_ptr + k_idx, mask=n_ok[None, :], other=0.0)
+                v = tl.load(v_ptr + v_idx, mask=n_ok[:, None], other=0.0)
+            else:
+                k = tl.load(k_ptr + k_idx)
+                v = tl.load(v_ptr + v_idx)
         else:
-            k_sc = tl.load(ks_ptr + s_off)
-            v_sc = tl.load(vs_ptr + s_off)
-        if MASKED and V_TOKEN_MINOR:
-            # keys past ctx in the last block were read whole: whatever bytes they hold (a
-            # NaN E4M3 pattern too) must not reach P @ V (0 * NaN); their scores are masked
-            in_ctx = n < ctx
-            v = tl.where(in_ctx[:, None], v, tl.zeros_like(v))
-            v_sc = tl.where(in_ctx, v_sc, 0.0)
-    if QUANT != 0 and KV_CVT != 0:
-        # fp16 products: q pre-scaled per row, 1-byte values exact in fp16
-        s = _mma(q, _kv_to_f16(k, DOT_MODE), DOT_MODE)
-        s = s * q_row_scale[:, None] * k_sc[None, :]
-    else:
-        if DOT_MODE == 0:
-            s = tl.dot(q, k.to(q.dtype))
-        elif DOT_MODE == 1:
-            s = tl.dot(q, k.to(tl.float32), input_precision="ieee")
-        else:  # interpreter with bf16: round to bf16 as the GPU would, multiply in fp32
-            # (int8 -> bf16 casts give NaN in the interpreter: through float32, exact either way)
-            s = tl.dot(
-                q.to(tl.float32),
-                k.to(tl.float32).to(q.dtype).to(tl.float32),
-                input_precision="ieee",
-            )
+            d_ok = offs_d < HEAD_DIM
+            if MASKED:
+                k = tl.load(k_ptr + k_idx, mask=d_ok[:, None] & n_ok[None, :], other=0.0)
+                v = tl.load(v_ptr + v_idx, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+            else:
+                k = tl.load(k_ptr + k_idx, mask=d_ok[:, None], other=0.0)
+                v = tl.load(v_ptr + v_idx, mask=d_ok[None, :], other=0.0)
+        if QUANT == 3:  # dequantized in registers: the codes here, the scales below
+            hi = offs_d >= HEAD_DIM // 2
+            k = unpack_int4_tile(k, hi[:, None])
+            v = unpack_int4_tile(v, hi[None, :])
         if QUANT != 0:
-            s = s * (k_sc * qk_scale)[None, :]
+            # per-(token, KV head) scales: K's scales the score columns, V's the probabilities
+            s_off = blk * stride_sb + slot_in_blk * stride_st + kvh * stride_sh
+            if SCALE_TOKEN_MINOR:  # scales [kv_heads, block_size] per block
+                s_off = tl.max_contiguous(tl.multiple_of(s_off, BLOCK_SIZE), BLOCK_SIZE)
+            if MASKED:
+                k_sc = tl.load(ks_ptr + s_off, mask=n_ok, other=0.0)
+                v_sc = tl.load(vs_ptr + s_off, mask=n_ok, other=0.0)
+            else:
+                k_sc = tl.load(ks_ptr + s_off)
+                v_sc = tl.load(vs_ptr + s_off)
+            if MASKED and V_TOKEN_MINOR:
+                # keys past ctx in the last block were read whole: whatever bytes they hold (a
+                # NaN E4M3 pattern too) must not reach P @ V (0 * NaN); their scores are masked
+                in_ctx = n < ctx
+                v = tl.where(in_ctx[:, None], v, tl.zeros_like(v))
+                v_sc = tl.where(in_ctx, v_sc, 0.0)
+        if QUANT != 0 and KV_CVT != 0:
+            # fp16 products: q pre-scaled per row, 1-byte values exact in fp16
+            s = _mma(q, _kv_to_f16(k, DOT_MODE), DOT_MODE)
+            s = s * q_row_scale[:, None] * k_sc[None, :]
         else:
-            s = s * qk_scale
-    if MASKED:
-        s = tl.where(n[None, :] <= pos[:, None], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    p = tl.exp2(s - m_new[:, None])
-    alpha = tl.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    if QUANT != 0 and KV_CVT != 0:
-        # sum_n p_n * v_scale_n * v_n = v_max * sum_n (p_n * v_scale_n / v_max) * v_n
-        v_max = tl.max(v_sc, 0)
-        v_max = tl.where(v_max > 0.0, v_max, 1.0)
-        pw = p * (v_sc / v_max)[None, :]
-        pv = _mma(_to_f16(pw, DOT_MODE), _kv_to_f16(v, DOT_MODE), DOT_MODE)
-        acc = acc * alpha[:, None] + pv * v_max
-    else:
-        pw = p * v_sc[None, :] if QUANT != 0 else p
-        if DOT_MODE == 0:
-            pv = tl.dot(pw.to(q.dtype), v.to(q.dtype))
-        elif DOT_MODE == 1:
-            pv = tl.dot(pw, v.to(tl.float32), input_precision="ieee")
+            if DOT_MODE == 0:
+                s = tl.dot(q, k.to(q.dtype))
+            elif DOT_MODE == 1:
+                s = tl.dot(q, k.to(tl.float32), input_precision="ieee")
+            else:  # interpreter with bf16: round to bf16 as the GPU would, multiply in fp32
+                # (int8 -> bf16 casts give NaN in the interpreter: through float32, exact either way)
+                s = tl.dot(
+                    q.to(tl.float32),
+                    k.to(tl.float32).to(q.dtype).to(tl.float32),
+                    input_precision="ieee",
+                )
+            if QUANT != 0:
+                s = s * (k_sc * qk_scale)[None, :]
+            else:
+                s = s * qk_scale
+        if MASKED:
+            s = tl.where(n[None, :] <= pos[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if QUANT != 0 and KV_CVT != 0:
+            # sum_n p_n * v_scale_n * v_n = v_max * sum_n (p_n * v_scale_n / v_max) * v_n
+            v_max = tl.max(v_sc, 0)
+            v_max = tl.where(v_max > 0.0, v_max, 1.0)
+            pw = p * (v_sc / v_max)[None, :]
+            pv = _mma(_to_f16(pw, DOT_MODE), _kv_to_f16(v, DOT_MODE), DOT_MODE)
+            acc = acc * alpha[:, None] + pv * v_max
         else:
-            pv = tl.dot(
-                pw.to(q.dtype).to(tl.float32),
-                v.to(tl.float32).to(q.dtype).to(tl.float32),
-                input_precision="ieee",
-            )
-        acc = acc * alpha[:, None] + pv
+            pw = p * v_sc[None, :] if QUANT != 0 else p
+            if DOT_MODE == 0:
+                pv = tl.dot(pw.to(q.dtype), v.to(q.dtype))
+            elif DOT_MODE == 1:
+                pv = tl.dot(pw, v.to(tl.float32), input_precision="ieee")
+            else:
+                pv = tl.dot(
+                    pw.to(q.dtype).to(tl.float32),
+                    v.to(tl.float32).to(q.dtype).to(tl.float32),
+                    input_precision="ieee",
+                )
+            acc = acc * alpha[:, None] + pv
     return acc, l_i, m_new
+
+
+@triton.jit
+def _float_dot(a, b, DOT_MODE: tl.constexpr):
+    """``a @ b`` for float32 ``b`` dequantized in registers: ``b`` rounded to ``a``'s dtype
+    (bf16/fp16 products, fp32 accumulate), float32 IEEE for float32 ``a``; the interpreter
+    with bf16 (``DOT_MODE`` 2): both rounded to bf16, multiplied in float32."""
+    if DOT_MODE == 0:
+        c = tl.dot(a, b.to(a.dtype))
+    elif DOT_MODE == 1:
+        c = tl.dot(a, b, input_precision="ieee")
+    else:
+        c = tl.dot(a.to(tl.float32), b.to(a.dtype).to(tl.float32), input_precision="ieee")
+    return c
 
 
 @triton.jit
@@ -285,7 +350,9 @@ def paged_attention_kernel(
     seg_max_ptr,
     seg_sum_ptr,
     q_ptr,
+    qr_ptr,
     k_ptr,
+    km_ptr,
     v_ptr,
     ks_ptr,
     vs_ptr,
@@ -381,6 +448,14 @@ def paged_attention_kernel(
             q_row_scale = q_pow * qk_scale
         else:
             q_row_scale = tl.zeros([BLOCK_M], tl.float32) + qk_scale  # unused
+        if QUANT == 4:  # int2: the open block's keys are stored rotated (q H reads them)
+            q_rot = tl.load(
+                qr_ptr + tok[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+                mask=q_mask,
+                other=0.0,
+            )
+        else:
+            q_rot = q
 
         first_pos = ctx - q_len + q_off
         last_pos = ctx - q_len + tl.minimum(q_off + BLOCK_Q, q_len) - 1
@@ -407,9 +482,11 @@ def paged_attention_kernel(
                 m_i,
                 q,
                 q_row_scale,
+                q_rot,
                 t,
                 bt_row,
                 k_ptr,
+                km_ptr,
                 v_ptr,
                 ks_ptr,
                 vs_ptr,
@@ -446,9 +523,11 @@ def paged_attention_kernel(
                 m_i,
                 q,
                 q_row_scale,
+                q_rot,
                 t,
                 bt_row,
                 k_ptr,
+                km_ptr,
                 v_ptr,
                 ks_ptr,
                 vs_ptr,

@@ -23,6 +23,7 @@ device-to-host sync and can be captured in a CUDA graph:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -31,9 +32,10 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from local_engine.attention import cuda_decode, triton_kv_write
+from local_engine.attention import cuda_decode, triton_int2, triton_kv_write
 from local_engine.attention.split_k import alloc_partials
 from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
+from local_engine.kv_cache import int2
 from local_engine.kv_cache.quant import rotate_int4
 
 LOG2E = 1.4426950408889634
@@ -92,6 +94,12 @@ DECODE_STAGES_1B = 3
 #: 64 x 4k at 1 warp then takes 2 segments (1,024 programs); 64 keys / 2 warps keeps the
 #: session-2 target of 4 programs per SM (1 segment).
 SPLIT_WARPS_PER_SM_1B = 8
+#: int2 decode (keys and values dequantized to float32 in registers, per-channel key scales
+#: gathered per key): the 1-byte tile (32 keys at d128) on 2 warps, 2 stages. H200,
+#: 2026-12-03 (bench/RESULTS.md, "## kv-hierarchy"), 32/8 d128: 0.684 / 1.389 ms at 64 x 4k
+#: / 16 x 32k against 1.011 / 1.968 on the 1-byte rule's 1 warp; 64 keys / 4 warps 0.775 /
+#: 1.573; 64 keys / 2 warps and 128 / 4 slower than 1 warp.
+INT2_DECODE_WARPS = 2
 WIDE_GROUP = 4  # groups above this may get the doubled tile
 WIDE_ROW_BYTES = 256  # ... when a K row (head_dim x element bytes) is at least this long
 FEW_PROGRAMS_PER_SM = 1 / 8  # "few programs": fewer than sm_count / 8 (1 x 32k at <= 16 KV heads)
@@ -267,8 +275,8 @@ def kv_cvt_of(q: torch.Tensor, quant: int, kv_cvt: int | None = None) -> int:
     """The kernel's ``KV_CVT`` for queries ``q`` over a cache of kind ``quant``: 0 for float
     caches and float32 queries; otherwise ``kv_cvt`` if given (0 or 1), else
     :data:`KV_CVT_BY_QUANT` (the same choice on the GPU and in the interpreter)."""
-    if not quant or q.dtype == torch.float32 or quant == 3:
-        return 0  # INT4's unpacked integers multiply in the query dtype
+    if not quant or q.dtype == torch.float32 or quant in (3, 4):
+        return 0  # INT4's unpacked integers / int2's dequantized floats: query-dtype products
     if kv_cvt is not None:
         if kv_cvt not in (0, 1):
             raise ValueError(f"kv_cvt must be 0 (query-dtype products) or 1 (fp16); got {kv_cvt}")
@@ -326,12 +334,19 @@ def paged_attention(
     if q.dim() != 3:
         raise ValueError(f"q must be [num_tokens, num_heads, head_dim]; got {tuple(q.shape)}")
     num_tokens, num_heads, head_dim = q.shape
-    # packed INT4 (uint8) stores head_dim // 2 bytes per token-head
+    is_int2 = int2.is_int2(k_cache, v_cache)
+    # packed INT4 (uint8) stores head_dim // 2 bytes per token-head; int2 D/2 (K), D/4 (V)
     stored_dim = head_dim // 2 if triton_kv_write.quant_mode(k_cache) == 3 else head_dim
-    if k_cache.dim() != 4 or k_cache.shape != v_cache.shape or k_cache.shape[3] != stored_dim:
+    v_dim = head_dim // 4 if is_int2 else stored_dim
+    if (
+        k_cache.dim() != 4
+        or v_cache.shape[:3] != k_cache.shape[:3]
+        or k_cache.shape[3] != stored_dim
+        or v_cache.shape[3] != v_dim
+    ):
         raise ValueError(
-            f"caches must be [num_blocks, block_size, num_kv_heads, {stored_dim}]; got "
-            f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
+            f"caches must be [num_blocks, block_size, num_kv_heads, {stored_dim}] (V: {v_dim}); "
+            f"got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
         )
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     if num_heads % num_kv_heads:
@@ -348,7 +363,7 @@ def paged_attention(
         )
     if k_cache.stride(3) != 1:
         raise ValueError("k_cache needs a contiguous last (head_dim) dimension")
-    quant = triton_kv_write.quant_mode(k_cache)
+    quant = 4 if is_int2 else triton_kv_write.quant_mode(k_cache)
     if quant:
         k_scale, v_scale = triton_kv_write.check_scale_layout(k_scale, v_scale)
     else:
@@ -365,6 +380,11 @@ def paged_attention(
         q = rotate_int4(q)
     if q.stride(2) != 1:
         q = q.contiguous()
+    # int2: the open block's INT4 keys are rotated (kv_cache.int2): q H reads them; its K
+    # area's float16 view holds finished blocks' per-channel scales
+    q_rot = rotate_int4(q).contiguous() if quant == 4 else q
+    k_meta = k_cache.view(torch.float16) if quant == 4 else k_cache
+    v_scale_arg = v_scale.view(torch.float16) if quant == 4 else v_scale
     if block_tables.stride(1) != 1:
         block_tables = block_tables.contiguous()
 
@@ -417,6 +437,8 @@ def paged_attention(
                 num_seqs * num_kv_heads,
                 _sm_count(q.device),
             )
+            if quant == 4:
+                config = dataclasses.replace(config, num_warps=INT2_DECODE_WARPS, num_stages=2)
         else:
             config = PREFILL_CONFIG.get(head_dim) or PREFILL_CONFIG[128]
     block_m = max(config.block_m, 16, triton.next_power_of_2(group))
@@ -448,10 +470,12 @@ def paged_attention(
         seg_max,
         seg_sum,
         q,
+        q_rot,
         k_cache,
+        k_meta,
         v_cache,
         k_scale,
-        v_scale,
+        v_scale_arg,
         block_tables,
         cu_seqlens_q,
         seq_lens,
@@ -563,6 +587,9 @@ def write_kv_cache(
         RuntimeError: CPU tensors without the Triton interpreter.
     """
     _check_runnable(key)
+    if int2.is_int2(k_cache, v_cache):
+        triton_int2.write_kv_cache(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+        return
     triton_kv_write.write_kv_cache(
         key, value, k_cache, v_cache, slot_mapping, k_scale=k_scale, v_scale=v_scale
     )

@@ -1,5 +1,6 @@
-"""Storage formats of the paged KV cache: the model dtype (``"auto"``), FP8 E4M3, INT8 and
-packed INT4.
+"""Storage formats of the paged KV cache: the model dtype (``"auto"``), FP8 E4M3, INT8,
+packed INT4 and KIVI-style 2-bit (``"int2"``: its own layout and arithmetic,
+:mod:`local_engine.kv_cache.int2`).
 
 Scales: one float32 scale per (token, KV head), computed when the token is written, from that
 token-head's own values: ``scale = amax(|x|) / QMAX`` over its ``head_dim`` values (``QMAX`` =
@@ -56,6 +57,7 @@ import torch
 
 from ..config import KV_CACHE_DTYPES, ModelConfig
 from ..errors import EngineError
+from . import int2 as int2_format
 
 #: Bytes of one per-(token, KV head) scale (float32).
 SCALE_BYTES = 4
@@ -140,10 +142,12 @@ class KVCacheFormat:
     """How the pool stores K and V.
 
     Attributes:
-        name: ``"auto"``, ``"fp8"``, ``"int8"`` or ``"int4"``.
+        name: ``"auto"``, ``"fp8"``, ``"int8"``, ``"int4"`` or ``"int2"``.
         dtype: element dtype of the stored values (the model dtype for ``"auto"``,
-            ``torch.float8_e4m3fn``, ``torch.int8``, uint8 for packed ``"int4"``).
-        bits: bits per stored value (16/32 for ``"auto"``, 8, or 4 for ``"int4"``).
+            ``torch.float8_e4m3fn``, ``torch.int8``, uint8 for packed ``"int4"``/``"int2"``).
+        bits: bits per stored value (16/32 for ``"auto"``, 8, 4 for ``"int4"``, 2 for
+            ``"int2"``'s codes; its bytes are :func:`int2.bytes_per_token_head
+            <local_engine.kv_cache.int2.bytes_per_token_head>`).
     """
 
     name: str
@@ -180,7 +184,10 @@ class KVCacheFormat:
     def bytes_per_token(self, mc: ModelConfig) -> int:
         """KV bytes of one token over all layers: ``2 * layers * kv_heads * (head_dim *
         bits / 8 + scale_bytes)`` (SmolLM2-135M int8: 2 x 30 x 3 x (64 + 4) = 12,240; int4:
-        2 x 30 x 3 x (32 + 4) = 6,480)."""
+        2 x 30 x 3 x (32 + 4) = 6,480); int2: ``layers * kv_heads * (3 * head_dim / 4 + 8)``
+        (SmolLM2: 30 x 3 x (48 + 8) = 5,040; :mod:`local_engine.kv_cache.int2`)."""
+        if self.name == "int2":
+            return mc.num_layers * mc.num_kv_heads * int2_format.bytes_per_token_head(mc.head_dim)
         return (
             2 * mc.num_layers * mc.num_kv_heads * (self.value_bytes(mc.head_dim) + self.scale_bytes)
         )
@@ -194,6 +201,8 @@ class KVCacheFormat:
         word is the format's name)."""
         if not self.quantized:
             return str(self.dtype).replace("torch.", "")
+        if self.name == "int2":
+            return "int2 (KIVI: per-channel keys per block, per-token values, INT4 residual)"
         return f"{self.name} (per-token-head float32 scales)"
 
 
@@ -221,6 +230,8 @@ def kv_cache_format(
         return KVCacheFormat("int8", torch.int8)
     if key == "int4":
         return KVCacheFormat("int4", PACKED_DTYPE, bits=4)
+    if key == "int2":
+        return KVCacheFormat("int2", PACKED_DTYPE, bits=2)
     if not hasattr(torch, "float8_e4m3fn"):
         raise EngineError(
             f"kv_cache_dtype 'fp8' needs torch.float8_e4m3fn (torch >= 2.1; this is "
@@ -246,13 +257,16 @@ def allocate_kv_cache(
     Returns:
         ``(kv_cache, layers)``. ``kv_cache``: ``[layers, 2, num_blocks, block_size,
         num_kv_heads, head_dim]`` of the model dtype for ``"auto"``; ``[layers, 2, num_blocks,
-        block_bytes]`` uint8 when quantized (see the module docstring). Dimension 2 is the
+        block_bytes]`` uint8 when quantized (see the module docstring); ``"int2"``: ``[layers,
+        1, num_blocks, block_bytes]`` (:func:`local_engine.kv_cache.int2.allocate`). Dimension 2 is the
         block in both, so ``kv_cache[:, :, ids]`` copies or swaps whole blocks, scales
         included. ``layers[i]``: ``(k_cache, v_cache)`` views ``[num_blocks, block_size,
         num_kv_heads, head_dim]``, plus ``(k_scale, v_scale)`` float32 ``[num_blocks,
         block_size, num_kv_heads]`` when quantized.
     """
     L, H, D = mc.num_layers, mc.num_kv_heads, mc.head_dim
+    if fmt.name == "int2":
+        return int2_format.allocate(L, num_blocks, block_size, H, D, device)
     if not fmt.quantized:
         kv = torch.zeros((L, 2, num_blocks, block_size, H, D), dtype=fmt.dtype, device=device)
         return kv, [(kv[i, 0], kv[i, 1]) for i in range(L)]

@@ -39,9 +39,10 @@ STAGING_BLOCKS = 32
 
 def allocate_host_cache(device_cache: torch.Tensor, num_blocks: int) -> torch.Tensor:
     """Host blocks shaped like the device pool's blocks: ``[num_blocks, layers, 2, *block]``
-    of its dtype, uninitialised, pinned when the pool is on CUDA (page-locked memory: asynchronous
-    copies at the link's full rate)."""
-    shape = (num_blocks, device_cache.shape[0], 2) + tuple(device_cache.shape[3:])
+    (int2's pool: ``[num_blocks, layers, 1, block_bytes]``) of its dtype, uninitialised, pinned
+    when the pool is on CUDA (page-locked memory: asynchronous copies at the link's full
+    rate)."""
+    shape = (num_blocks,) + tuple(device_cache.shape[:2]) + tuple(device_cache.shape[3:])
     pin = device_cache.device.type == "cuda"
     # empty, not zeros: a host block is always written (offload, swap-out) before it is read
     return torch.empty(shape, dtype=device_cache.dtype, device="cpu", pin_memory=pin)

@@ -217,6 +217,19 @@ def rotary_and_write_kv(
             f"rotary_and_write_kv: cos/sin must be float32 [max_positions, {D}]; got "
             f"{cos.dtype} {tuple(cos.shape)}"
         )
+    from local_engine.kv_cache.int2 import is_int2
+
+    if is_int2(k_cache, v_cache):
+        # int2 (kv_cache.int2): the rotary in torch, then its write + finalize launches
+        from local_engine.attention import triton_int2
+        from local_engine.ops.torch_ops import _rotary_rows, _rotate
+
+        c, s = _rotary_rows(positions, cos, sin, q.dtype)
+        q.copy_(_rotate(q, c, s))
+        triton_int2.write_kv_cache(
+            _rotate(k, c, s), v, k_cache, v_cache, slot_mapping, k_scale, v_scale
+        )
+        return q
     quant = quant_mode(k_cache)
     stored = D // 2 if quant == 3 else D  # packed INT4: two values per byte
     if (

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from . import media
 from .errors import APIError
 from .rendering import Block, RenderError, Turn, canonical_json, strip_cache_markers
 
@@ -267,6 +268,105 @@ def _tool_result_text(content: Any) -> str:
     return "\n".join(parts)
 
 
+def image_text(source: Any, where: str) -> str:
+    """The text an Anthropic image ``source`` becomes (:mod:`.media`): ``base64`` with a
+    documented ``media_type`` and ``data``, ``url`` or ``file``. Raises :class:`RenderError`
+    naming the field otherwise."""
+    kind = source.get("type") if isinstance(source, dict) else None
+    try:
+        if kind == "base64":
+            mt = source.get("media_type")
+            if mt not in media.IMAGE_MEDIA_TYPES:
+                allowed = ", ".join(repr(t) for t in media.IMAGE_MEDIA_TYPES)
+                raise RenderError(f"{where}.base64.media_type: Input should be {allowed}")
+            data = media.decode_base64(source.get("data"), f"{where}.base64.data")
+            return media.placeholder("image", mt, data=data)
+        if kind in ("url", "file"):
+            field = "url" if kind == "url" else "file_id"
+            ref = source.get(field)
+            if not isinstance(ref, str) or not ref:
+                raise RenderError(f"{where}.{kind}.{field}: Field required")
+            return media.placeholder("image", None, ref=ref)
+    except media.MediaError as exc:
+        raise RenderError(str(exc)) from None
+    raise RenderError(
+        f"{where}: Input tag {kind!r} found using 'type' does not match any of the expected "
+        "tags: 'base64', 'url', 'file'"
+    )
+
+
+def document_text(block: dict, where: str) -> str:
+    """The text an Anthropic ``document`` block becomes (:mod:`.media`): ``text`` and
+    ``content`` sources as their text, ``base64`` PDFs, ``url`` and ``file`` as
+    placeholders; ``title`` names it. Raises :class:`RenderError` naming the field."""
+    raw = block.get("source")
+    source: dict = raw if isinstance(raw, dict) else {}
+    kind = source.get("type")
+    title = block.get("title") if isinstance(block.get("title"), str) else None
+    where = f"{where}.source"
+    try:
+        if kind == "text":
+            if source.get("media_type", "text/plain") != "text/plain":
+                raise RenderError(f"{where}.text.media_type: Input should be 'text/plain'")
+            if not isinstance(source.get("data"), str):
+                raise RenderError(f"{where}.text.data: Field required")
+            return media.text_document(source["data"], name=title, media_type="text/plain")
+        if kind == "content":
+            content = source.get("content")
+            if isinstance(content, str):
+                return media.text_document(content, name=title)
+            if not isinstance(content, list):
+                raise RenderError(f"{where}.content.content: Field required")
+            parts = []
+            for k, c in enumerate(content):
+                ctype = c.get("type") if isinstance(c, dict) else None
+                if ctype == "text" and isinstance(c.get("text"), str):
+                    parts.append(c["text"])
+                elif ctype == "image":
+                    parts.append(
+                        image_text(c.get("source"), f"{where}.content.content.{k}.image.source")
+                    )
+                else:
+                    raise RenderError(
+                        f"{where}.content.content.{k}: expected a text or image block"
+                    )
+            return media.text_document("\n".join(parts), name=title)
+        if kind == "base64":
+            if source.get("media_type") != "application/pdf":
+                raise RenderError(f"{where}.base64.media_type: Input should be 'application/pdf'")
+            data = media.decode_base64(source.get("data"), f"{where}.base64.data")
+            return media.placeholder("document", "application/pdf", data=data, name=title)
+        if kind in ("url", "file"):
+            field = "url" if kind == "url" else "file_id"
+            ref = source.get(field)
+            if not isinstance(ref, str) or not ref:
+                raise RenderError(f"{where}.{kind}.{field}: Field required")
+            return media.placeholder("document", None, ref=ref, name=title)
+    except media.MediaError as exc:
+        raise RenderError(str(exc)) from None
+    raise RenderError(
+        f"{where}: Input tag {kind!r} found using 'type' does not match any of the expected "
+        "tags: 'base64', 'text', 'content', 'url', 'file'"
+    )
+
+
+def has_images(req: CountTokensRequest) -> bool:
+    """Whether any message holds an image block (or a document holding one)."""
+    for msg in req.messages:
+        if isinstance(msg.content, list):
+            for cb in msg.content:
+                if cb.type == "image":
+                    return True
+                src = (cb.model_extra or {}).get("source")
+                if cb.type == "document" and isinstance(src, dict):
+                    content = src.get("content")
+                    if isinstance(content, list) and any(
+                        isinstance(c, dict) and c.get("type") == "image" for c in content
+                    ):
+                        return True
+    return False
+
+
 def _content_blocks(msg: Message, i: int) -> list[Block]:
     if isinstance(msg.content, str):
         return [Block(msg.content, "messages", i)]
@@ -303,6 +403,10 @@ def _content_blocks(msg: Message, i: int) -> list[Block]:
             text = canonical_json(body)
         elif cb.type in ("thinking", "redacted_thinking"):
             continue  # not part of the prompt the model sees
+        elif cb.type == "image":  # paths as Anthropic names them: messages.0.content.0.image...
+            text = image_text(extra.get("source"), f"{path}.image.source")
+        elif cb.type == "document":
+            text = document_text(extra, f"{path}.document")
         else:
             raise RenderError(
                 f"{path}.type: content of type {cb.type!r} is not supported; this server's model reads text only"
@@ -354,8 +458,9 @@ SERVER_TOOL_PREFIXES = ("web_search_",)
 
 def invalidating_settings(req: CountTokensRequest) -> dict:
     """The request's settings outside the prompt text that Anthropic's cache is keyed on
-    (:data:`promptcache.limits.INVALIDATION_RULES`): ``tool_choice``, ``thinking`` and
-    whether web search is on; only those present are listed."""
+    (:data:`promptcache.limits.INVALIDATION_RULES`): ``tool_choice``, ``thinking``,
+    whether web search is on and whether the messages hold images; only those present are
+    listed."""
     out: dict = {}
     if req.tool_choice is not None:
         out["tool_choice"] = req.tool_choice.model_dump(exclude_none=True)
@@ -365,4 +470,6 @@ def invalidating_settings(req: CountTokensRequest) -> dict:
         str(getattr(t, "type", "") or "").startswith(SERVER_TOOL_PREFIXES) for t in req.tools or []
     ):
         out["web_search"] = True
+    if has_images(req):
+        out["images"] = True
     return out

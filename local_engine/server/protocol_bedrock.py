@@ -2,10 +2,11 @@
 
 Reference: https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Converse.html
 and the botocore 1.44 ``bedrock-runtime`` service model (read 2026-12-03). Content blocks
-read: ``text``, ``toolUse``, ``toolResult``, ``cachePoint``; a ``cachePoint`` (in
+read: ``text``, ``toolUse``, ``toolResult``, ``image``, ``document`` (rendered as
+:mod:`.media` says: the local model reads text only), ``cachePoint``; a ``cachePoint`` (in
 ``system``, ``messages[].content`` or ``toolConfig.tools``) marks the end of the block
-before it as a cache breakpoint (``ttl`` ``5m`` | ``1h``). Other blocks (images, documents,
-guard content) are a 400: the local model reads text only.
+before it as a cache breakpoint (``ttl`` ``5m`` | ``1h``). Other blocks (guard content,
+video, reasoning) are a 400.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from . import media
 from .errors import APIError
 from .rendering import Block, Turn, canonical_json
 
@@ -78,12 +80,63 @@ def _block_text(block: dict, where: str) -> str:
         return canonical_json({"toolUse": block["toolUse"]})
     if "toolResult" in block:
         return canonical_json({"toolResult": block["toolResult"]})
+    try:
+        if "image" in block:
+            return _image_text(block["image"], f"{where}.image")
+        if "document" in block:
+            return _document_text(block["document"], f"{where}.document")
+    except media.MediaError as exc:
+        raise APIError(400, str(exc)) from None
     kinds = ", ".join(sorted(block)) or "empty"
     raise APIError(
         400,
         f"{where}: a content block with {kinds} is not supported; this server's model reads "
-        "text, toolUse and toolResult blocks",
+        "text, toolUse, toolResult, image and document blocks",
     )
+
+
+def _source(source: Any, where: str) -> tuple[bytes | None, str | None]:
+    """``(bytes, None)`` or ``(None, S3 URI)`` of an image/document ``source``."""
+    if isinstance(source, dict) and "bytes" in source:
+        return media.decode_base64(source["bytes"], f"{where}.bytes"), None
+    s3 = source.get("s3Location") if isinstance(source, dict) else None
+    if isinstance(s3, dict) and isinstance(s3.get("uri"), str):
+        return None, s3["uri"]
+    raise media.MediaError(f"{where}: expected bytes or s3Location")
+
+
+def _image_text(image: Any, where: str) -> str:
+    fmt = image.get("format") if isinstance(image, dict) else None
+    if fmt not in ("png", "jpeg", "gif", "webp"):
+        raise media.MediaError(f"{where}.format: {fmt!r} is not one of png, jpeg, gif, webp")
+    data, uri = _source(image.get("source"), f"{where}.source")
+    return media.placeholder("image", f"image/{fmt}", data=data, ref=uri)
+
+
+def _document_text(doc: Any, where: str) -> str:
+    if not isinstance(doc, dict):
+        raise media.MediaError(f"{where}: expected an object with name and source")
+    fmt, name = doc.get("format"), doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise media.MediaError(f"{where}.name: required")
+    if fmt is not None and fmt not in media.BEDROCK_DOCUMENT_FORMATS:
+        allowed = ", ".join(media.BEDROCK_DOCUMENT_FORMATS)
+        raise media.MediaError(f"{where}.format: {fmt!r} is not one of {allowed}")
+    source = doc.get("source")
+    mt = media.BEDROCK_TEXT_FORMATS.get(fmt or "") or (
+        f"application/{fmt}" if fmt else "application/octet-stream"
+    )
+    if isinstance(source, dict) and isinstance(source.get("text"), str):
+        return media.text_document(source["text"], name=name, media_type=mt)
+    if isinstance(source, dict) and isinstance(source.get("content"), list):
+        texts = [c.get("text") if isinstance(c, dict) else None for c in source["content"]]
+        if not all(isinstance(t, str) for t in texts):
+            raise media.MediaError(f"{where}.source.content: expected text blocks")
+        return media.text_document("\n".join(map(str, texts)), name=name, media_type=mt)
+    data, uri = _source(source, f"{where}.source")
+    if data is not None:
+        return media.bytes_document(data, mt, name=name)
+    return media.placeholder("document", mt, ref=uri, name=name)
 
 
 def tool_specs(req: ConverseRequest) -> list[dict]:

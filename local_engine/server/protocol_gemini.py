@@ -4,8 +4,8 @@ their conversion to turns.
 Reference: https://ai.google.dev/api/generate-content and https://ai.google.dev/api/caching
 (read 2026-12-03). Field names are the REST API's camelCase (what the official
 ``google-genai`` client sends); unknown fields (``safetySettings`` ...) are ignored. Parts
-read: ``text``, ``functionCall``, ``functionResponse``; other parts (inline data, files) are
-a 400 (the local model reads text only). Tools: ``functionDeclarations`` with ``parameters``
+read: ``text``, ``functionCall``, ``functionResponse``, ``inlineData`` and ``fileData`` (images
+and documents, rendered as :mod:`.media` says: the local model reads text only). Tools: ``functionDeclarations`` with ``parameters``
 (Gemini's OpenAPI subset) or ``parametersJsonSchema``.
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from . import media
 from .errors import APIError
 from .rendering import Block, Turn, canonical_json
 
@@ -152,12 +153,40 @@ def _part_text(part: dict, where: str) -> str:
     resp = part.get("functionResponse", part.get("function_response"))
     if resp is not None:
         return canonical_json({"functionResponse": resp})
+    blob = part.get("inlineData", part.get("inline_data"))
+    if blob is not None:
+        return _inline_data_text(blob, f"{where}.inlineData")
+    ref = part.get("fileData", part.get("file_data"))
+    if ref is not None:
+        mt = ref.get("mimeType", ref.get("mime_type")) if isinstance(ref, dict) else None
+        uri = ref.get("fileUri", ref.get("file_uri")) if isinstance(ref, dict) else None
+        if not isinstance(uri, str) or not uri:
+            raise APIError(400, f"{where}.fileData.fileUri: required")
+        kind = "image" if str(mt or "").startswith("image/") else "document"
+        return media.placeholder(kind, mt, ref=uri)
     kinds = ", ".join(sorted(part)) or "empty"
     raise APIError(
         400,
         f"{where}: a part with {kinds} is not supported; this server's model reads text, "
-        "functionCall and functionResponse parts",
+        "inlineData, fileData, functionCall and functionResponse parts",
     )
+
+
+def _inline_data_text(blob: Any, where: str) -> str:
+    """An ``inlineData`` blob (``mimeType``, base64 ``data``) as text (:mod:`.media`):
+    ``text/*`` as its text, other types as a placeholder."""
+    if not isinstance(blob, dict):
+        raise APIError(400, f"{where}: expected an object with mimeType and data")
+    mt = blob.get("mimeType", blob.get("mime_type"))
+    if not isinstance(mt, str) or "/" not in mt:
+        raise APIError(400, f"{where}.mimeType: required (a media type such as image/png)")
+    try:
+        data = media.decode_base64(blob.get("data"), f"{where}.data", proto3=True)
+    except media.MediaError as exc:
+        raise APIError(400, str(exc)) from None
+    if mt.startswith("image/"):
+        return media.placeholder("image", mt, data=data)
+    return media.bytes_document(data, mt)
 
 
 def to_turns(

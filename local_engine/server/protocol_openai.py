@@ -11,10 +11,12 @@ Reference: https://platform.openai.com/docs/api-reference/chat/create (2026-11-2
 from __future__ import annotations
 
 import json
+import mimetypes
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from . import media
 from .errors import APIError
 from .rendering import Block, RenderError, Turn, canonical_json, strip_cache_markers
 
@@ -46,11 +48,15 @@ class CacheControl(_Model):
 
 
 class ContentPart(_Model):
-    """A part of ``messages[].content`` (``{"type": "text", "text": ...}``); other types
-    are refused with a 400 when rendered (the local model reads text only)."""
+    """A part of ``messages[].content``: ``{"type": "text", "text"}``, ``{"type":
+    "image_url", "image_url": {"url", "detail"?}}`` or ``{"type": "file", "file":
+    {"file_data" | "file_id", "filename"?}}`` (rendered as :mod:`.media` says); other
+    types (audio) are refused with a 400 when rendered."""
 
     type: str
     text: str | None = None
+    image_url: dict | None = None
+    file: dict | None = None
     prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
     cache_control: CacheControl | None = None
 
@@ -392,6 +398,56 @@ def check_message_order(req: ChatCompletionRequest) -> None:
 # ---------------------------------------------------------------------------- rendering
 
 
+def _image_url_text(image: dict | None, where: str) -> str:
+    """An ``image_url`` part as text (:mod:`.media`): a ``data:`` URL of a documented image
+    type, an ``http(s)`` URL, or (from a Responses ``input_image``) a ``file_id``."""
+    try:
+        if not isinstance(image, dict):
+            raise RenderError(f"{where}: Field required")
+        url = image.get("url")
+        if isinstance(url, str) and url:
+            parsed = media.parse_data_url(url, f"{where}.url")
+            if parsed is not None:
+                mt, data = parsed
+                if mt not in media.IMAGE_MEDIA_TYPES:
+                    raise RenderError(
+                        f"{where}.url: Invalid image media type {mt!r}; expected one of "
+                        + ", ".join(media.IMAGE_MEDIA_TYPES)
+                    )
+                return media.placeholder("image", mt, data=data)
+            if url.startswith(("http://", "https://")):
+                return media.placeholder("image", None, ref=url)
+            raise RenderError(f"{where}.url: expected an http(s) URL or a base64 data URL")
+        if isinstance(image.get("file_id"), str):
+            return media.placeholder("image", None, ref=image["file_id"])
+        raise RenderError(f"{where}.url: Field required")
+    except media.MediaError as exc:
+        raise RenderError(str(exc)) from None
+
+
+def _file_text(file: dict | None, where: str) -> str:
+    """A ``file`` part as text (:mod:`.media`): ``file_data`` (a base64 data URL, or bare
+    base64 whose type ``filename``'s extension tells), ``file_id`` or (from a Responses
+    ``input_file``) ``file_url``."""
+    if not isinstance(file, dict):
+        raise RenderError(f"{where}: Field required")
+    name = file.get("filename") if isinstance(file.get("filename"), str) else None
+    try:
+        data = file.get("file_data")
+        if isinstance(data, str) and data:
+            parsed = media.parse_data_url(data, f"{where}.file_data")
+            if parsed is None:
+                guessed = mimetypes.guess_type(name or "")[0] or "application/octet-stream"
+                parsed = guessed, media.decode_base64(data, f"{where}.file_data")
+            return media.bytes_document(parsed[1], parsed[0], name=name)
+    except media.MediaError as exc:
+        raise RenderError(str(exc)) from None
+    for field in ("file_id", "file_url"):
+        if isinstance(file.get(field), str) and file[field]:
+            return media.placeholder("document", None, ref=file[field], name=name)
+    raise RenderError(f"{where}: one of file_data or file_id is required")
+
+
 def _part_blocks(msg: ChatMessage, i: int) -> list[Block]:
     role_section = "messages"
     if msg.content is None:
@@ -400,14 +456,21 @@ def _part_blocks(msg: ChatMessage, i: int) -> list[Block]:
         return [Block(msg.content, role_section, i)]
     out: list[Block] = []
     for j, part in enumerate(msg.content):
-        if part.type not in ("text", "input_text"):
+        where = f"messages.{i}.content.{j}"
+        if part.type == "image_url":
+            text = _image_url_text(part.image_url, f"{where}.image_url")
+        elif part.type == "file":
+            text = _file_text(part.file, f"{where}.file")
+        elif part.type not in ("text", "input_text"):
             raise RenderError(
-                f"messages.{i}.content.{j}.type: content of type {part.type!r} is not supported; "
-                "this server's model reads text only"
+                f"{where}.type: content of type {part.type!r} is not supported; "
+                "this server's model reads text, images and files (as media.py renders them)"
             )
-        if part.text is None:
-            raise RenderError(f"messages.{i}.content.{j}.text: Field required")
-        b = Block(part.text, role_section, i)
+        elif part.text is None:
+            raise RenderError(f"{where}.text: Field required")
+        else:
+            text = part.text
+        b = Block(text, role_section, i)
         if part.prompt_cache_breakpoint is not None:
             b.openai_breakpoint = (
                 part.prompt_cache_breakpoint.ttl,
@@ -430,8 +493,8 @@ def chat_to_turns(req: ChatCompletionRequest) -> tuple[list[Block], list[Block],
     are those :func:`offered_tools` keeps (none for ``tool_choice: "none"``).
 
     Raises:
-        RenderError: unsupported content (images, audio, files) or a user message without
-            content.
+        RenderError: unsupported content (audio), a malformed image or file part, or a
+            user message without content.
     """
     tools = [Block(canonical_json(strip_cache_markers(t)), "tools") for t in offered_tools(req)]
     system: list[Block] = []

@@ -62,14 +62,24 @@ def _content(item: dict, where: str) -> Any:
         return content or ""
     if not isinstance(content, list):
         raise APIError(400, f"{where}.content: expected a string or a list of parts", param=where)
-    parts = []
+    parts: list[dict] = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "input_image":  # rendered by the Chat path (media.py)
+            image = {k: part[k] for k in ("file_id", "detail") if part.get(k) is not None}
+            if part.get("image_url") is not None:
+                image["url"] = part["image_url"]
+            parts.append({"type": "image_url", "image_url": image})
+            continue
+        if kind == "input_file":
+            fields = ("file_data", "file_id", "file_url", "filename")
+            parts.append({"type": "file", "file": {k: part[k] for k in fields if k in part}})
+            continue
         if kind not in ("input_text", "output_text", "text"):
             raise APIError(
                 400,
                 f"{where}.content.{j}.type: content of type {kind!r} is not supported; this "
-                "server's model reads text only",
+                "server's model reads text, images and files",
                 param=f"{where}.content.{j}.type",
             )
         p = {"type": "text", "text": part.get("text")}

@@ -34,7 +34,7 @@ from .protocol_anthropic import (
 )
 from .rendering import RenderedPrompt, RenderError, render_chat
 from .state import ServerState, new_id
-from .structured_output import ToolSpec, forced_tool_call, parse_tool_call
+from .structured_output import ToolCallText, ToolSpec, forced_tool_call, parse_tool_call
 
 router = APIRouter()
 
@@ -247,33 +247,50 @@ class Messages(Endpoint):
         yield _event("message_stop", {"type": "message_stop"})
 
     async def _tool_events(self, gen: Generation, agen: Any, first: Any):
-        """A forced call's events once the output is complete: ``content_block_start`` of a
-        ``tool_use`` block, its ``input_json_delta``, ``content_block_stop``, then
-        ``message_delta`` and ``message_stop`` (as the documented tool-use stream)."""
-        out = first
-        while not out.finished:
+        """A forced call as it is generated, as Anthropic streams tool use:
+        ``content_block_start`` of a ``tool_use`` block (``input: {}``) once the name is
+        complete, an ``input_json_delta`` (``partial_json``) per piece of the input,
+        ``content_block_stop``, then ``message_delta`` (``stop_reason: "tool_use"``, or
+        ``"max_tokens"`` when the limit cut the input short) and ``message_stop``. An output
+        that ended before the name was complete is sent as a text block."""
+        call, out = ToolCallText(), first
+        while True:
+            name, piece = call.feed(out.outputs[0].text, out.finished)
+            if name is not None:
+                block = {"type": "tool_use", "id": new_id("toolu_"), "name": name, "input": {}}
+                yield _event(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": 0, "content_block": block},
+                )
+            if piece:
+                delta = {"type": "input_json_delta", "partial_json": piece}
+                yield _event(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": delta},
+                )
+            if out.finished:
+                break
             out = await agen.__anext__()
             gen.timing.observe(out)
         gen.finished = True
         o = out.outputs[0]
         reason, seq = stop_fields(o)
-        content, is_call = content_blocks(o, True)
-        block = content[0]
-        if is_call:
+        if call.complete:
             reason, seq = "tool_use", None
-            start_block = {**block, "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-        else:
-            start_block = {"type": "text", "text": ""}
-            delta = {"type": "text_delta", "text": block["text"]}
+        if call.name is None:
+            yield _event(
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            )
+            delta = {"type": "text_delta", "text": o.text}
+            yield _event(
+                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            )
         note(gen.request, finish=reason)
-        yield _event(
-            "content_block_start",
-            {"type": "content_block_start", "index": 0, "content_block": start_block},
-        )
-        yield _event(
-            "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
-        )
         yield _event("content_block_stop", {"type": "content_block_stop", "index": 0})
         usage = anthropic_usage_body(
             gen.record_usage(len(o.token_ids)), len(o.token_ids), gen.tiers

@@ -1,7 +1,10 @@
 """Bedrock Runtime routes: ``POST /model/{modelId}/converse``, ``/converse-stream`` (AWS
-event-stream framing, :mod:`.eventstream`) and ``/invoke`` (an Anthropic Messages body, as
-Anthropic models on Bedrock take it). boto3 with ``endpoint_url`` works: its SigV4
-signatures are accepted, not checked.
+event-stream framing, :mod:`.eventstream`), ``/invoke`` and ``/invoke-with-response-stream``
+(an Anthropic Messages body, as Anthropic models on Bedrock take it; the stream is one
+event-stream ``chunk`` frame per Messages event, ``{"bytes": <base64 of the event's JSON>}``,
+the ``ResponseStream`` shape of botocore's bedrock-runtime model, which boto3's
+``invoke_model_with_response_stream`` and the ``anthropic`` SDK's ``AnthropicBedrock`` client
+decode). boto3 with ``endpoint_url`` works: its SigV4 signatures are accepted, not checked.
 
 Usage (https://docs.aws.amazon.com/bedrock/latest/userguide/prompt-caching.html, read
 2026-12-03; its example response has ``inputTokens`` 20, ``cacheWriteInputTokens`` 1038,
@@ -13,7 +16,7 @@ with Bedrock's per-checkpoint minimum (:mod:`.emulation_rules`).
 
 from __future__ import annotations
 
-import json
+import base64
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -31,7 +34,7 @@ from .protocol_bedrock import ConverseRequest, forced_tools, stop_reason, to_tur
 from .rendering import RenderedPrompt, RenderError, render_chat
 from .routes_anthropic import Messages
 from .state import ServerState, new_id
-from .structured_output import ToolSpec, forced_tool_call, parse_tool_call
+from .structured_output import ToolCallText, ToolSpec, forced_tool_call, parse_tool_call
 
 router = APIRouter()
 EVENTSTREAM = "application/vnd.amazon.eventstream"
@@ -127,37 +130,46 @@ class Converse(Endpoint):
 
     async def events(self, gen: Generation) -> AsyncGenerator[bytes, None]:  # type: ignore[override]
         agen, first = gen.started[0]
-        forced = forced_tools(gen.req) is not None
+        call = ToolCallText() if forced_tools(gen.req) is not None else None
         yield encode_event("messageStart", {"role": "assistant"})
         sent = ""
         out = first
         # a text block has no contentBlockStart (ContentBlockStart is a union of toolUse
-        # and other non-text starts: botocore refuses an empty one)
+        # and other non-text starts: botocore refuses an empty one); a forced call streams
+        # as Bedrock streams tool use: contentBlockStart with toolUseId and name once the
+        # name is complete, then contentBlockDelta toolUse.input pieces of the input JSON
         while True:
-            delta = "" if forced else text_delta(sent, out.outputs[0].text)
-            if delta:
-                sent += delta
-                yield encode_event(
-                    "contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": delta}}
-                )
+            if call is not None:
+                name, piece = call.feed(out.outputs[0].text, out.finished)
+                if name is not None:
+                    start = {"toolUse": {"toolUseId": new_id("tooluse_"), "name": name}}
+                    yield encode_event(
+                        "contentBlockStart", {"contentBlockIndex": 0, "start": start}
+                    )
+                if piece:
+                    yield encode_event(
+                        "contentBlockDelta",
+                        {"contentBlockIndex": 0, "delta": {"toolUse": {"input": piece}}},
+                    )
+            else:
+                delta = text_delta(sent, out.outputs[0].text)
+                if delta:
+                    sent += delta
+                    yield encode_event(
+                        "contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": delta}}
+                    )
             if out.finished:
                 break
             out = await agen.__anext__()
             gen.timing.observe(out)
         gen.finished = True
         o = out.outputs[0]
-        content, is_call = self._content(gen, o)
-        if forced:
-            if is_call:
-                use = content[0]["toolUse"]
-                start = {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}}
-                delta_body: dict[str, Any] = {"toolUse": {"input": json.dumps(use["input"])}}
-                yield encode_event("contentBlockStart", {"contentBlockIndex": 0, "start": start})
-            else:
-                delta_body = {"text": o.text}
-            yield encode_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": delta_body})
+        if call is not None and call.name is None:  # ended before the name: text
+            yield encode_event(
+                "contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": o.text}}
+            )
         yield encode_event("contentBlockStop", {"contentBlockIndex": 0})
-        reason = stop_reason(o, is_call)
+        reason = stop_reason(o, call is not None and call.complete)
         note(gen.request, finish=reason)
         yield encode_event("messageStop", {"stopReason": reason})
         latency = int((time.monotonic() - gen.timing.arrival) * 1000)
@@ -194,8 +206,26 @@ class Invoke(Messages):
         return creq
 
 
+class InvokeStream(Invoke):
+    """``/model/{modelId}/invoke-with-response-stream``: the Messages stream of an Anthropic
+    body, each event's JSON in an event-stream ``chunk`` frame (see the module docstring)."""
+
+    def attach(self, request: Request, req: InvokeRequest) -> None:
+        req.model = request.path_params["model_id"]
+        req.stream = True
+
+    def stream_headers(self, gen: Generation) -> dict[str, str]:
+        return {"x-amzn-RequestId": gen.rid, "X-Amzn-Bedrock-Content-Type": "application/json"}
+
+    async def events(self, gen: Generation) -> AsyncGenerator[bytes, None]:  # type: ignore[override]
+        async for sse in super().events(gen):
+            data = sse.split("\ndata: ", 1)[1].rstrip("\n")  # "event: X\ndata: {...}\n\n"
+            yield encode_event("chunk", {"bytes": base64.b64encode(data.encode()).decode()})
+
+
 CONVERSE = Converse()
 INVOKE = Invoke()
+INVOKE_STREAM = InvokeStream()
 
 
 @router.post("/model/{model_id:path}/converse")
@@ -217,3 +247,15 @@ async def converse_stream(request: Request) -> Response:
 async def invoke(request: Request) -> Response:
     """Bedrock InvokeModel with an Anthropic Messages body: a Messages ``message`` object."""
     return await run_endpoint(INVOKE, request)
+
+
+@router.post("/model/{model_id:path}/invoke-with-response-stream")
+async def invoke_with_response_stream(request: Request) -> Response:
+    """Bedrock InvokeModelWithResponseStream with an Anthropic Messages body: event-stream
+    ``chunk`` frames, each the JSON of one Messages stream event (``message_start`` ...
+    ``message_stop``)."""
+    resp = await run_endpoint(INVOKE_STREAM, request)
+    if resp.media_type == "text/event-stream":  # a stream (an error is a JSON response)
+        resp.media_type = EVENTSTREAM
+        resp.headers["content-type"] = EVENTSTREAM
+    return resp

@@ -46,7 +46,13 @@ from .protocol_openai import (
 )
 from .rendering import RenderedPrompt, RenderError, render_chat, render_text, render_token_ids
 from .state import ServerState, new_id
-from .structured_output import ToolSpec, forced_tool_call, openai_format, parse_tool_call
+from .structured_output import (
+    ToolCallText,
+    ToolSpec,
+    forced_tool_call,
+    openai_format,
+    split_tool_call,
+)
 
 router = APIRouter()
 
@@ -108,12 +114,14 @@ def _cache_request(
 
 def _chat_message(o: Any, forced: bool) -> tuple[dict, str]:
     """The ``message`` and ``finish_reason`` of one sample: with a forced tool call, the
-    call (``tool_calls``, finish ``"tool_calls"``; text when ``max_tokens`` cut it short)."""
-    call = parse_tool_call(o.text) if forced else None
-    if call is None:
+    call (``tool_calls``, finish ``"tool_calls"``; its arguments cut short with finish
+    ``"length"`` when ``max_tokens`` ended it inside them, as OpenAI returns such a call;
+    text when it ended before the name was complete). The arguments are the model's JSON
+    text, as streamed."""
+    call = split_tool_call(o.text) if forced else None
+    if call is None or call.name is None:
         message = {"role": "assistant", "content": o.text, "refusal": None}
         return message, FINISH.get(o.finish_reason, "stop") or "stop"
-    name, args = call
     message = {
         "role": "assistant",
         "content": None,
@@ -122,11 +130,34 @@ def _chat_message(o: Any, forced: bool) -> tuple[dict, str]:
             {
                 "id": new_id("call_"),
                 "type": "function",
-                "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
+                "function": {"name": call.name, "arguments": call.arguments},
             }
         ],
     }
-    return message, "tool_calls"
+    return message, "tool_calls" if call.complete else FINISH.get(o.finish_reason) or "length"
+
+
+def _tool_call_deltas(call: ToolCallText, o: Any) -> list[tuple[dict, str | None]]:
+    """The ``(delta, finish_reason)`` chunks of a forced call's new output, as OpenAI
+    streams a call: the first names it (``tool_calls[0]`` with ``id``, ``type``,
+    ``function.name`` and empty ``arguments``), the next carry ``function.arguments``
+    pieces, the last has the finish reason. An output that ended before the name was
+    complete is sent as text (as :func:`_chat_message`)."""
+    finished = o.finish_reason is not None
+    name, piece = call.feed(o.text, finished)
+    chunks: list[tuple[dict, str | None]] = []
+    if name is not None:
+        head = {"index": 0, "id": new_id("call_"), "type": "function"}
+        chunks.append(
+            ({"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]}, None)
+        )
+    if piece:
+        chunks.append(({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}, None))
+    if finished:
+        if call.name is None:
+            chunks.append(({"content": o.text}, None))
+        chunks.append(({}, _chat_message(o, True)[1]))
+    return chunks
 
 
 class ChatCompletions(Endpoint):
@@ -259,25 +290,20 @@ class ChatCompletions(Endpoint):
         sent_text = {o.index: "" for o in first.outputs}
         sent_tokens = {o.index: 0 for o in first.outputs}
         done: set[int] = set()
-        forced = forced_tools(req) is not None
+        calls = {o.index: ToolCallText() for o in first.outputs} if forced_tools(req) else {}
         for o in first.outputs:
-            yield chunk(o.index, {"role": "assistant", "content": ""}, None, None)
+            role = {"role": "assistant", "content": None if calls else ""}
+            yield chunk(o.index, role, None, None)
         out = first
         while True:
             for o in out.outputs:
                 if o.index in done:
                     continue
-                if forced:  # the call is sent whole once complete (its arguments re-encoded)
+                if calls:
+                    for call_delta, finish in _tool_call_deltas(calls[o.index], o):
+                        yield chunk(o.index, call_delta, None, finish)
                     if o.finish_reason is not None:
                         done.add(o.index)
-                        message, finish = _chat_message(o, True)
-                        call_delta: dict[str, Any] = {"content": message["content"]}
-                        if "tool_calls" in message:
-                            call_delta["tool_calls"] = [
-                                {"index": 0, **c} for c in message["tool_calls"]
-                            ]
-                        yield chunk(o.index, call_delta, None, None)
-                        yield chunk(o.index, {}, None, finish)
                     continue
                 delta = text_delta(sent_text[o.index], o.text)
                 new_ids = o.token_ids[sent_tokens[o.index] :]

@@ -34,7 +34,13 @@ from .rendering import RenderedPrompt
 from .response_store import StoredResponse
 from .routes_openai import CHAT_COMPLETIONS
 from .state import ServerState, new_id
-from .structured_output import ToolSpec, forced_tool_call, openai_format, parse_tool_call
+from .structured_output import (
+    ToolCallText,
+    ToolSpec,
+    forced_tool_call,
+    openai_format,
+    split_tool_call,
+)
 
 router = APIRouter()
 
@@ -130,20 +136,24 @@ class Responses(Endpoint):
             "user": req.user,
         }
 
-    def _output_item(self, gen: Generation, o: Any) -> tuple[dict, dict]:
-        """The output item of the final sample and its Chat-shaped message (for the store)."""
-        call = parse_tool_call(o.text) if forced_tools(gen.req._chat) is not None else None
-        if call is not None:
-            name, args = call
-            arguments = json.dumps(args, ensure_ascii=False)
-            call_id = new_id("call_")
+    def _output_item(
+        self, gen: Generation, o: Any, ids: tuple[str, str] | None = None
+    ) -> tuple[dict, dict]:
+        """The output item of the final sample and its Chat-shaped message (for the store):
+        with a forced call, a ``function_call`` item (status ``incomplete``, its arguments
+        cut short, when the token limit ended it inside them; a message when it ended before
+        the name was complete). ``ids``: the call's item id and ``call_id`` when a stream
+        announced them already."""
+        call = split_tool_call(o.text) if forced_tools(gen.req._chat) is not None else None
+        if call is not None and call.name is not None:
+            item_id, call_id = ids or (new_id("fc_"), new_id("call_"))
             item: dict[str, Any] = {
                 "type": "function_call",
-                "id": new_id("fc_"),
+                "id": item_id,
                 "call_id": call_id,
-                "name": name,
-                "arguments": arguments,
-                "status": "completed",
+                "name": call.name,
+                "arguments": call.arguments,
+                "status": "completed" if call.complete else "incomplete",
             }
             message = {
                 "role": "assistant",
@@ -152,7 +162,7 @@ class Responses(Endpoint):
                     {
                         "id": call_id,
                         "type": "function",
-                        "function": {"name": name, "arguments": arguments},
+                        "function": {"name": call.name, "arguments": call.arguments},
                     }
                 ],
             }
@@ -166,11 +176,14 @@ class Responses(Endpoint):
         }
         return item, {"role": "assistant", "content": o.text}
 
-    def _finish(self, gen: Generation, o: Any) -> dict:
-        """The completed response body (stored when ``store``)."""
-        item, message = self._output_item(gen, o)
+    def _finish(self, gen: Generation, o: Any, ids: tuple[str, str] | None = None) -> dict:
+        """The completed response body (stored when ``store``); ``ids`` as
+        :meth:`_output_item`."""
+        item, message = self._output_item(gen, o, ids)
         body = self._shell(gen, "completed")
-        if o.finish_reason == "length" and item["type"] == "message":
+        if o.finish_reason == "length" and (
+            item["type"] == "message" or item["status"] == "incomplete"
+        ):
             body["status"] = "incomplete"
             body["incomplete_details"] = {"reason": "max_output_tokens"}
             item["status"] = "incomplete"
@@ -195,15 +208,9 @@ class Responses(Endpoint):
         yield _event(seq, "response.in_progress", response=shell)
         forced = forced_tools(gen.req._chat) is not None
         out = first
-        if forced:  # the call is sent once complete
-            while not out.finished:
-                out = await agen.__anext__()
-                gen.timing.observe(out)
-            gen.finished = True
-            body = self._finish(gen, out.outputs[0])
-            async for e in self._item_events(seq, body["output"][0]):
+        if forced:
+            async for e in self._call_events(gen, seq, agen, first):
                 yield e
-            yield _event(seq, "response.completed", response=body)
             return
         item_id = new_id("msg_")
         item = {"id": item_id, "type": "message", "status": "in_progress", "role": "assistant"}
@@ -231,6 +238,53 @@ class Responses(Endpoint):
         yield _event(seq, "response.output_text.done", **where, text=text, logprobs=[])
         yield _event(seq, "response.content_part.done", **where, part=final["content"][0])
         yield _event(seq, "response.output_item.done", output_index=0, item=final)
+        yield _event(seq, "response.completed", response=body)
+
+    async def _call_events(
+        self, gen: Generation, seq: list[int], agen: Any, first: Any
+    ) -> AsyncGenerator[str, None]:
+        """A forced call as it is generated, as OpenAI streams one: ``output_item.added``
+        (a ``function_call`` item, empty ``arguments``) once the name is complete, a
+        ``response.function_call_arguments.delta`` per piece of the arguments, then
+        ``.done``, ``output_item.done`` and ``response.completed``. An output that ended
+        before the name was complete is sent as a message item."""
+        call, out = ToolCallText(), first
+        item: dict[str, Any] = {}
+        while True:
+            name, piece = call.feed(out.outputs[0].text, out.finished)
+            if name is not None:
+                item = {
+                    "type": "function_call",
+                    "id": new_id("fc_"),
+                    "call_id": new_id("call_"),
+                    "name": name,
+                    "arguments": "",
+                    "status": "in_progress",
+                }
+                yield _event(seq, "response.output_item.added", output_index=0, item=item)
+            where = {"item_id": item.get("id"), "output_index": 0}
+            if piece:
+                yield _event(seq, "response.function_call_arguments.delta", **where, delta=piece)
+            if out.finished:
+                break
+            out = await agen.__anext__()
+            gen.timing.observe(out)
+        gen.finished = True
+        ids = (item["id"], item["call_id"]) if item else None
+        body = self._finish(gen, out.outputs[0], ids)
+        final = body["output"][0]
+        if final["type"] == "function_call":
+            yield _event(
+                seq,
+                "response.function_call_arguments.done",
+                **where,
+                name=final["name"],
+                arguments=final["arguments"],
+            )
+            yield _event(seq, "response.output_item.done", output_index=0, item=final)
+        else:
+            async for e in self._item_events(seq, final):
+                yield e
         yield _event(seq, "response.completed", response=body)
 
     async def _item_events(self, seq: list[int], item: dict) -> AsyncGenerator[str, None]:

@@ -184,3 +184,72 @@ def openai_format(fmt: dict | None, *, param: str, flat: bool = False) -> Any:
     if body.get("strict"):
         check_openai_strict(body["schema"], str(body.get("name") or "schema"))
     return structured(body["schema"], param=f"{where}.schema")
+
+
+#: how every forced call's output starts: the grammar's first key, compact (no whitespace)
+_NAME_KEY = '{"name":'
+_ARGUMENTS_KEY = ',"arguments":'
+
+
+@dataclass
+class ToolCallText:
+    """A forced call's output text ``{"name":"<tool>","arguments":<JSON>}`` (compact, keys in
+    :func:`tool_call_schema`'s order) split as it grows, for streaming the call the way each
+    provider does: the name once its string is closed, then the arguments' JSON text in
+    pieces (OpenAI ``function.arguments`` chunks, Responses
+    ``response.function_call_arguments.delta``, Anthropic ``input_json_delta``).
+
+    Feed the whole text so far to :meth:`feed`; the outer ``}`` is never part of the
+    arguments (a trailing ``}`` is held back until the next piece or the end shows whose it
+    is). Attributes: ``name`` (None until known), ``arguments`` (the text sent so far),
+    ``complete`` (the whole call parsed: set by the last :meth:`feed`)."""
+
+    name: str | None = None
+    arguments: str = ""
+    complete: bool = False
+    _args_start: int | None = None
+
+    def feed(self, text: str, finished: bool) -> tuple[str | None, str]:
+        """``(name, delta)``: the tool's name the first time it is known (else None) and the
+        arguments text new since the last call (``""`` when none)."""
+        new_name = None
+        if self._args_start is None:
+            found = _split_name(text)
+            if found is None:
+                return None, ""
+            self.name, self._args_start = found
+            new_name = self.name
+        args = text[self._args_start :]
+        if finished:
+            self.complete = parse_tool_call(text) is not None
+            if self.complete:
+                args = args[:-1]  # the outer object's "}"
+        elif args.endswith("}"):
+            args = args[:-1]  # the arguments' close or the outer one: the next piece tells
+        delta = args[len(self.arguments) :] if args.startswith(self.arguments) else ""
+        self.arguments += delta
+        return new_name, delta
+
+
+def _split_name(text: str) -> tuple[str, int] | None:
+    """``(name, index where the arguments' JSON starts)`` once ``text`` holds the name and
+    the ``"arguments"`` key; None before (or when the text has another shape)."""
+    if not text.startswith(_NAME_KEY):
+        return None
+    try:
+        name, end = json.JSONDecoder().raw_decode(text, len(_NAME_KEY))
+    except ValueError:
+        return None
+    if not isinstance(name, str) or not text.startswith(_ARGUMENTS_KEY, end):
+        return None
+    return name, end + len(_ARGUMENTS_KEY)
+
+
+def split_tool_call(text: str) -> ToolCallText:
+    """A finished forced call's output split: ``name`` None when the output stopped before
+    the name was complete (then the route returns the text), ``complete`` False when it was
+    cut short inside the arguments (``arguments`` holds what was generated, as the hosted
+    APIs return a call cut by the token limit)."""
+    call = ToolCallText()
+    call.feed(text, finished=True)
+    return call

@@ -341,6 +341,18 @@ def test_cache_control_in_a_bounded_loop_or_with_break_is_not_reported():
     assert found(src) == []
 
 
+def test_cache_control_in_a_loop_that_returns_after_marking_is_not_reported():
+    # `return` right after the first marker ends the loop like `break`: one breakpoint
+    src = """
+    def mark(message):
+        for block in reversed(message["content"]):
+            block["cache_control"] = {"type": "ephemeral"}
+            return True
+        return False
+    """
+    assert found(src) == []
+
+
 def test_fixed_task_after_the_growing_history():
     # 63 characters x 80 = 5,040 characters (~1,260 tokens) re-sent after the history
     src = """

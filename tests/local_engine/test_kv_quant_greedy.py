@@ -88,12 +88,16 @@ def test_greedy_agreement_with_the_float32_cache(engine_factory, dtype):
 # divergences at tokens 0-13). Without the Hadamard key rotation the first 6 prompts gave
 # 0.68 (114/168).
 FLOOR_INT4 = 0.85
+# int2 (KIVI-style 2-bit, local_engine.kv_cache.int2): measured 2026-12-03 on these prompts
+# 136/232 = 0.586 (1/8 outputs identical; the others diverge at tokens 0-7).
+FLOOR_LOW = {"int4": FLOOR_INT4, "int2": 0.5}
 
 
 @pytest.mark.slow
-def test_int4_teacher_forced_agreement_with_the_float32_cache(engine_factory):
+@pytest.mark.parametrize("dtype", ["int4", "int2"])
+def test_low_bit_teacher_forced_agreement_with_the_float32_cache(engine_factory, dtype):
     ref = engine_factory(kv_cache_dtype="auto", enable_prefix_caching=False)
-    qe = engine_factory(kv_cache_dtype="int4", enable_prefix_caching=False)
+    qe = engine_factory(kv_cache_dtype=dtype, enable_prefix_caching=False)
     tok = ref.tokenizer
     params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)
     agree = total = exact = 0
@@ -102,9 +106,9 @@ def test_int4_teacher_forced_agreement_with_the_float32_cache(engine_factory):
         ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": q}]))
         outs = {}
         for name, eng in (("ref", ref), ("q", qe)):
-            eng.add_request(f"g4-{name}-{i}", ids, params)
+            eng.add_request(f"g{dtype}-{name}-{i}", ids, params)
             final, _ = run_to_completion(eng)
-            outs[name] = final[f"g4-{name}-{i}"].outputs[0].token_ids
+            outs[name] = final[f"g{dtype}-{name}-{i}"].outputs[0].token_ids
         r, o = outs["ref"], outs["q"]
         full = ids + list(r)
         lr = all_position_logits(ref, full)[len(ids) - 1 : len(full) - 1]
@@ -117,7 +121,7 @@ def test_int4_teacher_forced_agreement_with_the_float32_cache(engine_factory):
         report.append(f"{i}: " + ("same" if c is None else f"diverge at {c}/{len(r)}"))
     rate = agree / total
     print(
-        f"\nint4: teacher-forced top-1 {agree}/{total} = {rate:.4f}; identical {exact}/8; "
+        f"\n{dtype}: teacher-forced top-1 {agree}/{total} = {rate:.4f}; identical {exact}/8; "
         + "; ".join(report)
     )
-    assert rate >= FLOOR_INT4
+    assert rate >= FLOOR_LOW[dtype]

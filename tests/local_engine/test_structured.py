@@ -161,3 +161,92 @@ def test_speculation_on_equals_off_for_greedy(engine_factory):
         assert sum(f.metrics.num_draft_tokens for f in final.values()) > 0  # it speculated
     for text in off.values():
         jsonschema.validate(json.loads(text), schema)
+
+
+# ---- the mask path on CUDA (skipped without a CUDA device; run on the H200, see
+# bench/RESULTS.md "## engine-api") ---------------------------------------------------------
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
+#: a folder from ``bench/engine_gpu.py prepare`` (config.json + tokenizer, random weights) for
+#: machines without the embedded GGUF; unset: the GGUF
+MODEL_DIR_ENV = "PROMPTCACHE_TEST_MODEL_DIR"
+#: the schema kinds whose every output is finite (bounded strings, integers, items), so a
+#: greedy run of any weights (random ones too) closes within ``max_tokens``
+FINITE_KINDS = ["object", "enum", "anyOf"]
+
+
+def _device_engine(device: str, **overrides):
+    import os
+
+    from local_engine.engine import LLMEngine
+
+    overrides.setdefault("num_kv_blocks", 256)
+    folder = os.environ.get(MODEL_DIR_ENV)
+    if folder:
+        return LLMEngine.from_config(folder, device=device, **overrides)
+    return LLMEngine.from_model(None, device=device, **overrides)
+
+
+@pytest.fixture(scope="module")
+def cuda_engine():
+    return _device_engine("cuda")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_apply_token_bitmask_on_device_matches_numpy_unpacking(device):
+    np = pytest.importorskip("numpy")
+    g = torch.Generator().manual_seed(1)
+    rows, vocab = 64, 49155  # a vocabulary that is not a multiple of 32: a padded last word
+    logits = torch.randn(rows, vocab, generator=g)
+    bitmask = torch.randint(-(2**31), 2**31 - 1, (rows, (vocab + 31) // 32), generator=g)
+    bitmask = bitmask.to(torch.int32)
+    # little-endian int32 words -> bytes -> bits, least significant first: bit t of the row
+    bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, bitorder="little")[:, :vocab]
+    expected = logits.masked_fill(torch.from_numpy(bits == 0), float("-inf"))
+    out = apply_token_bitmask(logits.to(device), bitmask)
+    assert out.device.type == device
+    assert torch.equal(out.cpu(), expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_constrained_greedy_batch_on_device_validates_beside_a_free_row(device, request):
+    engine = request.getfixturevalue("engine" if device == "cpu" else "cuda_engine")
+    for kind in FINITE_KINDS:  # all queued at once: one batch, masked and free rows mixed
+        spec = StructuredOutput(json_schema=SCHEMAS[kind])
+        params = SamplingParams(temperature=0.0, max_tokens=48, structured=spec)
+        engine.add_request(
+            f"{device}-{kind}", _prompt(engine, f"Reply with JSON ({kind})."), params
+        )
+    free = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    engine.add_request(f"{device}-free", _prompt(engine, "Say anything."), free)
+    final, _ = run_to_completion(engine)
+    assert len(final[f"{device}-free"].outputs[0].token_ids) == 8
+    for kind in FINITE_KINDS:
+        o = final[f"{device}-{kind}"].outputs[0]
+        assert o.finish_reason == "stop", o.text
+        jsonschema.validate(json.loads(o.text), SCHEMAS[kind])
+
+
+@needs_cuda
+def test_speculation_on_equals_off_for_constrained_greedy_on_cuda():
+    """float32 so that a verification forward and a decode forward agree to rounding (the
+    comparison is about the grammar's draft rejection, not bf16 ties)."""
+    spec = StructuredOutput(json_schema=SCHEMAS["object"])
+    prompts = ["Give a person as JSON.", 'Copy this: {"name":"Ann","age":31}']
+
+    def run(engine):
+        for i, p in enumerate(prompts):
+            params = SamplingParams(temperature=0.0, max_tokens=40, structured=spec)
+            engine.add_request(f"s{i}", _prompt(engine, p), params)
+        final, _ = run_to_completion(engine)
+        return {k: v.outputs[0].text for k, v in final.items()}, final
+
+    off, _ = run(_device_engine("cuda", dtype="float32"))
+    on, final = run(
+        _device_engine("cuda", dtype="float32", speculative=SpeculativeConfig("ngram", 4))
+    )
+    assert on == off
+    assert sum(f.metrics.num_draft_tokens for f in final.values()) > 0  # it speculated
+    for text in off.values():
+        jsonschema.validate(json.loads(text), SCHEMAS["object"])

@@ -1,6 +1,7 @@
 """Bedrock Runtime through the official ``boto3`` client (``endpoint_url``, SigV4 signed with
 dummy credentials): converse (plain, cached on repeat with ``cachePoint``), converse_stream
-(event-stream frames decoded by botocore), invoke_model with an Anthropic body, forced tool
+(event-stream frames decoded by botocore), invoke_model and invoke_model_with_response_stream
+with an Anthropic body (boto3, and the ``anthropic`` SDK's ``AnthropicBedrock`` client), forced tool
 use, the SDK's ``to_bedrock`` output sent as is, and the event-stream encoder checked by
 botocore's own parser.
 
@@ -165,6 +166,35 @@ def test_forced_tool_use(client):
     assert "nope" in e.value.response["Error"]["Message"]
 
 
+def test_converse_stream_forced_tool_use_streams_the_input_in_pieces(client):
+    kw = dict(
+        modelId=MODEL,
+        messages=[{"role": "user", "content": [{"text": "Weather in Oslo?"}]}],
+        toolConfig={
+            "tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": TOOL_SCHEMA}}}],
+            "toolChoice": {"tool": {"name": "get_weather"}},
+        },
+        inferenceConfig={"maxTokens": 40, "temperature": 0},
+    )
+    plain = client.converse(**kw)["output"]["message"]["content"][0]["toolUse"]
+    events = list(client.converse_stream(**kw)["stream"])  # frames decoded by botocore
+    (start,) = [
+        e["contentBlockStart"]["start"]["toolUse"] for e in events if "contentBlockStart" in e
+    ]
+    assert start["name"] == "get_weather" and start["toolUseId"].startswith("tooluse_")
+    pieces = [
+        e["contentBlockDelta"]["delta"]["toolUse"]["input"]
+        for e in events
+        if "contentBlockDelta" in e
+    ]
+    assert (
+        len(pieces) > 1 and json.loads("".join(pieces)) == plain["input"]
+    )  # greedy: the same call
+    jsonschema.validate(plain["input"], TOOL_SCHEMA)
+    (stop,) = [e["messageStop"] for e in events if "messageStop" in e]
+    assert stop["stopReason"] == "tool_use"
+
+
 def test_invoke_model_with_an_anthropic_body(client, chat_ids):
     body = {
         "anthropic_version": "bedrock-2023-05-31",
@@ -196,9 +226,60 @@ def test_unsupported_block_is_a_validation_exception(client):
             messages=[
                 {
                     "role": "user",
-                    "content": [{"image": {"format": "png", "source": {"bytes": b"x"}}}],
+                    "content": [{"guardContent": {"text": {"text": "x"}}}],
                 }
             ],
         )
     assert e.value.response["Error"]["Code"] == "ValidationException"
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+
+def test_invoke_model_with_response_stream_decodes_with_botocore(client, chat_ids):
+    user = [{"role": "user", "content": "Hello"}]
+    body = {
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": 4,
+        "temperature": 0,
+        "messages": user,
+    }
+    plain = json.loads(client.invoke_model(modelId=MODEL, body=json.dumps(body))["body"].read())
+    r = client.invoke_model_with_response_stream(modelId=MODEL, body=json.dumps(body))
+    assert r["contentType"] == "application/json"
+    events = [json.loads(e["chunk"]["bytes"]) for e in r["body"]]  # botocore decoded the frames
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert kinds.index("content_block_start") < kinds.index("content_block_stop")
+    start = events[0]["message"]
+    assert start["role"] == "assistant"
+    assert start["usage"]["input_tokens"] == len(chat_ids(user))
+    text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
+    assert text == plain["content"][0]["text"]  # greedy: the same text as invoke_model
+    (delta,) = [e for e in events if e["type"] == "message_delta"]
+    assert delta["usage"]["output_tokens"] == 4 and delta["delta"]["stop_reason"] == "max_tokens"
+
+
+def test_anthropic_bedrock_client_streams_through_invoke_with_response_stream(server):
+    anthropic = pytest.importorskip("anthropic")
+    claude = anthropic.AnthropicBedrock(
+        base_url=server.base_url,
+        aws_access_key="test",
+        aws_secret_key="test",
+        aws_region="us-east-1",
+        max_retries=0,
+    )
+    with claude.messages.stream(
+        model=MODEL,
+        max_tokens=5,
+        messages=[{"role": "user", "content": "Hello"}],
+        extra_body={"temperature": 0},
+    ) as stream:
+        streamed = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    plain = claude.messages.create(
+        model=MODEL,
+        max_tokens=5,
+        messages=[{"role": "user", "content": "Hello"}],
+        extra_body={"temperature": 0},
+    )
+    assert final.content[0].text == streamed == plain.content[0].text  # greedy: the same text
+    assert final.usage.output_tokens == 5 and final.stop_reason == "max_tokens"

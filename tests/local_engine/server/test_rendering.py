@@ -151,7 +151,12 @@ def test_tool_use_and_results_render_deterministically(tokenizer):
 
 
 def test_unsupported_content_is_a_render_error(tokenizer):
-    with pytest.raises(RenderError, match="image"):
+    with pytest.raises(RenderError, match="'audio' is not supported"):
+        render_anthropic(
+            tokenizer,
+            {"messages": [{"role": "user", "content": [{"type": "audio", "data": "AA"}]}]},
+        )
+    with pytest.raises(RenderError, match=r"image\.source\.base64\.data: invalid base64"):
         render_anthropic(
             tokenizer,
             {

@@ -299,8 +299,8 @@ def test_nested_paths_over_http(server):
             },
         )
     )
-    assert err["param"] == "messages.0.content.1.type" and err["message"].startswith(
-        "messages.0.content.1.type: "
+    assert err["param"] == "messages.0.content.1.image_url.url" and err["message"].startswith(
+        "messages.0.content.1.image_url.url: "
     )
 
 

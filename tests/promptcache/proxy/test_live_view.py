@@ -37,7 +37,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 _spec = importlib.util.spec_from_file_location(
-    "report_png", ROOT / "tests/promptcache/usage/test_report.py"
+    "report_png", ROOT / "tests/promptcache/reports/test_report.py"
 )
 assert _spec is not None and _spec.loader is not None
 _png = importlib.util.module_from_spec(_spec)
