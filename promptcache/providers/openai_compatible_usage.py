@@ -10,6 +10,7 @@ from promptcache.providers.openai_usage import (
     last_usage_event,
     usage_and_model,
     usage_from_chat_fields,
+    usage_from_responses_fields,
 )
 from promptcache.providers.usage_record import Usage, read_count, subpart
 
@@ -25,8 +26,12 @@ from promptcache.providers.usage_record import Usage, read_count, subpart
 
 
 def parse_usage(data: dict, *, provider: str = "openai_compatible") -> Usage:
-    """Normalize a chat completion / usage from an OpenAI-compatible server or DeepSeek."""
+    """Normalize a chat completion, a Responses API reply (``input_tokens``: the local
+    engine and vLLM serve ``/v1/responses`` too) or a usage from an OpenAI-compatible server
+    or DeepSeek."""
     usage, model = usage_and_model(data)
+    if "prompt_tokens" not in usage and "input_tokens" in usage:
+        return usage_from_responses_fields(usage, provider=provider, model=model)
     hit = read_count(usage, "prompt_cache_hit_tokens", where="usage")
     miss = read_count(usage, "prompt_cache_miss_tokens", where="usage")
     if hit is None and miss is None:

@@ -146,6 +146,10 @@ def parse_usage(
     Raises :class:`UsageError` for a payload with no usage or inconsistent counts."""
     if not isinstance(data, Mapping):
         raise UsageError(f"a server response is a mapping, got {type(data).__name__}")
+    if str(data.get("type", "")).startswith("response.") and isinstance(
+        data.get("response"), Mapping
+    ):
+        data = data["response"]  # a Responses API stream's terminal event
     model = data.get("model") if isinstance(data.get("model"), str) else None
     for found in (
         _sglang_native(data, provider),
@@ -178,8 +182,10 @@ def parse_usage_stream(
     for ev in reversed(list(events)):
         if not isinstance(ev, Mapping):
             continue
+        resp = ev.get("response")
         if (
             isinstance(ev.get("usage"), Mapping)
+            or (isinstance(resp, Mapping) and isinstance(resp.get("usage"), Mapping))
             or isinstance(ev.get("timings"), Mapping)
             or isinstance(ev.get("meta_info"), Mapping)
             or ev.get("done") is True

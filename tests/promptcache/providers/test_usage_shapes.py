@@ -275,6 +275,40 @@ def test_vllm_prompt_tokens_details() -> None:
     assert (u.cache_read_tokens, u.uncached_input_tokens) == (1488, 12)
 
 
+
+# A Responses API reply from an OpenAI-compatible server (the local engine and vLLM serve
+# /v1/responses): the shape of OpenAI's documented Responses usage (input_tokens includes
+# input_tokens_details.cached_tokens), here with 2,176 of 2,200 input tokens read.
+_RESPONSE = {
+    "id": "resp_1",
+    "object": "response",
+    "model": "SmolLM2-135M-Instruct",
+    "usage": {
+        "input_tokens": 2200,
+        "input_tokens_details": {"cached_tokens": 2176},
+        "output_tokens": 16,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 2216,
+    },
+}
+
+
+@pytest.mark.parametrize("provider", ["openai_compatible", "local", "vllm"])
+def test_responses_reply_from_a_compatible_server(provider: str) -> None:
+    u = normalize_usage(provider, _RESPONSE)
+    assert (u.uncached_input_tokens, u.cache_read_tokens, u.output_tokens) == (24, 2176, 16)
+    assert u.cache_reported and u.model == "SmolLM2-135M-Instruct"
+    events = [
+        {"type": "response.created", "response": {**_RESPONSE, "usage": None}},
+        {"type": "response.output_text.delta", "delta": "Hi"},
+        {"type": "response.completed", "response": _RESPONSE},
+    ]
+    s = normalize_usage(provider, events)
+    assert (s.uncached_input_tokens, s.cache_read_tokens, s.output_tokens) == (24, 2176, 16)
+    # without input_tokens_details the cache is unknown, not a miss
+    bare = {**_RESPONSE, "usage": {"input_tokens": 2200, "output_tokens": 16}}
+    assert not normalize_usage(provider, bare).cache_reported
+
 # ---- the LiteLLM callback ----------------------------------------------------------------
 
 
