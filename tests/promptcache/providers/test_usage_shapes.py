@@ -275,7 +275,6 @@ def test_vllm_prompt_tokens_details() -> None:
     assert (u.cache_read_tokens, u.uncached_input_tokens) == (1488, 12)
 
 
-
 # A Responses API reply from an OpenAI-compatible server (the local engine and vLLM serve
 # /v1/responses): the shape of OpenAI's documented Responses usage (input_tokens includes
 # input_tokens_details.cached_tokens), here with 2,176 of 2,200 input tokens read.
@@ -308,6 +307,7 @@ def test_responses_reply_from_a_compatible_server(provider: str) -> None:
     # without input_tokens_details the cache is unknown, not a miss
     bare = {**_RESPONSE, "usage": {"input_tokens": 2200, "output_tokens": 16}}
     assert not normalize_usage(provider, bare).cache_reported
+
 
 # ---- the LiteLLM callback ----------------------------------------------------------------
 
