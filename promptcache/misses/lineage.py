@@ -16,6 +16,13 @@ most plausibly continues:
    prompt -- keeps the rest of that conversation: its later segments are still there);
 5. then the most recent.
 
+When no candidate is related so, an *edited head* is looked for: among the
+:data:`RECENT_EDIT` most recent candidates, the one whose first difference lies in a head
+segment (tools, system prompt) that shares at least :data:`SIMILAR` of its 128-character
+blocks with the new request's (the same prompt with a timestamp inserted at its top, a tool
+added). That request continues the candidate's conversation with its prefix changed, and
+the ledger says where (the proxy's lineage index uses the same rule and helpers).
+
 Only requests within ``window_s`` seconds (the longest TTL the provider offers: nothing
 older can still be cached) are candidates. A candidate is *related* (the same conversation)
 when the new request contains it whole, or when every segment it has after the first
@@ -42,6 +49,11 @@ from promptcache.misses.cause import Observation, ttl_seconds
 from promptcache.misses.digest_chain import DigestChain
 
 __all__ = [
+    "SIMILAR",
+    "RECENT_EDIT",
+    "head_blocks",
+    "similarity",
+    "edited_head",
     "Match",
     "RecentRequests",
     "match",
@@ -67,6 +79,49 @@ def window_for(rules: CacheLimits) -> float:
     return max(max(secs), OPENAI_IN_MEMORY_MAX_SECONDS)
 
 
+#: Share of a head segment's 128-character blocks that must be equal for an edited head to
+#: continue a conversation.
+SIMILAR = 0.5
+
+#: An edited head is looked for among this many most recent candidates.
+RECENT_EDIT = 16
+
+
+def head_blocks(chain: DigestChain) -> list[frozenset[str]]:
+    """The block digests of each head segment of ``chain`` (the leading segments before the
+    first ``messages`` one; an atom without blocks counts as one block, its digest)."""
+    out = []
+    for seg in chain.segments:
+        if seg.kind == "messages":
+            break
+        blocks: set[str] = set()
+        for atom in chain.atoms.get(seg.digest, ()):
+            blocks.update(atom.blocks or (atom.digest,))
+        out.append(frozenset(blocks))
+    return out
+
+
+def similarity(a: frozenset[str], b: frozenset[str]) -> float:
+    """Shared blocks over the larger segment's blocks, in [0, 1] (0 when either is empty)."""
+    if not a or not b:
+        return 0.0
+    return len(a & b) / max(len(a), len(b))
+
+
+def edited_head(
+    mine: Sequence[str],
+    heads: list[frozenset[str]],
+    theirs: Sequence[str],
+    their_heads: list[frozenset[str]],
+) -> float:
+    """How alike the first differing segment of two requests is (:func:`similarity`) when
+    it is a head segment of both; 0.0 otherwise."""
+    run = _common_run(mine, theirs)
+    if run >= len(heads) or run >= len(their_heads):
+        return 0.0
+    return similarity(heads[run], their_heads[run])
+
+
 def _common_run(a: Sequence[str], b: Sequence[str]) -> int:
     n = 0
     for x, y in zip(a, b):
@@ -87,6 +142,8 @@ class Match:
             new request after it (counted only when its last segment does; else 0).
         tail_total: segments the candidate has after the first difference.
         longer: the new request has more segments than the candidate.
+        edited_head: the first difference is a head segment at least :data:`SIMILAR`
+            alike (the same conversation, its prefix edited).
     """
 
     run: int
@@ -94,6 +151,7 @@ class Match:
     tail: int
     tail_total: int
     longer: bool = False
+    edited_head: bool = False
 
     @property
     def related(self) -> bool:
@@ -101,7 +159,7 @@ class Match:
         a tail of at least two segments, or of one when the new request also extends past
         it. (A one-segment tail alone, such as a first user message "hi" after a system
         prompt, is what any new conversation may share.)"""
-        if self.contained:
+        if self.contained or self.edited_head:
             return True
         if self.tail_total == 0 or self.tail != self.tail_total:
             return False
@@ -163,6 +221,7 @@ class _Entry:
     obs: Observation
     digests: list[str]
     conversation: str
+    heads: list[frozenset[str]]
 
 
 class RecentRequests:
@@ -208,7 +267,12 @@ class RecentRequests:
             pool = [
                 e for e in self._groups.get(group, {}).values() if ts - window_s <= e.obs.ts <= ts
             ]
-        found = best_match(chain.digests(), ((e.digests, e.obs.ts) for e in pool))
+        mine = chain.digests()
+        found = best_match(mine, ((e.digests, e.obs.ts) for e in pool))
+        if found is None or not found[1].related:
+            edited = _edited(mine, head_blocks(chain), pool)
+            if edited is not None:
+                found = edited
         if found is None:
             return None
         entry = pool[found[0]]
@@ -219,7 +283,7 @@ class RecentRequests:
     ) -> None:
         """Keep ``obs`` (of ``conversation``) as a candidate for later requests."""
         group = (provider or "", model or "")
-        entry = _Entry(obs, obs.chain.digests(), conversation)
+        entry = _Entry(obs, obs.chain.digests(), conversation, head_blocks(obs.chain))
         with self._lock:
             self._entries[self._next] = (group, entry)
             self._groups.setdefault(group, {})[self._next] = entry
@@ -236,6 +300,26 @@ class RecentRequests:
                 old = self._entries[old_key][1]
                 if old.obs.chain.values:
                     old.obs = _without_values(old.obs)
+
+
+def _edited(
+    mine: list[str], heads: list[frozenset[str]], pool: list[_Entry]
+) -> tuple[int, Match] | None:
+    """Index and :class:`Match` (``edited_head``) of the most alike of the
+    :data:`RECENT_EDIT` most recent entries of ``pool`` whose first difference from the new
+    request is a head segment at least :data:`SIMILAR` alike; None when there is none."""
+    best: tuple[float, float, int] | None = None
+    recent = sorted(range(len(pool)), key=lambda i: pool[i].obs.ts)[-RECENT_EDIT:]
+    for i in recent:
+        sim = edited_head(mine, heads, pool[i].digests, pool[i].heads)
+        if sim >= SIMILAR and (best is None or (sim, pool[i].obs.ts) > best[:2]):
+            best = (sim, pool[i].obs.ts, i)
+    if best is None:
+        return None
+    theirs = pool[best[2]].digests
+    run = _common_run(mine, theirs)
+    n_after = len(theirs) - run - 1
+    return best[2], Match(run, False, 0, n_after, len(mine) > len(theirs), edited_head=True)
 
 
 def _without_values(obs: Observation) -> Observation:

@@ -26,18 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from promptcache.misses.attribution import api_of_request, common_run
+from promptcache.misses.attribution import api_of_request
 from promptcache.misses.digest_chain import APIS, DigestChain, build_chain
+from promptcache.misses.lineage import RECENT_EDIT, SIMILAR, edited_head, head_blocks
 
-__all__ = ["LineageIndex", "SIMILAR"]
-
-#: Share of a head segment's blocks that must be equal for an edited head to continue a
-#: lineage.
-SIMILAR = 0.5
-
-
-#: An edited head is looked for among this many most recent lineages of the model.
-RECENT_EDIT = 16
+__all__ = ["LineageIndex", "SIMILAR"]  # SIMILAR: from promptcache.misses.lineage
 
 
 @dataclass(frozen=True)
@@ -55,24 +48,6 @@ def _prefix_hashes(digests: list[str]) -> list[int]:
         h = hash((h, d))
         out.append(h)
     return out
-
-
-def _head_blocks(chain: DigestChain) -> list[frozenset[str]]:
-    out = []
-    for seg in chain.segments:
-        if seg.kind == "messages":
-            break
-        blocks: set[str] = set()
-        for atom in chain.atoms.get(seg.digest, ()):
-            blocks.update(atom.blocks or (atom.digest,))
-        out.append(frozenset(blocks))
-    return out
-
-
-def _similarity(a: frozenset[str], b: frozenset[str]) -> float:
-    if not a or not b:
-        return 0.0
-    return len(a & b) / max(len(a), len(b))
 
 
 class LineageIndex:
@@ -127,7 +102,7 @@ class LineageIndex:
             model,
             digests,
             [s.kind for s in chain.segments],
-            _head_blocks(chain),
+            head_blocks(chain),
             _prefix_hashes(digests),
         )
         with self._lock:
@@ -194,10 +169,7 @@ class LineageIndex:
             seen += 1
             if seen > RECENT_EDIT:
                 break
-            run = common_run(prev.digests, cur.digests)
-            if run >= len(prev.head_blocks) or run >= len(cur.head_blocks):
-                continue  # the difference is not in the head
-            sim = _similarity(prev.head_blocks[run], cur.head_blocks[run])
+            sim = edited_head(cur.digests, cur.head_blocks, prev.digests, prev.head_blocks)
             if sim > best or (sim == best and best_key is None):
                 best_key, best = key, sim
         return best_key

@@ -159,3 +159,47 @@ def test_match_rules() -> None:
     assert not m.related and m.useful
     # nothing shared at all
     assert not match(["x"], ["y"]).useful
+
+
+def test_an_edited_head_continues_the_conversation(tmp_path) -> None:
+    """The textbook bust through wrap()'s path: a system prompt led by the current time,
+    sent twice within the same second, then a minute later. The third request shares no
+    leading segment with anything, but its system prompt (1,262 characters: 10 blocks of
+    128) differs only in its first block, 9 of 10 blocks equal >= SIMILAR: it is the same
+    conversation with its prefix changed at $.messages[0].content, not a cold start. A
+    different shop's prompt (no block in common) stays a new conversation."""
+    t = Tracker(tmp_path / "edit.db")
+    rules = "".join(
+        f"Rule {i}: answer for shop 7 about order {i * 37} in at most {i + 2} lines. "
+        for i in range(20)
+    )
+
+    def req(system: str) -> dict:
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]
+        return {"model": "gpt-4o", "messages": msgs}
+
+    def u(read: int) -> Usage:
+        return Usage(
+            uncached_input_tokens=1300 - read,
+            cache_read_tokens=read,
+            output_tokens=3,
+            provider="openai",
+            model="gpt-4o",
+        )
+
+    sent = [
+        ("Now: 2026-12-03 13:40:07\n" + rules, 0),
+        ("Now: 2026-12-03 13:40:07\n" + rules, 1280),
+        ("Now: 2026-12-03 13:41:52\n" + rules, 0),
+        ("".join(f"Tenant 9, item {i}: quote its price in euros. " for i in range(30)), 0),
+    ]
+    for i, (system, read) in enumerate(sent):
+        t.record(u(read), request=req(system), api="chat.completions", ts=100.0 + i, rules=RULES)
+    recs = t.records()
+    assert [(r.miss_cause, r.miss_path) for r in recs] == [
+        ("cold", None),
+        ("hit", None),
+        ("prefix_changed", "$.messages[0].content"),
+        ("cold", None),
+    ]
+    assert recs[2].lineage == recs[1].lineage != recs[3].lineage
