@@ -76,6 +76,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also lint tests, examples, docs and evaluation folders (skipped by default)",
     )
     parser.add_argument(
+        "--force-exclude",
+        action="store_true",
+        help="leave out named test files and files under tests/examples/docs/... folders too, "
+        "as a folder walk does (unless --include-tests): for pre-commit, which passes file names",
+    )
+    parser.add_argument(
         "--provider",
         choices=PROVIDERS,
         help="provider of .json/.jsonl request payloads (default: from their shape)",
@@ -138,7 +144,9 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, "include_tests", False):
             config = replace(config, include_tests=True)
         skipped: list[str] = []
-        targets = discover(args.paths or ["."], config, skipped=skipped)
+        targets = discover(
+            args.paths or ["."], config, skipped=skipped, force_exclude=args.force_exclude
+        )
     except (ConfigError, PathNotFound) as exc:
         return _usage(str(exc))
     for why in skipped:

@@ -183,10 +183,14 @@ def discover(
     config: LintConfig,
     cwd: Path | None = None,
     skipped: list[str] | None = None,
+    force_exclude: bool = False,
 ) -> list[Target]:
     """The files to lint for ``paths``, in a stable order, without duplicates. A named
     file that is neither Python nor a request payload is left out and, when ``skipped``
-    is given, appended to it as ``"PATH: why"``.
+    is given, appended to it as ``"PATH: why"``. ``force_exclude`` (ruff's flag of that
+    name): a named file is also left out when a folder walk would leave it out (a test
+    file or a file under a tests/examples/docs/... folder, unless ``include_tests``), as a
+    pre-commit hook, which is handed file names, needs to agree with ``lint .``.
 
     Raises:
         PathNotFound: a path that does not exist (the message names it).
@@ -215,6 +219,8 @@ def discover(
         if p.is_file():
             if excluded(p, False):
                 continue
+            if force_exclude and not config.include_tests and _not_runtime(p, root, cwd):
+                continue
             kind = _named_kind(p)
             if kind is None:
                 if skipped is not None:
@@ -230,6 +236,20 @@ def discover(
             ignores = _Ignores([])  # the folder itself was named: only its own rules apply
         _walk(p, ignores, config, excluded, out, cwd)
     return sorted(out.values(), key=lambda t: t.display)
+
+
+def _not_runtime(p: Path, root: Path, cwd: Path) -> bool:
+    """A test file, or a file under a :data:`NON_RUNTIME_DIRS` folder (below ``root``, else
+    below ``cwd``): what a folder walk skips by default."""
+    if is_test_file(p.name):
+        return True
+    for base in (root, cwd):
+        try:
+            parts = p.parent.relative_to(base).parts
+        except ValueError:
+            continue
+        return any(part in NON_RUNTIME_DIRS for part in parts)
+    return False
 
 
 def is_test_file(name: str) -> bool:

@@ -227,6 +227,12 @@ def test_tests_examples_docs_and_eval_folders_are_skipped_by_default(tmp_path):
     assert names == ["pkg/app.py"]
     wide = LintConfig(root=tmp_path, include_tests=True)
     assert len(discover([str(tmp_path)], wide, cwd=tmp_path)) == 6
+    # named files (what pre-commit passes): linted as named, unless --force-exclude
+    named = [str(tmp_path / rel) for rel in ("pkg/app.py", "tests/test_app.py", "docs/conf.py")]
+    assert len(discover(named, cfg, cwd=tmp_path)) == 3
+    forced = discover(named, cfg, cwd=tmp_path, force_exclude=True)
+    assert [t.display for t in forced] == ["pkg/app.py"]
+    assert len(discover(named, wide, cwd=tmp_path, force_exclude=True)) == 3
 
 
 def test_python_312_syntax_is_not_a_syntax_error():

@@ -57,7 +57,7 @@ def test_published_manifest():
 
     (hook,) = load_manifest(str(REPO / ".pre-commit-hooks.yaml"))
     assert hook["id"] == "promptcache-lint"
-    assert hook["entry"] == "promptcache lint"
+    assert hook["entry"] == "promptcache lint --force-exclude"
     assert hook["language"] == "python"
     assert hook["types"] == ["python"]
 
