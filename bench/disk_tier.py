@@ -154,7 +154,7 @@ def measure(args: argparse.Namespace, folder: Path) -> tuple[list, str]:
     common = dict(num_kv_blocks=blocks + 8, max_num_batched_tokens=2048)
     tier_bytes = (blocks + 8) * block_bytes
 
-    rows = []
+    rows: list[tuple] = []
     eng = make(cpu_cache_memory=tier_bytes, disk_cache_dir=str(folder), **common)
     if cuda:
         ttft(eng, "warm-up", warm)
