@@ -1,10 +1,13 @@
-"""Disk tier of the prefix cache on this CPU, with the real SmolLM2-135M-Instruct (float32).
+"""Disk tier of the prefix cache on this CPU (the real SmolLM2-135M-Instruct, float32) or on a
+GPU (``--device cuda --model-dir DIR``: a ``bench/engine_gpu.py prepare`` folder, a real model's
+architecture and tokenizer with random weights drawn on the device, bf16: the 94 MiB GGUF cannot
+travel to the device; the KV bytes and the prefill's cost are those of the shape).
 
 TTFT of one request whose prompt is a ``--prefix`` token prefix (default 4,096) plus a 16-token
 suffix, 1 output token, when the prefix is:
 
 - ``cold``: nowhere (a full prefill: the peer, today's restart);
-- ``device pool``: cached in the device pool (here host memory too, the CPU engine's "GPU");
+- ``device pool``: cached in the device pool (on the CPU host memory too, the CPU engine's "GPU");
 - ``CPU tier``: evicted from the pool to the CPU tier (``cpu_cache_memory``);
 - ``disk, page cache``: a fresh engine on the folder the first engine wrote (``close()``):
   the block files are in the OS page cache (a restart right after a run);
@@ -17,13 +20,18 @@ chunks), and the same from the page cache. Read-back GB/s = the prefix's KV byte
 restore's wall time (from the request's arrival to the step that saw its reads done: the
 reader threads read, check the CRC and copy into the pool meanwhile).
 
-Usage: ``PYTHONPATH=. .venv/bin/python bench/disk_tier.py [--prefix 4096] [--dir DIR]``.
-Not a test: it prints, it does not assert.
+On CUDA one full-length request of other tokens runs first (kernel compilation and library
+start-up stay out of the cold row), and each fresh engine runs a 32-token one (no eviction).
+
+Usage: ``PYTHONPATH=. .venv/bin/python bench/disk_tier.py [--prefix 4096] [--dir DIR]
+[--device cuda --model-dir DIR]``. Not a test: it prints, it does not assert.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import os
 import random
 import sys
@@ -90,29 +98,66 @@ def ttft(engine, rid: str, ids: list[int]) -> tuple[float, object, float]:
                 return dt, o, restored
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--prefix", type=int, default=4096)
-    ap.add_argument("--dir", default=None, help="disk tier folder (default: a temporary one)")
-    ap.add_argument("--probe-mib", type=int, default=512)
-    args = ap.parse_args()
-
+def engine_factory(args: argparse.Namespace) -> tuple:
+    """(make(**engine options) -> LLMEngine, bytes of one KV block (block_size 16), model label).
+    CPU default: the embedded GGUF, float32; ``--model-dir``: that folder's shape, random
+    weights (seed 0: every engine of the run has the same ones, so the disk fingerprint matches),
+    the device's default dtype (float32 on the CPU, bf16 on CUDA)."""
     from local_engine.engine import LLMEngine
 
-    folder = Path(args.dir or tempfile.mkdtemp(prefix="kv-disk-bench-"))
+    if args.model_dir is None:
+        if args.device != "cpu":
+            raise SystemExit(
+                "disk_tier: --device cuda needs --model-dir (the GGUF is CPU-only here)"
+            )
+        block_bytes = 2 * 30 * 3 * 64 * 4 * 16  # SmolLM2 float32: 737,280 B a block
+        return (lambda **kw: LLMEngine.from_model(None, **kw)), block_bytes, "SmolLM2-135M float32"
+    cfg = json.loads((Path(args.model_dir) / "config.json").read_text())
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    dtype_bytes = 4 if args.device == "cpu" else 2
+    block_bytes = (
+        2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * head_dim * dtype_bytes * 16
+    )
+    label = (
+        f"{Path(args.model_dir).name} (random weights) {'float32' if dtype_bytes == 4 else 'bf16'}"
+    )
+
+    def make(**kw):
+        return LLMEngine.from_config(args.model_dir, device=args.device, **kw)
+
+    return make, block_bytes, label
+
+
+def free(engine) -> None:
+    """Drop an engine and (on CUDA) give its memory back before the next one is built."""
+    del engine
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass
+
+
+def measure(args: argparse.Namespace, folder: Path) -> tuple[list, str]:
+    """The five rows (label, TTFT s, output[, bytes from disk, restore s]) and the model label."""
+    make, block_bytes, label = engine_factory(args)
+    cuda = args.device != "cpu"
     rng = random.Random(0)
     prefix = [rng.randrange(1000, 40000) for _ in range(args.prefix)]
     prompt = prefix + [rng.randrange(1000, 40000) for _ in range(SUFFIX)]
     other = [rng.randrange(1000, 40000) for _ in range(args.prefix + SUFFIX)]
+    warm = [rng.randrange(1000, 40000) for _ in range(args.prefix + SUFFIX)]
     blocks = -(-(args.prefix + SUFFIX + 1) // 16)
     common = dict(num_kv_blocks=blocks + 8, max_num_batched_tokens=2048)
-    block_bytes = 2 * 30 * 3 * 64 * 4 * 16  # SmolLM2 float32: 737,280 B a block
     tier_bytes = (blocks + 8) * block_bytes
 
-    rows = []
-    eng = LLMEngine.from_model(
-        None, cpu_cache_memory=tier_bytes, disk_cache_dir=str(folder), **common
-    )
+    rows: list[tuple] = []
+    eng = make(cpu_cache_memory=tier_bytes, disk_cache_dir=str(folder), **common)
+    if cuda:
+        ttft(eng, "warm-up", warm)
     t_cold, o, _ = ttft(eng, "cold", prompt)
     rows.append(("cold (full prefill)", t_cold, o))
     t_dev, o, _ = ttft(eng, "device", prompt)
@@ -122,19 +167,37 @@ def main() -> None:
     rows.append(("CPU tier", t_cpu, o))
     eng.close()  # everything cached goes to disk
     files = list(folder.rglob("*.kvb"))
-    del eng
+    free(eng)
 
-    for label, cold in (("disk, page cache", False), ("disk, cold", True)):
+    for name, cold in (("disk, page cache", False), ("disk, cold", True)):
+        fresh = make(disk_cache_dir=str(folder), **common)
+        if cuda:
+            ttft(fresh, "warm-up", warm[:32])
         if cold:
             for f in files:
                 drop_from_page_cache(f)
-        fresh = LLMEngine.from_model(None, disk_cache_dir=str(folder), **common)
-        t, o, restore_s = ttft(fresh, label, prompt)
-        rows.append((label, t, o, fresh.metrics.kv_bytes_from_disk, restore_s))
-        del fresh
+        t, o, restore_s = ttft(fresh, name, prompt)
+        rows.append((name, t, o, fresh.metrics.kv_bytes_from_disk, restore_s))
+        free(fresh)
+    return rows, label
 
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--prefix", type=int, default=4096)
+    ap.add_argument("--dir", default=None, help="disk tier folder (default: a temporary one)")
+    ap.add_argument("--probe-mib", type=int, default=512)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--model-dir", default=None, help="a bench/engine_gpu.py prepare folder")
+    args = ap.parse_args()
+
+    folder = Path(args.dir or tempfile.mkdtemp(prefix="kv-disk-bench-"))
+    rows, label = measure(args, folder)
+    t_cold = rows[0][1]
     cold_gbps, cached_gbps = sequential_read_gbps(folder, args.probe_mib)
-    print(f"# disk tier: SmolLM2-135M float32, {args.prefix}-token prefix + {SUFFIX}, 1 token out")
+    print(
+        f"# disk tier: {label} on {args.device}, {args.prefix}-token prefix + {SUFFIX}, 1 token out"
+    )
     print(
         f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, folder {folder}"
     )
@@ -146,13 +209,13 @@ def main() -> None:
     )
     print("|---|---:|---|---:|---:|---:|")
     for row in rows:
-        label, t, o = row[:3]
+        name, t, o = row[:3]
         tiers = f"{o.num_gpu_cached_tokens}/{o.num_cpu_cached_tokens}/{o.num_disk_cached_tokens}"
         gbps = floor = ""
         if len(row) > 3 and row[4] > 0:
-            gbps = f"{row[3] / row[4] / 1e9:.2f} ({row[3] / 1e6:.0f} MB in {row[4]:.2f} s)"
-            floor = f"{cold_gbps if 'cold' in label else cached_gbps:.2f}"
-        print(f"| {label} | {t:.3f} | {tiers} | {t_cold / t:.1f}x | {gbps} | {floor} |")
+            gbps = f"{row[3] / row[4] / 1e9:.2f} ({row[3] / 1e6:.0f} MB in {row[4]:.3f} s)"
+            floor = f"{cold_gbps if 'cold' in name else cached_gbps:.2f}"
+        print(f"| {name} | {t:.3f} | {tiers} | {t_cold / t:.1f}x | {gbps} | {floor} |")
 
 
 if __name__ == "__main__":

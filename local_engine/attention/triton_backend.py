@@ -35,11 +35,15 @@ import triton
 from local_engine.attention import cuda_decode, triton_int2, triton_kv_write
 from local_engine.attention.split_k import alloc_partials
 from local_engine.attention.triton_attention import _reduce_segments_kernel, paged_attention_kernel
+from local_engine.attention.triton_interpreter import squeeze_scalar_index
 from local_engine.kv_cache import int2
 from local_engine.kv_cache.quant import rotate_int4
 
 LOG2E = 1.4426950408889634
 logger = logging.getLogger("local_engine")
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    squeeze_scalar_index()  # triton 3.6 interpreter + NumPy 2.4: loop bounds
 
 
 @dataclass(frozen=True)
