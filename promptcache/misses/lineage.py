@@ -20,7 +20,7 @@ When no candidate is related so, an *edited head* is looked for: among the
 :data:`RECENT_EDIT` most recent candidates, the one whose first difference lies in a head
 segment (tools, system prompt) that shares at least :data:`SIMILAR` of its 128-character
 blocks with the new request's (the same prompt with a timestamp inserted at its top, a tool
-added). That request continues the candidate's conversation with its prefix changed, and
+added), and whose messages all reappear in the new request. That request continues the candidate's conversation with its prefix changed, and
 the ledger says where (the proxy's lineage index uses the same rule and helpers).
 
 Only requests within ``window_s`` seconds (the longest TTL the provider offers: nothing
@@ -307,10 +307,16 @@ def _edited(
 ) -> tuple[int, Match] | None:
     """Index and :class:`Match` (``edited_head``) of the most alike of the
     :data:`RECENT_EDIT` most recent entries of ``pool`` whose first difference from the new
-    request is a head segment at least :data:`SIMILAR` alike; None when there is none."""
+    request is a head segment at least :data:`SIMILAR` alike and whose messages all reappear
+    in it (the same conversation; another one that only shares a similar head stays
+    another); None when there is none."""
     best: tuple[float, float, int] | None = None
     recent = sorted(range(len(pool)), key=lambda i: pool[i].obs.ts)[-RECENT_EDIT:]
+    have = set(mine)
     for i in recent:
+        theirs = pool[i].digests[len(pool[i].heads) :]
+        if not theirs or not have.issuperset(theirs):
+            continue  # its conversation (the messages after the head) is not in this request
         sim = edited_head(mine, heads, pool[i].digests, pool[i].heads)
         if sim >= SIMILAR and (best is None or (sim, pool[i].obs.ts) > best[:2]):
             best = (sim, pool[i].obs.ts, i)
