@@ -131,11 +131,13 @@ class DiskStore:
 
     # ---- paths -----------------------------------------------------------------------------
     def path(self, block_hash: bytes) -> Path:
+        """The file of the block with chain hash ``block_hash``: ``DIR/<2 hex>/<hex><SUFFIX>``."""
         hx = block_hash.hex()
         return self.dir / hx[:2] / (hx + SUFFIX)
 
     @property
     def file_bytes(self) -> int:
+        """Bytes of one block file: the checksummed header plus the block's KV bytes."""
         return HEADER_BYTES + self.block_bytes
 
     # ---- index -----------------------------------------------------------------------------

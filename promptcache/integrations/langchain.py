@@ -203,6 +203,8 @@ class PromptCacheHandler(BaseCallbackHandler):
 
     @property
     def tracker(self) -> Any:
+        """The :class:`~promptcache.Tracker` records go to (the default ledger, opened on first
+        use, when none was given)."""
         if self._tracker is None:
             from promptcache.ledger.tracker import Tracker
 

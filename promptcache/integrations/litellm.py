@@ -200,6 +200,8 @@ class PromptCacheCallback:
 
     @property
     def tracker(self) -> Any:
+        """The :class:`~promptcache.Tracker` records go to (the default ledger, opened on first
+        use, when none was given)."""
         if self._tracker is None:
             from promptcache.ledger.tracker import Tracker
 

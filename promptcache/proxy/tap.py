@@ -234,6 +234,7 @@ class _Lines(logging.Handler):
             pass
 
     def take(self) -> list[tuple[str, int, str]]:
+        """The lines captured since the last call, as ``(logger, level, text)``; clears them."""
         lines, self.lines = self.lines, []
         return lines
 
