@@ -145,6 +145,7 @@ class LLMEngine:
             num_cpu_blocks,
             num_tier_blocks,
             disk=self.disk_tier.store if self.disk_tier is not None else None,
+            residual=self.runner.residual_slots(),
         )
         self.scheduler = Scheduler(
             self.kv_cache_manager,
@@ -404,6 +405,7 @@ class LLMEngine:
         tables = self.kv_cache_manager.block_table_array([s.seq.seq_id for s in sched.scheduled])
         self._move_blocks(sched)
         self.runner.copy_blocks(sched.block_copies)
+        self.runner.set_residual_ids(self.kv_cache_manager.take_residual_writes())
         if self.spec is not None:
             self.spec.copy_blocks(sched.block_copies)
             self.spec.draft(sched.scheduled, tables)  # the drafts the scheduler made room for

@@ -23,7 +23,9 @@ import torch
 from .attention.metadata import AttentionMetadata
 from .config import EngineConfig, ModelConfig
 from .host_layout import HostLayout
+from .kv_cache.int2 import Layout, residual_slots, set_residual_ids
 from .kv_cache.quant import KVCacheFormat, allocate_kv_cache, kv_cache_format
+from .kv_cache.residual import ResidualSlots
 from .models.llama import LlamaForCausalLM
 from .sampling import Sampler, SamplerOutput, SamplingParams
 from .scheduler import SchedulerOutput
@@ -70,10 +72,15 @@ def plan_num_blocks(
     """Pool size in blocks: ``num_kv_blocks`` when set; else ``kv_cache_memory`` bytes; else on
     CUDA ``gpu_memory_utilization`` of the free device memory (after the weights are loaded),
     on the CPU :attr:`EngineConfig.DEFAULT_CPU_KV_CACHE_MEMORY`. At least enough blocks for
-    one ``max_model_len`` sequence plus one is not required: it is reported instead."""
+    one ``max_model_len`` sequence plus one is not required: it is reported instead. int2's
+    residual slots come out of the same bytes (:meth:`KVCacheFormat.residual_blocks
+    <local_engine.kv_cache.quant.KVCacheFormat.residual_blocks>` blocks)."""
     if cfg.num_kv_blocks is not None:
         return cfg.num_kv_blocks
     per_block = kv_block_bytes(mc, cfg.block_size, dtype)
+    residual = 0
+    if isinstance(dtype, KVCacheFormat):
+        residual = dtype.residual_blocks(mc, cfg.block_size, cfg.max_num_seqs)
     if cfg.kv_cache_memory is not None:
         budget = cfg.kv_cache_memory
     elif str(cfg.device).startswith("cuda"):
@@ -81,7 +88,7 @@ def plan_num_blocks(
         budget = int(free * cfg.gpu_memory_utilization)
     else:
         budget = EngineConfig.DEFAULT_CPU_KV_CACHE_MEMORY
-    return max(1, budget // per_block)
+    return max(1, budget // per_block - residual)
 
 
 @torch.no_grad()
@@ -169,8 +176,9 @@ class ModelRunner:
         of ``kv_cache_dtype`` (:func:`local_engine.kv_cache.quant.allocate_kv_cache`); layer i's
         ``(k_cache, v_cache[, k_scale, v_scale])`` are views into it."""
         self.num_blocks = num_blocks
+        slots = residual_slots(self.cfg.max_num_seqs) if self.kv_format.name == "int2" else 0
         self.kv_cache, self.kv_caches = allocate_kv_cache(
-            self.model_config, num_blocks, self.block_size, self.kv_format, self.device
+            self.model_config, num_blocks, self.block_size, self.kv_format, self.device, slots
         )
         # capture decode steps in CUDA graphs (local_engine/cuda_graphs.py)
         if self.device.type == "cuda" and not self.cfg.enforce_eager:
@@ -405,6 +413,22 @@ class ModelRunner:
             cpu = torch.tensor([a for a, _ in swap_in], dtype=torch.long)
             dev = torch.tensor([b for _, b in swap_in], dtype=torch.long, device=self.device)
             self.kv_cache[:, :, dev] = cpu_cache[cpu].movedim(0, 2).to(self.device)
+
+    def residual_slots(self) -> ResidualSlots | None:
+        """The books of int2's residual slots for this pool (None for other formats): two
+        per ``max_num_seqs``, from pseudo-block ``num_blocks`` on."""
+        if self.kv_format.name != "int2":
+            return None
+        mc = self.model_config
+        lay = Layout(self.block_size, mc.num_kv_heads, mc.head_dim)
+        per = lay.blocks_per_slot(torch.empty((), dtype=self.dtype).element_size())
+        return ResidualSlots(residual_slots(self.cfg.max_num_seqs), self.num_blocks, per)
+
+    def set_residual_ids(self, writes: Seq[tuple[int, int]]) -> None:
+        """Write int2's ``(block, residual slot)`` assignments into the pool (after the
+        step's block copies: a copied open block carries its source's slot id)."""
+        if writes:
+            set_residual_ids(self.kv_cache, [b for b, _ in writes], [r for _, r in writes])
 
     def copy_blocks(self, copies: Seq[tuple[int, int]]) -> None:
         """Copy whole KV blocks ``src -> dst`` in every layer (copy-on-write)."""

@@ -85,6 +85,15 @@ def paged_attention(
 def check_scales(k_cache: torch.Tensor, k_scale, v_scale) -> None:
     """Raise ValueError unless scales come with a quantized cache and only with one, shaped
     ``k_cache.shape[:3]``."""
+    if k_scale is not None and k_scale.dtype == torch.float16:
+        # int2 (kv_cache.int2): K scales/minima [blocks, kv_heads, 2, D], V pairs [blocks,
+        # block_size, kv_heads, 2], both float16
+        n, bs, h = k_cache.shape[:3]
+        if v_scale is None or v_scale.dtype != torch.float16 or v_scale.shape != (n, bs, h, 2):
+            raise ValueError(f"an int2 KV cache needs float16 v_scale [{n}, {bs}, {h}, 2]")
+        if k_scale.shape[:3] != (n, h, 2):
+            raise ValueError(f"int2 k_scale must be [{n}, {h}, 2, head_dim]")
+        return
     if is_quantized(k_cache):
         if k_scale is None or v_scale is None:
             raise ValueError(f"a {k_cache.dtype} KV cache needs k_scale and v_scale")

@@ -78,8 +78,8 @@ def write_kv_cache(
         k_cache.view(num_blocks * block_size, *k_cache.shape[2:]).index_copy_(0, slots, key)
         v_cache.view(num_blocks * block_size, *v_cache.shape[2:]).index_copy_(0, slots, value)
         return
-    if int2.is_int2(k_cache, v_cache):  # KIVI 2-bit: INT4 residual keys, finalized on fill
-        if k_scale is None or v_scale is None:
+    if int2.is_int2(k_cache, k_scale):  # KIVI 2-bit: residual slots, quantized on fill
+        if v_scale is None:
             raise ValueError("an int2 KV cache needs k_scale and v_scale")
         int2.write(key, value, k_cache, v_cache, k_scale, v_scale, slots)
         return
@@ -126,10 +126,10 @@ def _attend(q, k_cache, v_cache, table_row, ctx, scale, k_scale, v_scale) -> tor
     if k_scale is None and k_cache.dtype == compute:  # the CPU engine's case: fewest calls
         k = k_cache.index_select(0, blocks).view(n_blocks * block_size, num_kv_heads, head_dim)
         v = v_cache.index_select(0, blocks).view(n_blocks * block_size, num_kv_heads, head_dim)
-    elif int2.is_int2(k_cache, v_cache):  # block i is finished when (i + 1) * bs <= ctx
+    elif int2.is_int2(k_cache, k_scale):  # block i is finished when (i + 1) * bs <= ctx
         finished = (torch.arange(n_blocks, device=q.device) + 1) * block_size <= ctx
-        k = int2.read_keys(k_cache, k_scale, blocks, finished).to(compute)
-        v = int2.read_values(v_cache, v_scale, blocks).to(compute)
+        k, v = int2.read_blocks(k_cache, v_cache, k_scale, v_scale, blocks, finished, q.dtype)
+        k, v = k.to(compute), v.to(compute)
         k = k.view(-1, num_kv_heads, head_dim)
         v = v.view(-1, num_kv_heads, head_dim)
     else:
@@ -177,7 +177,7 @@ def paged_attention(
         raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
     if scale is None:
         scale = head_dim**-0.5
-    if k_cache.dtype == PACKED_DTYPE and not int2.is_int2(k_cache, v_cache):
+    if k_cache.dtype == PACKED_DTYPE and not int2.is_int2(k_cache, k_scale):
         # INT4 keys are rotated: rotate the queries alike
         q = rotate_int4(q)
     cu = cu_seqlens_q.tolist()
@@ -231,10 +231,10 @@ def _decode_batched(
     blocks = torch.where(own, blocks, torch.zeros_like(blocks))
     s = len(decode)
     compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    if int2.is_int2(k_cache, v_cache):
+    if int2.is_int2(k_cache, k_scale):
         finished = (torch.arange(n_blocks, device=dev)[None, :] + 1) * block_size <= ctx[:, None]
-        k = int2.read_keys(k_cache, k_scale, blocks, finished).to(compute)
-        v = int2.read_values(v_cache, v_scale, blocks).to(compute)
+        k, v = int2.read_blocks(k_cache, v_cache, k_scale, v_scale, blocks, finished, q.dtype)
+        k, v = k.to(compute), v.to(compute)
     else:
         k = _read(k_cache, k_scale, blocks, compute)
         v = _read(v_cache, v_scale, blocks, compute)

@@ -25,9 +25,8 @@ and sum of exponentials, and :func:`_reduce_segments_kernel` merges them.
 
 ``QUANT`` 4 is the 2-bit KIVI format (:mod:`local_engine.kv_cache.int2`,
 :func:`~local_engine.attention.triton_int2.int2_tile`): keys and values dequantized to float32
-in registers and multiplied as a float cache's (finished blocks' keys against ``q``, the open
-block's INT4 keys against the rotated queries ``qr_ptr``; only tiles that may hold the open
-block, the masked ones, load both).
+in registers and multiplied as a float cache's; tiles that may hold the context's open block
+(the masked ones) read it from its residual slot in the model dtype.
 
 Quantized caches (``QUANT`` 1 = INT8, 2 = FP8 E4M3, 3 = packed INT4 unpacked to its small
 integers in registers; :mod:`local_engine.kv_cache.quant`): K/V
@@ -153,19 +152,17 @@ def _attend_tile(
     if QUANT == 4:  # int2 (KIVI): dequantized in registers, float products
         if not MASKED:
             n_ok = n >= 0
-        k, k_open, finished, v = int2_tile(
+        k, v = int2_tile(
             k_ptr,
             km_ptr,
             v_ptr,
-            ks_ptr,
             vs_ptr,
+            q,
             blk,
             slot_in_blk,
             n,
             n_ok,
             ctx,
-            kv_head_off_k,
-            kv_head_off_v,
             kvh,
             stride_kb,
             stride_kt,
@@ -177,13 +174,9 @@ def _attend_tile(
             offs_d,
             HEAD_DIM,
             BLOCK_SIZE,
-            TILE_N,
-            MASKED,
+            MASKED or TILE_N < BLOCK_SIZE,  # tiles that may hold the open block
         )
-        s = _float_dot(q, k, DOT_MODE)
-        if MASKED or TILE_N < BLOCK_SIZE:  # the open block's keys against q H
-            s = tl.where(finished[None, :], s, _float_dot(q_rot, k_open, DOT_MODE))
-        s = s * qk_scale
+        s = _float_dot(q, k, DOT_MODE) * qk_scale
         if MASKED:
             s = tl.where(n[None, :] <= pos[:, None], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -448,14 +441,7 @@ def paged_attention_kernel(
             q_row_scale = q_pow * qk_scale
         else:
             q_row_scale = tl.zeros([BLOCK_M], tl.float32) + qk_scale  # unused
-        if QUANT == 4:  # int2: the open block's keys are stored rotated (q H reads them)
-            q_rot = tl.load(
-                qr_ptr + tok[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-                mask=q_mask,
-                other=0.0,
-            )
-        else:
-            q_rot = q
+        q_rot = q  # (qr_ptr: unused)
 
         first_pos = ctx - q_len + q_off
         last_pos = ctx - q_len + tl.minimum(q_off + BLOCK_Q, q_len) - 1

@@ -338,10 +338,12 @@ def paged_attention(
     if q.dim() != 3:
         raise ValueError(f"q must be [num_tokens, num_heads, head_dim]; got {tuple(q.shape)}")
     num_tokens, num_heads, head_dim = q.shape
-    is_int2 = int2.is_int2(k_cache, v_cache)
-    # packed INT4 (uint8) stores head_dim // 2 bytes per token-head; int2 D/2 (K), D/4 (V)
+    is_int2 = int2.is_int2(k_cache, k_scale)
+    # packed INT4 (uint8) stores head_dim // 2 bytes per token-head; int2's codes D/4
     stored_dim = head_dim // 2 if triton_kv_write.quant_mode(k_cache) == 3 else head_dim
-    v_dim = head_dim // 4 if is_int2 else stored_dim
+    if is_int2:
+        stored_dim = head_dim // 4
+    v_dim = stored_dim
     if (
         k_cache.dim() != 4
         or v_cache.shape[:3] != k_cache.shape[:3]
@@ -368,7 +370,11 @@ def paged_attention(
     if k_cache.stride(3) != 1:
         raise ValueError("k_cache needs a contiguous last (head_dim) dimension")
     quant = 4 if is_int2 else triton_kv_write.quant_mode(k_cache)
-    if quant:
+    k_meta = k_cache
+    if quant == 4:  # int2: K scales/minima by the block stride; the scale strides are V's pairs
+        assert k_scale is not None and v_scale is not None
+        k_meta, k_scale = k_scale, v_scale
+    elif quant:
         k_scale, v_scale = triton_kv_write.check_scale_layout(k_scale, v_scale)
     else:
         k_scale = v_scale = k_cache  # unused
@@ -384,11 +390,8 @@ def paged_attention(
         q = rotate_int4(q)
     if q.stride(2) != 1:
         q = q.contiguous()
-    # int2: the open block's INT4 keys are rotated (kv_cache.int2): q H reads them; its K
-    # area's float16 view holds finished blocks' per-channel scales
-    q_rot = rotate_int4(q).contiguous() if quant == 4 else q
-    k_meta = k_cache.view(torch.float16) if quant == 4 else k_cache
-    v_scale_arg = v_scale.view(torch.float16) if quant == 4 else v_scale
+    q_rot = q  # (unused)
+    v_scale_arg = v_scale
     if block_tables.stride(1) != 1:
         block_tables = block_tables.contiguous()
 
@@ -591,7 +594,7 @@ def write_kv_cache(
         RuntimeError: CPU tensors without the Triton interpreter.
     """
     _check_runnable(key)
-    if int2.is_int2(k_cache, v_cache):
+    if int2.is_int2(k_cache, k_scale):
         triton_int2.write_kv_cache(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale)
         return
     triton_kv_write.write_kv_cache(

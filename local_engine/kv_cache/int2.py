@@ -1,92 +1,67 @@
-"""The 2-bit KV cache format (``kv_cache_dtype="int2"``), KIVI-style (Liu et al., 2024, "KIVI:
-A Tuning-Free Asymmetric 2bit Quantization for KV Cache", sections 3-4): keys quantized per
-channel over a group of tokens, values per token, both asymmetric (``q = floor((x - min) /
-s + 0.5)`` clamped to 0..3, ``s = (max - min) / 3``, read back ``q * s + min``), and the most
-recent tokens kept at higher precision until their group fills.
+"""The 2-bit KV cache format (``kv_cache_dtype="int2"``), KIVI (Liu et al., 2024, "KIVI: A
+Tuning-Free Asymmetric 2bit Quantization for KV Cache", sections 3-4): keys quantized per
+channel over a group of tokens, values per token, both asymmetric (``q = floor((x - min) / s +
+0.5)`` clamped to 0..3, ``s = (max - min) / 3``, float16 ``s`` and ``min``, read back ``q * s +
+min``), and the most recent tokens kept in full precision until their group fills.
 
-**How KIVI's groups and residual map onto the paged pool.** The key group is the KV block
-(``block_size`` tokens, 16 by default; KIVI's groups are 32-128 tokens): a block's keys get one
-float16 scale and minimum per (KV head, channel), computed once the block's last slot is
-written. Until then the block is the residual window: each of its keys is held per token as
-INT4 in the same bytes, Hadamard-rotated (``k H``, symmetric, ``amax / 7`` float32 scale,
-split-half nibbles: exactly the ``"int4"`` format's keys, so a key channel ~20x the others
-does not round the rest to zero); the write that fills the block's last slot rotates its
-``block_size`` keys back (``H H = I``) and re-quantizes them per channel to 2 bits
-(:func:`finalize_key_blocks`, a second launch after the write on the Triton path). Attention
-reads a finished block's keys against the queries ``q`` and the open block's against ``q H``
-(``(q H) . (k H) = q . k``). Values are quantized per token (over
-``head_dim``) as they are written, with float16 scale and minimum.
+**Groups and residual on the paged pool** (docs/DESIGN.md, "int2"). The key group is the KV
+block (``block_size`` tokens; KIVI's ``G`` is 32-128, its residual ``R`` up to 128): a block's
+keys get one float16 scale and minimum per (KV head, channel). A sequence's open (partly
+written) block is its residual window: its tokens' keys and values are written in the model
+dtype into a *residual slot*, a piece of a small second region of the same pool tensor (one
+slot per open block, sized by the running sequences, not the context). The write that fills
+the block's last slot quantizes the block from its residual slot (keys per channel, values
+per token) into the block's own 2-bit bytes; a block whose ``block_size`` tokens all arrive in
+one write (a prefill) is quantized straight from the written tokens and never has a slot.
+Attention reads block ``i`` of a ``ctx``-token context as 2-bit when it is finished (``(i + 1)
+* block_size <= ctx``) and from its residual slot otherwise, so a block must never be written
+after it fills (speculative decoding is refused with int2).
 
-Why INT4 and not the model dtype for the residual: a block has a fixed size in the pool (the
-block is what prefix caching, copy-on-write, swap and the CPU and disk tiers move), and a
-full-precision residual needs either that size in every block (bf16 keys of 16 tokens are 4x
-the block's 2-bit keys) or a second pool with its own block ids that the cache manager maps,
-moves on copy-on-write and swap, and frees (a change through the manager and the scheduler's
-preemption paths). At block 16 the bytes a finished block's keys take (2-bit codes plus a
-float16 scale and minimum per channel: ``16 * D / 4 + 4 * D = 8 * D`` per KV head) are
-exactly the bytes of 16 INT4 keys (``16 * D / 2``), so the residual lives in place: a block
-carries everything it needs, and copy-on-write, swap and both lower tiers move it unchanged.
-Cost: the residual's keys are INT4, not float (bound below), and a finished block's keys are
-quantized from their INT4 values (two roundings; quantizing from the original keys instead
-measured KL 0.67 against 0.77 nats on SmolLM2 at 1k tokens, docs/DESIGN.md), but a block's
-bytes never depend on how its tokens were batched into writes (a prefix hit reads what a
-recompute writes). Which form a block holds follows from the
-context length: block ``i`` of a ``ctx``-token sequence is finished when ``(i + 1) *
-block_size <= ctx``, so a block must never be written again after it fills; speculative
-decoding, whose rejected drafts are trimmed off written blocks, is refused with int2
-(:class:`~local_engine.config.EngineConfig`).
+**Pool** ``[layers, 1, num_blocks + residual_slots * blocks_per_slot, block_bytes]`` uint8 (one
+K/V axis: a block holds both). Per block (:class:`Layout`): K codes ``[block_size, kv_heads,
+D/4]`` at byte 0, V codes ``[block_size, kv_heads, D/4]``, K scales and minima float16
+``[kv_heads, 2, D]`` (row 0 the scales, row 1 the minima), V scale and minimum float16
+``[block_size, kv_heads, 2]``. 2-bit codes are quarter-split: byte ``j`` holds channels ``j, j
++ D/4, j + D/2, j + 3D/4`` in bits 0-1, 2-3, 4-5, 6-7. Bytes of a block per layer
+``block_size * kv_heads * (3D/4 + 4) + 4 * kv_heads * D`` (block 16: ``3D/4 + 4`` a token
+and KV head plus ``D / 4``: ``D`` 128 gives 100 bytes against bf16's 512).
 
-**Block layout** (pool ``[layers, 1, num_blocks, block_bytes]`` uint8; the one K/V axis
-because K's and V's parts differ in size). Per block: K area ``[block_size, kv_heads, D / 2]``
-bytes, V codes ``[block_size, kv_heads, D / 4]``, K residual scales float32 ``[block_size,
-kv_heads]``, V scale and minimum float16 ``[block_size, kv_heads, 2]``. A K area row ``(t, h)``
-holds, while the block is open, token ``t``'s INT4 key (byte ``j``: channel ``j`` low nibble,
-``j + D/2`` high, each ``q + 8``); once finished, token ``t``'s 2-bit codes in bytes ``[0,
-D/4)`` and, in bytes ``[D/4, D/2)`` of rows 0-15, the head's ``2 * D`` float16 key scales and
-minima (entry ``i`` = scale of channel ``i`` for ``i < D``, minimum of channel ``i - D``
-after; row ``i // (D/8)``, float16 column ``D/8 + i % (D/8)``). 2-bit codes are quarter-split:
-byte ``j`` holds channels ``j, j + D/4, j + D/2, j + 3D/4`` in bits 0-1, 2-3, 4-5, 6-7.
-Bytes per token and KV head: ``D / 2 + 4`` (K) ``+ D / 4 + 4`` (V) ``= 3 D / 4 + 8`` (head_dim
-128: 104 bytes against bf16's 512, 4.9x the blocks; INT4: 136). Needs ``block_size >= 16``
-and ``head_dim`` a power of two >= 16.
+**Residual slots.** Slot ``r`` is ``blocks_per_slot`` consecutive pseudo-blocks from
+``num_blocks + r * blocks_per_slot`` (enough for K then V ``[block_size, kv_heads, D]`` in the
+model dtype); an open block names its slot by that first pseudo-block id, an int32 in its K
+codes' first 4 bytes (unused until the block is finished; the finishing write overwrites it).
+The cache manager hands slots out and the runner writes those ids
+(:func:`set_residual_ids`); copy-on-write copies a slot's pseudo-blocks like blocks.
 
-**Bounds** (float16 rounding of a scale or minimum adds at most ``2**-11`` relative to it):
-
-- values: ``|v - v'| <= (max - min) / 6 * (1 + 2**-10)`` over the token-head's ``head_dim``
-  values (``s / 2`` with the float16 scale; the clamp costs nothing: the float16 minimum and
-  scale map ``[min, max]`` into ``[-0.5, 3.5]``);
-- keys of an open block, in the rotated space: ``|k H - k'| <= amax(|k H|) / 14`` over the
-  token-head (INT4; ``||k - k' H||_2 = ||k H - k'||_2``);
-- keys of a finished block: ``k - k' = e H + f`` with ``e`` the INT4 error above and ``|f_c|
-  <= (max_c - min_c) / 6 * (1 + 2**-10)``, ``max_c - min_c`` the range of channel ``c`` over
-  the block's INT4-rounded keys (rotated back) of that head; so ``||k - k'||_2 <= sqrt(D) *
-  amax(|k H|) / 14 + ||f||_2``.
+**Bounds** (a float16 scale or minimum adds at most ``2**-11`` relative to it): values
+``|v - v'| <= (max - min) / 6 * (1 + 2**-10)`` over the token-head's ``head_dim`` values;
+finished keys ``|k_c - k'_c| <= (max_c - min_c) / 6 * (1 + 2**-10)`` over the block's tokens of
+channel ``c``; residual keys and values: exact (the model dtype).
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import torch
 
 from ..errors import EngineError
 
-#: Rows of a finished block's K area whose tails hold the per-channel scales and minima.
-META_ROWS = 16
 #: Largest 2-bit code (levels 0..3, asymmetric).
 CODE_MAX = 3.0
-#: INT4 residual: symmetric, QMAX 7 (the ``"int4"`` format's arithmetic).
-RESIDUAL_QMAX = 7.0
-#: Bytes per token and KV head beyond the codes: K residual float32 scale (4) and V's float16
-#: scale and minimum (4).
-EXTRA_BYTES = 8
+#: Smallest block (KIVI's group; 16 keeps per-channel scales at D/4 bytes a token-head).
+MIN_BLOCK = 16
 
 
 def check_shape(block_size: int, head_dim: int) -> None:
-    """Raises EngineError unless ``block_size >= 16`` and ``head_dim`` is a power of two >= 16
-    (the layout needs 16 rows of ``head_dim / 4`` bytes for a block's key scales)."""
-    if block_size < META_ROWS:
+    """Raises EngineError unless ``block_size`` is a power of two >= 16 and ``head_dim`` a
+    power of two >= 16 (the kernels' tiles)."""
+    if block_size < MIN_BLOCK or block_size & (block_size - 1):
         raise EngineError(
-            f"kv_cache_dtype 'int2' needs block_size >= {META_ROWS} (a block is its keys' "
-            f"quantization group); got {block_size}; supported here: auto, fp8, int8, int4"
+            f"kv_cache_dtype 'int2' needs block_size >= {MIN_BLOCK}, a power of two (a block is "
+            f"its keys' quantization group); got {block_size}; supported here: auto, fp8, int8, "
+            f"int4"
         )
     if head_dim < 16 or head_dim & (head_dim - 1):
         raise EngineError(
@@ -95,50 +70,152 @@ def check_shape(block_size: int, head_dim: int) -> None:
         )
 
 
-def bytes_per_token_head(head_dim: int) -> int:
-    """``3 * head_dim / 4 + 8``: K area ``D/2``, V codes ``D/4``, two 4-byte scale slots."""
-    return head_dim // 2 + head_dim // 4 + EXTRA_BYTES
+@dataclass(frozen=True)
+class Layout:
+    """Byte offsets inside one block of one layer (see the module docstring)."""
+
+    block_size: int
+    num_kv_heads: int
+    head_dim: int
+
+    @property
+    def codes_bytes(self) -> int:
+        """Bytes of K's (or V's) 2-bit codes: ``block_size * kv_heads * D / 4``."""
+        return self.block_size * self.num_kv_heads * self.head_dim // 4
+
+    @property
+    def v_codes(self) -> int:
+        return self.codes_bytes
+
+    @property
+    def k_meta(self) -> int:
+        return 2 * self.codes_bytes
+
+    @property
+    def v_pairs(self) -> int:
+        return self.k_meta + 4 * self.num_kv_heads * self.head_dim
+
+    @property
+    def block_bytes(self) -> int:
+        """``block_size * kv_heads * (3D/4 + 4) + 4 * kv_heads * D`` (a multiple of 4)."""
+        return self.v_pairs + 4 * self.block_size * self.num_kv_heads
+
+    def residual_bytes(self, element_size: int) -> int:
+        """Bytes of one residual slot's K and V ``[2, block_size, kv_heads, D]``."""
+        return 2 * self.block_size * self.num_kv_heads * self.head_dim * element_size
+
+    def blocks_per_slot(self, element_size: int) -> int:
+        """Pseudo-blocks one residual slot takes: ``ceil(residual_bytes / block_bytes)``."""
+        return math.ceil(self.residual_bytes(element_size) / self.block_bytes)
 
 
-def is_int2(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
-    """Whether per-layer views ``(k_cache, v_cache)`` are int2's (uint8, K rows twice V's)."""
-    return (
-        v_cache.dtype == torch.uint8
-        and k_cache.dtype == torch.uint8
-        and k_cache.shape[-1] == 2 * v_cache.shape[-1]
-    )
+def block_bytes(block_size: int, num_kv_heads: int, head_dim: int) -> int:
+    """Bytes of one int2 block of one layer (:attr:`Layout.block_bytes`)."""
+    return Layout(block_size, num_kv_heads, head_dim).block_bytes
 
 
-def layer_views(
-    raw: torch.Tensor, block_size: int, num_kv_heads: int, head_dim: int
-) -> list[tuple[torch.Tensor, ...]]:
+def residual_slots(max_num_seqs: int) -> int:
+    """Residual slots of an engine: two per running sequence (its open block, and the one a
+    chunk filled this step while opening the next, released after the step)."""
+    return 2 * max_num_seqs
+
+
+def is_int2(k_cache: torch.Tensor, k_scale: torch.Tensor | None) -> bool:
+    """Whether per-layer views ``(k_cache, ..., k_scale, ...)`` are int2's (uint8 codes,
+    float16 K scales: no other format stores float16 scales)."""
+    return k_cache.dtype == torch.uint8 and k_scale is not None and k_scale.dtype == torch.float16
+
+
+def layer_views(raw: torch.Tensor, block_size: int, num_kv_heads: int, head_dim: int):
     """Per-layer ``(k_cache, v_cache, k_scale, v_scale)`` of an int2 pool ``raw`` (uint8
-    ``[layers, 1, num_blocks, block_bytes]``): K area uint8 ``[num_blocks, block_size,
-    kv_heads, D/2]``, V codes uint8 ``[num_blocks, block_size, kv_heads, D/4]``, K residual
-    scales float32 ``[num_blocks, block_size, kv_heads]``, V scale/minimum pairs as float32
-    ``[num_blocks, block_size, kv_heads]`` (each 4 bytes = float16 scale, float16 minimum;
-    :func:`value_scale_min`)."""
+    ``[layers, 1, blocks, block_bytes]``, pseudo-blocks included): K codes uint8 ``[blocks,
+    block_size, kv_heads, D/4]``, V codes the same, K scales/minima float16 ``[blocks,
+    kv_heads, 2, D]``, V scale/minimum float16 ``[blocks, block_size, kv_heads, 2]``."""
+    lay = Layout(block_size, num_kv_heads, head_dim)
     bs, H, D = block_size, num_kv_heads, head_dim
-    n_k, n_v, n_s = bs * H * D // 2, bs * H * D // 4, bs * H * 4
-    k = raw[..., :n_k].unflatten(-1, (bs, H, D // 2))
-    v = raw[..., n_k : n_k + n_v].unflatten(-1, (bs, H, D // 4))
-    ks = raw[..., n_k + n_v : n_k + n_v + n_s].view(torch.float32).unflatten(-1, (bs, H))
-    vs = raw[..., n_k + n_v + n_s :].view(torch.float32).unflatten(-1, (bs, H))
-    return [(k[i, 0], v[i, 0], ks[i, 0], vs[i, 0]) for i in range(raw.shape[0])]
+    n_c = lay.codes_bytes
+    k = raw[..., :n_c].unflatten(-1, (bs, H, D // 4))
+    v = raw[..., n_c : 2 * n_c].unflatten(-1, (bs, H, D // 4))
+    km = raw[..., lay.k_meta : lay.v_pairs].view(torch.float16).unflatten(-1, (H, 2, D))
+    vp = raw[..., lay.v_pairs :].view(torch.float16).unflatten(-1, (bs, H, 2))
+    return [(k[i, 0], v[i, 0], km[i, 0], vp[i, 0]) for i in range(raw.shape[0])]
 
 
 def allocate(
-    num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int, device
+    num_layers: int,
+    num_blocks: int,
+    block_size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    device,
+    num_residual_slots: int = 0,
+    residual_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, ...]]]:
-    """The zeroed pool ``[layers, 1, num_blocks, block_size * kv_heads * (3D/4 + 8)]`` uint8
-    and its :func:`layer_views` (zero bytes read back as zeros in both forms).
+    """The zeroed pool ``[layers, 1, num_blocks + num_residual_slots * blocks_per_slot,
+    block_bytes]`` uint8 and its :func:`layer_views`.
 
     Raises:
         EngineError: see :func:`check_shape`."""
     check_shape(block_size, head_dim)
-    per_block = block_size * num_kv_heads * bytes_per_token_head(head_dim)
-    raw = torch.zeros((num_layers, 1, num_blocks, per_block), dtype=torch.uint8, device=device)
+    lay = Layout(block_size, num_kv_heads, head_dim)
+    per_slot = lay.blocks_per_slot(torch.empty((), dtype=residual_dtype).element_size())
+    total = num_blocks + num_residual_slots * per_slot
+    raw = torch.zeros((num_layers, 1, total, lay.block_bytes), dtype=torch.uint8, device=device)
     return raw, layer_views(raw, block_size, num_kv_heads, head_dim)
+
+
+def layer_bytes(k_cache: torch.Tensor) -> torch.Tensor:
+    """A layer's whole blocks as uint8 ``[blocks, block_bytes]`` (from its K codes view,
+    which starts each block)."""
+    n, bs, h, q = k_cache.shape
+    bb = k_cache.stride(0)
+    return torch.as_strided(k_cache, (n, bb), (bb, 1), k_cache.storage_offset())
+
+
+def residual_ids(k_cache: torch.Tensor) -> torch.Tensor:
+    """int32 ``[blocks]``: each block's residual slot (first pseudo-block id); meaningful
+    for open blocks only."""
+    return layer_bytes(k_cache)[:, :4].view(torch.int32)[:, 0]
+
+
+def set_residual_ids(raw: torch.Tensor, blocks: list[int], ids: list[int]) -> None:
+    """Write open ``blocks``' residual slot ids (first pseudo-block) into every layer of the
+    pool ``raw`` ``[layers, 1, blocks, block_bytes]``."""
+    if not blocks:
+        return
+    b = torch.tensor(blocks, dtype=torch.long, device=raw.device)
+    v = torch.tensor(ids, dtype=torch.int32).view(torch.uint8).view(len(ids), 4)
+    raw[:, 0, b, :4] = v.to(raw.device)
+
+
+def read_residual(k_cache: torch.Tensor, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Residual slots starting at pseudo-blocks ``ids`` (int ``[n]``) as ``dtype`` ``[n, 2,
+    block_size, kv_heads, D]`` (K then V), copied out."""
+    n, bs, h, q = k_cache.shape
+    d = 4 * q
+    per = torch.empty((), dtype=dtype).element_size()
+    flat = layer_bytes(k_cache).reshape(-1)
+    nbytes = 2 * bs * h * d * per
+    start = ids.to(torch.long) * k_cache.stride(0)
+    idx = start[:, None] + torch.arange(nbytes, device=k_cache.device)[None, :]
+    return flat[idx].view(dtype).view(-1, 2, bs, h, d)
+
+
+def write_residual(
+    k_cache: torch.Tensor, ids: torch.Tensor, offs: torch.Tensor, key, value
+) -> None:
+    """Tokens ``[T, H, D]`` (model dtype) into residual slots ``ids`` (``[T]`` first
+    pseudo-block ids) at block offsets ``offs``."""
+    n, bs, h, q = k_cache.shape
+    d = 4 * q
+    flat = layer_bytes(k_cache).reshape(-1)
+    per = key.element_size()
+    row = h * d * per  # one token's K (or V) bytes
+    start = ids.to(torch.long) * k_cache.stride(0) + offs.to(torch.long) * row
+    ar = torch.arange(row, device=key.device)[None, :]
+    flat[start[:, None] + ar] = key.contiguous().view(torch.uint8).view(len(ids), row)
+    vstart = start + bs * row
+    flat[vstart[:, None] + ar] = value.contiguous().view(torch.uint8).view(len(ids), row)
 
 
 def pack_int2(q: torch.Tensor) -> torch.Tensor:
@@ -183,144 +260,113 @@ def dequantize_asym(
     return codes.float() * scale.float().unsqueeze(dim) + minimum.float().unsqueeze(dim)
 
 
-def value_scale_min(v_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The float16 ``(scale, minimum)`` ``[...]`` packed in int2's V scale view (float32
-    ``[...]``, contiguous last dimension)."""
-    pairs = v_scale.view(torch.float16).unflatten(-1, (v_scale.shape[-1], 2))
-    return pairs[..., 0], pairs[..., 1]
+def quantize_block(k: torch.Tensor, v: torch.Tensor):
+    """One block's tokens ``[n, block_size, H, D]`` (K and V) -> ``(k codes [n, bs, H, D/4],
+    k meta float16 [n, H, 2, D], v codes [n, bs, H, D/4], v pairs float16 [n, bs, H, 2])``:
+    keys per (head, channel) over the tokens, values per (token, head)."""
+    kc, ks, km = quantize_asym(k, 1)  # scale/min [n, H, D]
+    vc, vs, vm = quantize_asym(v, -1)  # [n, bs, H]
+    return pack_int2(kc), torch.stack((ks, km), 2), pack_int2(vc), torch.stack((vs, vm), -1)
 
 
-def quantize_values(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Values ``[..., D]`` -> (packed codes uint8 ``[..., D/4]``, float32 ``[...]`` holding the
-    float16 scale and minimum, as the V scale view stores them)."""
-    codes, s16, m16 = quantize_asym(v, -1)
-    pair = torch.stack((s16, m16), dim=-1).view(torch.float32).squeeze(-1)
-    return pack_int2(codes), pair
+def dequantize_keys(k_cache: torch.Tensor, k_scale: torch.Tensor, index) -> torch.Tensor:
+    """Finished blocks ``index`` (int ``[n]``) -> float32 keys ``[n, block_size, H, D]``."""
+    meta = k_scale.index_select(0, index).float()  # [n, H, 2, D]
+    codes = unpack_int2(k_cache.index_select(0, index)).float()
+    return codes * meta[:, None, :, 0] + meta[:, None, :, 1]
 
 
-def dequantize_values(packed: torch.Tensor, v_scale: torch.Tensor) -> torch.Tensor:
-    """Packed V codes ``[..., D/4]`` and their scale view ``[...]`` -> float32 ``[..., D]``."""
-    s16, m16 = value_scale_min(v_scale.contiguous())
-    return dequantize_asym(unpack_int2(packed), s16, m16, -1)
+def dequantize_values(v_cache: torch.Tensor, v_scale: torch.Tensor, index) -> torch.Tensor:
+    """Blocks ``index`` (int ``[n]``) -> float32 values ``[n, block_size, H, D]``."""
+    pairs = v_scale.index_select(0, index).float()  # [n, bs, H, 2]
+    codes = unpack_int2(v_cache.index_select(0, index)).float()
+    return codes * pairs[..., :1] + pairs[..., 1:]
 
 
-def quantize_residual_keys(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keys ``[..., D]`` -> the open block's INT4 form of ``k H``: (uint8 ``[..., D/2]``,
-    float32 scale ``amax(|k H|) / 7``), the ``"int4"`` format's keys."""
-    from .quant import quantize, rotate_int4  # (quant imports this module)
-
-    return quantize(rotate_int4(k), torch.uint8, 4)
-
-
-def dequantize_residual_keys(
-    k_area: torch.Tensor, k_scale: torch.Tensor, rotated: bool = False
-) -> torch.Tensor:
-    """INT4 K rows ``[..., D/2]`` and their float32 scales ``[...]`` -> float32 ``[..., D]``,
-    rotated back to the keys' space (``x' H``) unless ``rotated``."""
-    from .quant import rotate_int4, unpack_int4
-
-    k = unpack_int4(k_area).float() * k_scale.float().unsqueeze(-1)
-    return k if rotated else rotate_int4(k)
-
-
-def read_key_meta(k_area: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Finished blocks' K areas ``[..., block_size, H, D/2]`` -> float16 ``(scale, minimum)``
-    ``[..., H, D]`` per channel."""
-    d = 2 * k_area.shape[-1]
-    tails = k_area[..., :META_ROWS, :, d // 4 :].transpose(-3, -2).contiguous()
-    meta = tails.view(torch.float16).flatten(-2)  # [..., H, 2D]
-    return meta[..., :d], meta[..., d:]
+def read_blocks(
+    k_cache, v_cache, k_scale, v_scale, index: torch.Tensor, finished: torch.Tensor, dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values of blocks ``index`` (any integer shape ``S``) as float32 ``[*S,
+    block_size, H, D]``: dequantized where ``finished`` (bool ``S``), else the residual slot
+    read exactly (stored in ``dtype``, the dtype the keys were written in)."""
+    flat = index.reshape(-1).to(torch.long)
+    fin = finished.reshape(-1)
+    k = dequantize_keys(k_cache, k_scale, flat)
+    v = dequantize_values(v_cache, v_scale, flat)
+    open_ = (~fin).nonzero().flatten()
+    if open_.numel():
+        res = read_residual(k_cache, residual_ids(k_cache)[flat[open_]], dtype).float()
+        k[open_] = res[:, 0]
+        v[open_] = res[:, 1]
+    shape = (*index.shape, *k.shape[1:])
+    return k.view(shape), v.view(shape)
 
 
-def dequantize_finished_keys(k_area: torch.Tensor) -> torch.Tensor:
-    """Finished blocks' K areas ``[..., block_size, H, D/2]`` -> float32 keys ``[...,
-    block_size, H, D]`` (``code * scale_c + min_c``)."""
-    d = 2 * k_area.shape[-1]
-    codes = unpack_int2(k_area[..., : d // 4])
-    s16, m16 = read_key_meta(k_area)
-    return codes.float() * s16.float().unsqueeze(-3) + m16.float().unsqueeze(-3)
+def whole_block_rows(slots: torch.Tensor, block_size: int) -> torch.Tensor:
+    """bool ``[T]``: whether token ``t``'s block gets all ``block_size`` tokens in this write
+    (its first and last slots are written by rows ``t - off`` and ``t + block_size - 1 - off``:
+    a block's tokens are consecutive rows)."""
+    T = slots.shape[0]
+    off = slots % block_size
+    base = slots - off
+    r0 = torch.arange(T, device=slots.device) - off
+    r1 = r0 + block_size - 1
+    ok = (r0 >= 0) & (r1 < T)
+    s0 = slots[r0.clamp(0, T - 1)]
+    s1 = slots[r1.clamp(0, T - 1)]
+    return ok & (s0 == base) & (s1 == base + block_size - 1)
 
 
-def finalize_key_blocks(k_cache: torch.Tensor, k_scale: torch.Tensor, blocks: torch.Tensor) -> None:
-    """Re-quantize the keys of full ``blocks`` (int64 ``[n]``) from their INT4 residual form to
-    per-channel 2-bit codes with float16 scales and minima, in place (the torch reference of
-    the Triton finalize kernel)."""
-    if blocks.numel() == 0:
-        return
-    area = k_cache[blocks]  # [n, bs, H, D/2]
-    k = dequantize_residual_keys(area, k_scale[blocks])  # [n, bs, H, D]
-    d = k.shape[-1]
-    codes, s16, m16 = quantize_asym(k, 1)  # per (block, head, channel) over the tokens
-    meta = torch.cat((s16, m16), dim=-1)  # [n, H, 2D]
-    rows = meta.contiguous().view(torch.uint8).unflatten(-1, (META_ROWS, d // 4))  # [n,H,16,D/4]
-    area[..., : d // 4] = pack_int2(codes)
-    area[:, :META_ROWS, :, d // 4 :] = rows.transpose(1, 2)
-    k_cache[blocks] = area
-
-
-def read_keys(
-    k_cache: torch.Tensor, k_scale: torch.Tensor, index: torch.Tensor, finished: torch.Tensor
-) -> torch.Tensor:
-    """Keys of blocks ``index`` (any integer shape ``S``) as float32 ``[*S, block_size, H,
-    D]``: the per-channel 2-bit form where ``finished`` (bool, ``S``) is set, the INT4 residual
-    form elsewhere."""
-    flat = index.reshape(-1)
-    area = k_cache.index_select(0, flat)
-    resid = dequantize_residual_keys(area, k_scale.index_select(0, flat))
-    done = dequantize_finished_keys(area)
-    k = torch.where(finished.reshape(-1)[:, None, None, None], done, resid)
-    return k.view(*index.shape, *k.shape[1:])
-
-
-def read_values(v_cache: torch.Tensor, v_scale: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Values of blocks ``index`` (shape ``S``) as float32 ``[*S, block_size, H, D]``."""
-    flat = index.reshape(-1)
-    v = dequantize_values(v_cache.index_select(0, flat), v_scale.index_select(0, flat))
-    return v.view(*index.shape, *v.shape[1:])
-
-
-def write(
-    key: torch.Tensor,
-    value: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k_scale: torch.Tensor,
-    v_scale: torch.Tensor,
-    slots: torch.Tensor,
-) -> None:
-    """Write tokens ``[T, H, D]`` at int64 ``slots`` (``[T]``, all >= 0): each key in INT4
-    residual form, each value as 2-bit codes; then finalize every block whose last slot was
-    written (torch reference of the Triton write + finalize launches)."""
+def write(key, value, k_cache, v_cache, k_scale, v_scale, slots: torch.Tensor) -> None:
+    """Write tokens ``[T, H, D]`` at int64 ``slots`` (``[T]``, all >= 0): tokens of blocks
+    that get all their tokens in this call are quantized straight from ``key``/``value``, the
+    others go to their block's residual slot in ``key``'s dtype; every block whose last slot
+    is written is then quantized (torch reference of the Triton write)."""
     bs = k_cache.shape[1]
     blk, off = slots // bs, slots % bs
-    qk, sk = quantize_residual_keys(key)
-    k_cache[blk, off] = qk
-    k_scale[blk, off] = sk
-    qv, sv = quantize_values(value)
-    v_cache[blk, off] = qv
-    v_scale[blk, off] = sv
-    finalize_key_blocks(k_cache, k_scale, blk[off == bs - 1])
+    whole = whole_block_rows(slots, bs)
+    part = (~whole).nonzero().flatten()
+    if part.numel():
+        ids = residual_ids(k_cache)[blk[part]]
+        write_residual(k_cache, ids, off[part], key[part], value[part])
+    last = (off == bs - 1).nonzero().flatten()
+    if not last.numel():
+        return
+    src_k = torch.empty((len(last), bs, *key.shape[1:]), dtype=torch.float32, device=key.device)
+    src_v = torch.empty_like(src_k)
+    w = whole[last]
+    if w.any():
+        rows = last[w][:, None] - (bs - 1) + torch.arange(bs, device=key.device)[None, :]
+        src_k[w], src_v[w] = key[rows].float(), value[rows].float()
+    if (~w).any():
+        res = read_residual(k_cache, residual_ids(k_cache)[blk[last[~w]]], key.dtype).float()
+        src_k[~w], src_v[~w] = res[:, 0], res[:, 1]
+    kc, km, vc, vp = quantize_block(src_k, src_v)
+    b = blk[last]
+    k_cache[b], k_scale[b], v_cache[b], v_scale[b] = kc, km, vc, vp
 
 
 __all__ = [
+    "Layout",
     "allocate",
     "layer_views",
+    "layer_bytes",
+    "block_bytes",
+    "residual_slots",
     "check_shape",
-    "bytes_per_token_head",
     "is_int2",
     "pack_int2",
     "unpack_int2",
     "quantize_asym",
     "dequantize_asym",
-    "quantize_values",
+    "quantize_block",
+    "dequantize_keys",
     "dequantize_values",
-    "value_scale_min",
-    "quantize_residual_keys",
-    "dequantize_residual_keys",
-    "read_key_meta",
-    "dequantize_finished_keys",
-    "finalize_key_blocks",
-    "read_keys",
-    "read_values",
+    "read_blocks",
+    "read_residual",
+    "write_residual",
+    "residual_ids",
+    "set_residual_ids",
+    "whole_block_rows",
     "write",
 ]

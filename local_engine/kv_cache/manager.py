@@ -41,6 +41,7 @@ from ..sequence import Sequence
 from .block_pool import BlockHash, BlockPool, KVBlock, PoolInvariantError, hash_block_tokens
 from .block_table import BlockTableRows
 from .cpu_tier import HostBlockPool
+from .residual import ResidualSlots
 
 if TYPE_CHECKING:
     from .disk_store import DiskStore
@@ -89,6 +90,9 @@ class KVCacheManager:
         num_cpu_cache_blocks: the CPU tier's share of host blocks (0 = tier off; ignored
             with caching off).
         disk: the disk tier's file index (None = off; ignored with caching off).
+        residual: int2's residual slots (:mod:`~local_engine.kv_cache.residual`; None for
+            every other format): the block a sequence's last computed token leaves partly
+            written holds one; a sequence holding one is preempted by recompute, not swapped.
 
     Attributes:
         num_blocks, block_size; ``num_free_blocks`` (free + evictable cached);
@@ -105,8 +109,10 @@ class KVCacheManager:
         num_cpu_blocks: int = 0,
         num_cpu_cache_blocks: int = 0,
         disk: DiskStore | None = None,
+        residual: ResidualSlots | None = None,
     ):
         self.block_size = block_size
+        self.residual = residual
         self.enable_caching = enable_caching
         self.pool = BlockPool(num_blocks, enable_caching)
         self.req_blocks: dict[str, list[KVBlock]] = {}
@@ -273,12 +279,14 @@ class KVCacheManager:
                     and nc % self.block_size
                     and nc // self.block_size < len(held)
                     and held[nc // self.block_size].ref_cnt > 1
-                ):
+                ) and not self._needs_slot(held, nc + num_new_tokens):
                     return []
         if (
             self.num_blocks_to_allocate(seq, num_new_tokens, computed_blocks)
             > self.pool.num_free_blocks
         ):
+            return None
+        if self.residual is not None and not self._residual_room(seq, num_new_tokens):
             return None
         held = self.req_blocks.setdefault(seq.seq_id, [])
         table = self.block_tables
@@ -294,6 +302,9 @@ class KVCacheManager:
             old = held[i]
             (new,) = self.pool.allocate(1)
             copies.append((old.block_id, new.block_id))
+            res = self.residual
+            if res is not None and res.has(old.block_id):  # the open block's residual too
+                copies.extend(res.copy_pairs(res.of_block[old.block_id], res.assign(new.block_id)))
             held[i] = new
             table.set(seq.seq_id, i, new.block_id)
             if self._num_hashed.get(seq.seq_id, 0) > i:
@@ -304,7 +315,48 @@ class KVCacheManager:
             new_blocks = self.pool.allocate(extra)
             held.extend(new_blocks)
             table.append(seq.seq_id, [b.block_id for b in new_blocks])
+        if self._needs_slot(held, num_computed + num_new_tokens):
+            assert self.residual is not None
+            self.residual.assign(held[(num_computed + num_new_tokens) // self.block_size].block_id)
         return copies
+
+    # ---- int2's residual slots -------------------------------------------------------------
+    def _needs_slot(self, held: list[KVBlock], end: int) -> bool:
+        """Whether block ``end // block_size``, which a step ending at token ``end`` leaves
+        partly written, lacks a residual slot (int2 only)."""
+        res = self.residual
+        if res is None or end % self.block_size == 0:
+            return False
+        i = end // self.block_size
+        return i < len(held) and not res.has(held[i].block_id)
+
+    def _residual_room(self, seq: Sequence, num_new: int) -> bool:
+        """Release the slots of ``seq``'s blocks that are full now, then whether the slots a
+        step of ``num_new`` tokens may take (a copy-on-write and the block it leaves open: at
+        most 2) are free."""
+        res = self.residual
+        assert res is not None
+        held = self.req_blocks.get(seq.seq_id, [])
+        full = seq.num_computed_tokens // self.block_size
+        for b in held[max(0, full - 2) : full]:
+            res.release(b.block_id)
+        need = int(self._needs_cow(held, seq.num_computed_tokens, num_new))
+        need += int((seq.num_computed_tokens + num_new) % self.block_size != 0)
+        return need <= len(res.free)
+
+    def _drop_residuals(self, blocks: Seq[KVBlock]) -> None:
+        """Slots of blocks no sequence holds any more are free again."""
+        res = self.residual
+        if res is not None:
+            for b in blocks:
+                if b.ref_cnt == 0:
+                    res.release(b.block_id)
+
+    def take_residual_writes(self) -> list[tuple[int, int]]:
+        """``(block id, residual slot id)`` to write before the next forward (int2; empty
+        otherwise), cleared: see :meth:`ResidualSlots.take_writes
+        <local_engine.kv_cache.residual.ResidualSlots.take_writes>`."""
+        return self.residual.take_writes() if self.residual is not None else []
 
     def cache_computed_blocks(self, seq: Sequence) -> None:
         """Register every full block whose tokens are all computed under its chain hash.
@@ -351,6 +403,7 @@ class KVCacheManager:
         if self._num_hashed.get(seq.seq_id, 0) > keep:
             self._num_hashed[seq.seq_id] = keep
         self.pool.free(reversed(extra))
+        self._drop_residuals(extra)
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Give ``child`` the same block table as ``parent`` (one more reference on each
@@ -379,6 +432,7 @@ class KVCacheManager:
             blocks = [b for b in blocks if id(b) not in writing]
         if blocks:
             self.pool.free(reversed(blocks))
+            self._drop_residuals(blocks)
 
     def reset_prefix_cache(self) -> int:
         """Evict every freed cached block (its hash is forgotten, it becomes a plain free block);
@@ -395,8 +449,12 @@ class KVCacheManager:
 
     def can_swap_out(self, seq: Sequence) -> bool:
         """True when ``seq`` holds device blocks and swap can take host blocks for all of them
-        (within its floor; evicting CPU-tier blocks if need be)."""
-        return 0 < len(self.req_blocks.get(seq.seq_id, ())) <= self.host.swap_available()
+        (within its floor; evicting CPU-tier blocks if need be), and none of them is an int2
+        block open in a residual slot (such a sequence is recomputed: the slot is not moved)."""
+        blocks = self.req_blocks.get(seq.seq_id, ())
+        if self.residual is not None and any(self.residual.has(b.block_id) for b in blocks):
+            return False
+        return 0 < len(blocks) <= self.host.swap_available()
 
     def swap_out(self, seq: Sequence) -> list[tuple[int, int]]:
         """Give ``seq``'s device blocks back, keeping their contents in CPU blocks.
@@ -559,7 +617,10 @@ class KVCacheManager:
         if self.restore_blocks_needed(gpu_hits, cont, num_new) > self.pool.num_free_blocks:
             return None
         n_hit = len(gpu_hits) + len(cont)
-        total = self.blocks_needed(n_hit * self.block_size + num_new)
+        end = n_hit * self.block_size + num_new
+        if self.residual is not None and end % self.block_size and not self.residual.free:
+            return None
+        total = self.blocks_needed(end)
         job = RestoreJob(self._next_job, seq.seq_id)
         self._next_job += 1
         tier = self.host.tier
@@ -582,6 +643,9 @@ class KVCacheManager:
                     job.disk_blocks.append(b)
             held.append(b)
         held.extend(fresh)
+        if self._needs_slot(held, end):
+            assert self.residual is not None
+            self.residual.assign(held[end // self.block_size].block_id)
         job.parts_left = int(bool(job.copies)) + int(bool(job.disk_reads))
         self.req_blocks[seq.seq_id] = held
         self.block_tables.assign(seq.seq_id, [b.block_id for b in held])
@@ -669,6 +733,7 @@ class KVCacheManager:
         blocks = self.req_blocks.pop(seq_id, None)
         if blocks:
             self.pool.free(reversed(blocks))
+            self._drop_residuals(blocks)
 
     # ---- debugging -----------------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -682,6 +747,8 @@ class KVCacheManager:
             for b in job.all_blocks:
                 refs[b.block_id] = refs.get(b.block_id, 0) + 1
         self.pool.check(refs)
+        if self.residual is not None:
+            self.residual.check(set(refs))
         self.host.check(c for cpu in self.swapped.values() for c in cpu)
         for h in self.host.tier:  # a block lives in one tier (but while a restore reads it)
             if h not in self.host.pins and self.pool.lookup(h) is not None:

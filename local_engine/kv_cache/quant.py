@@ -153,6 +153,8 @@ class KVCacheFormat:
     name: str
     dtype: torch.dtype
     bits: int = 0
+    #: int2: the model dtype its residual slots hold (:mod:`local_engine.kv_cache.int2`)
+    residual_dtype: torch.dtype | None = None
 
     def __post_init__(self) -> None:
         if not self.bits:
@@ -184,17 +186,31 @@ class KVCacheFormat:
     def bytes_per_token(self, mc: ModelConfig) -> int:
         """KV bytes of one token over all layers: ``2 * layers * kv_heads * (head_dim *
         bits / 8 + scale_bytes)`` (SmolLM2-135M int8: 2 x 30 x 3 x (64 + 4) = 12,240; int4:
-        2 x 30 x 3 x (32 + 4) = 6,480); int2: ``layers * kv_heads * (3 * head_dim / 4 + 8)``
-        (SmolLM2: 30 x 3 x (48 + 8) = 5,040; :mod:`local_engine.kv_cache.int2`)."""
+        2 x 30 x 3 x (32 + 4) = 6,480); int2 (whose per-channel key scales are per block): a
+        16-token block's bytes / 16, ``layers * kv_heads * (3 * head_dim / 4 + 4 + head_dim /
+        4)`` (SmolLM2: 30 x 3 x (48 + 4 + 16) = 6,120; :mod:`local_engine.kv_cache.int2`)."""
         if self.name == "int2":
-            return mc.num_layers * mc.num_kv_heads * int2_format.bytes_per_token_head(mc.head_dim)
+            return self.block_bytes(mc, 16) // 16
         return (
             2 * mc.num_layers * mc.num_kv_heads * (self.value_bytes(mc.head_dim) + self.scale_bytes)
         )
 
     def block_bytes(self, mc: ModelConfig, block_size: int) -> int:
-        """Bytes of one KV block over all layers (``bytes_per_token * block_size``)."""
+        """Bytes of one KV block over all layers (``bytes_per_token * block_size``; int2:
+        :func:`int2.block_bytes <local_engine.kv_cache.int2.block_bytes>` x layers)."""
+        if self.name == "int2":
+            return mc.num_layers * int2_format.block_bytes(block_size, mc.num_kv_heads, mc.head_dim)
         return self.bytes_per_token(mc) * block_size
+
+    def residual_blocks(self, mc: ModelConfig, block_size: int, max_num_seqs: int) -> int:
+        """Pseudo-blocks int2's residual slots take (0 for other formats): ``2 *
+        max_num_seqs`` slots of ``ceil(2 * block_size * kv_heads * head_dim * model dtype
+        bytes / int2 block bytes)`` blocks each."""
+        if self.name != "int2" or self.residual_dtype is None:
+            return 0
+        lay = int2_format.Layout(block_size, mc.num_kv_heads, mc.head_dim)
+        per = torch.empty((), dtype=self.residual_dtype).element_size()
+        return int2_format.residual_slots(max_num_seqs) * lay.blocks_per_slot(per)
 
     def describe(self) -> str:
         """``"int8 (per-token-head float32 scales)"`` / ``"bfloat16"``, for logs (the first
@@ -202,7 +218,7 @@ class KVCacheFormat:
         if not self.quantized:
             return str(self.dtype).replace("torch.", "")
         if self.name == "int2":
-            return "int2 (KIVI: per-channel keys per block, per-token values, INT4 residual)"
+            return "int2 (KIVI: per-channel keys per block, per-token values, model-dtype residual)"
         return f"{self.name} (per-token-head float32 scales)"
 
 
@@ -231,7 +247,7 @@ def kv_cache_format(
     if key == "int4":
         return KVCacheFormat("int4", PACKED_DTYPE, bits=4)
     if key == "int2":
-        return KVCacheFormat("int2", PACKED_DTYPE, bits=2)
+        return KVCacheFormat("int2", PACKED_DTYPE, bits=2, residual_dtype=model_dtype)
     if not hasattr(torch, "float8_e4m3fn"):
         raise EngineError(
             f"kv_cache_dtype 'fp8' needs torch.float8_e4m3fn (torch >= 2.1; this is "
@@ -250,7 +266,12 @@ def kv_cache_format(
 
 
 def allocate_kv_cache(
-    mc: ModelConfig, num_blocks: int, block_size: int, fmt: KVCacheFormat, device
+    mc: ModelConfig,
+    num_blocks: int,
+    block_size: int,
+    fmt: KVCacheFormat,
+    device,
+    num_residual_slots: int = 0,
 ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, ...]]]:
     """Allocate the pool (zeros) and its per-layer views.
 
@@ -258,7 +279,8 @@ def allocate_kv_cache(
         ``(kv_cache, layers)``. ``kv_cache``: ``[layers, 2, num_blocks, block_size,
         num_kv_heads, head_dim]`` of the model dtype for ``"auto"``; ``[layers, 2, num_blocks,
         block_bytes]`` uint8 when quantized (see the module docstring); ``"int2"``: ``[layers,
-        1, num_blocks, block_bytes]`` (:func:`local_engine.kv_cache.int2.allocate`). Dimension 2 is the
+        1, num_blocks + residual pseudo-blocks, block_bytes]`` with ``num_residual_slots``
+        slots (:func:`local_engine.kv_cache.int2.allocate`). Dimension 2 is the
         block in both, so ``kv_cache[:, :, ids]`` copies or swaps whole blocks, scales
         included. ``layers[i]``: ``(k_cache, v_cache)`` views ``[num_blocks, block_size,
         num_kv_heads, head_dim]``, plus ``(k_scale, v_scale)`` float32 ``[num_blocks,
@@ -266,7 +288,16 @@ def allocate_kv_cache(
     """
     L, H, D = mc.num_layers, mc.num_kv_heads, mc.head_dim
     if fmt.name == "int2":
-        return int2_format.allocate(L, num_blocks, block_size, H, D, device)
+        return int2_format.allocate(
+            L,
+            num_blocks,
+            block_size,
+            H,
+            D,
+            device,
+            num_residual_slots,
+            fmt.residual_dtype or torch.float32,
+        )
     if not fmt.quantized:
         kv = torch.zeros((L, 2, num_blocks, block_size, H, D), dtype=fmt.dtype, device=device)
         return kv, [(kv[i, 0], kv[i, 1]) for i in range(L)]

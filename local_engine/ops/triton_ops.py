@@ -219,7 +219,7 @@ def rotary_and_write_kv(
         )
     from local_engine.kv_cache.int2 import is_int2
 
-    if is_int2(k_cache, v_cache):
+    if is_int2(k_cache, k_scale):
         # int2 (kv_cache.int2): the rotary in torch, then its write + finalize launches
         from local_engine.attention import triton_int2
         from local_engine.ops.torch_ops import _rotary_rows, _rotate
