@@ -5,10 +5,11 @@ context length and a batch size it prints:
 
 - KV bytes per token = 2 (K and V) x layers x KV heads x (head_dim x bytes per element +
   scale bytes), the scale a float32 per token and KV head for fp8/int8/int4 (0 otherwise; int4
-  packs two values a byte); int2 (KIVI-style, ``local_engine.kv_cache.int2``) is layers x KV
-  heads x (head_dim / 2 + head_dim / 4 + 8): keys in a head_dim / 2 area per token (2-bit codes
-  plus the block's per-channel scales, or the open block's INT4 residual), 2-bit values, and
-  8 bytes of per-token scales;
+  packs two values a byte); int2 (KIVI-style, ``local_engine.kv_cache.int2``) is a block's
+  bytes / block size: layers x KV heads x (head_dim / 2 + 4 + 4 x head_dim / block size), the
+  2-bit keys and values, a float16 scale and minimum per token (values) and per channel and
+  block (keys); plus its residual slots, one open block per running sequence (``max_num_seqs
+  + 4`` slots) in the model dtype (``--weight-dtype``), taken from the same memory;
 - KV bytes per request (context rounded up to whole blocks) and for the batch;
 - weight bytes (parameters x weight bytes; for a GGUF file, its tensors' stored size);
 - with ``--memory``: the memory left after the weights, the KV blocks it holds, and how many
@@ -53,11 +54,13 @@ KV_SCALE_BYTES = {"fp8": 4, "fp8_e4m3": 4, "int8": 4, "int4": 4}
 #: Packed KV dtypes (several values per byte): bits per value (``kv_cache.quant``'s INT4 packs
 #: two values a byte, plus the same float32 scale per token and KV head).
 KV_PACKED_BITS = {"int4": 4}
-#: int2's bytes per token and KV head beyond its ``head_dim * 3 / 4`` (K residual float32
-#: scale, V float16 scale and minimum: ``local_engine.kv_cache.int2.EXTRA_BYTES``), and the
-#: smallest block it runs with (a block is its keys' group: ``int2.META_ROWS``).
-KV_INT2_EXTRA_BYTES = 8
+#: int2 (``local_engine.kv_cache.int2``): bytes per token and KV head beyond the codes'
+#: ``head_dim / 2`` (V's float16 scale and minimum), the smallest block (a block is its keys'
+#: group: ``int2.MIN_BLOCK``) and the residual slots beyond one per running sequence
+#: (``int2.CHUNK_SLOTS``).
+KV_INT2_EXTRA_BYTES = 4
 KV_INT2_MIN_BLOCK = 16
+KV_INT2_CHUNK_SLOTS = 4
 #: Every KV dtype kv-plan knows: the element dtypes and the packed ones.
 KV_DTYPES = sorted([*DTYPE_BYTES, *KV_PACKED_BITS, "int2"])
 
@@ -283,6 +286,7 @@ class KVPlan:
     cpu_cache_memory: int | None = None
     cpu_tier_blocks: int | None = None
     cpu_tier_prefixes: int | None = None
+    residual_blocks: int = 0  # int2: blocks its residual slots take from --memory
 
 
 def plan(
@@ -297,6 +301,7 @@ def plan(
     weight_dtype: str = "bf16",
     source: str = "",
     cpu_cache_memory: int | None = None,
+    max_num_seqs: int = 64,
 ) -> KVPlan:
     """Compute a :class:`KVPlan`.
 
@@ -311,6 +316,8 @@ def plan(
         cpu_cache_memory: host bytes for the prefix cache's CPU tier (None: skip that part);
             whole blocks of the device's block size, as the engine sizes the tier (swap space
             is separate and, while idle, lent to the tier on top of this).
+        max_num_seqs: running sequences (``EngineConfig.max_num_seqs``): int2's residual
+            slots, ``max_num_seqs + 4`` open blocks of ``weight_dtype`` K and V.
 
     Raises:
         PlanError: a non-positive size, a negative CPU-tier size or unknown dtype.
@@ -326,12 +333,16 @@ def plan(
             f"unknown dtype {weight_dtype!r}; use one of {', '.join(sorted(DTYPE_BYTES))}"
         )
     scale_per_token = 2 * cfg.num_layers * cfg.num_kv_heads * KV_SCALE_BYTES.get(kv_dtype, 0)
+    residual_blocks = 0
     if kv_dtype == "int2":
         if block_size < KV_INT2_MIN_BLOCK:
             raise PlanError(f"--kv-dtype int2 needs --block-size >= {KV_INT2_MIN_BLOCK}")
-        scale_per_token = cfg.num_layers * cfg.num_kv_heads * KV_INT2_EXTRA_BYTES
-        d = cfg.head_dim
-        per_token = cfg.num_layers * cfg.num_kv_heads * (d // 2 + d // 4) + scale_per_token
+        L, H, d = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
+        layer_block = block_size * H * (d // 2 + KV_INT2_EXTRA_BYTES) + 4 * H * d
+        per_token = L * layer_block // block_size
+        scale_per_token = per_token - L * H * d // 2
+        slot = 2 * block_size * H * d * DTYPE_BYTES[weight_dtype]  # K and V of one open block
+        residual_blocks = (max_num_seqs + KV_INT2_CHUNK_SLOTS) * -(-slot // layer_block)
     elif kv_dtype in KV_PACKED_BITS:  # head_dim * bits / 8 bytes per token-head
         values = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * KV_PACKED_BITS[kv_dtype]
         per_token = values // 8 + scale_per_token
@@ -356,12 +367,13 @@ def plan(
         kv_bytes_batch=per_request * batch,
         parameters=params,
         weight_bytes=weight_bytes,
+        residual_blocks=residual_blocks,
     )
     if memory is not None:
         left = memory - weight_bytes
         p.memory = memory
         p.memory_after_weights = left
-        p.kv_blocks = max(0, left // (block_size * per_token))
+        p.kv_blocks = max(0, left // (block_size * per_token) - residual_blocks)
         p.max_requests = p.kv_blocks // blocks
         p.batch_fits = p.max_requests >= batch
     if cpu_cache_memory is not None:
@@ -484,6 +496,16 @@ def format_plan(p: KVPlan, *, total_memory: int | None = None, headroom: float =
                 f"{_fmt_bytes(p.memory)}",
             ),
             ("KV blocks that fit", f"{p.kv_blocks:,}"),
+            *(
+                [
+                    (
+                        "int2 residual slots",
+                        f"{p.residual_blocks:,} blocks' bytes (open blocks in the model dtype)",
+                    )
+                ]
+                if p.residual_blocks
+                else []
+            ),
             (f"requests of {p.context:,} tokens that fit", f"{p.max_requests:,}"),
             (f"batch of {p.batch} fits", "yes" if p.batch_fits else "NO"),
         ]
@@ -526,8 +548,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DTYPE",
         help=f"KV cache dtype, one of {', '.join(KV_DTYPES)}: fp8 / int8 / int4 are quantized, "
         "with a float32 scale per token and KV head (int4: two values a byte); int2 is "
-        "KIVI-style 2-bit (3/4 head_dim + 8 bytes a token and KV head); as `promptcache "
-        "serve --kv-cache-dtype` stores them (default bf16)",
+        "KIVI-style 2-bit (3/4 head_dim + 4 bytes a token and KV head at block 16, plus "
+        "--max-num-seqs + 4 open blocks in --weight-dtype); as `promptcache serve "
+        "--kv-cache-dtype` stores them (default bf16)",
     )
     parser.add_argument(
         "--weight-dtype",
@@ -558,6 +581,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--block-size", type=int, default=16, help="tokens per KV block (default 16)"
     )
+    parser.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=64,
+        help="running sequences, as `promptcache serve --max-num-seqs` (default 64): sizes "
+        "int2's residual slots",
+    )
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
 
 
@@ -585,6 +615,7 @@ def run(args: argparse.Namespace) -> int:
             weight_dtype=args.weight_dtype.lower(),
             source=source,
             cpu_cache_memory=cpu_tier,
+            max_num_seqs=args.max_num_seqs,
         )
     except (PlanError, ValueError, OSError) as exc:
         print(f"promptcache kv-plan: error: {exc}", file=sys.stderr)

@@ -233,6 +233,7 @@ def _decode_batched(
     compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     if int2.is_int2(k_cache, k_scale):
         finished = (torch.arange(n_blocks, device=dev)[None, :] + 1) * block_size <= ctx[:, None]
+        finished |= ~own  # padding entries (block 0): read as 2-bit, masked below
         k, v = int2.read_blocks(k_cache, v_cache, k_scale, v_scale, blocks, finished, q.dtype)
         k, v = k.to(compute), v.to(compute)
     else:

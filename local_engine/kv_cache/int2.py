@@ -114,10 +114,15 @@ def block_bytes(block_size: int, num_kv_heads: int, head_dim: int) -> int:
     return Layout(block_size, num_kv_heads, head_dim).block_bytes
 
 
+#: Residual slots beyond one per running sequence: a prefill chunk that starts in an open block
+#: and ends in another holds two during its step (a decode releases its full block's slot
+#: before taking the next one); past these the scheduler waits or preempts as for blocks.
+CHUNK_SLOTS = 4
+
+
 def residual_slots(max_num_seqs: int) -> int:
-    """Residual slots of an engine: two per running sequence (its open block, and the one a
-    chunk filled this step while opening the next, released after the step)."""
-    return 2 * max_num_seqs
+    """Residual slots of an engine: ``max_num_seqs + CHUNK_SLOTS``."""
+    return max_num_seqs + CHUNK_SLOTS
 
 
 def is_int2(k_cache: torch.Tensor, k_scale: torch.Tensor | None) -> bool:

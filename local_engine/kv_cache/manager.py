@@ -340,8 +340,11 @@ class KVCacheManager:
         full = seq.num_computed_tokens // self.block_size
         for b in held[max(0, full - 2) : full]:
             res.release(b.block_id)
+        end = seq.num_computed_tokens + num_new  # (hits are whole blocks: same offset)
         need = int(self._needs_cow(held, seq.num_computed_tokens, num_new))
-        need += int((seq.num_computed_tokens + num_new) % self.block_size != 0)
+        i = end // self.block_size
+        if end % self.block_size and not (i < len(held) and res.has(held[i].block_id)):
+            need += 1
         return need <= len(res.free)
 
     def _drop_residuals(self, blocks: Seq[KVBlock]) -> None:

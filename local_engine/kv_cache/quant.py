@@ -187,8 +187,8 @@ class KVCacheFormat:
         """KV bytes of one token over all layers: ``2 * layers * kv_heads * (head_dim *
         bits / 8 + scale_bytes)`` (SmolLM2-135M int8: 2 x 30 x 3 x (64 + 4) = 12,240; int4:
         2 x 30 x 3 x (32 + 4) = 6,480); int2 (whose per-channel key scales are per block): a
-        16-token block's bytes / 16, ``layers * kv_heads * (3 * head_dim / 4 + 4 + head_dim /
-        4)`` (SmolLM2: 30 x 3 x (48 + 4 + 16) = 6,120; :mod:`local_engine.kv_cache.int2`)."""
+        16-token block's bytes / 16, ``layers * kv_heads * (3 * head_dim / 4 + 4)`` (SmolLM2:
+        30 x 3 x (48 + 4) = 4,680; :mod:`local_engine.kv_cache.int2`)."""
         if self.name == "int2":
             return self.block_bytes(mc, 16) // 16
         return (
@@ -203,8 +203,8 @@ class KVCacheFormat:
         return self.bytes_per_token(mc) * block_size
 
     def residual_blocks(self, mc: ModelConfig, block_size: int, max_num_seqs: int) -> int:
-        """Pseudo-blocks int2's residual slots take (0 for other formats): ``2 *
-        max_num_seqs`` slots of ``ceil(2 * block_size * kv_heads * head_dim * model dtype
+        """Pseudo-blocks int2's residual slots take (0 for other formats): ``max_num_seqs +
+        int2.CHUNK_SLOTS`` slots of ``ceil(2 * block_size * kv_heads * head_dim * model dtype
         bytes / int2 block bytes)`` blocks each."""
         if self.name != "int2" or self.residual_dtype is None:
             return 0

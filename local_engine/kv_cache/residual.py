@@ -6,7 +6,8 @@ blocks_per_slot`` (``first`` = the pool's block count): its id is that first pse
 Slots belong to blocks, not sequences: sequences forked off one another share a block and its
 slot until one writes it (copy-on-write copies the slot's pseudo-blocks too). A block keeps its
 slot until it is freed or found full (its quantized bytes are written by the write that fills
-it; the slot is released lazily, by the next :meth:`release_full` of a sequence holding it).
+it; the slot is released lazily, when a sequence holding the block is next given room, or
+when the block is freed).
 """
 
 from __future__ import annotations

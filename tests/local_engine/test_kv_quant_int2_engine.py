@@ -1,17 +1,21 @@
 """The engine with the KIVI-style 2-bit KV cache (``kv_cache_dtype="int2"``): bytes per token
-against hand-worked figures (``kv-plan``, ``EngineConfig``, the allocation agree), the refusals
-(block size, speculative decoding), ``serve --kv-cache-dtype int2``, the tiny random-weight
-model's int2 blocks through swap, the CPU tier and the disk tier (a block carries its INT4
-residual or its per-channel scales: the same greedy tokens as a recompute in int2), and the
-real SmolLM2's prefix hits equal to recomputing in int2, with copy-on-write of an open block.
+and residual slots against hand-worked figures (``kv-plan``, ``EngineConfig``, the allocation
+agree), the refusals (block size, speculative decoding), ``serve --kv-cache-dtype int2``, the
+tiny random-weight model's int2 blocks through preemption (recompute: an open block's residual
+slot is not swapped), the CPU tier and the disk tier (the same greedy tokens as a recompute in
+int2), and the real SmolLM2's prefix hits equal to recomputing in int2, with copy-on-write of
+an open block (its residual slot copied).
 
-Hand-worked bytes (``local_engine.kv_cache.int2``): per token and KV head ``D/2`` (K area) +
-``D/4`` (V codes) + 4 (K residual scale) + 4 (V float16 scale and minimum) = ``3D/4 + 8``;
-per token ``layers x kv_heads x (3D/4 + 8)``:
-- Llama 3 8B (32 layers, 8 KV heads, D 128): 32 x 8 x 104 = 26,624 B (bf16: 131,072; 4.92x);
-- SmolLM2-135M (30 layers, 3 KV heads, D 64): 30 x 3 x 56 = 5,040 B; a 16-token block 80,640 B;
-  64 MiB = 67,108,864 B holds 832 blocks (67,108,864 / 80,640 = 832.2);
-- the tiny test model (2 layers, 2 KV heads, D 16): 2 x 2 x 20 = 80 B; a block 1,280 B.
+Hand-worked bytes (``local_engine.kv_cache.int2``), a 16-token block per layer and KV head:
+K and V codes ``16 x D/4`` each, V float16 scale and minimum ``16 x 4``, K float16 scale and
+minimum per channel ``4 D``: ``16 x (3D/4 + 4)``, per token ``layers x kv_heads x (3D/4 + 4)``:
+- Llama 3 8B (32 layers, 8 KV heads, D 128): 32 x 8 x 100 = 25,600 B (bf16: 131,072; 5.12x);
+  a block per layer 16 x 8 x 100 = 12,800 B; a residual slot (K and V of 16 tokens, bf16)
+  2 x 16 x 8 x 128 x 2 = 65,536 B = 6 blocks (5.12 rounded up);
+- SmolLM2-135M (30 layers, 3 KV heads, D 64): 30 x 3 x 52 = 4,680 B; a block per layer 2,496
+  B, over 30 layers 74,880 B; a residual slot in float32 2 x 16 x 3 x 64 x 4 = 24,576 B per
+  layer = 10 blocks (9.85), in bf16 5 (4.92);
+- the tiny test model (2 layers, 2 KV heads, D 16): 2 x 2 x 16 = 64 B; a block 1,024 B.
 """
 
 from __future__ import annotations
@@ -31,18 +35,25 @@ from local_engine.sampling import SamplingParams
 from .test_kv_quant_engine import _chat_prompts, _run
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
-TINY_BLOCK = 1_280
+TINY_BLOCK = 1_024
 
 
 # ---- bytes ---------------------------------------------------------------------------------
-@pytest.mark.parametrize(("preset", "per_token"), [("llama-3-8b", 26_624), ("smollm2-135m", 5_040)])
-def test_bytes_per_token_by_hand_and_capacity_against_bf16(preset, per_token):
+@pytest.mark.parametrize(
+    ("preset", "per_token", "residual", "blocks"),
+    # 64 GiB = 68,719,476,736 B; residual: (64 + 4) slots x 6 (Llama) / 5 (SmolLM2) blocks
+    # Llama: 68,719,476,736 // 409,600 = 167,772 - 408; SmolLM2: // 74,880 = 917,728 - 340
+    [("llama-3-8b", 25_600, 408, 167_364), ("smollm2-135m", 4_680, 340, 917_388)],
+)
+def test_bytes_per_token_by_hand_and_capacity_against_bf16(preset, per_token, residual, blocks):
     mc = PRESETS[preset][0]
     fmt = kv_cache_format("int2", torch.bfloat16)
     assert fmt.bytes_per_token(mc) == per_token
     assert kv_block_bytes(mc, 16, fmt) == 16 * per_token
     p = plan(mc, context=4096, kv_dtype="int2", memory=64 * 2**30, weight_bytes=0)
     assert p.kv_bytes_per_token == per_token
+    assert p.residual_blocks == residual and p.kv_blocks == blocks
+    assert fmt.residual_blocks(mc, 16, 64) == residual
     budget = 64 * 2**30
     n_q = plan_num_blocks(
         EngineConfig(kv_cache_dtype="int2", kv_cache_memory=budget), mc, fmt, 4096
@@ -54,20 +65,31 @@ def test_bytes_per_token_by_hand_and_capacity_against_bf16(preset, per_token):
         4096,
     )
     assert p.kv_blocks == n_q
-    d = mc.head_dim  # bf16: 4 D bytes per token-head against 3D/4 + 8
-    assert n_q / n_b == pytest.approx(4 * d / (3 * d / 4 + 8), rel=1e-3)
+    d = mc.head_dim  # bf16: 4 D bytes per token-head against 3D/4 + 4
+    assert (n_q + residual) / n_b == pytest.approx(4 * d / (3 * d / 4 + 4), rel=1e-4)
 
 
 def test_engine_allocation_agrees_with_kv_plan(engine_factory):
-    eng = engine_factory(kv_cache_dtype="int2", num_kv_blocks=None, kv_cache_memory=64 * 2**20)
-    p = plan(
-        PRESETS["smollm2-135m"][0], context=2048, kv_dtype="int2", memory=64 * 2**20, weight_bytes=0
+    """64 MiB, float32 (the CPU engine's dtype), 8 running sequences: 67,108,864 // 74,880 =
+    896 blocks' bytes, of which (8 + 4) slots x 10 = 120 hold the residual: 776 blocks."""
+    eng = engine_factory(
+        kv_cache_dtype="int2", num_kv_blocks=None, kv_cache_memory=64 * 2**20, max_num_seqs=8
     )
-    assert p.kv_bytes_per_token == 5_040 and p.kv_blocks == 832
-    assert eng.kv_cache_manager.num_blocks == 832
-    # per layer a block is 16 x 3 x 56 = 2,688 B; over 30 layers 80,640 B
-    assert eng.runner.kv_cache.shape == (30, 1, 832, 2_688)
-    assert eng.runner.kv_cache.numel() == 832 * 80_640
+    p = plan(
+        PRESETS["smollm2-135m"][0],
+        context=2048,
+        kv_dtype="int2",
+        memory=64 * 2**20,
+        weight_bytes=0,
+        weight_dtype="fp32",
+        max_num_seqs=8,
+    )
+    assert p.kv_bytes_per_token == 4_680 and p.residual_blocks == 120 and p.kv_blocks == 776
+    assert eng.kv_cache_manager.num_blocks == 776
+    res = eng.kv_cache_manager.residual
+    assert (res.num_slots, res.first, res.blocks_per_slot) == (12, 776, 10)
+    assert eng.runner.kv_cache.shape == (30, 1, 896, 2_496)
+    assert eng.runner.kv_cache.numel() == 896 * 74_880 <= 64 * 2**20
     assert eng.metrics.kv_cache_dtype == "int2"
 
 
@@ -88,7 +110,7 @@ def test_kv_plan_and_serve_clis_know_int2(capsys):
 
     assert main(["kv-plan", "--model", "llama-3-8b", "--context", "4k", "--kv-dtype", "int2"]) == 0
     out = capsys.readouterr().out
-    assert "int2" in out and "26,624" in out
+    assert "int2" in out and "25,600" in out
     p = argparse.ArgumentParser(prog="promptcache serve")
     add_arguments(p)
     assert p.parse_args(["--kv-cache-dtype", "int2"]).kv_cache_dtype == "int2"
@@ -130,10 +152,10 @@ def alone(folder, ps, params):
     return [_run(big, f"alone{i}", p, params).token_ids for i, p in enumerate(ps)]
 
 
-def test_swap_moves_int2_blocks_open_and_finished(folder):
-    """Four requests that cannot all fit a 10-block pool: preemption swaps their blocks (open
-    ones with their INT4 residual, finished ones with their per-channel scales) out and back;
-    every output equals the request run alone."""
+def test_preemption_recomputes_int2_sequences_with_an_open_block(folder):
+    """Four requests that cannot all fit a 10-block pool, with swap space: a sequence holding
+    an open block (its tokens in a residual slot) is preempted by recompute, not swapped (the
+    slot is not moved); every output equals the request run alone and every slot comes back."""
     probe = tiny(folder)
     assert kv_block_bytes(probe.model_config, 16, kv_cache_format("int2", torch.float32)) == (
         TINY_BLOCK
@@ -146,8 +168,10 @@ def test_swap_moves_int2_blocks_open_and_finished(folder):
     from .conftest import run_to_completion
 
     final, _ = run_to_completion(eng)
-    assert eng.scheduler.num_swaps > 0
+    assert eng.scheduler.num_preemptions > 0
     assert [final[f"s{i}"].token_ids for i in range(4)] == alone(folder, ps, params)
+    res = eng.kv_cache_manager.residual
+    assert not res.of_block and len(res.free) == res.num_slots == 4 + 4
 
 
 def test_cpu_and_disk_tiers_move_int2_blocks(folder, tmp_path):
@@ -180,7 +204,7 @@ def test_hit_on_int2_blocks_equals_recompute_and_cow(engine_factory):
     for a, b in zip(with_cache, without):
         assert a.outputs[0].token_ids == b.outputs[0].token_ids
     # copy-on-write: 3 greedy samples share an open block (45 = 2 x 16 + 13 tokens), each
-    # writes its own copy of its INT4 residual and finishes it on its own
+    # writes its own copy of its residual slot and finishes it on its own
     ids = chats[1][:45]
     params = SamplingParams(temperature=0.0, max_tokens=8, n=3, ignore_eos=True)
     out = _run(on, "i2-cow", ids, params)
