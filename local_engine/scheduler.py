@@ -282,7 +282,8 @@ class Scheduler:
                 if need > self.kv.num_free_blocks:
                     break  # FCFS: wait until it fits
                 swap_in = self.kv.swap_in(seq)
-                assert swap_in is not None  # the free blocks were checked just above
+                if swap_in is None:  # int2: no residual slot free for its open block
+                    break
                 out.swap_in.extend(swap_in)
                 copies = self.kv.allocate_slots(seq, num_new)
                 assert copies is not None

@@ -126,6 +126,9 @@ class KVCacheManager:
         self.num_cpu_blocks = num_cpu_blocks
         self.host = HostBlockPool(num_cpu_blocks, num_cpu_cache_blocks if enable_caching else 0)
         self.swapped: dict[str, list[int]] = {}
+        # int2: a swapped-out sequence's open block (its index) and how many of its host
+        # blocks, at the end of swapped[seq_id], hold that block's residual slot
+        self._swapped_open: dict[str, tuple[int, int]] = {}
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0  # both tiers
         self.prefix_cache_hits_cpu = 0  # of those, restored from the CPU tier
@@ -452,29 +455,47 @@ class KVCacheManager:
 
     def can_swap_out(self, seq: Sequence) -> bool:
         """True when ``seq`` holds device blocks and swap can take host blocks for all of them
-        (within its floor; evicting CPU-tier blocks if need be), and none of them is an int2
-        block open in a residual slot (such a sequence is recomputed: the slot is not moved)."""
+        (within its floor; evicting CPU-tier blocks if need be), int2's open block's residual
+        slot included."""
         blocks = self.req_blocks.get(seq.seq_id, ())
-        if self.residual is not None and any(self.residual.has(b.block_id) for b in blocks):
-            return False
-        return 0 < len(blocks) <= self.host.swap_available()
+        return 0 < len(blocks) + self._open_slot_blocks(seq) <= self.host.swap_available()
+
+    def _open_slot_blocks(self, seq: Sequence) -> int:
+        """Host blocks int2's residual slot of ``seq``'s open block takes (0 without one)."""
+        res = self.residual
+        if res is None or seq.num_computed_tokens % self.block_size == 0:
+            return 0
+        blocks = self.req_blocks.get(seq.seq_id, ())
+        i = seq.num_computed_tokens // self.block_size
+        return res.blocks_per_slot if i < len(blocks) and res.has(blocks[i].block_id) else 0
 
     def swap_out(self, seq: Sequence) -> list[tuple[int, int]]:
         """Give ``seq``'s device blocks back, keeping their contents in CPU blocks.
 
         Returns: ``(device_block, cpu_block)`` copies the runner must do before anything
         overwrites those device blocks (i.e. first thing in the next forward step)."""
+        n_res = self._open_slot_blocks(seq)
         blocks = self.req_blocks.pop(seq.seq_id)
         self.block_tables.release(seq.seq_id)
         self._num_hashed.pop(seq.seq_id, None)
-        cpu = self.host.swap_alloc(len(blocks))
+        cpu = self.host.swap_alloc(len(blocks) + n_res)
         self.swapped[seq.seq_id] = cpu
+        out = [(b.block_id, c) for b, c in zip(blocks, cpu)]
+        if n_res:  # int2: the open block's residual slot goes along (its pseudo-blocks)
+            assert self.residual is not None
+            i = seq.num_computed_tokens // self.block_size
+            slot = self.residual.of_block[blocks[i].block_id]
+            out += [(slot + j, c) for j, c in enumerate(cpu[len(blocks) :])]
+            self._swapped_open[seq.seq_id] = (i, n_res)
         self.pool.free(reversed(blocks))
-        return [(b.block_id, c) for b, c in zip(blocks, cpu)]
+        self._drop_residuals(blocks)
+        return out
 
     def num_swapped_blocks(self, seq: Sequence) -> int:
-        """Number of CPU blocks holding ``seq``'s swapped-out KV (0 when it is not swapped)."""
-        return len(self.swapped.get(seq.seq_id, ()))
+        """Number of device blocks ``seq``'s swapped-out KV comes back into (0 when it is not
+        swapped; int2's residual slot not counted)."""
+        n_res = self._swapped_open.get(seq.seq_id, (0, 0))[1]
+        return len(self.swapped.get(seq.seq_id, ())) - n_res
 
     def swap_in(self, seq: Sequence) -> list[tuple[int, int]] | None:
         """Bring a swapped-out sequence's blocks back into fresh device blocks.
@@ -484,19 +505,30 @@ class KVCacheManager:
         cpu = self.swapped.get(seq.seq_id)
         if cpu is None:
             return []
-        if len(cpu) > self.pool.num_free_blocks:
+        i, n_res = self._swapped_open.get(seq.seq_id, (0, 0))
+        n = len(cpu) - n_res
+        if n > self.pool.num_free_blocks or (
+            n_res and self.residual is not None and not self.residual.free
+        ):
             return None
-        blocks = self.pool.allocate(len(cpu))
+        blocks = self.pool.allocate(n)
         del self.swapped[seq.seq_id]
         self.req_blocks[seq.seq_id] = blocks
         self.block_tables.assign(seq.seq_id, [b.block_id for b in blocks])
         self._num_hashed.pop(seq.seq_id, None)
         self.host.swap_release(cpu)
-        return [(c, b.block_id) for c, b in zip(cpu, blocks)]
+        out = [(c, b.block_id) for c, b in zip(cpu, blocks)]
+        if n_res:  # int2: the open block's residual slot comes back into a fresh slot
+            assert self.residual is not None
+            del self._swapped_open[seq.seq_id]
+            slot = self.residual.assign(blocks[i].block_id)
+            out += [(c, slot + j) for j, c in enumerate(cpu[n:])]
+        return out
 
     def drop_swapped(self, seq: Sequence) -> None:
         """Forget a swapped-out sequence's CPU blocks (abort)."""
         cpu = self.swapped.pop(seq.seq_id, None)
+        self._swapped_open.pop(seq.seq_id, None)
         if cpu:
             self.host.swap_release(cpu)
 

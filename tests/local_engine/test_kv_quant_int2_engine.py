@@ -128,48 +128,61 @@ def tiny(folder, **kw):
     from local_engine.engine import LLMEngine
 
     kw.setdefault("num_kv_blocks", 10)
+    kw.setdefault("max_num_batched_tokens", 64)
     return LLMEngine.from_config(
         folder,
         device="cpu",
         seed=0,
         max_num_seqs=4,
-        max_num_batched_tokens=64,
         kv_cache_dtype="int2",
         debug_checks=True,
         **kw,
     )
 
 
-def prompts(n, seed=0, length=70):
+def prompts(n, seed=0, length=70, lengths=None):
     import random
 
     rng = random.Random(seed)
-    return [[rng.randrange(256) for _ in range(length)] for _ in range(n)]
+    return [[rng.randrange(256) for _ in range(k)] for k in (lengths or [length] * n)]
 
 
-def alone(folder, ps, params):
-    big = tiny(folder, num_kv_blocks=64, enable_prefix_caching=False)
+def alone(folder, ps, params, **kw):
+    big = tiny(folder, num_kv_blocks=64, enable_prefix_caching=False, **kw)
     return [_run(big, f"alone{i}", p, params).token_ids for i, p in enumerate(ps)]
 
 
-def test_preemption_recomputes_int2_sequences_with_an_open_block(folder):
-    """Four requests that cannot all fit a 10-block pool, with swap space: a sequence holding
-    an open block (its tokens in a residual slot) is preempted by recompute, not swapped (the
-    slot is not moved); every output equals the request run alone and every slot comes back."""
+def test_swap_moves_int2_blocks_and_the_open_blocks_residual_slot(folder):
+    """Four requests that cannot all fit a 10-block pool: preemption swaps their blocks out
+    and back, an open block's residual slot (8 pseudo-blocks of float32 K and V) with them;
+    every output equals the request run alone and every slot comes back. Each prompt is
+    prefilled in one step (a 256-token budget): int2's results depend on where chunks end (a
+    query reads its own block from the residual slot while the block is open, 2-bit once it
+    is full), and a recompute would not be bit-equal either."""
     probe = tiny(folder)
     assert kv_block_bytes(probe.model_config, 16, kv_cache_format("int2", torch.float32)) == (
         TINY_BLOCK
     )
-    eng = tiny(folder, swap_space=40 * TINY_BLOCK)
-    ps = prompts(4, seed=1, length=40)
+    eng = tiny(folder, swap_space=80 * TINY_BLOCK, max_num_batched_tokens=256)
+    # lengths such that the sequence preempted holds an open block (measured: one swap,
+    # its 8 residual pseudo-blocks moved out and back)
+    ps = prompts(4, seed=1, lengths=[40, 45, 50, 37])
     params = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
     for i, p in enumerate(ps):
         eng.add_request(f"s{i}", p, params)
     from .conftest import run_to_completion
 
+    kv = eng.kv_cache_manager
+    moved = []  # (device, host) pairs of residual pseudo-blocks (ids past the pool's blocks)
+    swap_out = kv.swap_out
+    kv.swap_out = lambda seq: (
+        out := swap_out(seq),
+        moved.extend(p for p in out if p[0] >= kv.num_blocks),
+    )[0]
     final, _ = run_to_completion(eng)
-    assert eng.scheduler.num_preemptions > 0
-    assert [final[f"s{i}"].token_ids for i in range(4)] == alone(folder, ps, params)
+    assert eng.scheduler.num_swaps > 0 and len(moved) % 8 == 0 and moved
+    want = alone(folder, ps, params, max_num_batched_tokens=256)
+    assert [final[f"s{i}"].token_ids for i in range(4)] == want
     res = eng.kv_cache_manager.residual
     assert not res.of_block and len(res.free) == res.num_slots == 4 + 4
 
