@@ -139,12 +139,12 @@ def _finalize_int2_kernel(
         row_elems = NUM_KV_HEADS * HEAD_DIM
         for h in tl.static_range(NUM_KV_HEADS):
             if whole:
-                kx = tl.load(
-                    k_ptr + rows[:, None] * stride_kt + h * stride_kh + d[None, :]
-                ).to(tl.float32)
-                vx = tl.load(
-                    v_ptr + rows[:, None] * stride_vt + h * stride_vh + d[None, :]
-                ).to(tl.float32)
+                kx = tl.load(k_ptr + rows[:, None] * stride_kt + h * stride_kh + d[None, :]).to(
+                    tl.float32
+                )
+                vx = tl.load(v_ptr + rows[:, None] * stride_vt + h * stride_vh + d[None, :]).to(
+                    tl.float32
+                )
             else:
                 ridx = r[:, None] * row_elems + h * HEAD_DIM + d[None, :]
                 kx = tl.load(res + ridx).to(tl.float32)

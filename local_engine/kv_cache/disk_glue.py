@@ -32,7 +32,9 @@ def fingerprint_parts(config, mc, kv_format, identity: str) -> dict[str, Any]:
         "kv_layout": (
             "int2_residual_slots"  # the int2 blocks of 2026-12-03's second layout
             if kv_format.name == "int2"
-            else DEFAULT_LAYOUT if kv_format.quantized else "dense"
+            else DEFAULT_LAYOUT
+            if kv_format.quantized
+            else "dense"
         ),
         "block_size": config.block_size,
         "shape": (mc.num_layers, mc.num_kv_heads, mc.head_dim),

@@ -277,12 +277,16 @@ class KVCacheManager:
             held = self.req_blocks.get(seq.seq_id)
             if held:
                 nc = seq.num_computed_tokens
-                if -(-(nc + num_new_tokens) // self.block_size) <= len(held) and not (
-                    num_new_tokens > 0
-                    and nc % self.block_size
-                    and nc // self.block_size < len(held)
-                    and held[nc // self.block_size].ref_cnt > 1
-                ) and not self._needs_slot(held, nc + num_new_tokens):
+                if (
+                    -(-(nc + num_new_tokens) // self.block_size) <= len(held)
+                    and not (
+                        num_new_tokens > 0
+                        and nc % self.block_size
+                        and nc // self.block_size < len(held)
+                        and held[nc // self.block_size].ref_cnt > 1
+                    )
+                    and not self._needs_slot(held, nc + num_new_tokens)
+                ):
                     return []
         if (
             self.num_blocks_to_allocate(seq, num_new_tokens, computed_blocks)
