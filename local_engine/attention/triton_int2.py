@@ -16,7 +16,6 @@ are :mod:`local_engine.kv_cache.int2`'s, which is their torch reference).
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
