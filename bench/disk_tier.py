@@ -23,6 +23,14 @@ reader threads read, check the CRC and copy into the pool meanwhile).
 On CUDA one full-length request of other tokens runs first (kernel compilation and library
 start-up stay out of the cold row), and each fresh engine runs a 32-token one (no eviction).
 
+TTFT is the time to the first *token*: the engine reports a request after every step, a
+prefill chunk too (the prompt is longer than ``max_num_batched_tokens``), and an early run took
+the first chunk's report for the first token (a "cold" 4k prefix in 0.050 s on the H200, below
+the compute floor). The compute floor of the cold row, printed with it: ``2 x (the layers'
+weight parameters) x prompt tokens`` FLOPs at the device's dense peak (``--peak-tflops``; CUDA
+default 989, the H200's dense BF16 figure, NVIDIA H200 datasheet, 2024; none on the CPU); a
+row below it is marked invalid and given no ratio.
+
 Usage: ``PYTHONPATH=. .venv/bin/python bench/disk_tier.py [--prefix 4096] [--dir DIR]
 [--device cuda --model-dir DIR]``. Not a test: it prints, it does not assert.
 """
@@ -75,9 +83,21 @@ def sequential_read_gbps(folder: Path, mib: int) -> tuple[float, float]:
     return out[0], out[1]
 
 
+def _sync() -> None:
+    """Wait for the device's queued work (CUDA; nothing on the CPU)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    except ImportError:
+        pass
+
+
 def ttft(engine, rid: str, ids: list[int]) -> tuple[float, object, float]:
-    """Wall seconds from add_request to the request's first output, that output, and the
-    seconds until its restore (CPU tier or disk) was done (0 without one)."""
+    """Wall seconds from add_request to the request's first token (not its first output: a
+    prefill chunk is reported too), that output, and the seconds until its restore (CPU tier
+    or disk) was done (0 without one)."""
     from local_engine import SamplingParams
 
     kv = engine.kv_cache_manager
@@ -91,11 +111,27 @@ def ttft(engine, rid: str, ids: list[int]) -> tuple[float, object, float]:
         elif restoring and not restored:
             restored = time.perf_counter() - t0
         for o in outs:
-            if o.request_id == rid:
+            if o.request_id == rid and o.outputs[0].token_ids:
+                _sync()
                 dt = time.perf_counter() - t0
                 while engine.has_unfinished_requests():
                     engine.step()
                 return dt, o, restored
+
+
+def layer_params(cfg: dict) -> int:
+    """Weight parameters of a Llama-shaped model's decoder layers (q, k, v, o projections and
+    the gated MLP; no embeddings, norms or head): Llama-3-8B 32 x 218,103,808 = 6,979,321,856."""
+    h, heads, kv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or h // heads
+    attn = 2 * h * heads * hd + 2 * h * kv * hd
+    return cfg["num_hidden_layers"] * (attn + 3 * h * cfg["intermediate_size"])
+
+
+def compute_floor(cfg: dict, tokens: int, peak_tflops: float | None) -> tuple[float, float | None]:
+    """(prefill FLOPs ``2 x layer_params x tokens``, seconds at ``peak_tflops`` or None)."""
+    flops = 2.0 * layer_params(cfg) * tokens
+    return flops, (flops / (peak_tflops * 1e12) if peak_tflops else None)
 
 
 def engine_factory(args: argparse.Namespace) -> tuple:
@@ -139,6 +175,23 @@ def free(engine) -> None:
             torch.cuda.empty_cache()
     except ImportError:
         pass
+
+
+def model_shape(args: argparse.Namespace) -> dict:
+    """config.json of ``--model-dir``, else SmolLM2-135M's (the embedded GGUF's shape)."""
+    if args.model_dir is not None:
+        return json.loads((Path(args.model_dir) / "config.json").read_text())
+    from local_engine.kv_plan import PRESETS
+
+    mc = PRESETS["smollm2-135m"][0]
+    return dict(
+        hidden_size=mc.hidden_size,
+        num_attention_heads=mc.num_heads,
+        num_key_value_heads=mc.num_kv_heads,
+        head_dim=mc.head_dim,
+        num_hidden_layers=mc.num_layers,
+        intermediate_size=mc.intermediate_size,
+    )
 
 
 def measure(args: argparse.Namespace, folder: Path) -> tuple[list, str]:
@@ -189,11 +242,21 @@ def main() -> None:
     ap.add_argument("--probe-mib", type=int, default=512)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--model-dir", default=None, help="a bench/engine_gpu.py prepare folder")
+    ap.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="dense peak of the model dtype for the cold row's compute floor (default: 989 on "
+        "CUDA, the H200's BF16; none on the CPU)",
+    )
     args = ap.parse_args()
+    peak = args.peak_tflops or (989.0 if args.device != "cpu" else None)
+    flops, floor_s = compute_floor(model_shape(args), args.prefix + SUFFIX, peak)
 
     folder = Path(args.dir or tempfile.mkdtemp(prefix="kv-disk-bench-"))
     rows, label = measure(args, folder)
     t_cold = rows[0][1]
+    cold_ok = floor_s is None or t_cold >= floor_s
     cold_gbps, cached_gbps = sequential_read_gbps(folder, args.probe_mib)
     print(
         f"# disk tier: {label} on {args.device}, {args.prefix}-token prefix + {SUFFIX}, 1 token out"
@@ -204,6 +267,10 @@ def main() -> None:
     print(
         f"# sequential read of a {args.probe_mib} MiB file: cold {cold_gbps:.2f} GB/s, page cache {cached_gbps:.2f} GB/s"
     )
+    floor_txt = f"{floor_s * 1e3:.1f} ms at {peak:g} TFLOPS" if floor_s else "no peak given"
+    print(f"# cold row's compute floor: {flops / 1e12:.1f} TFLOP, {floor_txt}")
+    if not cold_ok:
+        print(f"# INVALID: the cold row ({t_cold:.3f} s) is below the compute floor; no ratios")
     print(
         "| prefix from | TTFT (s) | cached tokens (gpu/cpu/disk) | vs cold | read-back GB/s | floor GB/s |"
     )
@@ -215,7 +282,10 @@ def main() -> None:
         if len(row) > 3 and row[4] > 0:
             gbps = f"{row[3] / row[4] / 1e9:.2f} ({row[3] / 1e6:.0f} MB in {row[4]:.3f} s)"
             floor = f"{cold_gbps if 'cold' in name else cached_gbps:.2f}"
-        print(f"| {name} | {t:.3f} | {tiers} | {t_cold / t:.1f}x | {gbps} | {floor} |")
+        ratio = f"{t_cold / t:.1f}x" if cold_ok else "-"
+        if name.startswith("cold") and not cold_ok:
+            name += " INVALID (below the compute floor)"
+        print(f"| {name} | {t:.3f} | {tiers} | {ratio} | {gbps} | {floor} |")
 
 
 if __name__ == "__main__":

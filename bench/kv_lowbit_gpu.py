@@ -47,10 +47,15 @@ WEIGHTS_8B = 8_030_261_248 * 2  # Llama 3 8B parameters (local_engine.kv_plan) x
 FORMATS = ("auto", "int8", "int4", "int2")
 
 
+#: int2's residual slots in the correctness pools (an open block each; kv_cache.int2)
+INT2_SLOTS = 8
+
+
 def pool(fmt_name: str, num_blocks: int, dev, heads=HKV, d=D, layers=1):
     mc = ModelConfig("bench", heads * d, layers, heads, heads, d, 8, 8)
     fmt = kv_cache_format(fmt_name, torch.bfloat16, dev)
-    raw, views = allocate_kv_cache(mc, num_blocks, BS, fmt, dev)
+    slots = INT2_SLOTS if fmt_name == "int2" else 0
+    raw, views = allocate_kv_cache(mc, num_blocks, BS, fmt, dev, slots)
     layer = views[0]
     ks, vs = (layer[2], layer[3]) if len(layer) == 4 else (None, None)
     return raw, layer[0], layer[1], ks, vs
@@ -68,11 +73,10 @@ def dense(q, k, v, ctx, q_len):
 def dequantized(name, kc, vc, ks, vs, blocks, ctx, dev):
     """float64 K, V ``[ctx, heads, d]`` of a sequence's ``blocks`` as the pool holds them."""
     idx = torch.tensor(blocks, device=dev)
-    if name == "int2":
+    if name == "int2":  # finished blocks dequantized, the open one from its residual slot
         fin = (torch.arange(len(blocks), device=dev) + 1) * BS <= ctx
-        k = int2.read_keys(kc, ks, idx, fin).flatten(0, 1)[:ctx]
-        v = int2.read_values(vc, vs, idx).flatten(0, 1)[:ctx]
-        return k.double(), v.double()
+        k, v = int2.read_blocks(kc, vc, ks, vs, idx, fin, torch.bfloat16)
+        return k.flatten(0, 1)[:ctx].double(), v.flatten(0, 1)[:ctx].double()
     k = dequantize(kc[idx], ks[idx], torch.float64).flatten(0, 1)[:ctx]
     v = dequantize(vc[idx], vs[idx], torch.float64).flatten(0, 1)[:ctx]
     if name == "int4":
@@ -98,7 +102,10 @@ def _correctness_row(name, dev, g, hq, hkv, d, ctx_lens, q_lens) -> None:
     from local_engine.attention import triton_backend
 
     n_blocks = [-(-c // BS) for c in ctx_lens]
-    raw, kc, vc, ks, vs = pool(name, sum(n_blocks) + 2, dev, hkv, d)
+    n_pool = sum(n_blocks) + 2
+    raw, kc, vc, ks, vs = pool(name, n_pool, dev, hkv, d)
+    per_slot = int2.Layout(BS, hkv, d).blocks_per_slot(2)  # bf16 residual slots
+    opened = 0
     tables = torch.zeros((len(ctx_lens), max(n_blocks)), dtype=torch.int32)
     perm = torch.randperm(sum(n_blocks) + 2, generator=g).tolist()
     data, table_rows = [], []
@@ -110,6 +117,10 @@ def _correctness_row(name, dev, g, hq, hkv, d, ctx_lens, q_lens) -> None:
         k[..., 3] *= 15  # an outlier channel
         v = torch.randn((c, hkv, d), generator=g) * 0.5
         kb, vb = k.to(dev, torch.bfloat16), v.to(dev, torch.bfloat16)
+        if name == "int2":  # the blocks the last 4 tokens sit in are written open
+            for b in sorted({blocks[p // BS] for p in range(max(c - 4, 0), c)}):
+                int2.set_residual_ids(raw, [b], [n_pool + opened * per_slot])
+                opened += 1
         # two calls: a prompt, then its last 3 tokens as decode-like writes
         triton_backend.write_kv_cache(kb[:-3], vb[:-3], kc, vc, slot[:-3].to(dev), ks, vs)
         for j in range(c - 3, c):
@@ -268,11 +279,13 @@ def residency(dev) -> dict:
     for name in FORMATS:
         fmt = kv_cache_format(name, torch.bfloat16, dev)
         per_block = kv_block_bytes(mc, BS, fmt)
-        blocks = budget // per_block
+        # int2: its residual slots (max_num_seqs 64 + 4, bf16) come out of the same budget
+        residual = fmt.residual_blocks(mc, BS, 64)
+        blocks = budget // per_block - residual
         reqs = blocks // (4096 // BS)
         base = base or reqs
         try:
-            raw, views = allocate_kv_cache(mc, blocks, BS, fmt, dev)
+            raw, views = allocate_kv_cache(mc, blocks, BS, fmt, dev, int2.residual_slots(64))
             ok = f"yes ({raw.numel() * raw.element_size() / 1e9:.1f} GB)"
             del raw, views  # (the views hold the pool too)
         except torch.cuda.OutOfMemoryError as e:
@@ -287,10 +300,17 @@ def residency(dev) -> dict:
 
 
 def main() -> None:
+    global FORMATS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--formats",
+        default=",".join(FORMATS),
+        help="KV formats to run (bf16 = auto, always run: the ratios' base), e.g. auto,int2",
+    )
     args = ap.parse_args()
+    FORMATS = tuple(["auto"] + [f for f in args.formats.split(",") if f in FORMATS[1:]])
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU (interpreter)"
     print(
@@ -305,7 +325,7 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     shapes = sorted({(b, c) for b, c, _ in speed}, key=lambda bc: bc[1])  # the header's order
-    for fmt in [*FORMATS, "int4 best", "int2 best"]:
+    for fmt in [*FORMATS, *(f + " best" for f in FORMATS if f in ("int4", "int2"))]:
         cells = []
         for b, c in shapes:
             r = speed.get((b, c, fmt))
