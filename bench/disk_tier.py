@@ -268,7 +268,7 @@ def main() -> None:
         f"# sequential read of a {args.probe_mib} MiB file: cold {cold_gbps:.2f} GB/s, page cache {cached_gbps:.2f} GB/s"
     )
     floor_txt = f"{floor_s * 1e3:.1f} ms at {peak:g} TFLOPS" if floor_s else "no peak given"
-    print(f"# cold row's compute floor: {flops / 1e12:.1f} TFLOP, {floor_txt}")
+    print(f"# cold row's compute floor: {flops / 1e12:.3g} TFLOP, {floor_txt}")
     if not cold_ok:
         print(f"# INVALID: the cold row ({t_cold:.3f} s) is below the compute floor; no ratios")
     print(
