@@ -75,13 +75,12 @@ class Runner:
 
     def logits(self, start: int, n: int) -> torch.Tensor:
         """Blocks for the step as the scheduler gives them (int2: the block it leaves open
-        gets a residual slot, written into the pool as the engine's step does)."""
+        gets a residual slot)."""
         from local_engine.scheduler import ScheduledSequence, SchedulerOutput
 
         kv = self.engine.kv_cache_manager
         assert self.seq.num_computed_tokens == start
         assert kv.allocate_slots(self.seq, n) == []
-        self.engine.runner.set_residual_ids(kv.take_residual_writes())
         sched = SchedulerOutput([ScheduledSequence(self.seq, start, n)])
         batch = self.engine.runner.prepare(sched, [kv.block_ids(self.seq.seq_id)])
         batch.meta.logits_indices = torch.arange(n)

@@ -405,7 +405,6 @@ class LLMEngine:
         tables = self.kv_cache_manager.block_table_array([s.seq.seq_id for s in sched.scheduled])
         self._move_blocks(sched)
         self.runner.copy_blocks(sched.block_copies)
-        self.runner.set_residual_ids(self.kv_cache_manager.take_residual_writes())
         if self.spec is not None:
             self.spec.copy_blocks(sched.block_copies)
             self.spec.draft(sched.scheduled, tables)  # the drafts the scheduler made room for

@@ -157,6 +157,7 @@ class ModelRunner:
         self.num_blocks = 0
         self.kv_cache = torch.empty(0, dtype=self.dtype)  # [layers, 2, ...] once allocated
         self.kv_caches: list[tuple[torch.Tensor, ...]] = []  # (k, v[, k_scale, v_scale])
+        self.residual: ResidualSlots | None = None  # int2's residual slots (residual_slots)
         self.cpu_kv_cache: torch.Tensor | None = None  # swap space + CPU tier, when any
         self.kv_transfer: KVTransfer | None = None  # copies to and from it
         self.sampler = Sampler(cfg.seed, device=self.device)
@@ -234,6 +235,7 @@ class ModelRunner:
         Per sequence there is one pass of Python attribute reads; positions, slots and the
         rest are NumPy arithmetic over the whole batch.
         """
+        self.write_residual_ids()
         scheduled = sched.scheduled
         n = len(scheduled)
         bs = self.block_size
@@ -415,18 +417,24 @@ class ModelRunner:
             self.kv_cache[:, :, dev] = cpu_cache[cpu].movedim(0, 2).to(self.device)
 
     def residual_slots(self) -> ResidualSlots | None:
-        """The books of int2's residual slots for this pool (None for other formats): two
-        per ``max_num_seqs``, from pseudo-block ``num_blocks`` on."""
+        """The books of int2's residual slots for this pool (None for other formats):
+        ``max_num_seqs + 4`` slots from pseudo-block ``num_blocks`` on. The cache manager
+        hands them out; :meth:`prepare` writes the slot ids it handed out into the pool."""
         if self.kv_format.name != "int2":
             return None
-        mc = self.model_config
-        lay = Layout(self.block_size, mc.num_kv_heads, mc.head_dim)
-        per = lay.blocks_per_slot(torch.empty((), dtype=self.dtype).element_size())
-        return ResidualSlots(residual_slots(self.cfg.max_num_seqs), self.num_blocks, per)
+        if self.residual is None:
+            mc = self.model_config
+            lay = Layout(self.block_size, mc.num_kv_heads, mc.head_dim)
+            per = lay.blocks_per_slot(torch.empty((), dtype=self.dtype).element_size())
+            slots = residual_slots(self.cfg.max_num_seqs)
+            self.residual = ResidualSlots(slots, self.num_blocks, per)
+        return self.residual
 
-    def set_residual_ids(self, writes: Seq[tuple[int, int]]) -> None:
-        """Write int2's ``(block, residual slot)`` assignments into the pool (after the
-        step's block copies: a copied open block carries its source's slot id)."""
+    def write_residual_ids(self) -> None:
+        """Write int2's ``(block, residual slot)`` assignments made since the last call into
+        the pool (called by :meth:`prepare`: after the step's swaps and block copies, which
+        would otherwise overwrite a block's slot id with its source's)."""
+        writes = self.residual.take_writes() if self.residual is not None else []
         if writes:
             set_residual_ids(self.kv_cache, [b for b, _ in writes], [r for _, r in writes])
 

@@ -362,12 +362,6 @@ class KVCacheManager:
                 if b.ref_cnt == 0:
                     res.release(b.block_id)
 
-    def take_residual_writes(self) -> list[tuple[int, int]]:
-        """``(block id, residual slot id)`` to write before the next forward (int2; empty
-        otherwise), cleared: see :meth:`ResidualSlots.take_writes
-        <local_engine.kv_cache.residual.ResidualSlots.take_writes>`."""
-        return self.residual.take_writes() if self.residual is not None else []
-
     def cache_computed_blocks(self, seq: Sequence) -> None:
         """Register every full block whose tokens are all computed under its chain hash.
 

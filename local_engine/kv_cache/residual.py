@@ -55,7 +55,7 @@ class ResidualSlots:
     def take_writes(self) -> list[tuple[int, int]]:
         """``(block id, slot id)`` assignments since the last call, in order, cleared: the
         runner writes them (:func:`~local_engine.kv_cache.int2.set_residual_ids`) after the
-        step's block copies and before its forward."""
+        step's swaps and block copies, before its forward (``ModelRunner.prepare``)."""
         out, self._writes = self._writes, []
         return out
 
