@@ -224,3 +224,59 @@ def test_hit_on_int2_blocks_equals_recompute_and_cow(engine_factory):
     toks = [c.token_ids for c in out.outputs]
     assert toks[0] == toks[1] == toks[2] == _run(off, "i2-cow1", ids, GREEDY).token_ids[:8]
     assert on.kv_cache_manager.num_free_blocks == on.kv_cache_manager.num_blocks
+
+
+# ---- residual slots: copy-on-write, a hit on a block a decode filled --------------------------
+def test_copy_on_write_of_an_open_block_copies_its_residual_slot():
+    """The manager alone: a fork shares the open block and its slot; the first write by the
+    child gives it a new block with a new slot, and the copies are the block and the slot's
+    pseudo-blocks (ids past the pool's); freeing both gives every slot back."""
+    from local_engine.kv_cache.manager import KVCacheManager
+    from local_engine.kv_cache.residual import ResidualSlots
+    from local_engine.sequence import Sequence
+
+    kv = KVCacheManager(8, 16, residual=ResidualSlots(3, 8, 2))  # slots at 8, 10, 12
+    parent = Sequence("p", "p", 0, list(range(20)), SamplingParams())
+    assert kv.allocate_slots(parent, 20) == []  # block 1 left open: slot 8
+    assert kv.residual.of_block == {kv.block_ids("p")[1]: 8}
+    parent.num_computed_tokens = 20
+    child = Sequence("c", "c", 0, list(range(21)), SamplingParams())
+    child.num_computed_tokens = 20
+    kv.fork(parent, child)
+    old = kv.block_ids("c")[1]
+    copies = kv.allocate_slots(child, 1)
+    new = kv.block_ids("c")[1]
+    assert new != old and copies == [(old, new), (8, 10), (9, 11)]
+    assert kv.residual.of_block == {old: 8, new: 10}
+    assert kv.residual.take_writes() == [(old, 8), (new, 10)]
+    kv.check_invariants()
+    kv.free(child)
+    kv.free(parent)
+    assert not kv.residual.of_block and sorted(kv.residual.free) == [8, 10, 12]
+
+
+def test_fork_of_an_open_block_equals_one_sample(folder):
+    """Three greedy samples of a 21-token prompt (block 1 open, in a residual slot) each write
+    their own copy of the slot: all equal the single-sample run."""
+    eng = tiny(folder, num_kv_blocks=16)
+    p = prompts(1, seed=5, length=21)[0]
+    params = SamplingParams(temperature=0.0, max_tokens=20, n=3, ignore_eos=True)
+    out = _run(eng, "fork", p, params)
+    one = alone(folder, [p], SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))[0]
+    assert [c.token_ids for c in out.outputs] == [one] * 3
+    res = eng.kv_cache_manager.residual
+    assert not res.of_block and len(res.free) == res.num_slots
+
+
+def test_hit_on_a_block_a_decode_filled(folder):
+    """A: a 20-token prompt, 24 greedy tokens; its block 1 is filled by decodes (tokens 20-31
+    through its residual slot, quantized by the write of token 31). B: A's first 36 tokens as
+    a prompt hits blocks 0 and 1 (32 tokens) and computes tokens 32-35 over them as A's
+    decodes did (blocks 0-1 2-bit, block 2 from its slot): B's greedy tokens are A's next 8."""
+    eng = tiny(folder, num_kv_blocks=16)
+    p = prompts(1, seed=6, length=20)[0]
+    a = _run(eng, "A", p, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
+    t = a.outputs[0].token_ids
+    b = _run(eng, "B", p + t[:16], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
+    assert b.num_cached_tokens == 32
+    assert b.outputs[0].token_ids == t[16:24]
