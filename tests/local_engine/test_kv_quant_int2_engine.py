@@ -32,10 +32,12 @@ from local_engine.kv_plan import PRESETS, PlanError, plan
 from local_engine.runner import kv_block_bytes, plan_num_blocks
 from local_engine.sampling import SamplingParams
 
+from . import test_kv_quant_lowbit_tiers as lowbit
 from .test_kv_quant_engine import _chat_prompts, _run
+from .test_kv_quant_lowbit_tiers import prompts
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
-TINY_BLOCK = 1_024
+TINY_BLOCK = lowbit.BLOCK["int2"]
 
 
 # ---- bytes ---------------------------------------------------------------------------------
@@ -116,7 +118,7 @@ def test_kv_plan_and_serve_clis_know_int2(capsys):
     assert p.parse_args(["--kv-cache-dtype", "int2"]).kv_cache_dtype == "int2"
 
 
-# ---- the tiny model: swap, CPU tier, disk tier ---------------------------------------------
+# ---- the tiny model: swap (the CPU and disk tiers: test_kv_quant_lowbit_tiers.py) ---------
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     from .attention.test_triton_cuda_graphs import tiny_model_folder
@@ -125,31 +127,11 @@ def folder(tmp_path_factory):
 
 
 def tiny(folder, **kw):
-    from local_engine.engine import LLMEngine
-
-    kw.setdefault("num_kv_blocks", 10)
-    kw.setdefault("max_num_batched_tokens", 64)
-    return LLMEngine.from_config(
-        folder,
-        device="cpu",
-        seed=0,
-        max_num_seqs=4,
-        kv_cache_dtype="int2",
-        debug_checks=True,
-        **kw,
-    )
-
-
-def prompts(n, seed=0, length=70, lengths=None):
-    import random
-
-    rng = random.Random(seed)
-    return [[rng.randrange(256) for _ in range(k)] for k in (lengths or [length] * n)]
+    return lowbit.tiny(folder, "int2", **kw)
 
 
 def alone(folder, ps, params, **kw):
-    big = tiny(folder, num_kv_blocks=64, enable_prefix_caching=False, **kw)
-    return [_run(big, f"alone{i}", p, params).token_ids for i, p in enumerate(ps)]
+    return lowbit.alone(folder, "int2", ps, params, **kw)
 
 
 def test_swap_moves_int2_blocks_and_the_open_blocks_residual_slot(folder):
@@ -185,23 +167,6 @@ def test_swap_moves_int2_blocks_and_the_open_blocks_residual_slot(folder):
     assert [final[f"s{i}"].token_ids for i in range(4)] == want
     res = eng.kv_cache_manager.residual
     assert not res.of_block and len(res.free) == res.num_slots == 4 + 4
-
-
-def test_cpu_and_disk_tiers_move_int2_blocks(folder, tmp_path):
-    """Six 70-token prompts through a 10-block pool, a 4-block CPU tier and a disk folder; a
-    fresh engine on the folder reads the first prompt's 4 finished blocks back from disk (64
-    tokens) and produces the same greedy tokens as a recompute in int2."""
-    ps = prompts(6, seed=2)
-    eng = tiny(folder, cpu_cache_memory=4 * TINY_BLOCK, disk_cache_dir=str(tmp_path))
-    firsts = [_run(eng, f"p{i}", p, GREEDY) for i, p in enumerate(ps)]
-    eng.disk_tier.flush()
-    again = _run(eng, "again-cpu", ps[5], GREEDY)
-    assert again.num_cached_tokens == 64 and again.token_ids == firsts[5].token_ids
-    fresh = tiny(folder, cpu_cache_memory=4 * TINY_BLOCK, disk_cache_dir=str(tmp_path))
-    back = _run(fresh, "again-disk", ps[0], GREEDY)
-    assert (back.num_cached_tokens, back.num_disk_cached_tokens) == (64, 64)
-    assert fresh.metrics.kv_bytes_from_disk == 4 * TINY_BLOCK
-    assert back.token_ids == firsts[0].token_ids == alone(folder, ps[:1], GREEDY)[0]
 
 
 # ---- the real model: prefix caching and copy-on-write ----------------------------------------

@@ -1,8 +1,8 @@
 """The engine with a packed INT4 KV cache (``kv_cache_dtype="int4"``): capacity against bf16 and
 ``kv-plan`` (hand-computed bytes), the real SmolLM2's prefix hits equal to recomputing in INT4,
-copy-on-write, and the tiny random-weight model's packed blocks through swap, the CPU tier and
-the disk tier (values and scales travel as whole blocks: the same greedy tokens as a
-recompute in INT4), with the pool's invariants checked every step."""
+copy-on-write, and the tiny random-weight model's packed blocks through swap (values and
+scales travel as whole blocks: the same greedy tokens as a recompute in INT4), with the pool's
+invariants checked every step; the CPU and disk tiers: test_kv_quant_lowbit_tiers.py."""
 
 from __future__ import annotations
 
@@ -143,20 +143,4 @@ def test_swap_moves_packed_blocks_with_their_scales(folder):
     assert [final[f"s{i}"].token_ids for i in range(4)] == alone(folder, ps, params)
 
 
-def test_cpu_and_disk_tiers_move_packed_blocks(folder, tmp_path):
-    """Six 70-token prompts through a 10-block pool, a 4-block CPU tier and a disk folder; the
-    first prompt's 4 full blocks fall through to disk. A fresh engine on the folder reads them
-    back (64 tokens from disk) and produces the same greedy tokens as a recompute in INT4; the
-    bytes read are 4 packed blocks."""
-    block = 1_536
-    ps = prompts(6, seed=2)
-    eng = tiny(folder, cpu_cache_memory=4 * block, disk_cache_dir=str(tmp_path))
-    firsts = [_run(eng, f"p{i}", p, GREEDY) for i, p in enumerate(ps)]
-    eng.disk_tier.flush()
-    again = _run(eng, "again-cpu", ps[5], GREEDY)  # most recent: device pool or CPU tier
-    assert again.num_cached_tokens == 64 and again.token_ids == firsts[5].token_ids
-    fresh = tiny(folder, cpu_cache_memory=4 * block, disk_cache_dir=str(tmp_path))
-    back = _run(fresh, "again-disk", ps[0], GREEDY)
-    assert (back.num_cached_tokens, back.num_disk_cached_tokens) == (64, 64)
-    assert fresh.metrics.kv_bytes_from_disk == 4 * block
-    assert back.token_ids == firsts[0].token_ids == alone(folder, ps[:1], GREEDY)[0]
+# (the CPU and disk tiers: test_kv_quant_lowbit_tiers.py, parametrized over int4 and int2)
