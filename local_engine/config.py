@@ -74,8 +74,9 @@ class EngineConfig:
             float32 scale per token and KV head computed as each token is written (no
             calibration): about half (int4: about a quarter plus scales) the bytes of bf16,
             so that many more blocks (and cached prefixes) in the same memory; or ``"int2"``
-            (KIVI-style 2-bit: keys per channel per block, values per token; about a fifth of
-            bf16's bytes at head_dim 128; block_size >= 16, no speculative decoding). See
+            (KIVI-style 2-bit: keys per channel per block, values per token, each sequence's
+            open block in the model dtype; about a fifth of bf16's bytes at head_dim 128 plus
+            ``max_num_seqs + 4`` open blocks; block_size >= 16, no speculative decoding). See
             :mod:`local_engine.kv_cache.quant`, :mod:`local_engine.kv_cache.int2` and
             docs/DESIGN.md.
         block_size: tokens per KV-cache block (16).

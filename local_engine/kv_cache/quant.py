@@ -146,8 +146,8 @@ class KVCacheFormat:
         dtype: element dtype of the stored values (the model dtype for ``"auto"``,
             ``torch.float8_e4m3fn``, ``torch.int8``, uint8 for packed ``"int4"``/``"int2"``).
         bits: bits per stored value (16/32 for ``"auto"``, 8, 4 for ``"int4"``, 2 for
-            ``"int2"``'s codes; its bytes are :func:`int2.bytes_per_token_head
-            <local_engine.kv_cache.int2.bytes_per_token_head>`).
+            ``"int2"``'s codes; its bytes are :func:`int2.block_bytes
+            <local_engine.kv_cache.int2.block_bytes>` per block).
     """
 
     name: str

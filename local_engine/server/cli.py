@@ -115,8 +115,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="KV-cache storage: auto (the model dtype), fp8 (E4M3), int8 or int4 (two values a "
         "byte), all with a float32 scale per token and KV head; fp8/int8 hold about twice the "
         "blocks of bf16 in the same memory, int4 about 3.76x at head_dim 128; int2 (KIVI-style "
-        "2-bit keys per channel, values per token; block size >= 16, no speculative decoding) "
-        "about 4.9x (default auto)",
+        "2-bit keys per channel, values per token, the open block in the model dtype; block "
+        "size >= 16, no speculative decoding) about 5.1x (default auto)",
     )
     parser.add_argument("--max-num-seqs", type=int, default=64, help="most sequences per step")
     parser.add_argument("--served-model-name", default=None, help="model id listed by /v1/models")
