@@ -245,3 +245,28 @@ def test_hit_on_a_block_a_decode_filled(folder):
     b = _run(eng, "B", p + t[:16], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
     assert b.num_cached_tokens == 32
     assert b.outputs[0].token_ids == t[16:24]
+
+
+def test_slots_under_chunked_prefill_forks_and_preemption(folder):
+    """Eight requests of 10-60 tokens (two with 2 samples) through a 9-block pool with a
+    24-token step budget (chunks end inside blocks, so a chunk holds two slots) and swap
+    space: the manager's invariants hold every step (debug_checks), every request finishes,
+    and every slot and block comes back."""
+    import random
+
+    from .conftest import run_to_completion
+
+    rng = random.Random(3)
+    eng = tiny(folder, num_kv_blocks=9, max_num_batched_tokens=24, swap_space=40 * TINY_BLOCK)
+    for i in range(8):
+        ids = [rng.randrange(256) for _ in range(rng.randrange(10, 60))]
+        params = SamplingParams(
+            temperature=0.0, max_tokens=30, ignore_eos=True, n=2 if i % 4 else 1
+        )
+        eng.add_request(f"r{i}", ids, params)
+    final, _ = run_to_completion(eng)
+    assert len(final) == 8 and eng.scheduler.num_preemptions > 0
+    assert all(len(c.token_ids) == 30 for o in final.values() for c in o.outputs)
+    kv = eng.kv_cache_manager
+    assert not kv.residual.of_block and len(kv.residual.free) == kv.residual.num_slots
+    assert kv.num_free_blocks == kv.num_blocks
