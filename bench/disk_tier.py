@@ -194,6 +194,15 @@ def model_shape(args: argparse.Namespace) -> dict:
     )
 
 
+class Rows(list):
+    """The measured rows, each also logged to stderr as it comes (a run cut short by a
+    timeout still shows what it measured)."""
+
+    def append(self, row: tuple) -> None:
+        super().append(row)
+        print(f"# measured: {row[0]} {row[1]:.3f} s", file=sys.stderr, flush=True)
+
+
 def measure(args: argparse.Namespace, folder: Path) -> tuple[list, str]:
     """The five rows (label, TTFT s, output[, bytes from disk, restore s]) and the model label."""
     make, block_bytes, label = engine_factory(args)
@@ -207,7 +216,7 @@ def measure(args: argparse.Namespace, folder: Path) -> tuple[list, str]:
     common = dict(num_kv_blocks=blocks + 8, max_num_batched_tokens=2048)
     tier_bytes = (blocks + 8) * block_bytes
 
-    rows: list[tuple] = []
+    rows = Rows()
     eng = make(cpu_cache_memory=tier_bytes, disk_cache_dir=str(folder), **common)
     if cuda:
         ttft(eng, "warm-up", warm)
