@@ -113,6 +113,24 @@ def test_claude_sonnet_4_6_priced_from_the_pricing_page():
     assert p.source and "claude.com" in p.source
 
 
+def test_gpt_5_codex_priced_from_its_model_page():
+    """`import codex` rows showed n/a (the tryout): gpt-5-codex is priced from its model page,
+    $1.25 input / $0.125 cached input / $10 output per MTok. A call of 6,000 input tokens of
+    which 4,864 cached, 150 output: 1,136 x 1.25 + 4,864 x 0.125 + 150 x 10 = 3,528 per MTok
+    -> $0.003528."""
+    p = pricing.price_for("gpt-5-codex")
+    assert (p.input, p.cache_read, p.output) == (D("1.25"), D("0.125"), D("10"))
+    assert p.source and p.source.endswith("/models/gpt-5-codex")
+    usage = Usage(
+        provider="openai",
+        model="gpt-5-codex",
+        uncached_input_tokens=1136,
+        cache_read_tokens=4864,
+        output_tokens=150,
+    )
+    assert pricing.cost(usage).total == D("0.003528")
+
+
 def test_anthropic_min_length_is_never_borrowed_from_another_model():
     """claude-sonnet-5-5 must not take claude-sonnet-5's documented minimum by prefix:
     a model with no row of its own gets the provider default, flagged known=False."""
