@@ -293,3 +293,22 @@ def test_report_help_documents_the_prices_file(capsys):
     out = capsys.readouterr().out
     assert "--prices" in out and "PROMPTCACHE_PRICES" in out
     assert '[models."' in out and "input" in out and "cache_read" in out
+
+
+def test_the_cli_prints_an_unknown_price_as_one_line(tmp_path, capsys):
+    """The tryout saw Python's raw warning (file:line: UnknownPriceWarning: ..., then a
+    source line) from `promptcache import codex`; the CLI prints one line instead."""
+    src = Path(__file__).parents[1] / "transcripts" / "fixtures" / "codex"
+    dst = tmp_path / "codex"
+    for f in src.rglob("*.jsonl"):
+        out = dst / f.relative_to(src)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(f.read_text().replace('"gpt-5-codex"', '"acme-coder-3"'))
+    pricing._WARNED.discard("acme-coder-3")
+    status = main(["import", "codex", str(dst), "--db", str(tmp_path / "l.db")])
+    err = capsys.readouterr().err.splitlines()
+    assert status == 0
+    warned = [ln for ln in err if "acme-coder-3" in ln]
+    assert len(warned) == 1
+    assert warned[0].startswith("promptcache: warning: requests for acme-coder-3 are recorded")
+    assert not any("UnknownPriceWarning" in ln or ".py:" in ln for ln in err)
