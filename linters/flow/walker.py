@@ -13,6 +13,7 @@ from typing import Any
 
 from linters.flow import tables
 from linters.flow.breakpoints import cleared_breakpoints
+from linters.flow.cache_keys import conversation_keys
 from linters.flow.facts import (
     APPEND,
     ASSIGN,
@@ -818,4 +819,6 @@ def collect(tree: ast.Module, source: bytes) -> ModuleFacts:
     if facts.has_cache_control:
         facts.cleared_breakpoints = cleared_breakpoints(tree)
         facts.shared_marks = shared_marks(tree)
+    if b"prompt_cache_key" in source:
+        facts.conversation_keys = conversation_keys(tree)
     return facts
