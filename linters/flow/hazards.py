@@ -322,6 +322,9 @@ class HazardMixin(SegmentMixin):
             return (Hazard(HAZARD_VOLATILE, node, got[0], False, got[1], node),)
         func = node.func
         args = node.args
+        if type(func) is ast.Attribute and func.attr in tables.ZONE_METHODS:
+            hs = [h for n in (func.value, *args) for h in self.hazards(n, scope)]
+            return rerate(hs, tables.RATE_PROCESS)
         if type(func) is ast.Attribute and func.attr in ("strftime", "date"):
             hs = self.hazards(func.value, scope)
             fmt = args[0] if args else None

@@ -83,7 +83,13 @@ CLOCK_ATTRS: dict[str, str] = {
     "minute": RATE_REQUEST,
     "second": RATE_REQUEST,
     "microsecond": RATE_REQUEST,
+    # the zone of a clock reading (``now.astimezone().tzinfo``): the machine's zone, the
+    # same for the whole process (its name and offset change only at a DST switch)
+    "tzinfo": RATE_PROCESS,
 }
+# Methods of a time zone (or a zone-aware reading) whose result is the zone's name or
+# offset: per process like ``tzinfo``, whatever clock reading they are asked about.
+ZONE_METHODS = frozenset({"tzname", "utcoffset", "dst"})
 # strftime directives by the rate at which the text they print changes.
 STRFTIME_REQUEST = frozenset("SMfXcTsrRGz")  # %z is with %H usually; a clock either way
 STRFTIME_HOUR = frozenset("HIpk")

@@ -710,7 +710,14 @@ class _Walker:
             )
             return
         if name in tables.SYSTEM_MESSAGE_CALLS or _dotted_tail(func) in tables.SYSTEM_MESSAGE_CALLS:
-            sinks.append(Sink(ROLE, node, scope, "a system message"))
+            # its text only: ``SystemMessage(id=new_id(), content=...)`` (AG-UI) carries an
+            # id the model never reads
+            # (a template keeps the whole call: its variables are filled through it)
+            content = None if name == "from_template" else _message_text(node)
+            if content is None:
+                sinks.append(Sink(ROLE, node, scope, "a system message"))
+            else:
+                sinks.append(Sink(ROLE, content, scope, "a system message", node=node))
             self.strong = True
             return
         if name in tables.TOOLS_METHODS and node.args:
@@ -807,6 +814,20 @@ _HANDLERS = {
     ast.BinOp: _Walker.binop,
     ast.Lambda: _Walker.lambda_,
 }
+
+
+_TEXT_KEYWORDS = ("content", "template", "text")
+
+
+def _message_text(call: ast.Call) -> ast.expr | None:
+    """The text argument of a system-message constructor: the first positional argument or
+    ``content=`` / ``template=`` / ``text=``; None when it has none of them (``**kw``)."""
+    if call.args and type(call.args[0]) is not ast.Starred:
+        return call.args[0]
+    for kw in call.keywords:
+        if kw.arg in _TEXT_KEYWORDS:
+            return kw.value
+    return None
 
 
 def collect(tree: ast.Module, source: bytes) -> ModuleFacts:
