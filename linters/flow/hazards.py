@@ -323,8 +323,8 @@ class HazardMixin(SegmentMixin):
         func = node.func
         args = node.args
         if type(func) is ast.Attribute and func.attr in tables.ZONE_METHODS:
-            hs = [h for n in (func.value, *args) for h in self.hazards(n, scope)]
-            return rerate(hs, tables.RATE_PROCESS)
+            zone = [h for n in (func.value, *args) for h in self.hazards(n, scope)]
+            return rerate(zone, tables.RATE_PROCESS)
         if type(func) is ast.Attribute and func.attr in ("strftime", "date"):
             hs = self.hazards(func.value, scope)
             fmt = args[0] if args else None
