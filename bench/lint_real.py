@@ -20,8 +20,9 @@ Scoring:
   counted apart, never in the ratio. Per rule and overall, per half.
 - Recall: a fix is flagged when linting its parent commit gives a warning-or-error finding
   in one of the fix's files on one of the lines it changed, or a finding elsewhere whose
-  hops name one of those lines (``... at pkg/time.py:24, returned by `now_text()` ...``:
-  the value is reported where it enters the request, its origin named), and that finding
+  hops name one of those lines (``... at pkg/time.py:24, returned by `now_text()` ...``, or
+  ``from `now` (set on line 77)`` for a line of the finding's own file: the value is reported
+  where it enters the request, its origin named), and that finding
   (same rule, file and message, line numbers aside) is gone when the fix commit itself is
   linted: flagged before the fix, not after it.
 - Speed: files per second of the linter over every project (one process, one core), and
@@ -153,6 +154,15 @@ def _stable(f) -> tuple[str, str, str]:
     return (f.code, f.path, re.sub(r"(:|line |lines? )\d+", r"\1N", f.message))
 
 
+def _names_changed_line(f, want: set[tuple[str, int]]) -> bool:
+    """True when finding ``f`` sits on a changed line or its hops name one: ``path:N`` for a
+    line of any file, ``(set on line N)`` / ``line N`` for a line of the finding's own file."""
+    if (f.path, f.line) in want or any(f"{p}:{ln}" in f.message for p, ln in want):
+        return True
+    own = {int(n) for n in re.findall(r"\bline (\d+)", f.message)}
+    return any((f.path, ln) in want for ln in own)
+
+
 def _fix_hits(fx: dict) -> tuple[list, list]:
     """Warning+ findings of the parent that point at the fix's changed lines, and those of
     them still reported (same rule, file and message) when the fix commit is linted."""
@@ -160,12 +170,7 @@ def _fix_hits(fx: dict) -> tuple[list, list]:
     want = {(e["file"], ln) for e in fx["expect"] for ln in e["lines"]}
     # a warning+ finding on a changed line, or one whose hops name a changed line
     # ("... at letta/helpers/datetime_helpers.py:24, returned by ...")
-    got = [
-        f
-        for f in findings
-        if severity(f) in SEVERE
-        and ((f.path, f.line) in want or any(f"{p}:{ln}" in f.message for p, ln in want))
-    ]
+    got = [f for f in findings if severity(f) in SEVERE and _names_changed_line(f, want)]
     if not got:
         return [], []
     after, _n, _dt = lint_dir(BUILD / "fixed" / fx["name"], fx["paths"])

@@ -13,7 +13,8 @@ PC002 ``json.dumps`` without ``sort_keys=True`` in a prompt, PC003 set iteration
 prompt, PC004 dynamic before static content, PC005 ``cache_control`` misuse, PC006 tools
 from an input-ordered dict view, PC007 per-request value ahead of a long constant, PC008
 breakpoint below the minimum cacheable length, PC009 breakpoint deleted by a clean-up loop
-after it is set, PC010 breakpoint written into the caller's history at a moving position,
+after it is set, PC010 breakpoint written into the caller's history at a moving position, PC011
+``prompt_cache_key`` computed from the whole message list,
 PC900 parse error, PC901 payload not checked.
 The linter never imports torch or ``local_engine``.
 """

@@ -28,22 +28,6 @@ CODE_MAP = {
 }
 
 
-def infer_provider(payload: dict) -> str:
-    """Best guess of the provider a request body was written for."""
-    if "modelId" in payload or "toolConfig" in payload:
-        return "bedrock"
-    if "contents" in payload:
-        return "gemini"
-    if (
-        "anthropic_version" in payload
-        or "system" in payload
-        or "cache_control" in payload
-        or "cache_control" in json.dumps(payload.get("messages", []))
-    ):
-        return "anthropic"
-    return "openai"
-
-
 _PATH_TOKEN = re.compile(r"\.([A-Za-z_][\w-]*)|\[(\d+)\]")
 _DECODER = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")
@@ -126,7 +110,7 @@ def lint_payload(data: bytes, path: str, config: LintConfig) -> list[Finding]:
     try:
         # lazy, optional: promptcache.check (the SDK half of this distribution) may be left
         # out of a vendored linter; payloads then get one PC901 finding instead of a crash
-        from promptcache.compose.check import check
+        from promptcache.compose.check import check, infer_provider
     except ImportError as exc:
         return [
             _finding(
@@ -150,7 +134,11 @@ def lint_payload(data: bytes, path: str, config: LintConfig) -> list[Finding]:
                 )
             )
             continue
-        provider = config.provider or infer_provider(payload)
+        try:
+            provider = config.provider or infer_provider(payload)
+        except ValueError as exc:
+            out.append(_finding("PC901", f"payload{where}: {exc}", line, path))
+            continue
         try:
             found = check(payload, provider)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:

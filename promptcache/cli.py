@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 from promptcache import __version__
 from promptcache.extras import extra_for_module, missing_modules, needs_extra_line
@@ -89,8 +90,23 @@ def _command(argv: list[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
+    """A warning as one line on stderr (``promptcache: warning: ...``), not Python's
+    ``file:line: Category: text`` with a source line: the CLI's user did not write that file."""
+    text = str(message)
+    if text.startswith("promptcache: "):
+        text = text[len("promptcache: ") :]
+    print(f"promptcache: warning: {text}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``promptcache`` console script; returns the exit code."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_line
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command(argv)
     extra = REQUIRES_EXTRA.get(command or "")

@@ -162,6 +162,9 @@ class ModuleFacts:
     # breakpoints put in place on the caller's message dicts at a moving position
     # (:class:`linters.flow.shared_marks.SharedMark`)
     shared_marks: list[Any] = field(default_factory=list)
+    # prompt cache keys computed from the whole message list
+    # (:class:`linters.flow.cache_keys.ConversationKey`)
+    conversation_keys: list[Any] = field(default_factory=list)
     llm_context: bool = False
     longest_constant: int = 0
     has_file_read: bool = False

@@ -186,9 +186,29 @@ class HazardMixin(SegmentMixin):
         per = [self.hazards(v, scope) for v in node.values]
         volatile = [any(h.kind == HAZARD_VOLATILE for h in hs) for hs in per]
         out = [h for hs in per for h in hs]
+        stable = [v for v, vol in zip(node.values, volatile) if not vol]
+        if stable and all(self._optional_param(v, scope) for v in stable):
+            # ``override or build_prompt()`` with ``override=None`` by default: the volatile
+            # operand is what runs whenever a caller leaves the argument out
+            return out
         if any(volatile) and not all(volatile):
             out = [h._replace(partial=True) if h.kind == HAZARD_VOLATILE else h for h in out]
         return out
+
+    def _optional_param(self, node: Any, scope: Scope) -> bool:
+        """``node`` is a parameter of the enclosing function whose default is ``None``."""
+        if type(node) is not ast.Name:
+            return False
+        bl = self.resolve(node.id, scope, node.lineno)
+        if len(bl) != 1 or bl[0].kind != PARAM:
+            return False
+        args = bl[0].scope.node.args
+        positional = [*args.posonlyargs, *args.args]
+        pairs = list(zip(positional[len(positional) - len(args.defaults) :], args.defaults))
+        pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+        return any(
+            a is bl[0].value and type(d) is ast.Constant and d.value is None for a, d in pairs
+        )
 
     def _h_comprehension(self, node: Any, scope: Scope) -> list[Hazard]:
         out: list[Hazard] = []
@@ -302,6 +322,9 @@ class HazardMixin(SegmentMixin):
             return (Hazard(HAZARD_VOLATILE, node, got[0], False, got[1], node),)
         func = node.func
         args = node.args
+        if type(func) is ast.Attribute and func.attr in tables.ZONE_METHODS:
+            zone = [h for n in (func.value, *args) for h in self.hazards(n, scope)]
+            return rerate(zone, tables.RATE_PROCESS)
         if type(func) is ast.Attribute and func.attr in ("strftime", "date"):
             hs = self.hazards(func.value, scope)
             fmt = args[0] if args else None
@@ -355,6 +378,9 @@ class HazardMixin(SegmentMixin):
                 return [h for h in base if h.kind not in (HAZARD_SET, HAZARD_VIEW)] + [
                     h for a in args for h in self.hazards(a, scope)
                 ]
+        if tables.is_model_reply_call(func, q or ""):
+            # the model's reply is generated text: the prompt's hazards are not in it
+            return out
         fs, bound, owner = self.callee_any(node, scope)
         if fs is not None:
             out.extend(self._h_local_call(node, fs, bound, scope, owner))
@@ -384,6 +410,15 @@ class HazardMixin(SegmentMixin):
         owner = owner or self
         out: list[Hazard] = []
         project = self.project
+        func = node.func
+        recv = (
+            func.value.id
+            if bound
+            and type(func) is ast.Attribute
+            and type(func.value) is ast.Name
+            and func.value.id != "self"
+            else None
+        )
         if owner is not self:
             if project is None or getattr(project, "depth", 0) > _MAX_MODULE_HOPS:
                 return out
@@ -395,6 +430,13 @@ class HazardMixin(SegmentMixin):
                         arg = self.arg_for(node, fs, h.detail[1], bound)
                         if arg is not None:
                             out.extend(self.hazards(arg, scope))
+                    elif (
+                        h.kind == HAZARD_PARAM
+                        and recv is not None
+                        and fs.cls is not None
+                        and h.detail[0].cls is fs.cls
+                    ):
+                        out.extend(self._receiver_args(node, recv, h.detail, scope))
                     elif owner is not self and h.kind != HAZARD_PARAM:
                         out.append(_hop(h, owner, node))
                     else:
@@ -402,6 +444,28 @@ class HazardMixin(SegmentMixin):
         finally:
             if owner is not self:
                 project.depth -= 1
+        return out
+
+    def _receiver_args(
+        self, node: Any, recv: str, param: tuple[Scope, str], scope: Scope
+    ) -> list[Hazard]:
+        """Hazards of what earlier calls on the same instance stored in it: a value the
+        method called at ``node`` reads from ``self`` came in as parameter ``param`` of a
+        sibling method (``b.add_section("Time", now)`` ... ``b.build()``), so the arguments
+        of the calls ``recv.<that method>(...)`` made in ``scope`` up to ``node``'s line."""
+        method, pname = param
+        out: list[Hazard] = []
+        for call, s in self.facts.calls.get(f"{recv}.{method.name}", ()):
+            if s is not scope or call.lineno > node.lineno:
+                continue
+            arg = self.arg_for(call, method, pname, True)
+            if arg is None:
+                continue
+            hop = f" (stored on line {call.lineno} by `{recv}.{method.name}()`)"
+            out.extend(
+                h._replace(detail=f"{h.detail}{hop}") if h.kind == HAZARD_VOLATILE else h
+                for h in self.hazards(arg, scope)
+            )
         return out
 
     def _h_json(self, node: ast.Call, q: str, mode: str, scope: Scope) -> list[Hazard]:
@@ -677,7 +741,11 @@ def _hop(h: Hazard, owner: Any, call: Any) -> Hazard:
     origin = h.origin if h.origin is not None else h.node
     at = getattr(origin, "lineno", 0)
     # lines named so far without a file are lines of the owner's module
-    detail = str(h.detail).replace("(set on line ", f"(set on {owner.path}:")
+    detail = (
+        str(h.detail)
+        .replace("(set on line ", f"(set on {owner.path}:")
+        .replace("(stored on line ", f"(stored on {owner.path}:")
+    )
     if " at " not in detail:
         detail += f" at {owner.path}:{at}"
     return h._replace(

@@ -7,7 +7,7 @@ import ast
 from typing import Any
 
 from linters.flow import tables
-from linters.flow.facts import DEF, Binding, ModuleFacts, Scope
+from linters.flow.facts import ASSIGN, DEF, Binding, ModuleFacts, Scope
 
 
 def short(node: ast.AST, limit: int = 48) -> str:
@@ -124,6 +124,11 @@ class Resolver:
                     if m is not None and m.kind == "function":
                         return m, not _static(m), self
                     return None, False, None
+        if type(func) is ast.Attribute and type(func.value) is ast.Name:
+            cls, owner = self.instance_class(func.value, scope, call.lineno)
+            m = cls.funcs.get(func.attr) if cls is not None else None
+            if m is not None and m.kind == "function" and not _static(m):
+                return m, True, owner
         if self.project is None or type(func) not in (ast.Name, ast.Attribute):
             return None, False, None
         qual = self.facts.qualname(func)
@@ -136,6 +141,30 @@ class Resolver:
         if target.kind != "function" or ev is self:
             return None, False, None
         return target, target.cls is not None and not _static(target), ev
+
+    def instance_class(self, name: ast.Name, scope: Scope, line: int) -> tuple[Any, Any]:
+        """The class scope of the project that a local name holds an instance of, and the
+        evaluator of its module: ``b = Builder()`` (one binding, a call of a class of this
+        module or one imported from the project); ``(None, None)`` otherwise."""
+        if name.id == "self":
+            return None, None
+        bl = self.resolve(name.id, scope, line)
+        if len(bl) != 1 or bl[0].kind != ASSIGN or type(bl[0].value) is not ast.Call:
+            return None, None
+        ctor = bl[0].value.func
+        if type(ctor) is ast.Name:
+            for b in self.resolve(ctor.id, scope, line):
+                if b.kind == DEF and type(b.value) is ast.ClassDef:
+                    return self.function_scope(b.value), self
+        if self.project is None or type(ctor) not in (ast.Name, ast.Attribute):
+            return None, None
+        qual = self.facts.qualname(ctor)
+        if not qual or "." not in qual or qual.startswith("builtins."):
+            return None, None
+        found = self.project.lookup(qual)
+        if found is None or found[1].kind != "class":
+            return None, None
+        return found[1], found[0]
 
     @staticmethod
     def arg_for(call: ast.Call, fs: Scope, pname: str, bound: bool) -> ast.expr | None:

@@ -83,7 +83,13 @@ CLOCK_ATTRS: dict[str, str] = {
     "minute": RATE_REQUEST,
     "second": RATE_REQUEST,
     "microsecond": RATE_REQUEST,
+    # the zone of a clock reading (``now.astimezone().tzinfo``): the machine's zone, the
+    # same for the whole process (its name and offset change only at a DST switch)
+    "tzinfo": RATE_PROCESS,
 }
+# Methods of a time zone (or a zone-aware reading) whose result is the zone's name or
+# offset: per process like ``tzinfo``, whatever clock reading they are asked about.
+ZONE_METHODS = frozenset({"tzname", "utcoffset", "dst"})
 # strftime directives by the rate at which the text they print changes.
 STRFTIME_REQUEST = frozenset("SMfXcTsrRGz")  # %z is with %H usually; a clock either way
 STRFTIME_HOUR = frozenset("HIpk")
@@ -274,6 +280,21 @@ REQUEST_FUNCTIONS = frozenset(
         "litellm.atext_completion",
     }
 )
+# Calls known to return a model's reply that are not (yet) prefix sinks: any-llm
+# (mozilla-ai/any-llm, PyPI any-llm-sdk): its top-level completion and Responses functions
+# (README, read 2026-12-03) and the Anthropic-shaped `messages`/`amessages`
+# (`from any_llm import amessages`, as mozilla-ai/clawbolt calls it). As sinks they would
+# report `system, rest = to_api(messages)` pairs as one value (the tuple unpack is not split).
+REPLY_FUNCTIONS = frozenset(
+    {
+        "any_llm.completion",
+        "any_llm.acompletion",
+        "any_llm.responses",
+        "any_llm.aresponses",
+        "any_llm.messages",
+        "any_llm.amessages",
+    }
+)
 REQUEST_CALL_NAMES = frozenset(
     {
         "generate_content",
@@ -294,6 +315,24 @@ CREWAI_PREFIX_KEYWORDS = {
     "goal": "the agent goal",
     "backstory": "the agent backstory",
 }
+
+
+# Request-shaped constructors: they return a configuration or an agent that carries its
+# arguments on (not a model reply).
+REQUEST_CONFIG_NAMES = frozenset(
+    {"GenerateContentConfig", "GenerativeModel", "FunctionCallingConfig", "ToolConfig", "Agent"}
+)
+
+
+def is_model_reply_call(func: object, qual: str) -> bool:
+    """True when a call sends a request and returns the model's reply (not a
+    configuration object): its result is generated text, not its arguments."""
+    if qual in REPLY_FUNCTIONS:
+        return True
+    if not is_request_call(func, qual):
+        return False
+    name = getattr(func, "attr", None) or getattr(func, "id", "")
+    return name not in REQUEST_CONFIG_NAMES
 
 
 def is_request_call(func: object, qual: str) -> bool:

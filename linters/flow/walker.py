@@ -13,6 +13,7 @@ from typing import Any
 
 from linters.flow import tables
 from linters.flow.breakpoints import cleared_breakpoints
+from linters.flow.cache_keys import conversation_keys
 from linters.flow.facts import (
     APPEND,
     ASSIGN,
@@ -709,7 +710,14 @@ class _Walker:
             )
             return
         if name in tables.SYSTEM_MESSAGE_CALLS or _dotted_tail(func) in tables.SYSTEM_MESSAGE_CALLS:
-            sinks.append(Sink(ROLE, node, scope, "a system message"))
+            # its text only: ``SystemMessage(id=new_id(), content=...)`` (AG-UI) carries an
+            # id the model never reads
+            # (a template keeps the whole call: its variables are filled through it)
+            content = None if name == "from_template" else _message_text(node)
+            if content is None:
+                sinks.append(Sink(ROLE, node, scope, "a system message"))
+            else:
+                sinks.append(Sink(ROLE, content, scope, "a system message", node=node))
             self.strong = True
             return
         if name in tables.TOOLS_METHODS and node.args:
@@ -808,6 +816,20 @@ _HANDLERS = {
 }
 
 
+_TEXT_KEYWORDS = ("content", "template", "text")
+
+
+def _message_text(call: ast.Call) -> ast.expr | None:
+    """The text argument of a system-message constructor: the first positional argument or
+    ``content=`` / ``template=`` / ``text=``; None when it has none of them (``**kw``)."""
+    if call.args and type(call.args[0]) is not ast.Starred:
+        return call.args[0]
+    for kw in call.keywords:
+        if kw.arg in _TEXT_KEYWORDS:
+            return kw.value
+    return None
+
+
 def collect(tree: ast.Module, source: bytes) -> ModuleFacts:
     """Walk ``tree`` once and return its :class:`ModuleFacts`.
 
@@ -818,4 +840,6 @@ def collect(tree: ast.Module, source: bytes) -> ModuleFacts:
     if facts.has_cache_control:
         facts.cleared_breakpoints = cleared_breakpoints(tree)
         facts.shared_marks = shared_marks(tree)
+    if b"prompt_cache_key" in source:
+        facts.conversation_keys = conversation_keys(tree)
     return facts

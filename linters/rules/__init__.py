@@ -12,6 +12,7 @@ from types import ModuleType
 from linters.model import Rule
 from linters.rules import (
     cache_control,
+    cache_key,
     cleared_breakpoint,
     layout,
     ordering,
@@ -28,6 +29,7 @@ FAMILIES = (
     cache_control,
     cleared_breakpoint,
     shared_history_breakpoint,
+    cache_key,
 )
 
 PARSE_ERROR = Rule(

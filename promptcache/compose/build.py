@@ -206,6 +206,8 @@ def _tools_layer(tools: Any, sort_tools: bool) -> tuple[Tool, ...]:
         return ()
     if isinstance(tools, _MAPPING):
         raise TypeError("tools: expected a list of tool schemas, got a single dict")
+    if isinstance(tools, (str, bytes)):
+        raise TypeError(f"tools: expected a list of tool schemas, got {type(tools).__name__}")
     out = [_tool(t, i) for i, t in enumerate(tools)]
     names = [t["name"] for t in out if "name" in t]
     dup = sorted({n for n in names if names.count(n) > 1})

@@ -46,9 +46,61 @@ from promptcache.prompt.breakpoints import TTL_ORDER, text_tokens
 from promptcache.prompt.canonical import dumps_sorted
 from promptcache.prompt.volatile import find_volatile
 
-__all__ = ["Finding", "check", "diff_requests", "Drift", "PROVIDERS"]
+__all__ = ["Finding", "check", "diff_requests", "Drift", "PROVIDERS", "infer_provider"]
 
 PROVIDERS = ("anthropic", "openai", "openai_compatible", "bedrock", "gemini")
+
+# top-level fields only one provider's request body has (from each provider's API reference:
+# Anthropic Messages, OpenAI Chat Completions / Responses, Gemini generateContent, Bedrock
+# Converse; read 2026-12-03)
+_ONLY = (
+    ("bedrock", ("modelId", "toolConfig", "inferenceConfig")),
+    ("gemini", ("contents", "systemInstruction", "generationConfig")),
+    ("openai", ("prompt_cache_key", "input", "instructions", "previous_response_id")),
+    # anthropic_version: Anthropic's Messages body as sent through Bedrock InvokeModel or
+    # Vertex AI, checked under Anthropic's rules
+    ("anthropic", ("system", "cache_control", "anthropic_version")),
+)
+_MODEL_PREFIXES = (
+    ("anthropic", ("claude",)),
+    ("openai", ("gpt", "o1", "o3", "o4", "chatgpt", "codex")),
+    ("gemini", ("gemini",)),
+)
+
+
+def infer_provider(payload: dict[str, Any]) -> str:
+    """The provider whose API ``payload`` (one request body, a dict) was written for.
+
+    Read from fields only one provider's body has (``modelId`` -> Bedrock Converse,
+    ``contents`` -> Gemini, ``input``/``instructions``/``prompt_cache_key`` -> OpenAI, a
+    top-level ``system``, ``cache_control`` or ``anthropic_version`` -> Anthropic), then the
+    messages (a ``cachePoint`` -> Bedrock, a ``cache_control`` marker -> Anthropic, a
+    ``system``/``developer`` role or ``tool_calls`` -> OpenAI), then the model name's family.
+
+    Raises:
+        ValueError: nothing in the body tells (pass ``provider=`` explicitly).
+    """
+    for provider, fields in _ONLY:
+        if any(f in payload for f in fields):
+            return provider
+    messages = payload.get("messages")
+    if isinstance(messages, list):
+        text = json.dumps(messages)
+        if "cachePoint" in text:
+            return "bedrock"
+        if "cache_control" in text:
+            return "anthropic"
+        if any(isinstance(m, dict) and m.get("role") in ("system", "developer") for m in messages):
+            return "openai"
+        if any(isinstance(m, dict) and "tool_calls" in m for m in messages):
+            return "openai"
+    model = str(payload.get("model") or "").lower().rsplit("/", 1)[-1]
+    for provider, prefixes in _MODEL_PREFIXES:
+        if model.startswith(prefixes):
+            return provider
+    raise ValueError(
+        f"cannot tell which provider this request is for; pass provider= one of {list(PROVIDERS)}"
+    )
 
 
 @dataclass(frozen=True)
@@ -371,7 +423,7 @@ def _canonical_findings(p: dict[str, Any], provider: str) -> Iterator[Finding]:
 
 def check(
     payload: dict[str, Any] | str | bytes,
-    provider: str = "anthropic",
+    provider: str | None = None,
     *,
     model: str | None = None,
     previous: Any = None,
@@ -382,7 +434,7 @@ def check(
         payload: the request as sent: a dict (the keyword arguments or the JSON body) or the
             JSON text. ``model`` defaults to ``payload["model"]`` (``modelId`` for Bedrock).
         provider: ``"anthropic"``, ``"openai"``, ``"openai_compatible"``, ``"bedrock"`` or
-            ``"gemini"``.
+            ``"gemini"``; None (the default) reads it from the body (:func:`infer_provider`).
         previous: the previous request of the same conversation; adds a ``prefix-drift``
             finding naming the first differing path and offset (see :func:`diff_requests`),
             and turns ``non-canonical-json`` warnings whose value has the same bytes in
@@ -393,12 +445,15 @@ def check(
         canonical form, markers, drift).
 
     Raises:
-        ValueError: an unknown provider or a payload that is not JSON.
+        ValueError: an unknown provider, a body whose provider cannot be told (with
+            ``provider=None``), or a payload that is not JSON.
         TypeError: a payload that is not a JSON object.
     """
+    p = _loads(payload)
+    if provider is None:
+        provider = infer_provider(p)
     if provider not in _WALKERS:
         raise ValueError(f"unknown provider {provider!r}; expected one of {list(PROVIDERS)}")
-    p = _loads(payload)
     model = model or p.get("model") or p.get("modelId") or ""
     blocks = list(_WALKERS[provider](p))
     markers = [b for b in blocks if b.marker is not None]
@@ -624,18 +679,23 @@ def _prefix_leaves(p: dict[str, Any], provider: str) -> list[tuple[str, str]]:
     return leaves
 
 
-def diff_requests(previous: Any, current: Any, provider: str = "anthropic") -> Drift | None:
+def diff_requests(previous: Any, current: Any, provider: str | None = None) -> Drift | None:
     """The first place where ``current`` stops sharing ``previous``'s prefix, walking both in
     the provider's cache order (model, tools, system, messages) and ignoring cache markers.
     Returns ``None`` when ``current`` only appends to ``previous`` (a clean continuation).
+    ``provider`` None reads it from ``current`` (:func:`infer_provider`).
 
     Raises:
-        ValueError: an unknown provider or a payload that is not JSON.
+        ValueError: an unknown provider, one that cannot be told, or a payload that is not
+            JSON.
     """
+    prev, cur = _loads(previous), _loads(current)
+    if provider is None:
+        provider = infer_provider(cur)
     if provider not in _WALKERS:
         raise ValueError(f"unknown provider {provider!r}; expected one of {list(PROVIDERS)}")
-    a = _prefix_leaves(_loads(previous), provider)
-    b = _prefix_leaves(_loads(current), provider)
+    a = _prefix_leaves(prev, provider)
+    b = _prefix_leaves(cur, provider)
     chars = 0
     for (pa, ta), (pb, tb) in zip(a, b):
         if pa != pb:

@@ -5,7 +5,7 @@ Each line: the time (UTC), the lineage (the conversation the call was attributed
 :mod:`promptcache.misses.lineage`), the cause and the JSON path where the prefix changed,
 the tokens read from the cache, written to it and missed (prompt tokens not read), the cost
 in USD, then provider, API and model. ``--json`` prints the same as a list of objects.
-A call recorded with usage unknown (its response carried none) shows ``?`` for its counts
+A call recorded with usage unknown (its response carried none) shows ``n/a`` for its counts
 and cost, never 0.
 
 :func:`coverage_note` is the sentence every report prints when calls came back without
@@ -81,7 +81,7 @@ def call_row(record: Record) -> dict[str, Any]:
 
 def _cell(key: str, value: Any) -> str:
     if value is None:
-        return "?" if key in ("read", "written", "missed", "cost") else "-"
+        return "n/a" if key in ("read", "written", "missed", "cost") else "-"
     if key == "time":
         return str(value).replace("+00:00", "Z")
     if key == "cost":

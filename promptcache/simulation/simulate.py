@@ -692,7 +692,12 @@ promptcache.wrap(client, tracker, trace="trace.jsonl").
 the ledger, no trace needed: each record's segment digests, breakpoints and token counts
 become one segments line (a segment's tokens are estimated from its share of the
 record's characters). Records from before ledger schema v5 carry no digests and are
-skipped.
+skipped. A segment is the unit: one edited at its end is replayed as a miss from its
+start, so under OpenAI's rules (any 128-token-aligned prefix is read) the replay reads
+less than the provider would.
+
+--compare re-lays whole segments by their layer; it cannot split a segment, so a volatile
+value inside the system text stays where it is (use build(dynamic=...) to move it out).
 """
 
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from linters.cli import main
-from linters.payloads import infer_provider, value_offset
+from linters.payloads import value_offset
+from promptcache.compose.check import infer_provider
 
 LONG = "Policy text. " * 400  # 5,200 characters: long enough to be cached on any model
 
@@ -88,6 +89,18 @@ def test_clean_payload_and_provider_override(here, capsys):
     assert infer_provider({"contents": []}) == "gemini"
     status, out = run(capsys, "--provider", "gemini", "o.json")
     assert status == 0
+
+
+def test_a_payload_whose_provider_cannot_be_told_says_so(here, capsys):
+    """No field, role, marker or model family names the provider: one PC901 finding asking
+    for --provider, not a silent guess; with --provider the payload is checked."""
+    (here / "q.json").write_text(
+        json.dumps({"model": "my-model", "messages": [{"role": "user", "content": "hi"}]})
+    )
+    status, out = run(capsys, "q.json")
+    assert status == 1
+    assert len(out) == 1 and "PC901" in out[0] and "pass provider=" in out[0]
+    assert run(capsys, "--provider", "openai", "q.json") == (0, [])
 
 
 def test_dated_model_names_in_payloads_are_not_pc001(here, capsys):

@@ -207,3 +207,16 @@ def test_cli_prints_the_cpu_tier(capsys):
     assert run(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "4GiB" in err[0]
+
+
+def test_llama31_is_its_own_preset_not_llama3_renamed():
+    """The tryout found `--model llama-3.1-8b` planned (and printed) as llama-3-8b. Llama 3.1
+    has Llama 3's shape and a 131,072-token window (its config.json on the Hub)."""
+    from local_engine.kv_plan import resolve_model
+
+    cfg31, source, _ = resolve_model("Llama-3.1-8B")
+    cfg3, _ = PRESETS["llama-3-8b"]
+    assert cfg31.name == "llama-3.1-8b" and "Llama-3.1-8B" in source
+    assert cfg31.max_position_embeddings == 131_072 and cfg3.max_position_embeddings == 8192
+    assert count_parameters(cfg31) == count_parameters(cfg3) == 8_030_261_248
+    assert resolve_model("llama3.1-70b")[0].name == "llama-3.1-70b"

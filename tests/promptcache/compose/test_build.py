@@ -272,6 +272,7 @@ def test_messages_accept_anthropic_openai_and_responses_forms_equally():
     [
         (dict(system=42), TypeError, "system"),
         (dict(tools={"name": "x"}), TypeError, "single dict"),
+        (dict(tools="x"), TypeError, r"^tools: expected a list of tool schemas, got str$"),
         (dict(tools=[{"foo": 1}]), ValueError, r"tools\[0\]"),
         (dict(tools=[ANTHROPIC_TOOL, ANTHROPIC_TOOL]), ValueError, "duplicate"),
         (dict(messages=[{"role": "system", "content": "x"}]), ValueError, "system="),

@@ -218,3 +218,67 @@ def test_bad_payloads():
         check([1, 2], "anthropic")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown provider"):
         check({}, "cohere")
+
+
+# bodies in each provider's documented shape (API references, read 2026-12-03)
+@pytest.mark.parametrize(
+    ("body", "provider"),
+    [
+        (
+            {"model": "claude-sonnet-4-6", "max_tokens": 8, "system": "s", "messages": []},
+            "anthropic",
+        ),
+        ({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 8, "messages": []}, "anthropic"),
+        (
+            {
+                "model": "x",
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "t", "cache_control": EPH}],
+                    }
+                ],
+            },
+            "anthropic",
+        ),
+        ({"model": "gpt-5.4", "messages": [{"role": "user", "content": "hi"}]}, "openai"),
+        ({"model": "llama", "messages": [{"role": "system", "content": "s"}]}, "openai"),
+        ({"model": "gpt-5.4", "input": "hi", "instructions": "s"}, "openai"),
+        ({"model": "m", "messages": [], "prompt_cache_key": "k"}, "openai"),
+        ({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}, "gemini"),
+        ({"modelId": "anthropic.claude-sonnet-4-6", "messages": []}, "bedrock"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"text": "t"}, {"cachePoint": {"type": "default"}}],
+                    }
+                ]
+            },
+            "bedrock",
+        ),
+        ({"model": "anthropic/claude-sonnet-4-6", "messages": []}, "anthropic"),
+    ],
+)
+def test_infer_provider_reads_the_body(body, provider):
+    from promptcache.compose.check import infer_provider
+
+    assert infer_provider(body) == provider
+
+
+def test_check_without_provider_uses_the_bodys_rules():
+    """The tryout's case: an OpenAI body checked with the provider left out got Anthropic's
+    'no cache marker' finding; OpenAI caches automatically, so nothing is said."""
+    p = build(system="Policy. " + W(1100), messages=[{"role": "user", "content": "hi"}])
+    body = p.to_openai("gpt-5.4")
+    assert [f.code for f in check(body)] == [f.code for f in check(body, "openai")]
+    assert "no-breakpoints" not in [f.code for f in check(body)]
+    # an Anthropic body with no marker still gets it
+    bare = {"model": "claude-sonnet-4-6", "max_tokens": 8, "system": "s", "messages": []}
+    assert [f.code for f in check(bare)] == ["no-breakpoints"]
+
+
+def test_check_asks_for_the_provider_when_the_body_does_not_tell():
+    with pytest.raises(ValueError, match="pass provider="):
+        check({"model": "my-model", "messages": [{"role": "user", "content": "hi"}]})

@@ -113,6 +113,24 @@ def test_claude_sonnet_4_6_priced_from_the_pricing_page():
     assert p.source and "claude.com" in p.source
 
 
+def test_gpt_5_codex_priced_from_its_model_page():
+    """`import codex` rows showed n/a (the tryout): gpt-5-codex is priced from its model page,
+    $1.25 input / $0.125 cached input / $10 output per MTok. A call of 6,000 input tokens of
+    which 4,864 cached, 150 output: 1,136 x 1.25 + 4,864 x 0.125 + 150 x 10 = 3,528 per MTok
+    -> $0.003528."""
+    p = pricing.price_for("gpt-5-codex")
+    assert (p.input, p.cache_read, p.output) == (D("1.25"), D("0.125"), D("10"))
+    assert p.source and p.source.endswith("/models/gpt-5-codex")
+    usage = Usage(
+        provider="openai",
+        model="gpt-5-codex",
+        uncached_input_tokens=1136,
+        cache_read_tokens=4864,
+        output_tokens=150,
+    )
+    assert pricing.cost(usage).total == D("0.003528")
+
+
 def test_anthropic_min_length_is_never_borrowed_from_another_model():
     """claude-sonnet-5-5 must not take claude-sonnet-5's documented minimum by prefix:
     a model with no row of its own gets the provider default, flagged known=False."""
@@ -275,3 +293,22 @@ def test_report_help_documents_the_prices_file(capsys):
     out = capsys.readouterr().out
     assert "--prices" in out and "PROMPTCACHE_PRICES" in out
     assert '[models."' in out and "input" in out and "cache_read" in out
+
+
+def test_the_cli_prints_an_unknown_price_as_one_line(tmp_path, capsys):
+    """The tryout saw Python's raw warning (file:line: UnknownPriceWarning: ..., then a
+    source line) from `promptcache import codex`; the CLI prints one line instead."""
+    src = Path(__file__).parents[1] / "transcripts" / "fixtures" / "codex"
+    dst = tmp_path / "codex"
+    for f in src.rglob("*.jsonl"):
+        out = dst / f.relative_to(src)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(f.read_text().replace('"gpt-5-codex"', '"acme-coder-3"'))
+    pricing._WARNED.discard("acme-coder-3")
+    status = main(["import", "codex", str(dst), "--db", str(tmp_path / "l.db")])
+    err = capsys.readouterr().err.splitlines()
+    assert status == 0
+    warned = [ln for ln in err if "acme-coder-3" in ln]
+    assert len(warned) == 1
+    assert warned[0].startswith("promptcache: warning: requests for acme-coder-3 are recorded")
+    assert not any("UnknownPriceWarning" in ln or ".py:" in ln for ln in err)

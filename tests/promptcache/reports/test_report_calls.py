@@ -65,16 +65,17 @@ def test_calls_listing(tmp_path, capsys) -> None:
     rows = [ln.split() for ln in lines[1:5]]
     assert [r[0] for r in rows] == [f"2027-01-15T08:00:0{i}.000Z" for i in range(4)]
     assert [r[2] for r in rows] == ["cold", "hit", "hit", "-"]
-    # read / written / missed: missed = prompt - read (1200, 58, 68), unknown shows ?
+    # read / written / missed: missed = prompt - read (1200, 58, 68), unknown shows n/a (as the
+    # summary report and the HTML page write it)
     assert [r[4:7] for r in rows] == [
         ["0", "0", "1200"],
         ["1152", "0", "58"],
         ["1152", "0", "68"],
-        ["?", "?", "?"],
+        ["n/a", "n/a", "n/a"],
     ]
     # gpt-4o (prices.toml): $2.50 input, $1.25 cached, $10 output per million tokens
     # turn 1: 1200*2.5 + 10*10 = 3100 micro-$; turn 2: 58*2.5 + 1152*1.25 + 100 = 1685
-    assert [r[7] for r in rows] == ["$0.003100", "$0.001685", "$0.001710", "?"]
+    assert [r[7] for r in rows] == ["$0.003100", "$0.001685", "$0.001710", "n/a"]
     assert len({r[1] for r in rows[:3]}) == 1  # one conversation
     assert lines[5] == "1 call without usage: hit rate covers 3 of 4"
 
