@@ -171,6 +171,7 @@ def _attend_tile(
             stride_sb,
             stride_st,
             stride_sh,
+            stride_vd,  # int2: the pool's block count
             offs_d,
             HEAD_DIM,
             BLOCK_SIZE,

@@ -392,6 +392,9 @@ def paged_attention(
         q = q.contiguous()
     q_rot = q  # (unused)
     v_scale_arg = v_scale
+    # int2 reads no V stride there: the pool's block count (pseudo-blocks included) bounds
+    # the residual slot ids it reads (a decode graph's padding reads block 0 with ctx 1)
+    stride_vd = k_cache.shape[0] if quant == 4 else v_cache.stride(3)
     if block_tables.stride(1) != 1:
         block_tables = block_tables.contiguous()
 
@@ -502,7 +505,7 @@ def paged_attention(
         block_tables.stride(0),
         k_scale.stride(0) if quant else 0,
         k_scale.stride(1) if quant else 0,
-        v_cache.stride(3),
+        stride_vd,
         k_scale.stride(2) if quant else 0,
         NUM_HEADS=num_heads,
         G=group,

@@ -260,6 +260,7 @@ def int2_tile(
     stride_pb,
     stride_pt,
     stride_ph,
+    pool_blocks,
     offs_d,
     HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
@@ -269,7 +270,9 @@ def int2_tile(
     the loadable ones): returns keys float32 ``[HEAD_DIM, TILE_N]`` and values float32
     ``[TILE_N, HEAD_DIM]`` (0 where not ``n_ok``): a finished block's dequantized (``code *
     scale + minimum``), with ``OPEN`` (tiles that may hold the context's open block) the open
-    block's from its residual slot, stored in ``q``'s dtype."""
+    block's from its residual slot, stored in ``q``'s dtype. A slot id read from a block that
+    is not open (a CUDA graph's padding: context 1 over block 0) is clamped into the pool
+    (``pool_blocks`` blocks, pseudo-blocks included): garbage values, no stray access."""
     QUART: tl.constexpr = HEAD_DIM // 4
     finished = (n // BLOCK_SIZE + 1) * BLOCK_SIZE <= ctx
     if OPEN:
@@ -300,6 +303,9 @@ def int2_tile(
         ids = tl.load(
             (k_ptr + blk * stride_kb).to(tl.pointer_type(tl.int32)), mask=open_ok, other=0
         ).to(tl.int64)
+        elem_bytes: tl.constexpr = q.dtype.primitive_bitwidth // 8
+        per_slot = (2 * BLOCK_SIZE * 4 * stride_kt * elem_bytes + stride_kb - 1) // stride_kb
+        ids = tl.minimum(tl.maximum(ids, 0), pool_blocks - per_slot)
         res = (k_ptr + ids * stride_kb).to(tl.pointer_type(q.dtype))  # [TILE_N] slot bases
         row = 4 * stride_kt  # residual elements per token: kv_heads * head_dim
         r_off = slot_in_blk * row + kvh * HEAD_DIM

@@ -340,3 +340,28 @@ def test_fused_rotary_write_matches_the_torch_reference(tb):
     ra = int2.read_residual(kc, int2.residual_ids(kc)[2:3], torch.float32)[0, :, :4]
     rr = int2.read_residual(rc, int2.residual_ids(rc)[2:3], torch.float32)[0, :, :4]
     torch.testing.assert_close(ra, rr, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("garbage", [0x7FFFFFFF, -1])
+def test_triton_padding_over_a_finished_block_reads_nothing_stray(garbage, tb):
+    """A CUDA graph's padding sequence reads block 0 with a 1-token context: block 0 is
+    finished (its first 4 bytes are 2-bit codes, here forced to ``garbage`` as a slot id);
+    the slot id is clamped into the pool, the kernel reads no stray memory and the real
+    sequence beside it equals the torch reference."""
+    g = torch.Generator().manual_seed(9)
+    heads, d = 2, 32
+    pool = Pool(4, heads, d)
+    kc, vc, ks, vs = pool.views
+    k, v = torch.randn(BS, heads, d, generator=g), torch.randn(BS, heads, d, generator=g)
+    _write("torch", k, v, pool, torch.arange(BS))  # block 0 whole: finished
+    pool.open(1)
+    _write("torch", k[:5], v[:5], pool, torch.arange(5) + BS)  # block 1 open: 5 tokens
+    int2.layer_bytes(kc)[0, :4].view(torch.int32)[0] = garbage
+    tables = torch.tensor([[0, 1], [0, 0]], dtype=torch.int32)
+    q = torch.randn(2, 4, d, generator=g)
+    cu, lens = torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([21, 1], dtype=torch.int32)
+    out = tb.paged_attention(q, kc, vc, tables, cu, lens, k_scale=ks, v_scale=vs)
+    ref = paged_attention(
+        q[:1], kc, vc, tables[:1], cu[:2], lens[:1], backend="torch", k_scale=ks, v_scale=vs
+    )
+    assert rel(out[:1], ref.double()) < 1e-5
