@@ -1,0 +1,386 @@
+"""Stored data the conversation itself rewrites: an ORM column that a tool the model calls
+writes, read back into a prompt on every turn (issue 28, "per conversation write").
+
+An agent's memory / notes / profile store is often written BY THE AGENT: a function exposed
+to the model as a tool saves a note, and the prompt builder reads the same store into the
+system prompt on every turn. Each such write is caused by the conversation itself, so the
+prefix from the store's text onwards is written anew on the next turn, and again after the
+next write. A store nothing in the conversation writes (an admin command, a migration, a
+settings page) changes "only when the store does" and is not reported.
+
+The store is resolved, never guessed from names: a row is a value loaded through
+SQLAlchemy (``session.query(Model)...``, ``session.get(Model, key)``,
+``session.execute(select(Model))...``, a project function annotated to return ``Model`` or
+returning such a query) or made by ``Model(...)``, where ``Model`` is a class of the project
+with ``__tablename__`` (SQLAlchemy declarative) or ``table=True`` (SQLModel). A write is
+``row.column = ...`` (or ``+=``), ``setattr(row, "column", ...)`` (a computed column name
+writes every column), ``query(Model)....update(...)`` / ``update(Model)`` (every column),
+or ``Model(column=...)``. A write counts when its function is reached, through calls and
+functions passed as arguments (``asyncio.to_thread(write, ...)``), from a tool: a project
+function passed as ``function=``/``func=``/``fn=``/``coroutine=`` to a call that also gives a
+``description=`` (a tool definition), put in a ``tools=[...]`` list, passed to a tool factory
+or decorated by a tool decorator (``tables.TOOL_FACTORIES`` / ``TOOL_DECORATORS``).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any, NamedTuple
+
+from linters.flow import tables
+from linters.flow.facts import ASSIGN, DEF, IMPORT, ITER, WITH, Scope
+
+_MAX_ROW_DEPTH = 6  # names / calls followed to decide that a value is a row
+_MAX_REACH = 2000  # functions visited from the tools, at most
+_ANY_COLUMN = "*"
+# SQLAlchemy result and query methods that keep the rows of the query they are called on.
+_ROW_METHODS = frozenset(
+    {
+        "first",
+        "one",
+        "one_or_none",
+        "scalar",
+        "scalar_one",
+        "scalar_one_or_none",
+        "scalars",
+        "all",
+        "unique",
+        "filter",
+        "filter_by",
+        "where",
+        "order_by",
+        "limit",
+        "offset",
+        "options",
+        "with_for_update",
+        "join",
+        "execution_options",
+    }
+)
+# Session methods whose first argument is a statement: their result holds its rows.
+_STATEMENT_RUNNERS = frozenset({"execute", "scalars", "scalar", "exec"})
+
+
+class Write(NamedTuple):
+    """A write of a stored column in a function a tool reaches: ``path``/``line`` where the
+    value is written, ``tool`` the tool function's name, ``tool_path``/``tool_line`` its
+    definition."""
+
+    path: str
+    line: int
+    tool: str
+    tool_path: str
+    tool_line: int
+
+
+def _is_orm_class(cls: Scope) -> bool:
+    node = cls.node
+    if type(node) is not ast.ClassDef:
+        return False
+    if any(
+        kw.arg == "table" and type(kw.value) is ast.Constant and kw.value.value is True
+        for kw in node.keywords
+    ):
+        return True
+    for stmt in node.body:
+        targets = (
+            stmt.targets
+            if type(stmt) is ast.Assign
+            else [stmt.target]
+            if type(stmt) is ast.AnnAssign
+            else []
+        )
+        if any(type(t) is ast.Name and t.id == "__tablename__" for t in targets):
+            return True
+    return False
+
+
+def orm_class(ev: Any, node: Any, scope: Scope) -> tuple[str, Scope] | None:
+    """The ORM model class a ``Name``/``Attribute`` refers to, as ``("path::Class", class
+    scope)``; None when it is not a model class of the project."""
+    if type(node) is ast.Name:
+        for b in ev.resolve(node.id, scope, getattr(node, "lineno", 0)):
+            if b.kind == DEF and type(b.value) is ast.ClassDef:
+                cls = ev.function_scope(b.value)
+                if cls is not None and _is_orm_class(cls):
+                    return f"{ev.path}::{cls.name}", cls
+                return None
+            if b.kind != IMPORT:
+                return None
+    elif type(node) is not ast.Attribute:
+        return None
+    project = ev.project
+    qual = ev.facts.qualname(node)
+    if project is None or not qual or "." not in qual or qual.startswith("builtins."):
+        return None
+    found = project.lookup(qual)
+    if found is None or found[1].kind != "class" or not _is_orm_class(found[1]):
+        return None
+    return f"{found[0].path}::{found[1].name}", found[1]
+
+
+def _annotation_model(ev: Any, note: Any, scope: Scope) -> tuple[str, Scope] | None:
+    """A model class named anywhere in a return annotation (``Doc | None``,
+    ``Select[tuple[Doc]]``, ``list[Doc]``)."""
+    if note is None:
+        return None
+    for n in ast.walk(note):
+        if type(n) in (ast.Name, ast.Attribute):
+            got = orm_class(ev, n, scope)
+            if got is not None:
+                return got
+    return None
+
+
+def row_model(ev: Any, expr: Any, scope: Scope, depth: int = 0) -> tuple[str, Scope] | None:
+    """The model class whose rows (one row, a list of them, or a query/statement yielding
+    them) ``expr`` holds; None when it is not known to hold rows of a project model."""
+    if depth > _MAX_ROW_DEPTH or expr is None:
+        return None
+    t = type(expr)
+    if t is ast.Await:
+        return row_model(ev, expr.value, scope, depth + 1)
+    if t is ast.Name:
+        for b in ev.resolve(expr.id, scope, expr.lineno):
+            if b.kind in (ASSIGN, ITER, WITH) and b.value is not None:
+                got = row_model(ev, b.value, b.scope, depth + 1)
+                if got is not None:
+                    return got
+        return None
+    if t is not ast.Call:
+        return None
+    func = expr.func
+    model = orm_class(ev, func, scope)
+    if model is not None:
+        return model  # Model(...): a new row
+    q = ev.facts.qualname(func) or ""
+    if q in tables.SQL_SELECTS and expr.args:
+        return orm_class(ev, expr.args[0], scope)
+    if type(func) is ast.Attribute:
+        attr = func.attr
+        if attr in ("query", "get") and expr.args:
+            model = orm_class(ev, expr.args[0], scope)
+            if model is not None:
+                return model
+        if attr in _STATEMENT_RUNNERS and expr.args:
+            got = row_model(ev, expr.args[0], scope, depth + 1)
+            if got is not None:
+                return got
+        if attr in _ROW_METHODS:
+            return row_model(ev, func.value, scope, depth + 1)
+    return _returned_rows(ev, expr, scope, depth)
+
+
+def _returned_rows(ev: Any, call: ast.Call, scope: Scope, depth: int) -> Any:
+    """Rows a call to a project function gives back: by its return annotation, or by
+    what it returns."""
+    fs, _bound, owner = ev.callee_any(call, scope)
+    if fs is None or owner is None:
+        return None
+    got = _annotation_model(owner, getattr(fs.node, "returns", None), fs)
+    if got is not None:
+        return got
+    for r in fs.returns:
+        got = row_model(owner, r, fs, depth + 1)
+        if got is not None:
+            return got
+    return None
+
+
+class StoreIndex:
+    """Columns of the project's ORM models written from a tool, built once per project on
+    first use: ``written[("path::Class", column)]`` -> the first such :class:`Write`
+    (column ``"*"``: a write of a computed column, or of the whole row)."""
+
+    def __init__(self, project: Any) -> None:
+        self.project = project
+        self.written: dict[tuple[str, str], Write] = {}
+        reached = self._reached(self._tools(list(project.evaluators(b"tool"))))
+        for ev, fs, tool_ev, tool in reached.values():
+            self._writes(ev, fs, tool_ev, tool)
+
+    def write_of(self, model: str, column: str) -> Write | None:
+        """The tool write of ``model``'s ``column`` (or of every column), if any."""
+        return self.written.get((model, column)) or self.written.get((model, _ANY_COLUMN))
+
+    # -- tools ---------------------------------------------------------------------------
+
+    def _tools(self, evs: list[Any]) -> list[tuple[Any, Scope]]:
+        """Project functions exposed to a model as tools: ``(evaluator, function scope)``."""
+        out: list[tuple[Any, Scope]] = []
+        for ev in evs:
+            for node, scope in _nodes(ev):
+                if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef):
+                    for d in node.decorator_list:
+                        target = d.func if type(d) is ast.Call else d
+                        if (ev.facts.qualname(target) or "") in tables.TOOL_DECORATORS:
+                            fs = ev.function_scope(node)
+                            if fs is not None:
+                                out.append((ev, fs))
+                if type(node) is not ast.Call:
+                    continue
+                for ref in _tool_refs(ev, node):
+                    got = _function_ref(ev, ref, scope)
+                    if got is not None:
+                        out.append(got)
+        return out
+
+    def _reached(self, roots: list[tuple[Any, Scope]]) -> dict[int, tuple[Any, ...]]:
+        """Functions reached from each tool (calls, and functions passed as arguments):
+        ``id(function node)`` -> ``(evaluator, function scope, tool evaluator, tool
+        scope)``."""
+        reached: dict[int, tuple[Any, ...]] = {}
+        for root_ev, root in roots:
+            todo = [(root_ev, root)]
+            while todo and len(reached) < _MAX_REACH:
+                ev, fs = todo.pop()
+                if id(fs.node) in reached:
+                    continue
+                reached[id(fs.node)] = (ev, fs, root_ev, root)
+                for node, scope in _nodes(ev, fs):
+                    if type(node) is not ast.Call:
+                        continue
+                    callee, _bound, owner = ev.callee_any(node, scope)
+                    if callee is not None and owner is not None:
+                        todo.append((owner, callee))
+                    for a in node.args:
+                        got = _function_ref(ev, a, scope)
+                        if got is not None:
+                            todo.append(got)
+        return reached
+
+    # -- writes --------------------------------------------------------------------------
+
+    def _writes(self, ev: Any, fs: Scope, tool_ev: Any, tool: Scope) -> None:
+        for node, scope in _nodes(ev, fs):
+            for model, column in _written_columns(ev, node, scope):
+                self.written.setdefault(
+                    (model, column),
+                    Write(ev.path, node.lineno, tool.name, tool_ev.path, tool.node.lineno),
+                )
+
+
+def _nodes(ev: Any, fs: Scope | None = None) -> Any:
+    """``(node, innermost function or module scope)`` for every node of the module (or of
+    function ``fs``'s body, nested functions left out)."""
+    root = fs.node if fs is not None else ev.facts.module.node
+    start = fs if fs is not None else ev.facts.module
+    todo: list[tuple[Any, Scope]] = [(child, start) for child in ast.iter_child_nodes(root)]
+    while todo:
+        node, scope = todo.pop()
+        yield node, scope
+        inner = scope
+        if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda):
+            if fs is not None:
+                continue  # a nested function runs only when called (followed as a call)
+            got = ev.function_scope(node) if type(node) is not ast.Lambda else None
+            inner = got if got is not None else scope
+        elif type(node) is ast.ClassDef:
+            got = ev.function_scope(node)
+            inner = got if got is not None else scope
+        todo.extend((child, inner) for child in ast.iter_child_nodes(node))
+
+
+def _tool_refs(ev: Any, call: ast.Call) -> list[Any]:
+    """Expressions a call exposes to a model as tools (function references to check)."""
+    refs: list[Any] = []
+    kws = {kw.arg: kw.value for kw in call.keywords if kw.arg}
+    if "description" in kws:
+        refs.extend(v for k, v in kws.items() if k in tables.TOOL_FUNCTION_KEYWORDS)
+    tools = kws.get("tools")
+    if type(tools) in (ast.List, ast.Tuple):
+        refs.extend(tools.elts)
+    if (ev.facts.qualname(call.func) or "") in tables.TOOL_FACTORIES:
+        refs.extend(call.args[:1])
+        refs.extend(v for k, v in kws.items() if k in tables.TOOL_FUNCTION_KEYWORDS)
+    return refs
+
+
+def _function_ref(ev: Any, ref: Any, scope: Scope) -> tuple[Any, Scope] | None:
+    """The project function a ``Name``/``Attribute`` refers to (not a call of it)."""
+    if type(ref) is ast.Name:
+        for b in ev.resolve(ref.id, scope, ref.lineno):
+            if b.kind == DEF and type(b.value) in (ast.FunctionDef, ast.AsyncFunctionDef):
+                fs = ev.function_scope(b.value)
+                return (ev, fs) if fs is not None else None
+            if b.kind != IMPORT:
+                return None
+    elif type(ref) is not ast.Attribute:
+        return None
+    project = ev.project
+    qual = ev.facts.qualname(ref)
+    if project is None or not qual or "." not in qual or qual.startswith("builtins."):
+        return None
+    found = project.lookup(qual)
+    if found is None or found[1].kind != "function":
+        return None
+    return found[0], found[1]
+
+
+def _written_columns(ev: Any, node: Any, scope: Scope) -> list[tuple[str, str]]:
+    """``(model, column)`` pairs a statement or call writes (see the module docstring)."""
+    t = type(node)
+    targets: list[Any] = []
+    if t is ast.Assign:
+        targets = node.targets
+    elif t in (ast.AugAssign, ast.AnnAssign):
+        targets = [node.target]
+    out: list[tuple[str, str]] = []
+    for tg in targets:
+        if type(tg) is ast.Attribute:
+            got = row_model(ev, tg.value, scope)
+            if got is not None:
+                out.append((got[0], tg.attr))
+    if t is not ast.Call:
+        return out
+    func = node.func
+    q = ev.facts.qualname(func) or ""
+    if q == "builtins.setattr" and len(node.args) >= 2:
+        got = row_model(ev, node.args[0], scope)
+        if got is not None:
+            name = node.args[1]
+            col = name.value if type(name) is ast.Constant and type(name.value) is str else None
+            out.append((got[0], col or _ANY_COLUMN))
+    elif q in tables.SQL_UPDATES and node.args:
+        got = orm_class(ev, node.args[0], scope)
+        if got is not None:
+            out.append((got[0], _ANY_COLUMN))
+    elif type(func) is ast.Attribute and func.attr == "update":
+        got = row_model(ev, func.value, scope)
+        if got is not None and type(func.value) is ast.Call:
+            out.append((got[0], _ANY_COLUMN))
+    else:
+        got = orm_class(ev, func, scope)
+        if got is not None:
+            out.extend((got[0], kw.arg) for kw in node.keywords if kw.arg)
+    return out
+
+
+def conversation_write(ev: Any, node: ast.Attribute, scope: Scope) -> str | None:
+    """Why ``row.column`` (``node``) changes during a conversation, or None: the column of
+    a project model that a tool writes (the index is built on the first question)."""
+    project = ev.project
+    if project is None:
+        return None
+    model = row_model(ev, node.value, scope)
+    if model is None:
+        return None
+    index = getattr(project, "store_index", None)
+    if index is None:
+        index = project.store_index = StoreIndex(project)
+    w = index.write_of(model[0], node.attr)
+    if w is None:
+        return None
+    return (
+        f"`{short_attr(node)}` (the stored `{model[1].name}.{node.attr}`, written during the "
+        f"conversation at {w.path}:{w.line}, reached from the tool `{w.tool}` at "
+        f"{w.tool_path}:{w.tool_line})"
+    )
+
+
+def short_attr(node: ast.Attribute) -> str:
+    """``doc.memory_text`` for a short receiver, ``….memory_text`` otherwise."""
+    base = node.value
+    return f"{base.id}.{node.attr}" if type(base) is ast.Name else f"….{node.attr}"
+
+
