@@ -171,7 +171,7 @@ def row_model(ev: Any, expr: Any, scope: Scope, depth: int = 0) -> tuple[str, Sc
     return _returned_rows(ev, expr, scope, depth)
 
 
-def _returned_rows(ev: Any, call: ast.Call, scope: Scope, depth: int) -> Any:
+def _returned_rows(ev: Any, call: ast.Call, scope: Scope, depth: int) -> tuple[str, Scope] | None:
     """Rows a call to a project function gives back: by its return annotation, or by
     what it returns."""
     fs, _bound, owner = ev.callee_any(call, scope)
@@ -288,7 +288,7 @@ def _tool_refs(ev: Any, call: ast.Call) -> list[Any]:
     if "description" in kws:
         refs.extend(v for k, v in kws.items() if k in tables.TOOL_FUNCTION_KEYWORDS)
     tools = kws.get("tools")
-    if type(tools) in (ast.List, ast.Tuple):
+    if isinstance(tools, (ast.List, ast.Tuple)):
         refs.extend(tools.elts)
     if (ev.facts.qualname(call.func) or "") in tables.TOOL_FACTORIES:
         refs.extend(call.args[:1])
@@ -382,5 +382,3 @@ def short_attr(node: ast.Attribute) -> str:
     """``doc.memory_text`` for a short receiver, ``….memory_text`` otherwise."""
     base = node.value
     return f"{base.id}.{node.attr}" if type(base) is ast.Name else f"….{node.attr}"
-
-
