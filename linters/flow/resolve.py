@@ -53,6 +53,7 @@ class Resolver:
         # prefix of this module (set by linters.flow.reach.prefix_reaches)
         self.param_sinks: dict[tuple[int, str], list[Any]] | None = None
         self.reaches_cache: list[Any] | None = None
+        self.store_index: Any = None  # linters.flow.stores.StoreIndex of a lone module
         self.param_sink_names: set[str] = set()  # names of the functions in param_sinks
         self._fscopes: dict[int, Scope] | None = None
         self._active: set[int] = set()  # nodes whose hazards are being computed

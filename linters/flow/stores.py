@@ -188,14 +188,13 @@ def _returned_rows(ev: Any, call: ast.Call, scope: Scope, depth: int) -> tuple[s
 
 
 class StoreIndex:
-    """Columns of the project's ORM models written from a tool, built once per project on
-    first use: ``written[("path::Class", column)]`` -> the first such :class:`Write`
+    """Columns of ORM models written from a tool of ``evaluators`` (the project's modules),
+    built once per project on first use: ``written[("path::Class", column)]`` -> the first such :class:`Write`
     (column ``"*"``: a write of a computed column, or of the whole row)."""
 
-    def __init__(self, project: Any) -> None:
-        self.project = project
+    def __init__(self, evaluators: list[Any]) -> None:
         self.written: dict[tuple[str, str], Write] = {}
-        reached = self._reached(self._tools(list(project.evaluators(b"tool"))))
+        reached = self._reached(self._tools(evaluators))
         for ev, fs, tool_ev, tool in reached.values():
             self._writes(ev, fs, tool_ev, tool)
 
@@ -359,23 +358,27 @@ def _written_columns(ev: Any, node: Any, scope: Scope) -> list[tuple[str, str]]:
 def conversation_write(ev: Any, node: ast.Attribute, scope: Scope) -> str | None:
     """Why ``row.column`` (``node``) changes during a conversation, or None: the column of
     a project model that a tool writes (the index is built on the first question)."""
-    project = ev.project
-    if project is None:
-        return None
     model = row_model(ev, node.value, scope)
     if model is None:
         return None
-    index = getattr(project, "store_index", None)
+    # the project's modules that name a tool, or this module alone (``lint_source``)
+    holder = ev.project if ev.project is not None else ev
+    index = getattr(holder, "store_index", None)
     if index is None:
-        index = project.store_index = StoreIndex(project)
+        evs = list(ev.project.evaluators(b"tool")) if ev.project is not None else [ev]
+        index = holder.store_index = StoreIndex(evs)
     w = index.write_of(model[0], node.attr)
     if w is None:
         return None
     return (
         f"`{short_attr(node)}` (the stored `{model[1].name}.{node.attr}`, written during the "
-        f"conversation at {w.path}:{w.line}, reached from the tool `{w.tool}` at "
-        f"{w.tool_path}:{w.tool_line})"
+        f"conversation at {_place(w.path, w.line)}, reached from the tool `{w.tool}` at "
+        f"{_place(w.tool_path, w.tool_line)})"
     )
+
+
+def _place(path: str, line: int) -> str:
+    return f"{path}:{line}" if path else f"line {line}"
 
 
 def short_attr(node: ast.Attribute) -> str:
