@@ -1,12 +1,14 @@
-"""Stored data the conversation itself rewrites: an ORM column that a tool the model calls
-writes, read back into a prompt on every turn (issue 28, "per conversation write").
+"""Stored data the conversation itself rewrites: an ORM column that a tool the model calls,
+or a step of the agent's turn, writes, read back into a prompt on every turn (issue 28,
+"per conversation write").
 
 An agent's memory / notes / profile store is often written BY THE AGENT: a function exposed
-to the model as a tool saves a note, and the prompt builder reads the same store into the
-system prompt on every turn. Each such write is caused by the conversation itself, so the
-prefix from the store's text onwards is written anew on the next turn, and again after the
-next write. A store nothing in the conversation writes (an admin command, a migration, a
-settings page) changes "only when the store does" and is not reported.
+to the model as a tool saves a note, or a compaction step rewrites the memory after a turn,
+and the prompt builder reads the same store into the system prompt on every turn. Each such
+write is caused by the conversation itself, so the prefix from the store's text onwards is
+written anew on the next turn, and again after the next write. A store nothing in the
+conversation writes (an admin command, a migration, a settings page) changes "only when the
+store does" and is not reported.
 
 The store is resolved, never guessed from names: a row is a value loaded through
 SQLAlchemy (``session.query(Model)...``, ``session.get(Model, key)``,
@@ -14,12 +16,18 @@ SQLAlchemy (``session.query(Model)...``, ``session.get(Model, key)``,
 returning such a query) or made by ``Model(...)``, where ``Model`` is a class of the project
 with ``__tablename__`` (SQLAlchemy declarative) or ``table=True`` (SQLModel). A write is
 ``row.column = ...`` (or ``+=``), ``setattr(row, "column", ...)`` (a computed column name
-writes every column), ``query(Model)....update(...)`` / ``update(Model)`` (every column),
-or ``Model(column=...)``. A write counts when its function is reached, through calls and
-functions passed as arguments (``asyncio.to_thread(write, ...)``), from a tool: a project
-function passed as ``function=``/``func=``/``fn=``/``coroutine=`` to a call that also gives a
-``description=`` (a tool definition), put in a ``tools=[...]`` list, passed to a tool factory
-or decorated by a tool decorator (``tables.TOOL_FACTORIES`` / ``TOOL_DECORATORS``).
+writes every column), ``query(Model)....update({Model.column: ...})``,
+``update(Model)....values(column=...)``, or ``Model(column=...)``. A write counts when its
+function is reached, through calls and functions passed as arguments
+(``asyncio.to_thread(write, ...)``), from
+
+- a tool: a project function passed as ``function=``/``func=``/``fn=``/``coroutine=`` to a
+  call that also gives a ``description=`` (a tool definition), put in a ``tools=[...]`` list,
+  passed to a tool factory or decorated by a tool decorator (``tables.TOOL_FACTORIES`` /
+  ``TOOL_DECORATORS``); or
+- the turn: a function up to six calls above the function that reads the column (the agent
+  loop that builds the prompt), which also runs the write (updates only: ``Model(...)``, a
+  row made once by a get-or-create, is not a change per turn).
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ from linters.flow import tables
 from linters.flow.facts import ASSIGN, DEF, IMPORT, ITER, WITH, Scope
 
 _MAX_ROW_DEPTH = 6  # names / calls followed to decide that a value is a row
-_MAX_REACH = 2000  # functions visited from the tools, at most
+_MAX_REACH = 2000  # functions visited from the tools (or from one turn), at most
+_MAX_TURN_UP = 6  # callers above a reading function searched for the turn that runs it
 _ANY_COLUMN = "*"
 # SQLAlchemy result and query methods that keep the rows of the query they are called on.
 _ROW_METHODS = frozenset(
@@ -62,15 +71,17 @@ _STATEMENT_RUNNERS = frozenset({"execute", "scalars", "scalar", "exec"})
 
 
 class Write(NamedTuple):
-    """A write of a stored column in a function a tool reaches: ``path``/``line`` where the
-    value is written, ``tool`` the tool function's name, ``tool_path``/``tool_line`` its
-    definition."""
+    """A write of a stored column made during the conversation: ``path``/``line`` where the
+    value is written; ``tool`` the name of the tool that reaches it (``turn``: of the
+    function that runs both the write and the prompt's read, one turn), ``tool_path`` /
+    ``tool_line`` its definition."""
 
     path: str
     line: int
     tool: str
     tool_path: str
     tool_line: int
+    turn: bool = False
 
 
 def _is_orm_class(cls: Scope) -> bool:
@@ -194,13 +205,56 @@ class StoreIndex:
 
     def __init__(self, evaluators: list[Any]) -> None:
         self.written: dict[tuple[str, str], Write] = {}
+        self.made: dict[tuple[str, str], Write] = {}  # rows made by ``Model(column=...)``
+        self._turns: dict[int, dict[tuple[str, str], Write]] = {}
         reached = self._reached(self._tools(evaluators))
         for ev, fs, tool_ev, tool in reached.values():
             self._writes(ev, fs, tool_ev, tool)
 
     def write_of(self, model: str, column: str) -> Write | None:
         """The tool write of ``model``'s ``column`` (or of every column), if any."""
-        return self.written.get((model, column)) or self.written.get((model, _ANY_COLUMN))
+        return (
+            self.written.get((model, column))
+            or self.written.get((model, _ANY_COLUMN))
+            or self.made.get((model, column))
+        )
+
+    def turn_write(self, model: str, column: str, ev: Any, reader: Scope) -> Write | None:
+        """A write of ``model``'s ``column`` made in the same turn as the read in
+        ``reader`` (a function of ``ev``'s module): by a function that a caller of the
+        reader (up to :data:`_MAX_TURN_UP` calls above it) also runs, such as a
+        compaction or memory-extraction step of the agent loop. Updates only: a row made
+        by ``Model(...)`` once is not a change per turn."""
+        key = id(reader.node)
+        writes = self._turns.get(key)
+        if writes is None:
+            writes = self._turns[key] = self._turn_writes(ev, reader)
+        return writes.get((model, column)) or writes.get((model, _ANY_COLUMN))
+
+    def _turn_writes(self, ev: Any, reader: Scope) -> dict[tuple[str, str], Write]:
+        out: dict[tuple[str, str], Write] = {}
+        if ev.project is None or reader.kind != "function":
+            return out
+        level = [(ev, reader)]
+        seen = {id(reader.node)}
+        turns: list[tuple[Any, Scope]] = []  # callers, nearest first
+        for _ in range(_MAX_TURN_UP):
+            callers: list[tuple[Any, Scope]] = []
+            for cev, fs in level:
+                for got in _callers(cev, fs):
+                    if id(got[1].node) not in seen:
+                        seen.add(id(got[1].node))
+                        callers.append(got)
+            turns.extend(callers)
+            level = callers
+        for wev, wfs, tev, turn in self._reached(turns).values():
+            for node, scope in _nodes(wev, wfs):
+                for pair in _written_columns(wev, node, scope, updates_only=True):
+                    out.setdefault(
+                        pair,
+                        Write(wev.path, node.lineno, turn.name, tev.path, turn.node.lineno, True),
+                    )
+        return out
 
     # -- tools ---------------------------------------------------------------------------
 
@@ -251,12 +305,17 @@ class StoreIndex:
     # -- writes --------------------------------------------------------------------------
 
     def _writes(self, ev: Any, fs: Scope, tool_ev: Any, tool: Scope) -> None:
+        updates = {
+            id(node): set(_written_columns(ev, node, scope, updates_only=True))
+            for node, scope in _nodes(ev, fs)
+        }
         for node, scope in _nodes(ev, fs):
-            for model, column in _written_columns(ev, node, scope):
-                self.written.setdefault(
-                    (model, column),
-                    Write(ev.path, node.lineno, tool.name, tool_ev.path, tool.node.lineno),
-                )
+            for pair in _written_columns(ev, node, scope):
+                w = Write(ev.path, node.lineno, tool.name, tool_ev.path, tool.node.lineno)
+                if pair in updates[id(node)]:
+                    self.written.setdefault(pair, w)
+                else:  # a new row: named only when no update of the column is known
+                    self.made.setdefault(pair, w)
 
 
 def _nodes(ev: Any, fs: Scope | None = None) -> Any:
@@ -278,6 +337,26 @@ def _nodes(ev: Any, fs: Scope | None = None) -> Any:
             got = ev.function_scope(node)
             inner = got if got is not None else scope
         todo.extend((child, inner) for child in ast.iter_child_nodes(node))
+
+
+def _callers(ev: Any, fs: Scope) -> list[tuple[Any, Scope]]:
+    """Functions of the project that call ``fs`` (a function of ``ev``'s module), found by
+    its name among the indexed calls of the modules that name it, each call resolved."""
+    out: list[tuple[Any, Scope]] = []
+    name = fs.name
+    tail = "." + name
+    project = ev.project
+    for cev in project.evaluators(name.encode()) if project is not None else [ev]:
+        for key, sites in cev.facts.calls.items():
+            if key != name and not key.endswith(tail):
+                continue
+            for call, scope in sites:
+                if scope.kind != "function":
+                    continue
+                target, _bound, _owner = cev.callee_any(call, scope)
+                if target is fs:
+                    out.append((cev, scope))
+    return out
 
 
 def _tool_refs(ev: Any, call: ast.Call) -> list[Any]:
@@ -316,8 +395,11 @@ def _function_ref(ev: Any, ref: Any, scope: Scope) -> tuple[Any, Scope] | None:
     return found[0], found[1]
 
 
-def _written_columns(ev: Any, node: Any, scope: Scope) -> list[tuple[str, str]]:
-    """``(model, column)`` pairs a statement or call writes (see the module docstring)."""
+def _written_columns(
+    ev: Any, node: Any, scope: Scope, updates_only: bool = False
+) -> list[tuple[str, str]]:
+    """``(model, column)`` pairs a statement or call writes (see the module docstring);
+    ``updates_only`` leaves out ``Model(...)`` (a row made once, as a get-or-create does)."""
     t = type(node)
     targets: list[Any] = []
     if t is ast.Assign:
@@ -340,19 +422,49 @@ def _written_columns(ev: Any, node: Any, scope: Scope) -> list[tuple[str, str]]:
             name = node.args[1]
             col = name.value if type(name) is ast.Constant and type(name.value) is str else None
             out.append((got[0], col or _ANY_COLUMN))
-    elif q in tables.SQL_UPDATES and node.args:
-        got = orm_class(ev, node.args[0], scope)
-        if got is not None:
-            out.append((got[0], _ANY_COLUMN))
-    elif type(func) is ast.Attribute and func.attr == "update":
+    elif type(func) is ast.Attribute and func.attr == "values":
+        got = _update_target(ev, func.value, scope)
+        if got is not None:  # update(Model)....values(column=...)
+            out.extend((got[0], kw.arg or _ANY_COLUMN) for kw in node.keywords)
+            if node.args:
+                out.extend((got[0], c) for c in _dict_columns(node.args[0]))
+    elif type(func) is ast.Attribute and func.attr == "update" and type(func.value) is ast.Call:
         got = row_model(ev, func.value, scope)
-        if got is not None and type(func.value) is ast.Call:
-            out.append((got[0], _ANY_COLUMN))
-    else:
+        if got is not None:  # session.query(Model)....update({Model.column: ...})
+            out.extend((got[0], c) for c in _dict_columns(node.args[0] if node.args else None))
+    elif not updates_only:
         got = orm_class(ev, func, scope)
         if got is not None:
             out.extend((got[0], kw.arg) for kw in node.keywords if kw.arg)
     return out
+
+
+def _update_target(ev: Any, expr: Any, scope: Scope) -> tuple[str, Scope] | None:
+    """The model of an ``update(Model)`` statement, through ``.where(...)`` and the like."""
+    while type(expr) is ast.Call:
+        func = expr.func
+        if (ev.facts.qualname(func) or "") in tables.SQL_UPDATES:
+            return orm_class(ev, expr.args[0], scope) if expr.args else None
+        if type(func) is not ast.Attribute:
+            return None
+        expr = func.value
+    return None
+
+
+def _dict_columns(node: Any) -> list[str]:
+    """Columns a ``{Model.column: v, "column": v}`` literal names; every column (``"*"``)
+    when it is not such a literal."""
+    if type(node) is not ast.Dict or None in node.keys:
+        return [_ANY_COLUMN]
+    cols: list[str] = []
+    for k in node.keys:
+        if type(k) is ast.Attribute:
+            cols.append(k.attr)
+        elif type(k) is ast.Constant and type(k.value) is str:
+            cols.append(k.value)
+        else:
+            return [_ANY_COLUMN]
+    return cols
 
 
 def conversation_write(ev: Any, node: ast.Attribute, scope: Scope) -> str | None:
@@ -369,12 +481,27 @@ def conversation_write(ev: Any, node: ast.Attribute, scope: Scope) -> str | None
         index = holder.store_index = StoreIndex(evs)
     w = index.write_of(model[0], node.attr)
     if w is None:
+        w = index.turn_write(model[0], node.attr, ev, _function_of(scope))
+    if w is None:
         return None
+    by = (
+        f"by `{w.tool}()` at {_place(w.tool_path, w.tool_line)}, which also builds this "
+        "prompt: the same turn"
+        if w.turn
+        else f"reached from the tool `{w.tool}` at {_place(w.tool_path, w.tool_line)}"
+    )
     return (
         f"`{short_attr(node)}` (the stored `{model[1].name}.{node.attr}`, written during the "
-        f"conversation at {_place(w.path, w.line)}, reached from the tool `{w.tool}` at "
-        f"{_place(w.tool_path, w.tool_line)})"
+        f"conversation at {_place(w.path, w.line)}, {by})"
     )
+
+
+def _function_of(scope: Scope) -> Scope:
+    """The innermost function around ``scope`` (a comprehension or class body lies in one)."""
+    s: Scope | None = scope
+    while s is not None and s.kind != "function":
+        s = s.parent
+    return s if s is not None else scope
 
 
 def _place(path: str, line: int) -> str:

@@ -464,3 +464,88 @@ def test_a_clock_and_a_tool_written_note_at_one_use_make_one_finding(tmp_path):
     ]
     msg = got[0].message
     assert msg.index("(the clock)") < msg.index("; also ") < msg.index("the stored `Note.text`")
+
+
+PROFILE_MODELS = """
+from sqlmodel import Field, SQLModel
+
+
+class Profile(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: str
+    summary: str = ""
+    last_seen: str = ""
+"""
+
+PROFILE_STORE = """
+from sqlalchemy import update
+from sqlmodel import select
+
+from app.models import Profile
+
+
+def profile_summary(session, user_id):
+    profile = session.exec(select(Profile).where(Profile.user_id == user_id)).first()
+    return profile.summary
+
+
+def save_summary(session, user_id, text):
+    session.execute(update(Profile).where(Profile.user_id == user_id).values(summary=text))
+
+
+def touch(session, user_id, when):
+    session.execute(update(Profile).where(Profile.user_id == user_id).values(last_seen=when))
+"""
+
+PROFILE_AGENT = """
+from openai import OpenAI
+
+from app.store import profile_summary, save_summary, touch
+
+RULES = "You are a careful assistant. Cite your sources. " * 100
+
+
+def summarize(session, user_id, history):
+    save_summary(session, user_id, history[-1]["content"][:500])
+
+
+def turn(session, user_id, history, text, when):
+    system = f"What you know about the user: {profile_summary(session, user_id)}\\n\\n{RULES}"
+    reply = OpenAI().chat.completions.create(
+        model="m",
+        messages=[{"role": "system", "content": system}, *history, {"role": "user", "content": text}],
+    )
+    touch(session, user_id, when)
+    summarize(session, user_id, history)
+    return reply
+"""
+
+
+def test_a_summary_the_turn_itself_rewrites_is_a_warning(tmp_path):
+    """No tool: the agent loop that builds the prompt also runs a summarizing step that
+    rewrites the stored summary (``update(Profile)....values(summary=...)``)."""
+    files = {
+        "app/__init__.py": "",
+        "app/models.py": PROFILE_MODELS,
+        "app/store.py": PROFILE_STORE,
+        "app/agent.py": PROFILE_AGENT,
+    }
+    write(tmp_path, files)
+    got = lint(tmp_path)
+    assert [(Path(f.path).name, f.line, f.code, f.severity) for f in got] == [
+        ("agent.py", 13, "PC001", "warning")
+    ]
+    msg = got[0].message
+    # the write (store.py line 13) and the turn that runs it and builds the prompt
+    # (agent.py line 12, ``def turn``)
+    assert "the stored `Profile.summary`, written during the conversation at app/store.py:13" in msg
+    assert "by `turn()` at app/agent.py:12, which also builds this prompt" in msg
+
+    # the turn writes only another column (``last_seen``): the summary changes only when
+    # something outside the conversation writes it; PC004 as before (per-user text ahead
+    # of 4,802 static characters: "\n\n" + 48 x 100), nothing about a stored value
+    files["app/agent.py"] = PROFILE_AGENT.replace("    summarize(session, user_id, history)\n", "")
+    write(tmp_path, files)
+    got = lint(tmp_path)
+    assert [(Path(f.path).name, f.line, f.code) for f in got] == [("agent.py", 13, "PC004")]
+    assert "4802 characters" in got[0].message and "stored" not in got[0].message
