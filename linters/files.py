@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -234,8 +234,34 @@ def discover(
         ignores = _ignores_above(p) if config.respect_gitignore else _Ignores([])
         if ignores.ignored(p, True):
             ignores = _Ignores([])  # the folder itself was named: only its own rules apply
+        before = len(out)
         _walk(p, ignores, config, excluded, out, cwd)
+        if skipped is not None and len(out) == before:
+            why = _why_empty(p, ignores, config, excluded, cwd)
+            if why:
+                skipped.append(f"{display_path(p, cwd)}: {why}")
     return sorted(out.values(), key=lambda t: t.display)
+
+
+def _why_empty(p: Path, ignores: Any, config: LintConfig, excluded: Any, cwd: Path) -> str:
+    """Why a named folder gave no file to lint, when files would be there without the
+    default skips or the configured ``exclude`` (ruff warns likewise about a named path it
+    force-excludes); "" when it simply holds no Python file."""
+    everything = replace(config, include_tests=True)
+    held: dict[Path, Target] = {}
+    if not config.include_tests:
+        _walk(p, ignores, everything, excluded, held, cwd)
+        if held:
+            n = len(held)
+            return (
+                f"its {n} Python file{'s are' if n > 1 else ' is'} tests, examples, docs or "
+                "evaluation code, skipped by default; pass --include-tests to lint them"
+            )
+    _walk(p, ignores, everything, lambda _p, _d: False, held, cwd)
+    if held:
+        where = f" in {display_path(config.source, cwd)}" if config.source else ""
+        return f"excluded by the `exclude` setting{where}"
+    return ""
 
 
 def _not_runtime(p: Path, root: Path, cwd: Path) -> bool:

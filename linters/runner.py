@@ -248,11 +248,11 @@ def lint_project(targets: list[Target], config: LintConfig) -> list[Finding]:
             continue
         if not gate(source):
             maker = _Lazy(tree, source, config)
-            project.add(rel, maker)
+            project.add(rel, maker, source)
             lazy.append((maker, source, t.display, codes))
             continue
         an = Analysis(tree, source, config)
-        project.add(rel, an.ev)
+        project.add(rel, an.ev, source)
         analysed.append((an, source, t.display, codes))
     for an, source, display, codes in analysed:
         found.extend(run_rules(an, source, display, codes))

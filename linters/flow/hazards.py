@@ -29,6 +29,7 @@ from linters.flow.facts import (
 )
 from linters.flow.resolve import is_template, short
 from linters.flow.segments import SEG_DYNAMIC, SegmentMixin, classify
+from linters.flow.stores import conversation_write
 
 # Hazard kinds: what flows into a value (a per-request id, json.dumps without sort_keys, a
 # set, a dict view, a function parameter). Not the segment kinds (SEG_*) of
@@ -191,6 +192,10 @@ class HazardMixin(SegmentMixin):
             # ``override or build_prompt()`` with ``override=None`` by default: the volatile
             # operand is what runs whenever a caller leaves the argument out
             return out
+        if type(node.op) is ast.Or and volatile[0]:
+            # ``doc.text or ""``: the volatile value whenever it is set; the constant only
+            # stands in for an empty one
+            return out
         if any(volatile) and not all(volatile):
             out = [h._replace(partial=True) if h.kind == HAZARD_VOLATILE else h for h in out]
         return out
@@ -314,6 +319,9 @@ class HazardMixin(SegmentMixin):
         rate = tables.CLOCK_ATTRS.get(node.attr)
         if rate is not None:
             return rerate(self.hazards(base, scope), rate)
+        why = conversation_write(self, node, scope)
+        if why is not None:
+            return (Hazard(HAZARD_VOLATILE, node, why, False, tables.RATE_WRITE, node),)
         return self.hazards(base, scope)
 
     def _h_call(self, node: ast.Call, scope: Scope) -> list[Hazard] | tuple:

@@ -34,11 +34,15 @@ class Project:
         self._paths: dict[int, str] = {}
         self._made: dict[int, Any] = {}
         self.depth = 0  # calls being followed into other modules, nested
+        self._entries: list[tuple[Any, bytes]] = []  # (evaluator or maker, source)
+        self.store_index: Any = None  # linters.flow.stores.StoreIndex, made on first use
 
-    def add(self, rel_path: str, ev: Any) -> None:
+    def add(self, rel_path: str, ev: Any, source: bytes = b"") -> None:
         """Register ``ev`` (a :class:`linters.flow.values.Evaluator`, or a function of no
         arguments that makes one: a module no rule reads is analysed only when a call
-        reaches it) for ``rel_path``."""
+        reaches it) for ``rel_path``; ``source`` (its bytes) lets
+        :meth:`evaluators` skip modules without a word."""
+        self._entries.append((ev, source))
         if not callable(ev):
             ev.path = rel_path
             ev.project = self
@@ -71,6 +75,14 @@ class Project:
                 return ev, scope
             return None
         return None
+
+    def evaluators(self, word: bytes) -> Any:
+        """The evaluator of every module whose source contains ``word`` (any case), made
+        when lazy; every module when sources were not given."""
+        for ev, source in self._entries:
+            if source and word.lower() not in source.lower():
+                continue
+            yield self._make(ev) if callable(ev) else ev
 
     def make(self, maker: Any) -> Any:
         """The evaluator a lazy entry makes (made once, registered with its path)."""

@@ -98,9 +98,10 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
             else:
                 take(ev.hazards(arg, cscope), sink, hop)
 
-    unique: dict[tuple[str, int], Reach] = {}
-    for r in out:
-        unique.setdefault((r.hazard.kind, id(r.hazard.node)), r)
+    unique: dict[tuple[str, int, int], Reach] = {}
+    for r in out:  # one per use and root cause (a clock and a stored note may share a use)
+        h = r.hazard
+        unique.setdefault((h.kind, id(h.node), id(h.origin) if h.origin is not None else 0), r)
     return list(unique.values())
 
 

@@ -53,6 +53,7 @@ class Resolver:
         # prefix of this module (set by linters.flow.reach.prefix_reaches)
         self.param_sinks: dict[tuple[int, str], list[Any]] | None = None
         self.reaches_cache: list[Any] | None = None
+        self.store_index: Any = None  # linters.flow.stores.StoreIndex of a lone module
         self.param_sink_names: set[str] = set()  # names of the functions in param_sinks
         self._fscopes: dict[int, Scope] | None = None
         self._active: set[int] = set()  # nodes whose hazards are being computed
@@ -156,12 +157,36 @@ class Resolver:
             for b in self.resolve(ctor.id, scope, line):
                 if b.kind == DEF and type(b.value) is ast.ClassDef:
                     return self.function_scope(b.value), self
+                if b.kind == DEF:
+                    break
+        made = self._annotated_instance(bl[0].value, bl[0].scope)
+        if made[0] is not None:
+            return made
         if self.project is None or type(ctor) not in (ast.Name, ast.Attribute):
             return None, None
         qual = self.facts.qualname(ctor)
         if not qual or "." not in qual or qual.startswith("builtins."):
             return None, None
         found = self.project.lookup(qual)
+        if found is None or found[1].kind != "class":
+            return None, None
+        return found[1], found[0]
+
+    def _annotated_instance(self, call: ast.Call, scope: Scope) -> tuple[Any, Any]:
+        """The project class a project function returns by its annotation
+        (``def get_store(uid) -> Store``), and its module's evaluator."""
+        fs, _bound, owner = self.callee_any(call, scope)
+        note = getattr(fs.node, "returns", None) if fs is not None else None
+        if owner is None or type(note) not in (ast.Name, ast.Attribute):
+            return None, None
+        if type(note) is ast.Name:
+            for b in owner.resolve(note.id, fs, note.lineno):
+                if b.kind == DEF and type(b.value) is ast.ClassDef:
+                    return owner.function_scope(b.value), owner
+        qual = owner.facts.qualname(note)
+        if owner.project is None or not qual or "." not in qual or qual.startswith("builtins."):
+            return None, None
+        found = owner.project.lookup(qual)
         if found is None or found[1].kind != "class":
             return None, None
         return found[1], found[0]

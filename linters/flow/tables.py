@@ -14,10 +14,14 @@ import re
 # one cache write a day (info). Per process (pid, host, user, platform, a value computed at
 # import): the same for every request a process serves, not reported.
 RATE_REQUEST = "request"
+# Per conversation write: stored data that a tool the model calls rewrites during the
+# conversation (an agent's memory / notes store, ``linters.flow.stores``): every turn after
+# a write writes the cache anew (a warning).
+RATE_WRITE = "write"
 RATE_HOUR = "hour"
 RATE_DAY = "day"
 RATE_PROCESS = "process"
-RATE_ORDER = (RATE_REQUEST, RATE_HOUR, RATE_DAY, RATE_PROCESS)  # fastest first
+RATE_ORDER = (RATE_REQUEST, RATE_WRITE, RATE_HOUR, RATE_DAY, RATE_PROCESS)  # fastest first
 
 # Fully qualified calls whose result differs from one request (or one day, or process) to
 # the next: name -> (what it reads, rate). Matched against the call's qualified name after
@@ -462,3 +466,55 @@ def gate(source: bytes) -> bool:
         if word in source:
             return True
     return False
+
+
+# Stored data (``linters.flow.stores``). SQLAlchemy statement builders: ``select(Model)``
+# reads rows, ``update(Model)`` writes them (SQLAlchemy 2.0 docs, "ORM Querying Guide" and
+# "ORM-Enabled INSERT, UPDATE, and DELETE statements", read 2026-12-03; SQLModel re-exports
+# ``select``, sqlmodel.tiangolo.com, read 2026-12-03).
+SQL_SELECTS = frozenset(
+    {
+        "sqlalchemy.select",
+        "sqlalchemy.future.select",
+        "sqlalchemy.sql.select",
+        "sqlalchemy.sql.expression.select",
+        "sqlmodel.select",
+    }
+)
+SQL_UPDATES = frozenset(
+    {
+        "sqlalchemy.update",
+        "sqlalchemy.sql.update",
+        "sqlalchemy.sql.expression.update",
+        "sqlmodel.update",
+    }
+)
+# Decorators that expose a function to a model as a tool (each library's documented import
+# path, read 2026-12-03: python.langchain.com "How to create tools"; docs.agno.com "Writing
+# your own tools"; huggingface.co/docs/smolagents "Tools"; strandsagents.com "Python tools";
+# docs.llamaindex.ai "Tools"; the OpenAI Agents SDK "Tools" page).
+TOOL_DECORATORS = frozenset(
+    {
+        "langchain_core.tools.tool",
+        "langchain.tools.tool",
+        "langchain.agents.tool",
+        "agno.tools.tool",
+        "agno.tools.decorator.tool",
+        "smolagents.tool",
+        "smolagents.tools.tool",
+        "strands.tool",
+        "agents.function_tool",
+    }
+)
+# Calls that make a tool of the function given first or as ``func=``/``fn=``.
+TOOL_FACTORIES = frozenset(
+    {
+        "langchain_core.tools.StructuredTool.from_function",
+        "langchain_core.tools.Tool.from_function",
+        "langchain.tools.StructuredTool.from_function",
+        "llama_index.core.tools.FunctionTool.from_defaults",
+    }
+)
+# Keywords that hand a tool its function, in a call that also gives ``description=``
+# (a tool definition: ``Tool(name=..., description=..., function=save_note)``).
+TOOL_FUNCTION_KEYWORDS = frozenset({"function", "func", "fn", "coroutine", "callable"})

@@ -9,7 +9,7 @@ import string
 from typing import Any
 
 from linters.flow.facts import MESSAGES, PROMPT, ROLE
-from linters.flow.tables import RATE_DAY, RATE_HOUR, RATE_REQUEST
+from linters.flow.tables import RATE_DAY, RATE_HOUR, RATE_ORDER, RATE_REQUEST, RATE_WRITE
 from linters.flow.values import HAZARD_VOLATILE, SEG_VOLATILE, static_chars
 from linters.model import Finding, Rule
 from linters.rules.context import RuleContext
@@ -121,6 +121,12 @@ _RATE_TEXT = {
         "the cached prefix changes on every request; move it after the static text, into "
         "the last user message",
     ),
+    RATE_WRITE: (
+        "warning",
+        "the conversation itself rewrites it (a tool the model calls writes the store), so "
+        "every turn after a write writes the cached prefix anew from here; move it after the "
+        "static text, into the last user message",
+    ),
     RATE_HOUR: (
         "warning",
         "it changes every hour: the cached prefix is written anew at least 24 times a day; "
@@ -145,11 +151,14 @@ def _reached(an: RuleContext) -> list[Finding]:
             continue
         groups.setdefault(id(h.origin if h.origin is not None else h.node), []).append(r)
     out: list[Finding] = []
+    mine: dict[int, Finding] = {}  # findings made here, by node: two causes, one use
     for reaches in groups.values():
         reaches.sort(key=lambda r: (getattr(r.hazard.node, "lineno", 0), r.hazard.node.col_offset))
+    # the fastest rate first: it leads a finding that two root causes share
+    for reaches in sorted(groups.values(), key=lambda rs: RATE_ORDER.index(rs[0].hazard.rate)):
         first = reaches[0]
         h = first.hazard
-        if id(h.node) in an.reported:
+        if id(h.node) in an.reported and id(h.node) not in mine:
             continue
         severity, text = _RATE_TEXT[h.rate]
         if h.partial:
@@ -165,12 +174,14 @@ def _reached(an: RuleContext) -> list[Finding]:
         )
         for r in reaches[1:]:
             an.reported.add(id(r.hazard.node))
-        f = an.finding(
-            "PC001",
-            h.node,
-            f"{h.detail} reaches {where(first)}{also}: {text}{_stakes(an, first)}",
-            severity=severity,
-        )
+        message = f"{h.detail} reaches {where(first)}{also}: {text}{_stakes(an, first)}"
+        same = mine.get(id(h.node))
+        if same is not None:  # another root cause reaching the same use: one finding
+            same.message += f"; also {message}"
+            if severity == "warning":
+                same.severity = "warning"
+            continue
+        f = mine[id(h.node)] = an.finding("PC001", h.node, message, severity=severity)
         f.origin = id(h.origin) if h.origin is not None else None
         out.append(f)
     return out

@@ -44,3 +44,40 @@ def test_a_folder_walk_skips_non_python_silently(proj, capsys):
     assert main(["."]) == 1
     cap = capsys.readouterr()
     assert "app.py:4:" in cap.out and "report.html" not in cap.out + cap.err
+
+
+def test_a_named_tests_folder_the_defaults_skip_is_said(proj, capsys):
+    """``promptcache lint tests/unit``: every file is a test, so nothing is linted; one line
+    on stderr says why and names ``--include-tests`` (exit 0, as nothing was found)."""
+    unit = proj / "tests" / "unit"
+    unit.mkdir(parents=True)
+    (unit / "test_ask.py").write_text(BAD)
+    (unit / "conftest.py").write_text("")
+    assert main(["tests/unit"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err.splitlines() == [
+        "promptcache lint: skipped tests/unit: its 2 Python files are tests, examples, docs "
+        "or evaluation code, skipped by default; pass --include-tests to lint them"
+    ]
+    assert "0 files checked" in cap.out
+    assert main(["--include-tests", "tests/unit"]) == 1  # the clock in test_ask.py
+    cap = capsys.readouterr()
+    assert "skipped" not in cap.err and "test_ask.py:4:" in cap.out
+
+
+def test_a_named_folder_the_exclude_setting_removes_is_said(proj, capsys):
+    (proj / "pyproject.toml").write_text('[tool.promptcache.lint]\nexclude = ["vendor/"]\n')
+    (proj / "vendor").mkdir()
+    (proj / "vendor" / "client.py").write_text(BAD)
+    assert main(["vendor"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err.splitlines() == [
+        "promptcache lint: skipped vendor: excluded by the `exclude` setting in pyproject.toml"
+    ]
+
+
+def test_a_named_folder_without_python_says_nothing_more(proj, capsys):
+    (proj / "assets").mkdir()
+    (proj / "assets" / "logo.svg").write_text("<svg/>")
+    assert main(["assets"]) == 0
+    assert capsys.readouterr().err == ""
