@@ -15,11 +15,18 @@ lineage for the same model:
 3. else a new lineage. A request that shares only the head with a known lineage is another
    conversation with the same head; the ledger compares it with its most similar recent
    request as such (``related=False`` in :func:`promptcache.misses.cause.attribute`).
+
+New keys are ``proxy:<run>:<n>``, ``<run>`` random per index (per proxy process), so that two
+proxies, or one after another, writing to one ledger never give two conversations one key.
+A new proxy knows the lineages already in its ledger (:meth:`LineageIndex.seed`, from the
+latest record of each): an agent CLI run once per turn (``claude -p --continue`` under a new
+``promptcache proxy -- ...`` each time) continues its lineage across the runs.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -57,12 +64,13 @@ class LineageIndex:
 
     Args:
         max_lineages: lineages remembered.
-        prefix: the lineage keys' prefix (``proxy:<n>``).
+        prefix: the lineage keys' prefix (``<prefix>:<n>``); default ``proxy:<run>``,
+            ``<run>`` 8 random hex digits.
     """
 
-    def __init__(self, max_lineages: int = 256, prefix: str = "proxy") -> None:
+    def __init__(self, max_lineages: int = 256, prefix: str | None = None) -> None:
         self.max_lineages = max_lineages
-        self.prefix = prefix
+        self.prefix = prefix if prefix is not None else f"proxy:{os.urandom(4).hex()}"
         self._last: OrderedDict[str, _Last] = OrderedDict()
         # (model, hash of a digest prefix) -> lineages whose latest request starts with it
         # (insertion order: most recent last); _full: ... whose latest request is exactly it
@@ -115,6 +123,29 @@ class LineageIndex:
             while len(self._last) > self.max_lineages:
                 self._forget(next(iter(self._last)))
         return key, nearest
+
+    def seed(self, key: str, model: str | None, chain: DigestChain) -> bool:
+        """Know lineage ``key`` (from the ledger) with ``chain`` (its latest request's stored
+        chain, atoms included) as its latest request, as the most recent lineage, unless the
+        index knows ``key`` already. Seed oldest first, before any :meth:`assign`; beyond
+        ``max_lineages`` the least recent is forgotten. Returns whether it was added."""
+        digests = chain.digests()
+        if not digests:
+            return False
+        last = _Last(
+            model,
+            digests,
+            [s.kind for s in chain.segments],
+            head_blocks(chain),
+            _prefix_hashes(digests),
+        )
+        with self._lock:
+            if key in self._last:
+                return False
+            self._remember(key, last)
+            while len(self._last) > self.max_lineages:
+                self._forget(next(iter(self._last)))
+        return True
 
     def _nearest(self, cur: _Last) -> str | None:
         for h in reversed(cur.prefixes):
