@@ -12,7 +12,12 @@ lineage for the same model:
    system prompt) that shares at least :data:`SIMILAR` of its 128-character blocks with this
    request's (the same prompt with a timestamp inserted, a tool added): the request is that
    conversation with its prefix changed, and the ledger says where;
-3. else a new lineage. A request that shares only the head with a known lineage is another
+3. *edited message*: else, among the most recent lineages of the model, one whose segments
+   after the first difference all reappear in this request
+   (:attr:`promptcache.misses.lineage.Match.related`): an earlier message was edited and the
+   rest of the conversation kept -- Claude Code puts CLAUDE.md in the first user message, so
+   a CLAUDE.md edited mid-session changes ``$.messages[0]`` and nothing after it;
+4. else a new lineage. A request that shares only the head with a known lineage is another
    conversation with the same head; the ledger compares it with its most similar recent
    request as such (``related=False`` in :func:`promptcache.misses.cause.attribute`).
 
@@ -35,7 +40,7 @@ from typing import Any
 
 from promptcache.misses.attribution import api_of_request
 from promptcache.misses.digest_chain import APIS, DigestChain, build_chain
-from promptcache.misses.lineage import RECENT_EDIT, SIMILAR, edited_head, head_blocks
+from promptcache.misses.lineage import RECENT_EDIT, SIMILAR, edited_head, head_blocks, match
 
 __all__ = ["LineageIndex", "SIMILAR"]  # SIMILAR: from promptcache.misses.lineage
 
@@ -115,7 +120,7 @@ class LineageIndex:
         )
         with self._lock:
             nearest = None
-            key = self._continued(cur) or self._edited(cur)
+            key = self._continued(cur) or self._edited(cur) or self._edited_message(cur)
             if key is None:
                 key, nearest = f"{self.prefix}:{next(self._ids)}", self._nearest(cur)
             self._forget(key)
@@ -187,6 +192,25 @@ class LineageIndex:
             if full:
                 return next(reversed(full))
         return None
+
+    def _edited_message(self, cur: _Last) -> str | None:
+        """Among the most recent lineages of the model, the one (longest shared run first,
+        then most recent) whose every segment after the first difference reappears in this
+        request after it."""
+        last = {d: i for i, d in enumerate(cur.digests)}
+        best_key, best_run = None, -1
+        seen = 0
+        for key in reversed(self._last):
+            prev = self._last[key]
+            if prev.model != cur.model:
+                continue
+            seen += 1
+            if seen > RECENT_EDIT:
+                break
+            m = match(cur.digests, prev.digests, last)
+            if m.related and not m.contained and m.run > best_run:
+                best_key, best_run = key, m.run
+        return best_key
 
     def _edited(self, cur: _Last) -> str | None:
         """Among the most recent lineages of the model, the one whose first difference is

@@ -67,3 +67,38 @@ def test_a_conversation_keeps_its_lineage_across_proxy_runs(upstream, tmp_path):
     assert k_title.rsplit(":", 1)[0] != k_other.rsplit(":", 1)[0]  # each run its own keys
     # turn 2 read the 1,792 cached tokens of its own conversation's previous request
     assert recs[2].miss_cause == "hit"
+
+
+def test_an_edited_first_message_is_the_same_conversation_with_its_prefix_changed(
+    upstream, tmp_path
+):
+    """Claude Code 2.1.197 puts CLAUDE.md into the first user message (a system-reminder
+    block). Written before the third ``claude -p --continue`` turn, it changed
+    ``$.messages[0]`` and nothing after it; the proxy filed that turn as a new lineage and
+    called it a ``hit`` (it read the tools and system prompt), hiding the ~1,700 cached tokens
+    the edit cost. The turn continues its conversation: every later message reappears."""
+    db = str(tmp_path / "ledger.db")
+    reminder = "<system-reminder>Project context.</system-reminder>\n"
+    u0 = {"role": "user", "content": reminder + "fix the bug " * 150}
+    u0_edited = {
+        "role": "user",
+        "content": reminder + "# CLAUDE.md: be terse\n" + "fix the bug " * 150,
+    }
+    sys_msg = {"role": "system", "content": SYSTEM}
+    a0 = {"role": "assistant", "content": "Fixed."}
+    u1 = {"role": "user", "content": "now add a test"}
+    a1 = {"role": "assistant", "content": "Added."}
+    u2 = {"role": "user", "content": "and thanks"}
+    _run(upstream, db, [("gpt-4o", [sys_msg, u0], {"prompt": 2300, "cached": 0})])
+    _run(upstream, db, [("gpt-4o", [sys_msg, u0, a0, u1], {"prompt": 2320, "cached": 2176})])
+    # the edit is in messages[1] of the chat API (messages[0] is the system message here):
+    # only the system prompt (~1,800 tokens) can still be read
+    _run(
+        upstream,
+        db,
+        [("gpt-4o", [sys_msg, u0_edited, a0, u1, a1, u2], {"prompt": 2350, "cached": 1792})],
+    )
+    recs = Tracker(db).records()
+    assert len({r.lineage for r in recs}) == 1
+    assert [r.miss_cause for r in recs] == ["cold", "hit", "prefix_changed"]
+    assert recs[2].miss_path is not None and recs[2].miss_path.startswith("$.messages[1]")
