@@ -12,11 +12,11 @@ lineage for the same model:
    system prompt) that shares at least :data:`SIMILAR` of its 128-character blocks with this
    request's (the same prompt with a timestamp inserted, a tool added): the request is that
    conversation with its prefix changed, and the ledger says where;
-3. *edited message*: else, among the most recent lineages of the model, one whose segments
-   after the first difference all reappear in this request
-   (:attr:`promptcache.misses.lineage.Match.related`): an earlier message was edited and the
-   rest of the conversation kept -- Claude Code puts CLAUDE.md in the first user message, so
-   a CLAUDE.md edited mid-session changes ``$.messages[0]`` and nothing after it;
+3. *edited message*: else, among the most recent lineages of the model, one that shares
+   the whole head and whose messages after the first difference reappear in this longer
+   request (all but its last, see :meth:`LineageIndex._edited_message`): an earlier message
+   was edited and the rest of the conversation kept -- Claude Code puts CLAUDE.md in the
+   first user message, so a CLAUDE.md edited mid-session changes ``$.messages[0]``;
 4. else a new lineage. A request that shares only the head with a known lineage is another
    conversation with the same head; the ledger compares it with its most similar recent
    request as such (``related=False`` in :func:`promptcache.misses.cause.attribute`).
@@ -40,7 +40,7 @@ from typing import Any
 
 from promptcache.misses.attribution import api_of_request
 from promptcache.misses.digest_chain import APIS, DigestChain, build_chain
-from promptcache.misses.lineage import RECENT_EDIT, SIMILAR, edited_head, head_blocks, match
+from promptcache.misses.lineage import RECENT_EDIT, SIMILAR, edited_head, head_blocks
 
 __all__ = ["LineageIndex", "SIMILAR"]  # SIMILAR: from promptcache.misses.lineage
 
@@ -52,6 +52,15 @@ class _Last:
     kinds: list[str]
     head_blocks: list[frozenset[str]]  # per head segment (the leading non-message ones)
     prefixes: list[int]  # prefixes[k - 1]: a hash of digests[:k]
+
+
+def _common_run(a: list[str], b: list[str]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _prefix_hashes(digests: list[str]) -> list[int]:
@@ -195,9 +204,14 @@ class LineageIndex:
 
     def _edited_message(self, cur: _Last) -> str | None:
         """Among the most recent lineages of the model, the one (longest shared run first,
-        then most recent) whose every segment after the first difference reappears in this
-        request after it."""
-        last = {d: i for i, d in enumerate(cur.digests)}
+        then most recent) that this request continues with an earlier message edited: the
+        whole head is shared, this request is longer, and every segment of the lineage's
+        latest request between the first difference and its last segment -- at least one --
+        reappears after the difference. (Its last segment may not: Claude Code moves its
+        ``cache_control`` breakpoint to the newest message each turn, so the previous turn's
+        last message comes back without it.)"""
+        heads = cur.kinds.index("messages") if "messages" in cur.kinds else len(cur.kinds)
+        later = {d: i for i, d in enumerate(cur.digests)}
         best_key, best_run = None, -1
         seen = 0
         for key in reversed(self._last):
@@ -207,9 +221,19 @@ class LineageIndex:
             seen += 1
             if seen > RECENT_EDIT:
                 break
-            m = match(cur.digests, prev.digests, last)
-            if m.related and not m.contained and m.run > best_run:
-                best_key, best_run = key, m.run
+            run = _common_run(cur.digests, prev.digests)
+            middle = prev.digests[run + 1 : -1]
+            if (
+                run < heads
+                or run >= len(prev.digests)
+                or len(cur.digests) <= len(prev.digests)
+                or prev.kinds[run] != "messages"
+                or not middle
+                or any(later.get(d, -1) <= run for d in middle)
+            ):
+                continue
+            if run > best_run:
+                best_key, best_run = key, run
         return best_key
 
     def _edited(self, cur: _Last) -> str | None:

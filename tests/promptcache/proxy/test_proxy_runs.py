@@ -76,7 +76,8 @@ def test_an_edited_first_message_is_the_same_conversation_with_its_prefix_change
     block). Written before the third ``claude -p --continue`` turn, it changed
     ``$.messages[0]`` and nothing after it; the proxy filed that turn as a new lineage and
     called it a ``hit`` (it read the tools and system prompt), hiding the ~1,700 cached tokens
-    the edit cost. The turn continues its conversation: every later message reappears."""
+    the edit cost. The turn continues its conversation: the later messages reappear (the
+    last one without its cache_control marker)."""
     db = str(tmp_path / "ledger.db")
     reminder = "<system-reminder>Project context.</system-reminder>\n"
     u0 = {"role": "user", "content": reminder + "fix the bug " * 150}
@@ -86,11 +87,15 @@ def test_an_edited_first_message_is_the_same_conversation_with_its_prefix_change
     }
     sys_msg = {"role": "system", "content": SYSTEM}
     a0 = {"role": "assistant", "content": "Fixed."}
-    u1 = {"role": "user", "content": "now add a test"}
+    # Claude Code marks the newest message with cache_control, and drops the marker from it
+    # when it is no longer the newest: that message comes back changed too
+    text = {"type": "text", "text": "now add a test"}
+    u1_marked = {"role": "user", "content": [{**text, "cache_control": {"type": "ephemeral"}}]}
+    u1 = {"role": "user", "content": [text]}
     a1 = {"role": "assistant", "content": "Added."}
     u2 = {"role": "user", "content": "and thanks"}
     _run(upstream, db, [("gpt-4o", [sys_msg, u0], {"prompt": 2300, "cached": 0})])
-    _run(upstream, db, [("gpt-4o", [sys_msg, u0, a0, u1], {"prompt": 2320, "cached": 2176})])
+    _run(upstream, db, [("gpt-4o", [sys_msg, u0, a0, u1_marked], {"prompt": 2320, "cached": 2176})])
     # the edit is in messages[1] of the chat API (messages[0] is the system message here):
     # only the system prompt (~1,800 tokens) can still be read
     _run(
