@@ -11,11 +11,12 @@
 #   cp -r .carry_proxy3/code/. . && OUT=$OUT bash bench/proxy_gpu_session.sh
 #
 # Knobs (defaults are the device run's; a CPU rehearsal here: DEVICE=cpu LAYERS=2
-# PLAN=1:2,4:8 ROUNDS=1 SITE=/tmp/rehearsal_site):
+# PLAN=1:2,4:8 ROUNDS=1 SITE=/tmp/rehearsal_site; PYTHONPATH=a folder holding only the
+# device image's packages, python3 a Python without the repository's venv):
 set -u
 OUT=${OUT:-/tmp/proxy_gpu_session}
 C=${PROXY_CARRY:-.carry_proxy3}
-SITE=${SITE:-/tmp/site}
+SITE=${SITE:-/tmp/site_proxy3}
 DEVICE=${DEVICE:-cuda}
 PLAN=${PLAN:-1:16,16:192,64:384}
 ROUNDS=${ROUNDS:-2}
@@ -36,8 +37,8 @@ echo "wheels installed ($(( $(date +%s) - t0 )) s)"
 timeout 120 python3 bench/proxy_engine_model.py weights --dir "$C/model" ${LAYERS:+--layers $LAYERS} || { echo "weights failed"; exit 1; }
 echo "weights written ($(( $(date +%s) - t0 )) s)"
 set -o pipefail
-timeout 420 python3 bench/proxy_engine.py --model "$C/model" --device "$DEVICE" --max-model-len 4096 \
-  --max-tokens 16 --rounds "$ROUNDS" --plan "$PLAN" --start-timeout 240 \
+timeout 240 python3 bench/proxy_engine.py --model "$C/model" --device "$DEVICE" --max-model-len 4096 \
+  --max-tokens 16 --rounds "$ROUNDS" --plan "$PLAN" --start-timeout 120 \
   --log-dir "$OUT/logs" --json "$OUT/proxy_engine_gpu.json" 2>&1 | tee "$OUT/proxy_engine_gpu.txt"
 rc=$?
 echo "bench rc=$rc ($(( $(date +%s) - t0 )) s in all)"
