@@ -41,25 +41,35 @@ def make_app(upstream: str, out: Path) -> Any:
         if "s" not in session:
             session["s"] = aiohttp.ClientSession(auto_decompress=False)
         headers = {h: v for h, v in req.headers.items() if h.lower() not in HOP}
-        got = 0
-        async with session["s"].request(
-            req.method, upstream + req.path_qs, data=body, headers=headers
-        ) as r:
-            resp = web.StreamResponse(
-                status=r.status,
-                headers={h: v for h, v in r.headers.items() if h.lower() not in HOP},
-            )
-            await resp.prepare(req)
-            async for chunk in r.content.iter_any():
-                got += len(chunk)
-                await resp.write(chunk)
-            await resp.write_eof()
+        got, status = 0, 0
+        resp: web.StreamResponse = web.Response(status=502)  # upstream unreachable
+        try:
+            async with session["s"].request(
+                req.method, upstream + req.path_qs, data=body or None, headers=headers
+            ) as r:
+                status = r.status
+                resp = web.StreamResponse(
+                    status=r.status,
+                    headers={h: v for h, v in r.headers.items() if h.lower() not in HOP},
+                )
+                await resp.prepare(req)
+                async for chunk in r.content.iter_any():
+                    got += len(chunk)
+                    await resp.write(chunk)
+                await resp.write_eof()
+        except (ConnectionError, aiohttp.ClientError):
+            pass  # the client left once it had what it needed (Codex after response.completed)
+        finally:
+            log(k, req, body, doc, status, got)
+        return resp
+
+    def log(k: int, req: web.Request, body: bytes, doc: Any, status: int, got: int) -> None:
         line = {
             "n": k,
             "t": round(time.time(), 3),
             "method": req.method,
             "path": req.path_qs,
-            "status": r.status,
+            "status": status,
             "bytes": len(body),
             "sha256": hashlib.sha256(body).hexdigest(),
             "response_bytes": got,
@@ -69,7 +79,6 @@ def make_app(upstream: str, out: Path) -> Any:
         }
         with (out / "calls.jsonl").open("a") as f:
             f.write(json.dumps(line) + "\n")
-        return resp
 
     app = web.Application(client_max_size=64 << 20)
     app.router.add_route("*", "/{tail:.*}", relay)
