@@ -107,3 +107,36 @@ def test_an_edited_first_message_is_the_same_conversation_with_its_prefix_change
     assert len({r.lineage for r in recs}) == 1
     assert [r.miss_cause for r in recs] == ["cold", "hit", "prefix_changed"]
     assert recs[2].miss_path is not None and recs[2].miss_path.startswith("$.messages[1]")
+
+
+def test_another_conversation_with_the_same_head_stays_another(upstream, tmp_path):
+    """The edited-message rule needs the earlier conversation's later messages back: a
+    second conversation under the same system prompt, with its own first message and its
+    own replies, is a lineage of its own (and not a prefix change of the first)."""
+    db = str(tmp_path / "ledger.db")
+    sys_msg = {"role": "system", "content": SYSTEM}
+    a = [sys_msg, {"role": "user", "content": "rename the variable x " * 40}]
+    a2 = a + [
+        {"role": "assistant", "content": "Renamed x to count."},
+        {"role": "user", "content": "and the tests"},
+    ]
+    b = [
+        sys_msg,
+        {"role": "user", "content": "explain this stack trace " * 40},
+        {"role": "assistant", "content": "It is a None dereference."},
+        {"role": "user", "content": "where?"},
+        {"role": "assistant", "content": "In parse(), line 12."},
+        {"role": "user", "content": "fix it"},
+    ]
+    _run(
+        upstream,
+        db,
+        [
+            ("gpt-4o", a, {"prompt": 2100, "cached": 0}),
+            ("gpt-4o", a2, {"prompt": 2130, "cached": 2048}),
+        ],
+    )
+    _run(upstream, db, [("gpt-4o", b, {"prompt": 2200, "cached": 1792})])
+    recs = Tracker(db).records()
+    assert recs[0].lineage == recs[1].lineage != recs[2].lineage
+    assert recs[2].miss_cause != "prefix_changed"
