@@ -39,7 +39,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+# the repository first; a PYTHONPATH already set (wheels carried to a GPU host) is kept after it
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+}
 
 USAGE = {
     "prompt_tokens": 3000,
@@ -269,11 +273,11 @@ HEADERS = {"content-type": "application/json", "authorization": "Bearer sk-bench
 
 
 async def _load(
-    urls: dict[str, str], conc: int, n: int, stream: bool
+    urls: dict[str, str], conc: int, n: int, stream: bool, make_body: Any = None
 ) -> dict[str, list[tuple[float, float]]]:
     import aiohttp
 
-    bodies = [body(stream, i) for i in range(n)]
+    bodies = [(make_body or body)(stream, i) for i in range(n)]
     out: dict[str, list[tuple[float, float]]] = {name: [] for name in urls}
 
     async def target(name: str, url: str) -> None:
@@ -302,18 +306,21 @@ async def _load(
 
 
 def load_many(
-    urls: dict[str, str], conc: int, n: int, stream: bool
+    urls: dict[str, str], conc: int, n: int, stream: bool, make_body: Any = None
 ) -> dict[str, list[tuple[float, float]]]:
     """``n`` requests to each of ``urls`` by ``conc`` concurrent clients each, all targets at
-    the same time (uvloop): ``(TTFB s, total s)`` per request, by target name."""
+    the same time (uvloop): ``(TTFB s, total s)`` per request, by target name. ``make_body``:
+    ``(stream, i) -> bytes`` (default :func:`body`)."""
     import uvloop
 
-    return uvloop.run(_load(urls, conc, n, stream))
+    return uvloop.run(_load(urls, conc, n, stream, make_body))
 
 
-def load(url: str, conc: int, n: int, stream: bool) -> list[tuple[float, float]]:
+def load(
+    url: str, conc: int, n: int, stream: bool, make_body: Any = None
+) -> list[tuple[float, float]]:
     """``n`` requests to ``url`` by ``conc`` concurrent clients: ``(TTFB s, total s)`` each."""
-    return load_many({"x": url}, conc, n, stream)["x"]
+    return load_many({"x": url}, conc, n, stream, make_body)["x"]
 
 
 def pct(xs: list[float], q: float) -> float:

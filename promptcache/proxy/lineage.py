@@ -12,14 +12,26 @@ lineage for the same model:
    system prompt) that shares at least :data:`SIMILAR` of its 128-character blocks with this
    request's (the same prompt with a timestamp inserted, a tool added): the request is that
    conversation with its prefix changed, and the ledger says where;
-3. else a new lineage. A request that shares only the head with a known lineage is another
+3. *edited message*: else, among the most recent lineages of the model, one that shares
+   the whole head and whose messages after the first difference reappear in this longer
+   request (all but its last, see :meth:`LineageIndex._edited_message`): an earlier message
+   was edited and the rest of the conversation kept -- Claude Code puts CLAUDE.md in the
+   first user message, so a CLAUDE.md edited mid-session changes ``$.messages[0]``;
+4. else a new lineage. A request that shares only the head with a known lineage is another
    conversation with the same head; the ledger compares it with its most similar recent
    request as such (``related=False`` in :func:`promptcache.misses.cause.attribute`).
+
+New keys are ``proxy:<run>:<n>``, ``<run>`` random per index (per proxy process), so that two
+proxies, or one after another, writing to one ledger never give two conversations one key.
+A new proxy knows the lineages already in its ledger (:meth:`LineageIndex.seed`, from the
+latest record of each): an agent CLI run once per turn (``claude -p --continue`` under a new
+``promptcache proxy -- ...`` each time) continues its lineage across the runs.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -42,6 +54,15 @@ class _Last:
     prefixes: list[int]  # prefixes[k - 1]: a hash of digests[:k]
 
 
+def _common_run(a: list[str], b: list[str]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def _prefix_hashes(digests: list[str]) -> list[int]:
     out, h = [], 0
     for d in digests:
@@ -57,12 +78,13 @@ class LineageIndex:
 
     Args:
         max_lineages: lineages remembered.
-        prefix: the lineage keys' prefix (``proxy:<n>``).
+        prefix: the lineage keys' prefix (``<prefix>:<n>``); default ``proxy:<run>``,
+            ``<run>`` 8 random hex digits.
     """
 
-    def __init__(self, max_lineages: int = 256, prefix: str = "proxy") -> None:
+    def __init__(self, max_lineages: int = 256, prefix: str | None = None) -> None:
         self.max_lineages = max_lineages
-        self.prefix = prefix
+        self.prefix = prefix if prefix is not None else f"proxy:{os.urandom(4).hex()}"
         self._last: OrderedDict[str, _Last] = OrderedDict()
         # (model, hash of a digest prefix) -> lineages whose latest request starts with it
         # (insertion order: most recent last); _full: ... whose latest request is exactly it
@@ -107,7 +129,7 @@ class LineageIndex:
         )
         with self._lock:
             nearest = None
-            key = self._continued(cur) or self._edited(cur)
+            key = self._continued(cur) or self._edited(cur) or self._edited_message(cur)
             if key is None:
                 key, nearest = f"{self.prefix}:{next(self._ids)}", self._nearest(cur)
             self._forget(key)
@@ -115,6 +137,29 @@ class LineageIndex:
             while len(self._last) > self.max_lineages:
                 self._forget(next(iter(self._last)))
         return key, nearest
+
+    def seed(self, key: str, model: str | None, chain: DigestChain) -> bool:
+        """Know lineage ``key`` (from the ledger) with ``chain`` (its latest request's stored
+        chain, atoms included) as its latest request, as the most recent lineage, unless the
+        index knows ``key`` already. Seed oldest first, before any :meth:`assign`; beyond
+        ``max_lineages`` the least recent is forgotten. Returns whether it was added."""
+        digests = chain.digests()
+        if not digests:
+            return False
+        last = _Last(
+            model,
+            digests,
+            [s.kind for s in chain.segments],
+            head_blocks(chain),
+            _prefix_hashes(digests),
+        )
+        with self._lock:
+            if key in self._last:
+                return False
+            self._remember(key, last)
+            while len(self._last) > self.max_lineages:
+                self._forget(next(iter(self._last)))
+        return True
 
     def _nearest(self, cur: _Last) -> str | None:
         for h in reversed(cur.prefixes):
@@ -156,6 +201,40 @@ class LineageIndex:
             if full:
                 return next(reversed(full))
         return None
+
+    def _edited_message(self, cur: _Last) -> str | None:
+        """Among the most recent lineages of the model, the one (longest shared run first,
+        then most recent) that this request continues with an earlier message edited: the
+        whole head is shared, this request is longer, and every segment of the lineage's
+        latest request between the first difference and its last segment -- at least one --
+        reappears after the difference. (Its last segment may not: Claude Code moves its
+        ``cache_control`` breakpoint to the newest message each turn, so the previous turn's
+        last message comes back without it.)"""
+        heads = cur.kinds.index("messages") if "messages" in cur.kinds else len(cur.kinds)
+        later = {d: i for i, d in enumerate(cur.digests)}
+        best_key, best_run = None, -1
+        seen = 0
+        for key in reversed(self._last):
+            prev = self._last[key]
+            if prev.model != cur.model:
+                continue
+            seen += 1
+            if seen > RECENT_EDIT:
+                break
+            run = _common_run(cur.digests, prev.digests)
+            middle = prev.digests[run + 1 : -1]
+            if (
+                run < heads
+                or run >= len(prev.digests)
+                or len(cur.digests) <= len(prev.digests)
+                or prev.kinds[run] != "messages"
+                or not middle
+                or any(later.get(d, -1) <= run for d in middle)
+            ):
+                continue
+            if run > best_run:
+                best_key, best_run = key, run
+        return best_key
 
     def _edited(self, cur: _Last) -> str | None:
         """Among the most recent lineages of the model, the one whose first difference is

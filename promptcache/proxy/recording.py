@@ -30,6 +30,7 @@ import httpx
 
 from promptcache.integrations.clients import SESSION_HEADER, _Recorder
 from promptcache.ledger.pricing import Price
+from promptcache.ledger.queries import PREDECESSOR_WINDOW_S
 from promptcache.ledger.tracker import Tracker
 from promptcache.misses.attribution import api_of_request
 from promptcache.misses.cause import Observation
@@ -93,6 +94,7 @@ class LedgerSink:
         self.lineages = LineageIndex()
         self._pending: list[tuple[Usage, dict[str, Any]]] = []
         self._tracker: Tracker | None = None
+        self._seeded = False
         self._last_log = -LOG_EVERY_S
 
     # the recorder attributes misses when its tracker has ``attribute`` (a ledger Tracker)
@@ -150,6 +152,9 @@ class LedgerSink:
         try:
             if self._tracker is None:
                 self._tracker = self.open_tracker()
+            if not self._seeded:
+                self._seeded = True
+                seed_lineages(self.lineages, self._tracker)
             for usage, fields in items:
                 self._attribute(self._tracker, usage, fields)
             self._tracker.record_many(items)
@@ -186,6 +191,30 @@ class LedgerSink:
             except Exception:
                 pass
             self._tracker = None
+
+
+#: How far back, and over how many of the latest records, a new proxy looks for the
+#: lineages already in its ledger (the window the ledger's own predecessor search uses).
+SEED_WINDOW_S = PREDECESSOR_WINDOW_S
+SEED_RECORDS = 2000
+
+
+def seed_lineages(index: LineageIndex, tracker: Tracker) -> int:
+    """Seed ``index`` with the latest request of each lineage among the ledger's latest
+    :data:`SEED_RECORDS` records of the last :data:`SEED_WINDOW_S` seconds (at most
+    ``index.max_lineages`` lineages, the most recent; oldest seeded first). Records without
+    a stored chain are passed over. Returns the number of lineages seeded."""
+    latest: dict[str, Any] = {}
+    for rec in tracker.records(since=time.time() - SEED_WINDOW_S, limit=SEED_RECORDS):
+        if rec.lineage:  # oldest first: a later record of the lineage replaces it
+            latest.pop(rec.lineage, None)
+            latest[rec.lineage] = rec
+    seeded = 0
+    for key, rec in list(latest.items())[-index.max_lineages :]:
+        chain = tracker.chain(rec.record_id)
+        if chain is not None and index.seed(key, rec.model, chain):
+            seeded += 1
+    return seeded
 
 
 class _Replayed(httpx.SyncByteStream):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -158,21 +159,34 @@ class ProxyServer:
         self.ledger.close(timeout)
 
     def serve_forever(self) -> None:
-        """Serve in this thread until interrupted (Ctrl-C), then flush the ledger. (The process
-        is the proxy's own: what it allocated to start is frozen out of the cyclic garbage
-        collector, whose full passes would otherwise walk it in the middle of requests.)"""
+        """Serve in this thread until interrupted (Ctrl-C or SIGTERM), then flush the ledger.
+        SIGTERM ends it as Ctrl-C does, raising :class:`KeyboardInterrupt` once uvicorn has
+        shut down (uvicorn re-raises the signal it stopped on; SIGTERM's default action would
+        kill the process before the ledger is flushed and its recorder process stopped).
+        (The process is the proxy's own: what it allocated to start is frozen out of the
+        cyclic garbage collector, whose full passes would otherwise walk it in the middle of
+        requests.)"""
         gc.collect()
         gc.freeze()
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _terminated)
         try:
             uvicorn.Server(self._config()).run()
         finally:
             self.ledger.close()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     def __enter__(self) -> ProxyServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def run_child(server: ProxyServer, command: Sequence[str]) -> int:

@@ -285,5 +285,10 @@ def recorder_main(
         else:
             sink.write()
         processed += len(batch)
-        reports.send((processed, sink.stats.to_dict(), lines.take()))
+        try:
+            reports.send((processed, sink.stats.to_dict(), lines.take()))
+        except OSError:  # the proxy is gone (killed): nobody to report to; what came is written
+            if not ended:
+                sink.close()
+            return
     reports.close()

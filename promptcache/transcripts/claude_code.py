@@ -52,6 +52,8 @@ KNOWN_TYPES = frozenset(
         "progress",
         "attachment",
         "custom-title",
+        "last-prompt",  # Claude Code 2.1.197: the session's last prompt, per turn
+        "mode",  # Claude Code 2.1.197: the permission mode in force
     }
 )
 

@@ -37,7 +37,20 @@ __all__ = ["read_codex", "DEFAULT_DIR"]
 
 DEFAULT_DIR = "~/.codex/sessions"
 _FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
-_KNOWN = frozenset({"session_meta", "turn_context", "event_msg", "response_item", "compacted"})
+#: Line types read over silently. Codex 0.171.0 also writes ``world_state`` (the session's
+#: settings) and, before each call's ``token_count`` event, a ``token_usage_record`` with the
+#: same usage and the ``response_id``: the call is counted once, from ``token_count``.
+_KNOWN = frozenset(
+    {
+        "session_meta",
+        "turn_context",
+        "event_msg",
+        "response_item",
+        "compacted",
+        "world_state",
+        "token_usage_record",
+    }
+)
 
 
 def read_codex(root: Path, skipped: Skipped) -> Iterator[TranscriptCall]:

@@ -102,3 +102,46 @@ def test_the_readme_curl_example_goes_through_the_proxy(proxy, upstream):
     assert json.loads(r.stdout)["choices"][0]["message"]["content"] == "ok"
     seen = dict(upstream.app.seen[-1]["headers"])
     assert seen[b"authorization"] == b"Bearer sk-readme"
+
+
+def test_sigterm_stops_the_proxy_like_ctrl_c(upstream, tmp_path):
+    """``kill PID`` (SIGTERM, what service managers and benchmarks send) used to kill the
+    proxy before it flushed: no exit line, and its recorder process printed a BrokenPipeError
+    traceback reporting to a parent that was gone. Now: the call is in the ledger, the exit
+    line counts it, exit 0, no traceback."""
+    import signal
+    import socket
+    import time
+
+    import openai
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    db = str(tmp_path / "l.db")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "promptcache", "proxy", "--upstream", upstream.url]
+        + ["--port", str(port), "--db", db],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        oc = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="dummy")
+        oc.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "promptcache proxy: 1 call(s) recorded" in err
+    assert Tracker(db).count() == 1
