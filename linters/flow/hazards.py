@@ -29,6 +29,7 @@ from linters.flow.facts import (
 )
 from linters.flow.resolve import is_template, short
 from linters.flow.segments import SEG_DYNAMIC, SegmentMixin, classify
+from linters.flow.sentinels import after_marker
 from linters.flow.stores import conversation_write
 
 # Hazard kinds: what flows into a value (a per-request id, json.dumps without sort_keys, a
@@ -444,7 +445,7 @@ class HazardMixin(SegmentMixin):
                         and fs.cls is not None
                         and h.detail[0].cls is fs.cls
                     ):
-                        out.extend(self._receiver_args(node, recv, h.detail, scope))
+                        out.extend(self._receiver_args(node, recv, h.detail, scope, (owner, fs)))
                     elif owner is not self and h.kind != HAZARD_PARAM:
                         out.append(_hop(h, owner, node))
                     else:
@@ -455,16 +456,30 @@ class HazardMixin(SegmentMixin):
         return out
 
     def _receiver_args(
-        self, node: Any, recv: str, param: tuple[Scope, str], scope: Scope
+        self,
+        node: Any,
+        recv: str,
+        param: tuple[Scope, str],
+        scope: Scope,
+        reader: tuple[Any, Scope],
     ) -> list[Hazard]:
         """Hazards of what earlier calls on the same instance stored in it: a value the
         method called at ``node`` reads from ``self`` came in as parameter ``param`` of a
         sibling method (``b.add_section("Time", now)`` ... ``b.build()``), so the arguments
-        of the calls ``recv.<that method>(...)`` made in ``scope`` up to ``node``'s line."""
+        of the calls ``recv.<that method>(...)`` made in ``scope`` up to ``node``'s line.
+        ``reader`` is (its module's evaluator, the method called at ``node``): an item it
+        places after a marker that the project splits its cached block at is past the last
+        breakpoint, and carries no hazard into the prefix (:mod:`linters.flow.sentinels`)."""
         method, pname = param
         out: list[Hazard] = []
-        for call, s in self.facts.calls.get(f"{recv}.{method.name}", ()):
-            if s is not scope or call.lineno > node.lineno:
+        calls = [
+            call
+            for call, s in self.facts.calls.get(f"{recv}.{method.name}", ())
+            if s is scope and call.lineno <= node.lineno
+        ]
+        past = after_marker(reader[0], reader[1], method, calls) if calls else set()
+        for call in calls:
+            if id(call) in past:
                 continue
             arg = self.arg_for(call, method, pname, True)
             if arg is None:

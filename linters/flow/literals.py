@@ -8,8 +8,8 @@ import inspect
 import textwrap
 from typing import Any
 
-from linters.flow.facts import ASSIGN, Scope
-from linters.flow.resolve import Resolver
+from linters.flow.facts import ASSIGN, DEF, Scope
+from linters.flow.resolve import Resolver, class_of
 
 _MAX_DEPTH = 24
 _STATIC_LITERAL_MAX = 200_000
@@ -52,6 +52,18 @@ class LiteralMixin(Resolver):
             bl = self.resolve(node.id, scope, node.lineno)
             if len(bl) == 1 and bl[0].kind == ASSIGN:
                 return self.literal_str(bl[0].value, bl[0].scope, depth + 1)
+            return None
+        if t is ast.Attribute and type(node.value) is ast.Name:
+            # a class constant: ``self.MARK`` / ``cls.MARK`` in a method, ``Cls.MARK``
+            base = node.value.id
+            cls = class_of(scope) if base in ("self", "cls") else None
+            if cls is None:
+                for b in self.resolve(base, scope, node.lineno):
+                    if b.kind == DEF and type(b.value) is ast.ClassDef:
+                        cls = b.scope.funcs.get(base)
+            bl = cls.bindings.get(node.attr, []) if cls is not None else []
+            if len(bl) == 1 and bl[0].kind == ASSIGN:
+                return self.literal_str(bl[0].value, cls, depth + 1)  # type: ignore[arg-type]
             return None
         if t is ast.Call:
             func = node.func
