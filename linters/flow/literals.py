@@ -58,12 +58,12 @@ class LiteralMixin(Resolver):
             base = node.value.id
             cls = class_of(scope) if base in ("self", "cls") else None
             if cls is None:
-                for b in self.resolve(base, scope, node.lineno):
-                    if b.kind == DEF and type(b.value) is ast.ClassDef:
-                        cls = b.scope.funcs.get(base)
-            bl = cls.bindings.get(node.attr, []) if cls is not None else []
-            if len(bl) == 1 and bl[0].kind == ASSIGN:
-                return self.literal_str(bl[0].value, cls, depth + 1)  # type: ignore[arg-type]
+                for cb in self.resolve(base, scope, node.lineno):
+                    if cb.kind == DEF and type(cb.value) is ast.ClassDef:
+                        cls = cb.scope.funcs.get(base)
+            found = cls.bindings.get(node.attr, []) if cls is not None else []
+            if cls is not None and len(found) == 1 and found[0].kind == ASSIGN:
+                return self.literal_str(found[0].value, cls, depth + 1)
             return None
         if t is ast.Call:
             func = node.func

@@ -56,18 +56,27 @@ def _names(node: Any) -> set[str]:
     return {n.id for n in ast.walk(node) if type(n) is ast.Name}
 
 
-def _marked_names(fn: Any) -> tuple[set[str], set[str]]:
-    """Names used inside a block that carries a breakpoint in ``fn``, and names used in a
-    block listed after a ``cachePoint`` block (sent after the breakpoint)."""
+def _tokens(node: Any) -> set[str]:
+    """Names used in ``node`` and ``#id`` of its subscripts (``text[:i]``)."""
+    return {
+        n.id if type(n) is ast.Name else f"#{id(n)}"
+        for n in ast.walk(node)
+        if type(n) in (ast.Name, ast.Subscript)
+    }
+
+
+def _marked(fn: Any) -> set[str]:
+    """:func:`_tokens` of every block that carries a breakpoint in ``fn``: the values of a
+    dict literal with a ``"cache_control"`` key, and the blocks listed before a
+    ``{"cachePoint": ...}`` block in a list literal (what comes after it is not cached)."""
     marked: set[str] = set()
-    after: set[str] = set()
     for n in ast.walk(fn):
         if type(n) is ast.Dict:
             keys = [k.value if type(k) is ast.Constant else None for k in n.keys]
             if "cache_control" in keys:
                 for k, v in zip(keys, n.values):
                     if k != "cache_control":
-                        marked |= _names(v)
+                        marked |= _tokens(v)
         elif type(n) is ast.List:
             at = [
                 i
@@ -75,12 +84,9 @@ def _marked_names(fn: Any) -> tuple[set[str], set[str]]:
                 if type(e) is ast.Dict
                 and any(type(k) is ast.Constant and k.value == "cachePoint" for k in e.keys)
             ]
-            if at:
-                for e in n.elts[: at[-1]]:
-                    marked |= _names(e)
-                for e in n.elts[at[-1] + 1 :]:
-                    after |= _names(e)
-    return marked, after
+            for e in n.elts[: at[-1] if at else 0]:
+                marked |= _tokens(e)
+    return marked
 
 
 def _parts(fn: Any) -> list[tuple[ast.expr, set[str], set[str]]]:
@@ -117,37 +123,10 @@ def _parts(fn: Any) -> list[tuple[ast.expr, set[str], set[str]]]:
     return out
 
 
-def _slice_marks(fn: Any) -> tuple[set[str], set[str]]:
-    """Like :func:`_marked_names`, for slices: ``#id`` of every slice node in a marked
-    block / a block after a ``cachePoint``."""
-    marked: set[str] = set()
-    after: set[str] = set()
-    for n in ast.walk(fn):
-        if type(n) is ast.Dict:
-            keys = [k.value if type(k) is ast.Constant else None for k in n.keys]
-            if "cache_control" in keys:
-                for k, v in zip(keys, n.values):
-                    if k != "cache_control":
-                        marked |= {f"#{id(s)}" for s in ast.walk(v) if type(s) is ast.Subscript}
-        elif type(n) is ast.List:
-            at = [
-                i
-                for i, e in enumerate(n.elts)
-                if type(e) is ast.Dict
-                and any(type(k) is ast.Constant and k.value == "cachePoint" for k in e.keys)
-            ]
-            if at:
-                for e in n.elts[: at[-1]]:
-                    marked |= {f"#{id(s)}" for s in ast.walk(e) if type(s) is ast.Subscript}
-                for e in n.elts[at[-1] + 1 :]:
-                    after |= {f"#{id(s)}" for s in ast.walk(e) if type(s) is ast.Subscript}
-    return marked, after
-
-
 def module_sentinels(ev: Any) -> frozenset[str]:
     """The marker strings at which a function of ``ev``'s module splits a text and marks
     only the part before the marker (see the module docstring)."""
-    got = getattr(ev, "sentinels_cache", None)
+    got: frozenset[str] | None = getattr(ev, "sentinels_cache", None)
     if got is not None:
         return got
     found: set[str] = set()
@@ -160,16 +139,14 @@ def module_sentinels(ev: Any) -> frozenset[str]:
         scope = ev.function_scope(fn)
         if scope is None:
             continue
-        names, _after = _marked_names(fn)
-        slices, _late = _slice_marks(fn)
-        marked = names | slices
+        marked = _marked(fn)
         for marker, before, after in splits:
             text = ev.literal_str(marker, scope)
             if text and before & marked and not after & marked:
                 # the part before the marker carries the breakpoint, the part after none
                 found.add(text)
-    ev.sentinels_cache = frozenset(found)
-    return ev.sentinels_cache
+    got = ev.sentinels_cache = frozenset(found)
+    return got
 
 
 def project_sentinels(ev: Any) -> frozenset[str]:
@@ -178,7 +155,7 @@ def project_sentinels(ev: Any) -> frozenset[str]:
     project = getattr(ev, "project", None)
     if project is None:
         return module_sentinels(ev)
-    got = getattr(project, "sentinels", None)
+    got: frozenset[str] | None = getattr(project, "sentinels", None)
     if got is None:
         project.sentinels = frozenset()  # cycle guard
         found: set[str] = set()
@@ -196,7 +173,7 @@ def boundary_flag(ev: Any, reader: Scope, storer: Scope) -> str | None:
     if not attrs:
         return None
     for loop in ast.walk(reader.node):
-        if type(loop) not in (ast.For, ast.AsyncFor) or type(loop.target) is not ast.Tuple:
+        if not isinstance(loop, (ast.For, ast.AsyncFor)) or type(loop.target) is not ast.Tuple:
             continue
         it = loop.iter
         if not (
@@ -236,9 +213,7 @@ def _stored_tuples(storer: Scope) -> dict[str, list[str | None]]:
             and type(n.func.value.value) is ast.Name
             and n.func.value.value.id == "self"
         ):
-            out[n.func.value.attr] = [
-                e.id if type(e) is ast.Name else None for e in n.args[0].elts
-            ]
+            out[n.func.value.attr] = [e.id if type(e) is ast.Name else None for e in n.args[0].elts]
     return out
 
 
