@@ -55,7 +55,10 @@ class Hazard(NamedTuple):
     ``fixable`` whether an automatic fix exists (PC002), ``rate`` how often a volatile value
     changes (``tables.RATE_*``), ``origin`` the node where the value is made (its root
     cause: one finding per origin), ``partial`` the value is volatile on one code path only
-    (the same name also takes a stable value: a stored timestamp, the caller's argument)."""
+    (the same name also takes a stable value: a stored timestamp, the caller's argument),
+    ``past_mark`` a builder placed it after a marker string at which a function of the
+    project splits the text, the breakpoint on the part before only
+    (:mod:`linters.flow.sentinels`)."""
 
     kind: str
     node: ast.AST
@@ -64,6 +67,7 @@ class Hazard(NamedTuple):
     rate: str = tables.RATE_REQUEST
     origin: Any = None
     partial: bool = False  # volatile on one code path only (another binding is stable)
+    past_mark: bool = False  # placed after a marker the project splits its cached block at
 
 
 def rerate(hs: Any, rate: str) -> tuple[Hazard, ...]:
@@ -468,8 +472,8 @@ class HazardMixin(SegmentMixin):
         sibling method (``b.add_section("Time", now)`` ... ``b.build()``), so the arguments
         of the calls ``recv.<that method>(...)`` made in ``scope`` up to ``node``'s line.
         ``reader`` is (its module's evaluator, the method called at ``node``): an item it
-        places after a marker that the project splits its cached block at is past the last
-        breakpoint, and carries no hazard into the prefix (:mod:`linters.flow.sentinels`)."""
+        places after a marker that the project splits its cached block at is past that
+        block's breakpoint: its hazards carry ``past_mark`` (:mod:`linters.flow.sentinels`)."""
         method, pname = param
         out: list[Hazard] = []
         calls = [
@@ -479,14 +483,15 @@ class HazardMixin(SegmentMixin):
         ]
         past = after_marker(reader[0], reader[1], method, calls) if calls else set()
         for call in calls:
-            if id(call) in past:
-                continue
             arg = self.arg_for(call, method, pname, True)
             if arg is None:
                 continue
             hop = f" (stored on line {call.lineno} by `{recv}.{method.name}()`)"
+            mark = id(call) in past
             out.extend(
-                h._replace(detail=f"{h.detail}{hop}") if h.kind == HAZARD_VOLATILE else h
+                h._replace(detail=f"{h.detail}{hop}", past_mark=mark or h.past_mark)
+                if h.kind == HAZARD_VOLATILE
+                else h
                 for h in self.hazards(arg, scope)
             )
         return out

@@ -1,6 +1,10 @@
 """Sentinel cache boundaries: a constant marker string that a function of the project splits
 a prompt text at, putting the breakpoint on the part before it only, so that whatever a
-builder places after the same marker is past the last breakpoint (not in the cached prefix).
+builder places after the same marker is past that block's breakpoint. It is out of the
+cached prefix only when nothing cached follows it in the request: a system prompt ahead of
+a message history is still ahead of the history's cache (automatic prefix caching, or a
+breakpoint on a later turn), so :func:`linters.flow.reach.single_turn` decides; the hazards
+of such an item carry ``past_mark``.
 
 The shape (mozilla-ai/clawbolt, fixed in a956485a, 2026-04-13)::
 

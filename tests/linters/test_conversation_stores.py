@@ -6,6 +6,7 @@ these tests; lines count from 1 at the first line of each dedented file."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -647,11 +648,26 @@ def test_the_shape_of_a_real_memory_section_moved_after_a_cache_boundary(tmp_pat
         ("core.py", 12, "PC001", "warning")
     ]
     assert "the stored `MemoryDoc.memory_md`" in got[0].message
-    # the fix: the memory after the marker the service splits at, outside the cached block
+    before = got[0].message
+    # the fix: the memory after the marker the service splits at, past the system block's
+    # breakpoint, but still ahead of the whole message history (`*history`), whose cached
+    # prefix each memory write re-writes: what the project's own later fix 797fcdec
+    # ("emit dynamic system content after history to keep the message-history cache")
+    # repaired. The finding stays, word for word.
     files["app/prompt.py"] = CLAW_PROMPT_FIXED
     write(tmp_path, files)
+    got = lint(tmp_path)
+    assert [(Path(f.path).name, f.line, f.code, f.severity) for f in got] == [
+        ("core.py", 12, "PC001", "warning")
+    ]
+    # the same finding (line numbers aside: the sections moved)
+    assert re.sub(r":\d+", ":N", got[0].message) == re.sub(r":\d+", ":N", before)
+    # the same request without a history (one user message): nothing cached follows the
+    # marker, so nothing is reported
+    files["app/core.py"] = CLAW_CORE_SPLIT.replace("*history, ", "")
+    write(tmp_path, files)
     assert lint(tmp_path) == []
-    # the same builder with the memory section unflagged (before the marker): reported again
+    # and the memory section unflagged (before the marker, in the cached block): reported
     files["app/prompt.py"] = CLAW_PROMPT_FIXED.replace(
         '"(nothing saved yet)", dynamic=True)', '"(nothing saved yet)")'
     )

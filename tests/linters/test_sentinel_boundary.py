@@ -186,3 +186,16 @@ def test_a_slice_at_the_marker_index_splits_the_same_way(tmp_path):
     """
     write(tmp_path, program(llm=sliced))
     assert lint(tmp_path) == []
+
+
+def test_a_clock_after_the_marker_ahead_of_a_message_history_keeps_its_warning(tmp_path):
+    # past the system block's breakpoint, but the earlier turns follow it in the request:
+    # a provider's prefix cache of the history (automatic, or a later breakpoint) starts
+    # over whenever the clock changes
+    core = CORE.replace("def reply(question: str):", "def reply(history: list, question: str):")
+    core = core.replace('messages=[{"role"', 'messages=[*history, {"role"')
+    assert core.count("*history") == 1
+    write(tmp_path, program(core=core))
+    got = lint(tmp_path)
+    assert where(got) == [("core.py", 11, "PC001", "warning")]
+    assert "(the clock)" in got[0].message
