@@ -29,7 +29,7 @@ from linters.flow.facts import (
 )
 from linters.flow.resolve import is_template, short
 from linters.flow.segments import SEG_DYNAMIC, SegmentMixin, classify
-from linters.flow.sentinels import after_marker
+from linters.flow.sentinels import after_marker, has_mark
 from linters.flow.stores import conversation_write
 
 # Hazard kinds: what flows into a value (a per-request id, json.dumps without sort_keys, a
@@ -68,6 +68,11 @@ class Hazard(NamedTuple):
     origin: Any = None
     partial: bool = False  # volatile on one code path only (another binding is stable)
     past_mark: bool = False  # placed after a marker the project splits its cached block at
+
+
+def _past_mark(hs: Any) -> tuple[Hazard, ...]:
+    """``hs`` with every volatile hazard marked as placed after a split marker."""
+    return tuple(h._replace(past_mark=True) if h.kind == HAZARD_VOLATILE else h for h in hs)
 
 
 def rerate(hs: Any, rate: str) -> tuple[Hazard, ...]:
@@ -125,9 +130,16 @@ class HazardMixin(SegmentMixin):
             return self._h_name(node, scope)
         if t is ast.JoinedStr:
             out: list[Hazard] = []
+            past = False  # a splitter's marker came earlier in the text
             for v in node.values:
+                if not past and has_mark(self, v, scope):
+                    past = True
+                    if type(v) is ast.Constant:
+                        continue
                 if type(v) is ast.FormattedValue:
                     inner = self.hazards(v.value, scope)
+                    if past:
+                        inner = _past_mark(inner)
                     spec: Any = v.format_spec
                     if type(spec) is ast.JoinedStr and all(
                         type(x) is ast.Constant for x in spec.values
@@ -156,7 +168,10 @@ class HazardMixin(SegmentMixin):
                 base = tuple(h for h in base if h.kind not in (HAZARD_SET, HAZARD_VIEW))
             return base + self.hazards(node.slice, scope)
         if t is ast.BinOp:
-            return self.hazards(node.left, scope) + self.hazards(node.right, scope)
+            right = self.hazards(node.right, scope)
+            if type(node.op) is ast.Add and has_mark(self, node.left, scope):
+                right = _past_mark(right)
+            return self.hazards(node.left, scope) + right
         if t is ast.BoolOp:
             return self._h_boolop(node, scope)
         if t is ast.IfExp:
@@ -373,6 +388,10 @@ class HazardMixin(SegmentMixin):
                     out.append(Hazard(HAZARD_VIEW, node, why))
         if type(func) is ast.Attribute:
             attr = func.attr
+            if attr == "join" and args and type(args[0]) is ast.List:
+                items = self._joined_items(args[0], scope)
+                if items is not None:
+                    return out + list(self.hazards(func.value, scope)) + items
             if attr == "join" and args:
                 if self.is_set(args[0], scope):
                     out.append(Hazard(HAZARD_SET, node, f"`{short(node)}` joins a set"))
@@ -412,6 +431,17 @@ class HazardMixin(SegmentMixin):
                 hs = tuple(h for h in hs if h.kind != HAZARD_VOLATILE)
             out.extend(hs)
         return out
+
+    def _joined_items(self, items: ast.List, scope: Scope) -> list[Hazard] | None:
+        """Hazards of ``sep.join([a, MARK, b])`` when an item is a splitter's marker: those
+        of the items after it carry ``past_mark``; None when no item is one."""
+        out: list[Hazard] = []
+        past = False
+        for e in items.elts:
+            hs = self.hazards(e, scope)
+            out.extend(_past_mark(hs) if past else hs)
+            past = past or has_mark(self, e, scope)
+        return out if past else None
 
     def _h_local_call(
         self, node: Any, fs: Scope, bound: bool, scope: Scope, owner: Any = None

@@ -163,8 +163,12 @@ def project_sentinels(ev: Any) -> frozenset[str]:
     if got is None:
         project.sentinels = frozenset()  # cycle guard
         found: set[str] = set()
-        for other in project.evaluators(b"cache"):
-            found |= module_sentinels(other)
+        seen: set[int] = set()
+        for word in (b"cache_control", b"cachePoint"):
+            for other in project.evaluators(word):
+                if id(other) not in seen:
+                    seen.add(id(other))
+                    found |= module_sentinels(other)
         got = project.sentinels = frozenset(found)
     return got
 
@@ -253,10 +257,37 @@ def _appends_marker(ev: Any, stmts: list, scope: Scope) -> bool:
                 text = ev.literal_str(n.args[0], scope)
                 if text:
                     values.append(text)
-    if not values:
+    return any(contains_mark(ev, v) for v in values)
+
+
+def contains_mark(ev: Any, text: str) -> bool:
+    """Whether ``text`` contains a marker some splitter of the project splits at: the
+    split falls at its first occurrence, so whatever follows ``text`` is after it."""
+    return any(m in text for m in project_sentinels(ev))
+
+
+def has_mark(ev: Any, node: Any, scope: Scope) -> bool:
+    """Whether the text of ``node`` contains a splitter's marker as a piece the linter
+    knows exactly: a literal or constant (``MARK``, ``self.MARK.strip()``), a literal part
+    of an f-string, or an operand of ``+``."""
+    if not project_sentinels(ev):
         return False
-    sentinels = project_sentinels(ev)
-    return any(v in sentinels for v in values)
+    if type(node) is ast.FormattedValue:
+        node = node.value
+    t = type(node)
+    if t is ast.JoinedStr:
+        return any(
+            contains_mark(ev, v.value)
+            if type(v) is ast.Constant and type(v.value) is str
+            else type(v) is ast.FormattedValue and has_mark(ev, v.value, scope)
+            for v in node.values
+        )
+    if t is ast.BinOp and type(node.op) is ast.Add:
+        return has_mark(ev, node.left, scope) or has_mark(ev, node.right, scope)
+    if t is ast.Constant and type(node.value) is not str:
+        return False
+    text = ev.literal_str(node, scope)
+    return text is not None and contains_mark(ev, text)
 
 
 def after_marker(ev: Any, reader: Scope, storer: Scope, calls: list) -> set[int]:

@@ -199,3 +199,40 @@ def test_a_clock_after_the_marker_ahead_of_a_message_history_keeps_its_warning(t
     got = lint(tmp_path)
     assert where(got) == [("core.py", 11, "PC001", "warning")]
     assert "(the clock)" in got[0].message
+
+
+# The marker written into the text itself: an f-string, ``+`` and ``sep.join([...])``.
+INLINE = """
+from datetime import datetime
+
+from app.llm import SPLIT_AT
+
+RULES = "Answer in French; cite the source of every figure you give. " * 60
+
+
+def system_prompt() -> str:
+    now = datetime.now().strftime("%H:%M")
+    return {text}
+"""
+
+
+def test_a_clock_after_the_marker_in_an_fstring_a_sum_or_a_join(tmp_path):
+    for text in (
+        'f"{RULES}\\n{SPLIT_AT}\\nIt is {now}."',
+        'RULES + "\\n" + SPLIT_AT + "\\nIt is " + now',
+        '"\\n".join([RULES, SPLIT_AT, f"It is {now}."])',
+    ):
+        write(tmp_path, program(prompt=INLINE.replace("{text}", text)))
+        assert lint(tmp_path) == [], text
+
+
+def test_a_clock_before_the_marker_in_an_fstring_a_sum_or_a_join(tmp_path):
+    for text in (
+        'f"It is {now}.\\n{RULES}\\n{SPLIT_AT}"',
+        '"It is " + now + "\\n" + RULES + SPLIT_AT',
+        '"\\n".join([f"It is {now}.", RULES, SPLIT_AT])',
+    ):
+        write(tmp_path, program(prompt=INLINE.replace("{text}", text)))
+        got = lint(tmp_path)
+        assert where(got) == [("core.py", 11, "PC001", "warning")], text
+        assert "(the clock)" in got[0].message
