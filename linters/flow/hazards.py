@@ -29,6 +29,7 @@ from linters.flow.facts import (
 )
 from linters.flow.resolve import is_template, short
 from linters.flow.segments import SEG_DYNAMIC, SegmentMixin, classify
+from linters.flow.sentinels import after_marker, has_mark
 from linters.flow.stores import conversation_write
 
 # Hazard kinds: what flows into a value (a per-request id, json.dumps without sort_keys, a
@@ -54,7 +55,10 @@ class Hazard(NamedTuple):
     ``fixable`` whether an automatic fix exists (PC002), ``rate`` how often a volatile value
     changes (``tables.RATE_*``), ``origin`` the node where the value is made (its root
     cause: one finding per origin), ``partial`` the value is volatile on one code path only
-    (the same name also takes a stable value: a stored timestamp, the caller's argument)."""
+    (the same name also takes a stable value: a stored timestamp, the caller's argument),
+    ``past_mark`` a builder placed it after a marker string at which a function of the
+    project splits the text, the breakpoint on the part before only
+    (:mod:`linters.flow.sentinels`)."""
 
     kind: str
     node: ast.AST
@@ -63,6 +67,12 @@ class Hazard(NamedTuple):
     rate: str = tables.RATE_REQUEST
     origin: Any = None
     partial: bool = False  # volatile on one code path only (another binding is stable)
+    past_mark: bool = False  # placed after a marker the project splits its cached block at
+
+
+def _past_mark(hs: Any) -> tuple[Hazard, ...]:
+    """``hs`` with every volatile hazard marked as placed after a split marker."""
+    return tuple(h._replace(past_mark=True) if h.kind == HAZARD_VOLATILE else h for h in hs)
 
 
 def rerate(hs: Any, rate: str) -> tuple[Hazard, ...]:
@@ -120,9 +130,16 @@ class HazardMixin(SegmentMixin):
             return self._h_name(node, scope)
         if t is ast.JoinedStr:
             out: list[Hazard] = []
+            past = False  # a splitter's marker came earlier in the text
             for v in node.values:
+                if not past and has_mark(self, v, scope):
+                    past = True
+                    if type(v) is ast.Constant:
+                        continue
                 if type(v) is ast.FormattedValue:
                     inner = self.hazards(v.value, scope)
+                    if past:
+                        inner = _past_mark(inner)
                     spec: Any = v.format_spec
                     if type(spec) is ast.JoinedStr and all(
                         type(x) is ast.Constant for x in spec.values
@@ -151,7 +168,10 @@ class HazardMixin(SegmentMixin):
                 base = tuple(h for h in base if h.kind not in (HAZARD_SET, HAZARD_VIEW))
             return base + self.hazards(node.slice, scope)
         if t is ast.BinOp:
-            return self.hazards(node.left, scope) + self.hazards(node.right, scope)
+            right = self.hazards(node.right, scope)
+            if type(node.op) is ast.Add and has_mark(self, node.left, scope):
+                right = _past_mark(right)
+            return self.hazards(node.left, scope) + right
         if t is ast.BoolOp:
             return self._h_boolop(node, scope)
         if t is ast.IfExp:
@@ -368,6 +388,10 @@ class HazardMixin(SegmentMixin):
                     out.append(Hazard(HAZARD_VIEW, node, why))
         if type(func) is ast.Attribute:
             attr = func.attr
+            if attr == "join" and args and type(args[0]) is ast.List:
+                items = self._joined_items(args[0], scope)
+                if items is not None:
+                    return out + list(self.hazards(func.value, scope)) + items
             if attr == "join" and args:
                 if self.is_set(args[0], scope):
                     out.append(Hazard(HAZARD_SET, node, f"`{short(node)}` joins a set"))
@@ -408,6 +432,17 @@ class HazardMixin(SegmentMixin):
             out.extend(hs)
         return out
 
+    def _joined_items(self, items: ast.List, scope: Scope) -> list[Hazard] | None:
+        """Hazards of ``sep.join([a, MARK, b])`` when an item is a splitter's marker: those
+        of the items after it carry ``past_mark``; None when no item is one."""
+        out: list[Hazard] = []
+        past = False
+        for e in items.elts:
+            hs = self.hazards(e, scope)
+            out.extend(_past_mark(hs) if past else hs)
+            past = past or has_mark(self, e, scope)
+        return out if past else None
+
     def _h_local_call(
         self, node: Any, fs: Scope, bound: bool, scope: Scope, owner: Any = None
     ) -> list[Hazard]:
@@ -444,7 +479,7 @@ class HazardMixin(SegmentMixin):
                         and fs.cls is not None
                         and h.detail[0].cls is fs.cls
                     ):
-                        out.extend(self._receiver_args(node, recv, h.detail, scope))
+                        out.extend(self._receiver_args(node, recv, h.detail, scope, (owner, fs)))
                     elif owner is not self and h.kind != HAZARD_PARAM:
                         out.append(_hop(h, owner, node))
                     else:
@@ -455,23 +490,38 @@ class HazardMixin(SegmentMixin):
         return out
 
     def _receiver_args(
-        self, node: Any, recv: str, param: tuple[Scope, str], scope: Scope
+        self,
+        node: Any,
+        recv: str,
+        param: tuple[Scope, str],
+        scope: Scope,
+        reader: tuple[Any, Scope],
     ) -> list[Hazard]:
         """Hazards of what earlier calls on the same instance stored in it: a value the
         method called at ``node`` reads from ``self`` came in as parameter ``param`` of a
         sibling method (``b.add_section("Time", now)`` ... ``b.build()``), so the arguments
-        of the calls ``recv.<that method>(...)`` made in ``scope`` up to ``node``'s line."""
+        of the calls ``recv.<that method>(...)`` made in ``scope`` up to ``node``'s line.
+        ``reader`` is (its module's evaluator, the method called at ``node``): an item it
+        places after a marker that the project splits its cached block at is past that
+        block's breakpoint: its hazards carry ``past_mark`` (:mod:`linters.flow.sentinels`)."""
         method, pname = param
         out: list[Hazard] = []
-        for call, s in self.facts.calls.get(f"{recv}.{method.name}", ()):
-            if s is not scope or call.lineno > node.lineno:
-                continue
+        calls = [
+            call
+            for call, s in self.facts.calls.get(f"{recv}.{method.name}", ())
+            if s is scope and call.lineno <= node.lineno
+        ]
+        past = after_marker(reader[0], reader[1], method, calls) if calls else set()
+        for call in calls:
             arg = self.arg_for(call, method, pname, True)
             if arg is None:
                 continue
             hop = f" (stored on line {call.lineno} by `{recv}.{method.name}()`)"
+            mark = id(call) in past
             out.extend(
-                h._replace(detail=f"{h.detail}{hop}") if h.kind == HAZARD_VOLATILE else h
+                h._replace(detail=f"{h.detail}{hop}", past_mark=mark or h.past_mark)
+                if h.kind == HAZARD_VOLATILE
+                else h
                 for h in self.hazards(arg, scope)
             )
         return out

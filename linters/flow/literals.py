@@ -8,8 +8,8 @@ import inspect
 import textwrap
 from typing import Any
 
-from linters.flow.facts import ASSIGN, Scope
-from linters.flow.resolve import Resolver
+from linters.flow.facts import ASSIGN, DEF, IMPORT, Scope
+from linters.flow.resolve import Resolver, class_of
 
 _MAX_DEPTH = 24
 _STATIC_LITERAL_MAX = 200_000
@@ -52,6 +52,20 @@ class LiteralMixin(Resolver):
             bl = self.resolve(node.id, scope, node.lineno)
             if len(bl) == 1 and bl[0].kind == ASSIGN:
                 return self.literal_str(bl[0].value, bl[0].scope, depth + 1)
+            if len(bl) == 1 and bl[0].kind == IMPORT and type(bl[0].value) is str:
+                return self._imported_str(bl[0].value, depth)
+            return None
+        if t is ast.Attribute and type(node.value) is ast.Name:
+            # a class constant: ``self.MARK`` / ``cls.MARK`` in a method, ``Cls.MARK``
+            base = node.value.id
+            cls = class_of(scope) if base in ("self", "cls") else None
+            if cls is None:
+                for cb in self.resolve(base, scope, node.lineno):
+                    if cb.kind == DEF and type(cb.value) is ast.ClassDef:
+                        cls = cb.scope.funcs.get(base)
+            found = cls.bindings.get(node.attr, []) if cls is not None else []
+            if cls is not None and len(found) == 1 and found[0].kind == ASSIGN:
+                return self.literal_str(found[0].value, cls, depth + 1)
             return None
         if t is ast.Call:
             func = node.func
@@ -68,6 +82,22 @@ class LiteralMixin(Resolver):
                 if s is None:
                     return None
                 return textwrap.dedent(s) if q == "textwrap.dedent" else inspect.cleandoc(s)
+        return None
+
+    def _imported_str(self, qual: str, depth: int) -> str | None:
+        """The text of a module constant of another module of the project, imported by
+        name (``from app.llm import MARK``: ``qual`` is ``app.llm.MARK``)."""
+        project = getattr(self, "project", None)
+        mod, _, name = qual.rpartition(".")
+        owner = project.modules.get(mod) if project is not None and mod else None
+        if owner is None or project is None:
+            return None
+        if callable(owner):
+            owner = project.make(owner)
+        bl = owner.facts.module.bindings.get(name, [])
+        if len(bl) == 1 and bl[0].kind == ASSIGN:
+            got: str | None = owner.literal_str(bl[0].value, bl[0].scope, depth + 1)
+            return got
         return None
 
     def literal_obj(self, node: Any, scope: Scope, depth: int = 0) -> Any:

@@ -36,6 +36,7 @@ class Project:
         self.depth = 0  # calls being followed into other modules, nested
         self._entries: list[tuple[Any, bytes]] = []  # (evaluator or maker, source)
         self.store_index: Any = None  # linters.flow.stores.StoreIndex, made on first use
+        self.sentinels: frozenset[str] | None = None  # split markers (linters.flow.sentinels)
 
     def add(self, rel_path: str, ev: Any, source: bytes = b"") -> None:
         """Register ``ev`` (a :class:`linters.flow.values.Evaluator`, or a function of no

@@ -48,7 +48,7 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
                 if key not in seen_params:
                     seen_params.add(key)
                     pending.append((fs, pname, sink, via, messages))
-            else:
+            elif not (h.past_mark and single_turn(ev, sink)):
                 out.append(Reach(h, sink, via))
 
     def messages_sink(expr: Any, scope: Scope, sink: Sink, via: str | None) -> None:
@@ -103,6 +103,33 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
         h = r.hazard
         unique.setdefault((h.kind, id(h.node), id(h.origin) if h.origin is not None else 0), r)
     return list(unique.values())
+
+
+def single_turn(ev: Evaluator, sink: Sink) -> bool:
+    """Whether ``sink`` is a field of a request (call keywords or a body dict) of this
+    module whose ``messages`` is a list literal of one message (no earlier turn): text past
+    the breakpoint of a split system prompt is then followed by nothing cached. A message
+    history, or a request the linter does not see whole, may carry cached turns after it:
+    False."""
+    fields = ev.request_fields
+    if fields is None:
+        fields = ev.request_fields = {}
+        for n in ast.walk(ev.facts.module.node):
+            if type(n) is ast.Call:
+                pairs = {kw.arg: kw.value for kw in n.keywords if kw.arg is not None}
+            elif type(n) is ast.Dict:
+                pairs = {
+                    k.value: v
+                    for k, v in zip(n.keys, n.values)
+                    if type(k) is ast.Constant and type(k.value) is str
+                }
+            else:
+                continue
+            if "messages" in pairs:
+                for v in pairs.values():
+                    fields[id(v)] = pairs["messages"]
+    msgs = fields.get(id(sink.expr))
+    return type(msgs) is ast.List and len(msgs.elts) == 1 and type(msgs.elts[0]) is not ast.Starred
 
 
 def reaches_of(ev: Evaluator) -> list[Reach]:

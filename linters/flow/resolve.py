@@ -55,6 +55,10 @@ class Resolver:
         self.reaches_cache: list[Any] | None = None
         self.store_index: Any = None  # linters.flow.stores.StoreIndex of a lone module
         self.param_sink_names: set[str] = set()  # names of the functions in param_sinks
+        # id(request field) -> the request's ``messages`` (linters.flow.reach.single_turn)
+        self.request_fields: dict[int, Any] | None = None
+        # split markers of this module (linters.flow.sentinels.module_sentinels)
+        self.sentinels_cache: frozenset[str] | None = None
         self._fscopes: dict[int, Scope] | None = None
         self._active: set[int] = set()  # nodes whose hazards are being computed
         self._active_seg: set[int] = set()  # nodes whose segments are being computed

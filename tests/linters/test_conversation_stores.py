@@ -6,6 +6,7 @@ these tests; lines count from 1 at the first line of each dedented file."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -549,3 +550,129 @@ def test_a_summary_the_turn_itself_rewrites_is_a_warning(tmp_path):
     got = lint(tmp_path)
     assert [(Path(f.path).name, f.line, f.code) for f in got] == [("agent.py", 13, "PC004")]
     assert "4802 characters" in got[0].message and "stored" not in got[0].message
+
+
+# The shape of clawbolt's fix a956485a (rewritten): sections flagged ``dynamic=True`` go after
+# a marker (a class constant, stripped) that the LLM service splits the system text at,
+# the breakpoint on the part before it only; the memory section moves after the marker.
+CLAW_PROMPT_FIXED = """
+from app.store import memory_context
+
+INSTRUCTIONS = "Keep replies short and friendly; confirm every booking twice. " * 60
+
+
+class PromptBuilder:
+    BOUNDARY = "\\n<!-- CACHE_BOUNDARY -->\\n"
+
+    def __init__(self) -> None:
+        self._sections: list[tuple[str, str, bool]] = []
+
+    def add_section(self, heading: str, content: str, *, dynamic: bool = False) -> "PromptBuilder":
+        self._sections.append((heading, content, dynamic))
+        return self
+
+    def build(self) -> str:
+        parts: list[str] = []
+        hit = False
+        for heading, content, dynamic in self._sections:
+            if not content:
+                continue
+            if dynamic and not hit:
+                hit = True
+                parts.append(self.BOUNDARY.strip())
+            parts.append(f"## {heading}\\n{content}")
+        return "\\n\\n".join(parts)
+
+
+async def agent_system_prompt(owner: str) -> str:
+    builder = PromptBuilder()
+    builder.add_section("Instructions", INSTRUCTIONS)
+    memory = await memory_context(owner)
+    builder.add_section("Your Memory", memory or "(nothing saved yet)", dynamic=True)
+    return builder.build()
+"""
+
+CLAW_LLM_SERVICE = """
+from typing import Any
+
+_BOUNDARY = "<!-- CACHE_BOUNDARY -->"
+
+
+def system_with_caching(system: str) -> list[dict[str, Any]]:
+    if _BOUNDARY in system:
+        stable, dynamic = system.split(_BOUNDARY, 1)
+        blocks: list[dict[str, Any]] = [
+            {"type": "text", "text": stable.strip(), "cache_control": {"type": "ephemeral"}},
+        ]
+        dynamic = dynamic.strip()
+        if dynamic:
+            blocks.append({"type": "text", "text": dynamic})
+        return blocks
+    return [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
+"""
+
+CLAW_CORE_SPLIT = """
+import anthropic
+
+from app.llm_service import system_with_caching
+from app.prompt import agent_system_prompt
+
+
+async def handle(owner: str, history: list, text: str):
+    system = await agent_system_prompt(owner)
+    return await anthropic.AsyncAnthropic().messages.create(
+        model="m",
+        max_tokens=1000,
+        system=system_with_caching(system),
+        messages=[*history, {"role": "user", "content": text}],
+    )
+"""
+
+
+def test_the_shape_of_a_real_memory_section_moved_after_a_cache_boundary(tmp_path):
+    files = {
+        "app/__init__.py": "",
+        "app/models.py": CLAW_MODELS,
+        "app/store.py": CLAW_STORE,
+        "app/toolkit.py": TOOLKIT,
+        "app/tools.py": CLAW_TOOLS,
+        "app/prompt.py": CLAW_PROMPT,
+        "app/llm_service.py": CLAW_LLM_SERVICE,
+        "app/core.py": CLAW_CORE_SPLIT,
+    }
+    write(tmp_path, files)
+    got = lint(tmp_path)
+    # before the fix: the memory section ahead of the instructions, one block, one breakpoint
+    # (the splitter finds no marker): the stored memory reaches `system=` on core.py line 12
+    assert [(Path(f.path).name, f.line, f.code, f.severity) for f in got] == [
+        ("core.py", 12, "PC001", "warning")
+    ]
+    assert "the stored `MemoryDoc.memory_md`" in got[0].message
+    before = got[0].message
+    # the fix: the memory after the marker the service splits at, past the system block's
+    # breakpoint, but still ahead of the whole message history (`*history`), whose cached
+    # prefix each memory write re-writes: what the project's own later fix 797fcdec
+    # ("emit dynamic system content after history to keep the message-history cache")
+    # repaired. The finding stays, word for word.
+    files["app/prompt.py"] = CLAW_PROMPT_FIXED
+    write(tmp_path, files)
+    got = lint(tmp_path)
+    assert [(Path(f.path).name, f.line, f.code, f.severity) for f in got] == [
+        ("core.py", 12, "PC001", "warning")
+    ]
+    # the same finding (line numbers aside: the sections moved)
+    assert re.sub(r":\d+", ":N", got[0].message) == re.sub(r":\d+", ":N", before)
+    # the same request without a history (one user message): nothing cached follows the
+    # marker, so nothing is reported
+    files["app/core.py"] = CLAW_CORE_SPLIT.replace("*history, ", "")
+    write(tmp_path, files)
+    assert lint(tmp_path) == []
+    # and the memory section unflagged (before the marker, in the cached block): reported
+    files["app/prompt.py"] = CLAW_PROMPT_FIXED.replace(
+        '"(nothing saved yet)", dynamic=True)', '"(nothing saved yet)")'
+    )
+    write(tmp_path, files)
+    got = lint(tmp_path)
+    assert [(Path(f.path).name, f.line, f.code, f.severity) for f in got] == [
+        ("core.py", 12, "PC001", "warning")
+    ]
