@@ -288,6 +288,38 @@ def kv_cvt_of(q: torch.Tensor, quant: int, kv_cvt: int | None = None) -> int:
     return KV_CVT_BY_QUANT[quant]
 
 
+#: Packed INT4 decode and prefill (``QUANT`` 3): the split-half program of
+#: :mod:`~local_engine.attention.triton_int4` (``INT4_CVT`` 2: magic-number operands, 1: int8
+#: codes converted; ``INT4_FOLD``: the code offset subtracted per row, not per value), or 0:
+#: the per-element nibble select over the whole head dim (sessions before 2026-12-03);
+#: ``INT4_ROT``: the queries' Hadamard rotation done in the kernel (split-half only), not by
+#: :func:`~local_engine.kv_cache.quant.rotate_int4` before it.
+INT4_VARIANT = (2, True, True)
+#: The split-half program multiplies ``[rows, head_dim / 2]`` halves: tl.dot needs depth >= 16.
+INT4_SPLIT_MIN_DIM = 32
+
+
+def int4_variant_of(
+    head_dim: int, variant: tuple[int, bool, bool] | None = None
+) -> tuple[int, bool, bool]:
+    """``(INT4_CVT, INT4_FOLD, INT4_ROT)`` of a packed INT4 launch: ``variant`` if given
+    (``INT4_CVT`` 0, 1 or 2), else :data:`INT4_VARIANT`; ``(0, False, False)`` (the nibble
+    select, queries rotated before the kernel) for head dims under
+    :data:`INT4_SPLIT_MIN_DIM`.
+
+    Raises:
+        ValueError: an unknown ``INT4_CVT``, or a split-half variant for a head dim under
+            :data:`INT4_SPLIT_MIN_DIM`."""
+    cvt, fold, rot = variant if variant is not None else INT4_VARIANT
+    if cvt not in (0, 1, 2):
+        raise ValueError(f"INT4_CVT must be 0 (nibble select), 1 (int8) or 2 (magic); got {cvt}")
+    if head_dim < INT4_SPLIT_MIN_DIM:
+        if variant is not None and cvt:
+            raise ValueError(f"the split-half INT4 program needs head_dim >= 32; got {head_dim}")
+        return 0, False, False
+    return cvt, bool(fold) and cvt != 0, bool(rot) and cvt != 0
+
+
 def _check_runnable(t: torch.Tensor) -> None:
     if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError(
@@ -313,6 +345,7 @@ def paged_attention(
     kv_cvt: int | None = None,
     decode_kernel: str = "auto",
     cuda_config: cuda_decode.DecodeConfig | None = None,
+    int4_variant: tuple[int, bool, bool] | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
@@ -326,7 +359,8 @@ def paged_attention(
     on the Triton kernel otherwise (or when ``config`` / ``kv_cvt`` is given); ``"triton"``
     always the Triton kernel; ``"cuda"`` the CUDA kernel or a RuntimeError saying why not.
     ``cuda_config`` overrides the CUDA kernel's launch (its ``num_segments`` too, unless
-    ``num_segments`` is given).
+    ``num_segments`` is given). ``int4_variant`` (packed INT4 caches): ``(INT4_CVT,
+    INT4_FOLD, INT4_ROT)`` of the kernel instead of :func:`int4_variant_of`'s (benchmarks, tests).
 
     Raises:
         ValueError: ``num_heads`` not a multiple of ``num_kv_heads``, or shapes that disagree.
@@ -380,7 +414,10 @@ def paged_attention(
         raise ValueError(f"out must be {tuple(q.shape)} {q.dtype} with a contiguous last dim")
     if num_tokens == 0 or num_seqs == 0:
         return out
-    if quant == 3:  # INT4 keys are rotated (kv_cache.quant): rotate the queries alike
+    i4_cvt, i4_fold, i4_rot = (
+        int4_variant_of(head_dim, int4_variant) if quant == 3 else (0, False, False)
+    )
+    if quant == 3 and not i4_rot:  # INT4 keys are rotated (kv_cache.quant): so are queries
         q = rotate_int4(q)
     if q.stride(2) != 1:
         q = q.contiguous()
@@ -517,6 +554,9 @@ def paged_attention(
         DECODE=decode,
         V_TOKEN_MINOR=v_minor,
         SCALE_TOKEN_MINOR=s_minor,
+        INT4_CVT=i4_cvt,
+        INT4_FOLD=i4_fold,
+        INT4_ROT=i4_rot,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
@@ -607,5 +647,6 @@ __all__ = [
     "split_tile_bytes",
     "merge_segments",
     "kv_cvt_of",
+    "int4_variant_of",
     "KernelConfig",
 ]
