@@ -289,8 +289,8 @@ def kv_cvt_of(q: torch.Tensor, quant: int, kv_cvt: int | None = None) -> int:
 
 
 #: Packed INT4 decode and prefill (``QUANT`` 3): the split-half program of
-#: :mod:`~local_engine.attention.triton_int4` (``INT4_CVT`` 2: magic-number operands, 1: int8
-#: codes converted; ``INT4_FOLD``: the code offset subtracted per row, not per value), or 0:
+#: :mod:`~local_engine.attention.triton_int4` (``INT4_CVT`` 2: magic-number operands, 3: the
+#: same by inline PTX, 1: int8 codes converted; ``INT4_FOLD``: the code offset subtracted per row, not per value), or 0:
 #: the per-element nibble select over the whole head dim (sessions before 2026-12-03);
 #: ``INT4_ROT``: the queries' Hadamard rotation done in the kernel (split-half only), not by
 #: :func:`~local_engine.kv_cache.quant.rotate_int4` before it.
@@ -303,7 +303,7 @@ def int4_variant_of(
     head_dim: int, variant: tuple[int, bool, bool] | None = None
 ) -> tuple[int, bool, bool]:
     """``(INT4_CVT, INT4_FOLD, INT4_ROT)`` of a packed INT4 launch: ``variant`` if given
-    (``INT4_CVT`` 0, 1 or 2), else :data:`INT4_VARIANT`; ``(0, False, False)`` (the nibble
+    (``INT4_CVT`` 0 to 3), else :data:`INT4_VARIANT`; ``(0, False, False)`` (the nibble
     select, queries rotated before the kernel) for head dims under
     :data:`INT4_SPLIT_MIN_DIM`.
 
@@ -311,8 +311,10 @@ def int4_variant_of(
         ValueError: an unknown ``INT4_CVT``, or a split-half variant for a head dim under
             :data:`INT4_SPLIT_MIN_DIM`."""
     cvt, fold, rot = variant if variant is not None else INT4_VARIANT
-    if cvt not in (0, 1, 2):
-        raise ValueError(f"INT4_CVT must be 0 (nibble select), 1 (int8) or 2 (magic); got {cvt}")
+    if cvt not in (0, 1, 2, 3):
+        raise ValueError(
+            f"INT4_CVT must be 0 (nibble select), 1 (int8), 2 (magic) or 3 (PTX magic); got {cvt}"
+        )
     if head_dim < INT4_SPLIT_MIN_DIM:
         if variant is not None and cvt:
             raise ValueError(f"the split-half INT4 program needs head_dim >= 32; got {head_dim}")
@@ -417,6 +419,8 @@ def paged_attention(
     i4_cvt, i4_fold, i4_rot = (
         int4_variant_of(head_dim, int4_variant) if quant == 3 else (0, False, False)
     )
+    if i4_cvt == 3 and not q.is_cuda:
+        i4_cvt = 2  # the interpreter runs no PTX: the same operand values by 2's code
     if quant == 3 and not i4_rot:  # INT4 keys are rotated (kv_cache.quant): so are queries
         q = rotate_int4(q)
     if q.stride(2) != 1:

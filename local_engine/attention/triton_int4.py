@@ -16,7 +16,9 @@ queries:
   sequence per four values for bf16 on sm_90);
 - 2: the magic-number trick: the code OR'ed into the bit pattern of ``2**m`` (bf16 ``0x4300`` =
   128, fp16 ``0x6400`` = 1024: ``2**m`` has an ulp of 1, so the pattern is ``2**m + c``
-  exactly), bit-cast to the query dtype: one integer op per value, no conversion unit.
+  exactly), bit-cast to the query dtype: one integer op per value, no conversion unit;
+- 3: the same values built by inline PTX on four packed bytes at once (:func:`_magic_prmt`);
+  the interpreter (no PTX) runs 2's code (the launcher passes 2 for CPU tensors).
 
 ``INT4_FOLD``: the operand keeps its constant offset (``OFF`` = 8 for 1, ``2**m + 8`` for 2:
 operand = value + ``OFF``) and the kernel subtracts it once per row instead of once per
@@ -77,7 +79,14 @@ def nibble_operands(
         else:
             x_lo = i_lo.to(dtype)
             x_hi = i_hi.to(dtype)
-    else:
+    elif CVT == 3 and DOT_MODE == 0:
+        x_lo = _magic_prmt(b, dtype, False)
+        x_hi = _magic_prmt(b, dtype, True)
+        if not FOLD:
+            bias = tl.full((), 1032.0 if dtype == tl.float16 else 136.0, dtype)
+            x_lo = x_lo - bias
+            x_hi = x_hi - bias
+    else:  # 2 (and 3 in the interpreter: the same values)
         if dtype == tl.float16:  # 0x6400 = 1024.0
             x_lo = (lo.to(tl.int16) | 0x6400).to(dtype, bitcast=True)
             x_hi = (hi.to(tl.int16) | 0x6400).to(dtype, bitcast=True)
@@ -94,6 +103,57 @@ def nibble_operands(
             x_lo = x_lo - bias
             x_hi = x_hi - bias
     return x_lo, x_hi
+
+
+@triton.jit
+def _magic_prmt(b, dtype: tl.constexpr, HIGH: tl.constexpr):
+    """``INT4_CVT`` 3 on the GPU: the magic-number operands of the low (or ``HIGH``) nibbles of
+    uint8 tile ``b`` by PTX on 4 bytes at a time: one mask (``and 0x0F0F0F0F``, after ``shr 4``
+    for the high nibbles) and two ``prmt`` that interleave the 4 codes with the exponent byte
+    (bf16 ``0x43``: 128 + c; fp16 ``0x64``: 1024 + c), 2 values per 32-bit register."""
+    if dtype == tl.float16:
+        if HIGH:
+            x = tl.inline_asm_elementwise(
+                "{ .reg .b32 t; shr.b32 t, $2, 4; and.b32 t, t, 0x0F0F0F0F; "
+                "prmt.b32 $0, t, 0x64646464, 0x4140; prmt.b32 $1, t, 0x64646464, 0x4342; }",
+                "=r,=r,r",
+                [b],
+                dtype=tl.float16,
+                is_pure=True,
+                pack=4,
+            )
+        else:
+            x = tl.inline_asm_elementwise(
+                "{ .reg .b32 t; and.b32 t, $2, 0x0F0F0F0F; "
+                "prmt.b32 $0, t, 0x64646464, 0x4140; prmt.b32 $1, t, 0x64646464, 0x4342; }",
+                "=r,=r,r",
+                [b],
+                dtype=tl.float16,
+                is_pure=True,
+                pack=4,
+            )
+    else:
+        if HIGH:
+            x = tl.inline_asm_elementwise(
+                "{ .reg .b32 t; shr.b32 t, $2, 4; and.b32 t, t, 0x0F0F0F0F; "
+                "prmt.b32 $0, t, 0x43434343, 0x4140; prmt.b32 $1, t, 0x43434343, 0x4342; }",
+                "=r,=r,r",
+                [b],
+                dtype=tl.bfloat16,
+                is_pure=True,
+                pack=4,
+            )
+        else:
+            x = tl.inline_asm_elementwise(
+                "{ .reg .b32 t; and.b32 t, $2, 0x0F0F0F0F; "
+                "prmt.b32 $0, t, 0x43434343, 0x4140; prmt.b32 $1, t, 0x43434343, 0x4342; }",
+                "=r,=r,r",
+                [b],
+                dtype=tl.bfloat16,
+                is_pure=True,
+                pack=4,
+            )
+    return x
 
 
 @triton.jit
