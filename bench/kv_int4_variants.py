@@ -1,11 +1,12 @@
 """INT4 KV decode on the GPU: every variant of the split-half program checked and timed in one
 process, against bf16 and INT8 on the same Triton kernel family and the byte floor.
 
-Variants (``triton_backend.paged_attention(int4_variant=(INT4_CVT, INT4_FOLD, INT4_ROT))``,
+Variants (``paged_attention(int4_variant=(INT4_CVT, INT4_FOLD, INT4_ROT, INT4_LAZY))``,
 :mod:`local_engine.attention.triton_int4`): ``INT4_CVT`` 0 = the per-element nibble select
 over the whole head dim (the kernel before 2026-12-03), 1 = int8 codes converted, 2 = magic
 number by bit operations, 3 = magic number by inline PTX ``prmt``; ``FOLD`` = the code offset
-subtracted per row; ``ROT`` = the query rotation inside the kernel. Tiles: ``keys/warps/stages``.
+subtracted per row; ``ROT`` = the query rotation inside the kernel; ``LAZY`` = the online
+softmax rescaled only when a row's max grows by more than 2**8. Tiles: ``keys/warps/stages``.
 
 Steps (32 query / 8 KV heads, head_dim 128, block 16, bf16 queries):
 
@@ -45,13 +46,15 @@ from local_engine.attention.triton_backend import KernelConfig  # noqa: E402
 
 SHAPES = [(64, 4096), (16, 32768)]
 VARIANTS = [
-    (0, False, False),
-    (1, True, True),
-    (2, False, True),
-    (2, True, True),
-    (3, True, True),
-    (3, False, True),
-    (3, True, False),
+    (0, False, False, False),
+    (1, True, True, False),
+    (2, False, True, False),
+    (2, True, True, False),
+    (3, True, True, False),
+    (3, False, True, False),
+    (3, True, False, False),
+    (3, True, True, True),
+    (2, True, True, True),
 ]
 DEC_CASE = ([1, 17, 300, 1000, 2500, 4100], [1] * 6)  # contexts, new tokens
 MIX_CASE = ([700, 33, 1500, 130], [1, 33, 1, 7])
@@ -61,7 +64,7 @@ TOL = 1e-2
 
 
 def vname(v) -> str:
-    return f"cvt{v[0]}{'+fold' if v[1] else ''}{'+rot' if v[2] else ''}"
+    return f"cvt{v[0]}{'+fold' if v[1] else ''}{'+rot' if v[2] else ''}{'+lazy' if v[3] else ''}"
 
 
 def cfg_of(tile) -> KernelConfig:

@@ -397,6 +397,7 @@ def paged_attention_kernel(
     INT4_CVT: tl.constexpr = 0,
     INT4_FOLD: tl.constexpr = False,
     INT4_ROT: tl.constexpr = False,
+    INT4_LAZY: tl.constexpr = False,
 ):
     """One program per (block of query rows, KV head, split-K segment). Causal attention of
     ``BLOCK_Q`` new tokens x the ``G`` query heads sharing KV head ``program_id(1)`` over the
@@ -405,7 +406,8 @@ def paged_attention_kernel(
     ``_reduce_segments_kernel``. ``DECODE``: program ``program_id(0)`` is query token
     ``program_id(0)`` (``BLOCK_Q == 1``). ``INT4_CVT`` 1/2 (packed INT4 only): the split-half
     program of :func:`~local_engine.attention.triton_int4.int4_rows` with that operand
-    conversion, ``INT4_FOLD`` and ``INT4_ROT`` (the queries rotated in the kernel); 0 the
+    conversion, ``INT4_FOLD``, ``INT4_ROT`` (the queries rotated in the kernel) and
+    ``INT4_LAZY`` (the online softmax rescaled only on a large max change); 0 the
     nibble select over the whole head dim below.
     Launched by :func:`triton_backend.paged_attention`."""
     qb = tl.program_id(0)
@@ -485,6 +487,7 @@ def paged_attention_kernel(
                 INT4_CVT,
                 INT4_FOLD,
                 INT4_ROT,
+                INT4_LAZY,
             )
     elif q_off < q_len:
         rows = tl.arange(0, BLOCK_M)

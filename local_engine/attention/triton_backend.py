@@ -293,24 +293,25 @@ def kv_cvt_of(q: torch.Tensor, quant: int, kv_cvt: int | None = None) -> int:
 #: same by inline PTX, 1: int8 codes converted; ``INT4_FOLD``: the code offset subtracted per row, not per value), or 0:
 #: the per-element nibble select over the whole head dim (sessions before 2026-12-03);
 #: ``INT4_ROT``: the queries' Hadamard rotation done in the kernel (split-half only), not by
-#: :func:`~local_engine.kv_cache.quant.rotate_int4` before it.
-INT4_VARIANT = (2, True, True)
+#: :func:`~local_engine.kv_cache.quant.rotate_int4` before it; ``INT4_LAZY``: the online
+#: softmax rescaled only when a row's max grows by more than 2**8.
+INT4_VARIANT = (3, True, True, False)
 #: The split-half program multiplies ``[rows, head_dim / 2]`` halves: tl.dot needs depth >= 16.
 INT4_SPLIT_MIN_DIM = 32
 
 
 def int4_variant_of(
-    head_dim: int, variant: tuple[int, bool, bool] | None = None
-) -> tuple[int, bool, bool]:
-    """``(INT4_CVT, INT4_FOLD, INT4_ROT)`` of a packed INT4 launch: ``variant`` if given
-    (``INT4_CVT`` 0 to 3), else :data:`INT4_VARIANT`; ``(0, False, False)`` (the nibble
+    head_dim: int, variant: tuple[int, bool, bool, bool] | None = None
+) -> tuple[int, bool, bool, bool]:
+    """``(INT4_CVT, INT4_FOLD, INT4_ROT, INT4_LAZY)`` of a packed INT4 launch: ``variant``
+    if given (``INT4_CVT`` 0 to 3), else :data:`INT4_VARIANT`; all off (the nibble
     select, queries rotated before the kernel) for head dims under
     :data:`INT4_SPLIT_MIN_DIM`.
 
     Raises:
         ValueError: an unknown ``INT4_CVT``, or a split-half variant for a head dim under
             :data:`INT4_SPLIT_MIN_DIM`."""
-    cvt, fold, rot = variant if variant is not None else INT4_VARIANT
+    cvt, fold, rot, lazy = variant if variant is not None else INT4_VARIANT
     if cvt not in (0, 1, 2, 3):
         raise ValueError(
             f"INT4_CVT must be 0 (nibble select), 1 (int8), 2 (magic) or 3 (PTX magic); got {cvt}"
@@ -318,8 +319,9 @@ def int4_variant_of(
     if head_dim < INT4_SPLIT_MIN_DIM:
         if variant is not None and cvt:
             raise ValueError(f"the split-half INT4 program needs head_dim >= 32; got {head_dim}")
-        return 0, False, False
-    return cvt, bool(fold) and cvt != 0, bool(rot) and cvt != 0
+        return 0, False, False, False
+    on = cvt != 0
+    return cvt, bool(fold) and on, bool(rot) and on, bool(lazy) and on
 
 
 def _check_runnable(t: torch.Tensor) -> None:
@@ -347,7 +349,7 @@ def paged_attention(
     kv_cvt: int | None = None,
     decode_kernel: str = "auto",
     cuda_config: cuda_decode.DecodeConfig | None = None,
-    int4_variant: tuple[int, bool, bool] | None = None,
+    int4_variant: tuple[int, bool, bool, bool] | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
@@ -362,7 +364,7 @@ def paged_attention(
     always the Triton kernel; ``"cuda"`` the CUDA kernel or a RuntimeError saying why not.
     ``cuda_config`` overrides the CUDA kernel's launch (its ``num_segments`` too, unless
     ``num_segments`` is given). ``int4_variant`` (packed INT4 caches): ``(INT4_CVT,
-    INT4_FOLD, INT4_ROT)`` of the kernel instead of :func:`int4_variant_of`'s (benchmarks, tests).
+    INT4_FOLD, INT4_ROT, INT4_LAZY)`` of the kernel instead of :func:`int4_variant_of`'s (benchmarks, tests).
 
     Raises:
         ValueError: ``num_heads`` not a multiple of ``num_kv_heads``, or shapes that disagree.
@@ -416,8 +418,8 @@ def paged_attention(
         raise ValueError(f"out must be {tuple(q.shape)} {q.dtype} with a contiguous last dim")
     if num_tokens == 0 or num_seqs == 0:
         return out
-    i4_cvt, i4_fold, i4_rot = (
-        int4_variant_of(head_dim, int4_variant) if quant == 3 else (0, False, False)
+    i4_cvt, i4_fold, i4_rot, i4_lazy = (
+        int4_variant_of(head_dim, int4_variant) if quant == 3 else (0, False, False, False)
     )
     if i4_cvt == 3 and not q.is_cuda:
         i4_cvt = 2  # the interpreter runs no PTX: the same operand values by 2's code
@@ -561,6 +563,7 @@ def paged_attention(
         INT4_CVT=i4_cvt,
         INT4_FOLD=i4_fold,
         INT4_ROT=i4_rot,
+        INT4_LAZY=i4_lazy,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),

@@ -39,6 +39,8 @@ import triton
 import triton.language as tl
 
 NEG_BIG_INT4 = tl.constexpr(-1.0e30)
+#: ``INT4_LAZY``: the online softmax's running max moves only past this many (base-2) units.
+LAZY_LOG2 = tl.constexpr(8.0)
 
 
 @triton.jit
@@ -235,6 +237,7 @@ def int4_tile(
     acc_lo,
     acc_hi,
     l_i,
+    c_i,
     m_i,
     q_lo,
     q_hi,
@@ -269,10 +272,15 @@ def int4_tile(
     CVT: tl.constexpr,
     FOLD: tl.constexpr,
     QDT: tl.constexpr,
+    LAZY: tl.constexpr,
 ):
     """One key tile of the online softmax over the packed cache: returns the updated
-    ``(acc_lo, acc_hi, l_i, m_i)``. ``q_fold``: ``OFF * sum_d q`` per row (0 unless folded);
-    ``QDT``: the query dtype (the operands')."""
+    ``(acc_lo, acc_hi, l_i, c_i, m_i)``; ``c_i``: the running ``sum(pw)`` per row (rescaled as
+    ``l_i``) whose ``OFF`` multiple the folded accumulators hold in excess (subtracted once, at
+    the end). ``q_fold``: ``OFF * sum_d q`` per row (0 unless folded);
+    ``QDT``: the query dtype (the operands'). ``LAZY``: rescale the state only when a row's
+    max grows past :data:`LAZY_LOG2` (one warp-uniform branch per tile instead of
+    ``acc * alpha`` on every tile)."""
     dtype: tl.constexpr = QDT
     n = t * TILE_N + tl.arange(0, TILE_N)
     if MASKED:
@@ -310,19 +318,36 @@ def int4_tile(
     s = s * (k_sc * qk_scale)[None, :]
     if MASKED:
         s = tl.where(n[None, :] <= pos[:, None], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    p = tl.exp2(s - m_new[:, None])
-    alpha = tl.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 1)
+    m_tile = tl.max(s, 1)
+    if LAZY:
+        # the running max moves (and the state is rescaled) only when some row's tile max
+        # exceeds it by more than LAZY_LOG2: between rescales p <= 2**LAZY_LOG2
+        if tl.max(m_tile - m_i, 0) > LAZY_LOG2:
+            m_new = tl.maximum(m_i, m_tile)
+            alpha = tl.exp2(m_i - m_new)
+            acc_lo = acc_lo * alpha[:, None]
+            acc_hi = acc_hi * alpha[:, None]
+            l_i = l_i * alpha
+            c_i = c_i * alpha
+            m_i = m_new
+        p = tl.exp2(s - m_i[:, None])
+        l_i = l_i + tl.sum(p, 1)
+    else:
+        m_new = tl.maximum(m_i, m_tile)
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc_lo = acc_lo * alpha[:, None]
+        acc_hi = acc_hi * alpha[:, None]
+        c_i = c_i * alpha
+        m_i = m_new
     pw = _operand(p * v_sc[None, :], dtype, DOT_MODE)
     v_lo, v_hi = nibble_operands(vb, dtype, CVT, FOLD, DOT_MODE)
-    acc_lo = _dot(pw, v_lo, DOT_MODE, acc_lo * alpha[:, None])
-    acc_hi = _dot(pw, v_hi, DOT_MODE, acc_hi * alpha[:, None])
+    acc_lo = _dot(pw, v_lo, DOT_MODE, acc_lo)
+    acc_hi = _dot(pw, v_hi, DOT_MODE, acc_hi)
     if FOLD:
-        corr = code_offset(CVT, FOLD, DOT_MODE, dtype) * tl.sum(pw.to(tl.float32), 1)
-        acc_lo = acc_lo - corr[:, None]
-        acc_hi = acc_hi - corr[:, None]
-    return acc_lo, acc_hi, l_i, m_new
+        c_i = c_i + tl.sum(pw.to(tl.float32), 1)
+    return acc_lo, acc_hi, l_i, c_i, m_i
 
 
 @triton.jit
@@ -376,6 +401,7 @@ def int4_rows(
     CVT: tl.constexpr,
     FOLD: tl.constexpr,
     ROT: tl.constexpr,
+    LAZY: tl.constexpr,
 ):
     """The rows ``q_off .. q_off + BLOCK_Q`` (x the ``G`` heads of KV head ``kvh``) of sequence
     ``seq`` over its packed INT4 context (key tiles ``[t_lo, t_hi)`` of segment ``seg`` with
@@ -383,7 +409,7 @@ def int4_rows(
     :func:`~local_engine.attention.triton_attention.paged_attention_kernel`, with the
     head dimension in two halves (module docstring). ``HEAD_DIM`` a power of two >= 32.
     ``ROT``: ``q_ptr`` holds the unrotated queries, rotated here (:func:`rotate_halves`); else
-    the launcher rotated them."""
+    the launcher rotated them. ``LAZY``: see :func:`int4_tile`."""
     HALF: tl.constexpr = HEAD_DIM // 2
     rows = tl.arange(0, BLOCK_M)
     q_idx = q_off + rows // G
@@ -413,14 +439,16 @@ def int4_rows(
         t_hi = n_tiles
     m_i = tl.full([BLOCK_M], NEG_BIG_INT4, tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
+    c_i = tl.zeros([BLOCK_M], tl.float32)
     acc_lo = tl.zeros([BLOCK_M, HALF], tl.float32)
     acc_hi = tl.zeros([BLOCK_M, HALF], tl.float32)
     bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
     for t in tl.range(t_lo, tl.minimum(t_hi, n_full), num_stages=NUM_STAGES):
-        acc_lo, acc_hi, l_i, m_i = int4_tile(
+        acc_lo, acc_hi, l_i, c_i, m_i = int4_tile(
             acc_lo,
             acc_hi,
             l_i,
+            c_i,
             m_i,
             q_lo,
             q_hi,
@@ -455,12 +483,14 @@ def int4_rows(
             CVT,
             FOLD,
             q_ptr.dtype.element_ty,
+            LAZY,
         )
     for t in tl.range(tl.maximum(t_lo, n_full), t_hi):
-        acc_lo, acc_hi, l_i, m_i = int4_tile(
+        acc_lo, acc_hi, l_i, c_i, m_i = int4_tile(
             acc_lo,
             acc_hi,
             l_i,
+            c_i,
             m_i,
             q_lo,
             q_hi,
@@ -495,8 +525,13 @@ def int4_rows(
             CVT,
             FOLD,
             q_ptr.dtype.element_ty,
+            LAZY,
         )
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    if FOLD:
+        corr = code_offset(CVT, FOLD, DOT_MODE, q_ptr.dtype.element_ty) * c_i
+        acc_lo = acc_lo - corr[:, None]
+        acc_hi = acc_hi - corr[:, None]
     o_lo = acc_lo / l_safe[:, None]
     o_hi = acc_hi / l_safe[:, None]
     if SPLIT:
