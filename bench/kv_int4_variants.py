@@ -18,7 +18,9 @@ Steps (32 query / 8 KV heads, head_dim 128, block 16, bf16 queries):
    prefill/decode batch, against float64 attention over the dequantized cache (keys rotated
    back); outputs and split-K scratch poisoned (NaN) first. Pass: relative error < 1e-2 (bf16
    queries and probabilities: ~3e-3 expected) and every output written.
-3. Speed: median of CUDA-graph replays (10 calls each, :func:`kernels.capture`), INT4's query
+3. Prefill (8 x 512 new tokens over a 4,096 prefix): the old kernel, the fastest variant with
+   and without the in-kernel query rotation, bf16 as the peer.
+4. Speed: median of CUDA-graph replays (10 calls each, :func:`kernels.capture`), INT4's query
    rotation included; floor = the pool's bytes over this GPU's copy bandwidth, measured here.
 
 Usage: ``PYTHONPATH=. python bench/kv_int4_variants.py [--budget 300] [--out DIR]``. Prints the
@@ -58,6 +60,7 @@ VARIANTS = [
 ]
 DEC_CASE = ([1, 17, 300, 1000, 2500, 4100], [1] * 6)  # contexts, new tokens
 MIX_CASE = ([700, 33, 1500, 130], [1, 33, 1, 7])
+PREFILL = (8, 512, 4096)  # sequences, new tokens, cached prefix (bench/kernels.py's shape)
 STAGE1_TILES = [(32, 1, 3), (64, 4, 2)]
 STAGE2_TILES = [(32, 2, 3), (64, 2, 3), (64, 4, 3), (128, 4, 2), (128, 8, 2), (32, 1, 2)]
 TOL = 1e-2
@@ -204,7 +207,11 @@ def main() -> None:
                     (vname(variant), tile, batch, ctx, segs, float("nan"), floor, errs[key])
                 )
                 continue
-            ms = timed(args, kw, config=cfg_of(tile), num_segments=segs, int4_variant=variant)
+            try:
+                ms = timed(args, kw, config=cfg_of(tile), num_segments=segs, int4_variant=variant)
+            except Exception as e:  # noqa: BLE001 - reported, the sweep goes on
+                print(f"{vname(variant)} {tile}: timing FAILED {type(e).__name__}: {str(e)[:300]}")
+                ms = float("nan")
             rows.append((vname(variant), tile, batch, ctx, segs, ms, floor, errs[key]))
             print(
                 f"{vname(variant)} {tile} {batch}x{ctx} seg {segs}: {ms:.4f} ms "
@@ -237,11 +244,43 @@ def main() -> None:
         bv = next(v for v in VARIANTS if vname(v) == ranked[0][0])
         for mult in (0.5, 2.0):
             run(bv, ranked[0][1], mult)
+    if ranked:
+        bv = next(v for v in VARIANTS if vname(v) == ranked[0][0])
+        prefill(dev, [VARIANTS[0], bv, (bv[0], bv[1], False, bv[3])], rows)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     with open(Path(a.out) / "int4_variants.json", "w") as f:
         json.dump([list(map(str, r)) for r in rows], f, indent=1)
     print(f"\nelapsed {time.time() - t_start:.0f} s; relative error tolerance {TOL}")
     print_table(rows, base)
+
+
+def prefill(dev, variants, rows) -> None:
+    """Prefill-shaped calls (the launcher's prefill tiles): :data:`PREFILL` sequences of new
+    tokens over a cached prefix, per variant (its mixed-batch check ran in ``run``); bf16 on
+    the same shape as the peer."""
+    seqs, new, prefix = PREFILL
+    ctx = prefix + new
+    res = {}
+    for name in ("auto", "int4"):
+        raw, kc, vc, ks, vs = lowbit.filled_pool(name, seqs, ctx, dev, lowbit.HKV, lowbit.D)
+        tables = torch.arange(seqs * ctx // lowbit.BS, dtype=torch.int32, device=dev)
+        q = torch.randn((seqs * new, lowbit.HQ, lowbit.D), device=dev, dtype=torch.bfloat16)
+        cu = torch.arange(0, seqs * new + 1, new, dtype=torch.int32, device=dev)
+        lens = torch.full((seqs,), ctx, dtype=torch.int32, device=dev)
+        args = (q, kc, vc, tables.view(seqs, -1), cu, lens)
+        kw = dict(k_scale=ks, v_scale=vs) if name != "auto" else {}
+        for v in variants if name == "int4" else [None]:
+            try:
+                extra = {} if v is None else dict(int4_variant=v)
+                res[v] = timed(args, kw, **extra)
+            except Exception as e:  # noqa: BLE001 - reported
+                print(f"prefill {v}: FAILED {type(e).__name__}: {str(e)[:300]}")
+                continue
+            label = "bf16" if v is None else vname(v)
+            print(f"prefill {seqs}x{new} over {prefix}: {label} {res[v]:.4f} ms", flush=True)
+            rows.append((label, "prefill", seqs, ctx, None, res[v], float("nan"), None))
+        del raw, kc, vc, ks, vs
+        torch.cuda.empty_cache()
 
 
 def print_table(rows, base, top: int = 8) -> None:
@@ -257,11 +296,21 @@ def print_table(rows, base, top: int = 8) -> None:
         bad = [r for r in mine if r[4] is not None and r[5] != r[5]]
         shown = peers + old + [r for r in int4[:top] if r not in old] + bad
         for label, tile, batch, ctx, segs, ms, floor, err in shown:
+            if tile == "prefill":
+                continue
             tiles = tile if isinstance(tile, str) else "/".join(map(str, tile))
             ratio = base[(batch, ctx)] / ms if ms == ms else float("nan")
             print(
                 f"| {label} | {tiles} | {batch}x{ctx} | {segs or ''} | {ms:.4f} | "
                 f"{ratio:.2f}x | {floor / ms:.2f} | {'' if err is None else f'{err:.1e}'} |"
+            )
+    pre = [r for r in rows if r[1] == "prefill"]
+    if pre:
+        bf = next((r[5] for r in pre if r[0] == "bf16"), float("nan"))
+        for r in pre:
+            print(
+                f"| {r[0]} | prefill | {PREFILL[0]}x{PREFILL[1]} over {PREFILL[2]} | | "
+                f"{r[5]:.4f} | {bf / r[5]:.2f}x | | |"
             )
 
 
