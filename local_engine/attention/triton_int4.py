@@ -280,7 +280,8 @@ def int4_tile(
     the end). ``q_fold``: ``OFF * sum_d q`` per row (0 unless folded);
     ``QDT``: the query dtype (the operands'). ``LAZY``: rescale the state only when a row's
     max grows past :data:`LAZY_LOG2` (one warp-uniform branch per tile instead of
-    ``acc * alpha`` on every tile)."""
+    ``acc * alpha`` on every tile); not for fp16 queries, whose products would then hold
+    ``p * v_scale`` up to ``2**8 * v_scale``."""
     dtype: tl.constexpr = QDT
     n = t * TILE_N + tl.arange(0, TILE_N)
     if MASKED:
@@ -319,7 +320,7 @@ def int4_tile(
     if MASKED:
         s = tl.where(n[None, :] <= pos[:, None], s, float("-inf"))
     m_tile = tl.max(s, 1)
-    if LAZY:
+    if LAZY and QDT != tl.float16:  # fp16 products: p * v_scale <= 2**8 * v_scale could overflow
         # the running max moves (and the state is rescaled) only when some row's tile max
         # exceeds it by more than LAZY_LOG2: between rescales p <= 2**LAZY_LOG2
         if tl.max(m_tile - m_i, 0) > LAZY_LOG2:
