@@ -222,6 +222,8 @@ def main() -> None:
     for v in VARIANTS:
         for tile in STAGE1_TILES:
             run(v, tile)
+    print(f"\nstage 1 done at {time.time() - t_start:.0f} s")
+    print_table(rows, base)
 
     def best_of(pred):
         r = [x for x in rows if tuple(x[2:4]) == SHAPES[0] and x[4] is not None and pred(x)]
@@ -244,7 +246,7 @@ def main() -> None:
         bv = next(v for v in VARIANTS if vname(v) == ranked[0][0])
         for mult in (0.5, 2.0):
             run(bv, ranked[0][1], mult)
-    if ranked:
+    if ranked and time.time() - t_start < a.budget + 60:
         bv = next(v for v in VARIANTS if vname(v) == ranked[0][0])
         prefill(dev, [VARIANTS[0], bv, (bv[0], bv[1], False, bv[3])], rows)
     Path(a.out).mkdir(parents=True, exist_ok=True)
