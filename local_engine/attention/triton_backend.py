@@ -296,6 +296,8 @@ def kv_cvt_of(q: torch.Tensor, quant: int, kv_cvt: int | None = None) -> int:
 #: :func:`~local_engine.kv_cache.quant.rotate_int4` before it; ``INT4_LAZY``: the online
 #: softmax rescaled only when a row's max grows by more than 2**8.
 INT4_VARIANT = (3, True, True, False)
+#: Decode tiles of the split-half INT4 program: (keys per tile, warps, stages).
+INT4_DECODE_TILE = (32, 1, 3)
 #: The split-half program multiplies ``[rows, head_dim / 2]`` halves: tl.dot needs depth >= 16.
 INT4_SPLIT_MIN_DIM = 32
 
@@ -486,6 +488,11 @@ def paged_attention(
             )
             if quant == 4:
                 config = dataclasses.replace(config, num_warps=INT2_DECODE_WARPS, num_stages=2)
+            if i4_cvt:  # the split-half INT4 program's own tiles
+                keys, warps, stages = INT4_DECODE_TILE
+                config = dataclasses.replace(
+                    config, tile_n=keys, num_warps=warps, num_stages=stages
+                )
         else:
             config = PREFILL_CONFIG.get(head_dim) or PREFILL_CONFIG[128]
     block_m = max(config.block_m, 16, triton.next_power_of_2(group))
