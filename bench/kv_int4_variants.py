@@ -50,13 +50,11 @@ SHAPES = [(64, 4096), (16, 32768)]
 VARIANTS = [
     (0, False, False, False),
     (1, True, True, False),
-    (2, False, True, False),
     (2, True, True, False),
     (3, True, True, False),
     (3, False, True, False),
     (3, True, False, False),
     (3, True, True, True),
-    (2, True, True, True),
 ]
 DEC_CASE = ([1, 17, 300, 1000, 2500, 4100], [1] * 6)  # contexts, new tokens
 MIX_CASE = ([700, 33, 1500, 130], [1, 33, 1, 7])
