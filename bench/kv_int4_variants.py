@@ -1,12 +1,13 @@
 """INT4 KV decode on the GPU: every variant of the split-half program checked and timed in one
 process, against bf16 and INT8 on the same Triton kernel family and the byte floor.
 
-Variants (``paged_attention(int4_variant=(INT4_CVT, INT4_FOLD, INT4_ROT, INT4_LAZY))``,
+Variants (``paged_attention(int4_variant=(INT4_CVT, INT4_FOLD))``,
 :mod:`local_engine.attention.triton_int4`): ``INT4_CVT`` 0 = the per-element nibble select
-over the whole head dim (the kernel before 2026-12-03), 1 = int8 codes converted, 2 = magic
-number by bit operations, 3 = magic number by inline PTX ``prmt``; ``FOLD`` = the code offset
-subtracted per row; ``ROT`` = the query rotation inside the kernel; ``LAZY`` = the online
-softmax rescaled only when a row's max grows by more than 2**8. Tiles: ``keys/warps/stages``.
+over the whole head dim (the kernel before 2026-12-03), 1 = magic-number operands by Triton
+bit operations, 2 = the same by inline PTX ``prmt``; ``FOLD`` = the code offset subtracted per
+row. Tiles: ``keys/warps/stages``. The 2026-12-03 H200 call that chose ``(2, True)`` also
+timed an int8-conversion operand, a query rotation inside the kernel and a lazy softmax
+rescale; the rotation gave wrong results compiled, the three are gone (bench/RESULTS.md).
 
 Steps (32 query / 8 KV heads, head_dim 128, block 16, bf16 queries):
 
@@ -18,8 +19,8 @@ Steps (32 query / 8 KV heads, head_dim 128, block 16, bf16 queries):
    prefill/decode batch, against float64 attention over the dequantized cache (keys rotated
    back); outputs and split-K scratch poisoned (NaN) first. Pass: relative error < 1e-2 (bf16
    queries and probabilities: ~3e-3 expected) and every output written.
-3. Prefill (8 x 512 new tokens over a 4,096 prefix): the old kernel, the fastest variant with
-   and without the in-kernel query rotation, bf16 as the peer.
+3. Prefill (8 x 512 new tokens over a 4,096 prefix): the old kernel and the fastest variant,
+   bf16 as the peer.
 4. Speed: median of CUDA-graph replays (10 calls each, :func:`kernels.capture`), INT4's query
    rotation included; floor = the pool's bytes over this GPU's copy bandwidth, measured here.
 
@@ -47,15 +48,7 @@ from local_engine.attention import triton_backend as tb  # noqa: E402
 from local_engine.attention.triton_backend import KernelConfig  # noqa: E402
 
 SHAPES = [(64, 4096), (16, 32768)]
-VARIANTS = [
-    (0, False, False, False),
-    (1, True, True, False),
-    (2, True, True, False),
-    (3, True, True, False),
-    (3, False, True, False),
-    (3, True, False, False),
-    (3, True, True, True),
-]
+VARIANTS = [(0, False), (1, True), (1, False), (2, True), (2, False)]
 DEC_CASE = ([1, 17, 300, 1000, 2500, 4100], [1] * 6)  # contexts, new tokens
 MIX_CASE = ([700, 33, 1500, 130], [1, 33, 1, 7])
 PREFILL = (8, 512, 4096)  # sequences, new tokens, cached prefix (bench/kernels.py's shape)
@@ -65,7 +58,7 @@ TOL = 1e-2
 
 
 def vname(v) -> str:
-    return f"cvt{v[0]}{'+fold' if v[1] else ''}{'+rot' if v[2] else ''}{'+lazy' if v[3] else ''}"
+    return f"cvt{v[0]}{'+fold' if v[1] else ''}"
 
 
 def cfg_of(tile) -> KernelConfig:
@@ -246,7 +239,7 @@ def main() -> None:
             run(bv, ranked[0][1], mult)
     if ranked and time.time() - t_start < a.budget + 60:
         bv = next(v for v in VARIANTS if vname(v) == ranked[0][0])
-        prefill(dev, [VARIANTS[0], bv, (bv[0], bv[1], False, bv[3])], rows)
+        prefill(dev, [VARIANTS[0], bv], rows)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     with open(Path(a.out) / "int4_variants.json", "w") as f:
         json.dump([list(map(str, r)) for r in rows], f, indent=1)

@@ -225,7 +225,7 @@ def decode_speed(dev, iters: int, quick: bool) -> dict:
                 kw = dict(k_scale=ks, v_scale=vs, decode_kernel="triton")
                 if cfg == "old":  # the kernel before 2026-12-03, its tile rule then
                     kw["config"] = KernelConfig(16, 32, 1, 3)
-                    kw["int4_variant"] = (0, False, False, False)
+                    kw["int4_variant"] = (0, False)
                 elif cfg is not None:
                     kw["config"] = KernelConfig(16, cfg[0], cfg[1], 3 if cfg[1] == 1 else 2)
                 try:

@@ -30,7 +30,9 @@ block's INT4 keys against the rotated queries ``qr_ptr``; only tiles that may ho
 block, the masked ones, load both).
 
 Quantized caches (``QUANT`` 1 = INT8, 2 = FP8 E4M3, 3 = packed INT4 unpacked to its small
-integers in registers; :mod:`local_engine.kv_cache.quant`): K/V
+integers in registers: by default the split-half program of
+:mod:`~local_engine.attention.triton_int4`, ``INT4_CVT`` 0 the per-element nibble select
+here; :mod:`local_engine.kv_cache.quant`): K/V
 tiles are loaded as 1-byte values and converted to the query dtype in registers (exact: INT8
 and E4M3 values are bf16/fp16 values); each key's float32 scale multiplies its score column
 (``s = (q . k_q) * k_scale * qk_scale``) and each value's scale its probability column before
@@ -396,8 +398,6 @@ def paged_attention_kernel(
     SCALE_TOKEN_MINOR: tl.constexpr = False,
     INT4_CVT: tl.constexpr = 0,
     INT4_FOLD: tl.constexpr = False,
-    INT4_ROT: tl.constexpr = False,
-    INT4_LAZY: tl.constexpr = False,
 ):
     """One program per (block of query rows, KV head, split-K segment). Causal attention of
     ``BLOCK_Q`` new tokens x the ``G`` query heads sharing KV head ``program_id(1)`` over the
@@ -406,9 +406,7 @@ def paged_attention_kernel(
     ``_reduce_segments_kernel``. ``DECODE``: program ``program_id(0)`` is query token
     ``program_id(0)`` (``BLOCK_Q == 1``). ``INT4_CVT`` 1/2 (packed INT4 only): the split-half
     program of :func:`~local_engine.attention.triton_int4.int4_rows` with that operand
-    conversion, ``INT4_FOLD``, ``INT4_ROT`` (the queries rotated in the kernel) and
-    ``INT4_LAZY`` (the online softmax rescaled only on a large max change); 0 the
-    nibble select over the whole head dim below.
+    conversion and ``INT4_FOLD``; 0 the nibble select over the whole head dim below.
     Launched by :func:`triton_backend.paged_attention`."""
     qb = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -486,8 +484,6 @@ def paged_attention_kernel(
                 SCALE_TOKEN_MINOR,
                 INT4_CVT,
                 INT4_FOLD,
-                INT4_ROT,
-                INT4_LAZY,
             )
     elif q_off < q_len:
         rows = tl.arange(0, BLOCK_M)

@@ -10,18 +10,17 @@ output splits the same way: two accumulators ``[rows, D/2]`` (channels ``0..D/2`
 key: K's multiply the score columns, V's the probability columns (as for INT8).
 
 ``INT4_CVT`` picks how the 4-bit codes ``c`` (value ``c - 8``) become matrix operands for 16-bit
-queries:
+queries, both by the magic-number trick: the code OR'ed into the bit pattern of ``2**m`` (bf16
+``0x4300`` = 128, fp16 ``0x6400`` = 1024: ``2**m`` has an ulp of 1, so the pattern is ``2**m +
+c`` exactly), bit-cast to the query dtype, with no conversion unit:
 
-- 1: the codes as int8, then Triton's int8 -> bf16/fp16 conversion (a PRMT/packed-add
-  sequence per four values for bf16 on sm_90);
-- 2: the magic-number trick: the code OR'ed into the bit pattern of ``2**m`` (bf16 ``0x4300`` =
-  128, fp16 ``0x6400`` = 1024: ``2**m`` has an ulp of 1, so the pattern is ``2**m + c``
-  exactly), bit-cast to the query dtype: one integer op per value, no conversion unit;
-- 3: the same values built by inline PTX on four packed bytes at once (:func:`_magic_prmt`);
-  the interpreter (no PTX) runs 2's code (the launcher passes 2 for CPU tensors).
+- 1: by Triton bit operations, per value;
+- 2: by inline PTX on four packed bytes at once (:func:`_magic_prmt`: one mask and two
+  ``prmt`` per 4 values); the interpreter (no PTX) runs 1's code (the launcher passes 1 for
+  CPU tensors).
 
-``INT4_FOLD``: the operand keeps its constant offset (``OFF`` = 8 for 1, ``2**m + 8`` for 2:
-operand = value + ``OFF``) and the kernel subtracts it once per row instead of once per
+``INT4_FOLD``: the operand keeps its constant offset (``OFF = 2**m + 8``: operand = value +
+``OFF``) and the kernel subtracts it once per row instead of once per
 value: ``q . (k + OFF) - OFF * sum(q)`` for scores, ``pw . (v + OFF) - OFF * sum(pw)`` for the
 output (``pw`` the probabilities times V's scales as rounded for the product). Products of
 16-bit operands are exact in the float32 accumulator; the subtraction loses ``~2**-24 *
@@ -39,18 +38,14 @@ import triton
 import triton.language as tl
 
 NEG_BIG_INT4 = tl.constexpr(-1.0e30)
-#: ``INT4_LAZY``: the online softmax's running max moves only past this many (base-2) units.
-LAZY_LOG2 = tl.constexpr(8.0)
 
 
 @triton.jit
-def code_offset(CVT: tl.constexpr, FOLD: tl.constexpr, DOT_MODE: tl.constexpr, dtype):
+def code_offset(FOLD: tl.constexpr, DOT_MODE: tl.constexpr, dtype):
     """``OFF``: operand = value + OFF (0 unless ``FOLD`` with 16-bit queries)."""
     off = 0.0
     if FOLD and DOT_MODE != 1:
-        if CVT == 1:
-            off = 8.0
-        elif dtype == tl.float16:
+        if dtype == tl.float16:
             off = 1032.0
         else:
             off = 136.0
@@ -69,26 +64,14 @@ def nibble_operands(
     if DOT_MODE == 1:  # float32 queries: exact float32 values
         x_lo = lo.to(tl.float32) - 8.0
         x_hi = hi.to(tl.float32) - 8.0
-    elif CVT == 1:
-        i_lo = lo.to(tl.int8, bitcast=True)
-        i_hi = hi.to(tl.int8, bitcast=True)
-        if not FOLD:
-            i_lo = i_lo - 8
-            i_hi = i_hi - 8
-        if DOT_MODE == 2:  # interpreter: int8 -> bf16 casts give NaN there; exact via float32
-            x_lo = i_lo.to(tl.float32)
-            x_hi = i_hi.to(tl.float32)
-        else:
-            x_lo = i_lo.to(dtype)
-            x_hi = i_hi.to(dtype)
-    elif CVT == 3 and DOT_MODE == 0:
+    elif CVT == 2 and DOT_MODE == 0:
         x_lo = _magic_prmt(b, dtype, False)
         x_hi = _magic_prmt(b, dtype, True)
         if not FOLD:
             bias = tl.full((), 1032.0 if dtype == tl.float16 else 136.0, dtype)
             x_lo = x_lo - bias
             x_hi = x_hi - bias
-    else:  # 2 (and 3 in the interpreter: the same values)
+    else:  # 1 (and 2 in the interpreter: the same values)
         if dtype == tl.float16:  # 0x6400 = 1024.0
             x_lo = (lo.to(tl.int16) | 0x6400).to(dtype, bitcast=True)
             x_hi = (hi.to(tl.int16) | 0x6400).to(dtype, bitcast=True)
@@ -109,7 +92,7 @@ def nibble_operands(
 
 @triton.jit
 def _magic_prmt(b, dtype: tl.constexpr, HIGH: tl.constexpr):
-    """``INT4_CVT`` 3 on the GPU: the magic-number operands of the low (or ``HIGH``) nibbles of
+    """``INT4_CVT`` 2 on the GPU: the magic-number operands of the low (or ``HIGH``) nibbles of
     uint8 tile ``b`` by PTX on 4 bytes at a time: one mask (``and 0x0F0F0F0F``, after ``shr 4``
     for the high nibbles) and two ``prmt`` that interleave the 4 codes with the exponent byte
     (bf16 ``0x43``: 128 + c; fp16 ``0x64``: 1024 + c), 2 values per 32-bit register."""
@@ -183,56 +166,6 @@ def _operand(x, dtype: tl.constexpr, DOT_MODE: tl.constexpr):
 
 
 @triton.jit
-def _sylvester_pm1(N: tl.constexpr, dtype: tl.constexpr):
-    """The unnormalised Sylvester Hadamard matrix ``[N, N]`` (``(-1)**popcount(i & j)``; N a
-    power of two up to 65536) as ``dtype``."""
-    x = tl.arange(0, N)[:, None] & tl.arange(0, N)[None, :]
-    x = x ^ (x >> 8)
-    x = x ^ (x >> 4)
-    x = x ^ (x >> 2)
-    x = x ^ (x >> 1)
-    return (1 - 2 * (x & 1)).to(dtype)
-
-
-@triton.jit
-def rotate_halves(q_lo, q_hi, HALF: tl.constexpr, DOT_MODE: tl.constexpr):
-    """Rows ``q = [q_lo | q_hi]`` times the orthonormal Hadamard matrix ``H`` of ``2 * HALF``
-    (:func:`local_engine.kv_cache.quant.rotate_int4`, which the INT4 keys were stored with),
-    returned as its two halves in ``q_lo``'s dtype. Sylvester's ``H = [[H', H'], [H', -H']] /
-    sqrt(2 * HALF)`` (``H'`` the +-1 matrix of ``HALF``) gives ``q H = [(q_lo + q_hi) H', (q_lo
-    - q_hi) H'] / sqrt(2 * HALF)``. The sums are float32; on the GPU each is split into two
-    terms of the query dtype (bf16: ``x = x1 + x2 + O(2**-16 x)``) multiplied by the exact +-1
-    matrix with a float32 accumulator, so the result is float32-accurate before its one rounding to the query
-    dtype, as the torch reference's float32 product."""
-    a = q_lo.to(tl.float32) + q_hi.to(tl.float32)
-    b = q_lo.to(tl.float32) - q_hi.to(tl.float32)
-    dtype: tl.constexpr = q_lo.dtype
-    if DOT_MODE == 0:
-        h = _sylvester_pm1(HALF, dtype)
-        a1 = a.to(dtype)
-        b1 = b.to(dtype)
-        ra = tl.dot((a - a1.to(tl.float32)).to(dtype), h, tl.dot(a1, h))
-        rb = tl.dot((b - b1.to(tl.float32)).to(dtype), h, tl.dot(b1, h))
-    else:
-        h = _sylvester_pm1(HALF, tl.float32)
-        ra = tl.dot(a, h, input_precision="ieee")
-        rb = tl.dot(b, h, input_precision="ieee")
-    inv = 1.0 / tl.sqrt_rn(tl.full((), 2.0 * HALF, tl.float32))
-    if DOT_MODE == 2:  # interpreter, bf16: float32 holding the round-to-nearest bf16 values
-        return _rn_bf16(ra * inv), _rn_bf16(rb * inv)
-    return (ra * inv).to(dtype), (rb * inv).to(dtype)
-
-
-@triton.jit
-def _rn_bf16(x):
-    """float32 ``x`` rounded to bf16 (nearest, ties to even), as float32: the interpreter's
-    own float32 -> bf16 cast does not round to nearest (triton 3.9)."""
-    bits = x.to(tl.uint32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def int4_tile(
     acc_lo,
     acc_hi,
@@ -272,16 +205,12 @@ def int4_tile(
     CVT: tl.constexpr,
     FOLD: tl.constexpr,
     QDT: tl.constexpr,
-    LAZY: tl.constexpr,
 ):
     """One key tile of the online softmax over the packed cache: returns the updated
     ``(acc_lo, acc_hi, l_i, c_i, m_i)``; ``c_i``: the running ``sum(pw)`` per row (rescaled as
     ``l_i``) whose ``OFF`` multiple the folded accumulators hold in excess (subtracted once, at
     the end). ``q_fold``: ``OFF * sum_d q`` per row (0 unless folded);
-    ``QDT``: the query dtype (the operands'). ``LAZY``: rescale the state only when a row's
-    max grows past :data:`LAZY_LOG2` (one warp-uniform branch per tile instead of
-    ``acc * alpha`` on every tile); not for fp16 queries, whose products would then hold
-    ``p * v_scale`` up to ``2**8 * v_scale``."""
+    ``QDT``: the query dtype (the operands')."""
     dtype: tl.constexpr = QDT
     n = t * TILE_N + tl.arange(0, TILE_N)
     if MASKED:
@@ -319,36 +248,20 @@ def int4_tile(
     s = s * (k_sc * qk_scale)[None, :]
     if MASKED:
         s = tl.where(n[None, :] <= pos[:, None], s, float("-inf"))
-    m_tile = tl.max(s, 1)
-    if LAZY and QDT != tl.float16:  # fp16 products: p * v_scale <= 2**8 * v_scale could overflow
-        # the running max moves (and the state is rescaled) only when some row's tile max
-        # exceeds it by more than LAZY_LOG2: between rescales p <= 2**LAZY_LOG2
-        if tl.max(m_tile - m_i, 0) > LAZY_LOG2:
-            m_new = tl.maximum(m_i, m_tile)
-            alpha = tl.exp2(m_i - m_new)
-            acc_lo = acc_lo * alpha[:, None]
-            acc_hi = acc_hi * alpha[:, None]
-            l_i = l_i * alpha
-            c_i = c_i * alpha
-            m_i = m_new
-        p = tl.exp2(s - m_i[:, None])
-        l_i = l_i + tl.sum(p, 1)
-    else:
-        m_new = tl.maximum(m_i, m_tile)
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc_lo = acc_lo * alpha[:, None]
-        acc_hi = acc_hi * alpha[:, None]
-        c_i = c_i * alpha
-        m_i = m_new
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.exp2(s - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc_lo = acc_lo * alpha[:, None]
+    acc_hi = acc_hi * alpha[:, None]
+    c_i = c_i * alpha
     pw = _operand(p * v_sc[None, :], dtype, DOT_MODE)
     v_lo, v_hi = nibble_operands(vb, dtype, CVT, FOLD, DOT_MODE)
     acc_lo = _dot(pw, v_lo, DOT_MODE, acc_lo)
     acc_hi = _dot(pw, v_hi, DOT_MODE, acc_hi)
     if FOLD:
         c_i = c_i + tl.sum(pw.to(tl.float32), 1)
-    return acc_lo, acc_hi, l_i, c_i, m_i
+    return acc_lo, acc_hi, l_i, c_i, m_new
 
 
 @triton.jit
@@ -401,16 +314,13 @@ def int4_rows(
     SCALE_TOKEN_MINOR: tl.constexpr,
     CVT: tl.constexpr,
     FOLD: tl.constexpr,
-    ROT: tl.constexpr,
-    LAZY: tl.constexpr,
 ):
     """The rows ``q_off .. q_off + BLOCK_Q`` (x the ``G`` heads of KV head ``kvh``) of sequence
     ``seq`` over its packed INT4 context (key tiles ``[t_lo, t_hi)`` of segment ``seg`` with
     ``SPLIT``): the same program layout, causal mask and split-K partials as
     :func:`~local_engine.attention.triton_attention.paged_attention_kernel`, with the
-    head dimension in two halves (module docstring). ``HEAD_DIM`` a power of two >= 32.
-    ``ROT``: ``q_ptr`` holds the unrotated queries, rotated here (:func:`rotate_halves`); else
-    the launcher rotated them. ``LAZY``: see :func:`int4_tile`."""
+    head dimension in two halves (module docstring). ``HEAD_DIM`` a power of two >= 32;
+    ``q_ptr`` holds the queries already rotated like the keys (``q H``)."""
     HALF: tl.constexpr = HEAD_DIM // 2
     rows = tl.arange(0, BLOCK_M)
     q_idx = q_off + rows // G
@@ -422,10 +332,8 @@ def int4_rows(
     q_row = q_ptr + tok[:, None] * stride_qt + head[:, None] * stride_qh + h[None, :]
     q_lo = tl.load(q_row, mask=row_ok[:, None], other=0.0)
     q_hi = tl.load(q_row + HALF, mask=row_ok[:, None], other=0.0)
-    if ROT:
-        q_lo, q_hi = rotate_halves(q_lo, q_hi, HALF, DOT_MODE)
     q_sum = tl.sum(q_lo.to(tl.float32), 1) + tl.sum(q_hi.to(tl.float32), 1)
-    q_fold = q_sum * code_offset(CVT, FOLD, DOT_MODE, q_ptr.dtype.element_ty)
+    q_fold = q_sum * code_offset(FOLD, DOT_MODE, q_ptr.dtype.element_ty)
 
     first_pos = ctx - q_len + q_off
     last_pos = ctx - q_len + tl.minimum(q_off + BLOCK_Q, q_len) - 1
@@ -484,7 +392,6 @@ def int4_rows(
             CVT,
             FOLD,
             q_ptr.dtype.element_ty,
-            LAZY,
         )
     for t in tl.range(tl.maximum(t_lo, n_full), t_hi):
         acc_lo, acc_hi, l_i, c_i, m_i = int4_tile(
@@ -526,11 +433,10 @@ def int4_rows(
             CVT,
             FOLD,
             q_ptr.dtype.element_ty,
-            LAZY,
         )
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     if FOLD:
-        corr = code_offset(CVT, FOLD, DOT_MODE, q_ptr.dtype.element_ty) * c_i
+        corr = code_offset(FOLD, DOT_MODE, q_ptr.dtype.element_ty) * c_i
         acc_lo = acc_lo - corr[:, None]
         acc_hi = acc_hi - corr[:, None]
     o_lo = acc_lo / l_safe[:, None]
