@@ -2,8 +2,8 @@
 # One H200 call for the low-bit KV caches (issue 32): the INT4/int2 kernel tests, then
 # bench/kv_lowbit_gpu.py (GPU correctness of the compiled kernels, decode speed of
 # bf16/int8/int4 (the default split-half program, and the kernel before it as "int4 old")/int2
-# with the byte floor, CUDA-graph timing, 8B-shape residency). The INT4 variants' own sweep is
-# bench/kv_int4_variants.py (one call of its own). Logs under $OUT; the summary
+# with the byte floor, CUDA-graph timing, 8B-shape residency). The INT4 variants
+# own sweep is bench/kv_int4_variants.py (one call of its own). Logs under $OUT; the summary
 # table last. Usage (repository root): OUT=/tmp/out bash bench/kv_gpu_session.sh
 set -u
 OUT=${OUT:-/tmp/kv_gpu_session}
@@ -18,7 +18,6 @@ cat "$OUT/env.txt"
 # the kernel tests (they run the Triton interpreter, CUDA present)
 timeout 240 python3 -m pytest -q -x -p no:cacheprovider \
   tests/local_engine/attention/test_kv_quant_int4.py \
-  tests/local_engine/attention/test_kv_int4_variants.py \
   tests/local_engine/attention/test_kv_quant_int2.py > "$OUT/pytest.txt" 2>&1
 echo "pytest rc=$? ($(tail -n 1 "$OUT/pytest.txt"))"
 # compiled kernels on the GPU: correctness, decode speed, residency
