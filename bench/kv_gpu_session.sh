@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One H200 call for the low-bit KV caches (issue 32): the INT4/int2 kernel tests, then
 # bench/kv_lowbit_gpu.py (GPU correctness of the compiled kernels, decode speed of
-# bf16/int8/int4/int2 with the byte floor, 8B-shape residency). Logs under $OUT; the summary
+# bf16/int8/int4 (the default split-half program, and the kernel before it as "int4 old")/int2
+# with the byte floor, CUDA-graph timing, 8B-shape residency). The INT4 variants
+# own sweep is bench/kv_int4_variants.py (one call of its own). Logs under $OUT; the summary
 # table last. Usage (repository root): OUT=/tmp/out bash bench/kv_gpu_session.sh
 set -u
 OUT=${OUT:-/tmp/kv_gpu_session}

@@ -7,17 +7,20 @@ against bf16 and INT8 with the byte floor, and the 8B shape's resident 4k-token 
 2. Decode speed, one layer, 32 query / 8 KV heads, head_dim 128, block 16, the Triton kernel for
    every format (``decode_kernel="triton"``: the CUDA decode kernel reads no packed format, so
    kernel against kernel), at 64 x 4,096 and 16 x 32,768 tokens; pools filled through each
-   format's own write kernel (random bf16 K/V), CUDA-event time of one call (mean of
-   ``--iters`` after warm-up; INT4/int2's query rotation included). Floor: the pool's bytes
-   over this GPU's copy bandwidth measured in the same run (a 4 GiB device-to-device copy,
-   read + write bytes / time). For int4/int2 also a small tile sweep (keys per tile x warps):
-   the default rule's row and the best row.
+   format's own write kernel (random bf16 K/V), time of one call: the median of CUDA-graph
+   replays of 10 calls (:func:`kernels.bench`, as the engine's decode graphs run it; Python
+   launch overhead out of every row; INT4/int2's query rotation included). Floor: the pool's
+   bytes over this GPU's copy bandwidth measured in the same run (a 4 GiB device-to-device
+   copy, read + write bytes / time). INT4 also runs the kernel before 2026-12-03 (``int4
+   old``: the per-element nibble select, 32 keys / 1 warp; bench/kv_int4_variants.py has
+   the variants); int2 a small tile sweep (keys per tile x warps): the rule's row and the best.
 3. Residency, Llama-3-8B shape (32 layers, 8 KV heads, d128, bf16 weights 16.06 GB): the free
    device memory now minus the weights, times 0.9 (``gpu_memory_utilization``), over each
    format's block bytes (the allocator's :func:`kv_block_bytes`) -> blocks -> 4,096-token
    requests (256 blocks each); then the pool actually allocated (all 32 layers) to check it fits.
 
-Usage: ``PYTHONPATH=. python bench/kv_lowbit_gpu.py [--iters 50] [--quick]`` (``--quick``:
+Usage: ``PYTHONPATH=. python bench/kv_lowbit_gpu.py [--iters 50] [--quick]`` (``--iters``:
+eager calls timed on the CPU interpreter only) (``--quick``:
 tiny shapes, for a CPU run under ``TRITON_INTERPRET=1``). Prints tables; asserts nothing.
 """
 
@@ -164,20 +167,18 @@ def copy_bandwidth(dev) -> float:
 
 
 def time_call(fn, iters: int, dev) -> float:
-    for _ in range(5):
+    """ms per call: CUDA-graph replays on the GPU (:func:`kernels.bench`); one eager call
+    after warm-up on the CPU interpreter (``iters`` unused there)."""
+    if dev.type == "cuda":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import kernels
+
+        return kernels.bench(fn)
+    for _ in range(2):
         fn()
-    if dev.type != "cuda":
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
 
 
 def filled_pool(name, batch, ctx, dev, hkv, d):
@@ -230,9 +231,13 @@ def decode_speed(dev, iters: int, quick: bool) -> dict:
             kv_bytes = raw.numel() * raw.element_size()
             floor = kv_bytes / (bw * 1e9) * 1e3
             best = None
-            for cfg in sweep if name in ("int4", "int2") else [None]:
+            entries = {"int4": [None, "old"], "int2": sweep}.get(name, [None])
+            for cfg in entries:
                 kw = dict(k_scale=ks, v_scale=vs, decode_kernel="triton")
-                if cfg is not None:
+                if cfg == "old":  # the kernel before 2026-12-03, its tile rule then
+                    kw["config"] = KernelConfig(16, 32, 1, 3)
+                    kw["int4_variant"] = (0, False)
+                elif cfg is not None:
                     kw["config"] = KernelConfig(16, cfg[0], cfg[1], 3 if cfg[1] == 1 else 2)
                 try:
                     call = functools.partial(
@@ -243,15 +248,19 @@ def decode_speed(dev, iters: int, quick: bool) -> dict:
                     print(f"| {batch} x {ctx} | {name} | {cfg} | failed: {type(e).__name__} |")
                     continue
                 base = base or ms
-                tiles = "rule" if cfg is None else f"{cfg[0]} keys, {cfg[1]} warps"
-                label = name if name != "auto" else "bf16"
+                tiles = {None: "rule", "old": "32 keys, 1 warp"}.get(cfg) or (
+                    f"{cfg[0]} keys, {cfg[1]} warps"
+                )
+                label = {"auto": "bf16", "int4": "int4 old" if cfg == "old" else "int4"}.get(
+                    name, name
+                )
                 print(
                     f"| {batch} x {ctx} | {label} | {tiles} | {kv_bytes / 2**20:.0f} MiB | "
                     f"{ms:.4f} | {floor:.4f} | {floor / ms:.2f} | {base / ms:.2f}x |",
                     flush=True,
                 )
-                if cfg is None:
-                    summary[(batch, ctx, name)] = (ms, floor, base / ms)
+                if cfg is None or cfg == "old":
+                    summary[(batch, ctx, label if cfg else name)] = (ms, floor, base / ms)
                 elif best is None or ms < best[0]:
                     best = (ms, tiles)
             if best is not None:
@@ -325,7 +334,8 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     shapes = sorted({(b, c) for b, c, _ in speed}, key=lambda bc: bc[1])  # the header's order
-    for fmt in [*FORMATS, *(f + " best" for f in FORMATS if f in ("int4", "int2"))]:
+    extra = (["int4 old"] if "int4" in FORMATS else []) + (["int2 best"] if "int2" in FORMATS else [])
+    for fmt in [*FORMATS, *extra]:
         cells = []
         for b, c in shapes:
             r = speed.get((b, c, fmt))

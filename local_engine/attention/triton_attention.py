@@ -29,7 +29,9 @@ in registers and multiplied as a float cache's; tiles that may hold the context'
 (the masked ones) read it from its residual slot in the model dtype.
 
 Quantized caches (``QUANT`` 1 = INT8, 2 = FP8 E4M3, 3 = packed INT4 unpacked to its small
-integers in registers; :mod:`local_engine.kv_cache.quant`): K/V
+integers in registers: by default the split-half program of
+:mod:`~local_engine.attention.triton_int4`, ``INT4_CVT`` 0 the per-element nibble select
+here; :mod:`local_engine.kv_cache.quant`): K/V
 tiles are loaded as 1-byte values and converted to the query dtype in registers (exact: INT8
 and E4M3 values are bf16/fp16 values); each key's float32 scale multiplies its score column
 (``s = (q . k_q) * k_scale * qk_scale``) and each value's scale its probability column before
@@ -64,6 +66,7 @@ import triton
 import triton.language as tl
 
 from local_engine.attention.triton_int2 import int2_tile
+from local_engine.attention.triton_int4 import int4_rows
 from local_engine.attention.triton_kv_write import unpack_int4_tile
 
 # Finite stand-in for -inf as the running max: exp2(-inf - NEG_BIG) == 0 and no inf - inf.
@@ -387,13 +390,18 @@ def paged_attention_kernel(
     DECODE: tl.constexpr = False,
     V_TOKEN_MINOR: tl.constexpr = False,
     SCALE_TOKEN_MINOR: tl.constexpr = False,
+    INT4_CVT: tl.constexpr = 0,
+    INT4_FOLD: tl.constexpr = False,
 ):
     """One program per (block of query rows, KV head, split-K segment). Causal attention of
     ``BLOCK_Q`` new tokens x the ``G`` query heads sharing KV head ``program_id(1)`` over the
     sequence's paged context, reading each KV block once through the block table; with
     ``SPLIT`` it writes per-segment partial outputs, maxima and sums for
     ``_reduce_segments_kernel``. ``DECODE``: program ``program_id(0)`` is query token
-    ``program_id(0)`` (``BLOCK_Q == 1``). Launched by :func:`triton_backend.paged_attention`."""
+    ``program_id(0)`` (``BLOCK_Q == 1``). ``INT4_CVT`` 1/2 (packed INT4 only): the split-half
+    program of :func:`~local_engine.attention.triton_int4.int4_rows` with that operand
+    conversion and ``INT4_FOLD``; 0 the nibble select over the whole head dim below.
+    Launched by :func:`triton_backend.paged_attention`."""
     qb = tl.program_id(0)
     kvh = tl.program_id(1)
     seg = tl.program_id(2)
@@ -419,7 +427,59 @@ def paged_attention_kernel(
         q_len = tl.load(cu_q_ptr + seq + 1) - q_start
         q_off = (qb - (q_start // BLOCK_Q + seq)) * BLOCK_Q
         ctx = tl.load(seq_lens_ptr + seq)
-    if q_off < q_len:
+    if QUANT == 3 and INT4_CVT != 0:
+        if q_off < q_len:
+            int4_rows(
+                out_ptr,
+                seg_out_ptr,
+                seg_max_ptr,
+                seg_sum_ptr,
+                q_ptr,
+                k_ptr,
+                v_ptr,
+                ks_ptr,
+                vs_ptr,
+                bt_ptr,
+                seq,
+                q_start,
+                q_len,
+                q_off,
+                ctx,
+                kvh,
+                seg,
+                qk_scale,
+                num_segments,
+                stride_qt,
+                stride_qh,
+                stride_ot,
+                stride_oh,
+                stride_kb,
+                stride_kt,
+                stride_kh,
+                stride_vb,
+                stride_vt,
+                stride_vh,
+                stride_bt,
+                stride_sb,
+                stride_st,
+                stride_vd,
+                stride_sh,
+                NUM_HEADS,
+                G,
+                HEAD_DIM,
+                BLOCK_SIZE,
+                BLOCK_M,
+                BLOCK_Q,
+                TILE_N,
+                SPLIT,
+                DOT_MODE,
+                NUM_STAGES,
+                V_TOKEN_MINOR,
+                SCALE_TOKEN_MINOR,
+                INT4_CVT,
+                INT4_FOLD,
+            )
+    elif q_off < q_len:
         rows = tl.arange(0, BLOCK_M)
         q_idx = q_off + rows // G
         head = kvh * G + rows % G

@@ -288,6 +288,48 @@ def kv_cvt_of(q: torch.Tensor, quant: int, kv_cvt: int | None = None) -> int:
     return KV_CVT_BY_QUANT[quant]
 
 
+#: Packed INT4 decode and prefill (``QUANT`` 3): ``(INT4_CVT, INT4_FOLD)`` of the kernel.
+#: ``INT4_CVT`` 1 / 2: the split-half program of :mod:`~local_engine.attention.triton_int4`
+#: (one packed load, the query's halves against the low / high nibbles, the output in two
+#: halves), its operands built by the magic-number trick with Triton bit operations / inline
+#: PTX ``prmt``; 0: the per-element nibble select over the whole head dim (before
+#: 2026-12-03). ``INT4_FOLD``: the code offset subtracted once per row, not per value.
+#: H200, 2026-12-03 (bench/RESULTS.md "## kv-hierarchy", bench/kv_int4_variants.py), 32/8
+#: d128 bf16, CUDA-graph replays: (2, True) at 32 keys / 1 warp / 3 stages 0.1458 ms at
+#: 64 x 4k and 0.2645 ms at 16 x 32k (1.66x / 1.81x bf16's 0.2413 / 0.4790) against 0.4478 /
+#: 0.8734 for (0, False); other tiles of (2, True): 32/1/2 0.1525 / 0.2786, 64/2/3 0.1776 /
+#: 0.3441, 64/4/2 0.1858 / 0.5778, 128/4/2 0.2375 / 0.4113. Prefill 8 x 512 over 4k: 1.62
+#: ms against 1.88 (bf16 0.88). A query rotation inside the kernel (a Sylvester Hadamard
+#: ``tl.dot``) passed the interpreter but gave wrong results compiled (triton 3.6, sm_90:
+#: relative errors 0.8 to NaN); not kept.
+INT4_VARIANT = (2, True)
+#: Its decode tiles are the 1-byte rule's (:func:`decode_config`: 32 keys / 1 warp / 3
+#: stages at d128, the best above) and so is its split-K (:func:`split_tile_bytes`): 2
+#: segments at 64 x 4k (1: 0.2063 ms, 4: 0.1546), 8 at 16 x 32k (4: 0.4035, 16: 0.2680).
+#: The split-half program multiplies ``[rows, head_dim / 2]`` halves: tl.dot needs depth >= 16.
+INT4_SPLIT_MIN_DIM = 32
+
+
+def int4_variant_of(head_dim: int, variant: tuple[int, bool] | None = None) -> tuple[int, bool]:
+    """``(INT4_CVT, INT4_FOLD)`` of a packed INT4 launch: ``variant`` if given (``INT4_CVT``
+    0 to 2), else :data:`INT4_VARIANT`; ``(0, False)`` (the nibble select) for head dims
+    under :data:`INT4_SPLIT_MIN_DIM`.
+
+    Raises:
+        ValueError: an unknown ``INT4_CVT``, or a split-half variant for a head dim under
+            :data:`INT4_SPLIT_MIN_DIM`."""
+    cvt, fold = variant if variant is not None else INT4_VARIANT
+    if cvt not in (0, 1, 2):
+        raise ValueError(
+            f"INT4_CVT must be 0 (nibble select), 1 (magic, bit ops) or 2 (magic, PTX); got {cvt}"
+        )
+    if head_dim < INT4_SPLIT_MIN_DIM:
+        if variant is not None and cvt:
+            raise ValueError(f"the split-half INT4 program needs head_dim >= 32; got {head_dim}")
+        return 0, False
+    return cvt, bool(fold) and cvt != 0
+
+
 def _check_runnable(t: torch.Tensor) -> None:
     if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError(
@@ -313,6 +355,7 @@ def paged_attention(
     kv_cvt: int | None = None,
     decode_kernel: str = "auto",
     cuda_config: cuda_decode.DecodeConfig | None = None,
+    int4_variant: tuple[int, bool] | None = None,
 ) -> torch.Tensor:
     """See :func:`local_engine.attention.paged_attention`.
 
@@ -326,7 +369,8 @@ def paged_attention(
     on the Triton kernel otherwise (or when ``config`` / ``kv_cvt`` is given); ``"triton"``
     always the Triton kernel; ``"cuda"`` the CUDA kernel or a RuntimeError saying why not.
     ``cuda_config`` overrides the CUDA kernel's launch (its ``num_segments`` too, unless
-    ``num_segments`` is given).
+    ``num_segments`` is given). ``int4_variant`` (packed INT4 caches): ``(INT4_CVT,
+    INT4_FOLD)`` of the kernel instead of :func:`int4_variant_of`'s (benchmarks, tests).
 
     Raises:
         ValueError: ``num_heads`` not a multiple of ``num_kv_heads``, or shapes that disagree.
@@ -386,6 +430,9 @@ def paged_attention(
         raise ValueError(f"out must be {tuple(q.shape)} {q.dtype} with a contiguous last dim")
     if num_tokens == 0 or num_seqs == 0:
         return out
+    i4_cvt, i4_fold = int4_variant_of(head_dim, int4_variant) if quant == 3 else (0, False)
+    if i4_cvt == 2 and not q.is_cuda:
+        i4_cvt = 1  # the interpreter runs no PTX: the same operand values by 1's code
     if quant == 3:  # INT4 keys are rotated (kv_cache.quant): rotate the queries alike
         q = rotate_int4(q)
     if q.stride(2) != 1:
@@ -523,6 +570,8 @@ def paged_attention(
         DECODE=decode,
         V_TOKEN_MINOR=v_minor,
         SCALE_TOKEN_MINOR=s_minor,
+        INT4_CVT=i4_cvt,
+        INT4_FOLD=i4_fold,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
@@ -613,5 +662,6 @@ __all__ = [
     "split_tile_bytes",
     "merge_segments",
     "kv_cvt_of",
+    "int4_variant_of",
     "KernelConfig",
 ]

@@ -40,10 +40,11 @@ LOOSE = {"int8": 3e-2, "fp8": 1e-1}
 @pytest.fixture(scope="module")
 def tb():
     """The Triton backend, interpreted (reloaded if triton was imported without the flag)."""
-    from local_engine.attention import triton_attention, triton_kv_write
+    from local_engine.attention import triton_attention, triton_int4, triton_kv_write
 
     if type(triton_attention.paged_attention_kernel).__name__ != "InterpretedFunction":
         importlib.reload(triton_kv_write)
+        importlib.reload(triton_int4)
         importlib.reload(triton_attention)
     return importlib.reload(importlib.import_module("local_engine.attention.triton_backend"))
 

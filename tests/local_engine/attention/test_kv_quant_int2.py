@@ -46,12 +46,13 @@ BS = 16
 @pytest.fixture(scope="module")
 def tb():
     """The Triton backend, interpreted (reloaded if triton was imported without the flag)."""
-    from local_engine.attention import triton_attention, triton_int2, triton_kv_write
+    from local_engine.attention import triton_attention, triton_int2, triton_int4, triton_kv_write
     from local_engine.ops import triton_ops
 
     if type(triton_attention.paged_attention_kernel).__name__ != "InterpretedFunction":
         importlib.reload(triton_kv_write)
         importlib.reload(triton_int2)
+        importlib.reload(triton_int4)
         importlib.reload(triton_attention)
         importlib.reload(triton_ops)
     return importlib.reload(importlib.import_module("local_engine.attention.triton_backend"))

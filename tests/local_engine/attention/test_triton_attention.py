@@ -32,9 +32,10 @@ TOL = {torch.float32: 1e-3, torch.bfloat16: 2e-2, torch.float16: 1e-2}
 @pytest.fixture(scope="module")
 def tb():
     """The Triton backend, interpreted (reloaded if triton was imported without the flag)."""
-    from local_engine.attention import triton_attention, triton_kv_write
+    from local_engine.attention import triton_attention, triton_int4, triton_kv_write
 
     if type(triton_attention.paged_attention_kernel).__name__ != "InterpretedFunction":
+        importlib.reload(triton_int4)
         importlib.reload(triton_attention)
         importlib.reload(triton_kv_write)
     mod = importlib.import_module("local_engine.attention.triton_backend")
