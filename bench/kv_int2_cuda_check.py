@@ -34,7 +34,10 @@ def run(dev: str, dtype, hq: int, hkv: int, d: int, ctx_lens: list[int]) -> list
     g = torch.Generator(device="cpu").manual_seed(0)
     n_blocks = [-(-c // BS) for c in ctx_lens]
     nb = sum(n_blocks) + 2
-    slots = 2 * len(ctx_lens)
+    cuts = [max(c // 2, 1) for c in ctx_lens]
+    # every block from the prompt's last one to the end is opened (one slot each, never reused
+    # here): a long sequence needs many, so the slots are counted, not guessed
+    slots = sum((c - 1) // BS - (cut - 1) // BS + 1 for c, cut in zip(ctx_lens, cuts))
     pools = [int2.allocate(1, nb, BS, hkv, d, dev, slots, dtype) for _ in range(2)]
     per = int2.Layout(BS, hkv, d).blocks_per_slot(torch.empty((), dtype=dtype).element_size())
     perm = torch.randperm(nb, generator=g).tolist()
@@ -48,7 +51,7 @@ def run(dev: str, dtype, hq: int, hkv: int, d: int, ctx_lens: list[int]) -> list
         k[..., 3] *= 15  # an outlier channel
         v = (torch.randn((c, hkv, d), generator=g) * 0.5).to(dev)
         k, v = k.to(dtype), v.to(dtype)
-        cut = max(c // 2, 1)
+        cut = cuts[i]
         dec = min(c, cut + 5)
         pieces = [(0, cut)] + [(j, j + 1) for j in range(cut, dec)] + [(dec, c)]
         for b in sorted({blocks[p // BS] for p in range(cut - 1, c)}):
