@@ -106,11 +106,54 @@ def function_declarations(tools: list[dict] | None) -> list[dict]:
     return out
 
 
+#: Gemini's ``Type`` enum (https://ai.google.dev/api/caching#Type, read 2026-12-03), the
+#: values @google/genai's ``Type`` sends (``Type.OBJECT === "OBJECT"``)
+GEMINI_TYPES = frozenset({"STRING", "NUMBER", "INTEGER", "BOOLEAN", "ARRAY", "OBJECT", "NULL"})
+#: JSON Schema keywords whose values are data, not subschemas (left as sent)
+_VALUE_KEYWORDS = frozenset({"enum", "const", "default", "examples", "example"})
+
+
+def _lower_type(value: Any) -> Any:
+    if isinstance(value, str) and value in GEMINI_TYPES:
+        return value.lower()
+    if isinstance(value, list):
+        return [_lower_type(v) for v in value]
+    return value
+
+
+def json_schema_types(node: Any) -> Any:
+    """A ``responseJsonSchema`` (JSON Schema) with Gemini's upper-case ``type`` names
+    (``"OBJECT"``, ``["STRING", "NULL"]``) lowered to JSON Schema's, in every subschema;
+    everything else is kept as sent. Gemini CLI 0.61.0 sends such schemas (its routing
+    classifier builds them with @google/genai's ``Type`` enum and passes them as
+    ``generationConfig.responseJsonSchema``: ``BaseLlmClient.generateJson`` in its bundle),
+    and the hosted API serves that CLI, so the names are accepted there."""
+    if isinstance(node, list):
+        return [json_schema_types(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        if k == "type":
+            out[k] = _lower_type(v)
+        elif k in _VALUE_KEYWORDS:
+            out[k] = v
+        elif k in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
+            out[k] = (
+                {name: json_schema_types(s) for name, s in v.items()} if isinstance(v, dict) else v
+            )
+        else:
+            out[k] = json_schema_types(v)
+    return out
+
+
 def declaration_schema(decl: dict) -> dict:
     """The JSON schema of a function's arguments (``parametersJsonSchema``, else
-    ``parameters`` with Gemini's upper-case type names lowered)."""
+    ``parameters``; Gemini's upper-case type names lowered in both)."""
     schema = decl.get("parametersJsonSchema", decl.get("parameters_json_schema"))
-    if schema is None:
+    if schema is not None:
+        schema = json_schema_types(schema)
+    else:
         schema = _lower_types(decl.get("parameters") or {"type": "object"})
     return schema
 

@@ -32,6 +32,7 @@ from .protocol_gemini import (
     PromptFields,
     _lower_types,
     forced_functions,
+    json_schema_types,
     model_id,
     to_turns,
 )
@@ -140,7 +141,9 @@ class GenerateContent(Endpoint):
             spec = forced_tool_call([ToolSpec(n, p) for n, p in forced], param="toolConfig")
         elif cfg is not None and cfg.responseMimeType == "application/json":
             if cfg.responseJsonSchema is not None:
-                spec = structured(cfg.responseJsonSchema, param="responseJsonSchema")
+                spec = structured(
+                    json_schema_types(cfg.responseJsonSchema), param="responseJsonSchema"
+                )
             elif cfg.responseSchema is not None:
                 spec = structured(_lower_types(cfg.responseSchema), param="responseSchema")
             else:
