@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 
 import anthropic
+import httpx
 import pytest
 
 from local_engine.server.system_messages import supports_system_messages
@@ -150,3 +151,18 @@ def test_after_a_server_tool_use_placement_is_accepted(client):
         client.messages.create(model=opus_4_8(), max_tokens=1, messages=[U, srv, S])
     assert "server_tool_use" in e.value.body["error"]["message"]
     assert "must immediately follow" not in e.value.body["error"]["message"]
+
+
+def test_bedrock_invoke_takes_the_same_rules(server_factory):
+    """``/model/{modelId}/invoke`` (an Anthropic body on Bedrock; the AWS page above is
+    Bedrock's user guide): a Bedrock Opus 4.8 id is served, another model's is a 400."""
+    base = server_factory().base_url
+    body = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 1, "messages": [U, S]}
+    ok = httpx.post(
+        f"{base}/model/us.anthropic.claude-opus-4-8-v1:0/invoke", json=body, timeout=120
+    )
+    assert ok.status_code == 200, ok.text
+    bad = httpx.post(
+        f"{base}/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke", json=body, timeout=120
+    )
+    assert bad.status_code == 400 and "'system' is not supported on model" in bad.text
