@@ -47,11 +47,14 @@ class TextBlock(_Model):
 
 
 class Message(_Model):
-    """One entry of ``messages``: ``role`` user|assistant and ``content`` (a string or
-    content blocks)."""
+    """One entry of ``messages``: ``role`` user|assistant|system and ``content`` (a string
+    or content blocks). ``cache_control`` is read on ``system`` messages only
+    (mid-conversation system messages, :mod:`.system_messages`); other messages have no
+    such field and it is ignored there, as every unknown field is."""
 
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[ContentBlock]
+    cache_control: CacheControl | None = None
 
 
 class Tool(_Model):
@@ -415,6 +418,16 @@ def _content_blocks(msg: Message, i: int) -> list[Block]:
     return out
 
 
+def _message_blocks(msg: Message, i: int) -> list[Block]:
+    """A message's blocks; a ``system`` message's own ``cache_control`` marks its last
+    block (a breakpoint like the top-level ``system``'s, counted with the others)."""
+    blocks = _content_blocks(msg, i)
+    if msg.role == "system" and msg.cache_control is not None and blocks:
+        if blocks[-1].cache_control is None:
+            blocks[-1].cache_control = _cc(msg.cache_control, f"messages.{i}")
+    return blocks
+
+
 def messages_to_turns(req: CountTokensRequest) -> tuple[list[Block], list[Block], list[Turn], bool]:
     """(tool blocks, system blocks, turns, continue_final) of a Messages request.
 
@@ -440,7 +453,7 @@ def messages_to_turns(req: CountTokensRequest) -> tuple[list[Block], list[Block]
             Block(b.text, "system", cache_control=_cc(b.cache_control, f"system.{k}"))
             for k, b in enumerate(req.system)
         ]
-    turns = [Turn(m.role, _content_blocks(m, i), i) for i, m in enumerate(req.messages)]
+    turns = [Turn(m.role, _message_blocks(m, i), i) for i, m in enumerate(req.messages)]
     if req.cache_control is not None:
         last = next((t.blocks[-1] for t in reversed(turns) if t.blocks), None)
         if last is None and (system or tools):

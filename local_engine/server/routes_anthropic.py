@@ -35,6 +35,7 @@ from .protocol_anthropic import (
 from .rendering import RenderedPrompt, RenderError, render_chat
 from .state import ServerState, new_id
 from .structured_output import ToolCallText, ToolSpec, forced_tool_call, parse_tool_call
+from .system_messages import check_system_messages
 
 router = APIRouter()
 
@@ -82,6 +83,7 @@ async def count_tokens(request: Request) -> Response:
     for the prompt a Messages request with these fields would have."""
     st: ServerState = request.app.state.server
     req = parse_body(CountTokensRequest, await request.body())
+    check_system_messages(req)
     check_message_order(req)
     check_tool_choice(req, generating=False)
     rendered = _render(st, req)
@@ -97,6 +99,7 @@ class Messages(Endpoint):
     id_prefix = "msg_"
 
     def check(self, req: MessagesRequest) -> None:
+        check_system_messages(req)
         check_message_order(req)
         check_tool_choice(req)
 

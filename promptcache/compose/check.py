@@ -68,6 +68,10 @@ _MODEL_PREFIXES = (
 )
 
 
+def _model_name(payload: dict[str, Any]) -> str:
+    return str(payload.get("model") or "").lower().rsplit("/", 1)[-1]
+
+
 def infer_provider(payload: dict[str, Any]) -> str:
     """The provider whose API ``payload`` (one request body, a dict) was written for.
 
@@ -90,11 +94,16 @@ def infer_provider(payload: dict[str, Any]) -> str:
             return "bedrock"
         if "cache_control" in text:
             return "anthropic"
-        if any(isinstance(m, dict) and m.get("role") in ("system", "developer") for m in messages):
+        if any(
+            isinstance(m, dict) and m.get("role") in ("system", "developer") for m in messages
+        ) and not _model_name(payload).startswith("claude"):
+            # a Claude model's system role is Anthropic's mid-conversation system message
+            # (https://platform.claude.com/docs/en/build-with-claude/mid-conversation-system-messages,
+            # read 2026-12-03)
             return "openai"
         if any(isinstance(m, dict) and "tool_calls" in m for m in messages):
             return "openai"
-    model = str(payload.get("model") or "").lower().rsplit("/", 1)[-1]
+    model = _model_name(payload)
     for provider, prefixes in _MODEL_PREFIXES:
         if model.startswith(prefixes):
             return provider
@@ -196,22 +205,43 @@ def _anthropic_blocks(p: dict[str, Any]) -> Iterator[_PayloadBlock]:
                 "system",
             )
     for m, msg in enumerate(p.get("messages") or []):
-        content = msg.get("content") if isinstance(msg, dict) else None
-        if isinstance(content, str):
-            yield _PayloadBlock(f"$.messages[{m}].content", content, None, None, "messages")
-        elif isinstance(content, list):
-            for b, block in enumerate(content):
-                if not isinstance(block, dict):
-                    continue
-                path = f"$.messages[{m}].content[{b}]"
-                text = block["text"] if isinstance(block.get("text"), str) else _text_of(block)
-                yield _PayloadBlock(
-                    path + (".text" if isinstance(block.get("text"), str) else ""),
-                    text,
-                    block.get("cache_control"),
-                    path + ".cache_control",
-                    "messages",
-                )
+        yield from _anthropic_message_blocks(msg, m)
+
+
+def _anthropic_message_blocks(msg: Any, m: int) -> Iterator[_PayloadBlock]:
+    """One message's blocks. A message-level ``cache_control`` (Anthropic's
+    mid-conversation ``system`` messages have one, "same semantics as the top-level
+    system": https://platform.claude.com/docs/en/build-with-claude/mid-conversation-system-messages,
+    read 2026-12-03) marks its last block unless that block has its own."""
+    content = msg.get("content") if isinstance(msg, dict) else None
+    own = msg.get("cache_control") if isinstance(msg, dict) else None
+    own_path = f"$.messages[{m}].cache_control"
+    if isinstance(content, str):
+        yield _PayloadBlock(
+            f"$.messages[{m}].content", content, own, own_path if own else None, "messages"
+        )
+        return
+    if not isinstance(content, list):
+        return
+    blocks = []
+    for b, block in enumerate(content):
+        if not isinstance(block, dict):
+            continue
+        path = f"$.messages[{m}].content[{b}]"
+        text = block["text"] if isinstance(block.get("text"), str) else _text_of(block)
+        blocks.append(
+            _PayloadBlock(
+                path + (".text" if isinstance(block.get("text"), str) else ""),
+                text,
+                block.get("cache_control"),
+                path + ".cache_control",
+                "messages",
+            )
+        )
+    if own and blocks and blocks[-1].marker is None:
+        last = blocks[-1]
+        blocks[-1] = _PayloadBlock(last.path, last.text, own, own_path, last.field)
+    yield from blocks
 
 
 def _bedrock_blocks(p: dict[str, Any]) -> Iterator[_PayloadBlock]:

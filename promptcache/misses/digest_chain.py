@@ -367,7 +367,10 @@ def _message_piece(msg: Any, path: str, default_ttl: str, content_key: str = "co
         return _Piece(path, clean, "messages", 1, markers)
     parts: list[Any] = []
     markers = []
-    changed = False
+    # a message-level marker: Anthropic's mid-conversation system messages carry one
+    # (closing the message's last block); recorded after the parts' own
+    own, own_mk = _strip(msg)
+    changed = own_mk is not None
     for i, part in enumerate(content):
         if isinstance(part, dict) and "cachePoint" in part and len(part) == 1:
             # Bedrock: a cache point is its own list item after the block it closes
@@ -382,7 +385,9 @@ def _message_piece(msg: Any, path: str, default_ttl: str, content_key: str = "co
             key = next(k for k in _MARKERS if k in part)
             markers.append((len(parts), _ttl(mk, default_ttl), f"{path}.{content_key}[{i}].{key}"))
         parts.append(clean)
-    value = {**msg, content_key: parts} if changed else msg
+    if own_mk is not None:
+        markers.append((max(0, len(parts) - 1), _ttl(own_mk, default_ttl), f"{path}.cache_control"))
+    value = {**own, content_key: parts} if changed else msg
     return _Piece(path, value, "messages", max(1, len(parts)), markers)
 
 

@@ -288,13 +288,13 @@ def segments_from_request(req: dict[str, Any], model: str | None) -> list[Segmen
         if isinstance(content, str):
             add(f"{role}: {content}", layer, m.get("cache_control"))
         elif isinstance(content, list):
-            for b in content:
+            for k, b in enumerate(content):
                 text = b.get("text") if isinstance(b, dict) and b.get("type") == "text" else None
-                add(
-                    f"{role}: {text}" if text is not None else _json_text(b),
-                    layer,
-                    b.get("cache_control") if isinstance(b, dict) else None,
-                )
+                cc = b.get("cache_control") if isinstance(b, dict) else None
+                if cc is None and k == len(content) - 1:
+                    # a message-level marker (Anthropic's mid-conversation system messages)
+                    cc = m.get("cache_control")
+                add(f"{role}: {text}" if text is not None else _json_text(b), layer, cc)
         for call in m.get("tool_calls") or []:
             add(_json_text(call), layer)
     top = req.get("cache_control")  # Anthropic automatic caching: the last cacheable block

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 
+import httpx
 import jsonschema
 import pytest
 from google import genai
@@ -275,3 +276,84 @@ def test_sdk_renderer_output_is_sent_as_is(client):
     kw["config"] = {**kw.get("config", {}), "max_output_tokens": 3}
     r = client.models.generate_content(**kw)
     assert r.usage_metadata.prompt_token_count > 0 and r.candidates
+
+
+#: Gemini CLI 0.61.0's routing classifier schema, as its bundle builds it
+#: (/tmp/clis/node_modules/@google/gemini-cli/bundle, ``RESPONSE_SCHEMA2`` with
+#: ``FLASH_MODEL2 = "flash"``, ``PRO_MODEL2 = "pro"``; ``Type.OBJECT === "OBJECT"``) and
+#: sends as ``generationConfig.responseJsonSchema`` (``BaseLlmClient.generateJson``)
+CLI_ROUTER_SCHEMA = {
+    "type": "OBJECT",
+    "properties": {
+        "reasoning": {"type": "STRING", "description": "A brief explanation for the model choice."},
+        "model_choice": {"type": "STRING", "enum": ["flash", "pro"]},
+    },
+    "required": ["reasoning", "model_choice"],
+}
+#: the same schema in JSON Schema's lower-case type names, written out by hand
+CLI_ROUTER_JSON_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "reasoning": {"type": "string"},
+        "model_choice": {"type": "string", "enum": ["flash", "pro"]},
+    },
+    "required": ["reasoning", "model_choice"],
+}
+
+
+def test_upper_case_types_in_response_json_schema_as_gemini_cli_sends(server):
+    """The CLI's raw ``generateContent`` body (camelCase, as @google/genai sends it)."""
+    body = {
+        "contents": [{"role": "user", "parts": [{"text": "Rename a variable in one file."}]}],
+        "systemInstruction": {"role": "user", "parts": [{"text": "Pick flash or pro."}]},
+        "generationConfig": {
+            "responseJsonSchema": CLI_ROUTER_SCHEMA,
+            "responseMimeType": "application/json",
+            "maxOutputTokens": 200,
+            "temperature": 0,
+        },
+    }
+    r = httpx.post(
+        f"{server.base_url}/v1beta/models/gemini-2.5-flash-lite:generateContent",
+        json=body,
+        headers={"x-goog-api-key": "test"},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    cand = r.json()["candidates"][0]
+    assert cand["finishReason"] == "STOP"
+    jsonschema.validate(json.loads(cand["content"]["parts"][0]["text"]), CLI_ROUTER_JSON_SCHEMA)
+
+
+def test_upper_case_types_nested_through_the_client(client):
+    """Upper-case names inside ``items``, ``anyOf`` and a type list, through google-genai."""
+    schema = {
+        "type": "OBJECT",
+        "properties": {
+            "ids": {"type": "ARRAY", "items": {"type": "INTEGER"}, "maxItems": 2},
+            "note": {"anyOf": [{"type": "STRING", "maxLength": 8}, {"type": "NULL"}]},
+            "ok": {"type": ["BOOLEAN", "NULL"]},
+        },
+        "required": ["ids", "note", "ok"],
+        "additionalProperties": False,
+    }
+    lower = {
+        "type": "object",
+        "properties": {
+            "ids": {"type": "array", "items": {"type": "integer"}, "maxItems": 2},
+            "note": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "null"}]},
+            "ok": {"type": ["boolean", "null"]},
+        },
+        "required": ["ids", "note", "ok"],
+        "additionalProperties": False,
+    }
+    r = client.models.generate_content(
+        model=MODEL,
+        contents="Give two ids.",
+        config=types.GenerateContentConfig(
+            response_mime_type="application/json",
+            response_json_schema=schema,
+            max_output_tokens=60,
+        ),
+    )
+    jsonschema.validate(json.loads(r.text), lower)

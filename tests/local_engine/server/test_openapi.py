@@ -48,9 +48,12 @@ def check_document(doc: dict) -> None:
 
     walk(doc)
     assert refs and all(r.removeprefix("#/components/schemas/") in schemas for r in refs)
-    # a message's role is one of the documented roles (the nested model is really there)
+    # a message's role is one of the documented roles (the nested model is really there);
+    # "system": mid-conversation system messages (Claude Opus 4.8,
+    # https://platform.claude.com/docs/en/build-with-claude/mid-conversation-system-messages,
+    # read 2026-12-03)
     msg = schemas["MessagesRequest"]["properties"]["messages"]["items"]["$ref"].rsplit("/", 1)[1]
-    assert set(schemas[msg]["properties"]["role"]["enum"]) == {"user", "assistant"}
+    assert set(schemas[msg]["properties"]["role"]["enum"]) == {"user", "assistant", "system"}
 
 
 def test_openapi_document_lists_the_routes_with_their_request_schemas(server_factory):

@@ -282,3 +282,30 @@ def test_check_without_provider_uses_the_bodys_rules():
 def test_check_asks_for_the_provider_when_the_body_does_not_tell():
     with pytest.raises(ValueError, match="pass provider="):
         check({"model": "my-model", "messages": [{"role": "user", "content": "hi"}]})
+
+
+def test_mid_conversation_system_message_marker_counts(word_tokens):
+    """Anthropic's mid-conversation system message (Claude Opus 4.8,
+    https://platform.claude.com/docs/en/build-with-claude/mid-conversation-system-messages,
+    read 2026-12-03): its message-level cache_control is a breakpoint like any other."""
+    from promptcache.compose.check import infer_provider
+
+    r = request()
+    r["model"] = "claude-opus-4-8"
+    r["messages"].append({"role": "system", "content": "Answer in French.", "cache_control": EPH})
+    found = [f for f in check(r, "anthropic") if f.code == "too-many-breakpoints"]
+    # order: tools[0], system[0], messages[0], messages[2], messages[3] <- the 5th
+    assert [f.path for f in found] == ["$.messages[3].cache_control"]
+    r["messages"][3] = {
+        "role": "system",
+        "content": [{"type": "text", "text": "Answer in French."}],
+        "cache_control": EPH,
+    }
+    found = [f for f in check(r, "anthropic") if f.code == "too-many-breakpoints"]
+    assert [f.path for f in found] == ["$.messages[3].cache_control"]
+    # no top-level system, no marker: the Claude model name says Anthropic, not OpenAI
+    body = {
+        "model": "claude-opus-4-8",
+        "messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "s"}],
+    }
+    assert infer_provider(body) == "anthropic"

@@ -259,3 +259,26 @@ def test_paths_round_trip_and_unknown_api_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown api"):
         build_chain({}, "embeddings")
     assert serialize({"a": "é"}) == '{"a":"é"}'
+
+
+def test_a_system_message_marker_closes_its_last_block() -> None:
+    """Anthropic's mid-conversation system message carries ``cache_control`` on the message
+    (https://platform.claude.com/docs/en/build-with-claude/mid-conversation-system-messages,
+    read 2026-12-03); the breakpoint ends at its last content block."""
+    body = anthropic_body()
+    body["messages"][1]["content"][1].pop("cache_control")
+    body["messages"].append({"role": "user", "content": "And Bergen?"})
+    rule = {"role": "system", "content": [{"type": "text", "text": "Use Celsius."}]}
+    body["messages"].append({**rule, "cache_control": {"type": "ephemeral", "ttl": "1h"}})
+    chain = build_chain(body, "messages")
+    bp = chain.breakpoints[-1]
+    assert (bp.path, bp.ttl) == ("$.messages[3].cache_control", "1h")
+    # a marker on a message's last block ends at the message's end (as for tool_use above);
+    # the message is digested without its marker
+    assert chain.segments[-1].chars == len(ser(rule))
+    assert bp.end == chain.segments[-1].start + len(ser(rule)) == chain.chars
+    # blocks: 3 tools, 1 system, message 0 (1), message 1 (2), message 2 (1), message 3 (1)
+    assert bp.block == 8
+    bare = copy.deepcopy(body)
+    del bare["messages"][3]["cache_control"]
+    assert build_chain(bare, "messages").digests() == chain.digests()

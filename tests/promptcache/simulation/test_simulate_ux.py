@@ -116,3 +116,23 @@ def test_wrap_trace_writes_a_replayable_jsonl_trace_as_it_records(tmp_path, caps
     # the second request reads the system prefix the first one wrote
     per = doc["as_traced"]["per_request"]
     assert per[0]["cache_read_tokens"] == 0 and per[1]["cache_read_tokens"] > 1000
+
+
+def test_system_message_marker_is_a_segment_breakpoint():
+    """Anthropic's mid-conversation system message: its message-level cache_control marks
+    its last block (https://platform.claude.com/docs/en/build-with-claude/mid-conversation-system-messages,
+    read 2026-12-03), for string and block content alike."""
+    for content in ("Answer in French.", [{"type": "text", "text": "Answer in French."}]):
+        body = {
+            "model": "claude-opus-4-8",
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {
+                    "role": "system",
+                    "content": content,
+                    "cache_control": {"type": "ephemeral", "ttl": "1h"},
+                },
+            ],
+        }
+        segs = segments_from_request(body, "claude-opus-4-8")
+        assert [s.cache for s in segs] == [None, "1h"]
