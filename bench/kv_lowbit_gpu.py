@@ -334,7 +334,9 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     shapes = sorted({(b, c) for b, c, _ in speed}, key=lambda bc: bc[1])  # the header's order
-    extra = (["int4 old"] if "int4" in FORMATS else []) + (["int2 best"] if "int2" in FORMATS else [])
+    extra = (["int4 old"] if "int4" in FORMATS else []) + (
+        ["int2 best"] if "int2" in FORMATS else []
+    )
     for fmt in [*FORMATS, *extra]:
         cells = []
         for b, c in shapes:
