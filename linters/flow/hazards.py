@@ -466,9 +466,12 @@ class HazardMixin(SegmentMixin):
             if project is None or getattr(project, "depth", 0) > _MAX_MODULE_HOPS:
                 return out
             project.depth = getattr(project, "depth", 0) + 1
+        scalar = _returns_scalar(fs)
         try:
             for r in fs.returns:
                 for h in owner.hazards(r, fs):
+                    if scalar and h.kind in (HAZARD_SET, HAZARD_VIEW):
+                        continue  # an int/float/bool result renders no iteration order
                     if h.kind == HAZARD_PARAM and h.detail[0] is fs:
                         arg = self.arg_for(node, fs, h.detail[1], bound)
                         if arg is not None:
@@ -791,6 +794,18 @@ class HazardMixin(SegmentMixin):
                             f"{b.line}), so its order is the order of the calls"
                         )
         return None
+
+
+#: return annotations whose values cannot carry an iteration order into a prompt
+_SCALAR_NOTES = frozenset({"int", "float", "bool", "complex"})
+
+
+def _returns_scalar(fs: Scope) -> bool:
+    """Whether ``fs`` is annotated to return a number or a bool (``def n(...) -> int``): the
+    order of a set or dict view it walked (a longest-prefix match, a count) does not reach
+    the caller's text; a clock or random value still does, so only order hazards stop."""
+    note = getattr(fs.node, "returns", None)
+    return type(note) is ast.Name and note.id in _SCALAR_NOTES
 
 
 def _hop(h: Hazard, owner: Any, call: Any) -> Hazard:
