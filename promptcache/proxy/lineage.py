@@ -53,6 +53,17 @@ class _Last:
     head_blocks: list[frozenset[str]]  # per head segment (the leading non-message ones)
     prefixes: list[int]  # prefixes[k - 1]: a hash of digests[:k]
 
+    @classmethod
+    def of(cls, model: str | None, chain: DigestChain, digests: list[str]) -> _Last:
+        """What the index keeps of ``chain`` (its ``digests``, already computed)."""
+        return cls(
+            model,
+            digests,
+            [s.kind for s in chain.segments],
+            head_blocks(chain),
+            _prefix_hashes(digests),
+        )
+
 
 def _common_run(a: list[str], b: list[str]) -> int:
     n = 0
@@ -119,14 +130,7 @@ class LineageIndex:
         self._recent[model] = chain
         if len(self._recent) > 64:
             self._recent.pop(next(iter(self._recent)))
-        digests = chain.digests()
-        cur = _Last(
-            model,
-            digests,
-            [s.kind for s in chain.segments],
-            head_blocks(chain),
-            _prefix_hashes(digests),
-        )
+        cur = _Last.of(model, chain, chain.digests())
         with self._lock:
             nearest = None
             key = self._continued(cur) or self._edited(cur) or self._edited_message(cur)
@@ -146,13 +150,7 @@ class LineageIndex:
         digests = chain.digests()
         if not digests:
             return False
-        last = _Last(
-            model,
-            digests,
-            [s.kind for s in chain.segments],
-            head_blocks(chain),
-            _prefix_hashes(digests),
-        )
+        last = _Last.of(model, chain, digests)
         with self._lock:
             if key in self._last:
                 return False
