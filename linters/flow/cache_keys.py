@@ -179,6 +179,9 @@ class _Uses:
         self.module = module
 
     def whole(self, expr: Any, name: str, fn: _Function, depth: int, seen: set[str]) -> bool:
+        """Whether ``expr`` in ``fn`` is ``name`` itself or made from all of it (through
+        local assignments, not a slice or an item); ``depth`` bounds the calls followed,
+        ``seen`` the local names already followed."""
         if isinstance(expr, ast.Name):
             if expr.id == name:
                 return True

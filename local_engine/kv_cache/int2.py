@@ -85,14 +85,18 @@ class Layout:
 
     @property
     def v_codes(self) -> int:
+        """Byte offset of V's 2-bit codes in a block (K's codes come first, at 0)."""
         return self.codes_bytes
 
     @property
     def k_meta(self) -> int:
+        """Byte offset of K's per-channel float16 scales and minima (``kv_heads x D`` pairs)."""
         return 2 * self.codes_bytes
 
     @property
     def v_pairs(self) -> int:
+        """Byte offset of V's per-token float16 scale and minimum pairs (after K's
+        ``4 x kv_heads x D`` bytes of metadata)."""
         return self.k_meta + 4 * self.num_kv_heads * self.head_dim
 
     @property

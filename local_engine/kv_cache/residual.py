@@ -31,6 +31,7 @@ class ResidualSlots:
         self._writes: list[tuple[int, int]] = []
 
     def has(self, block_id: int) -> bool:
+        """Whether open block ``block_id`` holds a residual slot now."""
         return block_id in self.of_block
 
     def assign(self, block_id: int) -> int:
