@@ -147,6 +147,21 @@ class Resolver:
             return None, False, None
         return target, target.cls is not None and not _static(target), ev
 
+    def project_def(self, ref: ast.AST, kind: str) -> tuple[Any, Scope] | None:
+        """``(evaluator of its module, scope)`` of the class or function (``kind``: ``"class"``
+        or ``"function"``) of another module of the project that the dotted name ``ref``
+        (an imported ``Name`` or an ``Attribute``) refers to; None for builtins, names
+        outside the project, or a definition of the other kind."""
+        if self.project is None or type(ref) not in (ast.Name, ast.Attribute):
+            return None
+        qual = self.facts.qualname(ref)
+        if not qual or "." not in qual or qual.startswith("builtins."):
+            return None
+        found = self.project.lookup(qual)
+        if found is None or found[1].kind != kind:
+            return None
+        return found[0], found[1]
+
     def instance_class(self, name: ast.Name, scope: Scope, line: int) -> tuple[Any, Any]:
         """The class scope of the project that a local name holds an instance of, and the
         evaluator of its module: ``b = Builder()`` (one binding, a call of a class of this
@@ -166,15 +181,8 @@ class Resolver:
         made = self._annotated_instance(bl[0].value, bl[0].scope)
         if made[0] is not None:
             return made
-        if self.project is None or type(ctor) not in (ast.Name, ast.Attribute):
-            return None, None
-        qual = self.facts.qualname(ctor)
-        if not qual or "." not in qual or qual.startswith("builtins."):
-            return None, None
-        found = self.project.lookup(qual)
-        if found is None or found[1].kind != "class":
-            return None, None
-        return found[1], found[0]
+        found = self.project_def(ctor, "class")
+        return (found[1], found[0]) if found is not None else (None, None)
 
     def _annotated_instance(self, call: ast.Call, scope: Scope) -> tuple[Any, Any]:
         """The project class a project function returns by its annotation
@@ -187,13 +195,8 @@ class Resolver:
             for b in owner.resolve(note.id, fs, note.lineno):
                 if b.kind == DEF and type(b.value) is ast.ClassDef:
                     return owner.function_scope(b.value), owner
-        qual = owner.facts.qualname(note)
-        if owner.project is None or not qual or "." not in qual or qual.startswith("builtins."):
-            return None, None
-        found = owner.project.lookup(qual)
-        if found is None or found[1].kind != "class":
-            return None, None
-        return found[1], found[0]
+        found = owner.project_def(note, "class")
+        return (found[1], found[0]) if found is not None else (None, None)
 
     @staticmethod
     def arg_for(call: ast.Call, fs: Scope, pname: str, bound: bool) -> ast.expr | None:

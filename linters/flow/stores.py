@@ -120,12 +120,8 @@ def orm_class(ev: Any, node: Any, scope: Scope) -> tuple[str, Scope] | None:
                 return None
     elif type(node) is not ast.Attribute:
         return None
-    project = ev.project
-    qual = ev.facts.qualname(node)
-    if project is None or not qual or "." not in qual or qual.startswith("builtins."):
-        return None
-    found = project.lookup(qual)
-    if found is None or found[1].kind != "class" or not _is_orm_class(found[1]):
+    found = ev.project_def(node, "class")
+    if found is None or not _is_orm_class(found[1]):
         return None
     return f"{found[0].path}::{found[1].name}", found[1]
 
@@ -385,14 +381,8 @@ def _function_ref(ev: Any, ref: Any, scope: Scope) -> tuple[Any, Scope] | None:
                 return None
     elif type(ref) is not ast.Attribute:
         return None
-    project = ev.project
-    qual = ev.facts.qualname(ref)
-    if project is None or not qual or "." not in qual or qual.startswith("builtins."):
-        return None
-    found = project.lookup(qual)
-    if found is None or found[1].kind != "function":
-        return None
-    return found[0], found[1]
+    found: tuple[Any, Scope] | None = ev.project_def(ref, "function")
+    return found
 
 
 def _written_columns(
