@@ -197,15 +197,9 @@ def _content(message: Any) -> Any:
     return message
 
 
-def message_items(ev: Evaluator, expr: Any, scope: Scope, depth: int = 0) -> Any:
-    """Message-list items, following calls to module functions that return the list."""
-    if type(expr) is ast.Call and depth < 4:
-        fs, _bound = ev.callee(expr, scope)
-        if fs is not None:
-            items = []
-            for r in fs.returns:
-                items.extend(message_items(ev, r, fs, depth + 1))
-            return items
+def message_items(ev: Evaluator, expr: Any, scope: Scope) -> Any:
+    """Message-list items, following calls to module functions that return the list
+    (:meth:`linters.flow.values.Evaluator.message_items`)."""
     return ev.message_items(expr, scope)
 
 

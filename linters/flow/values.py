@@ -74,6 +74,7 @@ class Evaluator(HazardMixin, SegmentMixin, LiteralMixin, Resolver):
         self._set: dict[int, bool] = {}
         self._dict: dict[tuple[int, bool], str | None] = {}
         self._param_static: dict[tuple[int, str], bool] = {}
+        self._items_active: set[int] = set()  # functions whose returned messages are being read
 
     def message_items(
         self, node: Any, scope: Scope, line: int | None = None, depth: int = 0
@@ -96,7 +97,7 @@ class Evaluator(HazardMixin, SegmentMixin, LiteralMixin, Resolver):
                 return self.message_items(node.args[0], scope, line, depth + 1)
             if type(func) is ast.Attribute and func.attr == "copy" and not node.args:
                 return self.message_items(func.value, scope, line, depth + 1)
-            return []
+            return self._returned_items(node, scope, depth)
         if t is ast.Name:
             bindings = self.resolve(node.id, scope, line or node.lineno)
             bindings = sorted(bindings, key=lambda b: (b.line, b.col))
@@ -129,6 +130,22 @@ class Evaluator(HazardMixin, SegmentMixin, LiteralMixin, Resolver):
                     items.insert(0, (b.value, b.scope, True))
             return items
         return []
+
+    def _returned_items(self, call: ast.Call, scope: Scope, depth: int) -> Any:
+        """The messages a call to a function or method of this module returns, from its
+        ``return`` expressions (``[system] + self.readonly() + [user]``); empty for other
+        calls and for a function already being read (recursion)."""
+        fs, _bound, owner = self.callee_any(call, scope)
+        if fs is None or owner is not self or id(fs) in self._items_active:
+            return []
+        self._items_active.add(id(fs))
+        try:
+            items = []
+            for r in fs.returns:
+                items.extend(self.message_items(r, fs, None, depth + 1))
+            return items
+        finally:
+            self._items_active.discard(id(fs))
 
 
 def _targets_last(stmt: ast.stmt) -> bool:

@@ -195,6 +195,7 @@ class _Walker:
         self.pending_returns: list[tuple[Scope, str, bool]] = []
         self.strong = False  # saw a sink that only LLM code has (role dict, messages=...)
         self.scopes: list[Scope] = []
+        self.body_dicts: set[int] = set()  # dict literals already read as request bodies
 
     # -- bindings ---------------------------------------------------------------------
     def add(self, scope: Scope, name: str, b: Binding) -> None:
@@ -552,7 +553,7 @@ class _Walker:
             elif attr in _FILL_METHODS:
                 self.facts.template_fills.append((node, scope))
         for kw in node.keywords:
-            if kw.arg in _SINK_KEYWORDS:
+            if kw.arg in _SINK_KEYWORDS or kw.arg is None:
                 self.pending_calls.append((node, scope))
                 break
         return False
@@ -594,6 +595,7 @@ class _Walker:
             self.strong = True
         if body and any(_const_str(k) == "model" for k in keys):
             self.body_dict(node, scope)
+            self.body_dicts.add(id(node))
         return False
 
     def body_dict(self, node: Any, scope: Scope) -> None:
@@ -738,11 +740,7 @@ class _Walker:
             and func.value.attr == "responses"
         )
         parts: dict[str, ast.expr] = {}
-        for kw in node.keywords:
-            arg = kw.arg
-            if arg is None:
-                continue
-            value = kw.value
+        for arg, value in self.keyword_pairs(node, scope):
             if is_build:
                 if arg in tables.BUILD_PREFIX_LAYERS:
                     sinks.append(
@@ -782,6 +780,59 @@ class _Walker:
             facts.requests.append(
                 Request({k: parts[k] for k in _REQUEST_KEYS if k in parts}, scope, node)
             )
+
+    def keyword_pairs(self, node: ast.Call, scope: Scope) -> list[tuple[str, ast.expr]]:
+        """The keyword arguments of a call as ``(name, value)``, with those a ``**m`` splat
+        passes where ``m`` is a mapping the same function builds (:func:`splat_pairs`)."""
+        out: list[tuple[str, ast.expr]] = []
+        for kw in node.keywords:
+            if kw.arg is not None:
+                out.append((kw.arg, kw.value))
+            elif type(kw.value) is ast.Name:
+                out.extend(
+                    splat_pairs(self.facts, kw.value.id, scope, node.lineno, self.body_dicts)
+                )
+        return out
+
+
+def splat_pairs(
+    facts: ModuleFacts, name: str, scope: Scope, line: int, skip: set[int]
+) -> list[tuple[str, ast.expr]]:
+    """The ``(key, value)`` pairs of the mapping that the local ``name`` holds at ``line``
+    when the function ``scope`` builds it itself: ``m = {"k": v}`` / ``m = dict(k=v)``, then
+    ``m["k"] = v`` and ``m.update({"k": v})``, in source order (a later assignment of ``m``
+    starts over). String keys only; a dict literal in ``skip`` (already read as a request
+    body) gives none. Empty when ``name`` is a parameter or built elsewhere."""
+    pairs: dict[str, ast.expr] = {}
+    bl = [b for b in scope.bindings.get(name, ()) if b.line <= line]
+    for b in sorted(bl, key=lambda b: (b.line, b.col)):
+        v = b.value
+        if b.kind == ASSIGN:
+            pairs = {}
+            if type(v) is ast.Call and facts.qualname(v.func) == "builtins.dict":
+                pairs.update((kw.arg, kw.value) for kw in v.keywords if kw.arg is not None)
+                v = v.args[0] if len(v.args) == 1 else None
+            if type(v) is ast.Dict and id(v) not in skip:
+                pairs.update(_str_items(v))
+        elif b.kind == SETITEM and type(b.node) is ast.Assign:
+            key = _const_str(getattr(b.node.targets[0], "slice", None))
+            if key is not None:
+                pairs[key] = v
+        elif b.kind == UPDATE and type(v) is ast.Dict:
+            pairs.update(_str_items(v))
+        elif b.kind in (PARAM, OPAQUE, UNPACK, ITER, WITH):
+            return []
+    return list(pairs.items())
+
+
+def _str_items(d: ast.Dict) -> list[tuple[str, ast.expr]]:
+    """The string-keyed items of a dict literal, in order."""
+    out = []
+    for k, v in zip(d.keys, d.values):
+        ks = _const_str(k)
+        if ks is not None:
+            out.append((ks, v))
+    return out
 
 
 _HANDLERS = {

@@ -1,0 +1,212 @@
+"""A request sent as ``client.call(**kwargs)`` with the keyword arguments built in a dict,
+and message lists assembled from lists that functions and methods of the project return
+(``[system] + self.readonly() + [user]``, ``out += [...]``, ``.extend(...)``, a dataclass's
+``all_messages()``): small programs written for these tests (issue 28, the set-ordered file
+listing), each asserting the exact finding or its absence. Lines count from 1 at the first
+line of the dedented source."""
+
+from __future__ import annotations
+
+import textwrap
+
+from linters.config import LintConfig
+from linters.runner import lint_source
+
+
+def found(src: str) -> list[tuple[int, str, str]]:
+    text = textwrap.dedent(src).lstrip()
+    return [(f.line, f.code, f.severity) for f in lint_source(text, "t.py", LintConfig())]
+
+
+# A class whose listing() iterates a set of file names (the `for` on line 10 once dedented, with the
+# import on line 1); every program below appends its own request code to it.
+LISTING = """
+import litellm
+
+
+class Coder:
+    def __init__(self):
+        self.fnames = set()
+
+    def listing(self):
+        prompt = ""
+        for fname in self.fnames:
+            prompt += "\\n" + fname
+        return prompt
+"""
+
+EARLY_FILES = """
+    def ask(self, q):
+        msgs = [{"role": "system", "content": "Rules"},
+                {"role": "user", "content": "Files:" + self.listing()},
+                {"role": "assistant", "content": "Ok."},
+                {"role": "user", "content": q}]
+"""
+
+
+def test_kwargs_dict_call_splatted_into_the_request():
+    src = (
+        LISTING
+        + EARLY_FILES
+        + """
+        kwargs = dict(model="m", messages=msgs, temperature=0)
+        return litellm.completion(**kwargs)
+"""
+    )
+    # the set is iterated on line 10 (`for fname in self.fnames`); its order reaches the
+    # second message, which is before the last
+    assert found(src) == [(10, "PC003", "warning")]
+
+
+def test_kwargs_filled_key_by_key_then_splatted():
+    src = (
+        LISTING
+        + EARLY_FILES
+        + """
+        kwargs = {"temperature": 0}
+        kwargs["model"] = "m"
+        kwargs["messages"] = msgs
+        return litellm.completion(**kwargs)
+"""
+    )
+    assert found(src) == [(10, "PC003", "warning")]
+
+
+def test_kwargs_splat_of_an_unrelated_mapping_is_not_a_sink():
+    # the splatted dict carries only settings; the messages go by keyword: the set-ordered
+    # listing is in the last message only, so nothing is cached after it
+    src = (
+        LISTING
+        + """
+    def ask(self, q):
+        settings = dict(temperature=0, max_tokens=10)
+        last = [{"role": "user", "content": "Files:" + self.listing() + q}]
+        return litellm.completion(model="m", messages=last, **settings)
+"""
+    )
+    assert found(src) == []
+
+
+def test_kwargs_of_a_call_that_is_no_request_are_not_followed():
+    src = (
+        LISTING
+        + EARLY_FILES
+        + """
+        kwargs = dict(model="m", messages=msgs)
+        return print(**kwargs)
+"""
+    )
+    assert found(src) == []
+
+
+READONLY = """
+    def readonly(self):
+        out = []
+        text = self.listing()
+        if text:
+            out += [{"role": "user", "content": "Files:" + text},
+                    {"role": "assistant", "content": "Ok."}]
+        return out
+"""
+
+
+def test_list_returned_by_a_method_concatenated_into_the_messages():
+    src = (
+        LISTING
+        + READONLY
+        + """
+    def ask(self, q):
+        msgs = [{"role": "system", "content": "Rules"}] + self.readonly() + [
+            {"role": "user", "content": q}]
+        return litellm.completion(model="m", messages=msgs)
+"""
+    )
+    assert found(src) == [(10, "PC003", "warning")]
+
+
+def test_list_returned_by_a_method_extended_into_the_messages():
+    src = (
+        LISTING
+        + READONLY
+        + """
+    def ask(self, q):
+        msgs = [{"role": "system", "content": "Rules"}]
+        msgs.extend(self.readonly())
+        msgs += [{"role": "user", "content": q}]
+        return litellm.completion(model="m", messages=msgs)
+"""
+    )
+    assert found(src) == [(10, "PC003", "warning")]
+
+
+def test_method_list_as_the_last_message_is_not_reported():
+    # readonly() returns two messages; here they come last, and the set-ordered text sits
+    # in the first of them, which is before the last: still a prefix of the request
+    src = (
+        LISTING
+        + """
+    def tail(self, q):
+        return [{"role": "user", "content": q + self.listing()}]
+
+    def ask(self, q):
+        msgs = [{"role": "system", "content": "Rules"}] + self.tail(q)
+        return litellm.completion(model="m", messages=msgs)
+"""
+    )
+    # the listing is in the last message: nothing cached follows it
+    assert found(src) == []
+
+
+def test_messages_passed_through_methods_and_splatted():
+    # format() -> ask() -> send(messages) -> completion(**kwargs): the listing reaches
+    # the request through two calls and a kwargs dict
+    src = (
+        LISTING
+        + READONLY
+        + """
+    def format(self, q):
+        system = [{"role": "system", "content": "Rules"}]
+        return system + self.readonly() + [{"role": "user", "content": q}]
+
+    def send(self, messages):
+        kwargs = dict(model="m", messages=messages)
+        return litellm.completion(**kwargs)
+
+    def ask(self, q):
+        messages = self.format(q)
+        return self.send(messages)
+"""
+    )
+    assert found(src) == [(10, "PC003", "warning")]
+
+
+def test_dataclass_fields_summed_by_a_method():
+    src = """
+    from dataclasses import dataclass, field
+
+    import litellm
+
+
+    @dataclass
+    class Chunks:
+        system: list = field(default_factory=list)
+        files: list = field(default_factory=list)
+        cur: list = field(default_factory=list)
+
+        def all_messages(self):
+            return self.system + self.files + self.cur
+
+
+    class Coder:
+        def __init__(self):
+            self.fnames = set()
+
+        def ask(self, q):
+            chunks = Chunks()
+            chunks.system = [{"role": "system", "content": "Rules"}]
+            chunks.files = [{"role": "user", "content": "Files: " + ", ".join(self.fnames)}]
+            chunks.cur = [{"role": "user", "content": q}]
+            return litellm.completion(model="m", messages=chunks.all_messages())
+    """
+    # `", ".join(self.fnames)` on line 23 joins a set into the second of three messages
+    assert found(src) == [(23, "PC003", "warning")]
