@@ -7,7 +7,7 @@ import ast
 from typing import Any
 
 from linters.flow import tables
-from linters.flow.facts import ASSIGN, DEF, Binding, ModuleFacts, Scope
+from linters.flow.facts import ASSIGN, DEF, ITER, Binding, ModuleFacts, Scope
 
 
 def short(node: ast.AST, limit: int = 48) -> str:
@@ -65,13 +65,15 @@ class Resolver:
 
     def resolve(self, name: str, scope: Scope, line: int) -> list[Binding]:
         """Bindings of ``name`` visible from ``scope`` at ``line``: the nearest scope that
-        binds it; in the use's own scope, only bindings on earlier lines (all if none)."""
+        binds it; in the use's own scope, only bindings on earlier lines (all if none), and
+        a ``for`` loop's target only inside that loop (after it, the name holds one item,
+        and code that reuses the name rebinds it: ``for k in d: ...`` then ``k = m.get(...)``)."""
         s: Scope | None = scope
         while s is not None:
             bl = s.bindings.get(name)
             if bl:
                 if s is scope:
-                    before = [b for b in bl if b.line < line]
+                    before = [b for b in bl if b.line < line and not _loop_ended(b, line)]
                     return before or bl
                 return bl
             s = s.parent
@@ -252,6 +254,12 @@ class Resolver:
             and type(node.value) is str
             and tables.REQUEST_ID_RE.match(node.value) is not None
         )
+
+
+def _loop_ended(b: Binding, line: int) -> bool:
+    """``b`` binds a ``for`` loop's target and ``line`` comes after that loop."""
+    node = b.node
+    return b.kind == ITER and type(node) in (ast.For, ast.AsyncFor) and line > node.end_lineno
 
 
 def _static(fs: Scope) -> bool:

@@ -210,3 +210,33 @@ def test_dataclass_fields_summed_by_a_method():
     """
     # `", ".join(self.fnames)` on line 23 joins a set into the second of three messages
     assert found(src) == [(23, "PC003", "warning")]
+
+
+def test_a_loop_variable_reused_after_its_loop_does_not_carry_the_loop_order():
+    # a helper returning the history reordered: `key` walks the dict in the first loop, is
+    # rebound from each message in the second; the messages come in the history's order
+    src = """
+    import litellm
+
+
+    def pair(messages):
+        by_key = {}
+        for i, m in enumerate(messages):
+            by_key[m.get("id")] = i
+        paired = set()
+        for key in by_key:
+            paired.add(by_key[key])
+        out = []
+        for m in messages:
+            key = m.get("id")
+            if key in by_key:
+                out.append(messages[by_key[key]])
+        return out
+
+
+    def ask(history, q):
+        msgs = [{"role": "system", "content": "Rules"}] + pair(history) + [
+            {"role": "user", "content": q}]
+        return litellm.completion(model="m", messages=msgs)
+    """
+    assert found(src) == []
