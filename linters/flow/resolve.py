@@ -65,16 +65,18 @@ class Resolver:
 
     def resolve(self, name: str, scope: Scope, line: int) -> list[Binding]:
         """Bindings of ``name`` visible from ``scope`` at ``line``: the nearest scope that
-        binds it; in the use's own scope, only bindings on earlier lines (all if none), and
-        a ``for`` loop's target only inside that loop (after it, the name holds one item,
+        binds it; in the use's own scope, only bindings on earlier lines or of the
+        comprehension the use is in (all if none), and of those a ``for`` loop's target only
+        inside that loop where another binding remains (after it, the name holds one item,
         and code that reuses the name rebinds it: ``for k in d: ...`` then ``k = m.get(...)``)."""
         s: Scope | None = scope
         while s is not None:
             bl = s.bindings.get(name)
             if bl:
                 if s is scope:
-                    before = [b for b in bl if b.line < line and not _loop_ended(b, line)]
-                    return before or bl
+                    before = [b for b in bl if b.line < line or _in_comprehension(b, line)]
+                    live = [b for b in before if not _loop_ended(b, line)]
+                    return live or before or bl
                 return bl
             s = s.parent
         return []
@@ -260,6 +262,18 @@ def _loop_ended(b: Binding, line: int) -> bool:
     """``b`` binds a ``for`` loop's target and ``line`` comes after that loop."""
     node = b.node
     return b.kind == ITER and type(node) in (ast.For, ast.AsyncFor) and line > node.end_lineno
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def _in_comprehension(b: Binding, line: int) -> bool:
+    """``b`` binds a comprehension's target and ``line`` is inside that comprehension (its
+    target is read on the line where the comprehension starts)."""
+    node = b.node
+    return (
+        b.kind == ITER and type(node) in _COMPREHENSIONS and node.lineno <= line <= node.end_lineno
+    )
 
 
 def _static(fs: Scope) -> bool:
