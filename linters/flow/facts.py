@@ -63,7 +63,8 @@ class Binding:
 class Scope:
     """A module, function or class body.
 
-    Attributes: ``bindings`` name -> bindings in source order; ``params`` parameter names
+    Attributes: ``bindings`` name (or ``"obj.field"`` for a local object's field,
+    :mod:`linters.flow.fields`) -> bindings in source order; ``params`` parameter names
     in order (functions); ``param_notes`` name -> annotation node; ``returns`` return
     expressions; ``funcs`` functions defined directly in this body (methods for a class);
     ``self_attrs`` (class scopes) ``self.attr`` -> bindings from any method; ``cls`` the class

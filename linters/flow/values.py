@@ -21,7 +21,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from linters.flow.facts import APPEND, ASSIGN, AUG, DEEPSET, EXTEND, ModuleFacts, Scope
+from linters.flow.facts import APPEND, ASSIGN, AUG, DEEPSET, EXTEND, Binding, ModuleFacts, Scope
+from linters.flow.fields import method_items
 from linters.flow.hazards import (
     HAZARD_JSON,
     HAZARD_PARAM,
@@ -99,42 +100,47 @@ class Evaluator(HazardMixin, SegmentMixin, LiteralMixin, Resolver):
                 return self.message_items(func.value, scope, line, depth + 1)
             return self._returned_items(node, scope, depth)
         if t is ast.Name:
-            bindings = self.resolve(node.id, scope, line or node.lineno)
-            bindings = sorted(bindings, key=lambda b: (b.line, b.col))
-            items = []
-            for b in bindings:
-                if b.kind == ASSIGN:
-                    items.extend(self.message_items(b.value, b.scope, b.line, depth + 1))
-                elif b.kind == APPEND:
-                    call = b.node
-                    if (
-                        type(call) is ast.Call
-                        and getattr(call.func, "attr", None) == "insert"
-                        and len(call.args) == 2
-                    ):
-                        # list.insert semantics; an unknown index counts as the front
-                        idx = call.args[0]
-                        pos = (
-                            idx.value if type(idx) is ast.Constant and type(idx.value) is int else 0
-                        )
-                        items.insert(pos, (b.value, b.scope, b.in_loop))
-                    else:
-                        items.append((b.value, b.scope, b.in_loop))
-                elif b.kind in (EXTEND, AUG):
-                    items.extend(
-                        (e, s, b.in_loop or r)
-                        for e, s, r in self.message_items(b.value, b.scope, b.line, depth + 1)
-                    )
-                elif b.kind == DEEPSET and not _targets_last(b.node):
-                    # ``messages[0]["content"] += ...`` changes an earlier message
-                    items.insert(0, (b.value, b.scope, True))
-            return items
+            return self.binding_items(self.resolve(node.id, scope, line or node.lineno), depth)
         return []
+
+    def binding_items(self, bindings: list[Binding], depth: int) -> Any:
+        """The messages a list gets from its ``bindings`` (assignments, ``append``/``insert``,
+        ``extend``/``+=``, element writes), in source order; see :meth:`message_items`."""
+        items: list[Any] = []
+        for b in sorted(bindings, key=lambda b: (b.line, b.col)):
+            if b.kind == ASSIGN:
+                items.extend(self.message_items(b.value, b.scope, b.line, depth + 1))
+            elif b.kind == APPEND:
+                call = b.node
+                if (
+                    type(call) is ast.Call
+                    and getattr(call.func, "attr", None) == "insert"
+                    and len(call.args) == 2
+                ):
+                    # list.insert semantics; an unknown index counts as the front
+                    idx = call.args[0]
+                    pos = idx.value if type(idx) is ast.Constant and type(idx.value) is int else 0
+                    items.insert(pos, (b.value, b.scope, b.in_loop))
+                else:
+                    items.append((b.value, b.scope, b.in_loop))
+            elif b.kind in (EXTEND, AUG):
+                items.extend(
+                    (e, s, b.in_loop or r)
+                    for e, s, r in self.message_items(b.value, b.scope, b.line, depth + 1)
+                )
+            elif b.kind == DEEPSET and not _targets_last(b.node):
+                # ``messages[0]["content"] += ...`` changes an earlier message
+                items.insert(0, (b.value, b.scope, True))
+        return items
 
     def _returned_items(self, call: ast.Call, scope: Scope, depth: int) -> Any:
         """The messages a call to a function or method of this module returns, from its
-        ``return`` expressions (``[system] + self.readonly() + [user]``); empty for other
-        calls and for a function already being read (recursion)."""
+        ``return`` expressions (``[system] + self.readonly() + [user]``), or that a method
+        of an object sums from fields its makers set (:func:`linters.flow.fields.method_items`);
+        empty for other calls and for a function already being read (recursion)."""
+        got = method_items(self, call, scope, depth)
+        if got is not None:
+            return got
         fs, _bound, owner = self.callee_any(call, scope)
         if fs is None or owner is not self or id(fs) in self._items_active:
             return []

@@ -238,6 +238,13 @@ class _Walker:
             if type(base) is ast.Name and base.id == "self" and scope.cls is not None:
                 b = Binding(kind, value, scope, node.lineno, node.col_offset, loops, node)
                 scope.cls.self_attrs.setdefault(target.attr, []).append(b)
+            elif type(base) is ast.Name and base.id != "self":
+                # ``obj.field = v``: a field of a local object (linters.flow.fields)
+                self.add(
+                    scope,
+                    f"{base.id}.{target.attr}",
+                    Binding(kind, value, scope, node.lineno, node.col_offset, loops, node),
+                )
         elif t is ast.Subscript:
             base = target.value
             k = SETITEM if kind in (ASSIGN, AUG) else kind
@@ -537,6 +544,12 @@ class _Walker:
                     scope.cls.self_attrs.setdefault(recv.attr, []).append(
                         Binding(kind, value, scope, node.lineno, node.col_offset, loops, node)
                     )
+                elif rt is ast.Attribute and type(recv.value) is ast.Name:
+                    self.add(  # ``obj.field.append(v)`` (linters.flow.fields)
+                        scope,
+                        f"{recv.value.id}.{recv.attr}",
+                        Binding(kind, value, scope, node.lineno, node.col_offset, loops, node),
+                    )
             if type(recv) is ast.Name:  # self.m(...), Cls.m(...), module.f(...)
                 key = ("self." if recv.id == "self" else recv.id + ".") + attr
                 lst = calls.get(key)
@@ -683,7 +696,7 @@ class _Walker:
         bindings to the scope that owns the name."""
         for fs in self.scopes:
             for name, bl in list(fs.bindings.items()):
-                if any(b.kind not in _MUTATION_KINDS for b in bl):
+                if "." in name or any(b.kind not in _MUTATION_KINDS for b in bl):
                     continue
                 owner = fs.parent
                 while owner is not None and name not in owner.bindings:

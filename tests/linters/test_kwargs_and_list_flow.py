@@ -240,3 +240,24 @@ def test_a_loop_variable_reused_after_its_loop_does_not_carry_the_loop_order():
         return litellm.completion(model="m", messages=msgs)
     """
     assert found(src) == []
+
+
+def test_a_comprehension_target_read_on_its_own_line_is_the_comprehension_binding():
+    # `agent_id` in the one-line comprehension is its own target (sorted: a stable order),
+    # not the loop over `index.items()` further down, nor the first loop's target
+    src = """
+    import litellm
+
+
+    def ask(agent_ids, q):
+        index = {}
+        for agent_id in agent_ids:
+            index[agent_id] = 0
+        options = [agent_id for agent_id in sorted(agent_ids)]
+        msgs = [{"role": "system", "content": "Pick one of: " + ", ".join(options)},
+                {"role": "user", "content": q}]
+        for agent_id, n in index.items():
+            print(agent_id, n)
+        return litellm.completion(model="m", messages=msgs)
+    """
+    assert found(src) == []
