@@ -37,6 +37,7 @@ class Project:
         self._entries: list[tuple[Any, bytes]] = []  # (evaluator or maker, source)
         self.store_index: Any = None  # linters.flow.stores.StoreIndex, made on first use
         self.sentinels: frozenset[str] | None = None  # split markers (linters.flow.sentinels)
+        self._methods: dict[str, list[tuple[Any, Scope]]] | None = None
 
     def add(self, rel_path: str, ev: Any, source: bytes = b"") -> None:
         """Register ``ev`` (a :class:`linters.flow.values.Evaluator`, or a function of no
@@ -76,6 +77,24 @@ class Project:
                 return ev, scope
             return None
         return None
+
+    def methods(self, name: str) -> list[tuple[Any, Scope]]:
+        """``(evaluator, method scope)`` of every method called ``name`` that a top-level
+        class of an analysed module defines (modules made lazily are not indexed: a module
+        that sends a request always has the words that get it analysed)."""
+        if self._methods is None:
+            index: dict[str, list[tuple[Any, Scope]]] = {}
+            for ev, _source in self._entries:
+                if callable(ev):
+                    continue
+                for cls in ev.facts.module.funcs.values():
+                    if cls.kind != "class":
+                        continue
+                    for m in cls.funcs.values():
+                        if m.kind == "function":
+                            index.setdefault(m.name, []).append((ev, m))
+            self._methods = index
+        return self._methods.get(name, [])
 
     def evaluators(self, word: bytes) -> Any:
         """The evaluator of every module whose source contains ``word`` (any case), made

@@ -13,8 +13,8 @@ import ast
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from linters.flow.facts import ASSIGN, MESSAGES, PARAM, PROMPT, ROLE, Scope, Sink
-from linters.flow.resolve import is_template
+from linters.flow.facts import ASSIGN, IMPORT, MESSAGES, PARAM, PROMPT, ROLE, WITH, Scope, Sink
+from linters.flow.resolve import is_static, is_template
 from linters.flow.values import HAZARD_PARAM, Evaluator, Hazard
 
 
@@ -26,16 +26,22 @@ class Reach(NamedTuple):
     via: str | None
 
 
-def prefix_reaches(ev: Evaluator) -> list[Reach]:
-    """All hazards reaching a cached prefix in the module, de-duplicated by (kind, node)."""
+def prefix_reaches(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]:
+    """All hazards reaching a cached prefix in the module, de-duplicated by (kind, node).
+    With ``seeds`` (``(expr, scope, sink, hop)``: message lists this module passes to a
+    function of another module that sends them, see :func:`incoming`), those lists only."""
     facts = ev.facts
     out: list[Reach] = []
     last_ids: set[int] = set()
     pending: list[tuple[Scope, str, Sink, str | None, bool]] = []
     seen_params: set[tuple[int, str, bool]] = set()
 
-    param_sinks = ev.param_sinks = {}
-    ev.param_sink_names = set()
+    if seeds is None:
+        ev.param_sinks = {}
+        ev.param_msg_sinks = {}
+        ev.param_sink_names = set()
+    param_sinks = ev.param_sinks if ev.param_sinks is not None else {}
+    param_msg_sinks = ev.param_msg_sinks
 
     def take(hs: Iterable[Hazard], sink: Sink, via: str | None, messages: bool = False) -> None:
         for h in hs:
@@ -44,6 +50,8 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
                 if not messages:
                     param_sinks.setdefault((id(fs), pname), []).append((sink, via))
                     ev.param_sink_names.add(fs.name)
+                else:
+                    param_msg_sinks.setdefault((id(fs), pname), []).append((sink, via))
                 key = (id(fs), pname, messages)
                 if key not in seen_params:
                     seen_params.add(key)
@@ -54,8 +62,10 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
     def messages_sink(expr: Any, scope: Scope, sink: Sink, via: str | None) -> None:
         if type(expr) is ast.Name:
             bl = ev.resolve(expr.id, scope, expr.lineno)
+            param = next((b for b in bl if b.kind == PARAM), None)
+            if param is not None:  # the caller's list (also when reassigned from it)
+                take((Hazard(HAZARD_PARAM, expr, (param.scope, expr.id)),), sink, via, True)
             if bl and all(b.kind == PARAM for b in bl):
-                take((Hazard(HAZARD_PARAM, expr, (bl[0].scope, expr.id)),), sink, via, True)
                 return
         items = message_items(ev, expr, scope)
         if not items:
@@ -68,6 +78,10 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
             take(ev.hazards(_content(e), s), sink, via)
 
     sinks = sorted(facts.sinks, key=lambda s: (s.kind == ROLE, s.kind != MESSAGES))
+    if seeds is not None:
+        sinks = []
+        for expr, scope, sink, hop in seeds:
+            messages_sink(expr, scope, sink, hop)
     for sink in sinks:
         if sink.kind == MESSAGES:
             messages_sink(sink.expr, sink.scope, sink, None)
@@ -139,25 +153,41 @@ def reaches_of(ev: Evaluator) -> list[Reach]:
     if got is None:
         ev.reaches_cache = []  # cycle guard: modules calling each other
         got = prefix_reaches(ev)
-        got += incoming(ev)
+        seeds: list[Any] = []
+        got += incoming(ev, seeds)
+        if seeds:
+            got += prefix_reaches(ev, seeds)
         ev.reaches_cache = got
     return got
 
 
-def incoming(ev: Evaluator) -> list[Reach]:
+def incoming(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]:
     """Hazards this module passes as arguments to functions of other modules of the
     project whose parameter reaches a cached prefix there (the system prompt built in
-    ``b.py`` from a parameter, called from ``a.py`` with a clock)."""
+    ``b.py`` from a parameter, called from ``a.py`` with a clock). Message lists passed to
+    a function of another module that sends them in a request are added to ``seeds``
+    (``(argument, scope, sink, hop)``, for :func:`prefix_reaches`), also through a method
+    call whose receiver cannot be told when exactly one class of the project defines a
+    method of that name and it sends that parameter (:func:`_sender`)."""
     if ev.project is None:
         return []
     out: list[Reach] = []
     for sites in ev.facts.calls.values():
         for call, scope in sites:
             fs, bound, owner = ev.callee_any(call, scope)
-            if fs is None or owner is None or owner is ev:
+            if fs is None:
+                fs, bound, owner = _sender(ev, call, scope)
+                if fs is None:
+                    continue
+                if getattr(owner, "param_sinks", None) is None:
+                    reaches_of(owner)
+                _message_seeds(ev, call, scope, fs, bound, owner, seeds)
+                continue
+            if owner is None or owner is ev:
                 continue
             if getattr(owner, "param_sinks", None) is None:
                 reaches_of(owner)
+            _message_seeds(ev, call, scope, fs, bound, owner, seeds)
             for pname in fs.params:
                 for sink, via in owner.param_sinks.get((id(fs), pname), ()):
                     arg = ev.arg_for(call, fs, pname, bound)
@@ -170,6 +200,65 @@ def incoming(ev: Evaluator) -> list[Reach]:
                         if h.kind != HAZARD_PARAM:
                             out.append(Reach(h, sink, hop))
     return out
+
+
+def _message_seeds(
+    ev: Evaluator,
+    call: ast.Call,
+    scope: Scope,
+    fs: Scope,
+    bound: bool,
+    owner: Any,
+    seeds: list[Any] | None,
+) -> None:
+    """Add to ``seeds`` the arguments of ``call`` for parameters of ``fs`` (a function of
+    the module ``owner``) that ``owner`` sends as a request's message list."""
+    if seeds is None or owner is ev:
+        return
+    for pname in fs.params:
+        for sink, via in owner.param_msg_sinks.get((id(fs), pname), ()):
+            arg = ev.arg_for(call, fs, pname, bound)
+            if arg is None:
+                continue
+            hop = f"passed to `{fs.name}()` as `{pname}` ({owner.path})"
+            seeds.append((arg, scope, sink, f"{hop}, {via}" if via else hop))
+
+
+def _sender(ev: Evaluator, call: ast.Call, scope: Scope) -> tuple[Any, bool, Any]:
+    """For ``x.m(...)`` whose receiver the linter cannot tell (a parameter, an attribute
+    set from one): the one method named ``m`` that a class of the project defines, when its
+    module sends one of its parameters as a request's message list; ``(None, False, None)``
+    otherwise, and for a receiver that is an imported name or an object made by a call
+    outside the project (``ws = websocket.connect(...)``)."""
+    none = (None, False, None)
+    func = call.func
+    project = ev.project
+    if type(func) is not ast.Attribute or project is None or not call.args:
+        return none
+    root = func.value
+    while type(root) is ast.Attribute:
+        root = root.value
+    if type(root) is not ast.Name or root.id in ev.facts.imports:
+        return none
+    for b in ev.resolve(root.id, scope, call.lineno):
+        if b.kind == IMPORT or (
+            b.kind in (ASSIGN, WITH) and type(b.value) is ast.Call and _outside(ev, b.value)
+        ):
+            return none
+    found = project.methods(func.attr)
+    if len(found) != 1:
+        return none
+    owner, fs = found[0]
+    if owner is ev or is_static(fs):
+        return none
+    return fs, True, owner
+
+
+def _outside(ev: Evaluator, call: ast.Call) -> bool:
+    """A call of a dotted name that is imported from outside the project."""
+    q = ev.facts.qualname(call.func) or ""
+    head = q.partition(".")[0]
+    return head in ev.facts.imports and ev.project.lookup(q) is None
 
 
 def _text_built_here(ev: Evaluator, arg: Any, scope: Scope) -> bool:

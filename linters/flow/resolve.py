@@ -52,6 +52,8 @@ class Resolver:
         # (function scope id, parameter) -> [(sink, hop)]: parameters that reach a cached
         # prefix of this module (set by linters.flow.reach.prefix_reaches)
         self.param_sinks: dict[tuple[int, str], list[Any]] | None = None
+        # the same for parameters that are a message list sent in a request of this module
+        self.param_msg_sinks: dict[tuple[int, str], list[Any]] = {}
         self.reaches_cache: list[Any] | None = None
         self.store_index: Any = None  # linters.flow.stores.StoreIndex of a lone module
         self.param_sink_names: set[str] = set()  # names of the functions in param_sinks
@@ -274,6 +276,11 @@ def _in_comprehension(b: Binding, line: int) -> bool:
     return (
         b.kind == ITER and type(node) in _COMPREHENSIONS and node.lineno <= line <= node.end_lineno
     )
+
+
+def is_static(fs: Scope) -> bool:
+    """A ``@staticmethod`` (no ``self``/``cls`` bound when called)."""
+    return _static(fs)
 
 
 def _static(fs: Scope) -> bool:

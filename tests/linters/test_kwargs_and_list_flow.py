@@ -8,7 +8,9 @@ line of the dedented source."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
+from linters import lint_paths
 from linters.config import LintConfig
 from linters.runner import lint_source
 
@@ -261,3 +263,74 @@ def test_a_comprehension_target_read_on_its_own_line_is_the_comprehension_bindin
         return litellm.completion(model="m", messages=msgs)
     """
     assert found(src) == []
+
+
+MODEL = """
+import litellm
+
+
+class Model:
+    def __init__(self, name):
+        self.name = name
+
+    def send_completion(self, messages, temperature=None):
+        kwargs = dict(model=self.name)
+        if temperature is not None:
+            kwargs["temperature"] = temperature
+        kwargs["messages"] = messages
+        return litellm.completion(**kwargs)
+"""
+
+CODER = """
+class Coder:
+    def __init__(self, main_model):
+        self.main_model = main_model
+        self.fnames = set()
+
+    def listing(self):
+        return "\\n".join(self.fnames)
+
+    def format_messages(self, q):
+        return [{"role": "system", "content": "Rules"},
+                {"role": "user", "content": "Files:\\n" + self.listing()},
+                {"role": "assistant", "content": "Ok."},
+                {"role": "user", "content": q}]
+
+    def send(self, messages, model=None):
+        if not model:
+            model = self.main_model
+        return model.send_completion(messages, 0)
+
+    def ask(self, q):
+        messages = self.format_messages(q)
+        return self.send(messages)
+"""
+
+
+def _project(tmp_path: Path, coder: str) -> list[tuple[str, int, str, str]]:
+    pkg = tmp_path / "app"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models.py").write_text(MODEL.lstrip())
+    (pkg / "coder.py").write_text(coder.lstrip())
+    report = lint_paths([tmp_path], LintConfig(root=tmp_path))
+    return [(Path(f.path).name, f.line, f.code, f.severity) for f in report.findings]
+
+
+def test_messages_sent_by_a_method_of_another_module_through_an_untyped_receiver(tmp_path):
+    # Coder.send() calls model.send_completion(messages, 0) on a model it was handed
+    # (no type); Model.send_completion in models.py is the project's only method of that
+    # name and puts its `messages` parameter into the request (kwargs["messages"]): the
+    # set joined on line 7 of coder.py reaches the second of four messages
+    assert _project(tmp_path, CODER) == [("coder.py", 7, "PC003", "warning")]
+
+
+def test_an_untyped_receiver_made_by_a_library_call_is_not_followed(tmp_path):
+    # the same call on an object that a library makes (`websocket.connect()`): not the
+    # project's method, even though the name matches
+    coder = CODER.replace(
+        "        if not model:\n            model = self.main_model\n",
+        "        model = websocket.connect('ws://x')\n",
+    )
+    coder = "import websocket\n" + coder
+    assert _project(tmp_path, coder) == []
