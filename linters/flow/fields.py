@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from linters.flow.facts import ASSIGN, Scope
+from linters.flow.facts import ASSIGN, DEEPSET, DEF, Scope
 
 _MAX_RETURNS = 4  # functions followed back to where the object is made
 
@@ -30,14 +30,15 @@ def object_of(
     before ``line`` set its fields. None when the object cannot be told."""
     if depth > _MAX_RETURNS or name.id == "self":
         return None
-    bl = ev.resolve(name.id, scope, line)
+    # writes into its fields' elements (``obj.cur[-1] = ...``) do not rebind the name
+    bl = [b for b in ev.resolve(name.id, scope, line) if b.kind != DEEPSET]
     if len(bl) != 1 or bl[0].kind != ASSIGN or type(bl[0].value) is not ast.Call:
         return None
     b = bl[0]
     here = (b.scope, name.id, line)
-    cls, owner = ev.instance_class(name, scope, line)
-    if cls is not None:
-        return cls, owner, [here]
+    made = _class_called(ev, b.value, b.scope)
+    if made is not None:
+        return made[0], made[1], [here]
     fs, _bound, fowner = ev.callee_any(b.value, b.scope)
     if fs is None or fowner is not ev:
         return None
@@ -47,6 +48,19 @@ def object_of(
             if got is not None:
                 return got[0], got[1], got[2] + [here]
     return None
+
+
+def _class_called(ev: Any, call: ast.Call, scope: Scope) -> tuple[Scope, Any] | None:
+    """``(class scope, its module's evaluator)`` when ``call`` makes an instance of a class
+    of this module or one imported from the project."""
+    ctor = call.func
+    if type(ctor) is ast.Name:
+        for b in ev.resolve(ctor.id, scope, call.lineno):
+            if b.kind == DEF and type(b.value) is ast.ClassDef:
+                cls = ev.function_scope(b.value)
+                return (cls, ev) if cls is not None else None
+    found = ev.project_def(ctor, "class")
+    return (found[1], found[0]) if found is not None else None
 
 
 def method_items(ev: Any, call: ast.Call, scope: Scope, depth: int) -> list[Any] | None:

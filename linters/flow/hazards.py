@@ -68,11 +68,23 @@ class Hazard(NamedTuple):
     origin: Any = None
     partial: bool = False  # volatile on one code path only (another binding is stable)
     past_mark: bool = False  # placed after a marker the project splits its cached block at
+    unordered: bool = False  # PARAM: reaches the value only through a set or sorted(...)
 
 
 def _past_mark(hs: Any) -> tuple[Hazard, ...]:
     """``hs`` with every volatile hazard marked as placed after a split marker."""
     return tuple(h._replace(past_mark=True) if h.kind == HAZARD_VOLATILE else h for h in hs)
+
+
+def unordered(hs: Any) -> list[Hazard]:
+    """``hs`` of a value that reaches a prefix only through ``set(...)``/``sorted(...)``
+    (or a number): its iteration order does not (set and view hazards dropped), and a
+    parameter among them is marked so that a caller's argument is read the same way."""
+    return [
+        h._replace(unordered=True) if h.kind == HAZARD_PARAM else h
+        for h in hs
+        if h.kind not in (HAZARD_SET, HAZARD_VIEW)
+    ]
 
 
 def rerate(hs: Any, rate: str) -> tuple[Hazard, ...]:
@@ -367,13 +379,10 @@ class HazardMixin(SegmentMixin):
         if q is not None:
             if q in tables.SANITIZING_CALLS:
                 return ()
-            if q in tables.ORDERING_CALLS:
-                return [
-                    h
-                    for a in args
-                    for h in self.hazards(a, scope)
-                    if h.kind not in (HAZARD_SET, HAZARD_VIEW)
-                ]
+            if q in tables.ORDERING_CALLS or q in tables.SET_CONSTRUCTORS:
+                # sorted(...) fixes the order; set(...) has its own, whatever its input's
+                # (reported where the set is iterated)
+                return unordered(h for a in args for h in self.hazards(a, scope))
             mode = tables.JSON_DUMPS.get(q)
             if mode is not None:
                 return self._h_json(node, q, mode, scope)
@@ -475,7 +484,8 @@ class HazardMixin(SegmentMixin):
                     if h.kind == HAZARD_PARAM and h.detail[0] is fs:
                         arg = self.arg_for(node, fs, h.detail[1], bound)
                         if arg is not None:
-                            out.extend(self.hazards(arg, scope))
+                            got = self.hazards(arg, scope)
+                            out.extend(unordered(got) if h.unordered or scalar else got)
                     elif (
                         h.kind == HAZARD_PARAM
                         and recv is not None

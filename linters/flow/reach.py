@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from linters.flow.facts import ASSIGN, IMPORT, MESSAGES, PARAM, PROMPT, ROLE, WITH, Scope, Sink
+from linters.flow.hazards import unordered
 from linters.flow.resolve import is_static, is_template
 from linters.flow.values import HAZARD_PARAM, Evaluator, Hazard
 
@@ -33,8 +34,8 @@ def prefix_reaches(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]
     facts = ev.facts
     out: list[Reach] = []
     last_ids: set[int] = set()
-    pending: list[tuple[Scope, str, Sink, str | None, bool]] = []
-    seen_params: set[tuple[int, str, bool]] = set()
+    pending: list[tuple[Scope, str, Sink, str | None, bool, bool]] = []
+    seen_params: set[tuple[int, str, bool, bool]] = set()
 
     if seeds is None:
         ev.param_sinks = {}
@@ -48,14 +49,14 @@ def prefix_reaches(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]
             if h.kind == HAZARD_PARAM:
                 fs, pname = h.detail
                 if not messages:
-                    param_sinks.setdefault((id(fs), pname), []).append((sink, via))
+                    param_sinks.setdefault((id(fs), pname), []).append((sink, via, h.unordered))
                     ev.param_sink_names.add(fs.name)
                 else:
                     param_msg_sinks.setdefault((id(fs), pname), []).append((sink, via))
-                key = (id(fs), pname, messages)
+                key = (id(fs), pname, messages, h.unordered)
                 if key not in seen_params:
                     seen_params.add(key)
-                    pending.append((fs, pname, sink, via, messages))
+                    pending.append((fs, pname, sink, via, messages, h.unordered))
             elif not (h.past_mark and single_turn(ev, sink)):
                 out.append(Reach(h, sink, via))
 
@@ -95,7 +96,7 @@ def prefix_reaches(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]
 
     # Carry parameters back to the callers, transitively.
     while pending:
-        fs, pname, sink, via, messages = pending.pop()
+        fs, pname, sink, via, messages, unordered_only = pending.pop()
         sites = list(facts.calls.get(fs.name, ()))
         if fs.cls is not None:
             sites += facts.calls.get("self." + fs.name, [])
@@ -110,7 +111,8 @@ def prefix_reaches(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]
             if messages:
                 messages_sink(arg, cscope, sink, hop)
             else:
-                take(ev.hazards(arg, cscope), sink, hop)
+                hs = ev.hazards(arg, cscope)
+                take(unordered(hs) if unordered_only else hs, sink, hop)
 
     unique: dict[tuple[str, int, int], Reach] = {}
     for r in out:  # one per use and root cause (a clock and a stored note may share a use)
@@ -189,14 +191,15 @@ def incoming(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]:
                 reaches_of(owner)
             _message_seeds(ev, call, scope, fs, bound, owner, seeds)
             for pname in fs.params:
-                for sink, via in owner.param_sinks.get((id(fs), pname), ()):
+                for sink, via, unordered_only in owner.param_sinks.get((id(fs), pname), ()):
                     arg = ev.arg_for(call, fs, pname, bound)
                     if arg is None or not _text_built_here(ev, arg, scope):
                         continue
                     hop = f"passed to `{fs.name}()` as `{pname}` ({owner.path})"
                     if via:
                         hop += f", {via}"
-                    for h in ev.hazards(arg, scope):
+                    hs = ev.hazards(arg, scope)
+                    for h in unordered(hs) if unordered_only else hs:
                         if h.kind != HAZARD_PARAM:
                             out.append(Reach(h, sink, hop))
     return out
@@ -258,7 +261,7 @@ def _outside(ev: Evaluator, call: ast.Call) -> bool:
     """A call of a dotted name that is imported from outside the project."""
     q = ev.facts.qualname(call.func) or ""
     head = q.partition(".")[0]
-    return head in ev.facts.imports and ev.project.lookup(q) is None
+    return head in ev.facts.imports and ev.project_lookup(q) is None
 
 
 def _text_built_here(ev: Evaluator, arg: Any, scope: Scope) -> bool:

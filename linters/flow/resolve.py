@@ -4,6 +4,7 @@ a call reaches, the argument it passes for a parameter, and volatile calls."""
 from __future__ import annotations
 
 import ast
+from pathlib import PurePosixPath
 from typing import Any
 
 from linters.flow import tables
@@ -145,13 +146,30 @@ class Resolver:
         qual = self.facts.qualname(func)
         if not qual or qual.startswith("builtins.") or "." not in qual:
             return None, False, None
-        found = self.project.lookup(qual)
+        found = self.project_lookup(qual)
         if found is None:
             return None, False, None
         ev, target = found
         if target.kind != "function" or ev is self:
             return None, False, None
         return target, target.cls is not None and not _static(target), ev
+
+    def project_lookup(self, qual: str) -> tuple[Any, Scope] | None:
+        """:meth:`linters.flow.project.Project.lookup` of a dotted name of this module, a
+        relative one (``.chat_chunks.Chunks`` from ``from .chat_chunks import Chunks``)
+        made absolute from this module's path (``pkg/coders/base.py`` -> package
+        ``pkg.coders``)."""
+        if qual.startswith("."):
+            level = len(qual) - len(qual.lstrip("."))
+            pkg = list(PurePosixPath(self.path).parent.parts)
+            if level > 1:
+                pkg = pkg[: len(pkg) - (level - 1)] if level - 1 <= len(pkg) else []
+            rest = qual[level:]
+            qual = ".".join([*pkg, rest]) if rest else ".".join(pkg)
+            if not pkg or not rest:
+                return None
+        found: tuple[Any, Scope] | None = self.project.lookup(qual)
+        return found
 
     def project_def(self, ref: ast.AST, kind: str) -> tuple[Any, Scope] | None:
         """``(evaluator of its module, scope)`` of the class or function (``kind``: ``"class"``
@@ -163,7 +181,7 @@ class Resolver:
         qual = self.facts.qualname(ref)
         if not qual or "." not in qual or qual.startswith("builtins."):
             return None
-        found = self.project.lookup(qual)
+        found = self.project_lookup(qual)
         if found is None or found[1].kind != kind:
             return None
         return found[0], found[1]

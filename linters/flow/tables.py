@@ -344,6 +344,10 @@ def is_request_call(func: object, qual: str) -> bool:
 
     if qual in REQUEST_FUNCTIONS:
         return True
+    if ".".join(qual.split(".")[-2:]) in REQUEST_FUNCTIONS:
+        # the SDK module re-exported by the project or held by an object:
+        # ``from pkg.llm import litellm`` (a lazy-import proxy), ``self.litellm.completion``
+        return True
     if isinstance(func, ast.Attribute):
         if func.attr in REQUEST_METHODS:
             recv = func.value

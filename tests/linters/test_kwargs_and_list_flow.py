@@ -334,3 +334,117 @@ def test_an_untyped_receiver_made_by_a_library_call_is_not_followed(tmp_path):
     )
     coder = "import websocket\n" + coder
     assert _project(tmp_path, coder) == []
+
+
+LAZY = """
+import importlib
+
+
+class LazyModule:
+    def __getattr__(self, name):
+        return getattr(importlib.import_module("litellm"), name)
+
+
+litellm = LazyModule()
+"""
+
+
+def test_the_sdk_module_re_exported_by_a_lazy_import_proxy(tmp_path):
+    # `from .llm import litellm` (a proxy that imports litellm on first use) is litellm:
+    # `litellm.completion(**kwargs)` is still the request
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "llm.py").write_text(LAZY.lstrip())
+    model = MODEL.replace("import litellm", "from .llm import litellm")
+    assert model != MODEL
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "models.py").write_text(model.lstrip())
+    (tmp_path / "app" / "coder.py").write_text(CODER.lstrip())
+    report = lint_paths([tmp_path], LintConfig(root=tmp_path))
+    got = [(Path(f.path).name, f.line, f.code, f.severity) for f in report.findings]
+    assert got == [("coder.py", 7, "PC003", "warning")]
+
+
+CHUNKS = """
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Chunks:
+    system: list = field(default_factory=list)
+    files: list = field(default_factory=list)
+    cur: list = field(default_factory=list)
+
+    def all_messages(self):
+        return self.system + self.files + self.cur
+"""
+
+CHUNK_CODER = """
+import litellm
+
+from .chunks import Chunks
+
+
+class Coder:
+    def __init__(self):
+        self.fnames = set()
+
+    def files_messages(self):
+        out = []
+        for fname in self.fnames:
+            out.append({"role": "user", "content": "File: " + fname})
+        return out
+
+    def format(self, q):
+        chunks = Chunks()
+        chunks.system = [{"role": "system", "content": "Rules"}]
+        chunks.files = self.files_messages()
+        chunks.cur = [{"role": "user", "content": q}]
+        chunks.cur[-1]["content"] = q.strip()
+        return chunks
+
+    def ask(self, q):
+        chunks = self.format(q)
+        messages = chunks.all_messages()
+        return litellm.completion(model="m", messages=messages)
+"""
+
+
+def test_dataclass_of_another_module_filled_by_a_function_that_returns_it(tmp_path):
+    # Chunks (chunks.py, imported relatively) sums its fields; format() fills them and
+    # returns the object; the file messages come from a loop over a set (coder.py line 12)
+    pkg = tmp_path / "app"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "chunks.py").write_text(CHUNKS.lstrip())
+    (pkg / "coder.py").write_text(CHUNK_CODER.lstrip())
+    report = lint_paths([tmp_path], LintConfig(root=tmp_path))
+    got = [(Path(f.path).name, f.line, f.code, f.severity) for f in report.findings]
+    assert got == [("coder.py", 12, "PC003", "warning")]
+
+
+def test_a_caller_argument_that_reaches_the_prefix_only_through_sorted_set():
+    # the question's words come in set order (line 19), but the system message reads
+    # them only as sorted(set(...)) of the stored messages: their order never reaches it
+    src = """
+    import litellm
+
+
+    class Bot:
+        def __init__(self):
+            self.cur = []
+
+        def known_words(self):
+            text = " ".join(m["content"] for m in self.cur)
+            return sorted(set(text.split()))
+
+        def ask(self, q):
+            self.cur += [{"role": "user", "content": q}]
+            msgs = [{"role": "system", "content": "Known: " + ", ".join(self.known_words())},
+                    {"role": "user", "content": q}]
+            return litellm.completion(model="m", messages=msgs)
+
+        def run(self, words):
+            q = " ".join(list(set(words)))
+            return self.ask(q)
+    """
+    assert found(src) == []
