@@ -68,16 +68,20 @@ class Resolver:
 
     def resolve(self, name: str, scope: Scope, line: int) -> list[Binding]:
         """Bindings of ``name`` visible from ``scope`` at ``line``: the nearest scope that
-        binds it; in the use's own scope, only bindings on earlier lines or of the
-        comprehension the use is in (all if none), and of those a ``for`` loop's target only
-        inside that loop where another binding remains (after it, the name holds one item,
+        binds it; in the use's own scope, the target of the comprehension the use is in
+        (Python 3 gives it its own scope), else only bindings on earlier lines (all if
+        none), and of those a ``for`` loop's target only inside that loop where another
+        binding remains (after it, the name holds one item,
         and code that reuses the name rebinds it: ``for k in d: ...`` then ``k = m.get(...)``)."""
         s: Scope | None = scope
         while s is not None:
             bl = s.bindings.get(name)
             if bl:
                 if s is scope:
-                    before = [b for b in bl if b.line < line or _in_comprehension(b, line)]
+                    inner = [b for b in bl if _in_comprehension(b, line)]
+                    if inner:  # a comprehension's target is its own (Python 3)
+                        return [max(inner, key=lambda b: (b.line, b.col))]
+                    before = [b for b in bl if b.line < line]
                     live = [b for b in before if not _loop_ended(b, line)]
                     return live or before or bl
                 return bl

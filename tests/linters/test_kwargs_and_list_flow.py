@@ -448,3 +448,27 @@ def test_a_caller_argument_that_reaches_the_prefix_only_through_sorted_set():
             return self.ask(q)
     """
     assert found(src) == []
+
+
+def test_a_comprehension_target_shadows_the_function_name_it_reuses():
+    # `spec` is first a per-call id, then the comprehension's own target over a sorted
+    # constant: the tools never see the id
+    src = """
+    import uuid
+
+    import anthropic
+
+    NAMES = {"search": "Search the web.", "fetch": "Fetch a page."}
+
+
+    def ask(q):
+        spec = str(uuid.uuid4())
+        print(spec)
+        tools = [
+            {"name": spec, "description": NAMES[spec], "input_schema": {"type": "object"}}
+            for spec in sorted(NAMES)
+        ]
+        return anthropic.Anthropic().messages.create(
+            model="m", max_tokens=10, tools=tools, messages=[{"role": "user", "content": q}])
+    """
+    assert found(src) == []
