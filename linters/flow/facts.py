@@ -66,7 +66,7 @@ class Scope:
     Attributes: ``bindings`` name (or ``"obj.field"`` for a local object's field,
     :mod:`linters.flow.fields`) -> bindings in source order; ``params`` parameter names
     in order (functions); ``param_notes`` name -> annotation node; ``returns`` return
-    expressions; ``funcs`` functions defined directly in this body (methods for a class);
+    expressions; ``yields`` what a generator yields (``yield v``, ``yield from it``); ``funcs`` functions defined directly in this body (methods for a class);
     ``self_attrs`` (class scopes) ``self.attr`` -> bindings from any method; ``cls`` the class
     a method belongs to; ``parent`` the enclosing scope used for name lookup (class bodies
     are skipped, as Python does).
@@ -82,6 +82,7 @@ class Scope:
         "params",
         "param_notes",
         "returns",
+        "yields",
         "funcs",
         "self_attrs",
         "globals",
@@ -99,6 +100,7 @@ class Scope:
         self.params: list[str] = []
         self.param_notes: dict[str, ast.expr | None] = {}
         self.returns: list[ast.expr] = []
+        self.yields: list[ast.expr] = []
         self.funcs: dict[str, Scope] = {}
         self.self_attrs: dict[str, list[Binding]] = {}
         self.globals: set[str] = set()

@@ -477,7 +477,7 @@ class HazardMixin(SegmentMixin):
             project.depth = getattr(project, "depth", 0) + 1
         scalar = _returns_scalar(fs)
         try:
-            for r in fs.returns:
+            for r in (*fs.returns, *fs.yields):
                 for h in owner.hazards(r, fs):
                     if scalar and h.kind in (HAZARD_SET, HAZARD_VIEW):
                         continue  # an int/float/bool result renders no iteration order

@@ -485,6 +485,13 @@ class _Walker:
             push((node.value, scope, loops))
         return True
 
+    def yield_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
+        """``yield v`` / ``yield from it``: ``v`` (the items of ``it``) flow to the loops
+        over the generator's result, as a return value does to a caller."""
+        if node.value is not None:
+            scope.yields.append(node.value)
+        return False
+
     def global_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``global n``: bindings of ``n`` in this function go to the module scope instead."""
         scope.globals.update(node.names)
@@ -864,6 +871,8 @@ _HANDLERS = {
     ast.ImportFrom: _Walker.importfrom,
     ast.Return: _Walker.return_,
     ast.Global: _Walker.global_,
+    ast.Yield: _Walker.yield_,
+    ast.YieldFrom: _Walker.yield_,
     ast.Nonlocal: _Walker.nonlocal_,
     ast.ExceptHandler: _Walker.handler,
     ast.Call: _Walker.call,

@@ -472,3 +472,30 @@ def test_a_comprehension_target_shadows_the_function_name_it_reuses():
             model="m", max_tokens=10, tools=tools, messages=[{"role": "user", "content": q}])
     """
     assert found(src) == []
+
+
+def test_set_order_through_a_generator_that_yields_the_items():
+    src = """
+    import litellm
+
+
+    class Coder:
+        def __init__(self):
+            self.fnames = set()
+
+        def named(self):
+            for fname in list(self.fnames):
+                yield fname, fname.upper()
+
+        def ask(self, q):
+            text = ""
+            for fname, upper in self.named():
+                text += fname + " (" + upper + ")\\n"
+            msgs = [{"role": "system", "content": "Rules"},
+                    {"role": "user", "content": "Files:\\n" + text},
+                    {"role": "assistant", "content": "Ok."},
+                    {"role": "user", "content": q}]
+            return litellm.completion(model="m", messages=msgs)
+    """
+    # `list(self.fnames)` (line 9) is the set's order; named() yields in it
+    assert found(src) == [(9, "PC003", "warning")]
