@@ -499,3 +499,20 @@ def test_set_order_through_a_generator_that_yields_the_items():
     """
     # `list(self.fnames)` (line 9) is the set's order; named() yields in it
     assert found(src) == [(9, "PC003", "warning")]
+
+
+def test_system_prompt_put_into_params_then_splatted_into_messages_create():
+    src = """
+    import anthropic
+
+    TOOLS = {"search", "fetch"}
+
+
+    def ask(q):
+        params = dict(model="m", max_tokens=100)
+        params["system"] = "You may call: " + ", ".join(TOOLS)
+        client = anthropic.Anthropic()
+        return client.messages.create(**params, messages=[{"role": "user", "content": q}])
+    """
+    # `", ".join(TOOLS)` on line 8 joins a set into the system prompt
+    assert found(src) == [(8, "PC003", "warning")]
