@@ -16,6 +16,7 @@ from linters.rules import (
     cleared_breakpoint,
     layout,
     ordering,
+    rolling_breakpoint_roles,
     serialization,
     shared_history_breakpoint,
     volatile,
@@ -29,6 +30,7 @@ FAMILIES = (
     cache_control,
     cleared_breakpoint,
     shared_history_breakpoint,
+    rolling_breakpoint_roles,
     cache_key,
 )
 
