@@ -44,7 +44,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from linters.flow.facts import Scope
+from linters.flow.facts import ASSIGN, Scope
 
 KEY = "cache_control"
 # Roles whose messages a tool call never produces: a filter on these alone skips the turns an
@@ -108,10 +108,12 @@ class _Entry:
 
     def aliases(self, body: list[Any]) -> None:
         """Names bound in ``body`` from (a part of) the entry (``msg = history[i]``,
-        ``content = entry["content"]``) and from its role (``role = entry["role"]``)."""
-        assigns = [n for n in _own_nodes(body) if type(n) is ast.Assign]
-        for n in sorted(assigns, key=lambda a: (a.lineno, a.col_offset)):
-            names = {t.id for t in n.targets if type(t) is ast.Name}
+        ``content = entry["content"]``, ``(content := entry["content"])``) and from its
+        role (``role = entry["role"]``)."""
+        binds = [n for n in _own_nodes(body) if type(n) in (ast.Assign, ast.NamedExpr)]
+        for n in sorted(binds, key=lambda a: (a.lineno, a.col_offset)):
+            targets = n.targets if type(n) is ast.Assign else [n.target]
+            names = {t.id for t in targets if type(t) is ast.Name}
             if self.role_of(n.value):
                 self.roles |= names
             elif self.part(n.value):
@@ -126,8 +128,8 @@ class _Entry:
         return False
 
     def part(self, e: Any) -> bool:
-        """Whether ``e`` is the entry or reached from it through subscripts, attributes and
-        ``.get(...)``."""
+        """Whether ``e`` is the entry or reached from it through subscripts, attributes,
+        ``.get(...)`` and ``typing.cast(T, ...)``."""
         for _ in range(16):
             if self.entry(e):
                 return True
@@ -136,6 +138,8 @@ class _Entry:
                 e = e.value
             elif t is ast.Call and type(e.func) is ast.Attribute and e.func.attr == "get":
                 e = e.func.value
+            elif t is ast.Call and _cast(e.func) and len(e.args) == 2:
+                e = e.args[1]
             else:
                 return False
         return False
@@ -157,43 +161,48 @@ class _Entry:
         return type(key) is ast.Constant and key.value == "role" and self.entry(e.value)
 
 
-class _Loop(_Entry):
-    """One loop over the newest messages of a list (``ok`` False when it is not one)."""
+def _cast(func: Any) -> bool:
+    """``cast`` / ``typing.cast``: returns its second argument unchanged."""
+    return (type(func) is ast.Name and func.id == "cast") or (
+        type(func) is ast.Attribute and func.attr == "cast"
+    )
 
-    def __init__(self, loop: ast.For | ast.AsyncFor) -> None:
+
+class _Loop(_Entry):
+    """One loop over the newest messages of a list (``ok`` False when it is not one).
+
+    ``pre_filter``: the comprehension condition (and the entry it tests) when the loop walks
+    a filtered list: ``for m in [m for m in msgs if m["role"] == "user"][-2:]``, or the
+    indices ``[i for i, m in enumerate(msgs) if ...]`` (then the entries are ``msgs[i]``),
+    the list given inline or bound once to a local name."""
+
+    def __init__(self, loop: ast.For | ast.AsyncFor, ev: Any, scope: Scope) -> None:
         super().__init__(set())
         self.loop = loop
+        self.ev, self.scope = ev, scope
         self.collection = ""
-        self.ok = self._iteration(loop.iter, loop.target)
+        self.pre_filter: tuple[_Entry, list[ast.expr]] | None = None
+        self.newest = False
+        self.ok = self._iteration(loop.iter, loop.target, 0)
         if self.ok:
             self.aliases(loop.body)
 
-    def _iteration(self, it: Any, target: Any) -> bool:
-        newest, pairs = False, False
-        for _ in range(8):
-            t = type(it)
-            if t is ast.Call and type(it.func) is ast.Name and len(it.args) >= 1:
-                name = it.func.id
-                if name == "reversed" and len(it.args) == 1:
-                    newest, it = True, it.args[0]
-                    continue
-                if name in _PASS_THROUGH and len(it.args) == 1:
-                    pairs |= name == "enumerate"
-                    it = it.args[0]
-                    continue
-                if name == "range" and len(it.args) == 3 and _negative(it.args[2]):
-                    return self._range(it.args[0], target)
-                return False
-            if t is ast.Subscript and type(it.slice) is ast.Slice:
-                s = it.slice
-                tail = s.step is None and s.upper is None and _negative(s.lower)
-                back = s.step is not None and _negative(s.step)
-                if not (tail or back):
-                    return False
-                newest, it = True, it.value
-                continue
-            break
-        if not newest:
+    def _iteration(self, it: Any, target: Any, depth: int) -> bool:
+        it, pairs, newest = _strip(it)
+        self.newest |= newest
+        t = type(it)
+        if t is ast.Call and type(it.func) is ast.Name and it.func.id == "range":
+            if len(it.args) == 3 and _negative(it.args[2]):
+                return self._range(it.args[0], target)
+            return False
+        if t is ast.Name and depth == 0:
+            bl = self.ev.resolve(it.id, self.scope, self.loop.lineno)
+            value = bl[0].value if len(bl) == 1 and bl[0].kind == ASSIGN else None
+            if type(value) in (ast.ListComp, ast.GeneratorExp):
+                it, t = value, type(value)
+        if t in (ast.ListComp, ast.GeneratorExp) and depth == 0 and not pairs:
+            return self._comprehension(it, target)
+        if not self.newest:
             return False
         if pairs:
             if type(target) is not ast.Tuple or len(target.elts) != 2:
@@ -203,6 +212,31 @@ class _Loop(_Entry):
             return False
         self.names.add(target.id)
         self.collection = ast.unparse(it)
+        return True
+
+    def _comprehension(self, comp: Any, target: Any) -> bool:
+        """A loop over a filtered list of messages (or of their indices)."""
+        if len(comp.generators) != 1 or type(target) is not ast.Name:
+            return False
+        gen = comp.generators[0]
+        src, pairs, newest = _strip(gen.iter)
+        self.newest |= newest
+        elt, tgt = comp.elt, gen.target
+        if not self.newest or type(elt) is not ast.Name or not gen.ifs:
+            return False
+        if type(tgt) is ast.Name and elt.id == tgt.id and not pairs:
+            self.names.add(target.id)
+            entry = _Entry({tgt.id})
+        elif pairs and type(tgt) is ast.Tuple and len(tgt.elts) == 2:
+            i, m = tgt.elts
+            if type(i) is not ast.Name or type(m) is not ast.Name or elt.id != i.id:
+                return False
+            self.index = (ast.unparse(src), target.id)
+            entry = _Entry({m.id})
+        else:
+            return False
+        self.collection = ast.unparse(src)
+        self.pre_filter = (entry, list(gen.ifs))
         return True
 
     def _range(self, start: Any, target: Any) -> bool:
@@ -217,6 +251,34 @@ class _Loop(_Entry):
         self.collection = ast.unparse(lens[0].args[0])
         self.index = (self.collection, target.id)
         return True
+
+
+def _strip(it: Any) -> tuple[Any, bool, bool]:
+    """``it`` without order-keeping wrappers (``reversed``, ``list``, ``enumerate``) and
+    slices; whether one is ``enumerate``; whether one puts the newest first or keeps only
+    the newest (``reversed``, ``[::-1]``, ``[-k:]``)."""
+    pairs = newest = False
+    for _ in range(8):
+        t = type(it)
+        if t is ast.Call and type(it.func) is ast.Name and len(it.args) == 1:
+            name = it.func.id
+            if name != "reversed" and name not in _PASS_THROUGH:
+                break
+            newest |= name == "reversed"
+            pairs |= name == "enumerate"
+            it = it.args[0]
+        elif t is ast.Subscript and type(it.slice) is ast.Slice:
+            s = it.slice
+            tail = s.step is None and s.upper is None and _negative(s.lower)
+            back = s.step is not None and _negative(s.step)
+            head = s.step is None and s.lower is None
+            if not (tail or back or head):
+                break
+            newest |= tail or back
+            it = it.value
+        else:
+            break
+    return it, pairs, newest
 
 
 def _negative(node: Any) -> bool:
@@ -338,6 +400,10 @@ def _loop_breakpoint(ev: Any, lp: _Loop, scope: Scope) -> UserOnlyBreakpoint | N
         return None
     ids = {m[0] for m in every}
     candidates: list[tuple[Any, list[Any]]] = []
+    if lp.pre_filter is not None:
+        entry, ifs = lp.pre_filter
+        for cond in ifs:
+            candidates.append((_role_test(ev, entry, cond, scope, False), lp.loop.body))
     for n in _own_nodes(lp.loop.body):
         if type(n) is ast.If:
             candidates.append((_role_test(ev, lp, n.test, scope, False), n.body))
@@ -369,7 +435,7 @@ def user_only_breakpoints(ev: Any) -> list[UserOnlyBreakpoint]:
             continue
         for n in _own_nodes(fn.body):
             if type(n) in (ast.For, ast.AsyncFor):
-                lp = _Loop(n)
+                lp = _Loop(n, ev, scope)
                 hit = _loop_breakpoint(ev, lp, scope) if lp.ok else None
                 if hit is not None:
                     out.append(hit)
@@ -426,7 +492,9 @@ def _pairs(node: Any) -> list[tuple[Any, Any]]:
     if t is ast.Dict:
         return [(k, v) for k, v in zip(node.keys, node.values) if k is not None]
     if t is ast.Call:
-        return [(ast.Constant(k.arg, lineno=k.value.lineno), k.value) for k in node.keywords if k.arg]
+        return [
+            (ast.Constant(k.arg, lineno=k.value.lineno), k.value) for k in node.keywords if k.arg
+        ]
     if t is ast.Assign:
         return [(x.slice, node.value) for x in node.targets if type(x) is ast.Subscript]
     return []

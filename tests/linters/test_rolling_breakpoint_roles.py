@@ -78,7 +78,9 @@ def test_swe_agent_shape_user_only_tags_with_tool_observations():
 
 
 def test_the_fix_tags_tool_messages_too():
-    fixed = HISTORY_PROCESSOR.replace('entry["role"] == "user"', 'entry["role"] in ("user", "tool")')
+    fixed = HISTORY_PROCESSOR.replace(
+        'entry["role"] == "user"', 'entry["role"] in ("user", "tool")'
+    )
     assert found(fixed + OBSERVATION) == []
 
 
@@ -235,3 +237,71 @@ def test_tool_role_built_in_another_module(tmp_path: Path):
     got = [(Path(f.path).name, f.line, f.code, f.severity) for f in report.findings]
     assert got == [("cache.py", 4, "PC013", "warning")]
     assert "(agent/steps.py:5)" in report.findings[0].message
+
+
+def test_filtered_list_of_user_messages():
+    # the filter is in the comprehension (line 2); the loop takes the last two of them
+    src = """
+    def tag(messages):
+        user_turns = [m for m in messages if m["role"] == "user"]
+        for m in user_turns[-2:]:
+            m["content"][-1]["cache_control"] = {"type": "ephemeral"}
+
+
+    def result(call_id, text):
+        return {"role": "tool", "tool_call_id": call_id, "content": text}
+    """
+    assert found(src) == [(2, "PC013", "warning")]
+
+
+def test_filtered_indices_walrus_and_cast():
+    # indices of user messages (line 5), newest first; `cast` and `:=` on the way to the mark
+    src = """
+    from typing import Any, cast
+
+
+    def tag(messages):
+        idx = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+        for i in reversed(idx[-3:]):
+            if isinstance(content := messages[i]["content"], list):
+                cast(dict[str, Any], content[-1])["cache_control"] = {"type": "ephemeral"}
+
+
+    def result(call_id, text):
+        return {"role": "tool", "tool_call_id": call_id, "content": text}
+    """
+    assert found(src) == [(5, "PC013", "warning")]
+
+
+def test_filtered_list_oldest_first_is_not_rolling():
+    src = """
+    def tag(messages):
+        for m in [m for m in messages if m["role"] == "user"][:1]:
+            m["cache_control"] = {"type": "ephemeral"}
+
+
+    def result(call_id, text):
+        return {"role": "tool", "tool_call_id": call_id, "content": text}
+    """
+    assert found(src) == []
+
+
+def test_anthropic_computer_use_shape_is_not_reported():
+    # Anthropic's own loop (user turns carry tool_result blocks): user-only is right there
+    src = """
+    def inject_prompt_caching(messages):
+        remaining = 3
+        for message in reversed(messages):
+            if message["role"] == "user" and isinstance(content := message["content"], list):
+                if remaining:
+                    remaining -= 1
+                    content[-1]["cache_control"] = {"type": "ephemeral"}
+                else:
+                    content[-1].pop("cache_control", None)
+                    break
+
+
+    def tool_result(tool_use_id, text):
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_use_id, "content": text}]}
+    """
+    assert found(src) == []
