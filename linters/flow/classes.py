@@ -56,7 +56,7 @@ def absolute_module(node: ast.ImportFrom, rel_path: str) -> str | None:
     return ".".join(base) or None
 
 
-def class_named(ev: Any, note: ast.expr | None, scope: Scope, depth: int = 0) -> ClassRef | None:
+def class_named(ev: Any, note: Any, scope: Scope, depth: int = 0) -> ClassRef | None:
     """The project class an annotation (or a class reference) names, seen from ``scope`` of
     ``ev``'s module; None when it names anything else or several classes."""
     if note is None or depth > _DEPTH:
@@ -65,7 +65,7 @@ def class_named(ev: Any, note: ast.expr | None, scope: Scope, depth: int = 0) ->
     if t is ast.Constant and isinstance(note.value, str):
         try:
             parsed = ast.parse(note.value, mode="eval").body
-        except SyntaxError:
+        except SyntaxError:  # a string annotation that is not an expression
             return None
         return class_named(ev, parsed, ev.facts.module, depth + 1)
     if t is ast.BinOp and type(note.op) is ast.BitOr:

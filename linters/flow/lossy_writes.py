@@ -30,6 +30,7 @@ from linters.flow.tables import STR_REWRITE_METHODS
 from linters.flow.text_setters import TextSetter, text_setter
 
 _DEPTH = 8
+_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,8 @@ def _text_read(
 
     if t is ast.Attribute:
         if expr.attr == prop and type(expr.value) is ast.Name and expr.value.id == obj:
-            return expr
+            read: ast.Attribute = expr
+            return read
         return None
     if t is ast.Name:
         if expr.id in seen:
@@ -153,18 +155,24 @@ def _reads_blocks(ev: Any, scope: Scope, e: Any, obj: str, views: frozenset) -> 
 
 def _guards(body: list, stmt: ast.stmt) -> list[tuple[ast.expr, bool]] | None:
     """The ``if`` tests on the way to ``stmt`` in ``body``, each with whether ``stmt`` is
-    in its body (True) or its ``else`` (False); None when ``stmt`` is not in ``body``."""
+    in its body (True) or its ``else`` (False); an earlier ``if`` of the same body that
+    always leaves it (its body ends in ``return``, ``raise``, ``continue`` or ``break``,
+    no ``else``) counts as one whose ``else`` holds ``stmt``. None when ``stmt`` is not in
+    ``body``."""
+    exits: list[tuple[ast.expr, bool]] = []
     for s in body:
         if s is stmt:
-            return []
+            return exits
         t = type(s)
+        if t is ast.If and not s.orelse and type(s.body[-1]) in _EXITS:
+            exits.append((s.test, False))
         if t in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
             continue
         if t is ast.If:
             for branch, flag in ((s.body, True), (s.orelse, False)):
                 found = _guards(branch, stmt)
                 if found is not None:
-                    return [(s.test, flag), *found]
+                    return [*exits, (s.test, flag), *found]
             continue
         blocks = [getattr(s, n, None) or [] for n in ("body", "orelse", "finalbody")]
         blocks += [h.body for h in getattr(s, "handlers", None) or []]
@@ -172,5 +180,5 @@ def _guards(body: list, stmt: ast.stmt) -> list[tuple[ast.expr, bool]] | None:
         for b in blocks:
             found = _guards(b, stmt)
             if found is not None:
-                return found
+                return [*exits, *found]
     return None

@@ -101,7 +101,9 @@ def _analyse(ev: Any, cls: Any, prop: str, setter: Any) -> TextSetter | None:
         return None
     element, owner, marker = marked
     getter = _accessors(cls.node, prop)[0]
-    read = _blocks_read(ev, blocks, {id(setter), id(getter), id(helper)})
+    views = dict(_views(cls.node, blocks))
+    skip = {id(setter), id(getter), id(helper), *(id(v) for v in views.values())}
+    read = _blocks_read(ev, blocks, skip)
     if read is None:
         return None
     return TextSetter(
@@ -114,16 +116,17 @@ def _analyse(ev: Any, cls: Any, prop: str, setter: Any) -> TextSetter | None:
         block.lineno,
         element[1].name,
         owner[0].path,
-        marker.target.id,
+        marker.target.id if type(marker.target) is ast.Name else "",
         marker.lineno,
-        frozenset({blocks, *_views(cls.node, blocks)}),
+        frozenset({blocks, *views}),
         read,
     )
 
 
-def _accessors(node: ast.ClassDef, prop: str) -> tuple[Any, Any]:
+def _accessors(node: Any, prop: str) -> tuple[Any, Any]:
     """The ``@property`` getter and the ``@prop.setter`` of ``prop`` in a class body."""
     getter = setter = None
+    stmt: Any
     for stmt in node.body:
         if type(stmt) not in _FUNCS or stmt.name != prop:
             continue
@@ -157,7 +160,7 @@ def _is_text_note(note: Any) -> bool:
     return False
 
 
-def _block_store(cls: Any, setter: Any, value: ast.arg) -> tuple[str, ast.expr, list, Any] | None:
+def _block_store(cls: Any, setter: Any, value: ast.arg) -> tuple[Any, ast.expr, list, Any] | None:
     """``(blocks attribute, the one-block list, annotations of the value, the method that
     makes the list or None)`` when the setter
     stores a one-text-block list made from ``value`` into ``self.<blocks>`` unconditionally
@@ -166,8 +169,9 @@ def _block_store(cls: Any, setter: Any, value: ast.arg) -> tuple[str, ast.expr, 
         if type(stmt) is not ast.Assign or len(stmt.targets) != 1 or _reads_self(guards):
             continue
         target, rhs = stmt.targets[0], stmt.value
-        if _self_attr(target) and _one_text_block(rhs, value.arg):
-            return _self_attr(target), rhs, [value.annotation], None
+        block = _one_text_block(rhs, value.arg)
+        if _self_attr(target) and block is not None:
+            return _self_attr(target), block, [value.annotation], None
         helper, param = _helper_param(cls, rhs, setter, value.arg)
         if helper is None:
             continue
@@ -178,8 +182,9 @@ def _block_store(cls: Any, setter: Any, value: ast.arg) -> tuple[str, ast.expr, 
             if type(target) is ast.Tuple and type(ret.value) is ast.Tuple:
                 pairs = list(zip(target.elts, ret.value.elts))
             for t, v in pairs:
-                if _self_attr(t) and _one_text_block(v, param.arg):
-                    return _self_attr(t), v, [value.annotation, param.annotation], helper
+                block = _one_text_block(v, param.arg)
+                if _self_attr(t) and block is not None:
+                    return _self_attr(t), block, [value.annotation, param.annotation], helper
     return None
 
 
@@ -201,22 +206,27 @@ def _helper_param(cls: Any, rhs: ast.expr, setter: Any, value: str) -> tuple[Any
     return None, None
 
 
-def _one_text_block(node: ast.expr, value: str) -> bool:
-    """``[{"text": value}]`` (a ``"type": "text"`` key allowed) or ``[Block(text=value)]``."""
+def _one_text_block(node: Any, value: str) -> ast.List | None:
+    """``[{"text": value}]`` (a ``"type": "text"`` key allowed) or ``[Block(text=value)]``,
+    also as a branch of ``a if test else b`` whose test does not read ``self``: the list."""
+    if type(node) is ast.IfExp:
+        if _reads_self([node.test]):
+            return None
+        return _one_text_block(node.body, value) or _one_text_block(node.orelse, value)
     if type(node) is not ast.List or len(node.elts) != 1:
-        return False
+        return None
     e = node.elts[0]
+    ok = False
     if type(e) is ast.Dict:
         keys = {k.value: v for k, v in zip(e.keys, e.values) if type(k) is ast.Constant}
-        if len(keys) != len(e.keys) or not set(keys) <= {"text", "type"}:
-            return False
-        return _is_name(keys.get("text"), value)
-    if type(e) is ast.Call:
-        return any(kw.arg == "text" and _is_name(kw.value, value) for kw in e.keywords)
-    return False
+        ok = len(keys) == len(e.keys) and set(keys) <= {"text", "type"}
+        ok = ok and _is_name(keys.get("text"), value)
+    elif type(e) is ast.Call:
+        ok = any(kw.arg == "text" and _is_name(kw.value, value) for kw in e.keywords)
+    return node if ok else None
 
 
-def _marked_element(ev: Any, note: Any) -> tuple[ClassRef, ClassRef, ast.AnnAssign] | None:
+def _marked_element(ev: Any, note: Any) -> tuple[Any, ClassRef, ast.AnnAssign] | None:
     """The list element class that ``note`` admits and that declares a cache-marker key
     (itself or a project base: the second class), and the key's declaration."""
     if type(note) is ast.Constant and isinstance(note.value, str):
@@ -244,14 +254,15 @@ def _marked_element(ev: Any, note: Any) -> tuple[ClassRef, ClassRef, ast.AnnAssi
 
 def _blocks_read(ev: Any, blocks: str, skip: set[int]) -> tuple[str, int] | None:
     """Where ``<x>.<blocks>`` is read outside the functions ``skip`` (the property's own
-    accessors and helper; a read in another module first), as ``(path, line)``; None when
+    accessors and helper, the properties returning the blocks; a read in another module
+    first), as ``(path, line)``; None when
     nothing reads the blocks."""
     project = ev.project
     modules = [ev] if project is None else [ev, *project.evaluators(blocks.encode())]
     found = None
     for m in modules:
         tree = m.facts.module.node
-        inside = set()
+        inside: set[int] = set()
         for node in ast.walk(tree):
             if type(node) in _FUNCS and id(node) in skip:
                 inside.update(id(n) for n in ast.walk(node))
@@ -269,8 +280,10 @@ def _blocks_read(ev: Any, blocks: str, skip: set[int]) -> tuple[str, int] | None
     return found
 
 
-def _views(node: ast.ClassDef, blocks: str) -> Iterator[str]:
-    """Properties of the class whose getter returns an expression reading ``self.<blocks>``."""
+def _views(node: Any, blocks: str) -> Iterator[tuple[str, ast.AST]]:
+    """Properties of the class whose getter returns an expression reading ``self.<blocks>``,
+    as ``(name, getter)``."""
+    stmt: Any
     for stmt in node.body:
         if type(stmt) not in _FUNCS or not any(
             type(d) is ast.Name and d.id == "property" for d in stmt.decorator_list
@@ -279,7 +292,7 @@ def _views(node: ast.ClassDef, blocks: str) -> Iterator[str]:
         for sub in ast.walk(stmt):
             if type(sub) is ast.Return and sub.value is not None:
                 if any(_self_attr(n) == blocks for n in ast.walk(sub.value)):
-                    yield stmt.name
+                    yield stmt.name, stmt
                     break
 
 
@@ -301,9 +314,7 @@ def _statements(body: list, guards: list) -> Iterator[tuple[ast.stmt, list]]:
 
 
 def _reads_self(guards: list) -> bool:
-    return any(
-        type(n) is ast.Name and n.id == "self" for g in guards for n in ast.walk(g)
-    )
+    return any(type(n) is ast.Name and n.id == "self" for g in guards for n in ast.walk(g))
 
 
 def _self_attr(node: Any) -> str | None:
