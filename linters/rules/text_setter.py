@@ -32,6 +32,8 @@ def check(an: RuleContext) -> list[Finding]:
             continue
         s = w.setter
         prop = f"{w.obj}.{s.prop}"
+        public = sorted(v for v in s.views if not v.startswith("_"))
+        edit = f"`{w.obj}.{public[0]}`" if public else f"a list of `{s.element}`"
         out.append(
             an.finding(
                 "PC012",
@@ -42,8 +44,8 @@ def check(an: RuleContext) -> list[Finding]:
                 f"{s.block_line} there), so a `{s.marker}` block among them (a key of "
                 f"`{s.element}`, {s.element_path}:{s.marker_line}) is dropped and no later "
                 f"request carries that breakpoint (the blocks are read at "
-                f"{s.read[0]}:{s.read[1]}); edit the blocks and assign the list of "
-                f"`{s.element}` instead",
+                f"{s.read[0]}:{s.read[1]}); edit the blocks ({edit}) and assign the list "
+                "instead",
             )
         )
     return out

@@ -141,6 +141,7 @@ def test_read_modify_write_of_the_text_view_is_reported_with_its_hops(tmp_path: 
     )
     assert f"a `cachePoint` block among them (a key of `Block`, app/assistant.py:{marker})" in m
     assert f"the blocks are read at app/assistant.py:{request}" in m
+    assert m.endswith("edit the blocks (`assistant.system_blocks`) and assign the list instead")
 
 
 def test_augmented_assignment_is_a_read_modify_write(tmp_path: Path) -> None:
@@ -227,3 +228,26 @@ def test_one_module_alone() -> None:
     )
     found = [f for f in lint_source(src, "one.py") if f.code == "PC012"]
     assert [f.line for f in found] == [len(src.rstrip().splitlines())]
+
+
+def test_the_branch_that_has_blocks_is_still_reported(tmp_path: Path) -> None:
+    # the test reads the blocks, but the text write runs where they are present
+    glossary = GLOSSARY.replace(
+        "        assistant.system = current + self.last\n",
+        "        if assistant.system_blocks:\n            assistant.system = current + self.last\n",
+    )
+    (f,) = lint_package(tmp_path, glossary=glossary)
+    assert f.line == line_of(glossary, "assistant.system = current + self.last")
+
+
+def test_a_method_of_the_class_itself_is_reported() -> None:
+    src = ASSISTANT.replace(
+        "    def ask(self, question: str):\n",
+        "    def add_note(self, note: str) -> None:\n"
+        '        self.system = self.system.rstrip() + "\\n" + note\n'
+        "\n"
+        "    def ask(self, question: str):\n",
+    )
+    found = [f for f in lint_source(src, "one.py") if f.code == "PC012"]
+    assert [f.line for f in found] == [line_of(src, "self.system = self.system.rstrip()")]
+    assert "`self.system` is read as text" in found[0].message
