@@ -87,6 +87,9 @@ def text_setter(ref: ClassRef, prop: str) -> TextSetter | None:
 
 
 def _analyse(ev: Any, cls: Any, prop: str, setter: Any) -> TextSetter | None:
+    """The :class:`TextSetter` of ``setter`` (of ``prop`` in class scope ``cls`` of ``ev``'s
+    module) when its stored list, marker-carrying element class and a read of the blocks
+    are all found."""
     args = setter.args.args
     if len(args) < 2:
         return None
@@ -162,9 +165,9 @@ def _is_text_note(note: Any) -> bool:
 
 def _block_store(cls: Any, setter: Any, value: ast.arg) -> tuple[Any, ast.expr, list, Any] | None:
     """``(blocks attribute, the one-block list, annotations of the value, the method that
-    makes the list or None)`` when the setter
-    stores a one-text-block list made from ``value`` into ``self.<blocks>`` unconditionally
-    on the blocks (no ``if`` on the way reads ``self``)."""
+    makes the list or None)`` when the setter stores a one-text-block list made from
+    ``value`` into ``self.<blocks>`` whatever the blocks hold (no ``if`` on the way reads
+    ``self``); None otherwise."""
     for stmt, guards in _statements(setter.body, []):
         if type(stmt) is not ast.Assign or len(stmt.targets) != 1 or _reads_self(guards):
             continue

@@ -41,7 +41,7 @@ def check(an: RuleContext) -> list[Finding]:
                 f"`{prop}` is read as text (line {w.read_line}) and text is assigned back: "
                 f"the setter of `{s.cls}.{s.prop}` ({s.path}:{s.setter_line}) replaces the "
                 f"content blocks in `{s.blocks}` with one text block (`{s.block}`, line "
-                f"{s.block_line} there), so a `{s.marker}` block among them (a key of "
+                f"{s.block_line} there), so a breakpoint among them (`{s.marker}`, a key of "
                 f"`{s.element}`, {s.element_path}:{s.marker_line}) is dropped and no later "
                 f"request carries that breakpoint (the blocks are read at "
                 f"{s.read[0]}:{s.read[1]}); edit the blocks ({edit}) and assign the list "

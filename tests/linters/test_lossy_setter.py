@@ -139,7 +139,9 @@ def test_read_modify_write_of_the_text_view_is_reported_with_its_hops(tmp_path: 
     assert (
         f"content blocks in `_blocks` with one text block (`[{{'text': value}}]`, line {block}" in m
     )
-    assert f"a `cachePoint` block among them (a key of `Block`, app/assistant.py:{marker})" in m
+    assert (
+        f"a breakpoint among them (`cachePoint`, a key of `Block`, app/assistant.py:{marker})" in m
+    )
     assert f"the blocks are read at app/assistant.py:{request}" in m
     assert m.endswith("edit the blocks (`assistant.system_blocks`) and assign the list instead")
 
