@@ -18,6 +18,7 @@ from linters.rules import (
     ordering,
     serialization,
     shared_history_breakpoint,
+    text_setter,
     volatile,
 )
 
@@ -30,6 +31,7 @@ FAMILIES = (
     cleared_breakpoint,
     shared_history_breakpoint,
     cache_key,
+    text_setter,
 )
 
 PARSE_ERROR = Rule(
