@@ -19,6 +19,7 @@ from linters.rules import (
     rolling_breakpoint_roles,
     serialization,
     shared_history_breakpoint,
+    text_setter,
     volatile,
 )
 
@@ -32,6 +33,7 @@ FAMILIES = (
     shared_history_breakpoint,
     rolling_breakpoint_roles,
     cache_key,
+    text_setter,
 )
 
 PARSE_ERROR = Rule(
