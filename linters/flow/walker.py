@@ -245,6 +245,8 @@ class _Walker:
                     f"{base.id}.{target.attr}",
                     Binding(kind, value, scope, node.lineno, node.col_offset, loops, node),
                 )
+            if type(base) is ast.Name and kind in (ASSIGN, AUG) and scope.kind == "function":
+                self.facts.attr_writes.append((node, target, value, kind, scope))
         elif t is ast.Subscript:
             base = target.value
             k = SETITEM if kind in (ASSIGN, AUG) else kind
