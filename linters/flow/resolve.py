@@ -65,6 +65,7 @@ class Resolver:
         self._fscopes: dict[int, Scope] | None = None
         self._active: set[int] = set()  # nodes whose hazards are being computed
         self._active_seg: set[int] = set()  # nodes whose segments are being computed
+        self._instances_active: set[int] = set()  # calls whose made class is being read
 
     def resolve(self, name: str, scope: Scope, line: int) -> list[Binding]:
         """Bindings of ``name`` visible from ``scope`` at ``line``: the nearest scope that
@@ -206,7 +207,14 @@ class Resolver:
                     return self.function_scope(b.value), self
                 if b.kind == DEF:
                     break
-        made = self._annotated_instance(bl[0].value, bl[0].scope)
+        key = id(bl[0].value)
+        if key in self._instances_active:  # ``x = x.make()``: the call reads its own name
+            return None, None
+        self._instances_active.add(key)
+        try:
+            made = self._annotated_instance(bl[0].value, bl[0].scope)
+        finally:
+            self._instances_active.discard(key)
         if made[0] is not None:
             return made
         found = self.project_def(ctor, "class")

@@ -516,3 +516,31 @@ def test_system_prompt_put_into_params_then_splatted_into_messages_create():
     """
     # `", ".join(TOOLS)` on line 8 joins a set into the system prompt
     assert found(src) == [(8, "PC003", "warning")]
+
+
+def test_a_class_attribute_named_like_the_module_it_calls(tmp_path):
+    # `actions = actions.Column(...)` in a class body reads the module `actions` while
+    # binding the class attribute `actions`: resolving it must not chase itself
+    pkg = tmp_path / "app"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "actions.py").write_text(
+        "class Column:\n    pass\n\n\ndef edit(name):\n    return name\n"
+    )
+    (pkg / "tables.py").write_text(
+        "from app import actions\n\n\n"
+        "class Table:\n"
+        "    actions = actions.Column(\n"
+        "        items=[actions.edit('x')],\n"
+        "    )\n\n\n"
+        "def make():\n"
+        "    return Table()\n"
+    )
+    (pkg / "ask.py").write_text(
+        "import litellm\n\nfrom .tables import make\n\n\n"
+        "def ask(q):\n"
+        "    make()\n"
+        "    return litellm.completion(model='m', messages=[{'role': 'user', 'content': q}])\n"
+    )
+    report = lint_paths([tmp_path], LintConfig(root=tmp_path))
+    assert [(f.code, f.line) for f in report.findings] == []
