@@ -1,0 +1,222 @@
+"""Dispatch tables of the project's functions (``factory()`` over ``self.factories.items()``)
+and breakpoints that pile up in a history kept across calls (``self.messages``): small
+programs written for these tests, each asserting the exact finding (rule, line, severity)
+or its absence. Lines count from 1 at the first line of the dedented source."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from linters import lint_paths
+from linters.config import LintConfig
+from linters.runner import lint_source
+
+
+def found(src: str, code: str | None = None) -> list[tuple[int, str, str]]:
+    text = textwrap.dedent(src).lstrip("\n")
+    return [
+        (f.line, f.code, f.severity)
+        for f in lint_source(text, "t.py", LintConfig())
+        if code is None or f.code == code
+    ]
+
+
+# -- dispatch tables -----------------------------------------------------------------------
+
+CONTEXT = """
+from datetime import datetime
+
+
+class PromptContext:
+    def __init__(self, tz):
+        self.tz = tz
+
+    @property
+    def factories(self):
+        return {
+            "name": self.get_name,
+            "current_datetime": self.get_current_datetime,
+        }
+
+    def get_context(self, variables):
+        context = {}
+        for key, factory in self.factories.items():
+            if key in variables:
+                context[key] = factory()
+        return context
+
+    def get_name(self):
+        return "Bob"
+
+    def get_current_datetime(self):
+        return datetime.now().strftime(FORMAT)
+"""
+
+AGENT = """
+import anthropic
+
+from app.ctx import PromptContext
+
+TEMPLATE = "Now: {current_datetime}. " + "You answer questions about the manual. " * 60
+
+
+def reply(history, ctx: PromptContext):
+    context = ctx.get_context(["current_datetime"])
+    system = TEMPLATE.format(**context)
+    return anthropic.Anthropic().messages.create(
+        model="claude-sonnet-4-5", max_tokens=100, system=system, messages=history
+    )
+"""
+
+
+def _project(tmp_path: Path, fmt: str, context: str = CONTEXT) -> list[tuple[str, int, str, str]]:
+    pkg = tmp_path / "app"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ctx.py").write_text(textwrap.dedent(context).lstrip("\n").replace("FORMAT", repr(fmt)))
+    (pkg / "agent.py").write_text(textwrap.dedent(AGENT).lstrip("\n"))
+    report = lint_paths([tmp_path], LintConfig(root=tmp_path))
+    return [(Path(f.path).name, f.line, f.code, f.severity) for f in report.findings]
+
+
+def test_a_bound_method_of_a_dispatch_property_reaches_the_system_prompt(tmp_path):
+    # get_current_datetime() (ctx.py line 25) prints seconds; the table entry runs when
+    # factory() is called (line 18); the value enters the prompt at agent.py line 10
+    # (`**context`), reached through the parameter annotated with the project class
+    got = _project(tmp_path, "%A %H:%M:%S")
+    assert got == [("agent.py", 10, "PC001", "warning")]
+
+
+def test_a_dispatch_table_of_constant_functions_is_not_reported(tmp_path):
+    # the same table, every entry returning constants
+    ctx = CONTEXT.replace("datetime.now().strftime(FORMAT)", '"Monday"')
+    assert _project(tmp_path, "", ctx) == []
+
+
+def test_a_dispatch_entry_printing_the_day_is_info(tmp_path):
+    # "%A, %d %B %Y" changes once a day: info, not a warning
+    assert _project(tmp_path, "%A, %d %B %Y") == [("agent.py", 10, "PC001", "info")]
+
+
+def test_a_module_table_of_functions_called_by_key():
+    # `HANDLERS[kind]()`: each entry may run; `now_text` reads the clock to the minute; as
+    # for a direct call of a function of the same module, reported where the clock is read
+    # (line 6)
+    src = """
+    import anthropic
+    from datetime import datetime
+
+
+    def now_text():
+        return datetime.now().strftime("%H:%M")
+
+
+    def rules_text():
+        return "Answer briefly."
+
+
+    HANDLERS = {"now": now_text, "rules": rules_text}
+
+
+    def ask(kind, q):
+        system = HANDLERS[kind]() + " You answer questions about the manual." * 60
+        return anthropic.Anthropic().messages.create(
+            model="m", max_tokens=10, system=system, messages=[{"role": "user", "content": q}]
+        )
+    """
+    assert found(src, "PC001") == [(6, "PC001", "warning")]
+
+
+def test_a_list_of_functions_iterated_and_called():
+    # `for part in PARTS: text += part()`: the uuid of `session_tag` reaches the prompt,
+    # reported where it is made (line 6)
+    src = """
+    import uuid
+    import anthropic
+
+
+    def session_tag():
+        return str(uuid.uuid4())
+
+
+    def persona():
+        return "You are a careful reviewer."
+
+
+    PARTS = [persona, session_tag]
+
+
+    def ask(q):
+        system = ""
+        for part in PARTS:
+            system += part() + "\\n"
+        system += "Review the diff line by line." * 60
+        return anthropic.Anthropic().messages.create(
+            model="m", max_tokens=10, system=system, messages=[{"role": "user", "content": q}]
+        )
+    """
+    assert found(src, "PC001") == [(6, "PC001", "warning")]
+
+
+def test_a_callback_parameter_is_not_a_table():
+    # a function handed in by the caller is not resolved (nothing to follow)
+    src = """
+    import anthropic
+
+
+    def ask(make_prefix, q):
+        system = make_prefix() + " You answer questions about the manual." * 60
+        return anthropic.Anthropic().messages.create(
+            model="m", max_tokens=10, system=system, messages=[{"role": "user", "content": q}]
+        )
+    """
+    assert found(src, "PC001") == []
+
+
+def test_a_day_format_chosen_by_a_parameter_is_one_path_only():
+    # `fmt = FULL if with_time else DAY`: to the second on one path, per day on the other;
+    # the caller passes `datetime.now()` into the parameter (line 14): info
+    src = """
+    import anthropic
+    from datetime import datetime
+
+
+    def pretty(d, with_time=True):
+        fmt = "%A %d %B %Y %H:%M:%S" if with_time else "%A %d %B %Y"
+        return d.strftime(fmt)
+
+
+    STATIC = " You answer questions about the manual." * 60
+
+
+    def ask(q):
+        system = "Today: " + pretty(datetime.now(), with_time=False) + STATIC
+        return anthropic.Anthropic().messages.create(
+            model="m", max_tokens=10, system=system, messages=[{"role": "user", "content": q}]
+        )
+    """
+    assert found(src, "PC001") == [(14, "PC001", "info")]
+
+
+def test_a_day_format_applied_to_a_parameter_caps_the_callers_clock():
+    # `d.strftime("%Y-%m-%d")` of the argument: the caller's `datetime.now()` is per day
+    src = """
+    import anthropic
+    from datetime import datetime
+
+
+    def day(d):
+        return d.strftime("%Y-%m-%d")
+
+
+    STATIC = " You answer questions about the manual." * 60
+
+
+    def ask(q):
+        system = "Today: " + day(datetime.now()) + STATIC
+        return anthropic.Anthropic().messages.create(
+            model="m", max_tokens=10, system=system, messages=[{"role": "user", "content": q}]
+        )
+    """
+    assert found(src, "PC001") == [(13, "PC001", "info")]
