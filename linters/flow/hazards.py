@@ -702,8 +702,11 @@ class HazardMixin(SegmentMixin):
         if depth > _MAX_DEPTH:
             return False
         t = type(node)
-        if t is ast.Set or t is ast.SetComp:
+        if t is ast.SetComp:
             return True
+        if t is ast.Set:
+            # a set display of one item (``{"id"}``) has one order in every process
+            return len(node.elts) > 1 or any(type(e) is ast.Starred for e in node.elts)
         if t is ast.Call:
             func = node.func
             q = self.facts.qualname(func)

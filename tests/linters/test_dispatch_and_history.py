@@ -220,3 +220,135 @@ def test_a_day_format_applied_to_a_parameter_caps_the_callers_clock():
         )
     """
     assert found(src, "PC001") == [(13, "PC001", "info")]
+
+
+# -- breakpoints piling up in a history kept across calls (PC010) --------------------------
+
+KEPT = """
+import copy
+
+SYSTEM = {"role": "system", "content": "You review code."}
+MARK = {"cache_control": {"type": "ephemeral"}}
+
+
+def apply_caching(messages):
+    for idx in range(len(messages))[-2:]:
+        msg = messages[idx]
+        if isinstance(msg["content"], list):
+            block = msg["content"][-1]
+            BODY
+
+
+class Agent:
+    def __init__(self):
+        self.messages = []
+
+    def step(self, text):
+        self.messages.append({"role": "user", "content": [{"type": "text", "text": text}]})
+        messages = [SYSTEM] + self.messages
+        return apply_caching(messages)
+"""
+
+
+def _kept(body: str) -> str:
+    return KEPT.replace("BODY", body)
+
+
+def test_markers_written_into_the_instances_history_by_update():
+    # `[SYSTEM] + self.messages` (line 21) shares the dicts of self.messages, which grows
+    # (line 20); `block.update(MARK)` (line 12) marks the last two of them in place; reported
+    # where the moving item is taken (line 9)
+    assert found(_kept("block.update(MARK)"), "PC010") == [(9, "PC010", "warning")]
+    text = textwrap.dedent(_kept("block.update(MARK)")).lstrip("\n")
+    (f,) = [f for f in lint_source(text, "t.py", LintConfig()) if f.code == "PC010"]
+    assert "`self.messages` copied into it at line 21 in `step()`" in f.message
+    assert "(`apply_caching()`, line 12)" in f.message
+
+
+def test_markers_written_by_setdefault_and_a_literal_update():
+    for body in (
+        'block.setdefault("cache_control", {"type": "ephemeral"})',
+        'block.update({"cache_control": {"type": "ephemeral"}})',
+        'block.update(cache_control={"type": "ephemeral"})',
+        'block["cache_control"] = {"type": "ephemeral"}',
+    ):
+        assert found(_kept(body), "PC010") == [(9, "PC010", "warning")], body
+
+
+def test_an_update_without_the_marker_is_not_a_mark():
+    assert found(_kept('block.update({"type": "text"})'), "PC010") == []
+
+
+def test_a_budget_counted_first_is_fine():
+    # the markers already in the history are counted against the limit before marking
+    src = _kept("block.update(MARK)").replace(
+        "    for idx in range(len(messages))[-2:]:",
+        """    used = 0
+    for m in messages:
+        for b in m["content"] if isinstance(m["content"], list) else []:
+            if "cache_control" in b:
+                used += 1
+    if used >= 4:
+        return messages
+    for idx in range(len(messages))[-2:]:""",
+    )
+    assert found(src, "PC010") == []
+
+
+def test_a_list_that_never_grows_is_not_a_history():
+    # self.examples is set once: its last item is the same dict every call, marked once
+    src = (
+        _kept("block.update(MARK)")
+        .replace("self.messages.append(", "print(")
+        .replace("self.messages = []", "self.messages = [dict(SYSTEM)]")
+    )
+    assert found(src, "PC010") == []
+
+
+def test_the_marker_on_a_copy_of_the_message_is_fine():
+    # the history list is copied per call and the marked message is deep-copied first
+    src = """
+    import copy
+
+
+    class Agent:
+        def __init__(self):
+            self.messages = []
+
+        def step(self, text):
+            self.messages.append({"role": "user", "content": [{"type": "text", "text": text}]})
+            messages = [*self.messages]
+            last = copy.deepcopy(messages[-1])
+            last["content"][-1].update({"cache_control": {"type": "ephemeral"}})
+            messages[-1] = last
+            return messages
+    """
+    assert found(src, "PC010") == []
+
+
+def test_marking_a_fresh_message_is_fine():
+    # the marked dict is made in this call; only the list around it is shared
+    src = """
+    class Agent:
+        def __init__(self):
+            self.messages = []
+
+        def step(self, text):
+            new = {"role": "user", "content": [{"type": "text", "text": text}]}
+            new["content"][-1].update({"cache_control": {"type": "ephemeral"}})
+            messages = self.messages + [new]
+            self.messages.append({"role": "user", "content": text})
+            return messages
+    """
+    assert found(src, "PC010") == []
+
+
+def test_the_callers_list_copied_by_concatenation():
+    # `history + [question]` is a new list of the caller's dicts; the mark is in place
+    src = """
+    def build(history, question):
+        messages = history + [{"role": "user", "content": question}]
+        messages[-2]["content"][-1].setdefault("cache_control", {"type": "ephemeral"})
+        return messages
+    """
+    assert found(src, "PC010") == [(3, "PC010", "warning")]
