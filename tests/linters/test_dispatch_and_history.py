@@ -70,22 +70,39 @@ def reply(history, ctx: PromptContext):
 """
 
 
-def _project(tmp_path: Path, fmt: str, context: str = CONTEXT) -> list[tuple[str, int, str, str]]:
+def _project(
+    tmp_path: Path, fmt: str, context: str = CONTEXT, note: str = "PromptContext"
+) -> list[tuple[str, int, str, str]]:
     pkg = tmp_path / "app"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "ctx.py").write_text(textwrap.dedent(context).lstrip("\n").replace("FORMAT", repr(fmt)))
-    (pkg / "agent.py").write_text(textwrap.dedent(AGENT).lstrip("\n"))
+    agent = textwrap.dedent(AGENT).lstrip("\n").replace("ctx: PromptContext", f"ctx: {note}")
+    (pkg / "agent.py").write_text("from typing import Optional\n" + agent)
     report = lint_paths([tmp_path], LintConfig(root=tmp_path))
     return [(Path(f.path).name, f.line, f.code, f.severity) for f in report.findings]
 
 
 def test_a_bound_method_of_a_dispatch_property_reaches_the_system_prompt(tmp_path):
     # get_current_datetime() (ctx.py line 25) prints seconds; the table entry runs when
-    # factory() is called (line 18); the value enters the prompt at agent.py line 10
+    # factory() is called (line 18); the value enters the prompt at agent.py line 11
     # (`**context`), reached through the parameter annotated with the project class
     got = _project(tmp_path, "%A %H:%M:%S")
-    assert got == [("agent.py", 10, "PC001", "warning")]
+    assert got == [("agent.py", 11, "PC001", "warning")]  # line 1 is the typing import
+
+
+def test_an_optional_or_quoted_annotation_names_the_class_too(tmp_path):
+    for i, note in enumerate(
+        ("Optional[PromptContext]", "PromptContext | None", '"PromptContext"')
+    ):
+        root = tmp_path / str(i)
+        root.mkdir()
+        assert _project(root, "%H:%M:%S", note=note) == [("agent.py", 11, "PC001", "warning")]
+
+
+def test_an_unannotated_parameter_is_not_followed(tmp_path):
+    # nothing says which class `ctx` is: the method is not guessed
+    assert _project(tmp_path, "%H:%M:%S", note="object") == []
 
 
 def test_a_dispatch_table_of_constant_functions_is_not_reported(tmp_path):
@@ -96,7 +113,7 @@ def test_a_dispatch_table_of_constant_functions_is_not_reported(tmp_path):
 
 def test_a_dispatch_entry_printing_the_day_is_info(tmp_path):
     # "%A, %d %B %Y" changes once a day: info, not a warning
-    assert _project(tmp_path, "%A, %d %B %Y") == [("agent.py", 10, "PC001", "info")]
+    assert _project(tmp_path, "%A, %d %B %Y") == [("agent.py", 11, "PC001", "info")]
 
 
 def test_a_module_table_of_functions_called_by_key():
