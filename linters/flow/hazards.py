@@ -87,7 +87,7 @@ def rerate(hs: Any, rate: str) -> tuple[Hazard, ...]:
     )
 
 
-def _partial(hs: Any) -> tuple[Hazard, ...]:
+def partial(hs: Any) -> tuple[Hazard, ...]:
     """``hs`` with every volatile (or parameter) hazard marked as on one code path only."""
     return tuple(h._replace(partial=True) if h.kind in _RATED else h for h in hs)
 
@@ -374,7 +374,7 @@ class HazardMixin(SegmentMixin):
             hs = rerate(hs, min(rates, key=tables.RATE_ORDER.index))
             if len(set(rates)) > 1:
                 # ``fmt = FULL if include_time else DAY``: fast on one code path only
-                hs = _partial(hs)
+                hs = partial(hs)
             return hs
         q = self.facts.qualname(func)
         if q in ("builtins.str", "builtins.repr") and args and _is_id_call(args[0]):
@@ -521,7 +521,7 @@ class HazardMixin(SegmentMixin):
                         arg = self.arg_for(node, fs, h.detail[1], bound)
                         if arg is not None:
                             sub = rerate(self.hazards(arg, scope), h.rate)
-                            out.extend(_partial(sub) if h.partial else sub)
+                            out.extend(partial(sub) if h.partial else sub)
                     elif (
                         h.kind == HAZARD_PARAM
                         and recv is not None

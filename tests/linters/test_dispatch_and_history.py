@@ -369,3 +369,26 @@ def test_the_callers_list_copied_by_concatenation():
         return messages
     """
     assert found(src, "PC010") == [(3, "PC010", "warning")]
+
+
+def test_a_day_format_inside_the_builder_caps_the_clock_its_caller_passes():
+    # the system prompt is built from parameter `d` printed to the day (line 8); the caller
+    # passes `datetime.now()` (line 15): reported there, once a day (info), not per request
+    src = """
+    import anthropic
+    from datetime import datetime
+
+    STATIC = " You answer questions about the manual." * 60
+
+
+    def build(d, q):
+        system = "Today: " + d.strftime("%Y-%m-%d") + STATIC
+        return anthropic.Anthropic().messages.create(
+            model="m", max_tokens=10, system=system, messages=[{"role": "user", "content": q}]
+        )
+
+
+    def ask(q):
+        return build(datetime.now(), q)
+    """
+    assert found(src, "PC001") == [(15, "PC001", "info")]
