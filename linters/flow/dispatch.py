@@ -21,7 +21,8 @@ fastest rate among them). Resolved, never guessed:
 - the *callee* of a call the linter cannot otherwise resolve: a name bound by a loop over a
   table (``for f in T``, ``for k, f in T.items()``, ``for f in T.values()``) or assigned
   from an item of one (``f = T[k]``, ``f = T.get(k)``), or the item itself (``T[k](...)``,
-  ``T.get(k)(...)``);
+  ``T.get(k)(...)``); a name assigned a function itself (``f = self.get_time``, either
+  branch of ``a if c else b``) is a table of one (or two);
 - the *table* ``T``: a dict, list or tuple display, through names, ``self.attr`` (assigned
   in any method, filled by ``T[k] = f`` or ``T.append(f)``), a ``@property`` of the class,
   or a function of the project that returns one;
@@ -70,9 +71,29 @@ def _callee_entries(ev: Any, func: Any, scope: Scope, depth: int) -> list[tuple[
     for b in ev.resolve(func.id, scope, func.lineno):
         if b.kind == ITER:
             out.extend(_iterated_entries(ev, b.value, b.scope, depth + 1))
-        elif b.kind == ASSIGN and type(b.value) in (ast.Subscript, ast.Call, ast.Name):
-            out.extend(_callee_entries(ev, b.value, b.scope, depth + 1))
+        elif b.kind == ASSIGN:
+            out.extend(_assigned(ev, b.value, b.scope, depth + 1))
     return out
+
+
+def _assigned(ev: Any, value: Any, scope: Scope, depth: int) -> list[tuple[Any, Scope, Any]]:
+    """What a name assigned ``value`` may hold as a callee: an item of a table
+    (``T[k]``, ``T.get(k)``), a function itself (``f = self.get_time``, ``f = helper``), or
+    either branch of ``a if c else b``."""
+    if depth > _MAX_DEPTH:
+        return []
+    t = type(value)
+    if t is ast.IfExp:
+        return _assigned(ev, value.body, scope, depth + 1) + _assigned(
+            ev, value.orelse, scope, depth + 1
+        )
+    if t is ast.Attribute:
+        return [(value, scope, ev)]
+    if t is ast.Name:
+        return [(value, scope, ev), *_callee_entries(ev, value, scope, depth + 1)]
+    if t in (ast.Subscript, ast.Call):
+        return _callee_entries(ev, value, scope, depth + 1)
+    return []
 
 
 def _iterated_entries(ev: Any, it: Any, scope: Scope, depth: int) -> list[tuple[Any, Scope, Any]]:

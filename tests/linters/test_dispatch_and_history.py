@@ -392,3 +392,27 @@ def test_a_day_format_inside_the_builder_caps_the_clock_its_caller_passes():
         return build(datetime.now(), q)
     """
     assert found(src, "PC001") == [(15, "PC001", "info")]
+
+
+def test_a_bound_method_picked_by_a_condition_and_called_later():
+    # `make = self.stamp if verbose else self.plain`: either may run; stamp() reads a uuid
+    # (line 6), reported where it is made
+    src = """
+    import uuid
+    import anthropic
+
+    class Prompt:
+        def stamp(self):
+            return "Session " + str(uuid.uuid4())
+
+        def plain(self):
+            return "Session"
+
+        def ask(self, q, verbose):
+            make = self.stamp if verbose else self.plain
+            system = make() + " You answer questions about the manual." * 60
+            return anthropic.Anthropic().messages.create(
+                model="m", max_tokens=10, system=system, messages=[{"role": "user", "content": q}]
+            )
+    """
+    assert found(src, "PC001") == [(6, "PC001", "warning")]
