@@ -1,0 +1,81 @@
+"""False-positive kinds found on the projects issue 28 kept aside (bench/lint_aside.md),
+each as a small program written for these tests, asserting the exact finding or its absence:
+scaffold templates that do not parse, a pydantic-ai system prompt evaluated once per
+conversation, and stakes counted from the volatile value to the end of the cached prefix."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from linters.cli import main
+from linters.config import LintConfig
+from linters.runner import lint_source
+
+
+def lint(src: str) -> list:
+    return lint_source(textwrap.dedent(src).lstrip(), "t.py", LintConfig())
+
+
+def found(src: str) -> list[tuple[int, str, str]]:
+    return [(f.line, f.code, f.severity) for f in lint(src)]
+
+
+# -- a file that does not parse is not a cache-busting finding ----------------------------
+
+SCAFFOLD = """\
+from pkg.base import Base, step
+
+
+class {{agent_class}}(Base):
+    @step
+    def run(self):
+        return "{{ greeting }}"
+"""
+JINJA = """\
+import os
+{% if with_logging %}
+import logging
+{% endif %}
+"""
+
+
+@pytest.fixture
+def proj(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_a_template_that_does_not_parse_is_an_info_notice(proj, capsys):
+    write(proj / "pkg" / "templates" / "agent.py", SCAFFOLD)
+    write(proj / "pkg" / "templates" / "{{pkg_name}}" / "setup.py", JINJA)
+    write(proj / "pkg" / "ok.py", "SYSTEM = 'You are helpful.'\n")
+    assert main(["."]) == 0  # only info findings: the run does not fail
+    lines = capsys.readouterr().out.splitlines()
+    template = (
+        "PC900 [info] not checked: the file does not parse; it is a template (`{{...}}` or "
+        "`{%...%}` placeholders), not Python (syntax error: "
+    )
+    assert lines[0].startswith("pkg/templates/agent.py:4:")
+    assert template in lines[0]
+    assert lines[1].startswith("pkg/templates/{{pkg_name}}/setup.py:2:")
+    assert template in lines[1]
+    assert lines[2] == (
+        "found 2 findings in 2 files, 3 files read: 1 checked, 2 do not parse (PC900, not checked)."
+    )
+
+
+def test_a_real_syntax_error_stays_visible_as_info(proj, capsys):
+    write(proj / "app.py", "def ask(q:\n    return q\n")
+    assert main(["--format", "json", "app.py"]) == 0
+    out = capsys.readouterr().out
+    assert '"severity": "info"' in out and '"files_not_parsed": 1' in out
+    assert "not checked: the file does not parse (syntax error: " in out
+    assert "template" not in out
