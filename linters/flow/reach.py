@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from linters.flow.facts import ASSIGN, MESSAGES, PARAM, PROMPT, ROLE, Scope, Sink
+from linters.flow.hazards import rerate
 from linters.flow.resolve import is_template
 from linters.flow.values import HAZARD_PARAM, Evaluator, Hazard
 
@@ -49,7 +50,7 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
                     seen_params.add(key)
                     pending.append((fs, pname, sink, via, messages))
             elif not (h.past_mark and single_turn(ev, sink)):
-                out.append(Reach(h, sink, via))
+                out.append(Reach(capped(h, sink), sink, via))
 
     def messages_sink(expr: Any, scope: Scope, sink: Sink, via: str | None) -> None:
         if type(expr) is ast.Name:
@@ -103,6 +104,13 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
         h = r.hazard
         unique.setdefault((h.kind, id(h.node), id(h.origin) if h.origin is not None else 0), r)
     return list(unique.values())
+
+
+def capped(h: Hazard, sink: Sink) -> Hazard:
+    """``h`` slowed to the sink's ``rate_cap`` (a prompt evaluated once per conversation)."""
+    if sink.rate_cap is None:
+        return h
+    return rerate((h,), sink.rate_cap)[0]
 
 
 def single_turn(ev: Evaluator, sink: Sink) -> bool:
@@ -168,7 +176,7 @@ def incoming(ev: Evaluator) -> list[Reach]:
                         hop += f", {via}"
                     for h in ev.hazards(arg, scope):
                         if h.kind != HAZARD_PARAM:
-                            out.append(Reach(h, sink, hop))
+                            out.append(Reach(capped(h, sink), sink, hop))
     return out
 
 

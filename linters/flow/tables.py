@@ -19,9 +19,21 @@ RATE_REQUEST = "request"
 # a write writes the cache anew (a warning).
 RATE_WRITE = "write"
 RATE_HOUR = "hour"
+# Per conversation: a value computed once when a conversation starts and replayed from its
+# history afterwards (a non-dynamic pydantic-ai ``@agent.system_prompt``): each new
+# conversation writes its own system prefix once (info). Slower than the hour: a clock read
+# there changes the prefix at most once per conversation, whatever it prints.
+RATE_CONVERSATION = "conversation"
 RATE_DAY = "day"
 RATE_PROCESS = "process"
-RATE_ORDER = (RATE_REQUEST, RATE_WRITE, RATE_HOUR, RATE_DAY, RATE_PROCESS)  # fastest first
+RATE_ORDER = (  # fastest first
+    RATE_REQUEST,
+    RATE_WRITE,
+    RATE_HOUR,
+    RATE_CONVERSATION,
+    RATE_DAY,
+    RATE_PROCESS,
+)
 
 # Fully qualified calls whose result differs from one request (or one day, or process) to
 # the next: name -> (what it reads, rate). Matched against the call's qualified name after
@@ -400,6 +412,14 @@ TOOLS_NAME_RE = re.compile(
     r"(?i)^(tools|[a-z0-9_]*_tools|tool_(definitions|defs|schemas|specs|list))$"
 )
 PREFIX_DECORATOR_ATTRS = frozenset({"system_prompt", "instructions"})
+# pydantic-ai: a plain ``@agent.system_prompt`` function runs only when the message history
+# is empty, its part is then replayed from the history; ``@agent.system_prompt(dynamic=True)``
+# is re-evaluated on every run, and ``@agent.instructions`` on every request. Source:
+# pydantic-ai ``Agent.system_prompt`` docstring ("dynamic: If True, the system prompt will be
+# reevaluated even when `messages_history` is provided") and ``_agent_graph.py``
+# ``UserPromptNode`` (``if not messages: parts.extend(await self._sys_parts(run_context))``),
+# commit 4fda38988f29, read 2026-12-03; https://ai.pydantic.dev/agents/#system-prompts.
+ONCE_PER_CONVERSATION_DECORATORS = frozenset({"system_prompt"})
 
 # Top-level packages whose import marks a module as talking to an LLM.
 LLM_MODULES = frozenset(

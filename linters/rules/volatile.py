@@ -9,7 +9,14 @@ import string
 from typing import Any
 
 from linters.flow.facts import MESSAGES, PROMPT, ROLE
-from linters.flow.tables import RATE_DAY, RATE_HOUR, RATE_ORDER, RATE_REQUEST, RATE_WRITE
+from linters.flow.tables import (
+    RATE_CONVERSATION,
+    RATE_DAY,
+    RATE_HOUR,
+    RATE_ORDER,
+    RATE_REQUEST,
+    RATE_WRITE,
+)
 from linters.flow.values import HAZARD_VOLATILE, SEG_VOLATILE, static_chars
 from linters.model import Finding, Rule
 from linters.rules.context import RuleContext
@@ -131,6 +138,12 @@ _RATE_TEXT = {
         "warning",
         "it changes every hour: the cached prefix is written anew at least 24 times a day; "
         "move it into the last user message",
+    ),
+    RATE_CONVERSATION: (
+        "info",
+        "it is evaluated once per conversation (pydantic-ai replays a system prompt that is not "
+        "`dynamic=True` from the message history): one cache write per conversation; move it "
+        "into the user message if that write matters",
     ),
     RATE_DAY: (
         "info",

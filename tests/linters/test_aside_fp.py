@@ -79,3 +79,39 @@ def test_a_real_syntax_error_stays_visible_as_info(proj, capsys):
     assert '"severity": "info"' in out and '"files_not_parsed": 1' in out
     assert "not checked: the file does not parse (syntax error: " in out
     assert "template" not in out
+
+
+# -- pydantic-ai: a plain @agent.system_prompt runs once per conversation -------------------
+
+AGENT = """
+from datetime import datetime
+from pydantic_ai import Agent
+
+helper = Agent("openai:gpt-4o", instructions="Answer briefly.")
+
+@helper.{decorator}
+def context() -> str:
+    return f"You help users of the shell. The time now is {{datetime.now()}}. Be concise."
+"""
+ONCE = (
+    "`datetime.now()` (the clock) reaches the `@system_prompt` function's result: it is "
+    "evaluated once per conversation (pydantic-ai replays a system prompt that is not "
+    "`dynamic=True` from the message history): one cache write per conversation; move it "
+    "into the user message if that write matters"
+)
+
+
+def test_a_plain_system_prompt_function_changes_once_per_conversation():
+    out = lint(AGENT.format(decorator="system_prompt"))
+    assert [(f.line, f.code, f.severity, f.message) for f in out] == [(8, "PC001", "info", ONCE)]
+    assert found(AGENT.format(decorator="system_prompt(dynamic=False)")) == [(8, "PC001", "info")]
+
+
+@pytest.mark.parametrize(
+    "decorator",
+    ["system_prompt(dynamic=True)", "system_prompt(dynamic=fresh)", "instructions"],
+)
+def test_a_dynamic_system_prompt_or_instructions_change_per_request(decorator):
+    out = lint(AGENT.format(decorator=decorator))
+    assert [(f.line, f.code, f.severity) for f in out] == [(8, "PC001", "warning")]
+    assert "the cached prefix changes on every request" in out[0].message
