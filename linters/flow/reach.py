@@ -140,6 +140,27 @@ def single_turn(ev: Evaluator, sink: Sink) -> bool:
     return type(msgs) is ast.List and len(msgs.elts) == 1 and type(msgs.elts[0]) is not ast.Starred
 
 
+def last_cached(ev: Evaluator, sink: Sink) -> bool:
+    """Whether nothing cached follows ``sink``'s text in its request: :func:`single_turn`,
+    or a system message written as the next-to-last item of a list literal of this module
+    (``[SystemMessage(content=...), UserMessage(content=...)]``: only the new message after
+    it). False when a history may follow it (appended in a loop, a list the linter does not
+    see whole)."""
+    if sink.kind == MESSAGES:
+        return False
+    if single_turn(ev, sink):
+        return True
+    ids = ev.before_last
+    if ids is None:
+        ids = ev.before_last = set()
+        for n in ast.walk(ev.facts.module.node):
+            if type(n) is ast.List and len(n.elts) >= 2:
+                if not any(type(e) is ast.Starred for e in n.elts):
+                    ids.add(id(n.elts[-2]))
+    message = sink.node if sink.node is not None else sink.expr
+    return id(message) in ids
+
+
 def reaches_of(ev: Evaluator) -> list[Reach]:
     """:func:`prefix_reaches` of a module plus :func:`incoming`, computed once per
     evaluator (another module's analysis may ask for it first)."""

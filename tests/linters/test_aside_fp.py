@@ -115,3 +115,78 @@ def test_a_dynamic_system_prompt_or_instructions_change_per_request(decorator):
     out = lint(AGENT.format(decorator=decorator))
     assert [(f.line, f.code, f.severity) for f in out] == [(8, "PC001", "warning")]
     assert "the cached prefix changes on every request" in out[0].message
+
+
+# -- stakes: only the text after the volatile value is written anew -------------------------
+
+JUDGE = """
+from datetime import datetime
+from langchain_core.messages import HumanMessage, SystemMessage
+
+STEPS = "Check each step of the trace. " * {steps}
+REPLY = "Reply in JSON. " * {reply}
+
+
+def judge_messages(trace, history):
+    now = datetime.now().strftime("%Y-%m-%d %H:%M")
+    system = f"{{STEPS}}\\nThe current time is {{now}}.\\n{{REPLY}}"
+    return [SystemMessage(content=system), {history}HumanMessage(content=trace)]
+"""
+CLOCK = (
+    "`now` (set on line 9) from `datetime.now()` (the clock) reaches a system message: the "
+    "cached prefix changes on every request; move it after the static text, into the last "
+    "user message"
+)
+
+
+def judged(steps: int, reply: int, history: str = "") -> list[tuple[int, str, str]]:
+    out = lint(JUDGE.format(steps=steps, reply=reply, history=history))
+    assert [(f.line, f.code) for f in out] == [(10, "PC001")]
+    assert out[0].message.startswith(CLOCK)
+    return [(f.severity, f.message[len(CLOCK) :]) for f in out]
+
+
+def test_a_clock_near_the_end_of_a_single_turn_system_message_counts_what_follows_it():
+    # after the clock: ".\n" + 64 * 15 characters = 962 -> 240 tokens (4 a token); before it
+    # 170 * 30 + 21 = 5121 characters (1280 tokens, cached either way): the loss is 240
+    # tokens, below the 1,024-token minimum
+    assert judged(170, 64) == [
+        (
+            "info",
+            " (~240 tokens of static text after it in a system message, the end of the cached "
+            "prefix, are written anew with it; below the 1024-token minimum a cache needs, the "
+            "text before it is served from a prefix cache)",
+        )
+    ]
+
+
+def test_a_clock_with_enough_text_after_it_stays_a_warning():
+    # after: 2 + 300 * 15 = 4502 characters -> 1125 tokens
+    assert judged(170, 300) == [
+        (
+            "warning",
+            " (~1125 tokens of static text after it in a system message are written anew with "
+            "it; a prefix cache still serves the text before it)",
+        )
+    ]
+
+
+def test_a_history_after_the_system_message_keeps_it_a_warning():
+    assert judged(170, 64, "*history, ") == [
+        (
+            "warning",
+            " (~240 tokens of static text after it in a system message, and the conversation "
+            "after it, are written anew with it; a prefix cache still serves the text before it)",
+        )
+    ]
+
+
+def test_short_text_before_the_clock_leaves_the_level_to_its_rate():
+    # before 10 * 30 + 21 = 321 characters (80 tokens): no cacheable prefix on its own, so
+    # the loss is not only the text after the clock; the rate decides (per minute)
+    assert judged(10, 64) == [
+        (
+            "warning",
+            " (~240 tokens of static text after it in a system message are written anew with it)",
+        )
+    ]
