@@ -250,6 +250,15 @@ TEXT_BUILDING_METHODS = frozenset(
     }
 )
 TEXT_PASSTHROUGH_CALLS = frozenset({"builtins.str", "textwrap.dedent", "inspect.cleandoc"})
+# Calls that give a type's JSON schema (Pydantic's ``Model.model_json_schema()`` and
+# ``schema_json()``, ``TypeAdapter(T).json_schema()``, a project's ``..._json_schema(T)``
+# helper): the text is fixed by the type, the same for every request with that type, not
+# per-request even when the type is a parameter (issue 28: a dataset type's or an output
+# type's schema in a system prompt was called "per-request").
+TYPE_SCHEMA_CALL_RE = re.compile(r"(?i)(^|_)json_?schema($|_)|^model_json_schema|^schema_json$")
+# Attributes fixed by the class or function defined in the code (``response_model.__name__``,
+# its docstring): per type, like its schema, never per-request text.
+TYPE_TEXT_ATTRS = frozenset({"__name__", "__qualname__", "__doc__", "__module__"})
 FILE_READ_METHODS = frozenset({"read_text", "read", "read_bytes"})
 
 # Keyword arguments whose value is a cached prefix.

@@ -190,3 +190,47 @@ def test_short_text_before_the_clock_leaves_the_level_to_its_rate():
             " (~240 tokens of static text after it in a system message are written anew with it)",
         )
     ]
+
+
+# -- a type's JSON schema is fixed by the type, not per request ------------------------------
+
+SCHEMA = """
+import json
+import anthropic
+from pydantic import TypeAdapter
+
+RULES = "Reply with one JSON object and nothing else; no prose before or after it. " * 2
+
+
+def extract(output_type, text):
+    schema = {schema}
+    system = f"Follow this JSON schema:\\n{{schema}}\\n\\n{{RULES}}"
+    return anthropic.Anthropic().messages.create(
+        model="m", system=system, messages=[{{"role": "user", "content": text}}]
+    )
+"""
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        "output_type.model_json_schema()",
+        "json.dumps(output_type.model_json_schema(), indent=2)",
+        "TypeAdapter(output_type).json_schema()",
+        "output_type.schema_json()",
+        "output_type.__name__",
+    ],
+)
+def test_a_types_json_schema_before_static_text_is_not_per_request(schema):
+    assert found(SCHEMA.format(schema=schema)) == []
+
+
+def test_per_request_text_before_static_text_is_still_reported():
+    # the control: the request's own text in the same place; after it "\n\n" + 2 x 74
+    # characters of RULES = 150 static characters
+    out = lint(SCHEMA.format(schema="text.upper()"))
+    assert [(f.line, f.code, f.severity) for f in out] == [(10, "PC004", "info")]
+    assert out[0].message.startswith(
+        "`schema` (`text` (a parameter)) is per-request and comes before 150 characters of "
+        "static text in the system prompt"
+    )
