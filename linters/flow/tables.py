@@ -429,6 +429,9 @@ PREFIX_DECORATOR_ATTRS = frozenset({"system_prompt", "instructions"})
 # ``UserPromptNode`` (``if not messages: parts.extend(await self._sys_parts(run_context))``),
 # commit 4fda38988f29, read 2026-12-03; https://ai.pydantic.dev/agents/#system-prompts.
 ONCE_PER_CONVERSATION_DECORATORS = frozenset({"system_prompt"})
+# ``Agent(system_prompt=...)``: its strings join the same parts (``_sys_parts`` resolves
+# ``self.system_prompts`` with the functions), so they are replayed from the history too.
+ONCE_PER_CONVERSATION_KEYWORDS = frozenset({"system_prompt"})
 
 # Top-level packages whose import marks a module as talking to an LLM.
 LLM_MODULES = frozenset(

@@ -773,6 +773,10 @@ class _Walker:
                 continue
             if arg in tables.CREWAI_PREFIX_KEYWORDS and qual.startswith("crewai"):
                 sinks.append(Sink(PREFIX, value, scope, tables.CREWAI_PREFIX_KEYWORDS[arg]))
+            elif arg in tables.ONCE_PER_CONVERSATION_KEYWORDS and qual.startswith("pydantic_ai"):
+                cap = tables.RATE_CONVERSATION
+                label = tables.PREFIX_KEYWORDS[arg]
+                sinks.append(Sink(PREFIX, value, scope, label, rate_cap=cap))
             elif arg in tables.PREFIX_KEYWORDS:
                 sinks.append(Sink(PREFIX, value, scope, tables.PREFIX_KEYWORDS[arg]))
                 parts[arg] = value

@@ -234,3 +234,19 @@ def test_per_request_text_before_static_text_is_still_reported():
         "`schema` (`text` (a parameter)) is per-request and comes before 150 characters of "
         "static text in the system prompt"
     )
+
+
+def test_an_agents_system_prompt_keyword_changes_once_per_conversation():
+    src = """
+    from datetime import datetime
+    from pydantic_ai import Agent
+
+    def chat_agent(model):
+        now = datetime.now()
+        return Agent(model, system_prompt=f"Today is {now}. You help with the user's shell.")
+    """
+    out = lint(src)
+    assert [(f.line, f.code, f.severity) for f in out] == [(6, "PC001", "info")]
+    assert "it is evaluated once per conversation (pydantic-ai replays" in out[0].message
+    # instructions are re-sent on every request: per request as before
+    assert found(src.replace("system_prompt=", "instructions=")) == [(6, "PC001", "warning")]
