@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from linters.flow.facts import ASSIGN, IMPORT, MESSAGES, PARAM, PROMPT, ROLE, WITH, Scope, Sink
-from linters.flow.hazards import unordered
+from linters.flow.hazards import partial, rerate, unordered
 from linters.flow.resolve import is_static, is_template
 from linters.flow.values import HAZARD_PARAM, Evaluator, Hazard
 
@@ -34,8 +34,9 @@ def prefix_reaches(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]
     facts = ev.facts
     out: list[Reach] = []
     last_ids: set[int] = set()
-    pending: list[tuple[Scope, str, Sink, str | None, bool, bool]] = []
-    seen_params: set[tuple[int, str, bool, bool]] = set()
+    # (function, parameter, sink, hop, a message list, the parameter hazard: its rate cap)
+    pending: list[tuple[Scope, str, Sink, str | None, bool, Hazard]] = []
+    seen_params: set[tuple[int, str, bool, str, bool, bool]] = set()
 
     if seeds is None:
         ev.param_sinks = {}
@@ -49,16 +50,16 @@ def prefix_reaches(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]
             if h.kind == HAZARD_PARAM:
                 fs, pname = h.detail
                 if not messages:
-                    param_sinks.setdefault((id(fs), pname), []).append((sink, via, h.unordered))
+                    param_sinks.setdefault((id(fs), pname), []).append((sink, via, h))
                     ev.param_sink_names.add(fs.name)
                 else:
                     param_msg_sinks.setdefault((id(fs), pname), []).append((sink, via))
-                key = (id(fs), pname, messages, h.unordered)
+                key = (id(fs), pname, messages, h.rate, h.partial, h.unordered)
                 if key not in seen_params:
                     seen_params.add(key)
-                    pending.append((fs, pname, sink, via, messages, h.unordered))
+                    pending.append((fs, pname, sink, via, messages, h))
             elif not (h.past_mark and single_turn(ev, sink)):
-                out.append(Reach(h, sink, via))
+                out.append(Reach(capped(h, sink), sink, via))
 
     def messages_sink(expr: Any, scope: Scope, sink: Sink, via: str | None) -> None:
         if type(expr) is ast.Name:
@@ -96,7 +97,7 @@ def prefix_reaches(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]
 
     # Carry parameters back to the callers, transitively.
     while pending:
-        fs, pname, sink, via, messages, unordered_only = pending.pop()
+        fs, pname, sink, via, messages, ph = pending.pop()
         sites = list(facts.calls.get(fs.name, ()))
         if fs.cls is not None:
             sites += facts.calls.get("self." + fs.name, [])
@@ -111,14 +112,31 @@ def prefix_reaches(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]
             if messages:
                 messages_sink(arg, cscope, sink, hop)
             else:
-                hs = ev.hazards(arg, cscope)
-                take(unordered(hs) if unordered_only else hs, sink, hop)
+                take(as_argument(ev.hazards(arg, cscope), ph), sink, hop)
 
     unique: dict[tuple[str, int, int], Reach] = {}
     for r in out:  # one per use and root cause (a clock and a stored note may share a use)
         h = r.hazard
         unique.setdefault((h.kind, id(h.node), id(h.origin) if h.origin is not None else 0), r)
     return list(unique.values())
+
+
+def as_argument(hs: Iterable[Hazard], param: Hazard) -> tuple[Hazard, ...]:
+    """The hazards of an argument as the parameter ``param`` uses them: slowed to the
+    parameter's rate (``d.strftime("%Y-%m-%d")`` of a clock is per day), on one code path
+    only when the parameter's use is, without order hazards when it reaches the prefix only
+    through a set or ``sorted(...)``."""
+    out = rerate(hs, param.rate)
+    out = partial(out) if param.partial else out
+    # a parameter that reaches the prefix only through set(...)/sorted(...)
+    return tuple(unordered(out)) if param.unordered else out
+
+
+def capped(h: Hazard, sink: Sink) -> Hazard:
+    """``h`` slowed to the sink's ``rate_cap`` (a prompt evaluated once per conversation)."""
+    if sink.rate_cap is None:
+        return h
+    return rerate((h,), sink.rate_cap)[0]
 
 
 def single_turn(ev: Evaluator, sink: Sink) -> bool:
@@ -146,6 +164,27 @@ def single_turn(ev: Evaluator, sink: Sink) -> bool:
                     fields[id(v)] = pairs["messages"]
     msgs = fields.get(id(sink.expr))
     return type(msgs) is ast.List and len(msgs.elts) == 1 and type(msgs.elts[0]) is not ast.Starred
+
+
+def last_cached(ev: Evaluator, sink: Sink) -> bool:
+    """Whether nothing cached follows ``sink``'s text in its request: :func:`single_turn`,
+    or a system message written as the next-to-last item of a list literal of this module
+    (``[SystemMessage(content=...), UserMessage(content=...)]``: only the new message after
+    it). False when a history may follow it (appended in a loop, a list the linter does not
+    see whole)."""
+    if sink.kind == MESSAGES:
+        return False
+    if single_turn(ev, sink):
+        return True
+    ids = ev.before_last
+    if ids is None:
+        ids = ev.before_last = set()
+        for n in ast.walk(ev.facts.module.node):
+            if type(n) is ast.List and len(n.elts) >= 2:
+                if not any(type(e) is ast.Starred for e in n.elts):
+                    ids.add(id(n.elts[-2]))
+    message = sink.node if sink.node is not None else sink.expr
+    return id(message) in ids
 
 
 def reaches_of(ev: Evaluator) -> list[Reach]:
@@ -191,17 +230,16 @@ def incoming(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]:
                 reaches_of(owner)
             _message_seeds(ev, call, scope, fs, bound, owner, seeds)
             for pname in fs.params:
-                for sink, via, unordered_only in owner.param_sinks.get((id(fs), pname), ()):
+                for sink, via, ph in owner.param_sinks.get((id(fs), pname), ()):
                     arg = ev.arg_for(call, fs, pname, bound)
                     if arg is None or not _text_built_here(ev, arg, scope):
                         continue
                     hop = f"passed to `{fs.name}()` as `{pname}` ({owner.path})"
                     if via:
                         hop += f", {via}"
-                    hs = ev.hazards(arg, scope)
-                    for h in unordered(hs) if unordered_only else hs:
+                    for h in as_argument(ev.hazards(arg, scope), ph):
                         if h.kind != HAZARD_PARAM:
-                            out.append(Reach(h, sink, hop))
+                            out.append(Reach(capped(h, sink), sink, hop))
     return out
 
 
