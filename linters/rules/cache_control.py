@@ -22,6 +22,7 @@ from linters.flow.facts import Scope
 from linters.flow.resolve import short
 from linters.flow.values import Evaluator
 from linters.model import Finding, Rule
+from linters.rules import marker_misuse
 from linters.rules.context import RuleContext
 from promptcache.limits import (
     ANTHROPIC_DEFAULT_MIN_TOKENS,
@@ -214,9 +215,10 @@ def _min_tokens(model: str | None) -> int:
 def check(an: RuleContext) -> list[Finding]:
     """PC005 and PC008 findings for every literal request of the module."""
     facts = an.facts
+    out: list[Finding] = marker_misuse.findings(an)
     if not facts.has_cache_control:
-        return []
-    out: list[Finding] = [
+        return out
+    out += [
         an.finding(
             "PC005",
             mark,
