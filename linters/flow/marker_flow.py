@@ -272,41 +272,62 @@ def _dotted(f: Any) -> str:
 
 
 class Flow:
-    """The function models of one module and the calls between them."""
+    """The function models of one module, made on first use, and the calls between them
+    (call sites from the walk's index, :attr:`linters.flow.facts.ModuleFacts.calls`)."""
 
     def __init__(self, ev: Evaluator) -> None:
         self.ev = ev
-        tree = ev.facts.module.node
-        self.module = Fn(tree, ev.facts.module, ev)
-        self.fns: dict[int, Fn] = {}
-        for node in ast.walk(tree):
-            if isinstance(node, _FUNCS):
-                self.fns[id(node)] = Fn(node, ev.function_scope(node), ev)
-        self._callers: dict[int, list[tuple[ast.Call, Fn, bool]]] | None = None
+        self._fns: dict[int, Fn] = {}
+        self.scopes: list[Scope] = []
+        todo = [ev.facts.module]
+        while todo:
+            sc = todo.pop()
+            for fs in sc.funcs.values():
+                todo.append(fs)
+                if fs.kind == "function":
+                    self.scopes.append(fs)
 
-    def all(self) -> list[Fn]:
-        return [self.module, *self.fns.values()]
+    def fn(self, scope: Scope) -> Fn:
+        """The model of a function scope (or of the module body for the module scope)."""
+        got = self._fns.get(id(scope.node))
+        if got is None:
+            got = self._fns[id(scope.node)] = Fn(scope.node, scope, self.ev)
+        return got
+
+    def at(self, line: int) -> Fn:
+        """The model of the innermost function holding ``line`` (the module body if none)."""
+        best: Scope | None = None
+        for sc in self.scopes:
+            node = sc.node
+            if node.lineno <= line <= (node.end_lineno or node.lineno):
+                if best is None or node.lineno >= best.node.lineno:
+                    best = sc
+        return self.fn(best if best is not None else self.ev.facts.module)
 
     def callee(self, call: ast.Call, fn: Fn) -> tuple[Fn | None, bool]:
         """The module function a call of ``fn`` reaches, and whether ``self`` is bound."""
         if fn.scope is None:
             return None, False
         target, bound = self.ev.callee(call, fn.scope)
-        if target is None:
+        if target is None or target.kind != "function":
             return None, False
-        return self.fns.get(id(target.node)), bound
+        return self.fn(target), bound
 
     def callers(self, fn: Fn) -> list[tuple[ast.Call, Fn, bool]]:
         """``(call, calling function, self bound)`` for every call of ``fn`` in the module."""
-        if self._callers is None:
-            index: dict[int, list[tuple[ast.Call, Fn, bool]]] = {}
-            for caller in self.all():
-                for call in caller.calls:
-                    target, bound = self.callee(call, caller)
-                    if target is not None:
-                        index.setdefault(id(target.node), []).append((call, caller, bound))
-            self._callers = index
-        return self._callers.get(id(fn.node), [])
+        scope = fn.scope
+        if scope is None or scope.kind != "function":
+            return []
+        calls = self.ev.facts.calls
+        sites = list(calls.get(scope.name, ()))
+        if scope.cls is not None:
+            sites += calls.get("self." + scope.name, [])
+        out = []
+        for call, cscope in sites:
+            target, bound = self.ev.callee(call, cscope)
+            if target is scope:
+                out.append((call, self.fn(_function_of(cscope)), bound))
+        return out
 
     def roots(self, fn: Fn, expr: Any) -> list[str]:
         """Local names (and ``self.attr``) whose object ``expr`` is part of, nearest first."""
@@ -397,10 +418,10 @@ class Flow:
                 hit = self.reach(fn, tgt, seen, hops + 1)
                 if hit is not None:
                     return hit
-        if name.startswith("self."):
-            for other in self.fns.values():
-                if other is not fn and other.scope is not None and _same_class(other, fn):
-                    hit = self.reach(other, name, seen, hops + 1)
+        if name.startswith("self.") and fn.scope is not None and fn.scope.cls is not None:
+            for method in fn.scope.cls.funcs.values():
+                if method.kind == "function" and method.node is not fn.node:
+                    hit = self.reach(self.fn(method), name, seen, hops + 1)
                     if hit is not None:
                         return hit
         if name in fn.params:
@@ -444,11 +465,12 @@ class Flow:
         return None
 
 
+def _function_of(scope: Scope) -> Scope:
+    """``scope`` itself, or for a class body the scope that holds the class."""
+    while scope.kind == "class" and scope.parent is not None:
+        scope = scope.parent
+    return scope
+
+
 def _inside(node: Any, outer: Any) -> bool:
     return any(n is node for n in ast.walk(outer))
-
-
-def _same_class(a: Fn, b: Fn) -> bool:
-    ca = a.scope.cls if a.scope is not None else None
-    cb = b.scope.cls if b.scope is not None else None
-    return ca is not None and ca is cb

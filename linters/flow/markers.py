@@ -74,12 +74,14 @@ def misspelt(key: str) -> bool:
 
 def marker_issues(ev: Evaluator, source: bytes) -> list[MarkerIssue]:
     """Every marker of the module that a known request ignores or rejects."""
-    if not _WORD.search(source):
+    lines = [i for i, text in enumerate(source.splitlines(), 1) if _WORD.search(text)]
+    if not lines:
         return []
     flow = Flow(ev)
+    fns = {id(f.node): f for f in map(flow.at, lines)}
     out: list[MarkerIssue] = []
     done: set[int] = set()
-    for fn in flow.all():
+    for fn in fns.values():
         for d in fn.dicts:
             for k in d.keys:
                 key = const_key(k)
