@@ -52,7 +52,8 @@ THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 #: request kinds that read ``cache_control`` (litellm converts it for each provider)
 _MARKER_CLIENTS = frozenset({"litellm", "anthropic"})
 _EXITS = (ast.Return, ast.Continue, ast.Break, ast.Raise)
-_WORD = re.compile(rb"(?i)cache.?control|cachepoint")
+# a marker key as a string literal: the functions holding one are the only ones looked at
+_WORD = re.compile(rb"""(?i)["'](cache.?control|cachepoint)["']""")
 
 
 @dataclass(frozen=True, slots=True)
