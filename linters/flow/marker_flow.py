@@ -54,6 +54,7 @@ class Req:
     kind: str
     name: str
     values: list[ast.expr] = field(default_factory=list)
+    spreads: set[str] = field(default_factory=set)  # dict locals given as ``**name``
 
 
 def request_kind(fn: Fn, call: ast.Call, ev: Evaluator) -> tuple[str, str] | None:
@@ -167,6 +168,7 @@ class Fn:
 
     def _requests(self, ev: Evaluator) -> list[Req]:
         out = []
+        spread: set[str] = set()  # dict locals passed as ``**name`` to a known request
         for call in self.calls:
             kn = request_kind(self, call, ev)
             if kn is None:
@@ -177,9 +179,16 @@ class Fn:
                     req.values.append(kw.value)
                 elif kw.arg is None and type(kw.value) is ast.Name:
                     req.values.extend(self.fields_of(kw.value.id))
+                    req.spreads.add(kw.value.id)
+                    spread.add(kw.value.id)
             out.append(req)
         for d in self.dicts:
             keys = [const_key(k) for k in d.keys]
+            up: Any = self.parent.get(id(d))
+            if type(up) in (ast.Assign, ast.AnnAssign):
+                targets = up.targets if type(up) is ast.Assign else [up.target]
+                if any(type(t) is ast.Name and t.id in spread for t in targets):
+                    continue  # the body of a call above: that call is the request
             if "model" in keys and FIELDS.intersection(k for k in keys if k):
                 req = Req(d, "body", "the request body")
                 req.values = [v for k, v in zip(keys, d.values) if k in FIELDS]
@@ -235,7 +244,7 @@ def carries(expr: Any, name: str, depth: int = 0) -> bool:
     if t is ast.Starred:
         return carries(expr.value, name, depth + 1)
     if t is ast.Dict:
-        return any(carries(v, name, depth + 1) for v in expr.values)
+        return any(carries(v, name, depth + 1) for v in expr.values if _content_value(expr, v))
     if t is ast.BinOp:
         return type(expr.op) is ast.Add and (
             carries(expr.left, name, depth + 1) or carries(expr.right, name, depth + 1)
@@ -368,9 +377,9 @@ class Flow:
             req = next((r for r in fn.requests if r.node is up), None)
             if req is not None:
                 return req if any(v is cur or _inside(cur, v) for v in req.values) else None
+            if t is ast.Dict and not _content_value(up, cur):
+                return None
             if t in (ast.List, ast.Tuple, ast.Dict, ast.Starred, ast.IfExp, ast.keyword):
-                if t is ast.Dict and any(k is cur for k in up.keys):
-                    return None
                 cur = up
                 continue
             if t is ast.comprehension or t in (ast.ListComp, ast.GeneratorExp):
@@ -406,7 +415,7 @@ class Flow:
             return None
         seen.add(key)
         for req in fn.requests:
-            if any(carries(v, name) for v in req.values):
+            if name in req.spreads or any(carries(v, name) for v in req.values):
                 return req
         for container, value in fn.puts:
             if carries(value, name):
@@ -463,6 +472,21 @@ class Flow:
             if kw.arg and (kw is arg or kw.value is arg or _inside(arg, kw.value)):
                 return self.reach(target, kw.arg, seen)
         return None
+
+
+def _content_value(d: ast.Dict, cur: Any) -> bool:
+    """Whether ``cur`` is a value of dict display ``d`` that can hold content blocks: not a
+    key, not under a key naming headers, and, in a request body (a dict with ``"model"``),
+    under one of :data:`FIELDS`."""
+    keys = [const_key(k) for k in d.keys]
+    for k, key, v in zip(d.keys, keys, d.values):
+        if k is cur:
+            return False
+        if v is cur:
+            if key is not None and "header" in key.lower():
+                return False
+            return "model" not in keys or key is None or key in FIELDS
+    return True
 
 
 def _function_of(scope: Scope) -> Scope:

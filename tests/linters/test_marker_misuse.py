@@ -353,3 +353,64 @@ def test_key_in_a_dict_that_is_not_a_request():
         return {"prompt_cache_key": str(uuid.uuid4()), "messages": len(messages)}
     """
     assert found(src, "PC014") == []
+
+
+def test_misspelt_key_in_a_body_given_as_keyword_arguments():
+    # the body dict is the request's keywords (`**body`): the call is the request
+    src = """
+    def ask(client, history, guide):
+        body = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 256,
+            "system": [{"type": "text", "text": guide, "CacheControl": {"type": "ephemeral"}}],
+            "messages": history,
+        }
+        return client.messages.create(**body)
+    """
+    assert found(src) == [(5, "PC005", "warning")]
+
+
+def test_marker_state_kept_on_self_and_sent_from_another_method():
+    src = """
+    import litellm
+
+    class Agent:
+        def __init__(self):
+            self.messages = []
+
+        def remember(self, text):
+            self.messages.append({"role": "user", "content": [
+                {"type": "text", "text": text, "cache-control": {"type": "ephemeral"}}
+            ]})
+
+        def step(self):
+            return litellm.completion(model="anthropic/claude-sonnet-4-5", messages=self.messages)
+    """
+    assert found(src) == [(9, "PC005", "warning")]
+
+
+def test_http_cache_control_header_in_the_request_keywords_is_not_a_marker():
+    src = """
+    import litellm
+
+    def ask(messages):
+        kwargs = {
+            "model": "anthropic/claude-sonnet-4-5",
+            "messages": messages,
+            "extra_headers": {"Cache-Control": "no-store"},
+        }
+        return litellm.completion(**kwargs)
+    """
+    assert found(src) == []
+
+
+def test_http_header_dict_passed_on_by_name_is_not_a_marker():
+    src = """
+    import litellm
+
+    def ask(messages):
+        headers = {"Cache-Control": "no-store"}
+        kwargs = {"model": "anthropic/claude-sonnet-4-5", "messages": messages, "extra_headers": headers}
+        return litellm.completion(**kwargs)
+    """
+    assert found(src) == []
