@@ -12,8 +12,11 @@
 
 Data flow is followed through assignments (``x = ...``, ``x += ...``), list building
 (``append``/``extend``/``insert``), loop variables, ``self.attr`` across methods, module
-constants, closures and calls to functions defined in the same module
-(:mod:`linters.flow.resolve`).
+constants, closures, calls to functions of the project and what they return or yield
+(:mod:`linters.flow.resolve`). Message lists also follow lists that functions of the module
+return (``[system] + self.readonly() + [user]``) and an object's fields summed by its method
+(:mod:`linters.flow.fields`); a request's keywords include those a ``**m`` splat passes when
+the function builds ``m`` (:func:`linters.flow.walker.splat_pairs`).
 """
 
 from __future__ import annotations
