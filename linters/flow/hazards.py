@@ -394,9 +394,13 @@ class HazardMixin(SegmentMixin):
         if q is not None:
             if q in tables.SANITIZING_CALLS:
                 return ()
-            if q in tables.ORDERING_CALLS or q in tables.SET_CONSTRUCTORS:
+            if (
+                q in tables.ORDERING_CALLS
+                or q in tables.SET_CONSTRUCTORS
+                or (q in tables.ORDER_FREE_CALLS)
+            ):
                 # sorted(...) fixes the order; set(...) has its own, whatever its input's
-                # (reported where the set is iterated)
+                # (reported where the set is iterated); max(...), commonpath(...) have none
                 return unordered(h for a in args for h in self.hazards(a, scope))
             mode = tables.JSON_DUMPS.get(q)
             if mode is not None:

@@ -193,6 +193,19 @@ SANITIZING_CALLS = frozenset(
     }
 )
 ORDERING_CALLS = frozenset({"builtins.sorted"})  # removes iteration-order hazards
+# Calls whose result is the same whatever the order of the items they are given (Python 3
+# docs, read 2026-12-03: min/max return an extreme item; os.path.commonpath/commonprefix the
+# longest common sub-path/prefix of all of them): the items' other hazards stay.
+ORDER_FREE_CALLS = frozenset(
+    {
+        "builtins.min",
+        "builtins.max",
+        "os.path.commonpath",
+        "os.path.commonprefix",
+        "posixpath.commonpath",
+        "posixpath.commonprefix",
+    }
+)
 ITERATING_CALLS = frozenset(
     {
         "builtins.list",

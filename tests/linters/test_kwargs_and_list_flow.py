@@ -544,3 +544,27 @@ def test_a_class_attribute_named_like_the_module_it_calls(tmp_path):
     )
     report = lint_paths([tmp_path], LintConfig(root=tmp_path))
     assert [(f.code, f.line) for f in report.findings] == []
+
+
+def test_an_order_free_result_of_a_set_is_not_set_order():
+    # the common root of the chat's files is the same in any order: the prompt that names
+    # it carries no set order
+    src = """
+    import os
+
+    import litellm
+
+
+    class Coder:
+        def __init__(self):
+            self.fnames = set()
+
+        def root(self):
+            return os.path.commonpath(list(self.fnames))
+
+        def ask(self, q):
+            msgs = [{"role": "system", "content": "Repository root: " + self.root()},
+                    {"role": "user", "content": q}]
+            return litellm.completion(model="m", messages=msgs)
+    """
+    assert found(src) == []
