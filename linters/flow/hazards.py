@@ -322,7 +322,8 @@ class HazardMixin(SegmentMixin):
                 ),
             )
         value = b.value
-        hs = self.hazards(value, b.scope)
+        picked = self._unpacked(b, use) if kind == UNPACK else None
+        hs = self.hazards(value, b.scope) if picked is None else tuple(picked)
         if kind == ITER:
             extra: list[Hazard] = []
             if self.is_set(value, b.scope):
@@ -501,11 +502,44 @@ class HazardMixin(SegmentMixin):
             past = past or has_mark(self, e, scope)
         return out if past else None
 
+    def _unpacked(self, b: Binding, use: ast.AST) -> list[Hazard] | None:
+        """Hazards of the one item that ``a, b = f(...)`` gives the name ``use`` when every
+        ``return`` of the project function ``f`` is a tuple of as many items (``return
+        system, messages``): those of that item only; None when that cannot be told."""
+        stmt, call = b.node, b.value
+        if type(call) is ast.Await:
+            call = call.value
+        if type(stmt) is not ast.Assign or type(call) is not ast.Call or type(use) is not ast.Name:
+            return None
+        target = stmt.targets[0]
+        if not isinstance(target, (ast.Tuple, ast.List)):
+            return None
+        names = [e.id if type(e) is ast.Name else None for e in target.elts]
+        if names.count(use.id) != 1:
+            return None
+        fs, bound, owner = self.callee_any(call, b.scope)
+        n = len(names)
+        if fs is None or fs.yields or not fs.returns:
+            return None
+        for r in fs.returns:
+            if type(r) is not ast.Tuple or len(r.elts) != n:
+                return None
+            if any(type(e) is ast.Starred for e in r.elts):
+                return None
+        return self._h_local_call(call, fs, bound, b.scope, owner, names.index(use.id))
+
     def _h_local_call(
-        self, node: Any, fs: Scope, bound: bool, scope: Scope, owner: Any = None
+        self,
+        node: Any,
+        fs: Scope,
+        bound: bool,
+        scope: Scope,
+        owner: Any = None,
+        pick: int | None = None,
     ) -> list[Hazard]:
-        """Hazards of a call to a function of the project: those of its return values,
-        with its parameters replaced by the arguments of this call. ``owner`` is the
+        """Hazards of a call to a function of the project: those of its return values (of
+        item ``pick`` of each returned tuple when given), with its parameters replaced by the
+        arguments of this call. ``owner`` is the
         evaluator of the function's module (``self`` for this module); a volatile value
         made in another module carries its place (``path:line``) and the call into it."""
         owner = owner or self
@@ -526,7 +560,12 @@ class HazardMixin(SegmentMixin):
             project.depth = getattr(project, "depth", 0) + 1
         scalar = _returns_scalar(fs)
         try:
-            for r in (*fs.returns, *fs.yields):
+            rets = (
+                (*fs.returns, *fs.yields)
+                if pick is None
+                else [r.elts[pick] for r in fs.returns if isinstance(r, ast.Tuple)]
+            )
+            for r in rets:
                 for h in owner.hazards(r, fs):
                     if scalar and h.kind in (HAZARD_SET, HAZARD_VIEW):
                         continue  # an int/float/bool result renders no iteration order

@@ -568,3 +568,28 @@ def test_an_order_free_result_of_a_set_is_not_set_order():
             return litellm.completion(model="m", messages=msgs)
     """
     assert found(src) == []
+
+
+def test_a_returned_pair_unpacked_gives_each_name_its_own_item():
+    # build() returns (system text, messages); only the messages carry a request id: the
+    # system prompt unpacked from the pair is constant (the messages' own items are not
+    # followed through the unpacking)
+    src = """
+    import uuid
+
+    import litellm
+
+
+    def build(q):
+        system = "Rules for the assistant."
+        msgs = [{"role": "user", "content": f"[{uuid.uuid4()}] {q}"}]
+        return system, msgs
+
+
+    def ask(q):
+        system, msgs = build(q)
+        system_msg = {"role": "system", "content": system}
+        return litellm.completion(
+            model="m", messages=[system_msg] + msgs + [{"role": "user", "content": "Go on."}])
+    """
+    assert found(src) == []
