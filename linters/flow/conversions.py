@@ -131,8 +131,8 @@ def _display_roles(d: ast.Dict, guards: list, fn: Any) -> frozenset[str] | None:
     """The roles a message display with a marker is made for: its constant ``role``, or
     those its guards (or the flags they test) compare the display's role value with."""
     role = _keys(d).get("role")
-    if _const(role) is not None:
-        return frozenset({_const(role)})
+    if (name := _const(role)) is not None:
+        return frozenset({name})
     if role is None:
         return None
     want = ast.unparse(role)
@@ -181,10 +181,10 @@ def _role_test(test: Any, want: str) -> frozenset[str] | None:
     left, op, right = test.left, test.ops[0], test.comparators[0]
     if type(op) is ast.Eq:
         for a, b in ((left, right), (right, left)):
-            if ast.unparse(a) == want and _const(b) is not None:
-                return frozenset({_const(b)})
+            if ast.unparse(a) == want and (value := _const(b)) is not None:
+                return frozenset({value})
     if type(op) is ast.In and ast.unparse(left) == want and type(right) in (ast.Tuple, ast.List):
-        vals = [_const(e) for e in right.elts]
+        vals = [_const(e) for e in right.elts]  # type: ignore[attr-defined]
         if vals and all(v is not None for v in vals):
             return frozenset(v for v in vals if v is not None)
     return None
@@ -194,6 +194,7 @@ def dropping_branches(tree: Any) -> list[DroppingBranch]:
     """Every branch of a message loop in the module ``tree`` that rebuilds a message
     without its ``cache_control`` (see the module docstring)."""
     out: list[DroppingBranch] = []
+    fn: Any
     for fn in ast.walk(tree):
         if type(fn) not in _FUNCS:
             continue
@@ -213,18 +214,22 @@ def _loop_branches(fn: Any, loop: Any, returned: set[str]) -> Iterator[DroppingB
     m = loop.target.id
     role_names, content_names = {f"{m}['role']"}, {f"{m}['content']"}
     for stmt, _ in _statements(loop.body, []):
-        if type(stmt) is ast.Assign and len(stmt.targets) == 1 and type(stmt.targets[0]) is ast.Name:
+        if (
+            type(stmt) is ast.Assign
+            and len(stmt.targets) == 1
+            and type(stmt.targets[0]) is ast.Name
+        ):
             field = _field_of(stmt.value, m)
             if field == "role":
                 role_names.add(stmt.targets[0].id)
             elif field == "content":
                 content_names.add(stmt.targets[0].id)
     reads_key = any(_names_key(s) for s in loop.body)
-    for stmt, guards in _statements(loop.body, []):
+    for stmt, _ in _statements(loop.body, []):
         target = _appended_to(stmt)
         if target is None or target not in returned:
             continue
-        d = stmt.value.args[0]  # type: ignore[attr-defined]
+        d = stmt.value.args[0]
         if not _is_message(d) or None in d.keys or KEY in _keys(d):
             continue
         content = _keys(d)["content"]
@@ -329,7 +334,7 @@ def _displays(stmt: ast.stmt) -> Iterator[ast.Dict]:
             todo.extend(ast.iter_child_nodes(n))
 
 
-def _statements(body: list, guards: list) -> Iterator[tuple[ast.stmt, list]]:
+def _statements(body: list, guards: list) -> Iterator[tuple[Any, list]]:
     """Every statement of a body (nested functions and classes left out), with the tests of
     the ``if`` statements it sits in (an ``else`` arm's test included: it is not required)."""
     for s in body:
