@@ -32,9 +32,9 @@ Two resolved facts make a *dropping branch*:
   ``True`` only under such a test. Otherwise any role. Or: the converter itself reads
   ``cache_control`` from the loop's message on another branch (then any role).
 - **a branch rebuilds a message without it** (:func:`dropping_branches`): a function loops
-  ``for m in <list>``, and in that loop a dict display with ``role`` and ``content`` keys
-  whose content is read from ``m`` (``m["content"]``, ``m.get("content")`` or a name bound
-  from them) is appended to a list the function returns. The branch is the ``if`` arm of a
+  ``for m in <list>`` (or ``for i, m in enumerate(<list>)``), and in that loop a dict display with ``role`` and ``content`` keys
+  whose content is made from ``m``'s (it reads ``m["content"]``, ``m.get("content")`` or a
+  name bound from them) is appended to a list the function returns. The branch is the ``if`` arm of a
   role test on ``m`` (``m["role"] == "tool"``, a name bound from ``m["role"]``, ``in`` a
   tuple of roles). It drops the key when nothing in that arm names ``cache_control`` and
   the display neither spreads ``**m`` nor has the key.
@@ -204,15 +204,16 @@ def dropping_branches(tree: Any) -> list[DroppingBranch]:
         if not returned:
             continue
         for loop, _ in _statements(fn.body, []):
-            if type(loop) in (ast.For, ast.AsyncFor) and type(loop.target) is ast.Name:
+            if type(loop) in (ast.For, ast.AsyncFor) and _loop_var(loop) is not None:
                 out.extend(_loop_branches(fn, loop, returned))
     return out
 
 
 def _loop_branches(fn: Any, loop: Any, returned: set[str]) -> Iterator[DroppingBranch]:
     """Dropping branches of one ``for m in ...`` loop."""
-    m = loop.target.id
-    role_names, content_names = {f"{m}['role']"}, {f"{m}['content']"}
+    m = _loop_var(loop) or ""
+    role_names: set[str] = {f"{m}['role']"}
+    content_names: set[str] = set()
     for stmt, _ in _statements(loop.body, []):
         if (
             type(stmt) is ast.Assign
@@ -233,12 +234,32 @@ def _loop_branches(fn: Any, loop: Any, returned: set[str]) -> Iterator[DroppingB
         if not _is_message(d) or None in d.keys or KEY in _keys(d):
             continue
         content = _keys(d)["content"]
-        if not (_field_of(content, m) == "content" or ast.unparse(content) in content_names):
+        if not any(
+            _field_of(n, m) == "content" or (type(n) is ast.Name and n.id in content_names)
+            for n in ast.walk(content)
+        ):
             continue
         arm, role = _role_arm(loop.body, stmt, role_names, m)
         if arm is not None and any(_names_key(s) for s in arm):
             continue
         yield DroppingBranch(d, fn.name, m, role, target, reads_key)
+
+
+def _loop_var(loop: Any) -> str | None:
+    """The message name of ``for m in ...`` or ``for i, m in enumerate(...)``."""
+    t = loop.target
+    if type(t) is ast.Name:
+        return t.id
+    it = loop.iter
+    if (
+        type(t) is ast.Tuple
+        and len(t.elts) == 2
+        and type(t.elts[1]) is ast.Name
+        and type(it) is ast.Call
+        and getattr(it.func, "id", "") == "enumerate"
+    ):
+        return t.elts[1].id
+    return None
 
 
 def _role_arm(

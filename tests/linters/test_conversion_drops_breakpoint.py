@@ -186,3 +186,26 @@ def test_converter_not_returning_its_list_is_not_reported() -> None:
             print(shown)
     """).lstrip()
     assert [f for f in lint_source(src, "one.py") if f.code == "PC015"] == []
+
+
+def test_enumerated_messages_and_get_reads_are_followed() -> None:
+    src = textwrap.dedent("""
+        def tool_result(text, cached):
+            msg = {"role": "tool", "content": text}
+            if cached:
+                msg["cache_control"] = {"type": "ephemeral"}
+            return msg
+
+
+        def flatten(history):
+            flat = []
+            for i, item in enumerate(history):
+                kind = item.get("role")
+                if kind == "tool":
+                    flat.append({"role": "user", "content": f"[{i}] " + item.get("content")})
+                else:
+                    flat.append(item)
+            return flat
+    """).lstrip()
+    got = [(f.line, f.code, f.severity) for f in lint_source(src, "one.py") if f.code == "PC015"]
+    assert got == [(13, "PC015", "warning")]
