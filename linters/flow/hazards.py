@@ -11,6 +11,7 @@ import ast
 from typing import Any, NamedTuple
 
 from linters.flow import tables
+from linters.flow.alternatives import one_path_only
 from linters.flow.facts import (
     ASSIGN,
     AUG,
@@ -55,7 +56,8 @@ class Hazard(NamedTuple):
     ``fixable`` whether an automatic fix exists (PC002), ``rate`` how often a volatile value
     changes (``tables.RATE_*``), ``origin`` the node where the value is made (its root
     cause: one finding per origin), ``partial`` the value is volatile on one code path only
-    (the same name also takes a stable value: a stored timestamp, the caller's argument),
+    (another live binding of the name is stable or slower: a stored timestamp, the caller's
+    argument, a date where this path has the clock; :mod:`linters.flow.alternatives`),
     ``past_mark`` a builder placed it after a marker string at which a function of the
     project splits the text, the breakpoint on the part before only
     (:mod:`linters.flow.sentinels`)."""
@@ -267,12 +269,10 @@ class HazardMixin(SegmentMixin):
         for hs in per:
             out.extend(hs)
         # alternatives: bindings that replace the value (not appends to it)
-        volatile = [any(h.kind == HAZARD_VOLATILE for h in hs) for hs in per]
-        if any(v and b.kind == ASSIGN for v, b in zip(volatile, bindings)) and any(
-            not v and _stable_alternative(b) for v, b in zip(volatile, bindings)
-        ):
-            # volatile on one path only: another binding gives a stable value (a stored
-            # timestamp, the caller's argument); the code is built to avoid it
+        if one_path_only(bindings, per, HAZARD_VOLATILE, _stable_alternative):
+            # volatile on one path only: another binding that still reaches the use gives a
+            # stable value (a stored timestamp, the caller's argument) or one that changes
+            # more slowly; the code is built to avoid it
             out = [h._replace(partial=True) if h.kind == HAZARD_VOLATILE else h for h in out]
         return out
 
