@@ -347,7 +347,36 @@ class HazardMixin(SegmentMixin):
         why = conversation_write(self, node, scope)
         if why is not None:
             return (Hazard(HAZARD_VOLATILE, node, why, False, tables.RATE_WRITE, node),)
+        field = self._record_field(node, scope)
+        if field is not None:
+            return field
         return self.hazards(base, scope)
+
+    def _record_field(self, node: ast.Attribute, scope: Scope) -> list[Hazard] | None:
+        """``p.instructions`` after ``p = build(...)`` (awaited too), where every ``return``
+        of ``build`` (a function of the project) is a constructor call by keywords that
+        passes ``instructions=``: the hazards of that keyword only, not of the whole record
+        (a set in ``tool_choice=`` does not build the instructions). None otherwise."""
+        base = node.value
+        if type(base) is not ast.Name:
+            return None
+        bl = self.resolve(base.id, scope, node.lineno)
+        if len(bl) != 1 or bl[0].kind != ASSIGN:
+            return None
+        value = bl[0].value
+        if type(value) is ast.Await:
+            value = value.value
+        if type(value) is not ast.Call:
+            return None
+        fs, bound, owner = self.callee_any(value, bl[0].scope)
+        if fs is None or not fs.returns:
+            return None
+        for r in fs.returns:
+            if type(r) is not ast.Call or r.args or any(kw.arg is None for kw in r.keywords):
+                return None
+            if not any(kw.arg == node.attr for kw in r.keywords):
+                return None
+        return self._h_local_call(value, fs, bound, bl[0].scope, owner, node.attr)
 
     def _h_call(self, node: ast.Call, scope: Scope) -> list[Hazard] | tuple:
         got = self.volatile_call(node, scope)
@@ -455,14 +484,16 @@ class HazardMixin(SegmentMixin):
         bound: bool,
         scope: Scope,
         owner: Any = None,
-        pick: int | None = None,
+        pick: int | str | None = None,
     ) -> list[Hazard]:
         """Hazards of a call to a function of the project: those of its return values,
         with its parameters replaced by the arguments of this call. ``owner`` is the
         evaluator of the function's module (``self`` for this module); a volatile value
         made in another module carries its place (``path:line``) and the call into it.
         ``pick``: only element ``pick`` of returned tuple literals (a tuple unpacked into
-        names, see :meth:`unpacked_call`); other returns are skipped."""
+        names, see :meth:`unpacked_call`), or only keyword ``pick`` of returned constructor
+        calls (a field of a returned record, see :meth:`_record_field`); other returns are
+        skipped."""
         owner = owner or self
         out: list[Hazard] = []
         project = self.project
@@ -482,10 +513,15 @@ class HazardMixin(SegmentMixin):
         scalar = _returns_scalar(fs)
         try:
             for r in fs.returns:
-                if pick is not None:
+                if type(pick) is int:
                     if type(r) is not ast.Tuple or len(r.elts) <= pick:
                         continue
                     r = r.elts[pick]
+                elif type(pick) is str:
+                    kw = next((k for k in getattr(r, "keywords", ()) if k.arg == pick), None)
+                    if kw is None:
+                        continue
+                    r = kw.value
                 for h in owner.hazards(r, fs):
                     if scalar and h.kind in (HAZARD_SET, HAZARD_VIEW):
                         continue  # an int/float/bool result renders no iteration order

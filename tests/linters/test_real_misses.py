@@ -340,3 +340,26 @@ def test_a_comprehension_variable_is_not_the_enclosing_name():
             model="m", tools=tools, messages=[{"role": "user", "content": q}])
     """
     assert found(src) == []
+
+
+def test_a_field_of_a_returned_record_carries_only_its_own_value():
+    # pydantic-ai's Responses adapter: one builder returns the request's fields as a record;
+    # the set goes into `tool_choice`, not into `instructions`
+    src = """
+    from dataclasses import dataclass
+    import openai
+    @dataclass
+    class Params:
+        instructions: str
+        tool_choice: dict
+    def build(names: set[str]) -> Params:
+        allowed = [{"type": "function", "name": n} for n in names]
+        return Params(instructions="Answer briefly.", tool_choice={"tools": allowed})
+    def send(q, names: set[str]):
+        p = build(names)
+        return openai.OpenAI().responses.create(
+            model="m", instructions=p.instructions, tool_choice=p.tool_choice, input=q)
+    """
+    got = lint(src)
+    assert [(f.line, f.code, f.severity) for f in got] == [(8, "PC003", "warning")]
+    assert "building the tool choice" in got[0].message
