@@ -7,9 +7,11 @@ Usage::
     PYTHONPATH=. .venv/bin/python bench/lint_real.py --unjudged build/unjudged.jsonl
 
 The corpus is ``bench/lint_corpus.toml``: projects (repository, commit, ``half`` = tune or
-holdout) and historical fixes (the fix commit, its parent, the lines it changed). ``--fetch``
-exports each commit (for a fix: its parent and the fix) from a local git mirror (``--mirrors``, default ``/work/.mirror``, laid
-out ``<owner>+<name>/repo``) into ``build/lint_corpus/`` (ignored by git). Each project is
+holdout, or aside: the projects issue 28 keeps out of the corpus for an independent check,
+reported apart) and historical fixes (the fix commit, its parent, the lines it changed;
+``aside = true``: a kept-aside project's fix, reported apart). ``--fetch`` exports each
+commit (for a fix: its parent and the fix) from a local git mirror (``--mirrors``, default
+``/work/.mirror``, laid out ``<owner>+<name>/repo``) into ``build/lint_corpus/`` (ignored by git). Each project is
 linted whole with the default settings, as a new user runs ``promptcache lint .`` in it.
 
 Scoring:
@@ -178,32 +180,45 @@ def _fix_hits(fx: dict) -> tuple[list, list]:
     return got, [f for f in got if _stable(f) in left]
 
 
-def recall(corpus: dict) -> list[str]:
-    """The historical-fix table: flagged = a finding at the parent that the fix removes."""
-    out = ["### Historical fixes (parent commit linted, then the fix commit)", ""]
-    out.append("| fix | static | flagged before | gone after | finding |")
-    out.append("|---|---|---|---|---|")
-    hits = 0
-    fixes = corpus.get("fix", [])
+def _recall_rows(fixes: list[dict]) -> tuple[list[str], int]:
+    """Table rows for ``fixes`` and how many of them are flagged (before, gone after)."""
+    out, hits = [], 0
     for fx in fixes:
         got, stays = _fix_hits(fx)
         gone = [f for f in got if f not in stays]
         hits += bool(gone)
-        what = (
-            f"{(gone or got)[0].code} {(gone or got)[0].path}:{(gone or got)[0].line}"
-            if got
-            else "-"
-        )
+        first = (gone or got)[0] if got else None
+        what = f"{first.code} {first.path}:{first.line}" if first else "-"
         out.append(
             f"| {fx['name']} | {fx['static']} | {'yes' if got else 'no'} | "
             f"{('yes' if gone else 'no') if got else '-'} | {what} |"
         )
-    static = [fx for fx in fixes if fx["static"]]
-    out.append("")
-    out.append(
-        f"flagged {hits} of {len(fixes)} fixes (flagged before the fix and gone after it; "
-        f"{len(static)} visible in source)"
-    )
+    return out, hits
+
+
+def recall(corpus: dict) -> list[str]:
+    """The historical-fix tables: flagged = a finding at the parent that the fix removes.
+    The corpus projects' fixes and the kept-aside projects' fixes (``aside = true``) apart."""
+    out: list[str] = []
+    fixes = corpus.get("fix", [])
+    totals = [0, 0]
+    for aside, title in ((False, "corpus projects"), (True, "projects kept aside")):
+        chosen = [fx for fx in fixes if bool(fx.get("aside")) == aside]
+        if not chosen:
+            continue
+        out += [f"### Historical fixes, {title} (parent commit linted, then the fix commit)", ""]
+        out += ["| fix | static | flagged before | gone after | finding |", "|---|---|---|---|---|"]
+        rows, hits = _recall_rows(chosen)
+        static = sum(bool(fx["static"]) for fx in chosen)
+        out += rows + [
+            "",
+            f"flagged {hits} of {len(chosen)} fixes (flagged before the fix and gone after it; "
+            f"{static} visible in source)",
+            "",
+        ]
+        totals[0] += hits
+        totals[1] += len(chosen)
+    out.append(f"all fixes: flagged {totals[0]} of {totals[1]}")
     return out
 
 
@@ -232,7 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fetch", action="store_true", help="export the sources from the mirrors")
     ap.add_argument("--mirrors", default="/work/.mirror", type=Path)
     ap.add_argument("--unjudged", type=Path, help="write unjudged warning+ findings (jsonl)")
-    ap.add_argument("--half", choices=("tune", "holdout", "both"), default="both")
+    ap.add_argument(
+        "--half",
+        choices=("tune", "holdout", "aside", "all"),
+        default="all",
+        help="which projects: the tune or holdout half of the corpus, the projects the issue "
+        "keeps aside for an independent check, or all (default; also runs the fixes)",
+    )
     ap.add_argument("--no-pcdlint", action="store_true")
     args = ap.parse_args(argv)
     corpus = load_corpus()
@@ -240,14 +261,14 @@ def main(argv: list[str] | None = None) -> int:
         fetch(corpus, args.mirrors)
         return 0
     labels = load_labels()
-    rows: dict[str, list] = {"tune": [], "holdout": []}
+    rows: dict[str, list] = {"tune": [], "holdout": [], "aside": []}
     info: Counter = Counter()
     files = 0
     seconds = 0.0
     folders = []
     unjudged = []
     for p in corpus["project"]:
-        if args.half != "both" and p["half"] != args.half:
+        if args.half != "all" and p["half"] != args.half:
             continue
         folder = BUILD / p["name"]
         folders.append(folder)
@@ -278,15 +299,19 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     for half in ("tune", "holdout"):
-        if args.half in (half, "both"):
+        if args.half in (half, "all"):
             lines += precision_table(rows[half], labels, f"{half} half, warning and error") + [""]
-    lines += precision_table(rows["tune"] + rows["holdout"], labels, "both halves") + [""]
+    if args.half == "all":
+        lines += precision_table(rows["tune"] + rows["holdout"], labels, "both halves") + [""]
+    if args.half in ("aside", "all"):
+        title = "projects kept aside (independent check), warning and error"
+        lines += precision_table(rows["aside"], labels, title) + [""]
     lines.append(
         f"info findings (not in precision): {sum(info.values())} "
         f"({', '.join(f'{k} {v}' for k, v in sorted(info.items()))})"
     )
     lines.append("")
-    if corpus.get("fix") and args.half == "both":
+    if corpus.get("fix") and args.half == "all":
         lines += recall(corpus) + [""]
     lines.append(
         f"speed: promptcache lint {files} files, wall {seconds:.2f} s = "

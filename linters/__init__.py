@@ -14,7 +14,10 @@ prompt, PC004 dynamic before static content, PC005 ``cache_control`` misuse, PC0
 from an input-ordered dict view, PC007 per-request value ahead of a long constant, PC008
 breakpoint below the minimum cacheable length, PC009 breakpoint deleted by a clean-up loop
 after it is set, PC010 breakpoint written into the caller's history at a moving position, PC011
-``prompt_cache_key`` computed from the whole message list,
+``prompt_cache_key`` computed from the whole message list, PC012 text read from a property's
+``str`` view of content blocks and assigned back (the setter drops a breakpoint among them),
+PC013 rolling breakpoints only on user messages while the agent's turns are tool-role
+messages,
 PC900 parse error, PC901 payload not checked.
 The linter never imports torch or ``local_engine``.
 """

@@ -165,6 +165,11 @@ class ModuleFacts:
     # prompt cache keys computed from the whole message list
     # (:class:`linters.flow.cache_keys.ConversationKey`)
     conversation_keys: list[Any] = field(default_factory=list)
+    # ``x.attr = v`` / ``x.attr += v`` in a function, ``x`` a name:
+    # (statement, target, v, ASSIGN or AUG, scope) (read by linters.flow.lossy_writes)
+    attr_writes: list[tuple[ast.stmt, ast.Attribute, ast.expr, str, Scope]] = field(
+        default_factory=list
+    )
     llm_context: bool = False
     longest_constant: int = 0
     has_file_read: bool = False

@@ -95,6 +95,11 @@ class Project:
             return None
         return None
 
+    def module(self, name: str) -> Any:
+        """The evaluator of the module registered as ``name`` (made when lazy), or None."""
+        ev = self.modules.get(name)
+        return self._make(ev) if callable(ev) else ev
+
     def evaluators(self, word: bytes) -> Any:
         """The evaluator of every module whose source contains ``word`` (any case), made
         when lazy; every module when sources were not given."""

@@ -533,3 +533,24 @@ TOOL_FACTORIES = frozenset(
 # Keywords that hand a tool its function, in a call that also gives ``description=``
 # (a tool definition: ``Tool(name=..., description=..., function=save_note)``).
 TOOL_FUNCTION_KEYWORDS = frozenset({"function", "func", "fn", "coroutine", "callable"})
+
+# Keys that mark a cache breakpoint in a content block: Anthropic Messages API
+# ``"cache_control": {"type": "ephemeral"}`` on a block (docs.anthropic.com "Prompt caching",
+# read 2026-12-03); Amazon Bedrock Converse API ``{"cachePoint": {"type": "default"}}`` as a
+# block of ``system``/``messages``/``tools`` (AWS Bedrock API reference "CachePointBlock",
+# read 2026-12-03). A block type declaring one of them can carry a breakpoint.
+CACHE_MARKER_KEYS = frozenset({"cache_control", "cachePoint"})
+# Methods of ``str`` whose result is text made from the receiver (``s.replace(a, b)``).
+STR_REWRITE_METHODS = frozenset(
+    {
+        "replace",
+        "strip",
+        "lstrip",
+        "rstrip",
+        "removeprefix",
+        "removesuffix",
+        "format",
+        "format_map",
+        "expandtabs",
+    }
+)

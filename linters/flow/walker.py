@@ -216,6 +216,8 @@ class _Walker:
             if type(base) is ast.Name and base.id == "self" and scope.cls is not None:
                 b = Binding(kind, value, scope, node.lineno, node.col_offset, loops, node)
                 scope.cls.self_attrs.setdefault(target.attr, []).append(b)
+            if type(base) is ast.Name and kind in (ASSIGN, AUG) and scope.kind == "function":
+                self.facts.attr_writes.append((node, target, value, kind, scope))
         elif t is ast.Subscript:
             base = target.value
             k = SETITEM if kind in (ASSIGN, AUG) else kind

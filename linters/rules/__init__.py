@@ -16,8 +16,10 @@ from linters.rules import (
     cleared_breakpoint,
     layout,
     ordering,
+    rolling_breakpoint_roles,
     serialization,
     shared_history_breakpoint,
+    text_setter,
     volatile,
 )
 
@@ -29,7 +31,9 @@ FAMILIES = (
     cache_control,
     cleared_breakpoint,
     shared_history_breakpoint,
+    rolling_breakpoint_roles,
     cache_key,
+    text_setter,
 )
 
 PARSE_ERROR = Rule(
