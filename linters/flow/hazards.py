@@ -363,6 +363,8 @@ class HazardMixin(SegmentMixin):
         bl = self.resolve(base.id, scope, node.lineno)
         if len(bl) != 1 or bl[0].kind != ASSIGN:
             return None
+        if bl[0].scope is scope and bl[0].line >= node.lineno:
+            return None  # ``actions = actions.Column(...)``: not the receiver's value
         value = bl[0].value
         if type(value) is ast.Await:
             value = value.value
@@ -763,7 +765,9 @@ class HazardMixin(SegmentMixin):
             if type(value) is not ast.Name:
                 break
             bl = self.resolve(value.id, scope, b.line)
-            if len(bl) != 1 or bl[0].kind != ASSIGN:
+            if len(bl) != 1 or bl[0].kind != ASSIGN or bl[0] is b:
+                return None
+            if bl[0].scope is scope and bl[0].line >= b.line:
                 return None
             value, scope = bl[0].value, bl[0].scope
         if type(value) is ast.Await:

@@ -175,6 +175,10 @@ class Resolver:
         bl = self.resolve(name.id, scope, line)
         if len(bl) != 1 or bl[0].kind != ASSIGN or type(bl[0].value) is not ast.Call:
             return None, None
+        if bl[0].scope is scope and bl[0].line >= line:
+            # ``actions = actions.Column(...)`` (a class body, the module ``actions``): the
+            # name's own assignment is not what the call's receiver holds
+            return None, None
         ctor = bl[0].value.func
         if type(ctor) is ast.Name:
             for b in self.resolve(ctor.id, scope, line):

@@ -363,3 +363,27 @@ def test_a_field_of_a_returned_record_carries_only_its_own_value():
     got = lint(src)
     assert [(f.line, f.code, f.severity) for f in got] == [(8, "PC003", "warning")]
     assert "building the tool choice" in got[0].message
+
+
+def test_a_class_attribute_named_like_the_module_it_calls_does_not_loop(tmp_path):
+    # open-chat-studio: `actions = actions.ActionsColumn(...)` in a class body, `actions`
+    # also the imported module; following the receiver must not follow that assignment
+    (tmp_path / "tables.py").write_text(
+        textwrap.dedent(
+            """
+            from django_tables2 import actions
+            from llm import ask
+            class Table:
+                actions = actions.ActionsColumn(actions=[actions.edit_action(url_name="e")])
+                def explain(self, q):
+                    return ask(f"Explain the system table. {q}")
+            """
+        ).lstrip()
+    )
+    (tmp_path / "llm.py").write_text(
+        "import anthropic\n"
+        "def ask(system_text):\n"
+        "    return anthropic.Anthropic().messages.create(model='m', system=system_text,"
+        " messages=[{'role': 'user', 'content': 'go'}])\n"
+    )
+    assert lint_paths([tmp_path], LintConfig(root=tmp_path)).findings == []
