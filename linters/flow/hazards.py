@@ -11,7 +11,7 @@ import ast
 from typing import Any, NamedTuple
 
 from linters.flow import tables
-from linters.flow.alternatives import one_path_only
+from linters.flow.alternatives import one_path_only, overwritten
 from linters.flow.facts import (
     ASSIGN,
     AUG,
@@ -265,6 +265,9 @@ class HazardMixin(SegmentMixin):
             b.kind in (ASSIGN, AUG) for b in bindings
         ):
             return [_request_id(node)]
+        if len(bindings) > 1:  # those replaced before the use on every path do not reach it
+            live = [b for b in bindings if b.scope is not scope or not overwritten(b, bindings)]
+            bindings = live or bindings
         per = [self._h_binding(b, node, scope) for b in bindings]
         for hs in per:
             out.extend(hs)

@@ -387,3 +387,24 @@ def test_a_class_attribute_named_like_the_module_it_calls_does_not_loop(tmp_path
         " messages=[{'role': 'user', 'content': 'go'}])\n"
     )
     assert lint_paths([tmp_path], LintConfig(root=tmp_path)).findings == []
+
+
+def test_a_value_rebuilt_from_a_clock_on_one_path_stays_info():
+    # `stamp = stamp.strip()` replaces both branches' values: the clock still comes from one
+    # path only, as the branches say
+    src = """
+    import anthropic
+    from datetime import datetime
+    def rebuild(agent, q, update):
+        if update:
+            stamp = datetime.now().isoformat()
+        else:
+            stamp = agent.created_at
+        stamp = stamp.strip()
+        return anthropic.Anthropic().messages.create(
+            model="m", system=f"Memory edited {stamp}. Rules...",
+            messages=[{"role": "user", "content": q}])
+    """
+    got = lint(src)
+    assert [(f.line, f.code, f.severity) for f in got] == [(10, "PC001", "info")]
+    assert "on one code path only" in got[0].message
