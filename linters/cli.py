@@ -1,7 +1,8 @@
 """``promptcache lint PATH...``: the command line of the linter.
 
-Exit status: 0 no findings, 1 findings (a file that does not parse is a finding), 2 usage
-error (one line on stderr saying what to fix: a missing path, a bad option or config).
+Exit status: 0 no findings, or only info ones (a date; a Python file that does not parse),
+1 findings, 2 usage error (one line on stderr saying what to fix: a missing path, a bad
+option or config).
 """
 
 from __future__ import annotations

@@ -31,6 +31,13 @@ def summary(findings: list[Finding], files: int, fixed: int = 0) -> str:
     n = len(findings)
     fixed_part = f"fixed {fixed} finding{'s' if fixed != 1 else ''}; " if fixed else ""
     checked = f"{files} file{'s' if files != 1 else ''} checked"
+    unparsed = not_parsed(findings)
+    if unparsed:
+        does = "does" if unparsed == 1 else "do"
+        checked = (
+            f"{files} file{'s' if files != 1 else ''} read: {files - unparsed} checked, "
+            f"{unparsed} {does} not parse (PC900, not checked)"
+        )
     if not n:
         return f"{fixed_part}no findings, {checked}."
     fixable = sum(1 for f in findings if f.fix)
@@ -40,6 +47,11 @@ def summary(findings: list[Finding], files: int, fixed: int = 0) -> str:
         f"{fixed_part}found {n} finding{'s' if n != 1 else ''}{fix_part} in {in_files} "
         f"file{'s' if in_files != 1 else ''}, {checked}."
     )
+
+
+def not_parsed(findings: list[Finding]) -> int:
+    """How many Python files were not checked because they do not parse (PC900, info)."""
+    return len({f.path for f in findings if f.code == "PC900" and f.severity == "info"})
 
 
 def text(findings: list[Finding]) -> str:
@@ -57,10 +69,12 @@ def explain_command(code: str) -> str:
 
 
 def summary_dict(findings: list[Finding], files: int) -> dict:
-    """The summary the text output prints, as data: files checked, findings by rule and by
-    severity, fixable findings."""
+    """The summary the text output prints, as data: files checked (of which
+    ``files_not_parsed`` do not parse: read, not checked), findings by rule and by severity,
+    fixable findings."""
     return {
         "files_checked": files,
+        "files_not_parsed": not_parsed(findings),
         "findings": len(findings),
         "fixable": sum(1 for f in findings if f.fix),
         "by_rule": dict(sorted(Counter(f.code for f in findings).items())),

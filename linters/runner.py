@@ -75,9 +75,14 @@ def newer_grammar(source: bytes) -> bool:
 
 
 def parse(source: bytes, path: str, codes: frozenset[str]) -> ast.Module | list[Finding]:
-    """The syntax tree of ``source``, or the PC900 finding(s) saying why there is none
+    """The syntax tree of ``source``, or the PC900 finding saying the file was not checked
     (empty for valid Python of a grammar newer than this interpreter's, see
-    :func:`newer_grammar`, or when PC900 is not selected)."""
+    :func:`newer_grammar`, or when PC900 is not selected).
+
+    The finding is ``info``: a file the linter cannot parse is not a cache-busting
+    finding (issue 28: project templates such as ``class {{name}}():`` were five of seven
+    warnings on the projects kept aside); it stays visible in the output and the summary
+    counts it, while the interpreter, ruff or the tests fail on a real syntax error."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -90,27 +95,42 @@ def parse(source: bytes, path: str, codes: frozenset[str]) -> ast.Module | list[
             return []
         line = exc.lineno or 1
         col = max(exc.offset or 1, 1)
-        msg = exc.msg or "invalid syntax"
-        return [
-            Finding(
-                PARSE_ERROR.code,
-                f"syntax error: {msg}; the file was not checked",
-                line,
-                col,
-                line,
-                col,
-                path,
-            )
-        ]
+        why = f" (syntax error: {exc.msg or 'invalid syntax'})"
+        if _template_line(source, line):
+            why = "; it is a template (`{{...}}` or `{%...%}` placeholders), not Python" + why
+        return [_not_checked(why, line, col, path)]
     except (ValueError, RecursionError, MemoryError) as exc:
         if PARSE_ERROR.code not in codes:
             return []
         why = "too deeply nested" if isinstance(exc, (RecursionError, MemoryError)) else str(exc)
-        return [
-            Finding(
-                PARSE_ERROR.code, f"cannot parse: {why}; the file was not checked", 1, 1, 1, 1, path
-            )
-        ]
+        return [_not_checked(f" ({why})", 1, 1, path)]
+
+
+# Jinja2 / Django / cookiecutter / copier placeholders: ``{{ name }}``, ``{% if x %}``.
+# In valid Python ``{{`` only appears inside strings, so a line that fails to parse and
+# holds one is a template's line.
+_TEMPLATE_RE = re.compile(rb"\{\{.*?\}\}|\{%.*?%\}")
+
+
+def _template_line(source: bytes, line: int) -> bool:
+    """Whether 1-based ``line`` of ``source`` holds a template placeholder."""
+    lines = source.splitlines()
+    return 0 < line <= len(lines) and _TEMPLATE_RE.search(lines[line - 1]) is not None
+
+
+def _not_checked(why: str, line: int, col: int, path: str) -> Finding:
+    """The PC900 (info) finding for a Python file that does not parse; ``why`` follows
+    "the file does not parse"."""
+    return Finding(
+        PARSE_ERROR.code,
+        f"not checked: the file does not parse{why}",
+        line,
+        col,
+        line,
+        col,
+        path,
+        severity="info",
+    )
 
 
 def run_rules(an: Analysis, source: bytes, path: str, codes: frozenset[str]) -> list[Finding]:
@@ -154,7 +174,7 @@ def lint_source(
     into other modules are not followed; :func:`lint_targets` follows them).
 
     ``codes`` restricts the rules (default: ``config.enabled``). Never raises for bad input:
-    a file that does not parse is one PC900 finding.
+    a file that does not parse is one PC900 finding (info: the file was not checked).
     """
     config = config or LintConfig()
     if isinstance(source, str):

@@ -118,7 +118,8 @@ PROMPT = "prompt"  # a whole prompt string: its beginning is the cached prefix
 class Sink:
     """An expression whose value reaches a prompt: ``kind`` (PREFIX/TOOLS/MESSAGES/ROLE),
     ``label`` for messages ("the system prompt"), ``hint`` when only a name suggested it,
-    ``node`` the whole message (a dict or call) when ``expr`` is only its content."""
+    ``node`` the whole message (a dict or call) when ``expr`` is only its content,
+    ``rate_cap`` the fastest rate a value reaching it changes at (None: no cap)."""
 
     kind: str
     expr: ast.expr
@@ -126,6 +127,9 @@ class Sink:
     label: str
     hint: bool = False
     node: ast.AST | None = None
+    # the fastest a value can change here (``tables.RATE_*``): a prompt evaluated once per
+    # conversation caps a clock read in it; None: as fast as the value itself
+    rate_cap: str | None = None
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from linters.flow.facts import ASSIGN, MESSAGES, PARAM, PROMPT, ROLE, Scope, Sink
+from linters.flow.hazards import rerate
 from linters.flow.resolve import is_template
 from linters.flow.values import HAZARD_PARAM, Evaluator, Hazard
 
@@ -49,7 +50,7 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
                     seen_params.add(key)
                     pending.append((fs, pname, sink, via, messages))
             elif not (h.past_mark and single_turn(ev, sink)):
-                out.append(Reach(h, sink, via))
+                out.append(Reach(capped(h, sink), sink, via))
 
     def messages_sink(expr: Any, scope: Scope, sink: Sink, via: str | None) -> None:
         if type(expr) is ast.Name:
@@ -105,6 +106,13 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
     return list(unique.values())
 
 
+def capped(h: Hazard, sink: Sink) -> Hazard:
+    """``h`` slowed to the sink's ``rate_cap`` (a prompt evaluated once per conversation)."""
+    if sink.rate_cap is None:
+        return h
+    return rerate((h,), sink.rate_cap)[0]
+
+
 def single_turn(ev: Evaluator, sink: Sink) -> bool:
     """Whether ``sink`` is a field of a request (call keywords or a body dict) of this
     module whose ``messages`` is a list literal of one message (no earlier turn): text past
@@ -130,6 +138,27 @@ def single_turn(ev: Evaluator, sink: Sink) -> bool:
                     fields[id(v)] = pairs["messages"]
     msgs = fields.get(id(sink.expr))
     return type(msgs) is ast.List and len(msgs.elts) == 1 and type(msgs.elts[0]) is not ast.Starred
+
+
+def last_cached(ev: Evaluator, sink: Sink) -> bool:
+    """Whether nothing cached follows ``sink``'s text in its request: :func:`single_turn`,
+    or a system message written as the next-to-last item of a list literal of this module
+    (``[SystemMessage(content=...), UserMessage(content=...)]``: only the new message after
+    it). False when a history may follow it (appended in a loop, a list the linter does not
+    see whole)."""
+    if sink.kind == MESSAGES:
+        return False
+    if single_turn(ev, sink):
+        return True
+    ids = ev.before_last
+    if ids is None:
+        ids = ev.before_last = set()
+        for n in ast.walk(ev.facts.module.node):
+            if type(n) is ast.List and len(n.elts) >= 2:
+                if not any(type(e) is ast.Starred for e in n.elts):
+                    ids.add(id(n.elts[-2]))
+    message = sink.node if sink.node is not None else sink.expr
+    return id(message) in ids
 
 
 def reaches_of(ev: Evaluator) -> list[Reach]:
@@ -168,7 +197,7 @@ def incoming(ev: Evaluator) -> list[Reach]:
                         hop += f", {via}"
                     for h in ev.hazards(arg, scope):
                         if h.kind != HAZARD_PARAM:
-                            out.append(Reach(h, sink, hop))
+                            out.append(Reach(capped(h, sink), sink, hop))
     return out
 
 

@@ -58,6 +58,8 @@ class Resolver:
         self.param_sink_names: set[str] = set()  # names of the functions in param_sinks
         # id(request field) -> the request's ``messages`` (linters.flow.reach.single_turn)
         self.request_fields: dict[int, Any] | None = None
+        # id() of the next-to-last items of message-list literals (linters.flow.reach.last_cached)
+        self.before_last: set[int] | None = None
         # split markers of this module (linters.flow.sentinels.module_sentinels)
         self.sentinels_cache: frozenset[str] | None = None
         self._fscopes: dict[int, Scope] | None = None

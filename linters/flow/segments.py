@@ -273,6 +273,8 @@ class SegmentMixin(LiteralMixin):
     def _seg_attribute(self, node: ast.Attribute, scope: Scope) -> Any:
         if tables.REQUEST_ID_RE.match(node.attr):
             return ((SEG_VOLATILE, node, f"`{short(node)}` (a per-request id)"),)
+        if node.attr in tables.TYPE_TEXT_ATTRS:
+            return ((SEG_STATIC, 0),)  # fixed by the type or function (size unknown)
         base = node.value
         if type(base) is ast.Name and base.id == "self":
             bl = [b for b in self.self_attr(node.attr, scope) if b.kind == ASSIGN]
@@ -337,6 +339,9 @@ class SegmentMixin(LiteralMixin):
                 return ((SEG_STATIC, None, self._prose_file(recv, scope)),)
         if q in tables.TEXT_PASSTHROUGH_CALLS and len(args) == 1:
             return self.segments(args[0], scope)
+        name = func.attr if type(func) is ast.Attribute else getattr(func, "id", "")
+        if tables.TYPE_SCHEMA_CALL_RE.search(name):
+            return ((SEG_STATIC, 0),)  # fixed by the type (size unknown: not counted)
         fs, _bound = self.callee(node, scope)
         if fs is not None and len(fs.returns) == 1:
             # A module function that assembles text: its parameters count as per-request

@@ -19,9 +19,21 @@ RATE_REQUEST = "request"
 # a write writes the cache anew (a warning).
 RATE_WRITE = "write"
 RATE_HOUR = "hour"
+# Per conversation: a value computed once when a conversation starts and replayed from its
+# history afterwards (a non-dynamic pydantic-ai ``@agent.system_prompt``): each new
+# conversation writes its own system prefix once (info). Slower than the hour: a clock read
+# there changes the prefix at most once per conversation, whatever it prints.
+RATE_CONVERSATION = "conversation"
 RATE_DAY = "day"
 RATE_PROCESS = "process"
-RATE_ORDER = (RATE_REQUEST, RATE_WRITE, RATE_HOUR, RATE_DAY, RATE_PROCESS)  # fastest first
+RATE_ORDER = (  # fastest first
+    RATE_REQUEST,
+    RATE_WRITE,
+    RATE_HOUR,
+    RATE_CONVERSATION,
+    RATE_DAY,
+    RATE_PROCESS,
+)
 
 # Fully qualified calls whose result differs from one request (or one day, or process) to
 # the next: name -> (what it reads, rate). Matched against the call's qualified name after
@@ -238,6 +250,15 @@ TEXT_BUILDING_METHODS = frozenset(
     }
 )
 TEXT_PASSTHROUGH_CALLS = frozenset({"builtins.str", "textwrap.dedent", "inspect.cleandoc"})
+# Calls that give a type's JSON schema (Pydantic's ``Model.model_json_schema()`` and
+# ``schema_json()``, ``TypeAdapter(T).json_schema()``, a project's ``..._json_schema(T)``
+# helper): the text is fixed by the type, the same for every request with that type, not
+# per-request even when the type is a parameter (issue 28: a dataset type's or an output
+# type's schema in a system prompt was called "per-request").
+TYPE_SCHEMA_CALL_RE = re.compile(r"(?i)(^|_)json_?schema($|_)|^model_json_schema|^schema_json$")
+# Attributes fixed by the class or function defined in the code (``response_model.__name__``,
+# its docstring): per type, like its schema, never per-request text.
+TYPE_TEXT_ATTRS = frozenset({"__name__", "__qualname__", "__doc__", "__module__"})
 FILE_READ_METHODS = frozenset({"read_text", "read", "read_bytes"})
 
 # Keyword arguments whose value is a cached prefix.
@@ -415,6 +436,17 @@ TOOLS_NAME_RE = re.compile(
     r"(?i)^(tools|[a-z0-9_]*_tools|tool_(definitions|defs|schemas|specs|list))$"
 )
 PREFIX_DECORATOR_ATTRS = frozenset({"system_prompt", "instructions"})
+# pydantic-ai: a plain ``@agent.system_prompt`` function runs only when the message history
+# is empty, its part is then replayed from the history; ``@agent.system_prompt(dynamic=True)``
+# is re-evaluated on every run, and ``@agent.instructions`` on every request. Source:
+# pydantic-ai ``Agent.system_prompt`` docstring ("dynamic: If True, the system prompt will be
+# reevaluated even when `messages_history` is provided") and ``_agent_graph.py``
+# ``UserPromptNode`` (``if not messages: parts.extend(await self._sys_parts(run_context))``),
+# commit 4fda38988f29, read 2026-12-03; https://ai.pydantic.dev/agents/#system-prompts.
+ONCE_PER_CONVERSATION_DECORATORS = frozenset({"system_prompt"})
+# ``Agent(system_prompt=...)``: its strings join the same parts (``_sys_parts`` resolves
+# ``self.system_prompts`` with the functions), so they are replayed from the history too.
+ONCE_PER_CONVERSATION_KEYWORDS = frozenset({"system_prompt"})
 
 # Top-level packages whose import marks a module as talking to an LLM.
 LLM_MODULES = frozenset(

@@ -128,6 +128,17 @@ def _call_name(func: Any) -> str:
     return ""
 
 
+def _dynamic(decorator: Any) -> bool:
+    """Whether a ``@agent.system_prompt(...)`` decorator asks for re-evaluation on every run:
+    ``dynamic=`` given as anything but a literal False (a variable may be True)."""
+    if type(decorator) is not ast.Call:
+        return False
+    return any(
+        kw.arg == "dynamic" and not (type(kw.value) is ast.Constant and kw.value.value is False)
+        for kw in decorator.keywords
+    )
+
+
 def _system_role_content(call: ast.Call) -> ast.expr | None:
     """The content of a framework message built with a system role:
     ``Message(role="system", content=...)``, ``ChatMessage(role=MessageRole.SYSTEM, ...)``."""
@@ -171,7 +182,7 @@ class _Walker:
         self.facts = ModuleFacts(module=module)
         self.facts.has_cache_control = b"cache_control" in source
         self.pending_calls: list[tuple[ast.Call, Scope]] = []
-        self.pending_returns: list[tuple[Scope, str, bool]] = []
+        self.pending_returns: list[tuple[Scope, str, bool, str | None]] = []
         self.strong = False  # saw a sink that only LLM code has (role dict, messages=...)
         self.scopes: list[Scope] = []
 
@@ -307,7 +318,9 @@ class _Walker:
             push((d, scope, loops))
             f = d.func if type(d) is ast.Call else d
             if type(f) is ast.Attribute and f.attr in tables.PREFIX_DECORATOR_ATTRS:
-                self.pending_returns.append((fs, f"the `@{f.attr}` function's result", False))
+                once = f.attr in tables.ONCE_PER_CONVERSATION_DECORATORS and not _dynamic(d)
+                cap = tables.RATE_CONVERSATION if once else None
+                self.pending_returns.append((fs, f"the `@{f.attr}` function's result", False, cap))
                 self.strong = True
         for d in a.defaults:
             push((d, scope, loops))
@@ -627,11 +640,11 @@ class _Walker:
             self.classify_call(node, scope)
         if self.strong:
             facts.llm_context = True
-        for fs, label, hint in self.pending_returns:
+        for fs, label, hint, cap in self.pending_returns:
             if hint and not facts.llm_context:
                 continue
             for r in fs.returns:
-                sinks.append(Sink(PREFIX, r, fs, label, hint))
+                sinks.append(Sink(PREFIX, r, fs, label, hint, rate_cap=cap))
 
     def hoist_mutations(self) -> None:
         """``REGISTRY[name] = fn`` or ``TOOLS.append(t)`` inside a function mutates the
@@ -716,6 +729,10 @@ class _Walker:
                 continue
             if arg in tables.CREWAI_PREFIX_KEYWORDS and qual.startswith("crewai"):
                 sinks.append(Sink(PREFIX, value, scope, tables.CREWAI_PREFIX_KEYWORDS[arg]))
+            elif arg in tables.ONCE_PER_CONVERSATION_KEYWORDS and qual.startswith("pydantic_ai"):
+                cap = tables.RATE_CONVERSATION
+                label = tables.PREFIX_KEYWORDS[arg]
+                sinks.append(Sink(PREFIX, value, scope, label, rate_cap=cap))
             elif arg in tables.PREFIX_KEYWORDS:
                 sinks.append(Sink(PREFIX, value, scope, tables.PREFIX_KEYWORDS[arg]))
                 parts[arg] = value

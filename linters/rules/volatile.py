@@ -9,10 +9,25 @@ import string
 from typing import Any
 
 from linters.flow.facts import MESSAGES, PROMPT, ROLE
-from linters.flow.tables import RATE_DAY, RATE_HOUR, RATE_ORDER, RATE_REQUEST, RATE_WRITE
-from linters.flow.values import HAZARD_VOLATILE, SEG_VOLATILE, static_chars
+from linters.flow.reach import last_cached
+from linters.flow.tables import (
+    RATE_CONVERSATION,
+    RATE_DAY,
+    RATE_HOUR,
+    RATE_ORDER,
+    RATE_REQUEST,
+    RATE_WRITE,
+)
+from linters.flow.values import (
+    HAZARD_VOLATILE,
+    SEG_STATIC,
+    SEG_UNKNOWN,
+    SEG_VOLATILE,
+    static_chars,
+)
 from linters.model import Finding, Rule
 from linters.rules.context import RuleContext
+from linters.rules.layout import CHARS_PER_TOKEN, MIN_CACHEABLE_TOKENS
 
 RULES = (
     Rule(
@@ -132,6 +147,12 @@ _RATE_TEXT = {
         "it changes every hour: the cached prefix is written anew at least 24 times a day; "
         "move it into the last user message",
     ),
+    RATE_CONVERSATION: (
+        "info",
+        "it is evaluated once per conversation (pydantic-ai replays a system prompt that is not "
+        "`dynamic=True` from the message history): one cache write per conversation; move it "
+        "into the user message if that write matters",
+    ),
     RATE_DAY: (
         "info",
         "it changes once a day: one cache write per day; move it into the last user message "
@@ -177,7 +198,11 @@ def _reached(an: RuleContext) -> list[Finding]:
         )
         for r in reaches[1:]:
             an.reported.add(id(r.hazard.node))
-        message = f"{h.detail} reaches {where(first)}{also}: {text}{_stakes(an, first)}"
+        # once per conversation: the conversation after it is new anyway
+        cost, stake = _stakes(an, first) if h.rate != RATE_CONVERSATION else (None, "")
+        if cost == "info":
+            severity = "info"
+        message = f"{h.detail} reaches {where(first)}{also}: {text}{stake}"
         same = mine.get(id(h.node))
         if same is not None:  # another root cause reaching the same use: one finding
             same.message += f"; also {message}"
@@ -190,17 +215,74 @@ def _reached(an: RuleContext) -> list[Finding]:
     return out
 
 
-def _stakes(an: RuleContext, reach: Any) -> str:
-    """The static text the changing value drags along, estimated in tokens (4 characters a
-    token), when the sink's text is known: " (~N tokens of static text in the system prompt
-    are written anew with it)"."""
+def _stakes(an: RuleContext, reach: Any) -> tuple[str | None, str]:
+    """What the changing value costs, when the sink's text is known: ``(severity, text)``.
+
+    Only the text after the value, to the end of the cached prefix, is written anew: a
+    prefix cache still serves the text before it (issue 28: a clock near the end of a long
+    system message was counted as the whole message). The estimate is the static text after
+    the value in the sink (4 characters a token, :data:`CHARS_PER_TOKEN`). The severity is
+    "info" when the loss is known and small: nothing cached follows the sink in its request
+    (:func:`last_cached`), the text before the value is static and at least the 1,024-token
+    minimum a cache needs (:data:`MIN_CACHEABLE_TOKENS`, as PC004/PC007: it is cached
+    either way), and the static text after it is below that minimum. Otherwise None (the
+    rate decides); a history after the sink is written anew too."""
     sink = reach.sink
     if sink.kind == MESSAGES or not any(s is sink for s in an.facts.sinks):
-        return ""  # a message list, or a sink of another module (its text is read there)
-    chars = static_chars(an.ev.text_segments(sink.expr, sink.scope))
-    if not chars or chars < 400:
-        return ""
-    return f" (~{chars // 4} tokens of static text in {sink.label} are written anew with it)"
+        return None, ""  # a message list, or a sink of another module (its text is read there)
+    segs = an.ev.text_segments(sink.expr, sink.scope)
+    at = _position(segs, reach.hazard.node)
+    if at is None:
+        return None, ""  # where the value sits in the text is not known
+    after = static_chars(segs[at + 1 :])
+    if after is None:
+        return None, f" (a file's contents after it in {sink.label} are written anew with it)"
+    unknown_after = any(seg[0] != SEG_STATIC for seg in segs[at + 1 :])
+    last = last_cached(an.ev, sink)
+    tokens = after // CHARS_PER_TOKEN
+    before = static_chars(segs[:at])
+    # the text before the value is a cacheable prefix on its own (static, at the minimum)
+    kept = all(seg[0] == SEG_STATIC for seg in segs[:at]) and (
+        before is None or before // CHARS_PER_TOKEN >= MIN_CACHEABLE_TOKENS
+    )
+    if last and kept and not unknown_after and tokens < MIN_CACHEABLE_TOKENS:
+        # the whole loss is the text after the value, below what a cache would keep
+        return "info", (
+            f" (~{tokens} tokens of static text after it in {sink.label}, the end of the "
+            f"cached prefix, are written anew with it; below the {MIN_CACHEABLE_TOKENS}-token "
+            "minimum a cache needs, the text before it is served from a prefix cache)"
+        )
+    pieces = [f"~{tokens} tokens of static text"] if after >= 400 else []
+    if unknown_after:
+        pieces.append("text of unknown size")
+    if not pieces:
+        return None, ""
+    history = "" if last else ", and the conversation after it,"
+    served = "; a prefix cache still serves the text before it" if kept else ""
+    return (
+        None,
+        f" ({' and '.join(pieces)} after it in {sink.label}{history} are written anew with it{served})",
+    )
+
+
+def _position(segs: Any, node: ast.AST) -> int | None:
+    """Index of the segment holding ``node`` (the value's use), or None."""
+    line = getattr(node, "lineno", None)
+    col = getattr(node, "col_offset", None)
+    for i, seg in enumerate(segs):
+        if seg[0] == SEG_STATIC or seg[0] == SEG_UNKNOWN or len(seg) < 2:
+            continue
+        n = seg[1]
+        if n is node:
+            return i
+        if line is None or getattr(n, "end_lineno", None) is None:
+            continue
+        if (n.lineno, n.col_offset) <= (line, col) and (line, col) < (
+            n.end_lineno,
+            n.end_col_offset,
+        ):
+            return i
+    return None
 
 
 def where(reach: Any) -> str:

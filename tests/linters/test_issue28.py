@@ -258,7 +258,10 @@ def test_shell_output_before_a_long_static_system_prompt():
     assert [(f.line, f.code, f.severity) for f in got] == [(7, "PC001", "warning")]
     assert "shell output read at request time" in got[0].message
     # 35 characters x 40 = 1,400 static characters, about 350 tokens at 4 characters a token
-    assert "~350 tokens of static text in the system prompt are written anew" in got[0].message
+    assert (
+        "~350 tokens of static text after it in the system prompt are written anew"
+        in got[0].message
+    )
 
 
 def test_set_order_in_allowed_function_names():
