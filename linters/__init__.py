@@ -17,7 +17,8 @@ after it is set, PC010 breakpoint written into the caller's history at a moving 
 ``prompt_cache_key`` computed from the whole message list, PC012 text read from a property's
 ``str`` view of content blocks and assigned back (the setter drops a breakpoint among them),
 PC013 rolling breakpoints only on user messages while the agent's turns are tool-role
-messages,
+messages, PC014 ``prompt_cache_key`` made from a clock, UUID or random value on every
+request,
 PC900 parse error, PC901 payload not checked.
 The linter never imports torch or ``local_engine``.
 """

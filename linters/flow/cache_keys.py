@@ -36,6 +36,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from linters.flow import tables
+
 KEY = "prompt_cache_key"
 #: request fields holding the whole message list (OpenAI chat ``messages``, Responses
 #: ``input``, Gemini ``contents``)
@@ -278,3 +280,87 @@ def conversation_keys(tree: ast.Module) -> list[ConversationKey]:
                     out.append(ConversationKey(value, conv, field, node.name))
                     break
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class VolatileKey:
+    """``node`` (a ``prompt_cache_key`` value of a request made in ``function``) is made
+    from ``why`` (a volatile call, e.g. "`uuid.uuid4()` (a random UUID)") evaluated on
+    every request."""
+
+    node: ast.expr
+    why: str
+    function: str
+
+
+def volatile_keys(ev: Any) -> list[VolatileKey]:
+    """Every ``prompt_cache_key`` value of a request (a keyword of a known request call, a
+    key of its ``extra_body`` dict display, or a key of a request body dict display with a
+    ``"model"`` key, also set as ``body["prompt_cache_key"] = v``) that is made, through
+    local variables of the same function, from a call whose value changes on every
+    request (:meth:`linters.flow.resolve.Resolver.volatile_call`, rate ``request``). A key
+    kept on ``self`` or in a module constant is made once per object or process and is
+    not reported (a session id is what the key is for)."""
+    out = []
+    for node in ast.walk(ev.facts.module.node):
+        if not isinstance(node, _FUNCS):
+            continue
+        fn = _Function(node)
+        if not fn.keys:
+            continue
+        scope = ev.function_scope(node)
+        for value in _request_keys(node, fn, ev):
+            why = _volatile_in(value, fn, ev, scope, 0)
+            if why is not None:
+                out.append(VolatileKey(value, why, node.name))
+    return out
+
+
+def _body(d: Any) -> bool:
+    return isinstance(d, ast.Dict) and "model" in {_const_key(k) for k in d.keys}
+
+
+def _request_keys(fn_node: ast.AST, fn: _Function, ev: Any) -> list[ast.expr]:
+    """The ``prompt_cache_key`` values of requests made in ``fn_node``."""
+    out: list[ast.expr] = []
+    for node in _own_nodes(fn_node):
+        if isinstance(node, ast.Call):
+            if not tables.is_request_call(node.func, ev.facts.qualname(node.func) or ""):
+                continue
+            for kw in node.keywords:
+                if kw.arg == KEY:
+                    out.append(kw.value)
+                elif kw.arg == "extra_body" and isinstance(kw.value, ast.Dict):
+                    out += [
+                        v for k, v in zip(kw.value.keys, kw.value.values) if _const_key(k) == KEY
+                    ]
+        elif _body(node):
+            assert isinstance(node, ast.Dict)
+            out += [v for k, v in zip(node.keys, node.values) if _const_key(k) == KEY]
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if (
+                    isinstance(t, ast.Subscript)
+                    and _const_key(t.slice) == KEY
+                    and isinstance(t.value, ast.Name)
+                    and any(_body(v) for v in fn.assigned.get(t.value.id, []))
+                ):
+                    out.append(node.value)
+    return out
+
+
+def _volatile_in(value: Any, fn: _Function, ev: Any, scope: Any, depth: int) -> str | None:
+    """The per-request volatile call ``value`` is made from (through local names)."""
+    if depth > _DEPTH:
+        return None
+    for sub in ast.walk(value):
+        if isinstance(sub, ast.Call):
+            found = ev.volatile_call(sub, scope)
+            if found is not None and found[1] == tables.RATE_REQUEST:
+                return str(found[0])
+        elif isinstance(sub, ast.Name) and sub.id in fn.assigned:
+            for v in fn.assigned[sub.id]:
+                why = _volatile_in(v, fn, ev, scope, depth + 1)
+                if why is not None:
+                    return why
+    return None

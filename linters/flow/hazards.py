@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from linters.flow import tables
 from linters.flow.alternatives import one_path_only, overwritten
+from linters.flow.dispatch import dispatch_targets
 from linters.flow.facts import (
     ASSIGN,
     AUG,
@@ -41,6 +42,8 @@ HAZARD_JSON = "json"
 HAZARD_SET = "set"
 HAZARD_VIEW = "view"
 HAZARD_PARAM = "param"
+# kinds that carry a rate: a volatile value, and a parameter (the cap on its argument's rate)
+_RATED = (HAZARD_VOLATILE, HAZARD_PARAM)
 
 _MAX_DEPTH = 24
 _MAX_MODULE_HOPS = 12  # calls followed into other modules, nested
@@ -78,10 +81,17 @@ def _past_mark(hs: Any) -> tuple[Hazard, ...]:
 
 
 def rerate(hs: Any, rate: str) -> tuple[Hazard, ...]:
-    """``hs`` with every volatile hazard slowed to at most ``rate`` (``now.date()``)."""
+    """``hs`` with every volatile hazard slowed to at most ``rate`` (``now.date()``); a
+    parameter's hazard keeps the cap for the argument a caller passes (``def day(d): return
+    d.strftime("%Y-%m-%d")`` called with ``datetime.now()`` is per day)."""
     return tuple(
-        h._replace(rate=tables.slower(h.rate, rate)) if h.kind == HAZARD_VOLATILE else h for h in hs
+        h._replace(rate=tables.slower(h.rate, rate)) if h.kind in _RATED else h for h in hs
     )
+
+
+def partial(hs: Any) -> tuple[Hazard, ...]:
+    """``hs`` with every volatile (or parameter) hazard marked as on one code path only."""
+    return tuple(h._replace(partial=True) if h.kind in _RATED else h for h in hs)
 
 
 def _is_id_call(node: Any) -> bool:
@@ -397,8 +407,13 @@ class HazardMixin(SegmentMixin):
             fmt = args[0] if args else None
             if func.attr == "date":
                 return rerate(hs, tables.RATE_DAY)
-            if type(fmt) is ast.Constant and type(fmt.value) is str:
-                return rerate(hs, tables.strftime_rate(fmt.value))
+            rates = self._format_rates(fmt, scope, 0) if fmt is not None else None
+            if not rates:
+                return hs
+            hs = rerate(hs, min(rates, key=tables.RATE_ORDER.index))
+            if len(set(rates)) > 1:
+                # ``fmt = FULL if include_time else DAY``: fast on one code path only
+                hs = partial(hs)
             return hs
         q = self.facts.qualname(func)
         if q in ("builtins.str", "builtins.repr") and args and _is_id_call(args[0]):
@@ -456,6 +471,13 @@ class HazardMixin(SegmentMixin):
         if fs is not None:
             out.extend(self._h_local_call(node, fs, bound, scope, owner))
             return out
+        if type(func) in (ast.Name, ast.Subscript, ast.Call):
+            # ``factory()`` over a table of the project's functions: each may run
+            table = dispatch_targets(self, node, scope)
+            for fs, bound, owner in table:
+                out.extend(self._h_local_call(node, fs, bound, scope, owner))
+            if table:
+                return out
         if type(func) is ast.Attribute:
             out.extend(self.hazards(func.value, scope))
         for a in args:
@@ -470,6 +492,29 @@ class HazardMixin(SegmentMixin):
                 hs = tuple(h for h in hs if h.kind != HAZARD_VOLATILE)
             out.extend(hs)
         return out
+
+    def _format_rates(self, fmt: Any, scope: Scope, depth: int) -> list[str] | None:
+        """The rates of the ``strftime`` formats ``fmt`` can be: a literal, ``A if c else
+        B`` of literals, or a local name assigned only such values; None when any
+        alternative is not a literal."""
+        t = type(fmt)
+        if t is ast.Constant and type(fmt.value) is str:
+            return [tables.strftime_rate(fmt.value)]
+        if depth > 4:
+            return None
+        if t is ast.IfExp:
+            yes = self._format_rates(fmt.body, scope, depth + 1)
+            no = self._format_rates(fmt.orelse, scope, depth + 1)
+            return yes + no if yes is not None and no is not None else None
+        if t is not ast.Name:
+            return None
+        out: list[str] = []
+        for b in self.resolve(fmt.id, scope, fmt.lineno):
+            got = self._format_rates(b.value, b.scope, depth + 1) if b.kind == ASSIGN else None
+            if got is None:
+                return None
+            out.extend(got)
+        return out or None
 
     def _joined_items(self, items: ast.List, scope: Scope) -> list[Hazard] | None:
         """Hazards of ``sep.join([a, MARK, b])`` when an item is a splitter's marker: those
@@ -533,7 +578,8 @@ class HazardMixin(SegmentMixin):
                     if h.kind == HAZARD_PARAM and h.detail[0] is fs:
                         arg = self.arg_for(node, fs, h.detail[1], bound)
                         if arg is not None:
-                            out.extend(self.hazards(arg, scope))
+                            sub = rerate(self.hazards(arg, scope), h.rate)
+                            out.extend(partial(sub) if h.partial else sub)
                     elif (
                         h.kind == HAZARD_PARAM
                         and recv is not None
@@ -714,8 +760,11 @@ class HazardMixin(SegmentMixin):
         if depth > _MAX_DEPTH:
             return False
         t = type(node)
-        if t is ast.Set or t is ast.SetComp:
+        if t is ast.SetComp:
             return True
+        if t is ast.Set:
+            # a set display of one item (``{"id"}``) has one order in every process
+            return len(node.elts) > 1 or any(type(e) is ast.Starred for e in node.elts)
         if t is ast.Call:
             func = node.func
             q = self.facts.qualname(func)

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from linters.flow.facts import ASSIGN, MESSAGES, PARAM, PROMPT, ROLE, Scope, Sink
-from linters.flow.hazards import rerate
+from linters.flow.hazards import partial, rerate
 from linters.flow.resolve import is_template
 from linters.flow.values import HAZARD_PARAM, Evaluator, Hazard
 
@@ -32,8 +32,9 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
     facts = ev.facts
     out: list[Reach] = []
     last_ids: set[int] = set()
-    pending: list[tuple[Scope, str, Sink, str | None, bool]] = []
-    seen_params: set[tuple[int, str, bool]] = set()
+    # (function, parameter, sink, hop, a message list, the parameter hazard: its rate cap)
+    pending: list[tuple[Scope, str, Sink, str | None, bool, Hazard]] = []
+    seen_params: set[tuple[int, str, bool, str, bool]] = set()
 
     param_sinks = ev.param_sinks = {}
     ev.param_sink_names = set()
@@ -43,12 +44,12 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
             if h.kind == HAZARD_PARAM:
                 fs, pname = h.detail
                 if not messages:
-                    param_sinks.setdefault((id(fs), pname), []).append((sink, via))
+                    param_sinks.setdefault((id(fs), pname), []).append((sink, via, h))
                     ev.param_sink_names.add(fs.name)
-                key = (id(fs), pname, messages)
+                key = (id(fs), pname, messages, h.rate, h.partial)
                 if key not in seen_params:
                     seen_params.add(key)
-                    pending.append((fs, pname, sink, via, messages))
+                    pending.append((fs, pname, sink, via, messages, h))
             elif not (h.past_mark and single_turn(ev, sink)):
                 out.append(Reach(capped(h, sink), sink, via))
 
@@ -82,7 +83,7 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
 
     # Carry parameters back to the callers, transitively.
     while pending:
-        fs, pname, sink, via, messages = pending.pop()
+        fs, pname, sink, via, messages, ph = pending.pop()
         sites = list(facts.calls.get(fs.name, ()))
         if fs.cls is not None:
             sites += facts.calls.get("self." + fs.name, [])
@@ -97,13 +98,21 @@ def prefix_reaches(ev: Evaluator) -> list[Reach]:
             if messages:
                 messages_sink(arg, cscope, sink, hop)
             else:
-                take(ev.hazards(arg, cscope), sink, hop)
+                take(as_argument(ev.hazards(arg, cscope), ph), sink, hop)
 
     unique: dict[tuple[str, int, int], Reach] = {}
     for r in out:  # one per use and root cause (a clock and a stored note may share a use)
         h = r.hazard
         unique.setdefault((h.kind, id(h.node), id(h.origin) if h.origin is not None else 0), r)
     return list(unique.values())
+
+
+def as_argument(hs: Iterable[Hazard], param: Hazard) -> tuple[Hazard, ...]:
+    """The hazards of an argument as the parameter ``param`` uses them: slowed to the
+    parameter's rate (``d.strftime("%Y-%m-%d")`` of a clock is per day), on one code path
+    only when the parameter's use is."""
+    out = rerate(hs, param.rate)
+    return partial(out) if param.partial else out
 
 
 def capped(h: Hazard, sink: Sink) -> Hazard:
@@ -188,14 +197,14 @@ def incoming(ev: Evaluator) -> list[Reach]:
             if getattr(owner, "param_sinks", None) is None:
                 reaches_of(owner)
             for pname in fs.params:
-                for sink, via in owner.param_sinks.get((id(fs), pname), ()):
+                for sink, via, ph in owner.param_sinks.get((id(fs), pname), ()):
                     arg = ev.arg_for(call, fs, pname, bound)
                     if arg is None or not _text_built_here(ev, arg, scope):
                         continue
                     hop = f"passed to `{fs.name}()` as `{pname}` ({owner.path})"
                     if via:
                         hop += f", {via}"
-                    for h in ev.hazards(arg, scope):
+                    for h in as_argument(ev.hazards(arg, scope), ph):
                         if h.kind != HAZARD_PARAM:
                             out.append(Reach(capped(h, sink), sink, hop))
     return out

@@ -7,7 +7,7 @@ import ast
 from typing import Any
 
 from linters.flow import tables
-from linters.flow.facts import ASSIGN, DEF, ITER, Binding, ModuleFacts, Scope
+from linters.flow.facts import ASSIGN, DEF, ITER, PARAM, Binding, ModuleFacts, Scope
 from linters.flow.project import absolute
 
 
@@ -175,6 +175,8 @@ class Resolver:
         if name.id == "self":
             return None, None
         bl = self.resolve(name.id, scope, line)
+        if len(bl) == 1 and bl[0].kind == PARAM:
+            return self._annotated_param(bl[0].scope, name.id)
         if len(bl) != 1 or bl[0].kind != ASSIGN or type(bl[0].value) is not ast.Call:
             return None, None
         if bl[0].scope is scope and bl[0].line >= line:
@@ -192,6 +194,25 @@ class Resolver:
         if made[0] is not None:
             return made
         found = self.project_def(ctor, "class")
+        return (found[1], found[0]) if found is not None else (None, None)
+
+    def _annotated_param(self, fs: Scope, pname: str) -> tuple[Any, Any]:
+        """The project class a parameter is annotated with (``ctx: PromptContext``,
+        ``ctx: PromptContext | None``, ``Optional[PromptContext]``, ``"PromptContext"``)
+        and its module's evaluator; ``(None, None)`` for anything else (a protocol or
+        base class of the project is taken as itself: its own methods are followed)."""
+        note = _unwrap_optional(fs.param_notes.get(pname))
+        if type(note) is ast.Constant and type(note.value) is str and note.value.isidentifier():
+            note = ast.Name(id=note.value, lineno=getattr(fs.node, "lineno", 0))
+        if type(note) is ast.Name:
+            for b in self.resolve(note.id, fs, getattr(fs.node, "lineno", 0)):
+                if b.kind == DEF and type(b.value) is ast.ClassDef:
+                    return self.function_scope(b.value), self
+                if b.kind == DEF:
+                    return None, None
+        elif type(note) is not ast.Attribute:
+            return None, None
+        found = self.project_def(note, "class")
         return (found[1], found[0]) if found is not None else (None, None)
 
     def _annotated_instance(self, call: ast.Call, scope: Scope) -> tuple[Any, Any]:
@@ -283,6 +304,22 @@ def _comprehension_target(bl: list[Binding], line: int) -> Binding | None:
         ):
             best = b
     return best
+
+
+def _unwrap_optional(note: Any) -> Any:
+    """``X`` of ``X | None``, ``None | X`` and ``Optional[X]``; ``note`` otherwise."""
+    if type(note) is ast.BinOp and type(note.op) is ast.BitOr:
+        sides = [s for s in (note.left, note.right) if not _is_none(s)]
+        return sides[0] if len(sides) == 1 else None
+    if type(note) is ast.Subscript and getattr(note.value, "id", None) == "Optional":
+        return note.slice
+    if type(note) is ast.Subscript and getattr(note.value, "attr", None) == "Optional":
+        return note.slice
+    return note
+
+
+def _is_none(node: Any) -> bool:
+    return type(node) is ast.Constant and node.value is None
 
 
 def _static(fs: Scope) -> bool:

@@ -4,6 +4,9 @@ PC005: misuse -- more breakpoints in one request than Anthropic accepts
 (:data:`promptcache.limits.ANTHROPIC_MAX_BREAKPOINTS`), a ``1h`` breakpoint after a ``5m``
 one (longer TTLs must come first in tools -> system -> messages order), a TTL other than
 :data:`promptcache.limits.ANTHROPIC_TTLS`, or a ``type`` other than ``ephemeral``.
+The markers that a known request ignores or rejects (a misspelt key, a raw ``cachePoint``
+through litellm, a marker on a text that can be empty or on a block that can be a thinking
+block) are PC005 too: :mod:`linters.rules.marker_misuse`.
 PC008: a breakpoint on a literal prefix too short to be cached for the model: the request
 pays full price every time while the code looks cached.
 
@@ -22,6 +25,7 @@ from linters.flow.facts import Scope
 from linters.flow.resolve import short
 from linters.flow.values import Evaluator
 from linters.model import Finding, Rule
+from linters.rules import marker_misuse
 from linters.rules.context import RuleContext
 from promptcache.limits import (
     ANTHROPIC_DEFAULT_MIN_TOKENS,
@@ -38,7 +42,9 @@ RULES = (
         "PC005",
         "cache-control-misuse",
         f"`cache_control` misuse in a literal request: more than {ANTHROPIC_MAX_BREAKPOINTS} "
-        "breakpoints, a 1h breakpoint after a 5m one, an unknown TTL or type",
+        "breakpoints, a 1h breakpoint after a 5m one, an unknown TTL or type; a marker the "
+        "client ignores (a misspelt key, a raw `cachePoint` through litellm) or the API "
+        "rejects (on a text that can be empty, on a block that can be `thinking`)",
     ),
     Rule(
         "PC008",
@@ -214,9 +220,10 @@ def _min_tokens(model: str | None) -> int:
 def check(an: RuleContext) -> list[Finding]:
     """PC005 and PC008 findings for every literal request of the module."""
     facts = an.facts
+    out: list[Finding] = marker_misuse.findings(an)
     if not facts.has_cache_control:
-        return []
-    out: list[Finding] = [
+        return out
+    out += [
         an.finding(
             "PC005",
             lm.mark,

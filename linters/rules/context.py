@@ -24,6 +24,7 @@ class RuleContext(Protocol):
 
     Attributes:
         facts: what the walk collected (:class:`linters.flow.facts.ModuleFacts`).
+        source: the module's bytes.
         ev: the evaluator of expressions (:class:`linters.flow.values.Evaluator`).
         config: the :class:`linters.config.LintConfig` in force (typed ``Any`` here: see the
             module docstring).
@@ -31,6 +32,7 @@ class RuleContext(Protocol):
     """
 
     facts: ModuleFacts
+    source: bytes
     ev: Evaluator
     config: Any
     reported: set[int]
