@@ -7,11 +7,13 @@ Usage::
     PYTHONPATH=. .venv/bin/python bench/lint_real.py --unjudged build/unjudged.jsonl
 
 The corpus is ``bench/lint_corpus.toml``: projects (repository, commit, ``half`` = tune or
-holdout, or aside: the projects issue 28 keeps out of the corpus for an independent check,
-reported apart) and historical fixes (the fix commit, its parent, the lines it changed;
-``aside = true``: a kept-aside project's fix, reported apart). ``--fetch`` exports each
-commit (for a fix: its parent and the fix) from a local git mirror (``--mirrors``, default
-``/work/.mirror``, laid out ``<owner>+<name>/repo``) into ``build/lint_corpus/`` (ignored by git). Each project is
+holdout, or aside: the projects issue 28 keeps out of the corpus for an independent check;
+or fresh: a blind check, linted once at the end) and historical fixes (the fix commit, its
+parent, the lines it changed; ``aside = true``: a kept-aside project's fix; ``fresh = true``:
+a fix collected without running the linter). Each group is reported apart. ``--fetch``
+exports each commit (for a fix: its parent and the fix) from a local git mirror
+(``--mirrors``, default ``/work/.mirror``, laid out ``<owner>+<name>/repo``) into
+``build/lint_corpus/`` (ignored by git). Each project is
 linted whole with the default settings, as a new user runs ``promptcache lint .`` in it.
 
 Scoring:
@@ -196,14 +198,20 @@ def _recall_rows(fixes: list[dict]) -> tuple[list[str], int]:
     return out, hits
 
 
+def _fix_group(fx: dict) -> str:
+    """``aside`` (a kept-aside project's fix), ``fresh`` (the blind check) or ``corpus``."""
+    return "aside" if fx.get("aside") else "fresh" if fx.get("fresh") else "corpus"
+
+
 def recall(corpus: dict) -> list[str]:
     """The historical-fix tables: flagged = a finding at the parent that the fix removes.
-    The corpus projects' fixes and the kept-aside projects' fixes (``aside = true``) apart."""
+    One table per group (:func:`_fix_group`): corpus, kept aside, blind check."""
     out: list[str] = []
     fixes = corpus.get("fix", [])
     totals = [0, 0]
-    for aside, title in ((False, "corpus projects"), (True, "projects kept aside")):
-        chosen = [fx for fx in fixes if bool(fx.get("aside")) == aside]
+    groups = (("corpus", "corpus projects"), ("aside", "projects kept aside"))
+    for group, title in groups + (("fresh", "blind check, never tuned on"),):
+        chosen = [fx for fx in fixes if _fix_group(fx) == group]
         if not chosen:
             continue
         out += [f"### Historical fixes, {title} (parent commit linted, then the fix commit)", ""]
@@ -249,10 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unjudged", type=Path, help="write unjudged warning+ findings (jsonl)")
     ap.add_argument(
         "--half",
-        choices=("tune", "holdout", "aside", "all"),
+        choices=("tune", "holdout", "aside", "fresh", "all"),
         default="all",
         help="which projects: the tune or holdout half of the corpus, the projects the issue "
-        "keeps aside for an independent check, or all (default; also runs the fixes)",
+        "keeps aside, the fresh ones (a blind check, linted once at the end), or all "
+        "(default; also runs the fixes)",
     )
     ap.add_argument("--no-pcdlint", action="store_true")
     args = ap.parse_args(argv)
@@ -261,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         fetch(corpus, args.mirrors)
         return 0
     labels = load_labels()
-    rows: dict[str, list] = {"tune": [], "holdout": [], "aside": []}
+    rows: dict[str, list] = {"tune": [], "holdout": [], "aside": [], "fresh": []}
     info: Counter = Counter()
     files = 0
     seconds = 0.0
@@ -303,9 +312,12 @@ def main(argv: list[str] | None = None) -> int:
             lines += precision_table(rows[half], labels, f"{half} half, warning and error") + [""]
     if args.half == "all":
         lines += precision_table(rows["tune"] + rows["holdout"], labels, "both halves") + [""]
-    if args.half in ("aside", "all"):
-        title = "projects kept aside (independent check), warning and error"
-        lines += precision_table(rows["aside"], labels, title) + [""]
+    for half, title in (
+        ("aside", "projects kept aside (independent check), warning and error"),
+        ("fresh", "fresh projects (blind check, linted once at the end), warning and error"),
+    ):
+        if args.half in (half, "all") and any(p["half"] == half for p in corpus["project"]):
+            lines += precision_table(rows[half], labels, title) + [""]
     lines.append(
         f"info findings (not in precision): {sum(info.values())} "
         f"({', '.join(f'{k} {v}' for k, v in sorted(info.items()))})"
