@@ -7,7 +7,8 @@ import ast
 from typing import Any
 
 from linters.flow import tables
-from linters.flow.facts import ASSIGN, DEF, PARAM, Binding, ModuleFacts, Scope
+from linters.flow.facts import ASSIGN, DEF, ITER, PARAM, Binding, ModuleFacts, Scope
+from linters.flow.project import absolute
 
 
 def short(node: ast.AST, limit: int = 48) -> str:
@@ -73,6 +74,9 @@ class Resolver:
             bl = s.bindings.get(name)
             if bl:
                 if s is scope:
+                    inner = _comprehension_target(bl, line)
+                    if inner is not None:
+                        return [inner]
                     before = [b for b in bl if b.line < line]
                     return before or bl
                 return bl
@@ -141,7 +145,7 @@ class Resolver:
         qual = self.facts.qualname(func)
         if not qual or qual.startswith("builtins.") or "." not in qual:
             return None, False, None
-        found = self.project.lookup(qual)
+        found = self.project.lookup(absolute(qual, self.path))
         if found is None:
             return None, False, None
         ev, target = found
@@ -159,7 +163,7 @@ class Resolver:
         qual = self.facts.qualname(ref)
         if not qual or "." not in qual or qual.startswith("builtins."):
             return None
-        found = self.project.lookup(qual)
+        found = self.project.lookup(absolute(qual, self.path))
         if found is None or found[1].kind != kind:
             return None
         return found[0], found[1]
@@ -174,6 +178,10 @@ class Resolver:
         if len(bl) == 1 and bl[0].kind == PARAM:
             return self._annotated_param(bl[0].scope, name.id)
         if len(bl) != 1 or bl[0].kind != ASSIGN or type(bl[0].value) is not ast.Call:
+            return None, None
+        if bl[0].scope is scope and bl[0].line >= line:
+            # ``actions = actions.Column(...)`` (a class body, the module ``actions``): the
+            # name's own assignment is not what the call's receiver holds
             return None, None
         ctor = bl[0].value.func
         if type(ctor) is ast.Name:
@@ -275,6 +283,27 @@ class Resolver:
             and type(node.value) is str
             and tables.REQUEST_ID_RE.match(node.value) is not None
         )
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def _comprehension_target(bl: list[Binding], line: int) -> Binding | None:
+    """The binding of a comprehension's own target when ``line`` lies inside that
+    comprehension (the innermost one): there the name is the comprehension's variable,
+    whatever the enclosing function bound to it before (Python 3 comprehensions have their
+    own scope). None when no comprehension binding the name spans ``line``."""
+    best = None
+    for b in bl:
+        n = b.node
+        if b.kind != ITER or type(n) not in _COMPREHENSIONS:
+            continue
+        end = getattr(n, "end_lineno", None) or n.lineno
+        if n.lineno <= line <= end and (
+            best is None or end - n.lineno < (best.node.end_lineno or 0) - best.node.lineno
+        ):
+            best = b
+    return best
 
 
 def _unwrap_optional(note: Any) -> Any:
