@@ -18,7 +18,8 @@ after it is set, PC010 breakpoint written into the caller's history at a moving 
 ``str`` view of content blocks and assigned back (the setter drops a breakpoint among them),
 PC013 rolling breakpoints only on user messages while the agent's turns are tool-role
 messages, PC014 ``prompt_cache_key`` made from a clock, UUID or random value on every
-request,
+request, PC015 a message converter dropping the message-level ``cache_control`` of a role
+the project marks,
 PC900 parse error, PC901 payload not checked.
 The linter never imports torch or ``local_engine``.
 """

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from pathlib import PurePosixPath
 from typing import Any
 
 from linters.flow.facts import ASSIGN, DEF, IMPORT, PARAM, Scope
+from linters.flow.project import absolute
 from linters.flow.resolve import class_of
 
 ClassRef = tuple[Any, Scope]  # (linters.flow.values.Evaluator of the module, class scope)
@@ -39,21 +39,12 @@ _WRAPPERS = frozenset({"Optional", "Annotated", "ClassVar", "Final"})
 def absolute_module(node: ast.ImportFrom, rel_path: str) -> str | None:
     """The dotted module ``from ... import`` names, relative imports made absolute against
     the importing file's path (``from ..agent import x`` in ``src/pkg/hooks/registry.py`` ->
-    ``src.pkg.agent``); None when the dots climb above the lint root."""
+    ``src.pkg.agent``, :func:`linters.flow.project.absolute`); None when the dots climb
+    above the lint root."""
     if not node.level:
         return node.module
-    parts = [p for p in PurePosixPath(rel_path).with_suffix("").parts if p not in (".", "")]
-    if parts and parts[-1] == "__init__":
-        parts = parts[:-1]
-    else:
-        parts = parts[:-1]  # the module's package
-    up = node.level - 1
-    if up > len(parts):
-        return None
-    base = parts[: len(parts) - up]
-    if node.module:
-        base = [*base, node.module]
-    return ".".join(base) or None
+    got = absolute("." * node.level + (node.module or ""), rel_path)
+    return None if not got or got.startswith(".") else got
 
 
 def class_named(ev: Any, note: Any, scope: Scope, depth: int = 0) -> ClassRef | None:

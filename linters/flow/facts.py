@@ -160,9 +160,9 @@ class ModuleFacts:
     template_fills: list[tuple[ast.Call, Scope]] = field(default_factory=list)
     # (id(scope), "random" | "numpy.random") -> first line where that scope seeds the module
     seeds: dict[tuple[int, str], int] = field(default_factory=dict)
-    # cache_control markers set on every item of an unbounded loop: (marker node, iterable,
-    # scope)
-    loop_breakpoints: list[tuple[ast.AST, ast.expr, Scope]] = field(default_factory=list)
+    # cache_control markers set on every item of an unbounded loop
+    # (:class:`linters.flow.loop_marks.LoopMark`)
+    loop_breakpoints: list[Any] = field(default_factory=list)
     # breakpoints a function deletes after setting them
     # (:class:`linters.flow.breakpoints.ClearedBreakpoint`)
     cleared_breakpoints: list[Any] = field(default_factory=list)

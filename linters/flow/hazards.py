@@ -11,6 +11,7 @@ import ast
 from typing import Any, NamedTuple
 
 from linters.flow import tables
+from linters.flow.alternatives import one_path_only, overwritten
 from linters.flow.dispatch import dispatch_targets
 from linters.flow.facts import (
     ASSIGN,
@@ -58,7 +59,8 @@ class Hazard(NamedTuple):
     ``fixable`` whether an automatic fix exists (PC002), ``rate`` how often a volatile value
     changes (``tables.RATE_*``), ``origin`` the node where the value is made (its root
     cause: one finding per origin), ``partial`` the value is volatile on one code path only
-    (the same name also takes a stable value: a stored timestamp, the caller's argument),
+    (another live binding of the name is stable or slower: a stored timestamp, the caller's
+    argument, a date where this path has the clock; :mod:`linters.flow.alternatives`),
     ``past_mark`` a builder placed it after a marker string at which a function of the
     project splits the text, the breakpoint on the part before only
     (:mod:`linters.flow.sentinels`)."""
@@ -285,16 +287,17 @@ class HazardMixin(SegmentMixin):
             b.kind in (ASSIGN, AUG) for b in bindings
         ):
             return [_request_id(node)]
+        if len(bindings) > 1:  # those replaced before the use on every path do not reach it
+            live = [b for b in bindings if b.scope is not scope or not overwritten(b, bindings)]
+            bindings = live or bindings
         per = [self._h_binding(b, node, scope) for b in bindings]
         for hs in per:
             out.extend(hs)
         # alternatives: bindings that replace the value (not appends to it)
-        volatile = [any(h.kind == HAZARD_VOLATILE for h in hs) for hs in per]
-        if any(v and b.kind == ASSIGN for v, b in zip(volatile, bindings)) and any(
-            not v and _stable_alternative(b) for v, b in zip(volatile, bindings)
-        ):
-            # volatile on one path only: another binding gives a stable value (a stored
-            # timestamp, the caller's argument); the code is built to avoid it
+        if one_path_only(bindings, per, HAZARD_VOLATILE, _stable_alternative):
+            # volatile on one path only: another binding that still reaches the use gives a
+            # stable value (a stored timestamp, the caller's argument) or one that changes
+            # more slowly; the code is built to avoid it
             out = [h._replace(partial=True) if h.kind == HAZARD_VOLATILE else h for h in out]
         return out
 
@@ -322,8 +325,12 @@ class HazardMixin(SegmentMixin):
                 ),
             )
         value = b.value
-        picked = self._unpacked(b, use) if kind == UNPACK else None
-        hs = self.hazards(value, b.scope) if picked is None else tuple(picked)
+        got = self.unpacked_call(b, use.id) if kind == UNPACK and type(use) is ast.Name else None
+        if got is not None and got[-1]:  # only the returned element this name takes
+            call, cscope, fs, bound, owner, pos, _tuples, _exact = got
+            hs = tuple(self._h_local_call(call, fs, bound, cscope, owner, pos))
+        else:
+            hs = self.hazards(value, b.scope)
         if kind == ITER:
             extra: list[Hazard] = []
             if self.is_set(value, b.scope):
@@ -365,7 +372,38 @@ class HazardMixin(SegmentMixin):
         why = conversation_write(self, node, scope)
         if why is not None:
             return (Hazard(HAZARD_VOLATILE, node, why, False, tables.RATE_WRITE, node),)
+        field = self._record_field(node, scope)
+        if field is not None:
+            return field
         return self.hazards(base, scope)
+
+    def _record_field(self, node: ast.Attribute, scope: Scope) -> list[Hazard] | None:
+        """``p.instructions`` after ``p = build(...)`` (awaited too), where every ``return``
+        of ``build`` (a function of the project) is a constructor call by keywords that
+        passes ``instructions=``: the hazards of that keyword only, not of the whole record
+        (a set in ``tool_choice=`` does not build the instructions). None otherwise."""
+        base = node.value
+        if type(base) is not ast.Name:
+            return None
+        bl = self.resolve(base.id, scope, node.lineno)
+        if len(bl) != 1 or bl[0].kind != ASSIGN:
+            return None
+        if bl[0].scope is scope and bl[0].line >= node.lineno:
+            return None  # ``actions = actions.Column(...)``: not the receiver's value
+        value = bl[0].value
+        if type(value) is ast.Await:
+            value = value.value
+        if type(value) is not ast.Call:
+            return None
+        fs, bound, owner = self.callee_any(value, bl[0].scope)
+        if fs is None or not fs.returns:
+            return None
+        for r in fs.returns:
+            if type(r) is not ast.Call or r.args or any(kw.arg is None for kw in r.keywords):
+                return None
+            if not any(kw.arg == node.attr for kw in r.keywords):
+                return None
+        return self._h_local_call(value, fs, bound, bl[0].scope, owner, node.attr)
 
     def _h_call(self, node: ast.Call, scope: Scope) -> list[Hazard] | tuple:
         got = self.volatile_call(node, scope)
@@ -409,7 +447,7 @@ class HazardMixin(SegmentMixin):
         out: list[Hazard] = []
         if q in tables.ITERATING_CALLS and args:
             a0 = args[0]
-            if self.is_set(a0, scope):
+            if self.is_set(a0, scope) and not _one_element(a0, node, scope):
                 out.append(Hazard(HAZARD_SET, node, f"`{short(node)}` iterates a set"))
             else:
                 why = self.input_dict(a0, scope)
@@ -502,32 +540,6 @@ class HazardMixin(SegmentMixin):
             past = past or has_mark(self, e, scope)
         return out if past else None
 
-    def _unpacked(self, b: Binding, use: ast.AST) -> list[Hazard] | None:
-        """Hazards of the one item that ``a, b = f(...)`` gives the name ``use`` when every
-        ``return`` of the project function ``f`` is a tuple of as many items (``return
-        system, messages``): those of that item only; None when that cannot be told."""
-        stmt, call = b.node, b.value
-        if type(call) is ast.Await:
-            call = call.value
-        if type(stmt) is not ast.Assign or type(call) is not ast.Call or type(use) is not ast.Name:
-            return None
-        target = stmt.targets[0]
-        if not isinstance(target, (ast.Tuple, ast.List)):
-            return None
-        names = [e.id if type(e) is ast.Name else None for e in target.elts]
-        if names.count(use.id) != 1:
-            return None
-        fs, bound, owner = self.callee_any(call, b.scope)
-        n = len(names)
-        if fs is None or fs.yields or not fs.returns:
-            return None
-        for r in fs.returns:
-            if type(r) is not ast.Tuple or len(r.elts) != n:
-                return None
-            if any(type(e) is ast.Starred for e in r.elts):
-                return None
-        return self._h_local_call(call, fs, bound, b.scope, owner, names.index(use.id))
-
     def _h_local_call(
         self,
         node: Any,
@@ -535,13 +547,17 @@ class HazardMixin(SegmentMixin):
         bound: bool,
         scope: Scope,
         owner: Any = None,
-        pick: int | None = None,
+        pick: int | str | None = None,
     ) -> list[Hazard]:
         """Hazards of a call to a function of the project: those of its return values (of
         item ``pick`` of each returned tuple when given), with its parameters replaced by the
         arguments of this call. ``owner`` is the
         evaluator of the function's module (``self`` for this module); a volatile value
-        made in another module carries its place (``path:line``) and the call into it."""
+        made in another module carries its place (``path:line``) and the call into it.
+        ``pick``: only element ``pick`` of returned tuple literals (a tuple unpacked into
+        names, see :meth:`unpacked_call`), or only keyword ``pick`` of returned constructor
+        calls (a field of a returned record, see :meth:`_record_field`); other returns are
+        skipped."""
         owner = owner or self
         out: list[Hazard] = []
         project = self.project
@@ -560,12 +576,16 @@ class HazardMixin(SegmentMixin):
             project.depth = getattr(project, "depth", 0) + 1
         scalar = _returns_scalar(fs)
         try:
-            rets = (
-                (*fs.returns, *fs.yields)
-                if pick is None
-                else [r.elts[pick] for r in fs.returns if isinstance(r, ast.Tuple)]
-            )
-            for r in rets:
+            for r in (*fs.returns, *fs.yields) if pick is None else fs.returns:
+                if type(pick) is int:
+                    if type(r) is not ast.Tuple or len(r.elts) <= pick:
+                        continue
+                    r = r.elts[pick]
+                elif type(pick) is str:
+                    kw = next((k for k in getattr(r, "keywords", ()) if k.arg == pick), None)
+                    if kw is None:
+                        continue
+                    r = kw.value
                 for h in owner.hazards(r, fs):
                     if scalar and h.kind in (HAZARD_SET, HAZARD_VIEW):
                         continue  # an int/float/bool result renders no iteration order
@@ -779,6 +799,8 @@ class HazardMixin(SegmentMixin):
             for b in self.resolve(node.id, scope, node.lineno):
                 if b.kind == ASSIGN and self.is_set(b.value, b.scope, depth + 1):
                     return True
+                if b.kind == UNPACK and self._unpacked_set(b, node.id, depth + 1):
+                    return True
                 if b.kind == PARAM and _annotation_is(
                     b.scope.param_notes.get(node.id),
                     ("set", "frozenset", "Set", "FrozenSet", "AbstractSet", "MutableSet"),
@@ -791,6 +813,52 @@ class HazardMixin(SegmentMixin):
                 for b in self.self_attr(node.attr, scope)
             )
         return False
+
+    def unpacked_call(self, b: Binding, name: str) -> Any:
+        """For ``mode, names = pick(...)`` (or ``= picked`` after ``picked = pick(...)``):
+        ``(call, its scope, callee scope, self bound, callee's evaluator, position of
+        name, the callee's returns that are tuple literals as long as the target, exact)``
+        when the called function (of this module or, through the project index, another)
+        returns such a tuple; ``exact`` when every other return is one that unpacking
+        cannot have come from (a constant). None otherwise."""
+        target: Any = b.node.targets[0] if type(b.node) is ast.Assign else None
+        if type(target) not in (ast.Tuple, ast.List) or any(
+            type(e) is not ast.Name for e in target.elts
+        ):
+            return None
+        pos = next((i for i, e in enumerate(target.elts) if e.id == name), None)
+        value, scope = b.value, b.scope
+        for _ in range(4):  # ``picked = pick(...)``: follow a name bound once
+            if type(value) is not ast.Name:
+                break
+            bl = self.resolve(value.id, scope, b.line)
+            if len(bl) != 1 or bl[0].kind != ASSIGN or bl[0] is b:
+                return None
+            if bl[0].scope is scope and bl[0].line >= b.line:
+                return None
+            value, scope = bl[0].value, bl[0].scope
+        if type(value) is ast.Await:
+            value = value.value
+        if pos is None or type(value) is not ast.Call:
+            return None
+        fs, bound, owner = self.callee_any(value, scope)
+        if fs is None:
+            return None
+        n = len(target.elts)
+        tuples = [r for r in fs.returns if type(r) is ast.Tuple and len(r.elts) == n]
+        if not tuples:
+            return None
+        exact = all(r in tuples or _not_unpackable(r) for r in fs.returns)
+        return value, scope, fs, bound, owner, pos, tuples, exact
+
+    def _unpacked_set(self, b: Binding, name: str, depth: int) -> bool:
+        """True when the element ``name`` takes of an unpacked returned tuple is a set in
+        some ``return`` (see :meth:`unpacked_call`)."""
+        got = self.unpacked_call(b, name)
+        if got is None:
+            return False
+        _call, _scope, fs, _bound, owner, pos, tuples, _exact = got
+        return any(owner.is_set(r.elts[pos], fs, depth + 1) for r in tuples)
 
     def input_dict(self, node: Any, scope: Scope, iterated: bool = True) -> str | None:
         """Why a mapping's insertion order depends on input (None if it does not, or if
@@ -929,6 +997,52 @@ def _hop(h: Hazard, owner: Any, call: Any) -> Hazard:
         origin=origin,
         fixable=False,  # the fix would land in another file
     )
+
+
+def _one_element(coll: Any, use: Any, scope: Scope) -> bool:
+    """Whether ``use`` sits in the body of an ``if`` (of the function ``scope``) whose test
+    requires ``len(coll) == 1``: a set of one element has one order
+    (``if len(names) == 1: name = next(iter(names))``)."""
+    text = ast.unparse(coll)
+    line = getattr(use, "lineno", 0)
+    for n in ast.walk(scope.node):
+        if type(n) is not ast.If or not n.body:
+            continue
+        if not (n.body[0].lineno <= line <= (n.body[-1].end_lineno or n.body[-1].lineno)):
+            continue
+        for c in ast.walk(n.test):
+            if (
+                type(c) is ast.Compare
+                and len(c.ops) == 1
+                and type(c.ops[0]) is ast.Eq
+                and _len_of(c.left) == text
+                and type(c.comparators[0]) is ast.Constant
+                and c.comparators[0].value == 1
+            ):
+                return True
+    return False
+
+
+def _len_of(node: Any) -> str | None:
+    """``"names"`` for ``len(names)``; None for anything else."""
+    if (
+        type(node) is ast.Call
+        and type(node.func) is ast.Name
+        and node.func.id == "len"
+        and len(node.args) == 1
+    ):
+        return ast.unparse(node.args[0])
+    return None
+
+
+def _not_unpackable(node: Any) -> bool:
+    """A return value that unpacking into names cannot have come from: ``None``, a
+    number, a bool, or a choice between such constants and strings (``"auto" if x else
+    "none"``, returned on the paths where the caller does not unpack)."""
+    t = type(node)
+    if t is ast.Constant:
+        return True
+    return t is ast.IfExp and _not_unpackable(node.body) and _not_unpackable(node.orelse)
 
 
 def _is_self(node: Any) -> bool:

@@ -25,6 +25,24 @@ def module_names(rel_path: str) -> list[str]:
     return [".".join(parts[i:]) for i in range(len(parts))]
 
 
+def absolute(qual: str, rel_path: str) -> str:
+    """A relative import's dotted name made absolute for the file at ``rel_path`` (its
+    path from the lint root): in ``pkg/models/google.py``, ``._choice.pick`` ->
+    ``pkg.models._choice.pick`` and ``..tools.Tool`` -> ``pkg.tools.Tool``; in
+    ``pkg/models/__init__.py`` ``.google.X`` -> ``pkg.models.google.X`` (PEP 328). Names
+    without a leading dot, and those reaching above the root, come back unchanged."""
+    level = len(qual) - len(qual.lstrip("."))
+    if not level or not rel_path:
+        return qual
+    path = PurePosixPath(rel_path)
+    package = [p for p in path.parent.parts if p not in (".", "")]
+    if level - 1 > len(package):
+        return qual
+    base = package[: len(package) - (level - 1)]
+    rest = qual[level:]
+    return ".".join([*base, rest] if rest else base)
+
+
 class Project:
     """Evaluators of every module of one lint run, by dotted module name."""
 

@@ -4,11 +4,11 @@ a call reaches, the argument it passes for a parameter, and volatile calls."""
 from __future__ import annotations
 
 import ast
-from pathlib import PurePosixPath
 from typing import Any
 
 from linters.flow import tables
 from linters.flow.facts import ASSIGN, DEF, ITER, PARAM, Binding, ModuleFacts, Scope
+from linters.flow.project import absolute
 
 
 def short(node: ast.AST, limit: int = 48) -> str:
@@ -81,9 +81,9 @@ class Resolver:
             bl = s.bindings.get(name)
             if bl:
                 if s is scope:
-                    inner = [b for b in bl if _in_comprehension(b, line)]
-                    if inner:  # a comprehension's target is its own (Python 3)
-                        return [max(inner, key=lambda b: (b.line, b.col))]
+                    inner = _comprehension_target(bl, line)
+                    if inner is not None:
+                        return [inner]
                     before = [b for b in bl if b.line < line]
                     live = [b for b in before if not _loop_ended(b, line)]
                     return live or before or bl
@@ -153,7 +153,7 @@ class Resolver:
         qual = self.facts.qualname(func)
         if not qual or qual.startswith("builtins.") or "." not in qual:
             return None, False, None
-        found = self.project_lookup(qual)
+        found = self.project.lookup(absolute(qual, self.path))
         if found is None:
             return None, False, None
         ev, target = found
@@ -163,19 +163,9 @@ class Resolver:
 
     def project_lookup(self, qual: str) -> tuple[Any, Scope] | None:
         """:meth:`linters.flow.project.Project.lookup` of a dotted name of this module, a
-        relative one (``.chat_chunks.Chunks`` from ``from .chat_chunks import Chunks``)
-        made absolute from this module's path (``pkg/coders/base.py`` -> package
-        ``pkg.coders``)."""
-        if qual.startswith("."):
-            level = len(qual) - len(qual.lstrip("."))
-            pkg = list(PurePosixPath(self.path).parent.parts)
-            if level > 1:
-                pkg = pkg[: len(pkg) - (level - 1)] if level - 1 <= len(pkg) else []
-            rest = qual[level:]
-            qual = ".".join([*pkg, rest]) if rest else ".".join(pkg)
-            if not pkg or not rest:
-                return None
-        found: tuple[Any, Scope] | None = self.project.lookup(qual)
+        relative one made absolute from this module's path
+        (:func:`linters.flow.project.absolute`)."""
+        found: tuple[Any, Scope] | None = self.project.lookup(absolute(qual, self.path))
         return found
 
     def project_def(self, ref: ast.AST, kind: str) -> tuple[Any, Scope] | None:
@@ -188,7 +178,7 @@ class Resolver:
         qual = self.facts.qualname(ref)
         if not qual or "." not in qual or qual.startswith("builtins."):
             return None
-        found = self.project_lookup(qual)
+        found = self.project.lookup(absolute(qual, self.path))
         if found is None or found[1].kind != kind:
             return None
         return found[0], found[1]
@@ -203,6 +193,10 @@ class Resolver:
         if len(bl) == 1 and bl[0].kind == PARAM:
             return self._annotated_param(bl[0].scope, name.id)
         if len(bl) != 1 or bl[0].kind != ASSIGN or type(bl[0].value) is not ast.Call:
+            return None, None
+        if bl[0].scope is scope and bl[0].line >= line:
+            # ``actions = actions.Column(...)`` (a class body, the module ``actions``): the
+            # name's own assignment is not what the call's receiver holds
             return None, None
         ctor = bl[0].value.func
         if type(ctor) is ast.Name:
@@ -322,13 +316,22 @@ def _loop_ended(b: Binding, line: int) -> bool:
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
-def _in_comprehension(b: Binding, line: int) -> bool:
-    """``b`` binds a comprehension's target and ``line`` is inside that comprehension (its
-    target is read on the line where the comprehension starts)."""
-    node = b.node
-    return (
-        b.kind == ITER and type(node) in _COMPREHENSIONS and node.lineno <= line <= node.end_lineno
-    )
+def _comprehension_target(bl: list[Binding], line: int) -> Binding | None:
+    """The binding of a comprehension's own target when ``line`` lies inside that
+    comprehension (the innermost one): there the name is the comprehension's variable,
+    whatever the enclosing function bound to it before (Python 3 comprehensions have their
+    own scope). None when no comprehension binding the name spans ``line``."""
+    best = None
+    for b in bl:
+        n = b.node
+        if b.kind != ITER or type(n) not in _COMPREHENSIONS:
+            continue
+        end = getattr(n, "end_lineno", None) or n.lineno
+        if n.lineno <= line <= end and (
+            best is None or end - n.lineno < (best.node.end_lineno or 0) - best.node.lineno
+        ):
+            best = b
+    return best
 
 
 def is_static(fs: Scope) -> bool:

@@ -333,15 +333,30 @@ REPLY_FUNCTIONS = frozenset(
         "any_llm.amessages",
     }
 )
+# google-genai's request types come in two forms, pydantic classes and TypedDicts with the
+# same fields (``google.genai.types.GenerateContentConfig`` / ``GenerateContentConfigDict``,
+# ``ToolConfig``/``ToolConfigDict``, ``FunctionCallingConfig``/``FunctionCallingConfigDict``;
+# googleapis/python-genai google/genai/types.py, read 2026-12-03).
+GENAI_CONFIG_NAMES = frozenset(
+    {
+        "GenerateContentConfig",
+        "GenerateContentConfigDict",
+        "FunctionCallingConfig",
+        "FunctionCallingConfigDict",
+        "ToolConfig",
+        "ToolConfigDict",
+    }
+)
+# Google's SDKs: a constructor of the names above (or ``GenerativeModel``) is a request only
+# when imported from one of them; ``ToolConfig`` is a common name (strands-agents has its own
+# TypedDict of that name).
+GOOGLE_MODULES = ("google.genai.", "google.generativeai.", "vertexai.")
+GOOGLE_CONSTRUCTORS = GENAI_CONFIG_NAMES | {"GenerativeModel"}
 REQUEST_CALL_NAMES = frozenset(
     {
         "generate_content",
         "generate_content_async",
         "generate_content_stream",
-        "GenerateContentConfig",
-        "GenerativeModel",
-        "FunctionCallingConfig",
-        "ToolConfig",
         "converse",
         "converse_stream",
     }
@@ -357,9 +372,7 @@ CREWAI_PREFIX_KEYWORDS = {
 
 # Request-shaped constructors: they return a configuration or an agent that carries its
 # arguments on (not a model reply).
-REQUEST_CONFIG_NAMES = frozenset(
-    {"GenerateContentConfig", "GenerativeModel", "FunctionCallingConfig", "ToolConfig", "Agent"}
-)
+REQUEST_CONFIG_NAMES = GENAI_CONFIG_NAMES | frozenset({"GenerativeModel", "Agent"})
 
 
 def is_model_reply_call(func: object, qual: str) -> bool:
@@ -393,6 +406,8 @@ def is_request_call(func: object, qual: str) -> bool:
         return False
     if name in REQUEST_CALL_NAMES:
         return True
+    if name in GOOGLE_CONSTRUCTORS:
+        return qual.startswith(GOOGLE_MODULES)
     return name == "Agent" and qual.startswith(AGENT_MODULES)
 
 

@@ -41,6 +41,7 @@ from linters.flow.facts import (
     Scope,
     Sink,
 )
+from linters.flow.loop_marks import loop_marks
 from linters.flow.shared_marks import shared_marks
 
 _SCALAR_FIELDS = frozenset(
@@ -136,28 +137,6 @@ def _dynamic(decorator: Any) -> bool:
         kw.arg == "dynamic" and not (type(kw.value) is ast.Constant and kw.value.value is False)
         for kw in decorator.keywords
     )
-
-
-def _bounded(it: Any) -> bool:
-    """An iterable of at most 4 items (Anthropic's breakpoint limit): a literal of up to 4
-    elements, ``x[-k:]``/``x[:k]`` or ``range(k)`` with k <= 4, or ``enumerate`` of one."""
-    t = type(it)
-    if t in (ast.List, ast.Tuple, ast.Set):
-        return len(it.elts) <= 4
-    if t is ast.Call and type(it.func) is ast.Name and it.args:
-        if it.func.id in ("enumerate", "reversed"):
-            return _bounded(it.args[0])
-        if it.func.id == "range" and len(it.args) == 1:
-            n = it.args[0]
-            return type(n) is ast.Constant and type(n.value) is int and n.value <= 4
-    if t is ast.Subscript and type(it.slice) is ast.Slice:
-        lo, hi = it.slice.lower, it.slice.upper
-        if hi is None and type(lo) is ast.UnaryOp and type(lo.operand) is ast.Constant:
-            k = lo.operand.value
-            return type(lo.op) is ast.USub and type(k) is int and k <= 4
-        if lo is None and type(hi) is ast.Constant and type(hi.value) is int:
-            return hi.value <= 4
-    return False
 
 
 def _system_role_content(call: ast.Call) -> ast.expr | None:
@@ -401,34 +380,11 @@ class _Walker:
     def for_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``for x in it``: each item of ``it`` flows into ``x`` (ITER); the body is in the loop."""
         inner = loops + (node.iter,)
-        if self.facts.has_cache_control:
-            self.loop_breakpoints(node, scope)
         self.bind(node.target, node.iter, ITER, scope, inner, node)
         push((node.iter, scope, loops))
         for s in (*node.body, *node.orelse):
             push((s, scope, inner))
         return True
-
-    def loop_breakpoints(self, node: Any, scope: Scope) -> None:
-        """Record a ``cache_control`` marker set on every item of an unbounded ``for`` loop
-        (a statement directly in its body, no ``break`` or ``return`` in it): ``b["cache_control"] = ...``
-        or ``out.append({..., "cache_control": ...})``."""
-        if _bounded(node.iter) or any(type(n) in (ast.Break, ast.Return) for n in ast.walk(node)):
-            return
-        for stmt in node.body:
-            mark: ast.AST | None = None
-            if type(stmt) is ast.Assign:
-                t = stmt.targets[0]
-                if type(t) is ast.Subscript and _const_str(t.slice) == "cache_control":
-                    mark = t
-            elif type(stmt) is ast.Expr and type(stmt.value) is ast.Call and stmt.value.args:
-                arg = stmt.value.args[-1]
-                if type(arg) is ast.Dict and any(
-                    _const_str(k) == "cache_control" for k in arg.keys
-                ):
-                    mark = next(k for k in arg.keys if _const_str(k) == "cache_control")
-            if mark is not None:
-                self.facts.loop_breakpoints.append((mark, node.iter, scope))
 
     def while_(self, node: Any, scope: Scope, loops: Any, push: Any) -> bool:
         """``while``: the body is walked as inside a loop of unknown iterable (``None``)."""
@@ -931,6 +887,7 @@ def collect(tree: ast.Module, source: bytes) -> ModuleFacts:
     facts = _Walker(tree, source).run(tree)
     if facts.has_cache_control:
         facts.cleared_breakpoints = cleared_breakpoints(tree)
+        facts.loop_breakpoints = loop_marks(tree)
         facts.shared_marks = shared_marks(tree)
     if b"prompt_cache_key" in source:
         facts.conversation_keys = conversation_keys(tree)

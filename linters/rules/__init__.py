@@ -14,6 +14,7 @@ from linters.rules import (
     cache_control,
     cache_key,
     cleared_breakpoint,
+    conversion,
     layout,
     ordering,
     rolling_breakpoint_roles,
@@ -34,6 +35,7 @@ FAMILIES = (
     rolling_breakpoint_roles,
     cache_key,
     text_setter,
+    conversion,
 )
 
 PARSE_ERROR = Rule(

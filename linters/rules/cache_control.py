@@ -226,13 +226,18 @@ def check(an: RuleContext) -> list[Finding]:
     out += [
         an.finding(
             "PC005",
-            mark,
-            f"`cache_control` is set on every item of `{short(it)}`: with more than "
-            f"{ANTHROPIC_MAX_BREAKPOINTS} items the request carries more than "
-            f"{ANTHROPIC_MAX_BREAKPOINTS} breakpoints and the API rejects it; mark only the "
-            "last item (or count the markers)",
+            lm.mark,
+            f"`cache_control` is set on every item of `{short(lm.iterable)}`"
+            + (
+                f" (through `{lm.helper}()`, which sets it on line {lm.helper_line})"
+                if lm.helper
+                else ""
+            )
+            + f": with more than {ANTHROPIC_MAX_BREAKPOINTS} items the request carries more "
+            f"than {ANTHROPIC_MAX_BREAKPOINTS} breakpoints and the API rejects it; mark only "
+            "the last item (or count the markers)",
         )
-        for mark, it, _scope in facts.loop_breakpoints
+        for lm in facts.loop_breakpoints
     ]
     if not facts.requests:
         return out

@@ -184,7 +184,10 @@ def _reached(an: RuleContext) -> list[Finding]:
         severity, text = _RATE_TEXT[h.rate]
         if h.partial:
             severity = "info"
-            text = "on one code path only (the same name also takes a stable value): " + text
+            text = (
+                "on one code path only (another path gives the same name a stable or "
+                "slower-changing value): " + text
+            )
         others = sorted({r.hazard.node.lineno for r in reaches[1:]} - {h.node.lineno})
         also = (
             f" (also reaches a prefix on line{'s' if len(others) > 1 else ''} "
