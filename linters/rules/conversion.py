@@ -27,10 +27,12 @@ def check(an: RuleContext) -> list[Finding]:
     """PC015 findings: one per dict display that rebuilds a marked message without the key."""
     if b"role" not in an.source or b"content" not in an.source:
         return []
+    marks = message_marks(an.ev)  # once per project
+    if not marks and b"cache_control" not in an.source:
+        return []  # no write of the key to cite, and no read of it in this module
     branches = dropping_branches(an.facts.module.node)
     if not branches:
         return []
-    marks = message_marks(an.ev)
     here = getattr(an.ev, "path", "")
     out = []
     for b in branches:
