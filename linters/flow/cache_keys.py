@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from linters.flow import tables
+from linters.flow.nodes import own_nodes
 
 KEY = "prompt_cache_key"
 #: request fields holding the whole message list (OpenAI chat ``messages``, Responses
@@ -59,19 +60,6 @@ class ConversationKey:
 
 def _const_key(node: Any) -> str | None:
     return node.value if type(node) is ast.Constant and isinstance(node.value, str) else None
-
-
-def _own_nodes(fn: ast.AST) -> list[ast.AST]:
-    """Nodes of ``fn``'s body, nested functions and classes left out."""
-    out: list[ast.AST] = []
-    stack = list(ast.iter_child_nodes(fn))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (*_FUNCS, ast.ClassDef, ast.Lambda)):
-            continue
-        out.append(node)
-        stack.extend(ast.iter_child_nodes(node))
-    return out
 
 
 def _targets(node: ast.AST) -> list[str]:
@@ -117,7 +105,7 @@ class _Function:
         self.assigned: dict[str, list[ast.expr]] = {}
         self.keys: list[ast.expr] = []
         self.conversation: dict[str, str] = {}  # name -> field
-        for node in _own_nodes(fn):
+        for node in own_nodes(ast.iter_child_nodes(fn)):
             if isinstance(node, ast.Assign):
                 for t in node.targets:
                     self._assign(t, node.value)
@@ -252,7 +240,7 @@ class _Uses:
                 param = next((k for k, j in by_kw.items() if j == i), None)
             if param is None:
                 continue
-            for node in _own_nodes(target):
+            for node in own_nodes(ast.iter_child_nodes(target)):
                 if isinstance(node, ast.Return) and node.value is not None:
                     if self.whole(node.value, param, inner, depth - 1, set()):
                         return True
@@ -323,7 +311,7 @@ def _body(d: Any) -> bool:
 def _request_keys(fn_node: ast.AST, fn: _Function, ev: Any) -> list[ast.expr]:
     """The ``prompt_cache_key`` values of requests made in ``fn_node``."""
     out: list[ast.expr] = []
-    for node in _own_nodes(fn_node):
+    for node in own_nodes(ast.iter_child_nodes(fn_node)):
         if isinstance(node, ast.Call):
             if not tables.is_request_call(node.func, ev.facts.qualname(node.func) or ""):
                 continue

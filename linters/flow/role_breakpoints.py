@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from linters.flow.facts import ASSIGN, Scope
+from linters.flow.nodes import own_nodes
 
 KEY = "cache_control"
 # Roles whose messages a tool call never produces: a filter on these alone skips the turns an
@@ -85,18 +86,6 @@ def _str(ev: Any, node: Any, scope: Scope) -> str | None:
     return got
 
 
-def _own_nodes(stmts: list[Any]) -> list[Any]:
-    """Nodes under ``stmts``, nested functions, classes and lambdas left out."""
-    out, stack = [], list(stmts)
-    while stack:
-        n = stack.pop()
-        if isinstance(n, (*_FUNCS, ast.ClassDef, ast.Lambda)):
-            continue
-        out.append(n)
-        stack.extend(ast.iter_child_nodes(n))
-    return out
-
-
 class _Entry:
     """Which expressions are one message: ``names`` (the loop variable or a parameter, and
     names bound from a part of it), or ``E[i]`` for an index loop."""
@@ -110,7 +99,7 @@ class _Entry:
         """Names bound in ``body`` from (a part of) the entry (``msg = history[i]``,
         ``content = entry["content"]``, ``(content := entry["content"])``) and from its
         role (``role = entry["role"]``)."""
-        binds = [n for n in _own_nodes(body) if type(n) in (ast.Assign, ast.NamedExpr)]
+        binds = [n for n in own_nodes(body) if type(n) in (ast.Assign, ast.NamedExpr)]
         for n in sorted(binds, key=lambda a: (a.lineno, a.col_offset)):
             targets = n.targets if type(n) is ast.Assign else [n.target]
             names = {t.id for t in targets if type(t) is ast.Name}
@@ -350,7 +339,7 @@ def _marks(
     """Breakpoints ``stmts`` put on the entry: ``(id(node), function, line)``, where node
     is the assignment or the call of a helper that does it (followed ``depth`` < 2 deep)."""
     out = []
-    for n in _own_nodes(stmts):
+    for n in own_nodes(stmts):
         t = type(n)
         if t is ast.Assign:
             for tgt in n.targets:
@@ -404,7 +393,7 @@ def _loop_breakpoint(ev: Any, lp: _Loop, scope: Scope) -> UserOnlyBreakpoint | N
         entry, ifs = lp.pre_filter
         for cond in ifs:
             candidates.append((_role_test(ev, entry, cond, scope, False), lp.loop.body))
-    for n in _own_nodes(lp.loop.body):
+    for n in own_nodes(lp.loop.body):
         if type(n) is ast.If:
             candidates.append((_role_test(ev, lp, n.test, scope, False), n.body))
     body = lp.loop.body
@@ -433,7 +422,7 @@ def user_only_breakpoints(ev: Any) -> list[UserOnlyBreakpoint]:
         scope = ev.function_scope(fn)
         if scope is None:
             continue
-        for n in _own_nodes(fn.body):
+        for n in own_nodes(fn.body):
             if type(n) in (ast.For, ast.AsyncFor):
                 lp = _Loop(n, ev, scope)
                 hit = _loop_breakpoint(ev, lp, scope) if lp.ok else None

@@ -52,6 +52,8 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
+from linters.flow.nodes import own_nodes
+
 KEY = "cache_control"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _STRIP_CALLS = frozenset({"get", "setdefault"})
@@ -115,7 +117,7 @@ class _Fn:
         # lists that outlive the call: the caller's (parameters) and the instance's growing
         # lists (``self.messages``, kept across calls)
         self.shared = params | {f"self.{k}" for k in kept}
-        nodes = _own_nodes(fn)
+        nodes = own_nodes(fn.body)
         for node in nodes:  # names first: a mark may use a name bound further down
             t = type(node)
             if t is ast.Assign:
@@ -309,7 +311,7 @@ def _checks(fn: Any, mark_line: int) -> int | None:
     guards the mark; nested functions left out), None if there is none."""
     lines = [
         n.lineno
-        for n in _own_nodes(fn)
+        for n in own_nodes(fn.body)
         if type(n) is ast.Compare and n.lineno <= mark_line and _tests_key(n)
     ]
     return max(lines) if lines else None
@@ -321,18 +323,6 @@ def _tests_key(test: Any) -> bool:
         type(c) is ast.Compare and _key(c.left) and any(type(op) is ast.In for op in c.ops)
         for c in ast.walk(test)
     )
-
-
-def _own_nodes(fn: Any) -> list[Any]:
-    """Nodes of ``fn``'s body, nested functions and classes left out."""
-    out, stack = [], list(fn.body)
-    while stack:
-        n = stack.pop()
-        if isinstance(n, (*_FUNCS, ast.ClassDef, ast.Lambda)):
-            continue
-        out.append(n)
-        stack.extend(ast.iter_child_nodes(n))
-    return out
 
 
 class _Module:
