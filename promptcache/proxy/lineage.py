@@ -34,7 +34,7 @@ import itertools
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,6 +200,19 @@ class LineageIndex:
                 return next(reversed(full))
         return None
 
+    def _recent_of(self, model: str | None) -> Iterator[tuple[str, _Last]]:
+        """``(key, latest request)`` of the :data:`RECENT_EDIT` most recent lineages of
+        ``model``, most recent first (the candidates an edited request may continue)."""
+        seen = 0
+        for key in reversed(self._last):
+            prev = self._last[key]
+            if prev.model != model:
+                continue
+            seen += 1
+            if seen > RECENT_EDIT:
+                return
+            yield key, prev
+
     def _edited_message(self, cur: _Last) -> str | None:
         """Among the most recent lineages of the model, the one (longest shared run first,
         then most recent) that this request continues with an earlier message edited: the
@@ -211,14 +224,7 @@ class LineageIndex:
         heads = cur.kinds.index("messages") if "messages" in cur.kinds else len(cur.kinds)
         later = {d: i for i, d in enumerate(cur.digests)}
         best_key, best_run = None, -1
-        seen = 0
-        for key in reversed(self._last):
-            prev = self._last[key]
-            if prev.model != cur.model:
-                continue
-            seen += 1
-            if seen > RECENT_EDIT:
-                break
+        for key, prev in self._recent_of(cur.model):
             run = _common_run(cur.digests, prev.digests)
             middle = prev.digests[run + 1 : -1]
             if (
@@ -238,14 +244,7 @@ class LineageIndex:
         """Among the most recent lineages of the model, the one whose first difference is
         a head segment at least :data:`SIMILAR` alike."""
         best_key, best = None, SIMILAR
-        seen = 0
-        for key in reversed(self._last):
-            prev = self._last[key]
-            if prev.model != cur.model:
-                continue
-            seen += 1
-            if seen > RECENT_EDIT:
-                break
+        for key, prev in self._recent_of(cur.model):
             sim = edited_head(cur.digests, cur.head_blocks, prev.digests, prev.head_blocks)
             if sim > best or (sim == best and best_key is None):
                 best_key, best = key, sim
