@@ -56,12 +56,14 @@ PACKAGES = {
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 free at the time of the call."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 def wait_http(url: str, timeout: float = 300.0) -> None:
+    """Wait until ``url`` answers below HTTP 500; RuntimeError after ``timeout`` seconds."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
@@ -74,6 +76,7 @@ def wait_http(url: str, timeout: float = 300.0) -> None:
 
 
 def start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``cmd`` in the background, stdout and stderr into the file ``log``."""
     return subprocess.Popen(
         cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env or os.environ.copy()
     )
@@ -143,6 +146,8 @@ def cli_turns(name: str, home: Path, port: int) -> tuple[list[list[str]], dict[s
 
 
 def opencode_config(work: Path, port: int) -> None:
+    """Write OpenCode's config into ``work``: the anthropic provider's base URL is the proxy on
+    ``port``."""
     cfg = {
         "$schema": "https://opencode.ai/config.json",
         "autoupdate": False,
@@ -156,6 +161,7 @@ def opencode_config(work: Path, port: int) -> None:
 
 
 def ledger_rows(db: Path) -> list[dict[str, Any]]:
+    """The proxy's ledger records in ``db``, oldest first, as dicts (none when the file is absent)."""
     from promptcache import Tracker
 
     if not db.exists():
@@ -180,6 +186,8 @@ def ledger_rows(db: Path) -> list[dict[str, Any]]:
 
 
 def import_rows(kind: str, path: Path, db: Path) -> tuple[list[dict[str, Any]], str]:
+    """``promptcache import KIND PATH`` into ``db``: the records it wrote and the command's output
+    line."""
     if not path.exists():
         return [], f"{path}: no transcript"
     r = subprocess.run(
@@ -193,6 +201,8 @@ def import_rows(kind: str, path: Path, db: Path) -> tuple[list[dict[str, Any]], 
 
 
 def run_cli(name: str, work: Path, engine: str, prefix: Path) -> dict[str, Any]:
+    """Three turns of CLI ``name`` through ``promptcache proxy`` and a byte-counting relay to
+    ``engine``; the turns, the calls sent and the ledger."""
     d = work / name
     shutil.rmtree(d, ignore_errors=True)
     (d / "home").mkdir(parents=True)
@@ -266,6 +276,7 @@ def run_cli(name: str, work: Path, engine: str, prefix: Path) -> dict[str, Any]:
 
 
 def print_cli(name: str, version: str, res: dict[str, Any]) -> None:
+    """Print one CLI's tables (turns; calls and the ledger's causes) from :func:`run_cli`'s result."""
     print(f"\n### {name} ({version}); {MEMORY_FILE[name]} written before turn 3\n")
     print("| turn | command | exit | s | proxy's exit line |")
     print("|---|---|---|---|---|")

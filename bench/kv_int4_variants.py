@@ -58,10 +58,12 @@ TOL = 1e-2
 
 
 def vname(v) -> str:
+    """A variant's short name: its conversion (``cvt<k>``), ``+fold`` when the offset is folded."""
     return f"cvt{v[0]}{'+fold' if v[1] else ''}"
 
 
 def cfg_of(tile) -> KernelConfig:
+    """The decode kernel's config for ``tile`` = (block N, warps, stages), 16 rows."""
     return KernelConfig(16, tile[0], tile[1], tile[2])
 
 
@@ -138,6 +140,7 @@ def check(case, variant, tile, segments) -> float:
 
 
 def timed(args, kw, **extra) -> float:
+    """Seconds per call of the Triton decode on ``args``/``kw`` (``kernels.bench``, CUDA events)."""
     fn = functools.partial(tb.paged_attention, *args, **kw, decode_kernel="triton", **extra)
     return kernels.bench(fn)
 

@@ -23,6 +23,9 @@ HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"
 
 
 def make_app(upstream: str, out: Path) -> Any:
+    """An aiohttp app relaying every request to ``upstream`` unchanged, saving each request body as
+    ``out/NNN.json`` and logging each (method, path, status, byte counts, SHA-256 of the body)
+    as a JSON line."""
     import aiohttp
     from aiohttp import web
 

@@ -218,6 +218,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_table(out: dict[str, Any], args: argparse.Namespace) -> None:
+    """Print the run's table: per client count and target (direct, relay, proxy), TTFB and total
+    latency percentiles and the added ms."""
     print(
         f"engine: {args.engine_url or args.model} on {args.device}; {args.max_tokens} new tokens, "
         f"{args.rounds} rounds; engine ready in {out['engine_start_s']:.0f} s"
