@@ -52,8 +52,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from linters.flow.nodes import FUNCS
+
 KEY = "cache_control"
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,7 @@ def message_marks(ev: Any) -> list[MessageMark]:
     for m in modules:
         tree = m.facts.module.node
         for fn in ast.walk(tree):
-            if type(fn) in _FUNCS:
+            if type(fn) in FUNCS:
                 out.extend(_marks_in(getattr(m, "path", ""), fn))
     if project is not None:
         project._message_marks = tuple(out)
@@ -196,7 +197,7 @@ def dropping_branches(tree: Any) -> list[DroppingBranch]:
     out: list[DroppingBranch] = []
     fn: Any
     for fn in ast.walk(tree):
-        if type(fn) not in _FUNCS:
+        if type(fn) not in FUNCS:
             continue
         returned = {
             r.value.id for r in ast.walk(fn) if type(r) is ast.Return and type(r.value) is ast.Name
@@ -283,7 +284,7 @@ def _role_arm(
                     best = (arm, role)
                 inner = _role_arm(arm, stmt, role_names, m)
                 return inner if inner[0] is not None else best
-        elif type(s) not in (*_FUNCS, ast.ClassDef) and _holds([s], stmt):
+        elif type(s) not in (*FUNCS, ast.ClassDef) and _holds([s], stmt):
             for name in ("body", "orelse", "finalbody"):
                 sub = getattr(s, name, None) or []
                 if _holds(sub, stmt):
@@ -363,7 +364,7 @@ def _statements(body: list, guards: list) -> Iterator[tuple[Any, list]]:
         if type(s) is ast.If:
             yield from _statements(s.body, [*guards, s.test])
             yield from _statements(s.orelse, guards)
-        elif type(s) not in (*_FUNCS, ast.ClassDef):
+        elif type(s) not in (*FUNCS, ast.ClassDef):
             for name in ("body", "orelse", "finalbody"):
                 yield from _statements(getattr(s, name, None) or [], guards)
             for h in getattr(s, "handlers", None) or []:

@@ -26,8 +26,9 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
+from linters.flow.nodes import FUNCS
+
 KEY = "cache_control"
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LOOPS = (ast.For, ast.AsyncFor)
 
 
@@ -126,11 +127,11 @@ class _Module:
         self.funcs: dict[str, Any] = {}
         self.methods: dict[tuple[str, str], Any] = {}
         for node in tree.body:
-            if isinstance(node, _FUNCS):
+            if isinstance(node, FUNCS):
                 self.funcs[node.name] = node
             elif type(node) is ast.ClassDef:
                 for m in node.body:
-                    if isinstance(m, _FUNCS):
+                    if isinstance(m, FUNCS):
                         self.methods[(node.name, m.name)] = m
 
     def helper(self, call: ast.Call, cls: str | None) -> tuple[Any, bool] | None:

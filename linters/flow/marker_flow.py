@@ -33,9 +33,9 @@ from typing import Any
 
 from linters.flow import tables
 from linters.flow.facts import Scope
+from linters.flow.nodes import FUNCS
 from linters.flow.values import Evaluator
 
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 #: request fields that carry content blocks (the places a marker can sit)
 FIELDS = frozenset({"messages", "system", "tools", "input"})
 #: calls whose result is their (first) argument, or holds its items
@@ -112,7 +112,7 @@ class Fn:
         stack: list[Any] = list(node.body)
         while stack:
             n = stack.pop()
-            if isinstance(n, (*_FUNCS, ast.ClassDef, ast.Lambda)):
+            if isinstance(n, (*FUNCS, ast.ClassDef, ast.Lambda)):
                 continue
             self._note(n)
             for child in ast.iter_child_nodes(n):
