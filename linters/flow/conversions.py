@@ -52,7 +52,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from linters.flow.nodes import FUNCS
+from linters.flow.nodes import FUNCS, const_str
 
 KEY = "cache_control"
 
@@ -122,7 +122,7 @@ def _marks_in(path: str, fn: Any) -> Iterator[MessageMark]:
                 type(t) is ast.Subscript
                 and type(t.value) is ast.Name
                 and t.value.id in msgs
-                and _const(t.slice) == KEY
+                and const_str(t.slice) == KEY
             ):
                 d = msgs[t.value.id]
                 yield MessageMark(path, stmt.lineno, fn.name, _display_roles(d, guards, fn))
@@ -132,7 +132,7 @@ def _display_roles(d: ast.Dict, guards: list, fn: Any) -> frozenset[str] | None:
     """The roles a message display with a marker is made for: its constant ``role``, or
     those its guards (or the flags they test) compare the display's role value with."""
     role = _keys(d).get("role")
-    if (name := _const(role)) is not None:
+    if (name := const_str(role)) is not None:
         return frozenset({name})
     if role is None:
         return None
@@ -182,10 +182,10 @@ def _role_test(test: Any, want: str) -> frozenset[str] | None:
     left, op, right = test.left, test.ops[0], test.comparators[0]
     if type(op) is ast.Eq:
         for a, b in ((left, right), (right, left)):
-            if ast.unparse(a) == want and (value := _const(b)) is not None:
+            if ast.unparse(a) == want and (value := const_str(b)) is not None:
                 return frozenset({value})
     if type(op) is ast.In and ast.unparse(left) == want and type(right) in (ast.Tuple, ast.List):
-        vals = [_const(e) for e in right.elts]  # type: ignore[attr-defined]
+        vals = [const_str(e) for e in right.elts]  # type: ignore[attr-defined]
         if vals and all(v is not None for v in vals):
             return frozenset(v for v in vals if v is not None)
     return None
@@ -317,7 +317,7 @@ def _appended_to(stmt: Any) -> str | None:
 def _field_of(node: Any, m: str) -> str | None:
     """``"role"`` for ``m["role"]``/``m.get("role")`` (likewise any constant key), else None."""
     if type(node) is ast.Subscript and type(node.value) is ast.Name and node.value.id == m:
-        return _const(node.slice)
+        return const_str(node.slice)
     if (
         type(node) is ast.Call
         and type(node.func) is ast.Attribute
@@ -326,12 +326,12 @@ def _field_of(node: Any, m: str) -> str | None:
         and node.func.value.id == m
         and node.args
     ):
-        return _const(node.args[0])
+        return const_str(node.args[0])
     return None
 
 
 def _names_key(node: Any) -> bool:
-    return any(_const(n) == KEY for n in ast.walk(node))
+    return any(const_str(n) == KEY for n in ast.walk(node))
 
 
 def _is_message(d: Any) -> bool:
@@ -340,7 +340,7 @@ def _is_message(d: Any) -> bool:
 
 
 def _keys(d: ast.Dict) -> dict[str, Any]:
-    return {_const(k): v for k, v in zip(d.keys, d.values) if _const(k) is not None}  # type: ignore[misc]
+    return {const_str(k): v for k, v in zip(d.keys, d.values) if const_str(k) is not None}  # type: ignore[misc]
 
 
 def _displays(stmt: ast.stmt) -> Iterator[ast.Dict]:
@@ -369,12 +369,6 @@ def _statements(body: list, guards: list) -> Iterator[tuple[Any, list]]:
                 yield from _statements(getattr(s, name, None) or [], guards)
             for h in getattr(s, "handlers", None) or []:
                 yield from _statements(h.body, guards)
-
-
-def _const(node: Any) -> str | None:
-    if type(node) is ast.Constant and isinstance(node.value, str):
-        return node.value
-    return None
 
 
 def _const_value(node: Any) -> Any:

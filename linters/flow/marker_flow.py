@@ -33,7 +33,7 @@ from typing import Any
 
 from linters.flow import tables
 from linters.flow.facts import Scope
-from linters.flow.nodes import FUNCS
+from linters.flow.nodes import FUNCS, const_str, inside
 from linters.flow.values import Evaluator
 
 #: request fields that carry content blocks (the places a marker can sit)
@@ -86,10 +86,6 @@ def _chain_has(node: Any, attr: str) -> bool:
             return True
         node = node.value
     return False
-
-
-def const_key(node: Any) -> str | None:
-    return node.value if type(node) is ast.Constant and isinstance(node.value, str) else None
 
 
 class Fn:
@@ -183,7 +179,7 @@ class Fn:
                     spread.add(kw.value.id)
             out.append(req)
         for d in self.dicts:
-            keys = [const_key(k) for k in d.keys]
+            keys = [const_str(k) for k in d.keys]
             up: Any = self.parent.get(id(d))
             if type(up) in (ast.Assign, ast.AnnAssign):
                 targets = up.targets if type(up) is ast.Assign else [up.target]
@@ -201,7 +197,7 @@ class Fn:
         out = []
         for value in self.aliases.get(name, ()):
             if type(value) is ast.Dict:
-                out += [v for k, v in zip(value.keys, value.values) if const_key(k) in FIELDS]
+                out += [v for k, v in zip(value.keys, value.values) if const_str(k) in FIELDS]
         for stmt in self.parent.values():
             if type(stmt) is ast.Assign:
                 for tgt in stmt.targets:
@@ -209,7 +205,7 @@ class Fn:
                         type(tgt) is ast.Subscript
                         and type(tgt.value) is ast.Name
                         and tgt.value.id == name
-                        and const_key(tgt.slice) in FIELDS
+                        and const_str(tgt.slice) in FIELDS
                     ):
                         out.append(stmt.value)
         return out
@@ -376,7 +372,7 @@ class Flow:
             t = type(up)
             req = next((r for r in fn.requests if r.node is up), None)
             if req is not None:
-                return req if any(v is cur or _inside(cur, v) for v in req.values) else None
+                return req if any(v is cur or inside(cur, v) for v in req.values) else None
             if t is ast.Dict and not _content_value(up, cur):
                 return None
             if t in (ast.List, ast.Tuple, ast.Dict, ast.Starred, ast.IfExp, ast.keyword):
@@ -466,10 +462,10 @@ class Flow:
             return None
         params = target.scope.params[1:] if bound else target.scope.params
         for i, a in enumerate(call.args):
-            if (a is arg or _inside(arg, a)) and i < len(params):
+            if (a is arg or inside(arg, a)) and i < len(params):
                 return self.reach(target, params[i], seen)
         for kw in call.keywords:
-            if kw.arg and (kw is arg or kw.value is arg or _inside(arg, kw.value)):
+            if kw.arg and (kw is arg or kw.value is arg or inside(arg, kw.value)):
                 return self.reach(target, kw.arg, seen)
         return None
 
@@ -478,7 +474,7 @@ def _content_value(d: ast.Dict, cur: Any) -> bool:
     """Whether ``cur`` is a value of dict display ``d`` that can hold content blocks: not a
     key, not under a key naming headers, and, in a request body (a dict with ``"model"``),
     under one of :data:`FIELDS`."""
-    keys = [const_key(k) for k in d.keys]
+    keys = [const_str(k) for k in d.keys]
     for k, key, v in zip(d.keys, keys, d.values):
         if k is cur:
             return False
@@ -494,7 +490,3 @@ def _function_of(scope: Scope) -> Scope:
     while scope.kind == "class" and scope.parent is not None:
         scope = scope.parent
     return scope
-
-
-def _inside(node: Any, outer: Any) -> bool:
-    return any(n is node for n in ast.walk(outer))
