@@ -47,7 +47,8 @@ class LoopMark:
 
 def bounded(it: Any) -> bool:
     """An iterable of at most 4 items (Anthropic's breakpoint limit): a literal of up to 4
-    elements, ``x[-k:]``/``x[:k]`` or ``range(k)`` with k <= 4, or ``enumerate`` of one."""
+    elements, ``x[-k:]``/``x[:k]`` or ``range(k)`` with k <= 4, or ``enumerate`` of one.
+    False when not known to be bounded. Never raises."""
     t = type(it)
     if t in (ast.List, ast.Tuple, ast.Set):
         return len(it.elts) <= 4

@@ -58,7 +58,8 @@ class Req:
 
 
 def request_kind(fn: Fn, call: ast.Call, ev: Evaluator) -> tuple[str, str] | None:
-    """``(kind, display name)`` of a known request call, or None."""
+    """``(kind, display name)`` of a known request call (``("anthropic", "messages.create()")``;
+    kinds as :class:`Req`), or None when ``call`` is not one. Never raises."""
     func = call.func
     qual = ev.facts.qualname(func) or ""
     if qual in tables.REQUEST_FUNCTIONS and qual.startswith("litellm."):
@@ -154,7 +155,7 @@ class Fn:
 
     def is_module(self, name: str, module: str, ev: Evaluator) -> bool:
         """Whether local ``name`` is bound to ``module`` itself (``x = m``, ``x = w(m) if c
-        else m``)."""
+        else m``); False when unknown. Never raises."""
         for value in self.aliases.get(name, ()):
             for sub in ast.walk(value):
                 if type(sub) is ast.Name and ev.facts.qualname(sub) == module:
@@ -193,7 +194,7 @@ class Fn:
 
     def fields_of(self, name: str) -> list[ast.expr]:
         """Values given to request fields of the dict local ``name`` holds (a dict display,
-        or ``name["messages"] = v``)."""
+        or ``name["messages"] = v``); empty when none is known. Never raises."""
         out = []
         for value in self.aliases.get(name, ()):
             if type(value) is ast.Dict:
@@ -211,7 +212,8 @@ class Fn:
         return out
 
     def ancestors(self, node: ast.AST) -> list[Any]:
-        """The enclosing nodes of ``node`` inside this function, innermost first."""
+        """The enclosing nodes of ``node`` inside this function, innermost first (empty for
+        a node outside it). Never raises."""
         out: list[Any] = []
         cur = self.parent.get(id(node))
         while cur is not None:
@@ -227,7 +229,7 @@ def _is_self(node: Any) -> bool:
 def carries(expr: Any, name: str, depth: int = 0) -> bool:
     """Whether ``expr``'s value holds the object local ``name`` holds (or its items): the
     name itself, a display or concatenation containing it, a shallow copy, a slice, a
-    comprehension over it."""
+    comprehension over it. False when unknown (or past 12 levels). Never raises."""
     if depth > 12 or expr is None:
         return False
     t = type(expr)
@@ -293,14 +295,16 @@ class Flow:
                     self.scopes.append(fs)
 
     def fn(self, scope: Scope) -> Fn:
-        """The model of a function scope (or of the module body for the module scope)."""
+        """The model of a function scope (or of the module body for the module scope), made
+        once per scope. Never raises on a valid syntax tree."""
         got = self._fns.get(id(scope.node))
         if got is None:
             got = self._fns[id(scope.node)] = Fn(scope.node, scope, self.ev)
         return got
 
     def at(self, line: int) -> Fn:
-        """The model of the innermost function holding ``line`` (the module body if none)."""
+        """The model of the innermost function holding ``line`` (1-based; the module body if
+        none). Never raises on a valid syntax tree."""
         best: Scope | None = None
         for sc in self.scopes:
             node = sc.node
@@ -310,7 +314,8 @@ class Flow:
         return self.fn(best if best is not None else self.ev.facts.module)
 
     def callee(self, call: ast.Call, fn: Fn) -> tuple[Fn | None, bool]:
-        """The module function a call of ``fn`` reaches, and whether ``self`` is bound."""
+        """The module function a call of ``fn`` reaches (None if not one of the module's),
+        and whether ``self`` is bound. Never raises on a valid syntax tree."""
         if fn.scope is None:
             return None, False
         target, bound = self.ev.callee(call, fn.scope)
@@ -319,7 +324,8 @@ class Flow:
         return self.fn(target), bound
 
     def callers(self, fn: Fn) -> list[tuple[ast.Call, Fn, bool]]:
-        """``(call, calling function, self bound)`` for every call of ``fn`` in the module."""
+        """``(call, calling function, self bound)`` for every call of ``fn`` in the module
+        (empty if none). Never raises on a valid syntax tree."""
         scope = fn.scope
         if scope is None or scope.kind != "function":
             return []
@@ -335,7 +341,8 @@ class Flow:
         return out
 
     def roots(self, fn: Fn, expr: Any) -> list[str]:
-        """Local names (and ``self.attr``) whose object ``expr`` is part of, nearest first."""
+        """Local names (and ``self.attr``) whose object ``expr`` is part of, nearest first
+        (at most 32). Never raises."""
         out: list[str] = []
         stack = [expr]
         while stack and len(out) < 32:
@@ -366,7 +373,8 @@ class Flow:
         return out
 
     def placed(self, fn: Fn, node: ast.AST, seen: set | None = None) -> Req | None:
-        """The request a dict display ``node`` of ``fn`` ends up in, by where it is put."""
+        """The request a dict display ``node`` of ``fn`` ends up in, by where it is put; None
+        when not found. Never raises on a valid syntax tree."""
         cur: Any = node
         for up in fn.ancestors(node):
             t = type(up)
@@ -404,7 +412,7 @@ class Flow:
 
     def reach(self, fn: Fn, name: str, seen: set | None = None, hops: int = 0) -> Req | None:
         """The request the object local ``name`` of ``fn`` holds ends up in (None: not
-        found within :data:`_MAX_HOPS` hops)."""
+        found within :data:`_MAX_HOPS` hops). Never raises on a valid syntax tree."""
         seen = set() if seen is None else seen
         key = (id(fn.node), name)
         if key in seen or hops > _MAX_HOPS:

@@ -70,12 +70,15 @@ class MarkerIssue:
 
 
 def misspelt(key: str) -> bool:
-    """``cache_control`` spelt another way (case, ``-``, no separator)."""
+    """Whether ``key`` is ``cache_control`` spelt another way (case, ``-``, no separator);
+    False for ``cache_control`` itself. Never raises."""
     return key != MARKER and re.sub(r"[^a-z]", "", key.lower()) == "cachecontrol"
 
 
 def marker_issues(ev: Evaluator, source: bytes) -> list[MarkerIssue]:
-    """Every marker of the module that a known request ignores or rejects."""
+    """Every marker of the module (``ev``; ``source`` its bytes) that a known request ignores
+    or rejects, one :class:`MarkerIssue` per marker; empty when none. Never raises on a
+    valid syntax tree."""
     lines = [i for i, text in enumerate(source.splitlines(), 1) if _WORD.search(text)]
     if not lines:
         return []
