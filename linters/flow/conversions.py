@@ -105,14 +105,15 @@ def message_marks(ev: Any) -> list[MessageMark]:
 def _marks_in(path: str, fn: Any) -> Iterator[MessageMark]:
     """Message-level ``cache_control`` writes in one function body."""
     msgs: dict[str, ast.Dict] = {}
-    for stmt, _ in _statements(fn.body, []):
+    stmts = list(_statements(fn.body, []))  # walked twice: message names first, then writes
+    for stmt, _ in stmts:
         if type(stmt) in (ast.Assign, ast.AnnAssign) and type(stmt.value) is ast.Dict:
             targets = stmt.targets if type(stmt) is ast.Assign else [stmt.target]
             if _is_message(stmt.value):
                 for t in targets:
                     if type(t) is ast.Name:
                         msgs[t.id] = stmt.value
-    for stmt, guards in _statements(fn.body, []):
+    for stmt, guards in stmts:
         for d in _displays(stmt):
             if _is_message(d) and KEY in _keys(d):
                 yield MessageMark(path, d.lineno, fn.name, _display_roles(d, guards, fn))
@@ -217,7 +218,8 @@ def _loop_branches(fn: Any, loop: Any, returned: set[str]) -> Iterator[DroppingB
     m = _loop_var(loop) or ""
     role_names: set[str] = {f"{m}['role']"}
     content_names: set[str] = set()
-    for stmt, _ in _statements(loop.body, []):
+    stmts = [stmt for stmt, _ in _statements(loop.body, [])]  # walked twice: names, then appends
+    for stmt in stmts:
         if (
             type(stmt) is ast.Assign
             and len(stmt.targets) == 1
@@ -229,7 +231,7 @@ def _loop_branches(fn: Any, loop: Any, returned: set[str]) -> Iterator[DroppingB
             elif field == "content":
                 content_names.add(stmt.targets[0].id)
     reads_key = any(_names_key(s) for s in loop.body)
-    for stmt, _ in _statements(loop.body, []):
+    for stmt in stmts:
         target = _appended_to(stmt)
         if target is None or target not in returned:
             continue

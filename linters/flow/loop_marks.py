@@ -191,12 +191,13 @@ def _helper_mark(
     args = _arguments(call, fn, bound)
     params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
     local: dict[str, ast.expr] = {}
-    for n in ast.walk(fn):
+    returns: list[ast.Return] = []
+    for n in ast.walk(fn):  # one walk: locals (last binding wins) and returns, in order
         if type(n) is ast.Assign and len(n.targets) == 1 and type(n.targets[0]) is ast.Name:
             local[n.targets[0].id] = n.value
-    for r in ast.walk(fn):
-        if type(r) is not ast.Return or r.value is None:
-            continue
+        elif type(n) is ast.Return and n.value is not None:
+            returns.append(n)
+    for r in returns:
         got = _marker_of(r.value)
         if got is None:
             continue
