@@ -13,7 +13,7 @@ def own_nodes(nodes: Iterable[Any]) -> list[Any]:
     """Every node under ``nodes`` (``nodes`` included), not descending into nested functions,
     classes and lambdas, which are left out whole: a function body's own statements and
     expressions (typed ``Any``, as the flow modules read their fields). Order: depth
-    first, last child first."""
+    first, last child first. Never raises."""
     out: list[Any] = []
     stack = list(nodes)
     while stack:
