@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from linters.flow import tables
-from linters.flow.nodes import own_nodes
+from linters.flow.nodes import const_str, own_nodes
 
 KEY = "prompt_cache_key"
 #: request fields holding the whole message list (OpenAI chat ``messages``, Responses
@@ -56,10 +56,6 @@ class ConversationKey:
     name: str
     field: str
     function: str
-
-
-def _const_key(node: Any) -> str | None:
-    return node.value if type(node) is ast.Constant and isinstance(node.value, str) else None
 
 
 def _targets(node: ast.AST) -> list[str]:
@@ -116,12 +112,12 @@ class _Function:
                     self._field(kw.arg, kw.value)
             elif isinstance(node, ast.Dict):
                 for k, v in zip(node.keys, node.values):
-                    self._field(_const_key(k), v)
+                    self._field(const_str(k), v)
         self._derive()
 
     def _assign(self, target: ast.AST, value: ast.expr) -> None:
         if isinstance(target, ast.Subscript):
-            self._field(_const_key(target.slice), value)
+            self._field(const_str(target.slice), value)
         for name in _targets(target):
             self.assigned.setdefault(name, []).append(value)
 
@@ -305,7 +301,7 @@ def volatile_keys(ev: Any) -> list[VolatileKey]:
 
 
 def _body(d: Any) -> bool:
-    return isinstance(d, ast.Dict) and "model" in {_const_key(k) for k in d.keys}
+    return isinstance(d, ast.Dict) and "model" in {const_str(k) for k in d.keys}
 
 
 def _request_keys(fn_node: ast.AST, fn: _Function, ev: Any) -> list[ast.expr]:
@@ -320,16 +316,16 @@ def _request_keys(fn_node: ast.AST, fn: _Function, ev: Any) -> list[ast.expr]:
                     out.append(kw.value)
                 elif kw.arg == "extra_body" and isinstance(kw.value, ast.Dict):
                     out += [
-                        v for k, v in zip(kw.value.keys, kw.value.values) if _const_key(k) == KEY
+                        v for k, v in zip(kw.value.keys, kw.value.values) if const_str(k) == KEY
                     ]
         elif _body(node):
             assert isinstance(node, ast.Dict)
-            out += [v for k, v in zip(node.keys, node.values) if _const_key(k) == KEY]
+            out += [v for k, v in zip(node.keys, node.values) if const_str(k) == KEY]
         elif isinstance(node, ast.Assign):
             for t in node.targets:
                 if (
                     isinstance(t, ast.Subscript)
-                    and _const_key(t.slice) == KEY
+                    and const_str(t.slice) == KEY
                     and isinstance(t.value, ast.Name)
                     and any(_body(v) for v in fn.assigned.get(t.value.id, []))
                 ):

@@ -52,8 +52,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from linters.flow.nodes import FUNCS, const_str
+
 KEY = "cache_control"
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,8 @@ class DroppingBranch:
 
 def message_marks(ev: Any) -> list[MessageMark]:
     """Every message-level ``cache_control`` write in the project of ``ev`` (in its module
-    alone without a project), made once per project."""
+    alone without a project), made once per project; empty when none. Never raises on a
+    valid syntax tree."""
     project = ev.project
     cached = getattr(project, "_message_marks", None) if project is not None else None
     if cached is not None:
@@ -93,7 +95,7 @@ def message_marks(ev: Any) -> list[MessageMark]:
     for m in modules:
         tree = m.facts.module.node
         for fn in ast.walk(tree):
-            if type(fn) in _FUNCS:
+            if type(fn) in FUNCS:
                 out.extend(_marks_in(getattr(m, "path", ""), fn))
     if project is not None:
         project._message_marks = tuple(out)
@@ -103,14 +105,15 @@ def message_marks(ev: Any) -> list[MessageMark]:
 def _marks_in(path: str, fn: Any) -> Iterator[MessageMark]:
     """Message-level ``cache_control`` writes in one function body."""
     msgs: dict[str, ast.Dict] = {}
-    for stmt, _ in _statements(fn.body, []):
+    stmts = list(_statements(fn.body, []))  # walked twice: message names first, then writes
+    for stmt, _ in stmts:
         if type(stmt) in (ast.Assign, ast.AnnAssign) and type(stmt.value) is ast.Dict:
             targets = stmt.targets if type(stmt) is ast.Assign else [stmt.target]
             if _is_message(stmt.value):
                 for t in targets:
                     if type(t) is ast.Name:
                         msgs[t.id] = stmt.value
-    for stmt, guards in _statements(fn.body, []):
+    for stmt, guards in stmts:
         for d in _displays(stmt):
             if _is_message(d) and KEY in _keys(d):
                 yield MessageMark(path, d.lineno, fn.name, _display_roles(d, guards, fn))
@@ -121,7 +124,7 @@ def _marks_in(path: str, fn: Any) -> Iterator[MessageMark]:
                 type(t) is ast.Subscript
                 and type(t.value) is ast.Name
                 and t.value.id in msgs
-                and _const(t.slice) == KEY
+                and const_str(t.slice) == KEY
             ):
                 d = msgs[t.value.id]
                 yield MessageMark(path, stmt.lineno, fn.name, _display_roles(d, guards, fn))
@@ -131,7 +134,7 @@ def _display_roles(d: ast.Dict, guards: list, fn: Any) -> frozenset[str] | None:
     """The roles a message display with a marker is made for: its constant ``role``, or
     those its guards (or the flags they test) compare the display's role value with."""
     role = _keys(d).get("role")
-    if (name := _const(role)) is not None:
+    if (name := const_str(role)) is not None:
         return frozenset({name})
     if role is None:
         return None
@@ -181,10 +184,10 @@ def _role_test(test: Any, want: str) -> frozenset[str] | None:
     left, op, right = test.left, test.ops[0], test.comparators[0]
     if type(op) is ast.Eq:
         for a, b in ((left, right), (right, left)):
-            if ast.unparse(a) == want and (value := _const(b)) is not None:
+            if ast.unparse(a) == want and (value := const_str(b)) is not None:
                 return frozenset({value})
     if type(op) is ast.In and ast.unparse(left) == want and type(right) in (ast.Tuple, ast.List):
-        vals = [_const(e) for e in right.elts]  # type: ignore[attr-defined]
+        vals = [const_str(e) for e in right.elts]  # type: ignore[attr-defined]
         if vals and all(v is not None for v in vals):
             return frozenset(v for v in vals if v is not None)
     return None
@@ -192,11 +195,12 @@ def _role_test(test: Any, want: str) -> frozenset[str] | None:
 
 def dropping_branches(tree: Any) -> list[DroppingBranch]:
     """Every branch of a message loop in the module ``tree`` that rebuilds a message
-    without its ``cache_control`` (see the module docstring)."""
+    without its ``cache_control`` (see the module docstring); empty when none. Never raises
+    on a valid syntax tree."""
     out: list[DroppingBranch] = []
     fn: Any
     for fn in ast.walk(tree):
-        if type(fn) not in _FUNCS:
+        if type(fn) not in FUNCS:
             continue
         returned = {
             r.value.id for r in ast.walk(fn) if type(r) is ast.Return and type(r.value) is ast.Name
@@ -214,7 +218,8 @@ def _loop_branches(fn: Any, loop: Any, returned: set[str]) -> Iterator[DroppingB
     m = _loop_var(loop) or ""
     role_names: set[str] = {f"{m}['role']"}
     content_names: set[str] = set()
-    for stmt, _ in _statements(loop.body, []):
+    stmts = [stmt for stmt, _ in _statements(loop.body, [])]  # walked twice: names, then appends
+    for stmt in stmts:
         if (
             type(stmt) is ast.Assign
             and len(stmt.targets) == 1
@@ -226,7 +231,7 @@ def _loop_branches(fn: Any, loop: Any, returned: set[str]) -> Iterator[DroppingB
             elif field == "content":
                 content_names.add(stmt.targets[0].id)
     reads_key = any(_names_key(s) for s in loop.body)
-    for stmt, _ in _statements(loop.body, []):
+    for stmt in stmts:
         target = _appended_to(stmt)
         if target is None or target not in returned:
             continue
@@ -283,7 +288,7 @@ def _role_arm(
                     best = (arm, role)
                 inner = _role_arm(arm, stmt, role_names, m)
                 return inner if inner[0] is not None else best
-        elif type(s) not in (*_FUNCS, ast.ClassDef) and _holds([s], stmt):
+        elif type(s) not in (*FUNCS, ast.ClassDef) and _holds([s], stmt):
             for name in ("body", "orelse", "finalbody"):
                 sub = getattr(s, name, None) or []
                 if _holds(sub, stmt):
@@ -316,7 +321,7 @@ def _appended_to(stmt: Any) -> str | None:
 def _field_of(node: Any, m: str) -> str | None:
     """``"role"`` for ``m["role"]``/``m.get("role")`` (likewise any constant key), else None."""
     if type(node) is ast.Subscript and type(node.value) is ast.Name and node.value.id == m:
-        return _const(node.slice)
+        return const_str(node.slice)
     if (
         type(node) is ast.Call
         and type(node.func) is ast.Attribute
@@ -325,12 +330,12 @@ def _field_of(node: Any, m: str) -> str | None:
         and node.func.value.id == m
         and node.args
     ):
-        return _const(node.args[0])
+        return const_str(node.args[0])
     return None
 
 
 def _names_key(node: Any) -> bool:
-    return any(_const(n) == KEY for n in ast.walk(node))
+    return any(const_str(n) == KEY for n in ast.walk(node))
 
 
 def _is_message(d: Any) -> bool:
@@ -339,7 +344,7 @@ def _is_message(d: Any) -> bool:
 
 
 def _keys(d: ast.Dict) -> dict[str, Any]:
-    return {_const(k): v for k, v in zip(d.keys, d.values) if _const(k) is not None}  # type: ignore[misc]
+    return {const_str(k): v for k, v in zip(d.keys, d.values) if const_str(k) is not None}  # type: ignore[misc]
 
 
 def _displays(stmt: ast.stmt) -> Iterator[ast.Dict]:
@@ -363,17 +368,11 @@ def _statements(body: list, guards: list) -> Iterator[tuple[Any, list]]:
         if type(s) is ast.If:
             yield from _statements(s.body, [*guards, s.test])
             yield from _statements(s.orelse, guards)
-        elif type(s) not in (*_FUNCS, ast.ClassDef):
+        elif type(s) not in (*FUNCS, ast.ClassDef):
             for name in ("body", "orelse", "finalbody"):
                 yield from _statements(getattr(s, name, None) or [], guards)
             for h in getattr(s, "handlers", None) or []:
                 yield from _statements(h.body, guards)
-
-
-def _const(node: Any) -> str | None:
-    if type(node) is ast.Constant and isinstance(node.value, str):
-        return node.value
-    return None
 
 
 def _const_value(node: Any) -> Any:

@@ -26,8 +26,9 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
+from linters.flow.nodes import FUNCS
+
 KEY = "cache_control"
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LOOPS = (ast.For, ast.AsyncFor)
 
 
@@ -46,7 +47,8 @@ class LoopMark:
 
 def bounded(it: Any) -> bool:
     """An iterable of at most 4 items (Anthropic's breakpoint limit): a literal of up to 4
-    elements, ``x[-k:]``/``x[:k]`` or ``range(k)`` with k <= 4, or ``enumerate`` of one."""
+    elements, ``x[-k:]``/``x[:k]`` or ``range(k)`` with k <= 4, or ``enumerate`` of one.
+    False when not known to be bounded. Never raises."""
     t = type(it)
     if t in (ast.List, ast.Tuple, ast.Set):
         return len(it.elts) <= 4
@@ -126,11 +128,11 @@ class _Module:
         self.funcs: dict[str, Any] = {}
         self.methods: dict[tuple[str, str], Any] = {}
         for node in tree.body:
-            if isinstance(node, _FUNCS):
+            if isinstance(node, FUNCS):
                 self.funcs[node.name] = node
             elif type(node) is ast.ClassDef:
                 for m in node.body:
-                    if isinstance(m, _FUNCS):
+                    if isinstance(m, FUNCS):
                         self.methods[(node.name, m.name)] = m
 
     def helper(self, call: ast.Call, cls: str | None) -> tuple[Any, bool] | None:
@@ -189,12 +191,13 @@ def _helper_mark(
     args = _arguments(call, fn, bound)
     params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
     local: dict[str, ast.expr] = {}
-    for n in ast.walk(fn):
+    returns: list[ast.Return] = []
+    for n in ast.walk(fn):  # one walk: locals (last binding wins) and returns, in order
         if type(n) is ast.Assign and len(n.targets) == 1 and type(n.targets[0]) is ast.Name:
             local[n.targets[0].id] = n.value
-    for r in ast.walk(fn):
-        if type(r) is not ast.Return or r.value is None:
-            continue
+        elif type(n) is ast.Return and n.value is not None:
+            returns.append(n)
+    for r in returns:
         got = _marker_of(r.value)
         if got is None:
             continue

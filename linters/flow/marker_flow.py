@@ -33,9 +33,9 @@ from typing import Any
 
 from linters.flow import tables
 from linters.flow.facts import Scope
+from linters.flow.nodes import FUNCS, const_str, inside
 from linters.flow.values import Evaluator
 
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 #: request fields that carry content blocks (the places a marker can sit)
 FIELDS = frozenset({"messages", "system", "tools", "input"})
 #: calls whose result is their (first) argument, or holds its items
@@ -58,7 +58,8 @@ class Req:
 
 
 def request_kind(fn: Fn, call: ast.Call, ev: Evaluator) -> tuple[str, str] | None:
-    """``(kind, display name)`` of a known request call, or None."""
+    """``(kind, display name)`` of a known request call (``("anthropic", "messages.create()")``;
+    kinds as :class:`Req`), or None when ``call`` is not one. Never raises."""
     func = call.func
     qual = ev.facts.qualname(func) or ""
     if qual in tables.REQUEST_FUNCTIONS and qual.startswith("litellm."):
@@ -88,10 +89,6 @@ def _chain_has(node: Any, attr: str) -> bool:
     return False
 
 
-def const_key(node: Any) -> str | None:
-    return node.value if type(node) is ast.Constant and isinstance(node.value, str) else None
-
-
 class Fn:
     """One function body (or the module body): parents, bindings, requests, returns."""
 
@@ -112,7 +109,7 @@ class Fn:
         stack: list[Any] = list(node.body)
         while stack:
             n = stack.pop()
-            if isinstance(n, (*_FUNCS, ast.ClassDef, ast.Lambda)):
+            if isinstance(n, (*FUNCS, ast.ClassDef, ast.Lambda)):
                 continue
             self._note(n)
             for child in ast.iter_child_nodes(n):
@@ -158,7 +155,7 @@ class Fn:
 
     def is_module(self, name: str, module: str, ev: Evaluator) -> bool:
         """Whether local ``name`` is bound to ``module`` itself (``x = m``, ``x = w(m) if c
-        else m``)."""
+        else m``); False when unknown. Never raises."""
         for value in self.aliases.get(name, ()):
             for sub in ast.walk(value):
                 if type(sub) is ast.Name and ev.facts.qualname(sub) == module:
@@ -183,7 +180,7 @@ class Fn:
                     spread.add(kw.value.id)
             out.append(req)
         for d in self.dicts:
-            keys = [const_key(k) for k in d.keys]
+            keys = [const_str(k) for k in d.keys]
             up: Any = self.parent.get(id(d))
             if type(up) in (ast.Assign, ast.AnnAssign):
                 targets = up.targets if type(up) is ast.Assign else [up.target]
@@ -197,11 +194,11 @@ class Fn:
 
     def fields_of(self, name: str) -> list[ast.expr]:
         """Values given to request fields of the dict local ``name`` holds (a dict display,
-        or ``name["messages"] = v``)."""
+        or ``name["messages"] = v``); empty when none is known. Never raises."""
         out = []
         for value in self.aliases.get(name, ()):
             if type(value) is ast.Dict:
-                out += [v for k, v in zip(value.keys, value.values) if const_key(k) in FIELDS]
+                out += [v for k, v in zip(value.keys, value.values) if const_str(k) in FIELDS]
         for stmt in self.parent.values():
             if type(stmt) is ast.Assign:
                 for tgt in stmt.targets:
@@ -209,13 +206,14 @@ class Fn:
                         type(tgt) is ast.Subscript
                         and type(tgt.value) is ast.Name
                         and tgt.value.id == name
-                        and const_key(tgt.slice) in FIELDS
+                        and const_str(tgt.slice) in FIELDS
                     ):
                         out.append(stmt.value)
         return out
 
     def ancestors(self, node: ast.AST) -> list[Any]:
-        """The enclosing nodes of ``node`` inside this function, innermost first."""
+        """The enclosing nodes of ``node`` inside this function, innermost first (empty for
+        a node outside it). Never raises."""
         out: list[Any] = []
         cur = self.parent.get(id(node))
         while cur is not None:
@@ -231,7 +229,7 @@ def _is_self(node: Any) -> bool:
 def carries(expr: Any, name: str, depth: int = 0) -> bool:
     """Whether ``expr``'s value holds the object local ``name`` holds (or its items): the
     name itself, a display or concatenation containing it, a shallow copy, a slice, a
-    comprehension over it."""
+    comprehension over it. False when unknown (or past 12 levels). Never raises."""
     if depth > 12 or expr is None:
         return False
     t = type(expr)
@@ -297,14 +295,16 @@ class Flow:
                     self.scopes.append(fs)
 
     def fn(self, scope: Scope) -> Fn:
-        """The model of a function scope (or of the module body for the module scope)."""
+        """The model of a function scope (or of the module body for the module scope), made
+        once per scope. Never raises on a valid syntax tree."""
         got = self._fns.get(id(scope.node))
         if got is None:
             got = self._fns[id(scope.node)] = Fn(scope.node, scope, self.ev)
         return got
 
     def at(self, line: int) -> Fn:
-        """The model of the innermost function holding ``line`` (the module body if none)."""
+        """The model of the innermost function holding ``line`` (1-based; the module body if
+        none). Never raises on a valid syntax tree."""
         best: Scope | None = None
         for sc in self.scopes:
             node = sc.node
@@ -314,7 +314,8 @@ class Flow:
         return self.fn(best if best is not None else self.ev.facts.module)
 
     def callee(self, call: ast.Call, fn: Fn) -> tuple[Fn | None, bool]:
-        """The module function a call of ``fn`` reaches, and whether ``self`` is bound."""
+        """The module function a call of ``fn`` reaches (None if not one of the module's),
+        and whether ``self`` is bound. Never raises on a valid syntax tree."""
         if fn.scope is None:
             return None, False
         target, bound = self.ev.callee(call, fn.scope)
@@ -323,7 +324,8 @@ class Flow:
         return self.fn(target), bound
 
     def callers(self, fn: Fn) -> list[tuple[ast.Call, Fn, bool]]:
-        """``(call, calling function, self bound)`` for every call of ``fn`` in the module."""
+        """``(call, calling function, self bound)`` for every call of ``fn`` in the module
+        (empty if none). Never raises on a valid syntax tree."""
         scope = fn.scope
         if scope is None or scope.kind != "function":
             return []
@@ -339,7 +341,8 @@ class Flow:
         return out
 
     def roots(self, fn: Fn, expr: Any) -> list[str]:
-        """Local names (and ``self.attr``) whose object ``expr`` is part of, nearest first."""
+        """Local names (and ``self.attr``) whose object ``expr`` is part of, nearest first
+        (at most 32). Never raises."""
         out: list[str] = []
         stack = [expr]
         while stack and len(out) < 32:
@@ -370,13 +373,14 @@ class Flow:
         return out
 
     def placed(self, fn: Fn, node: ast.AST, seen: set | None = None) -> Req | None:
-        """The request a dict display ``node`` of ``fn`` ends up in, by where it is put."""
+        """The request a dict display ``node`` of ``fn`` ends up in, by where it is put; None
+        when not found. Never raises on a valid syntax tree."""
         cur: Any = node
         for up in fn.ancestors(node):
             t = type(up)
             req = next((r for r in fn.requests if r.node is up), None)
             if req is not None:
-                return req if any(v is cur or _inside(cur, v) for v in req.values) else None
+                return req if any(v is cur or inside(cur, v) for v in req.values) else None
             if t is ast.Dict and not _content_value(up, cur):
                 return None
             if t in (ast.List, ast.Tuple, ast.Dict, ast.Starred, ast.IfExp, ast.keyword):
@@ -408,7 +412,7 @@ class Flow:
 
     def reach(self, fn: Fn, name: str, seen: set | None = None, hops: int = 0) -> Req | None:
         """The request the object local ``name`` of ``fn`` holds ends up in (None: not
-        found within :data:`_MAX_HOPS` hops)."""
+        found within :data:`_MAX_HOPS` hops). Never raises on a valid syntax tree."""
         seen = set() if seen is None else seen
         key = (id(fn.node), name)
         if key in seen or hops > _MAX_HOPS:
@@ -466,10 +470,10 @@ class Flow:
             return None
         params = target.scope.params[1:] if bound else target.scope.params
         for i, a in enumerate(call.args):
-            if (a is arg or _inside(arg, a)) and i < len(params):
+            if (a is arg or inside(arg, a)) and i < len(params):
                 return self.reach(target, params[i], seen)
         for kw in call.keywords:
-            if kw.arg and (kw is arg or kw.value is arg or _inside(arg, kw.value)):
+            if kw.arg and (kw is arg or kw.value is arg or inside(arg, kw.value)):
                 return self.reach(target, kw.arg, seen)
         return None
 
@@ -478,7 +482,7 @@ def _content_value(d: ast.Dict, cur: Any) -> bool:
     """Whether ``cur`` is a value of dict display ``d`` that can hold content blocks: not a
     key, not under a key naming headers, and, in a request body (a dict with ``"model"``),
     under one of :data:`FIELDS`."""
-    keys = [const_key(k) for k in d.keys]
+    keys = [const_str(k) for k in d.keys]
     for k, key, v in zip(d.keys, keys, d.values):
         if k is cur:
             return False
@@ -494,7 +498,3 @@ def _function_of(scope: Scope) -> Scope:
     while scope.kind == "class" and scope.parent is not None:
         scope = scope.parent
     return scope
-
-
-def _inside(node: Any, outer: Any) -> bool:
-    return any(n is node for n in ast.walk(outer))

@@ -39,7 +39,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from linters.flow.marker_flow import Flow, Fn, Req, const_key
+from linters.flow.marker_flow import Flow, Fn, Req
+from linters.flow.nodes import const_str, inside
 from linters.flow.values import Evaluator
 
 MARKER = "cache_control"
@@ -69,12 +70,15 @@ class MarkerIssue:
 
 
 def misspelt(key: str) -> bool:
-    """``cache_control`` spelt another way (case, ``-``, no separator)."""
+    """Whether ``key`` is ``cache_control`` spelt another way (case, ``-``, no separator);
+    False for ``cache_control`` itself. Never raises."""
     return key != MARKER and re.sub(r"[^a-z]", "", key.lower()) == "cachecontrol"
 
 
 def marker_issues(ev: Evaluator, source: bytes) -> list[MarkerIssue]:
-    """Every marker of the module that a known request ignores or rejects."""
+    """Every marker of the module (``ev``; ``source`` its bytes) that a known request ignores
+    or rejects, one :class:`MarkerIssue` per marker; empty when none. Never raises on a
+    valid syntax tree."""
     lines = [i for i, text in enumerate(source.splitlines(), 1) if _WORD.search(text)]
     if not lines:
         return []
@@ -85,7 +89,7 @@ def marker_issues(ev: Evaluator, source: bytes) -> list[MarkerIssue]:
     for fn in fns.values():
         for d in fn.dicts:
             for k in d.keys:
-                key = const_key(k)
+                key = const_str(k)
                 if key is None or id(k) in done or not (misspelt(key) or key == CACHE_POINT):
                     continue
                 req = flow.placed(fn, d)
@@ -117,7 +121,7 @@ def _subscript_marker(flow: Flow, fn: Fn, tgt: Any) -> MarkerIssue | None:
     block that can be a thinking block."""
     if type(tgt) is not ast.Subscript:
         return None
-    key = const_key(tgt.slice)
+    key = const_str(tgt.slice)
     if key is None or not (key == MARKER or misspelt(key) or key == CACHE_POINT):
         return None
     names = flow.roots(fn, tgt.value)
@@ -137,21 +141,21 @@ def _marks(fn: Fn, d: ast.Dict) -> ast.AST | None:
     """The ``cache_control`` key node a dict display carries, directly or through
     ``**name`` of a local bound to a dict display that has one."""
     for k, v in zip(d.keys, d.values):
-        if const_key(k) == MARKER:
+        if const_str(k) == MARKER:
             return k
         if k is None and type(v) is ast.Name:
             for value in fn.aliases.get(v.id, ()):
                 if type(value) is ast.Dict:
                     for kk in value.keys:
-                        if const_key(kk) == MARKER:
+                        if const_str(kk) == MARKER:
                             return kk
     return None
 
 
 def _empty_text(flow: Flow, fn: Fn, d: ast.Dict) -> MarkerIssue | None:
-    fields = {const_key(k): v for k, v in zip(d.keys, d.values) if k is not None}
+    fields = {const_str(k): v for k, v in zip(d.keys, d.values) if k is not None}
     kind = fields.get("type")
-    if const_key(kind) != "text" or "text" not in fields:
+    if const_str(kind) != "text" or "text" not in fields:
         return None
     mark = _marks(fn, d)
     if mark is None:
@@ -217,11 +221,11 @@ def _may_be_empty(flow: Flow, fn: Fn, text: Any, line: int) -> str | None:
             todo += [e.body, e.orelse]
         elif t is ast.Call and type(e.func) is ast.Attribute and e.func.attr == "get":
             todo.extend(e.args[1:2])
-            if e.args and const_key(e.args[0]) == "content":
+            if e.args and const_str(e.args[0]) == "content":
                 msg = e.func.value
                 if _in_request(flow, fn, msg):
                     return _content_why(text, msg, e.lineno)
-        elif t is ast.Subscript and const_key(e.slice) == "content":
+        elif t is ast.Subscript and const_str(e.slice) == "content":
             if _in_request(flow, fn, e.value):
                 return _content_why(text, e.value, e.lineno)
     return None
@@ -277,7 +281,7 @@ def _guarded(fn: Fn, node: ast.AST, names: list[str]) -> bool:
     want = set(names)
     for up in fn.ancestors(node):
         if type(up) in (ast.If, ast.While, ast.IfExp) and want & _truthy_names(up.test):
-            if not any(_inside(node, s) for s in getattr(up, "orelse", ()) or ()):
+            if not any(inside(node, s) for s in getattr(up, "orelse", ()) or ()):
                 return True
         if type(up) is ast.comprehension and any(want & _truthy_names(c) for c in up.ifs):
             return True
@@ -287,10 +291,6 @@ def _guarded(fn: Fn, node: ast.AST, names: list[str]) -> bool:
             if n.body and isinstance(n.body[-1], _EXITS):
                 return True
     return False
-
-
-def _inside(node: Any, outer: Any) -> bool:
-    return any(n is node for n in ast.walk(outer))
 
 
 def _system_only(fn: Fn, node: ast.AST, text: Any) -> bool:
@@ -315,8 +315,8 @@ def _is_system_test(node: Any) -> bool:
     if type(node) is not ast.Compare or len(node.ops) != 1 or type(node.ops[0]) is not ast.Eq:
         return False
     sides = [node.left, *node.comparators]
-    return any(const_key(s) == "system" for s in sides) and any(
-        const_key(sub) == "role" for s in sides for sub in ast.walk(s)
+    return any(const_str(s) == "system" for s in sides) and any(
+        const_str(sub) == "role" for s in sides for sub in ast.walk(s)
     )
 
 
@@ -358,14 +358,14 @@ def _through_names(fn: Fn, e: Any) -> Any:
 
 def _message_of(content: Any) -> Any:
     """``m`` for ``m["content"]`` / ``m.get("content")``, else None."""
-    if type(content) is ast.Subscript and const_key(content.slice) == "content":
+    if type(content) is ast.Subscript and const_str(content.slice) == "content":
         return content.value
     if (
         type(content) is ast.Call
         and type(content.func) is ast.Attribute
         and content.func.attr == "get"
         and content.args
-        and const_key(content.args[0]) == "content"
+        and const_str(content.args[0]) == "content"
     ):
         return content.func.value
     return None
@@ -379,10 +379,10 @@ def _type_tested(fn: Fn, node: ast.AST, names: list[str]) -> bool:
             continue
         for sub in ast.walk(up.test):
             base = None
-            if type(sub) is ast.Subscript and const_key(sub.slice) == "type":
+            if type(sub) is ast.Subscript and const_str(sub.slice) == "type":
                 base = sub.value
             elif type(sub) is ast.Call and type(sub.func) is ast.Attribute:
-                if sub.func.attr == "get" and sub.args and const_key(sub.args[0]) == "type":
+                if sub.func.attr == "get" and sub.args and const_str(sub.args[0]) == "type":
                     base = sub.func.value
             if base is not None and want & {n.id for n in ast.walk(base) if type(n) is ast.Name}:
                 return True
@@ -394,7 +394,7 @@ def _makes_thinking(node: ast.AST) -> int | None:
     for sub in ast.walk(node):
         if type(sub) is ast.Dict:
             for k, v in zip(sub.keys, sub.values):
-                if const_key(k) == "type" and const_key(v) in THINKING_TYPES:
+                if const_str(k) == "type" and const_str(v) in THINKING_TYPES:
                     return sub.lineno
     return None
 

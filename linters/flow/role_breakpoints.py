@@ -45,13 +45,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from linters.flow.facts import ASSIGN, Scope
-from linters.flow.nodes import own_nodes
+from linters.flow.nodes import FUNCS, own_nodes
 
 KEY = "cache_control"
 # Roles whose messages a tool call never produces: a filter on these alone skips the turns an
 # agent adds in the OpenAI message format (assistant + tool).
 USER_SIDE = frozenset({"user", "system", "developer"})
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _PASS_THROUGH = frozenset({"list", "enumerate", "tuple"})
 
 
@@ -366,7 +365,7 @@ def _helper_mark(
     if not any(e.part(a) for a in args):
         return None
     fs, bound, owner = ev.callee_any(call, scope)
-    if fs is None or owner is None or not isinstance(fs.node, _FUNCS):
+    if fs is None or owner is None or not isinstance(fs.node, FUNCS):
         return None
     for p in fs.params[1:] if bound else fs.params:
         a = ev.arg_for(call, fs, p, bound)
@@ -417,7 +416,7 @@ def user_only_breakpoints(ev: Any) -> list[UserOnlyBreakpoint]:
     messages, in source order. Never raises on a valid syntax tree."""
     out = []
     for fn in ast.walk(ev.facts.module.node):
-        if not isinstance(fn, _FUNCS):
+        if not isinstance(fn, FUNCS):
             continue
         scope = ev.function_scope(fn)
         if scope is None:
@@ -469,7 +468,7 @@ def _module_sites(ev: Any) -> tuple[tuple[str, int] | None, tuple[str, int] | No
             elif result is None and key == "type" and value == "tool_result":
                 result = (ev.path, pair[0].lineno)
         for child in ast.iter_child_nodes(node):
-            inner = ev.function_scope(child) if isinstance(child, (*_FUNCS, ast.ClassDef)) else None
+            inner = ev.function_scope(child) if isinstance(child, (*FUNCS, ast.ClassDef)) else None
             stack.append((child, inner or scope))
     return tool, result
 

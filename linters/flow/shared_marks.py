@@ -52,10 +52,9 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-from linters.flow.nodes import own_nodes
+from linters.flow.nodes import FUNCS, own_nodes
 
 KEY = "cache_control"
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _STRIP_CALLS = frozenset({"get", "setdefault"})
 _WRAPPERS = frozenset({"reversed", "enumerate", "iter"})
 
@@ -338,12 +337,12 @@ class _Module:
             if type(t) is ast.Name
         )
         for node in tree.body:
-            if isinstance(node, _FUNCS):
+            if isinstance(node, FUNCS):
                 self.fns[(None, node.name)] = _Fn(node, None, markers=markers)
             elif type(node) is ast.ClassDef:
                 kept = _growing_attrs(node)
                 for m in node.body:
-                    if isinstance(m, _FUNCS):
+                    if isinstance(m, FUNCS):
                         self.fns[(node.name, m.name)] = _Fn(m, node.name, kept, markers)
 
     def callee(self, f: _Fn, call: ast.Call) -> tuple[_Fn, list[str]] | None:
