@@ -31,7 +31,9 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-KEY = "cache_control"
+from linters.flow import tables
+
+KEY = tables.CACHE_CONTROL
 _ADDERS = frozenset({"append", "extend", "insert"})
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 

@@ -52,9 +52,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from linters.flow import tables
 from linters.flow.nodes import FUNCS, const_str
 
-KEY = "cache_control"
+KEY = tables.CACHE_CONTROL
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,9 +26,10 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
+from linters.flow import tables
 from linters.flow.nodes import FUNCS
 
-KEY = "cache_control"
+KEY = tables.CACHE_CONTROL
 _LOOPS = (ast.For, ast.AsyncFor)
 
 

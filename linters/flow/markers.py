@@ -39,11 +39,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from linters.flow import tables
 from linters.flow.marker_flow import Flow, Fn, Req
 from linters.flow.nodes import const_str, inside
 from linters.flow.values import Evaluator
 
-MARKER = "cache_control"
+MARKER = tables.CACHE_CONTROL
 CACHE_POINT = "cachePoint"
 MISSPELT = "misspelt"
 RAW_CACHE_POINT = "cache-point"

@@ -44,10 +44,11 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from linters.flow import tables
 from linters.flow.facts import ASSIGN, Scope
 from linters.flow.nodes import FUNCS, own_nodes
 
-KEY = "cache_control"
+KEY = tables.CACHE_CONTROL
 # Roles whose messages a tool call never produces: a filter on these alone skips the turns an
 # agent adds in the OpenAI message format (assistant + tool).
 USER_SIDE = frozenset({"user", "system", "developer"})

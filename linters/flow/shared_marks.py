@@ -52,9 +52,10 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
+from linters.flow import tables
 from linters.flow.nodes import FUNCS, own_nodes
 
-KEY = "cache_control"
+KEY = tables.CACHE_CONTROL
 _STRIP_CALLS = frozenset({"get", "setdefault"})
 _WRAPPERS = frozenset({"reversed", "enumerate", "iter"})
 

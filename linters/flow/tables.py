@@ -588,7 +588,9 @@ TOOL_FUNCTION_KEYWORDS = frozenset({"function", "func", "fn", "coroutine", "call
 # read 2026-12-03); Amazon Bedrock Converse API ``{"cachePoint": {"type": "default"}}`` as a
 # block of ``system``/``messages``/``tools`` (AWS Bedrock API reference "CachePointBlock",
 # read 2026-12-03). A block type declaring one of them can carry a breakpoint.
-CACHE_MARKER_KEYS = frozenset({"cache_control", "cachePoint"})
+# The Anthropic-format key itself (also what litellm reads and converts for other providers).
+CACHE_CONTROL = "cache_control"
+CACHE_MARKER_KEYS = frozenset({CACHE_CONTROL, "cachePoint"})
 # Methods of ``str`` whose result is text made from the receiver (``s.replace(a, b)``).
 STR_REWRITE_METHODS = frozenset(
     {
