@@ -148,17 +148,10 @@ class Resolver:
             m = cls.funcs.get(func.attr) if cls is not None else None
             if m is not None and m.kind == "function" and not _static(m):
                 return m, True, owner
-        if self.project is None or type(func) not in (ast.Name, ast.Attribute):
-            return None, False, None
-        qual = self.facts.qualname(func)
-        if not qual or qual.startswith("builtins.") or "." not in qual:
-            return None, False, None
-        found = self.project.lookup(absolute(qual, self.path))
-        if found is None:
+        found = self.project_def(func, "function")
+        if found is None or found[0] is self:
             return None, False, None
         ev, target = found
-        if target.kind != "function" or ev is self:
-            return None, False, None
         return target, target.cls is not None and not _static(target), ev
 
     def project_lookup(self, qual: str) -> tuple[Any, Scope] | None:
