@@ -216,7 +216,7 @@ class Resolver:
         ``ctx: PromptContext | None``, ``Optional[PromptContext]``, ``"PromptContext"``)
         and its module's evaluator; ``(None, None)`` for anything else (a protocol or
         base class of the project is taken as itself: its own methods are followed)."""
-        note = _unwrap_optional(fs.param_notes.get(pname))
+        note = unwrap_optional(fs.param_notes.get(pname))
         if type(note) is ast.Constant and type(note.value) is str and note.value.isidentifier():
             note = ast.Name(id=note.value, lineno=getattr(fs.node, "lineno", 0))
         if type(note) is ast.Name:
@@ -332,8 +332,10 @@ def is_static(fs: Scope) -> bool:
     return _static(fs)
 
 
-def _unwrap_optional(note: Any) -> Any:
-    """``X`` of ``X | None``, ``None | X`` and ``Optional[X]``; ``note`` otherwise."""
+def unwrap_optional(note: Any) -> Any:
+    """``X`` of the annotation ``X | None``, ``None | X``, ``Optional[X]`` or
+    ``typing.Optional[X]``; None for a union of two or more other types (``A | B``);
+    ``note`` itself for anything else. Raises nothing."""
     if type(note) is ast.BinOp and type(note.op) is ast.BitOr:
         sides = [s for s in (note.left, note.right) if not _is_none(s)]
         return sides[0] if len(sides) == 1 else None
