@@ -30,6 +30,12 @@ def class_of(scope: Scope | None) -> Scope | None:
 
 
 class Resolver:
+    """Name resolution and call targets for one module's facts: the bindings a name has at
+    a line, the function (here or, through the project index, in another module) a call
+    reaches, and the project class a name holds. Mixed into
+    :class:`linters.flow.values.Evaluator`; methods return None (or ``(None, ...)``) for
+    what they cannot tell and raise nothing."""
+
     # Memo tables of the evaluator (linters.flow.values.Evaluator sets them), declared here
     # so that the mixins built on this class see their types: node id -> hazards, node id ->
     # segments, node id -> "is a set", (node id, iterated) -> input-dict reason,
