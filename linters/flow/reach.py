@@ -288,14 +288,14 @@ def _sender(ev: Evaluator, call: ast.Call, scope: Scope) -> tuple[Any, bool, Any
         root = root.value
     if type(root) is not ast.Name or root.id in ev.facts.imports:
         return none
+    found = project.methods(func.attr)  # a dict look-up: most calls stop here
+    if len(found) != 1:
+        return none
     for b in ev.resolve(root.id, scope, call.lineno):
         if b.kind == IMPORT or (
             b.kind in (ASSIGN, WITH) and type(b.value) is ast.Call and _outside(ev, b.value)
         ):
             return none
-    found = project.methods(func.attr)
-    if len(found) != 1:
-        return none
     owner, fs = found[0]
     if owner is ev or is_static(fs):
         return none
