@@ -27,7 +27,7 @@ from typing import Any
 
 from linters.flow.facts import ASSIGN, DEF, IMPORT, PARAM, Scope
 from linters.flow.project import absolute
-from linters.flow.resolve import class_of
+from linters.flow.resolve import class_of, unwrap_optional
 
 ClassRef = tuple[Any, Scope]  # (linters.flow.values.Evaluator of the module, class scope)
 
@@ -60,8 +60,7 @@ def class_named(ev: Any, note: Any, scope: Scope, depth: int = 0) -> ClassRef | 
             return None
         return class_named(ev, parsed, ev.facts.module, depth + 1)
     if t is ast.BinOp and type(note.op) is ast.BitOr:
-        sides = [s for s in (note.left, note.right) if not _is_none(s)]
-        return class_named(ev, sides[0], scope, depth) if len(sides) == 1 else None
+        return class_named(ev, unwrap_optional(note), scope, depth)
     if t is ast.Subscript:
         head = note.value
         name = head.attr if type(head) is ast.Attribute else getattr(head, "id", "")
@@ -170,7 +169,3 @@ def _target_is(target: ast.expr, attr: str, owner: str | None) -> bool:
         and type(target.value) is ast.Name
         and target.value.id == owner
     )
-
-
-def _is_none(node: ast.expr) -> bool:
-    return type(node) is ast.Constant and node.value is None

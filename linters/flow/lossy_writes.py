@@ -71,6 +71,7 @@ def _text_read(
     t = type(expr)
 
     def sub(e: Any) -> ast.Attribute | None:
+        """:func:`_text_read` of a part ``e`` of ``expr``, one level deeper."""
         return _text_read(ev, e, obj, prop, scope, seen, depth + 1)
 
     if t is ast.Attribute:

@@ -56,6 +56,9 @@ class Project:
         self.store_index: Any = None  # linters.flow.stores.StoreIndex, made on first use
         self.sentinels: frozenset[str] | None = None  # split markers (linters.flow.sentinels)
         self._methods: dict[str, list[tuple[Any, Scope]]] | None = None
+        # dotted name -> what lookup() found: every call site of the project asks again
+        # (``logger.info``, ``os.path.join``); emptied when a module is added
+        self._found: dict[str, tuple[Any, Scope] | None] = {}
 
     def add(self, rel_path: str, ev: Any, source: bytes = b"") -> None:
         """Register ``ev`` (a :class:`linters.flow.values.Evaluator`, or a function of no
@@ -63,6 +66,7 @@ class Project:
         reaches it) for ``rel_path``; ``source`` (its bytes) lets
         :meth:`evaluators` skip modules without a word."""
         self._entries.append((ev, source))
+        self._found.clear()
         if not callable(ev):
             ev.path = rel_path
             ev.project = self
@@ -80,7 +84,15 @@ class Project:
     def lookup(self, qual: str) -> tuple[Any, Scope] | None:
         """The evaluator and the scope (function or class) a dotted name defines, e.g.
         ``pkg.helpers.now_text`` or ``pkg.prompts.Generator.build``; None if not in the
-        project."""
+        project. Kept per name until the next :meth:`add`; raises what making a lazy
+        module raises."""
+        if qual in self._found:
+            return self._found[qual]
+        found = self._found[qual] = self._lookup(qual)
+        return found
+
+    def _lookup(self, qual: str) -> tuple[Any, Scope] | None:
+        """:meth:`lookup` without the memo."""
         parts = qual.split(".")
         for i in range(len(parts) - 1, 0, -1):
             ev = self.modules.get(".".join(parts[:i]))

@@ -46,6 +46,9 @@ def prefix_reaches(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]
     param_msg_sinks = ev.param_msg_sinks
 
     def take(hs: Iterable[Hazard], sink: Sink, via: str | None, messages: bool = False) -> None:
+        """Record ``hs`` reaching ``sink``: a parameter hazard goes to this module's
+        ``param_sinks`` (``param_msg_sinks`` when ``messages``) and is queued once to be
+        followed to its callers; any other is appended to the result. Returns None."""
         for h in hs:
             if h.kind == HAZARD_PARAM:
                 fs, pname = h.detail
@@ -62,6 +65,10 @@ def prefix_reaches(ev: Evaluator, seeds: list[Any] | None = None) -> list[Reach]
                 out.append(Reach(capped(h, sink), sink, via))
 
     def messages_sink(expr: Any, scope: Scope, sink: Sink, via: str | None) -> None:
+        """Take (:func:`take`) the hazards of the message list ``expr`` sent at ``sink``:
+        a parameter holding the list, else the content of every item before the last one
+        (every item when the list repeats; the last one is marked in ``last_ids``).
+        Returns None."""
         if type(expr) is ast.Name:
             bl = ev.resolve(expr.id, scope, expr.lineno)
             param = next((b for b in bl if b.kind == PARAM), None)
@@ -281,14 +288,14 @@ def _sender(ev: Evaluator, call: ast.Call, scope: Scope) -> tuple[Any, bool, Any
         root = root.value
     if type(root) is not ast.Name or root.id in ev.facts.imports:
         return none
+    found = project.methods(func.attr)  # a dict look-up: most calls stop here
+    if len(found) != 1:
+        return none
     for b in ev.resolve(root.id, scope, call.lineno):
         if b.kind == IMPORT or (
             b.kind in (ASSIGN, WITH) and type(b.value) is ast.Call and _outside(ev, b.value)
         ):
             return none
-    found = project.methods(func.attr)
-    if len(found) != 1:
-        return none
     owner, fs = found[0]
     if owner is ev or is_static(fs):
         return none

@@ -30,6 +30,12 @@ def class_of(scope: Scope | None) -> Scope | None:
 
 
 class Resolver:
+    """Name resolution and call targets for one module's facts: the bindings a name has at
+    a line, the function (here or, through the project index, in another module) a call
+    reaches, and the project class a name holds. Mixed into
+    :class:`linters.flow.values.Evaluator`; methods return None (or ``(None, ...)``) for
+    what they cannot tell and raise nothing."""
+
     # Memo tables of the evaluator (linters.flow.values.Evaluator sets them), declared here
     # so that the mixins built on this class see their types: node id -> hazards, node id ->
     # segments, node id -> "is a set", (node id, iterated) -> input-dict reason,
@@ -148,17 +154,10 @@ class Resolver:
             m = cls.funcs.get(func.attr) if cls is not None else None
             if m is not None and m.kind == "function" and not _static(m):
                 return m, True, owner
-        if self.project is None or type(func) not in (ast.Name, ast.Attribute):
-            return None, False, None
-        qual = self.facts.qualname(func)
-        if not qual or qual.startswith("builtins.") or "." not in qual:
-            return None, False, None
-        found = self.project.lookup(absolute(qual, self.path))
-        if found is None:
+        found = self.project_def(func, "function")
+        if found is None or found[0] is self:
             return None, False, None
         ev, target = found
-        if target.kind != "function" or ev is self:
-            return None, False, None
         return target, target.cls is not None and not _static(target), ev
 
     def project_lookup(self, qual: str) -> tuple[Any, Scope] | None:
@@ -223,7 +222,7 @@ class Resolver:
         ``ctx: PromptContext | None``, ``Optional[PromptContext]``, ``"PromptContext"``)
         and its module's evaluator; ``(None, None)`` for anything else (a protocol or
         base class of the project is taken as itself: its own methods are followed)."""
-        note = _unwrap_optional(fs.param_notes.get(pname))
+        note = unwrap_optional(fs.param_notes.get(pname))
         if type(note) is ast.Constant and type(note.value) is str and note.value.isidentifier():
             note = ast.Name(id=note.value, lineno=getattr(fs.node, "lineno", 0))
         if type(note) is ast.Name:
@@ -339,8 +338,10 @@ def is_static(fs: Scope) -> bool:
     return _static(fs)
 
 
-def _unwrap_optional(note: Any) -> Any:
-    """``X`` of ``X | None``, ``None | X`` and ``Optional[X]``; ``note`` otherwise."""
+def unwrap_optional(note: Any) -> Any:
+    """``X`` of the annotation ``X | None``, ``None | X``, ``Optional[X]`` or
+    ``typing.Optional[X]``; None for a union of two or more other types (``A | B``);
+    ``note`` itself for anything else. Raises nothing."""
     if type(note) is ast.BinOp and type(note.op) is ast.BitOr:
         sides = [s for s in (note.left, note.right) if not _is_none(s)]
         return sides[0] if len(sides) == 1 else None

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from linters.flow.classes import ClassRef, class_bases, class_named
+from linters.flow.resolve import unwrap_optional
 from linters.flow.tables import CACHE_MARKER_KEYS
 
 _LIST_HEADS = frozenset({"list", "List", "Sequence", "MutableSequence", "Iterable"})
@@ -155,11 +156,9 @@ def _is_text_note(note: Any) -> bool:
             return False
     if type(note) is ast.Name:
         return note.id == "str"
-    if type(note) is ast.BinOp and type(note.op) is ast.BitOr:
-        sides = [s for s in (note.left, note.right) if not _is_none(s)]
-        return len(sides) == 1 and _is_text_note(sides[0])
-    if type(note) is ast.Subscript and getattr(note.value, "id", "") == "Optional":
-        return _is_text_note(note.slice)
+    if type(note) in (ast.BinOp, ast.Subscript):
+        inner = unwrap_optional(note)  # None for a union of two types
+        return inner is not note and _is_text_note(inner)
     return False
 
 
@@ -328,7 +327,3 @@ def _self_attr(node: Any) -> str | None:
 
 def _is_name(node: Any, name: str) -> bool:
     return type(node) is ast.Name and node.id == name
-
-
-def _is_none(node: Any) -> bool:
-    return type(node) is ast.Constant and node.value is None
